@@ -1,0 +1,78 @@
+//! Kubernetes resource quantities (`500m`, `1.5`, `128Mi`, `1e3`, `2G`).
+
+use thiserror::Error;
+
+#[derive(Debug, Error, PartialEq)]
+#[error("invalid quantity {0:?}: expected a number with an optional suffix (m, k, M, G, Ki, Mi, Gi, ...)")]
+pub struct QuantityError(pub String);
+
+/// Parse a quantity into its base unit as f64 (cores for CPU, bytes for memory).
+pub fn parse(s: &str) -> Result<f64, QuantityError> {
+    let t = s.trim();
+    let err = || QuantityError(s.to_string());
+    if t.is_empty() {
+        return Err(err());
+    }
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
+        .unwrap_or(t.len());
+    let (num, suffix) = t.split_at(split);
+    let base: f64 = num.parse().map_err(|_| err())?;
+    let mult = match suffix {
+        "" => 1.0,
+        "n" => 1e-9,
+        "u" => 1e-6,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        "Ki" => 1024.0,
+        "Mi" => 1024.0 * 1024.0,
+        "Gi" => 1024.0 * 1024.0 * 1024.0,
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        e if e.starts_with(['e', 'E']) => {
+            let exp: i32 = e[1..].parse().map_err(|_| err())?;
+            10f64.powi(exp)
+        }
+        _ => return Err(err()),
+    };
+    let v = base * mult;
+    if !v.is_finite() || v < 0.0 {
+        return Err(err());
+    }
+    Ok(v)
+}
+
+/// CPU quantity in millicores, rounded up as Kubernetes does.
+pub fn cpu_millis(s: &str) -> Result<i64, QuantityError> {
+    Ok((parse(s)? * 1000.0).ceil() as i64)
+}
+
+/// Memory quantity in bytes, rounded up.
+pub fn bytes(s: &str) -> Result<i64, QuantityError> {
+    Ok(parse(s)?.ceil() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_kubernetes_forms() {
+        assert_eq!(cpu_millis("500m").unwrap(), 500);
+        assert_eq!(cpu_millis("1.5").unwrap(), 1500);
+        assert_eq!(cpu_millis("2").unwrap(), 2000);
+        assert_eq!(bytes("128Mi").unwrap(), 128 * 1024 * 1024);
+        assert_eq!(bytes("1G").unwrap(), 1_000_000_000);
+        assert_eq!(bytes("1e3").unwrap(), 1000);
+        assert_eq!(bytes("1k").unwrap(), 1000);
+        assert!(parse("12x").is_err());
+        assert!(parse("").is_err());
+        assert!(parse("-1").is_err());
+    }
+}

@@ -1,0 +1,637 @@
+//! An in-process runtime for unit tests, scenario tests, the stress test and
+//! the core benchmark: records every call, scripts latency, injects faults
+//! (fail call X for pod Y N times, hang until the deadline, lose all state as
+//! a runtime restart would) and models SIGTERM handling per container name.
+//!
+//! Never a substitute for the end-to-end suite against containerd.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+
+use super::{
+    CallCtx, ContainerConfig, ContainerInfo, ContainerState, LABEL_POD_UID, Result, Runtime,
+    RuntimeError, RuntimePod, SandboxConfig, SandboxInfo,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    ListPods,
+    PodStatus,
+    ImageStatus,
+    PullImage,
+    RunSandbox,
+    StopSandbox,
+    RemoveSandbox,
+    CreateContainer,
+    StartContainer,
+    StopContainer,
+    RemoveContainer,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::ListPods => "ListPodSandbox",
+            Op::PodStatus => "PodSandboxStatus",
+            Op::ImageStatus => "ImageStatus",
+            Op::PullImage => "PullImage",
+            Op::RunSandbox => "RunPodSandbox",
+            Op::StopSandbox => "StopPodSandbox",
+            Op::RemoveSandbox => "RemovePodSandbox",
+            Op::CreateContainer => "CreateContainer",
+            Op::StartContainer => "StartContainer",
+            Op::StopContainer => "StopContainer",
+            Op::RemoveContainer => "RemoveContainer",
+        }
+    }
+}
+
+/// One recorded call. `seq` is a global order shared with [`FakeRuntime::seq_now`].
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub seq: u64,
+    pub op: Op,
+    pub uid: String,
+    pub target: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultKind {
+    /// Fail at once with an error.
+    Error,
+    /// Block until the call's deadline (or cancellation), then fail.
+    Hang,
+}
+
+#[derive(Debug, Clone)]
+struct Fault {
+    op: Op,
+    uid: Option<String>,
+    remaining: u32,
+    kind: FaultKind,
+}
+
+#[derive(Debug, Clone)]
+struct FakeSandbox {
+    info: SandboxInfo,
+}
+
+#[derive(Debug, Clone)]
+struct FakeContainer {
+    info: ContainerInfo,
+    uid: String,
+}
+
+#[derive(Default)]
+struct State {
+    sandboxes: HashMap<String, FakeSandbox>,
+    containers: HashMap<String, FakeContainer>,
+    missing_images: HashSet<String>,
+    calls: Vec<Call>,
+    faults: Vec<Fault>,
+    latency: HashMap<Op, Duration>,
+    /// Container name -> time it takes to exit after SIGTERM; `None` ignores
+    /// SIGTERM (killed at the end of the grace period, exit 137).
+    term_delay: HashMap<String, Option<Duration>>,
+    /// Container name -> exit code on SIGTERM (default 0: a trapping shell).
+    term_exit: HashMap<String, i32>,
+    next_id: u64,
+}
+
+/// See the module docs.
+pub struct FakeRuntime {
+    state: Mutex<State>,
+    seq: AtomicU64,
+    record: AtomicBool,
+}
+
+impl Default for FakeRuntime {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+impl FakeRuntime {
+    pub fn new() -> Self {
+        FakeRuntime {
+            state: Mutex::new(State::default()),
+            seq: AtomicU64::new(1),
+            record: AtomicBool::new(true),
+        }
+    }
+
+    /// Keep (true, the default) or stop recording calls; the benchmark turns
+    /// it off so the record does not grow without bound.
+    pub fn set_recording(&self, on: bool) {
+        self.record.store(on, Ordering::SeqCst);
+    }
+
+    /// The global sequence number the next call will get.
+    pub fn seq_now(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::SeqCst)
+    }
+
+    pub fn calls(&self) -> Vec<Call> {
+        self.state.lock().calls.clone()
+    }
+
+    pub fn calls_for(&self, uid: &str, op: Op) -> Vec<Call> {
+        self.state
+            .lock()
+            .calls
+            .iter()
+            .filter(|c| c.uid == uid && c.op == op)
+            .cloned()
+            .collect()
+    }
+
+    pub fn clear_calls(&self) {
+        self.state.lock().calls.clear();
+    }
+
+    pub fn set_latency(&self, op: Op, d: Duration) {
+        self.state.lock().latency.insert(op, d);
+    }
+
+    pub fn clear_latency(&self) {
+        self.state.lock().latency.clear();
+    }
+
+    /// Fail the next `times` calls of `op` (for pod `uid`, or any pod).
+    pub fn fail(&self, op: Op, uid: Option<&str>, times: u32) {
+        self.inject(op, uid, times, FaultKind::Error);
+    }
+
+    /// Make the next `times` calls of `op` hang until their deadline.
+    pub fn hang(&self, op: Op, uid: Option<&str>, times: u32) {
+        self.inject(op, uid, times, FaultKind::Hang);
+    }
+
+    fn inject(&self, op: Op, uid: Option<&str>, times: u32, kind: FaultKind) {
+        self.state.lock().faults.push(Fault {
+            op,
+            uid: uid.map(str::to_string),
+            remaining: times,
+            kind,
+        });
+    }
+
+    pub fn clear_faults(&self) {
+        self.state.lock().faults.clear();
+    }
+
+    /// Forget every sandbox and container, as a runtime that lost its state.
+    pub fn lose_state(&self) {
+        let mut st = self.state.lock();
+        st.sandboxes.clear();
+        st.containers.clear();
+    }
+
+    /// Containers named `name` take `delay` to exit after SIGTERM
+    /// (`None`: they ignore it and are killed at the deadline).
+    pub fn set_term_delay(&self, name: &str, delay: Option<Duration>) {
+        self.state.lock().term_delay.insert(name.to_string(), delay);
+    }
+
+    pub fn set_term_exit_code(&self, name: &str, code: i32) {
+        self.state.lock().term_exit.insert(name.to_string(), code);
+    }
+
+    /// Pulls of this image fail and it is not present.
+    pub fn remove_image(&self, image: &str) {
+        self.state.lock().missing_images.insert(image.to_string());
+    }
+
+    /// Make the running container `name` of pod `uid` exit with `code`.
+    pub fn exit_container(&self, uid: &str, name: &str, code: i32) -> bool {
+        let mut st = self.state.lock();
+        let mut hit = false;
+        for c in st.containers.values_mut() {
+            if c.uid == uid && c.info.name == name && c.info.state == ContainerState::Running {
+                c.info.state = ContainerState::Exited;
+                c.info.exit_code = code;
+                c.info.finished_at_ns = now_ns();
+                c.info.reason = if code == 0 { "Completed" } else { "Error" }.into();
+                hit = true;
+            }
+        }
+        hit
+    }
+
+    /// Containers of `uid` that are running or created.
+    pub fn live_containers(&self, uid: &str) -> usize {
+        self.state
+            .lock()
+            .containers
+            .values()
+            .filter(|c| c.uid == uid && matches!(c.info.state, ContainerState::Running | ContainerState::Created))
+            .count()
+    }
+
+    pub fn ready_sandboxes(&self, uid: &str) -> usize {
+        self.state
+            .lock()
+            .sandboxes
+            .values()
+            .filter(|s| s.info.uid == uid && s.info.ready)
+            .count()
+    }
+
+    /// Total sandboxes and containers the fake holds.
+    pub fn object_count(&self) -> usize {
+        let st = self.state.lock();
+        st.sandboxes.len() + st.containers.len()
+    }
+
+    /// Insert a sandbox with one running container directly, as if another
+    /// agent (or an earlier podwarden) had made it.
+    pub fn add_running_pod(&self, uid: &str, name: &str, namespace: &str, container: &str, grace: Option<i64>) {
+        let mut st = self.state.lock();
+        st.next_id += 1;
+        let sid = format!("sb-{}", st.next_id);
+        let mut labels = BTreeMap::new();
+        labels.insert(LABEL_POD_UID.to_string(), uid.to_string());
+        st.sandboxes.insert(
+            sid.clone(),
+            FakeSandbox {
+                info: SandboxInfo {
+                    id: sid.clone(),
+                    uid: uid.into(),
+                    name: name.into(),
+                    namespace: namespace.into(),
+                    attempt: 0,
+                    ready: true,
+                    created_at_ns: now_ns(),
+                    ip: Some("10.88.0.99".into()),
+                    labels: labels.clone(),
+                    annotations: BTreeMap::new(),
+                },
+            },
+        );
+        st.next_id += 1;
+        let cid = format!("ctr-{}", st.next_id);
+        let mut annotations = BTreeMap::new();
+        if let Some(g) = grace {
+            annotations.insert(super::ANNOTATION_GRACE.to_string(), g.to_string());
+        }
+        st.containers.insert(
+            cid.clone(),
+            FakeContainer {
+                uid: uid.into(),
+                info: ContainerInfo {
+                    id: cid,
+                    sandbox_id: sid,
+                    name: container.into(),
+                    attempt: 0,
+                    image: "busybox".into(),
+                    image_ref: "sha256:busybox".into(),
+                    state: ContainerState::Running,
+                    created_at_ns: now_ns(),
+                    started_at_ns: now_ns(),
+                    finished_at_ns: 0,
+                    exit_code: 0,
+                    reason: String::new(),
+                    message: String::new(),
+                    labels,
+                    annotations,
+                },
+            },
+        );
+    }
+
+    /// Record the call, apply latency and faults.
+    fn enter(&self, ctx: &CallCtx, op: Op, uid: &str, target: &str) -> Result<()> {
+        let seq = self.seq.fetch_add(1, Ordering::SeqCst);
+        let (fault, latency) = {
+            let mut st = self.state.lock();
+            if self.record.load(Ordering::Relaxed) {
+                st.calls.push(Call {
+                    seq,
+                    op,
+                    uid: uid.to_string(),
+                    target: target.to_string(),
+                });
+            }
+            let mut fault = None;
+            if let Some(f) = st.faults.iter_mut().find(|f| {
+                f.op == op && f.remaining > 0 && f.uid.as_deref().is_none_or(|u| u == uid)
+            }) {
+                f.remaining -= 1;
+                fault = Some(f.kind);
+            }
+            st.faults.retain(|f| f.remaining > 0);
+            (fault, st.latency.get(&op).copied().unwrap_or_default())
+        };
+        if !latency.is_zero() {
+            self.wait(ctx, op, Instant::now() + latency)?;
+        }
+        match fault {
+            None => Ok(()),
+            Some(FaultKind::Error) => Err(RuntimeError::Failed {
+                op: op.name(),
+                message: "injected fault".into(),
+            }),
+            Some(FaultKind::Hang) => {
+                self.wait(ctx, op, ctx.deadline)?;
+                Err(RuntimeError::DeadlineExceeded { op: op.name() })
+            }
+        }
+    }
+
+    /// Sleep until `until`, failing if the call's deadline or cancellation
+    /// comes first.
+    fn wait(&self, ctx: &CallCtx, op: Op, until: Instant) -> Result<()> {
+        let end = until.min(ctx.deadline);
+        if ctx.cancel.sleep_until(end) {
+            return Err(RuntimeError::Cancelled { op: op.name() });
+        }
+        if until > ctx.deadline {
+            return Err(RuntimeError::DeadlineExceeded { op: op.name() });
+        }
+        Ok(())
+    }
+
+    fn uid_of_container(&self, id: &str) -> String {
+        self.state
+            .lock()
+            .containers
+            .get(id)
+            .map(|c| c.uid.clone())
+            .unwrap_or_default()
+    }
+
+    fn uid_of_sandbox(&self, id: &str) -> String {
+        self.state
+            .lock()
+            .sandboxes
+            .get(id)
+            .map(|s| s.info.uid.clone())
+            .unwrap_or_default()
+    }
+
+    fn pods(st: &State, only: Option<&str>) -> Vec<RuntimePod> {
+        let mut by_uid: BTreeMap<String, RuntimePod> = BTreeMap::new();
+        for s in st.sandboxes.values() {
+            if only.is_some_and(|u| u != s.info.uid) {
+                continue;
+            }
+            let p = by_uid.entry(s.info.uid.clone()).or_insert_with(|| RuntimePod {
+                uid: s.info.uid.clone(),
+                ..Default::default()
+            });
+            p.name = s.info.name.clone();
+            p.namespace = s.info.namespace.clone();
+            p.sandboxes.push(s.info.clone());
+        }
+        for c in st.containers.values() {
+            if only.is_some_and(|u| u != c.uid) {
+                continue;
+            }
+            by_uid
+                .entry(c.uid.clone())
+                .or_insert_with(|| RuntimePod {
+                    uid: c.uid.clone(),
+                    ..Default::default()
+                })
+                .containers
+                .push(c.info.clone());
+        }
+        for p in by_uid.values_mut() {
+            p.sandboxes.sort_by(|a, b| a.id.cmp(&b.id));
+            p.containers.sort_by(|a, b| a.id.cmp(&b.id));
+        }
+        by_uid.into_values().collect()
+    }
+}
+
+impl Runtime for FakeRuntime {
+    fn list_pods(&self, ctx: &CallCtx) -> Result<Vec<RuntimePod>> {
+        self.enter(ctx, Op::ListPods, "", "")?;
+        Ok(Self::pods(&self.state.lock(), None))
+    }
+
+    fn pod_status(&self, ctx: &CallCtx, uid: &str) -> Result<RuntimePod> {
+        self.enter(ctx, Op::PodStatus, uid, uid)?;
+        let st = self.state.lock();
+        Ok(Self::pods(&st, Some(uid)).pop().unwrap_or_else(|| RuntimePod {
+            uid: uid.to_string(),
+            ..Default::default()
+        }))
+    }
+
+    fn image_status(&self, ctx: &CallCtx, image: &str) -> Result<Option<String>> {
+        self.enter(ctx, Op::ImageStatus, "", image)?;
+        let st = self.state.lock();
+        Ok((!st.missing_images.contains(image)).then(|| format!("sha256:{image}")))
+    }
+
+    fn pull_image(&self, ctx: &CallCtx, image: &str) -> Result<String> {
+        self.enter(ctx, Op::PullImage, "", image)?;
+        let st = self.state.lock();
+        if st.missing_images.contains(image) {
+            return Err(RuntimeError::ImagePull {
+                image: image.into(),
+                message: "not found in any registry".into(),
+            });
+        }
+        Ok(format!("sha256:{image}"))
+    }
+
+    fn run_sandbox(&self, ctx: &CallCtx, config: &SandboxConfig) -> Result<String> {
+        self.enter(ctx, Op::RunSandbox, &config.uid, &config.name)?;
+        let mut st = self.state.lock();
+        st.next_id += 1;
+        let id = format!("sb-{}", st.next_id);
+        let ip = (!config.host_network).then(|| format!("10.88.{}.{}", (st.next_id >> 8) & 255, st.next_id & 255));
+        st.sandboxes.insert(
+            id.clone(),
+            FakeSandbox {
+                info: SandboxInfo {
+                    id: id.clone(),
+                    uid: config.uid.clone(),
+                    name: config.name.clone(),
+                    namespace: config.namespace.clone(),
+                    attempt: config.attempt,
+                    ready: true,
+                    created_at_ns: now_ns(),
+                    ip,
+                    labels: config.labels.clone(),
+                    annotations: config.annotations.clone(),
+                },
+            },
+        );
+        Ok(id)
+    }
+
+    fn stop_sandbox(&self, ctx: &CallCtx, id: &str) -> Result<()> {
+        let uid = self.uid_of_sandbox(id);
+        self.enter(ctx, Op::StopSandbox, &uid, id)?;
+        let mut st = self.state.lock();
+        let t = now_ns();
+        for c in st.containers.values_mut() {
+            if c.info.sandbox_id == id && c.info.state != ContainerState::Exited {
+                c.info.state = ContainerState::Exited;
+                c.info.exit_code = 137;
+                c.info.finished_at_ns = t;
+                c.info.reason = "Error".into();
+            }
+        }
+        if let Some(s) = st.sandboxes.get_mut(id) {
+            s.info.ready = false;
+        }
+        Ok(())
+    }
+
+    fn remove_sandbox(&self, ctx: &CallCtx, id: &str) -> Result<()> {
+        let uid = self.uid_of_sandbox(id);
+        self.enter(ctx, Op::RemoveSandbox, &uid, id)?;
+        let mut st = self.state.lock();
+        if st.sandboxes.get(id).is_some_and(|s| s.info.ready) {
+            return Err(RuntimeError::Failed {
+                op: "RemovePodSandbox",
+                message: format!("sandbox {id} is still running"),
+            });
+        }
+        st.sandboxes.remove(id);
+        st.containers.retain(|_, c| c.info.sandbox_id != id);
+        Ok(())
+    }
+
+    fn create_container(
+        &self,
+        ctx: &CallCtx,
+        sandbox_id: &str,
+        config: &ContainerConfig,
+        sandbox: &SandboxConfig,
+    ) -> Result<String> {
+        self.enter(ctx, Op::CreateContainer, &sandbox.uid, &config.name)?;
+        let mut st = self.state.lock();
+        if !st.sandboxes.get(sandbox_id).is_some_and(|s| s.info.ready) {
+            return Err(RuntimeError::NotFound {
+                what: format!("ready sandbox {sandbox_id}"),
+            });
+        }
+        if st.missing_images.contains(&config.image) {
+            return Err(RuntimeError::NotFound {
+                what: format!("image {}", config.image),
+            });
+        }
+        st.next_id += 1;
+        let id = format!("ctr-{}", st.next_id);
+        st.containers.insert(
+            id.clone(),
+            FakeContainer {
+                uid: sandbox.uid.clone(),
+                info: ContainerInfo {
+                    id: id.clone(),
+                    sandbox_id: sandbox_id.to_string(),
+                    name: config.name.clone(),
+                    attempt: config.attempt,
+                    image: config.image.clone(),
+                    image_ref: format!("sha256:{}", config.image),
+                    state: ContainerState::Created,
+                    created_at_ns: now_ns(),
+                    started_at_ns: 0,
+                    finished_at_ns: 0,
+                    exit_code: 0,
+                    reason: String::new(),
+                    message: String::new(),
+                    labels: config.labels.clone(),
+                    annotations: config.annotations.clone(),
+                },
+            },
+        );
+        Ok(id)
+    }
+
+    fn start_container(&self, ctx: &CallCtx, id: &str) -> Result<()> {
+        let uid = self.uid_of_container(id);
+        self.enter(ctx, Op::StartContainer, &uid, id)?;
+        let mut st = self.state.lock();
+        let c = st.containers.get_mut(id).ok_or_else(|| RuntimeError::NotFound {
+            what: format!("container {id}"),
+        })?;
+        if c.info.state != ContainerState::Created {
+            return Err(RuntimeError::Failed {
+                op: "StartContainer",
+                message: format!("container {id} is not in created state"),
+            });
+        }
+        c.info.state = ContainerState::Running;
+        c.info.started_at_ns = now_ns();
+        Ok(())
+    }
+
+    fn stop_container(&self, ctx: &CallCtx, id: &str, timeout: Duration) -> Result<()> {
+        let uid = self.uid_of_container(id);
+        self.enter(ctx, Op::StopContainer, &uid, id)?;
+        let (delay, term_code) = {
+            let st = self.state.lock();
+            let Some(c) = st.containers.get(id) else {
+                return Err(RuntimeError::NotFound {
+                    what: format!("container {id}"),
+                });
+            };
+            if c.info.state != ContainerState::Running {
+                drop(st);
+                let mut st = self.state.lock();
+                if let Some(c) = st.containers.get_mut(id)
+                    && c.info.state == ContainerState::Created
+                {
+                    c.info.state = ContainerState::Exited;
+                    c.info.finished_at_ns = now_ns();
+                }
+                return Ok(());
+            }
+            (
+                st.term_delay.get(&c.info.name).copied().unwrap_or(Some(Duration::ZERO)),
+                st.term_exit.get(&c.info.name).copied().unwrap_or(0),
+            )
+        };
+        let (wait, code) = match delay {
+            Some(d) if d <= timeout => (d, term_code),
+            _ => (timeout, 137),
+        };
+        if !wait.is_zero() {
+            self.wait(ctx, Op::StopContainer, Instant::now() + wait)?;
+        }
+        let mut st = self.state.lock();
+        if let Some(c) = st.containers.get_mut(id)
+            && c.info.state == ContainerState::Running
+        {
+            c.info.state = ContainerState::Exited;
+            c.info.exit_code = code;
+            c.info.finished_at_ns = now_ns();
+            c.info.reason = if code == 0 { "Completed" } else { "Error" }.into();
+        }
+        Ok(())
+    }
+
+    fn remove_container(&self, ctx: &CallCtx, id: &str) -> Result<()> {
+        let uid = self.uid_of_container(id);
+        self.enter(ctx, Op::RemoveContainer, &uid, id)?;
+        let mut st = self.state.lock();
+        if st
+            .containers
+            .get(id)
+            .is_some_and(|c| c.info.state == ContainerState::Running)
+        {
+            return Err(RuntimeError::Failed {
+                op: "RemoveContainer",
+                message: format!("container {id} is running"),
+            });
+        }
+        st.containers.remove(id);
+        Ok(())
+    }
+}

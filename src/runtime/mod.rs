@@ -1,0 +1,227 @@
+//! The container runtime seam: the calls the three sync phases and
+//! housekeeping need, in podwarden's own types. The CRI client (over gRPC)
+//! and the in-process fake both implement [`Runtime`].
+//!
+//! Invariant: every call carries a deadline ([`CallCtx`]); an implementation
+//! returns `DeadlineExceeded` rather than block past it.
+
+pub mod fake;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+
+use crate::cancel::CancelToken;
+
+/// Label the kubelet puts on sandboxes and containers: the pod UID.
+pub const LABEL_POD_UID: &str = "io.kubernetes.pod.uid";
+pub const LABEL_POD_NAME: &str = "io.kubernetes.pod.name";
+pub const LABEL_POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
+pub const LABEL_CONTAINER_NAME: &str = "io.kubernetes.container.name";
+/// Annotation recording the pod's grace period on each container.
+pub const ANNOTATION_GRACE: &str = "io.kubernetes.pod.terminationGracePeriod";
+pub const ANNOTATION_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
+
+/// Deadline and cancellation for one runtime call.
+#[derive(Clone)]
+pub struct CallCtx {
+    pub deadline: Instant,
+    pub cancel: CancelToken,
+}
+
+impl CallCtx {
+    pub fn new(timeout: Duration, cancel: &CancelToken) -> Self {
+        CallCtx {
+            deadline: Instant::now() + timeout,
+            cancel: cancel.clone(),
+        }
+    }
+
+    /// A context that is never cancelled (housekeeping, tests).
+    pub fn background(timeout: Duration) -> Self {
+        Self::new(timeout, &CancelToken::new())
+    }
+
+    pub fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+}
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum RuntimeError {
+    #[error("runtime unavailable: {0}")]
+    Unavailable(String),
+    #[error("{op} did not answer before its deadline")]
+    DeadlineExceeded { op: &'static str },
+    #[error("{op} was cancelled")]
+    Cancelled { op: &'static str },
+    #[error("{what} not found")]
+    NotFound { what: String },
+    #[error("image {image:?} not present and pull policy is Never")]
+    ImageNeverPull { image: String },
+    #[error("pulling image {image:?} failed: {message}")]
+    ImagePull { image: String, message: String },
+    #[error("{op} failed: {message}")]
+    Failed { op: &'static str, message: String },
+}
+
+impl RuntimeError {
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, RuntimeError::NotFound { .. })
+    }
+}
+
+pub type Result<T> = std::result::Result<T, RuntimeError>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ContainerState {
+    Created,
+    Running,
+    Exited,
+    Unknown,
+}
+
+/// A mount into a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    pub host_path: String,
+    pub container_path: String,
+    pub readonly: bool,
+}
+
+/// What the runtime needs to create a pod sandbox.
+#[derive(Debug, Clone, Default)]
+pub struct SandboxConfig {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    pub attempt: u32,
+    pub hostname: String,
+    pub log_directory: String,
+    pub host_network: bool,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// What the runtime needs to create a container.
+#[derive(Debug, Clone, Default)]
+pub struct ContainerConfig {
+    pub name: String,
+    pub attempt: u32,
+    pub image: String,
+    pub command: Vec<String>,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub working_dir: String,
+    pub log_path: String,
+    pub mounts: Vec<Mount>,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxInfo {
+    pub id: String,
+    pub uid: String,
+    pub name: String,
+    pub namespace: String,
+    pub attempt: u32,
+    pub ready: bool,
+    pub created_at_ns: i64,
+    pub ip: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerInfo {
+    pub id: String,
+    pub sandbox_id: String,
+    pub name: String,
+    pub attempt: u32,
+    pub image: String,
+    pub image_ref: String,
+    pub state: ContainerState,
+    pub created_at_ns: i64,
+    pub started_at_ns: i64,
+    pub finished_at_ns: i64,
+    pub exit_code: i32,
+    pub reason: String,
+    pub message: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Everything the runtime holds for one pod UID.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RuntimePod {
+    pub uid: String,
+    pub name: String,
+    pub namespace: String,
+    pub sandboxes: Vec<SandboxInfo>,
+    pub containers: Vec<ContainerInfo>,
+}
+
+impl RuntimePod {
+    /// Containers that are running or could start running (created).
+    pub fn live_containers(&self) -> impl Iterator<Item = &ContainerInfo> {
+        self.containers
+            .iter()
+            .filter(|c| matches!(c.state, ContainerState::Running | ContainerState::Created | ContainerState::Unknown))
+    }
+
+    pub fn has_live(&self) -> bool {
+        self.live_containers().next().is_some() || self.sandboxes.iter().any(|s| s.ready)
+    }
+
+    /// The newest ready sandbox.
+    pub fn ready_sandbox(&self) -> Option<&SandboxInfo> {
+        self.sandboxes
+            .iter()
+            .filter(|s| s.ready)
+            .max_by_key(|s| (s.attempt, s.created_at_ns))
+    }
+
+    /// The newest instance of the named container.
+    pub fn latest(&self, name: &str) -> Option<&ContainerInfo> {
+        self.containers
+            .iter()
+            .filter(|c| c.name == name)
+            .max_by_key(|c| (c.attempt, c.created_at_ns))
+    }
+
+    /// The grace period recorded on the pod's containers at creation.
+    pub fn recorded_grace(&self) -> Option<i64> {
+        self.containers
+            .iter()
+            .filter_map(|c| c.annotations.get(ANNOTATION_GRACE)?.parse().ok())
+            .min()
+    }
+}
+
+/// The container runtime as podwarden uses it.
+pub trait Runtime: Send + Sync {
+    /// Every podwarden-managed pod (sandboxes and containers labelled with a
+    /// pod UID), grouped by UID.
+    fn list_pods(&self, ctx: &CallCtx) -> Result<Vec<RuntimePod>>;
+    /// Sandboxes and containers of one pod; empty if the runtime has none.
+    fn pod_status(&self, ctx: &CallCtx, uid: &str) -> Result<RuntimePod>;
+    /// The image's reference if it is present locally.
+    fn image_status(&self, ctx: &CallCtx, image: &str) -> Result<Option<String>>;
+    fn pull_image(&self, ctx: &CallCtx, image: &str) -> Result<String>;
+    fn run_sandbox(&self, ctx: &CallCtx, config: &SandboxConfig) -> Result<String>;
+    fn stop_sandbox(&self, ctx: &CallCtx, id: &str) -> Result<()>;
+    fn remove_sandbox(&self, ctx: &CallCtx, id: &str) -> Result<()>;
+    fn create_container(
+        &self,
+        ctx: &CallCtx,
+        sandbox_id: &str,
+        config: &ContainerConfig,
+        sandbox: &SandboxConfig,
+    ) -> Result<String>;
+    fn start_container(&self, ctx: &CallCtx, id: &str) -> Result<()>;
+    /// Stop with `timeout` for the container to exit after SIGTERM.
+    fn stop_container(&self, ctx: &CallCtx, id: &str, timeout: Duration) -> Result<()>;
+    fn remove_container(&self, ctx: &CallCtx, id: &str) -> Result<()>;
+}

@@ -1,0 +1,353 @@
+//! The status manager: the v1 PodStatus of every pod podwarden knows, built
+//! from the pod's spec, the runtime's view and the worker's state.
+
+use std::collections::HashMap;
+
+use parking_lot::Mutex;
+
+use crate::model::{
+    self, ContainerState as KState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodIP, PodStatus, Time, Uid,
+};
+use crate::runtime::{ContainerInfo, ContainerState, RuntimePod};
+
+/// Kubelet's message for pods rejected while the node shuts down, and the
+/// like, are built by callers; this module only stores and generates.
+#[derive(Default)]
+pub struct StatusManager {
+    statuses: Mutex<HashMap<Uid, PodStatus>>,
+}
+
+impl StatusManager {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn get(&self, uid: &str) -> Option<PodStatus> {
+        self.statuses.lock().get(uid).cloned()
+    }
+
+    pub fn set(&self, uid: &str, status: PodStatus) {
+        self.statuses.lock().insert(uid.to_string(), status);
+    }
+
+    /// Change the stored status in place (creating an empty one).
+    pub fn update(&self, uid: &str, f: impl FnOnce(&mut PodStatus)) {
+        let mut m = self.statuses.lock();
+        f(m.entry(uid.to_string()).or_default());
+    }
+
+    pub fn remove(&self, uid: &str) {
+        self.statuses.lock().remove(uid);
+    }
+
+    /// Forget statuses of pods that are not in `keep`.
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+        self.statuses.lock().retain(|uid, _| keep(uid));
+    }
+
+    pub fn len(&self) -> usize {
+        self.statuses.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A remembered container start error, shown as its Waiting reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    pub reason: String,
+    pub message: String,
+}
+
+fn time(ns: i64) -> Option<Time> {
+    model::time_from_unix_nanos(ns)
+}
+
+fn terminated_state(c: &ContainerInfo, id_prefix: &str) -> KState {
+    KState {
+        terminated: Some(ContainerStateTerminated {
+            exit_code: c.exit_code,
+            reason: Some(if c.reason.is_empty() {
+                if c.exit_code == 0 { "Completed" } else { "Error" }.to_string()
+            } else {
+                c.reason.clone()
+            }),
+            message: (!c.message.is_empty()).then(|| c.message.clone()),
+            started_at: time(c.started_at_ns),
+            finished_at: time(c.finished_at_ns),
+            container_id: Some(format!("{id_prefix}{}", c.id)),
+            signal: None,
+        }),
+        ..Default::default()
+    }
+}
+
+fn waiting_state(reason: &str, message: Option<&str>) -> KState {
+    KState {
+        waiting: Some(ContainerStateWaiting {
+            reason: Some(reason.to_string()),
+            message: message.map(str::to_string),
+        }),
+        ..Default::default()
+    }
+}
+
+/// The status of one container from its newest and previous instances.
+fn container_status(
+    spec: &model::Container,
+    rp: &RuntimePod,
+    waiting: Option<&Waiting>,
+    id_prefix: &str,
+) -> ContainerStatus {
+    let latest = rp.latest(&spec.name);
+    let previous = latest.and_then(|l| {
+        rp.containers
+            .iter()
+            .filter(|c| c.name == spec.name && c.attempt < l.attempt)
+            .max_by_key(|c| c.attempt)
+    });
+    let image = spec.image.clone().unwrap_or_default();
+    let mut st = ContainerStatus {
+        name: spec.name.clone(),
+        image: latest.map(|l| l.image.clone()).unwrap_or(image),
+        image_id: latest.map(|l| l.image_ref.clone()).unwrap_or_default(),
+        container_id: latest.map(|l| format!("{id_prefix}{}", l.id)),
+        restart_count: latest.map_or(0, |l| l.attempt as i32),
+        ready: false,
+        started: Some(false),
+        ..Default::default()
+    };
+    match latest {
+        Some(l) if l.state == ContainerState::Running => {
+            st.state = Some(KState {
+                running: Some(ContainerStateRunning {
+                    started_at: time(l.started_at_ns),
+                }),
+                ..Default::default()
+            });
+            st.ready = true;
+            st.started = Some(true);
+            st.last_state = previous.map(|p| terminated_state(p, id_prefix));
+        }
+        Some(l) if l.state == ContainerState::Exited => {
+            if let Some(w) = waiting {
+                // restarting: waiting now, the exited run is the last state
+                st.state = Some(waiting_state(&w.reason, Some(&w.message)));
+                st.last_state = Some(terminated_state(l, id_prefix));
+            } else {
+                st.state = Some(terminated_state(l, id_prefix));
+                st.last_state = previous.map(|p| terminated_state(p, id_prefix));
+            }
+        }
+        Some(_) => {
+            st.state = Some(waiting_state(
+                waiting.map_or("ContainerCreating", |w| w.reason.as_str()),
+                waiting.map(|w| w.message.as_str()),
+            ));
+            st.last_state = previous.map(|p| terminated_state(p, id_prefix));
+        }
+        None => {
+            st.state = Some(waiting_state(
+                waiting.map_or("ContainerCreating", |w| w.reason.as_str()),
+                waiting.map(|w| w.message.as_str()),
+            ));
+        }
+    }
+    st
+}
+
+/// The pod phase from container states, as the kubelet computes it.
+pub fn phase_of(pod: &Pod, statuses: &[ContainerStatus]) -> &'static str {
+    let (mut waiting, mut running, mut stopped, mut succeeded) = (0, 0, 0, 0);
+    for s in statuses {
+        let state = s.state.as_ref();
+        if state.and_then(|x| x.running.as_ref()).is_some() {
+            running += 1;
+        } else if let Some(t) = state.and_then(|x| x.terminated.as_ref()) {
+            stopped += 1;
+            if t.exit_code == 0 {
+                succeeded += 1;
+            }
+        } else if s.last_state.as_ref().and_then(|l| l.terminated.as_ref()).is_some() {
+            stopped += 1;
+        } else {
+            waiting += 1;
+        }
+    }
+    if waiting > 0 || statuses.is_empty() {
+        return model::PHASE_PENDING;
+    }
+    if running > 0 {
+        return model::PHASE_RUNNING;
+    }
+    match model::restart_policy(pod) {
+        "Always" => model::PHASE_RUNNING,
+        "OnFailure" if stopped == succeeded => model::PHASE_SUCCEEDED,
+        "OnFailure" => model::PHASE_RUNNING,
+        _ if stopped == succeeded => model::PHASE_SUCCEEDED,
+        _ => model::PHASE_FAILED,
+    }
+}
+
+fn condition(type_: &str, ok: bool, old: Option<&PodStatus>, now: &Time) -> PodCondition {
+    let status = if ok { "True" } else { "False" }.to_string();
+    let since = old
+        .and_then(|o| o.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == type_))
+        .filter(|c| c.status == status)
+        .and_then(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| now.clone());
+    PodCondition {
+        type_: type_.to_string(),
+        status,
+        last_transition_time: Some(since),
+        ..Default::default()
+    }
+}
+
+/// Inputs to [`generate`] beyond the pod and the runtime's view.
+pub struct GenerateInput<'a> {
+    pub old: Option<&'a PodStatus>,
+    /// Remembered Waiting reasons by container name.
+    pub waiting: &'a HashMap<String, Waiting>,
+    /// Force this terminal phase (set once the pod is terminal).
+    pub terminal_phase: Option<&'a str>,
+    /// `containerd://` and the like.
+    pub id_prefix: &'a str,
+    /// The node's address, the pod IP of host-network pods.
+    pub host_ip: Option<&'a str>,
+}
+
+/// Build the v1 PodStatus.
+pub fn generate(pod: &Pod, rp: &RuntimePod, input: &GenerateInput) -> PodStatus {
+    let now = model::now_time();
+    let statuses: Vec<ContainerStatus> = model::containers(pod)
+        .iter()
+        .map(|c| container_status(c, rp, input.waiting.get(&c.name), input.id_prefix))
+        .collect();
+    let phase = input
+        .terminal_phase
+        .unwrap_or_else(|| phase_of(pod, &statuses))
+        .to_string();
+    let terminal = model::is_terminal_phase(Some(&phase));
+    let all_ready = !statuses.is_empty() && statuses.iter().all(|s| s.ready) && !terminal;
+    let pod_ip = if model::host_network(pod) {
+        input.host_ip.map(str::to_string)
+    } else {
+        rp.ready_sandbox().and_then(|s| s.ip.clone())
+    }
+    .or_else(|| input.old.and_then(|o| o.pod_ip.clone()).filter(|_| !terminal));
+    PodStatus {
+        phase: Some(phase),
+        conditions: Some(vec![
+            condition("PodScheduled", true, input.old, &now),
+            condition("Initialized", true, input.old, &now),
+            condition("ContainersReady", all_ready, input.old, &now),
+            condition("Ready", all_ready, input.old, &now),
+        ]),
+        pod_ips: pod_ip.clone().map(|ip| vec![PodIP { ip }]),
+        pod_ip,
+        host_ip: input.host_ip.map(str::to_string),
+        start_time: Some(input.old.and_then(|o| o.start_time.clone()).unwrap_or(now)),
+        container_statuses: Some(statuses),
+        qos_class: input.old.and_then(|o| o.qos_class.clone()),
+        reason: input.old.and_then(|o| o.reason.clone()),
+        message: input.old.and_then(|o| o.message.clone()),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Container, PodSpec};
+
+    fn pod(policy: &str) -> Pod {
+        Pod {
+            spec: Some(PodSpec {
+                restart_policy: Some(policy.into()),
+                containers: vec![Container {
+                    name: "c".into(),
+                    image: Some("i".into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn exited(code: i32, attempt: u32) -> ContainerInfo {
+        ContainerInfo {
+            id: format!("id{attempt}"),
+            sandbox_id: "s".into(),
+            name: "c".into(),
+            attempt,
+            image: "i".into(),
+            image_ref: "sha256:i".into(),
+            state: ContainerState::Exited,
+            created_at_ns: 1,
+            started_at_ns: 1,
+            finished_at_ns: 2,
+            exit_code: code,
+            reason: String::new(),
+            message: String::new(),
+            labels: Default::default(),
+            annotations: Default::default(),
+        }
+    }
+
+    fn gen_phase(policy: &str, c: Option<ContainerInfo>, waiting: Option<Waiting>) -> (String, ContainerStatus) {
+        let p = pod(policy);
+        let rp = RuntimePod {
+            containers: c.into_iter().collect(),
+            ..Default::default()
+        };
+        let mut w = HashMap::new();
+        if let Some(x) = waiting {
+            w.insert("c".to_string(), x);
+        }
+        let s = generate(
+            &p,
+            &rp,
+            &GenerateInput {
+                old: None,
+                waiting: &w,
+                terminal_phase: None,
+                id_prefix: "fake://",
+                host_ip: None,
+            },
+        );
+        (s.phase.unwrap(), s.container_statuses.unwrap().remove(0))
+    }
+
+    #[test]
+    fn phase_table() {
+        assert_eq!(gen_phase("Always", None, None).0, "Pending");
+        let mut running = exited(0, 0);
+        running.state = ContainerState::Running;
+        assert_eq!(gen_phase("Never", Some(running), None).0, "Running");
+        assert_eq!(gen_phase("Never", Some(exited(0, 0)), None).0, "Succeeded");
+        assert_eq!(gen_phase("Never", Some(exited(1, 0)), None).0, "Failed");
+        assert_eq!(gen_phase("OnFailure", Some(exited(0, 0)), None).0, "Succeeded");
+        assert_eq!(gen_phase("OnFailure", Some(exited(1, 0)), None).0, "Running");
+        assert_eq!(gen_phase("Always", Some(exited(0, 0)), None).0, "Running");
+    }
+
+    #[test]
+    fn crash_loop_shows_waiting_reason_and_last_state() {
+        let w = Waiting {
+            reason: "CrashLoopBackOff".into(),
+            message: "back-off 10s".into(),
+        };
+        let (phase, cs) = gen_phase("Always", Some(exited(1, 3)), Some(w));
+        assert_eq!(phase, "Running");
+        assert_eq!(cs.restart_count, 3);
+        let state = cs.state.unwrap();
+        assert_eq!(state.waiting.unwrap().reason.as_deref(), Some("CrashLoopBackOff"));
+        assert_eq!(cs.last_state.unwrap().terminated.unwrap().exit_code, 1);
+    }
+}

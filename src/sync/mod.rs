@@ -1,0 +1,169 @@
+//! The three sync phases against the [`Runtime`] trait: `sync_pod`
+//! (set-up), `sync_terminating_pod` (stop), `sync_terminated_pod` (clean
+//! up). Effects are idempotent: running a phase twice equals running it once,
+//! and clean-up tolerates set-up never having run.
+
+mod backoff;
+mod setup;
+mod terminate;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+pub use backoff::Backoff;
+
+use crate::events::EventRecorder;
+use crate::model::{self, Pod, Uid};
+use crate::podworkers::{PodSyncer, StatusFn, SyncCtx, SyncError, SyncResult, UpdateType};
+use crate::runtime::{CallCtx, Runtime, RuntimePod};
+use crate::status::{StatusManager, Waiting};
+
+#[derive(Debug, Clone)]
+pub struct SyncConfig {
+    pub root_dir: PathBuf,
+    pub pod_logs_dir: PathBuf,
+    /// Deadline for each runtime call (stops get the grace period on top).
+    pub call_timeout: Duration,
+    /// First container restart back-off, doubled up to `backoff_max`.
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    /// Prefix of container IDs in status (`containerd://`).
+    pub id_prefix: String,
+    /// The node's address: podIP of host-network pods.
+    pub host_ip: Option<String>,
+}
+
+impl SyncConfig {
+    pub fn new(root_dir: PathBuf, pod_logs_dir: PathBuf) -> Self {
+        SyncConfig {
+            root_dir,
+            pod_logs_dir,
+            call_timeout: Duration::from_secs(120),
+            backoff_initial: Duration::from_secs(10),
+            backoff_max: Duration::from_secs(300),
+            id_prefix: "containerd://".into(),
+            host_ip: None,
+        }
+    }
+
+    pub fn pod_dir(&self, uid: &str) -> PathBuf {
+        self.root_dir.join("pods").join(uid)
+    }
+
+    /// `/var/log/pods/<ns>_<name>_<uid>`, the kubelet's layout.
+    pub fn pod_log_dir(&self, pod: &Pod) -> PathBuf {
+        self.pod_logs_dir.join(format!(
+            "{}_{}_{}",
+            model::namespace(pod),
+            model::name(pod),
+            model::uid(pod)
+        ))
+    }
+}
+
+/// The phases' implementation. Owns the reason cache and the container
+/// restart back-off.
+pub struct PodSync {
+    runtime: Arc<dyn Runtime>,
+    statuses: Arc<StatusManager>,
+    events: Arc<EventRecorder>,
+    cfg: SyncConfig,
+    /// Container start errors by pod, shown as Waiting reasons.
+    reasons: Mutex<HashMap<Uid, HashMap<String, Waiting>>>,
+    backoff: Backoff,
+}
+
+impl PodSync {
+    pub fn new(
+        runtime: Arc<dyn Runtime>,
+        statuses: Arc<StatusManager>,
+        events: Arc<EventRecorder>,
+        cfg: SyncConfig,
+    ) -> Self {
+        let backoff = Backoff::new(cfg.backoff_initial, cfg.backoff_max);
+        PodSync {
+            runtime,
+            statuses,
+            events,
+            cfg,
+            reasons: Mutex::new(HashMap::new()),
+            backoff,
+        }
+    }
+
+    pub fn config(&self) -> &SyncConfig {
+        &self.cfg
+    }
+
+    fn call(&self, ctx: &SyncCtx) -> CallCtx {
+        CallCtx::new(self.cfg.call_timeout, &ctx.cancel)
+    }
+
+    /// Remember a container's Waiting reason, unless the pod is terminating
+    /// (a terminating pod's status must not show start errors, and nothing
+    /// may hold up its termination).
+    fn remember(&self, ctx: &SyncCtx, container: &str, reason: &str, message: String) {
+        if ctx.termination_requested() {
+            return;
+        }
+        self.reasons
+            .lock()
+            .entry(ctx.uid.clone())
+            .or_default()
+            .insert(
+                container.to_string(),
+                Waiting {
+                    reason: reason.into(),
+                    message,
+                },
+            );
+    }
+
+    fn forget(&self, uid: &str, container: &str) {
+        let mut r = self.reasons.lock();
+        if let Some(m) = r.get_mut(uid) {
+            m.remove(container);
+            if m.is_empty() {
+                r.remove(uid);
+            }
+        }
+    }
+
+    /// The remembered Waiting reasons of a pod.
+    pub fn reasons_for(&self, uid: &str) -> HashMap<String, Waiting> {
+        self.reasons.lock().get(uid).cloned().unwrap_or_default()
+    }
+
+    fn forget_pod(&self, uid: &str) {
+        self.reasons.lock().remove(uid);
+        self.backoff.forget_pod(uid);
+    }
+}
+
+impl PodSyncer for PodSync {
+    fn sync_pod(&self, ctx: &SyncCtx, update_type: UpdateType, pod: &Arc<Pod>) -> Result<SyncResult, SyncError> {
+        self.setup(ctx, update_type, pod)
+    }
+
+    fn sync_terminating_pod(
+        &self,
+        ctx: &SyncCtx,
+        pod: &Arc<Pod>,
+        grace: i64,
+        status_fns: &[StatusFn],
+    ) -> Result<(), SyncError> {
+        self.terminating(ctx, pod, grace, status_fns)
+    }
+
+    fn sync_terminating_runtime_pod(&self, ctx: &SyncCtx, pod: &RuntimePod, grace: i64) -> Result<(), SyncError> {
+        self.terminating_runtime(ctx, pod, grace)
+    }
+
+    fn sync_terminated_pod(&self, ctx: &SyncCtx, pod: &Arc<Pod>, remove_content: bool) -> Result<(), SyncError> {
+        self.terminated(ctx, pod, remove_content)
+    }
+}

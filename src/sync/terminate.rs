@@ -1,0 +1,169 @@
+//! `sync_terminating_pod` (stop every container in parallel with the grace
+//! period, then the sandbox) and `sync_terminated_pod` (clean up).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::select;
+
+use super::PodSync;
+use crate::events::{EventType, ObjectRef};
+use crate::model::{self, Pod};
+use crate::podworkers::{StatusFn, SyncCtx, SyncError};
+use crate::runtime::{CallCtx, ContainerState, RuntimeError, RuntimePod};
+use crate::status::{GenerateInput, generate};
+
+impl PodSync {
+    /// Stop the live containers of `rp` in parallel, each with `grace`
+    /// seconds, then its sandboxes. Interrupted by cancellation (a shorter
+    /// grace period or a newer update); stops in flight finish on their own.
+    fn stop_all(&self, ctx: &SyncCtx, rp: &RuntimePod, grace: i64, pod: Option<&Pod>) -> Result<(), SyncError> {
+        let grace_d = Duration::from_secs(grace.max(1) as u64);
+        let live: Vec<_> = rp.live_containers().cloned().collect();
+        if !live.is_empty() {
+            let (tx, rx) = crossbeam_channel::bounded(live.len());
+            for c in &live {
+                if let Some(p) = pod {
+                    self.events.event(
+                        &ObjectRef::pod(p),
+                        EventType::Normal,
+                        "Killing",
+                        &format!("Stopping container {} with grace period {grace}s", c.name),
+                    );
+                }
+                let runtime = self.runtime.clone();
+                let call = CallCtx::new(grace_d + self.cfg.call_timeout, &ctx.cancel);
+                let id = c.id.clone();
+                let tx = tx.clone();
+                let short: String = ctx.uid.chars().take(8).collect();
+                crate::thread::spawn(format!("stop-{short}"), Some(crate::thread::HELPER_STACK), move || {
+                    let _ = tx.send(runtime.stop_container(&call, &id, grace_d));
+                })
+                .map_err(|e| SyncError::Other(format!("cannot start a thread to stop container {}: {e}", c.id)))?;
+            }
+            drop(tx);
+            let mut first_err = None;
+            for _ in 0..live.len() {
+                select! {
+                    recv(rx) -> r => match r {
+                        Ok(Ok(())) => {}
+                        Ok(Err(RuntimeError::NotFound { .. })) => {}
+                        Ok(Err(RuntimeError::Cancelled { .. })) => return Err(SyncError::Cancelled),
+                        Ok(Err(e)) => { first_err.get_or_insert(e); }
+                        Err(_) => break,
+                    },
+                    recv(ctx.cancel.receiver()) -> _ => return Err(SyncError::Cancelled),
+                }
+            }
+            if let Some(e) = first_err {
+                return Err(e.into());
+            }
+        }
+        ctx.cancel_check()?;
+        for s in rp.sandboxes.iter().filter(|s| s.ready) {
+            match self.runtime.stop_sandbox(&self.call_plain(ctx), &s.id) {
+                Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    fn call_plain(&self, ctx: &SyncCtx) -> CallCtx {
+        CallCtx::new(self.cfg.call_timeout, &ctx.cancel)
+    }
+
+    pub(super) fn terminating(
+        &self,
+        ctx: &SyncCtx,
+        pod: &Arc<Pod>,
+        grace: i64,
+        status_fns: &[StatusFn],
+    ) -> Result<(), SyncError> {
+        let uid = model::uid(pod).to_string();
+        // start errors never show on, nor delay, a terminating pod
+        self.forget_pod(&uid);
+        let rp = self.runtime.pod_status(&self.call_plain(ctx), &uid)?;
+        self.stop_all(ctx, &rp, grace, Some(pod))?;
+        let rp = self.runtime.pod_status(&self.call_plain(ctx), &uid)?;
+        let succeeded = !model::containers(pod).is_empty()
+            && model::containers(pod).iter().all(|c| {
+                rp.latest(&c.name)
+                    .is_some_and(|l| l.state == ContainerState::Exited && l.exit_code == 0)
+            });
+        let phase = if succeeded {
+            model::PHASE_SUCCEEDED
+        } else {
+            model::PHASE_FAILED
+        };
+        let old = self.statuses.get(&uid);
+        let waiting = Default::default();
+        let mut status = generate(
+            pod,
+            &rp,
+            &GenerateInput {
+                old: old.as_ref(),
+                waiting: &waiting,
+                terminal_phase: Some(phase),
+                id_prefix: &self.cfg.id_prefix,
+                host_ip: self.cfg.host_ip.as_deref(),
+            },
+        );
+        for f in status_fns {
+            f(&mut status);
+        }
+        self.statuses.set(&uid, status);
+        Ok(())
+    }
+
+    pub(super) fn terminating_runtime(&self, ctx: &SyncCtx, pod: &RuntimePod, grace: i64) -> Result<(), SyncError> {
+        let rp = self.runtime.pod_status(&self.call_plain(ctx), &pod.uid)?;
+        self.stop_all(ctx, &rp, grace, None)?;
+        // Nothing configures this pod: nobody will clean it up later.
+        self.remove_runtime_objects(ctx, &pod.uid)
+    }
+
+    fn remove_runtime_objects(&self, ctx: &SyncCtx, uid: &str) -> Result<(), SyncError> {
+        let rp = self.runtime.pod_status(&self.call_plain(ctx), uid)?;
+        for c in &rp.containers {
+            match self.runtime.remove_container(&self.call_plain(ctx), &c.id) {
+                Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        for s in &rp.sandboxes {
+            if s.ready {
+                self.runtime.stop_sandbox(&self.call_plain(ctx), &s.id)?;
+            }
+            match self.runtime.remove_sandbox(&self.call_plain(ctx), &s.id) {
+                Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn terminated(&self, ctx: &SyncCtx, pod: &Arc<Pod>, remove_content: bool) -> Result<(), SyncError> {
+        let uid = model::uid(pod).to_string();
+        self.forget_pod(&uid);
+        if !remove_content {
+            // Terminal but still desired: keep the exited containers (their
+            // state survives an agent restart, their logs stay readable).
+            return Ok(());
+        }
+        self.remove_runtime_objects(ctx, &uid)?;
+        for dir in [self.cfg.pod_dir(&uid), self.cfg.pod_log_dir(pod)] {
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(SyncError::Io {
+                        what: format!("removing {}", dir.display()),
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
