@@ -1,1 +1,88 @@
-fn main() {}
+//! The `podwarden` binary: parse arguments, set up logging, call the
+//! library, map the top error to an exit code.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use podwarden::config::Config;
+
+const USAGE: &str = "\
+podwarden: run Kubernetes pods on this machine through a CRI runtime
+
+Usage:
+  podwarden run [--config FILE]     run the node agent (default config: /etc/podwarden/config.yaml if present)
+  podwarden validate FILE...        check pod manifests and print each pod's UID
+  podwarden version                 print the version
+  podwarden help                    this text
+";
+
+fn run(args: &[String]) -> Result<(), String> {
+    match args.first().map(String::as_str) {
+        Some("run") => {
+            let mut config_path: Option<PathBuf> = None;
+            let mut it = args[1..].iter();
+            while let Some(a) = it.next() {
+                match a.as_str() {
+                    "--config" | "-c" => {
+                        config_path = Some(it.next().ok_or("--config needs a file")?.into());
+                    }
+                    s if s.starts_with("--config=") => config_path = Some(s["--config=".len()..].into()),
+                    "-h" | "--help" => {
+                        print!("{USAGE}");
+                        return Ok(());
+                    }
+                    other => return Err(format!("run: unknown argument {other:?}\n\n{USAGE}")),
+                }
+            }
+            let default = PathBuf::from("/etc/podwarden/config.yaml");
+            let config = match config_path {
+                Some(p) => Config::load(&p).map_err(|e| e.to_string())?,
+                None if default.exists() => Config::load(&default).map_err(|e| e.to_string())?,
+                None => Config::default(),
+            };
+            podwarden::daemon::run(config).map_err(|e| e.to_string())
+        }
+        Some("validate") => {
+            if args.len() < 2 {
+                return Err(format!("validate: name at least one manifest file\n\n{USAGE}"));
+            }
+            let node = Config::default().node_name;
+            let mut failed = false;
+            for f in &args[1..] {
+                match podwarden::model::manifest::read_file(f.as_ref(), &node) {
+                    Ok(p) => println!(
+                        "{f}: ok: pod {} uid {}",
+                        podwarden::model::full_name(&p),
+                        podwarden::model::uid(&p)
+                    ),
+                    Err(e) => {
+                        eprintln!("{e}");
+                        failed = true;
+                    }
+                }
+            }
+            if failed { Err("some manifests are invalid".into()) } else { Ok(()) }
+        }
+        Some("version") | Some("--version") => {
+            println!("podwarden {}", env!("CARGO_PKG_VERSION"));
+            Ok(())
+        }
+        Some("help") | Some("-h") | Some("--help") | None => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        Some(other) => Err(format!("unknown command {other:?}\n\n{USAGE}")),
+    }
+}
+
+fn main() -> ExitCode {
+    podwarden::logging::init("info");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("podwarden: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

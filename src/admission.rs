@@ -1,0 +1,270 @@
+//! Admission: every new pod is admitted or rejected before `sync_pod`
+//! starts it, with the kubelet's reasons. A rejected pod is Failed with a
+//! reason and message and never starts.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::model::{self, Pod, quantity};
+
+pub const REASON_NODE_SHUTDOWN: &str = "NodeShutdown";
+pub const MESSAGE_NODE_SHUTDOWN: &str = "Pod was rejected as the node is shutting down.";
+
+/// What the node can give to pods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allocatable {
+    pub cpu_millis: i64,
+    pub memory_bytes: i64,
+    pub pods: usize,
+}
+
+impl Allocatable {
+    /// Capacity of this machine (CPUs, MemTotal) less the reservations.
+    pub fn detect(max_pods: usize, reserved_cpu_millis: i64, reserved_memory_bytes: i64) -> Self {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as i64;
+        let mem = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("MemTotal:"))
+                    .and_then(|l| l.split_whitespace().nth(1))
+                    .and_then(|kb| kb.parse::<i64>().ok())
+            })
+            .map_or(0, |kb| kb * 1024);
+        Allocatable {
+            cpu_millis: (cpus * 1000 - reserved_cpu_millis).max(0),
+            memory_bytes: (mem - reserved_memory_bytes).max(0),
+            pods: max_pods,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub reason: String,
+    pub message: String,
+}
+
+impl Rejection {
+    fn new(reason: &str, message: String) -> Self {
+        Rejection {
+            reason: reason.into(),
+            message,
+        }
+    }
+}
+
+/// A pod's CPU (millicores) and memory (bytes) requests: per container the
+/// request, else the limit (as the API server defaults it), summed.
+pub fn requests(pod: &Pod) -> (i64, i64) {
+    let mut cpu = 0;
+    let mut mem = 0;
+    for c in model::containers(pod) {
+        let Some(r) = c.resources.as_ref() else { continue };
+        let get = |name: &str| {
+            r.requests
+                .as_ref()
+                .and_then(|m| m.get(name))
+                .or_else(|| r.limits.as_ref().and_then(|m| m.get(name)))
+                .map(|q| q.0.as_str())
+        };
+        cpu += get("cpu").and_then(|q| quantity::cpu_millis(q).ok()).unwrap_or(0);
+        mem += get("memory").and_then(|q| quantity::bytes(q).ok()).unwrap_or(0);
+    }
+    (cpu, mem)
+}
+
+/// Host ports a pod asks for: (port, protocol, host IP).
+fn host_ports(pod: &Pod) -> Vec<(i32, String, String)> {
+    model::containers(pod)
+        .iter()
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter_map(|p| {
+            let hp = p.host_port.filter(|h| *h > 0)?;
+            Some((
+                hp,
+                p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                p.host_ip.clone().unwrap_or_default(),
+            ))
+        })
+        .collect()
+}
+
+fn ips_overlap(a: &str, b: &str) -> bool {
+    let wild = |s: &str| s.is_empty() || s == "0.0.0.0" || s == "::";
+    wild(a) || wild(b) || a == b
+}
+
+/// The admission gate and the node's allocatable resources.
+pub struct Admission {
+    allocatable: Allocatable,
+    shutting_down: AtomicBool,
+}
+
+impl Admission {
+    pub fn new(allocatable: Allocatable) -> Self {
+        Admission {
+            allocatable,
+            shutting_down: AtomicBool::new(false),
+        }
+    }
+
+    pub fn allocatable(&self) -> Allocatable {
+        self.allocatable
+    }
+
+    /// Close (true) or reopen (false) admission for node shutdown.
+    pub fn set_shutting_down(&self, v: bool) {
+        self.shutting_down.store(v, Ordering::SeqCst);
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::SeqCst)
+    }
+
+    /// Admit `pod` given the pods that are active on the node now.
+    pub fn admit(&self, pod: &Pod, active: &[Arc<Pod>]) -> Result<(), Rejection> {
+        if self.is_shutting_down() {
+            return Err(Rejection::new(REASON_NODE_SHUTDOWN, MESSAGE_NODE_SHUTDOWN.into()));
+        }
+        let a = self.allocatable;
+        let others: Vec<&Arc<Pod>> = active.iter().filter(|p| model::uid(p) != model::uid(pod)).collect();
+        if others.len() + 1 > a.pods {
+            return Err(Rejection::new(
+                "OutOfpods",
+                format!(
+                    "Node didn't have enough resource: pods, requested: 1, used: {}, capacity: {}",
+                    others.len(),
+                    a.pods
+                ),
+            ));
+        }
+        let (cpu, mem) = requests(pod);
+        let (used_cpu, used_mem) = others.iter().fold((0, 0), |(c, m), p| {
+            let (pc, pm) = requests(p);
+            (c + pc, m + pm)
+        });
+        if cpu > 0 && used_cpu + cpu > a.cpu_millis {
+            return Err(Rejection::new(
+                "OutOfcpu",
+                format!(
+                    "Node didn't have enough resource: cpu, requested: {cpu}, used: {used_cpu}, capacity: {}",
+                    a.cpu_millis
+                ),
+            ));
+        }
+        if mem > 0 && used_mem + mem > a.memory_bytes {
+            return Err(Rejection::new(
+                "OutOfmemory",
+                format!(
+                    "Node didn't have enough resource: memory, requested: {mem}, used: {used_mem}, capacity: {}",
+                    a.memory_bytes
+                ),
+            ));
+        }
+        let wanted = host_ports(pod);
+        for other in &others {
+            for (port, proto, ip) in host_ports(other) {
+                if let Some((p, pr, _)) = wanted
+                    .iter()
+                    .find(|(p, pr, i)| *p == port && *pr == proto && ips_overlap(i, &ip))
+                {
+                    return Err(Rejection::new(
+                        "NodePorts",
+                        format!(
+                            "Node didn't have free ports for the requested pod ports: {p}/{pr} is used by pod {}",
+                            model::pod_ref(other)
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Container, ContainerPort, PodSpec, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    fn pod(uid: &str, cpu: Option<&str>, mem: Option<&str>, host_port: Option<i32>) -> Arc<Pod> {
+        let mut req = std::collections::BTreeMap::new();
+        if let Some(c) = cpu {
+            req.insert("cpu".to_string(), Quantity(c.into()));
+        }
+        if let Some(m) = mem {
+            req.insert("memory".to_string(), Quantity(m.into()));
+        }
+        Arc::new(Pod {
+            metadata: model::ObjectMeta {
+                uid: Some(uid.into()),
+                name: Some(uid.into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "c".into(),
+                    resources: Some(ResourceRequirements {
+                        limits: Some(req),
+                        ..Default::default()
+                    }),
+                    ports: host_port.map(|hp| {
+                        vec![ContainerPort {
+                            container_port: 80,
+                            host_port: Some(hp),
+                            ..Default::default()
+                        }]
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            status: None,
+        })
+    }
+
+    fn adm() -> Admission {
+        Admission::new(Allocatable {
+            cpu_millis: 1000,
+            memory_bytes: 1 << 30,
+            pods: 3,
+        })
+    }
+
+    #[test]
+    fn reasons_table() {
+        let a = adm();
+        let reason = |p: &Arc<Pod>, active: &[Arc<Pod>]| a.admit(p, active).err().map(|r| r.reason);
+        assert_eq!(reason(&pod("a", Some("500m"), None, None), &[]), None);
+        assert_eq!(
+            reason(&pod("a", Some("600m"), None, None), &[pod("b", Some("500m"), None, None)]).as_deref(),
+            Some("OutOfcpu")
+        );
+        assert_eq!(
+            reason(&pod("a", None, Some("600Mi"), None), &[pod("b", None, Some("500Mi"), None)]).as_deref(),
+            Some("OutOfmemory")
+        );
+        let three = [pod("b", None, None, None), pod("c", None, None, None), pod("d", None, None, None)];
+        assert_eq!(reason(&pod("a", None, None, None), &three).as_deref(), Some("OutOfpods"));
+        assert_eq!(
+            reason(&pod("a", None, None, Some(8080)), &[pod("b", None, None, Some(8080))]).as_deref(),
+            Some("NodePorts")
+        );
+        assert_eq!(reason(&pod("a", None, None, Some(8080)), &[pod("b", None, None, Some(8081))]), None);
+        a.set_shutting_down(true);
+        let r = a.admit(&pod("a", None, None, None), &[]).unwrap_err();
+        assert_eq!(r.reason, REASON_NODE_SHUTDOWN);
+        assert_eq!(r.message, MESSAGE_NODE_SHUTDOWN);
+        a.set_shutting_down(false);
+        assert!(a.admit(&pod("a", None, None, None), &[]).is_ok());
+    }
+
+    #[test]
+    fn the_pod_itself_is_not_counted_twice() {
+        let a = adm();
+        let p = pod("a", Some("800m"), None, None);
+        assert!(a.admit(&p, std::slice::from_ref(&p)).is_ok());
+    }
+}

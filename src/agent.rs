@@ -1,0 +1,357 @@
+//! The agent core: the pod manager (desired pods by UID and full name),
+//! admission, dispatch to the pod workers, and housekeeping. Source updates
+//! and housekeeping are serialized by one lock, as the kubelet serializes
+//! them on its sync loop, so housekeeping never sees a pod that is desired
+//! but not yet dispatched.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::admission::{Admission, Rejection};
+use crate::events::{EventRecorder, EventType, ObjectRef};
+use crate::metrics::Metrics;
+use crate::model::{self, Pod, PodStatus, Uid};
+use crate::podworkers::{KillPodOptions, Phase, PodWorkers, UpdatePodOptions, UpdateType};
+use crate::runtime::{CallCtx, ContainerState, Runtime};
+use crate::status::StatusManager;
+
+/// A pod from the source and its admission.
+#[derive(Clone)]
+pub struct DesiredPod {
+    pub pod: Arc<Pod>,
+    /// `None` while admitted, else why it was rejected.
+    pub rejected: Option<Rejection>,
+}
+
+#[derive(Default)]
+struct PodManager {
+    by_uid: BTreeMap<Uid, DesiredPod>,
+}
+
+impl PodManager {
+    fn admitted(&self) -> impl Iterator<Item = &Arc<Pod>> {
+        self.by_uid.values().filter(|d| d.rejected.is_none()).map(|d| &d.pod)
+    }
+}
+
+/// Agent settings that are not the workers' or the phases'.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub node_name: String,
+    pub root_dir: PathBuf,
+    pub runtime_call_timeout: Duration,
+}
+
+pub struct Agent {
+    pub config: AgentConfig,
+    pub workers: PodWorkers,
+    pub runtime: Arc<dyn Runtime>,
+    pub statuses: Arc<StatusManager>,
+    pub events: Arc<EventRecorder>,
+    pub admission: Arc<Admission>,
+    pub metrics: Arc<Metrics>,
+    pods: Mutex<PodManager>,
+    /// Serializes source updates with housekeeping.
+    sync_lock: Mutex<()>,
+    /// Container-state fingerprints from the last relist, by UID.
+    last_relist: Mutex<HashMap<Uid, Vec<(String, ContainerState)>>>,
+    /// When housekeeping last completed (for health checks).
+    pub last_housekeeping: Mutex<Option<Instant>>,
+    runtime_error_logged: Mutex<Option<Instant>>,
+}
+
+impl Agent {
+    pub fn new(
+        config: AgentConfig,
+        workers: PodWorkers,
+        runtime: Arc<dyn Runtime>,
+        statuses: Arc<StatusManager>,
+        events: Arc<EventRecorder>,
+        admission: Arc<Admission>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Agent {
+            config,
+            workers,
+            runtime,
+            statuses,
+            events,
+            admission,
+            metrics,
+            pods: Mutex::new(PodManager::default()),
+            sync_lock: Mutex::new(()),
+            last_relist: Mutex::new(HashMap::new()),
+            last_housekeeping: Mutex::new(None),
+            runtime_error_logged: Mutex::new(None),
+        }
+    }
+
+    /// Pods that count for admission: admitted, not known terminated, and
+    /// not terminal unless their termination is still running.
+    fn active_pods(&self, pm: &PodManager) -> Vec<Arc<Pod>> {
+        pm.admitted()
+            .filter(|p| {
+                let uid = model::uid(p);
+                if self.workers.is_pod_known_terminated(uid) {
+                    return false;
+                }
+                let terminal = self
+                    .statuses
+                    .get(uid)
+                    .is_some_and(|s| model::is_terminal_phase(s.phase.as_deref()));
+                !terminal || self.workers.is_pod_termination_requested(uid)
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Every desired pod with its admission.
+    pub fn desired(&self) -> Vec<DesiredPod> {
+        self.pods.lock().by_uid.values().cloned().collect()
+    }
+
+    /// The desired pod with this UID.
+    pub fn desired_pod(&self, uid: &str) -> Option<DesiredPod> {
+        self.pods.lock().by_uid.get(uid).cloned()
+    }
+
+    /// Apply a full snapshot of the source's pods: removed pods are killed
+    /// (deleted), new ones admitted and created, changed ones updated.
+    pub fn apply_source(&self, pods: Vec<Arc<Pod>>) {
+        let _serial = self.sync_lock.lock();
+        let mut pm = self.pods.lock();
+        let incoming: BTreeMap<Uid, Arc<Pod>> = pods
+            .into_iter()
+            .map(|p| (model::uid(&p).to_string(), p))
+            .collect();
+        let removed: Vec<Uid> = pm
+            .by_uid
+            .keys()
+            .filter(|u| !incoming.contains_key(*u))
+            .cloned()
+            .collect();
+        for uid in removed {
+            let d = pm.by_uid.remove(&uid).expect("listed above");
+            if d.rejected.is_some() {
+                self.statuses.remove(&uid);
+                continue;
+            }
+            log::info!("pod {}: removed from its source; killing it", model::pod_ref(&d.pod));
+            self.workers
+                .update_pod(UpdatePodOptions::kill(d.pod, KillPodOptions::default()));
+        }
+        for (uid, pod) in incoming {
+            match pm.by_uid.get_mut(&uid) {
+                Some(d) if Arc::ptr_eq(&d.pod, &pod) || (d.pod.metadata == pod.metadata && d.pod.spec == pod.spec) => {}
+                Some(d) => {
+                    d.pod = pod.clone();
+                    if d.rejected.is_none() {
+                        self.workers.update_pod(UpdatePodOptions::new(UpdateType::Update, pod));
+                    }
+                }
+                None => {
+                    let active = self.active_pods(&pm);
+                    let rejected = self.admission.admit(&pod, &active).err();
+                    match &rejected {
+                        None => {
+                            log::info!("pod {}: admitted", model::pod_ref(&pod));
+                            self.workers
+                                .update_pod(UpdatePodOptions::new(UpdateType::Create, pod.clone()));
+                        }
+                        Some(r) => self.reject(&pod, r),
+                    }
+                    pm.by_uid.insert(uid, DesiredPod { pod, rejected });
+                }
+            }
+        }
+    }
+
+    fn reject(&self, pod: &Pod, r: &Rejection) {
+        self.events
+            .event(&ObjectRef::pod(pod), EventType::Warning, &r.reason, &r.message);
+        self.statuses.set(
+            model::uid(pod),
+            PodStatus {
+                phase: Some(model::PHASE_FAILED.into()),
+                reason: Some(r.reason.clone()),
+                message: Some(r.message.clone()),
+                start_time: Some(model::now_time()),
+                ..Default::default()
+            },
+        );
+    }
+
+    /// Kill a desired pod now (API delete). Returns false if unknown.
+    pub fn kill_pod(&self, uid: &str, options: KillPodOptions) -> bool {
+        let Some(d) = self.desired_pod(uid).or_else(|| {
+            self.workers
+                .snapshot()
+                .into_iter()
+                .find(|w| w.uid == uid)
+                .and_then(|w| w.pod)
+                .map(|pod| DesiredPod { pod, rejected: None })
+        }) else {
+            return false;
+        };
+        self.workers.update_pod(UpdatePodOptions::kill(d.pod, options));
+        true
+    }
+
+    /// One housekeeping pass (see DESIGN.md "Housekeeping").
+    pub fn housekeeping(&self) {
+        let _serial = self.sync_lock.lock();
+        let desired: Vec<DesiredPod> = self.desired();
+        let desired_uids: HashSet<Uid> = desired.iter().map(|d| model::uid(&d.pod).to_string()).collect();
+        let workers = self.workers.sync_known_pods(&desired_uids);
+
+        // Runtime pods nobody knows and nobody wants: orphans.
+        let runtime_pods = match self
+            .runtime
+            .list_pods(&CallCtx::background(self.config.runtime_call_timeout))
+        {
+            Ok(p) => Some(p),
+            Err(e) => {
+                let mut last = self.runtime_error_logged.lock();
+                if last.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
+                    log::warn!("housekeeping: listing runtime pods failed: {e}");
+                    *last = Some(Instant::now());
+                }
+                None
+            }
+        };
+        if let Some(rps) = &runtime_pods {
+            for rp in rps {
+                if rp.uid.is_empty() || workers.contains_key(&rp.uid) || desired_uids.contains(&rp.uid) {
+                    continue;
+                }
+                let grace = rp.recorded_grace().unwrap_or(1);
+                log::info!(
+                    "pod {}/{} {}: orphaned runtime pod; killing it with grace {grace}s",
+                    rp.namespace,
+                    rp.name,
+                    rp.uid
+                );
+                self.metrics.inc_orphaned();
+                self.workers.update_pod(UpdatePodOptions::kill_runtime_pod(
+                    Arc::new(rp.clone()),
+                    KillPodOptions {
+                        grace_period_override: Some(grace),
+                        ..Default::default()
+                    },
+                ));
+            }
+        }
+
+        // Desired, admitted pods no worker knows: re-created after their
+        // earlier incarnation finished.
+        for d in desired.iter().filter(|d| d.rejected.is_none()) {
+            let uid = model::uid(&d.pod);
+            if workers.contains_key(uid) {
+                continue;
+            }
+            log::info!("pod {}: starting again after its earlier incarnation finished", model::pod_ref(&d.pod));
+            self.metrics.inc_restarted(model::is_static(&d.pod));
+            self.workers
+                .update_pod(UpdatePodOptions::new(UpdateType::Create, d.pod.clone()));
+        }
+
+        // Relist: wake the workers of pods whose containers changed state.
+        if let Some(rps) = &runtime_pods {
+            let mut last = self.last_relist.lock();
+            let mut seen = HashMap::new();
+            for rp in rps {
+                let mut fp: Vec<(String, ContainerState)> =
+                    rp.containers.iter().map(|c| (c.id.clone(), c.state)).collect();
+                fp.sort();
+                if last.get(&rp.uid).is_some_and(|old| *old != fp)
+                    && let Some(d) = desired.iter().find(|d| model::uid(&d.pod) == rp.uid && d.rejected.is_none())
+                {
+                    self.workers
+                        .update_pod(UpdatePodOptions::new(UpdateType::Sync, d.pod.clone()));
+                }
+                seen.insert(rp.uid.clone(), fp);
+            }
+            *last = seen;
+        }
+
+        self.cleanup_pod_dirs(&desired_uids);
+        self.statuses
+            .retain(|uid| desired_uids.contains(uid) || workers.contains_key(uid));
+        self.refresh_metrics(&desired, &workers, runtime_pods.as_deref());
+        *self.last_housekeeping.lock() = Some(Instant::now());
+    }
+
+    fn cleanup_pod_dirs(&self, desired: &HashSet<Uid>) {
+        let dir = self.config.root_dir.join("pods");
+        let Ok(entries) = std::fs::read_dir(&dir) else { return };
+        for e in entries.flatten() {
+            let uid = e.file_name().to_string_lossy().to_string();
+            if desired.contains(&uid) || !self.workers.should_pod_content_be_removed(&uid) {
+                continue;
+            }
+            match std::fs::remove_dir_all(e.path()) {
+                Ok(()) => log::info!("pod {uid}: removed its directory {}", e.path().display()),
+                Err(err) => log::warn!("pod {uid}: cannot remove {}: {err}", e.path().display()),
+            }
+        }
+    }
+
+    fn refresh_metrics(
+        &self,
+        desired: &[DesiredPod],
+        workers: &HashMap<Uid, crate::podworkers::WorkerSync>,
+        runtime_pods: Option<&[crate::runtime::RuntimePod]>,
+    ) {
+        let mut g = self.metrics.gauges.lock();
+        g.desired_pods = [0, 0];
+        for d in desired {
+            g.desired_pods[model::is_static(&d.pod) as usize] += 1;
+        }
+        g.active_pods = [0, 0];
+        for p in self.active_pods(&self.pods.lock()) {
+            g.active_pods[model::is_static(&p) as usize] += 1;
+        }
+        g.working_pods.clear();
+        for w in workers.values() {
+            let lifecycle = match w.phase {
+                Phase::Syncing => "sync",
+                Phase::Terminating => "terminating",
+                Phase::Terminated | Phase::Finished => "terminated",
+            };
+            let config = if !w.has_config {
+                "runtime_only"
+            } else if w.orphan {
+                "orphan"
+            } else {
+                "desired"
+            };
+            let st = if !w.has_config {
+                "unknown"
+            } else if w.is_static {
+                "true"
+            } else {
+                "false"
+            };
+            *g.working_pods
+                .entry((lifecycle.into(), config.into(), st.into()))
+                .or_default() += 1;
+        }
+        if let Some(rps) = runtime_pods {
+            g.running_pods = rps.iter().filter(|p| p.sandboxes.iter().any(|s| s.ready)).count() as i64;
+            g.running_containers.clear();
+            for c in rps.iter().flat_map(|p| p.containers.iter()) {
+                let s = match c.state {
+                    ContainerState::Created => "created",
+                    ContainerState::Running => "running",
+                    ContainerState::Exited => "exited",
+                    ContainerState::Unknown => "unknown",
+                };
+                *g.running_containers.entry(s.into()).or_default() += 1;
+            }
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! `podwarden run`: wires config, the static pod source, pod workers,
+//! housekeeping, the status manager and the runtime, then waits for signals.
+//! SIGTERM/SIGINT stop the agent without touching pods (a restarted agent
+//! adopts them); SIGHUP rescans the manifests.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use thiserror::Error;
+
+use crate::admission::{Admission, Allocatable};
+use crate::agent::{Agent, AgentConfig};
+use crate::config::Config;
+use crate::events::{EventRecorder, EventType, ObjectRef};
+use crate::housekeeping::Housekeeping;
+use crate::metrics::Metrics;
+use crate::podworkers::{self, PodWorkers};
+use crate::runtime::Runtime;
+use crate::runtime::fake::FakeRuntime;
+use crate::source::{FileSource, start_watcher};
+use crate::status::StatusManager;
+use crate::sync::{PodSync, SyncConfig};
+
+#[derive(Debug, Error)]
+pub enum DaemonError {
+    #[error("containerRuntimeEndpoint {endpoint}: {message}")]
+    Runtime { endpoint: String, message: String },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> DaemonError {
+    let what = what.into();
+    move |source| DaemonError::Io { what, source }
+}
+
+fn connect_runtime(config: &Config) -> Result<Arc<dyn Runtime>, DaemonError> {
+    let endpoint = config.container_runtime_endpoint.as_str();
+    if endpoint == "fake://" {
+        log::warn!("containerRuntimeEndpoint fake://: simulating containers in memory; nothing really runs");
+        let fake = FakeRuntime::new();
+        fake.set_recording(false);
+        return Ok(Arc::new(fake));
+    }
+    Err(DaemonError::Runtime {
+        endpoint: endpoint.into(),
+        message: "this build has no CRI client yet; set containerRuntimeEndpoint: fake:// to simulate".into(),
+    })
+}
+
+/// The assembled agent: everything `run` starts, for tests and tools too.
+pub struct Running {
+    pub agent: Arc<Agent>,
+    source: Option<crate::source::SourceHandle>,
+    housekeeping: Option<Housekeeping>,
+}
+
+impl Running {
+    pub fn rescan(&self) {
+        if let Some(s) = &self.source {
+            s.rescan();
+        }
+    }
+
+    pub fn wake_housekeeping(&self) {
+        if let Some(h) = &self.housekeeping {
+            h.waker().wake();
+        }
+    }
+
+    /// Stop the agent's threads; pods are left as they are.
+    pub fn stop(mut self) {
+        self.source.take();
+        self.housekeeping.take();
+    }
+}
+
+/// Start every part of the agent on `runtime`.
+pub fn start(config: &Config, runtime: Arc<dyn Runtime>) -> Result<Running, DaemonError> {
+    std::fs::create_dir_all(config.root_dir.join("pods"))
+        .map_err(io(format!("creating rootDir {}", config.root_dir.display())))?;
+    let statuses = Arc::new(StatusManager::new());
+    let events = Arc::new(EventRecorder::new(1000));
+    let metrics = Arc::new(Metrics::new());
+    let admission = Arc::new(Admission::new(Allocatable::detect(
+        config.max_pods,
+        config.reserved_cpu_millis,
+        config.reserved_memory_bytes,
+    )));
+    let mut sync_cfg = SyncConfig::new(config.root_dir.clone(), config.pod_logs_dir.clone());
+    sync_cfg.call_timeout = config.runtime_request_timeout;
+    let syncer = Arc::new(PodSync::new(runtime.clone(), statuses.clone(), events.clone(), sync_cfg));
+    let workers = PodWorkers::new(
+        syncer,
+        podworkers::Config {
+            resync: config.sync_frequency,
+            ..Default::default()
+        },
+        Some(metrics.clone()),
+    );
+    let agent = Arc::new(Agent::new(
+        AgentConfig {
+            node_name: config.node_name.clone(),
+            root_dir: config.root_dir.clone(),
+            runtime_call_timeout: config.runtime_request_timeout.min(Duration::from_secs(10)),
+        },
+        workers,
+        runtime,
+        statuses,
+        events.clone(),
+        admission,
+        metrics,
+    ));
+    let source = FileSource::new(&config.static_pod_path, &config.node_name);
+    let a = agent.clone();
+    let source = start_watcher(
+        source,
+        config.file_check_frequency,
+        move |pods| a.apply_source(pods),
+        move |file, msg| {
+            events.event(&ObjectRef::file(file), EventType::Warning, "InvalidManifest", msg);
+        },
+    )
+    .map_err(io("starting the manifest watcher"))?;
+    let housekeeping =
+        Housekeeping::start(agent.clone(), config.housekeeping_interval).map_err(io("starting housekeeping"))?;
+    Ok(Running {
+        agent,
+        source: Some(source),
+        housekeeping: Some(housekeeping),
+    })
+}
+
+/// Run the daemon until SIGTERM or SIGINT.
+pub fn run(config: Config) -> Result<(), DaemonError> {
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(io("installing signal handlers"))?;
+    let runtime = connect_runtime(&config)?;
+    log::info!(
+        "podwarden {} starting: node {}, staticPodPath {}, rootDir {}",
+        env!("CARGO_PKG_VERSION"),
+        config.node_name,
+        config.static_pod_path.display(),
+        config.root_dir.display()
+    );
+    let running = start(&config, runtime)?;
+    for sig in signals.forever() {
+        match sig {
+            SIGHUP => {
+                log::info!("SIGHUP: rescanning {}", config.static_pod_path.display());
+                running.rescan();
+            }
+            _ => {
+                log::info!("signal {sig}: stopping; pods keep running and will be adopted on restart");
+                break;
+            }
+        }
+    }
+    running.stop();
+    Ok(())
+}

@@ -1,0 +1,116 @@
+//! Pod-count metrics as plain counters, kept under the kubelet's names; the
+//! HTTP endpoint renders them. Also the pod worker duration histogram.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use crate::podworkers::{Observer, WorkKind};
+
+/// `le` bounds of the duration histograms (seconds), Prometheus defaults.
+pub const BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Histogram {
+    pub counts: [u64; BUCKETS.len()],
+    pub count: u64,
+    pub sum: f64,
+}
+
+impl Histogram {
+    pub fn observe(&mut self, v: f64) {
+        for (i, b) in BUCKETS.iter().enumerate() {
+            if v <= *b {
+                self.counts[i] += 1;
+            }
+        }
+        self.count += 1;
+        self.sum += v;
+    }
+}
+
+/// Gauges refreshed by housekeeping.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Gauges {
+    /// `kubelet_desired_pods{static}`: index 0 = "false", 1 = "true".
+    pub desired_pods: [i64; 2],
+    /// `kubelet_active_pods{static}`.
+    pub active_pods: [i64; 2],
+    /// `kubelet_mirror_pods` (podwarden has no API server: always 0).
+    pub mirror_pods: i64,
+    /// `kubelet_working_pods{lifecycle,config,static}`.
+    pub working_pods: BTreeMap<(String, String, String), i64>,
+    /// `kubelet_running_pods`: pods with a ready sandbox.
+    pub running_pods: i64,
+    /// `kubelet_running_containers{container_state}`.
+    pub running_containers: BTreeMap<String, i64>,
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    /// `kubelet_restarted_pods_total{static}`.
+    pub restarted_pods_total: [AtomicU64; 2],
+    /// `kubelet_orphaned_runtime_pods_total`.
+    pub orphaned_runtime_pods_total: AtomicU64,
+    pub gauges: Mutex<Gauges>,
+    /// `kubelet_pod_worker_duration_seconds{operation_type}`.
+    pub pod_worker_duration: Mutex<BTreeMap<&'static str, Histogram>>,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn inc_restarted(&self, is_static: bool) {
+        self.restarted_pods_total[is_static as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn restarted(&self, is_static: bool) -> u64 {
+        self.restarted_pods_total[is_static as usize].load(Ordering::Relaxed)
+    }
+
+    pub fn inc_orphaned(&self) {
+        self.orphaned_runtime_pods_total.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn orphaned(&self) -> u64 {
+        self.orphaned_runtime_pods_total.load(Ordering::Relaxed)
+    }
+
+    pub fn gauges(&self) -> Gauges {
+        self.gauges.lock().clone()
+    }
+}
+
+impl Observer for Metrics {
+    fn work_done(&self, kind: WorkKind, took: Duration, _failed: bool) {
+        let op = match kind {
+            WorkKind::Sync => "sync",
+            WorkKind::Terminating => "terminating",
+            WorkKind::Terminated => "terminated",
+        };
+        self.pod_worker_duration
+            .lock()
+            .entry(op)
+            .or_default()
+            .observe(took.as_secs_f64());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let mut h = Histogram::default();
+        h.observe(0.003);
+        h.observe(0.2);
+        assert_eq!(h.counts[0], 1);
+        assert_eq!(h.counts[5], 2);
+        assert_eq!(h.count, 2);
+    }
+}

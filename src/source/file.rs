@@ -1,0 +1,130 @@
+//! Scanning `staticPodPath`: every `*.yaml`, `*.yml`, `*.json` (dotfiles,
+//! which editors use for swap files, are skipped) holds one Pod.
+//!
+//! A manifest that was valid and turns invalid (a half-written edit) keeps
+//! its last valid pod until the file is fixed or removed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::model::{self, Pod, manifest};
+
+#[derive(Default)]
+struct FileEntry {
+    /// The last valid pod read from the file.
+    pod: Option<Arc<Pod>>,
+    /// The last error reported for the file (reported once per change).
+    reported: Option<String>,
+}
+
+/// What one scan found.
+#[derive(Default)]
+pub struct ScanReport {
+    /// The desired pods, ordered by file name. `None` when the directory
+    /// could not be read: keep the pods as they are.
+    pub pods: Option<Vec<Arc<Pod>>>,
+    /// Newly seen problems: (file, message). Each is reported once until
+    /// the file changes.
+    pub errors: Vec<(String, String)>,
+}
+
+pub struct FileSource {
+    dir: PathBuf,
+    node_name: String,
+    files: BTreeMap<PathBuf, FileEntry>,
+    dir_error: Option<String>,
+}
+
+fn is_manifest_name(p: &Path) -> bool {
+    let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    !name.starts_with('.') && (name.ends_with(".yaml") || name.ends_with(".yml") || name.ends_with(".json"))
+}
+
+impl FileSource {
+    pub fn new(dir: impl Into<PathBuf>, node_name: impl Into<String>) -> Self {
+        FileSource {
+            dir: dir.into(),
+            node_name: node_name.into(),
+            files: BTreeMap::new(),
+            dir_error: None,
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn scan(&mut self) -> ScanReport {
+        let mut report = ScanReport::default();
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) => {
+                let msg = format!("cannot read staticPodPath {}: {e}; keeping the pods as they are", self.dir.display());
+                if self.dir_error.as_deref() != Some(&msg) {
+                    report.errors.push((self.dir.display().to_string(), msg.clone()));
+                    self.dir_error = Some(msg);
+                }
+                return report;
+            }
+        };
+        self.dir_error = None;
+        let mut present: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| is_manifest_name(p))
+            .collect();
+        present.sort();
+        self.files.retain(|p, _| present.contains(p));
+        for path in &present {
+            let entry = self.files.entry(path.clone()).or_default();
+            match manifest::read_file(path, &self.node_name) {
+                Ok(pod) => {
+                    entry.reported = None;
+                    let same = entry
+                        .pod
+                        .as_ref()
+                        .is_some_and(|old| old.metadata == pod.metadata && old.spec == pod.spec);
+                    if !same {
+                        entry.pod = Some(Arc::new(pod));
+                    }
+                }
+                Err(e) => {
+                    let mut msg = e.to_string();
+                    if entry.pod.is_some() {
+                        msg.push_str("; keeping the last valid version of this pod");
+                    }
+                    if entry.reported.as_deref() != Some(&msg) {
+                        report.errors.push((path.display().to_string(), msg.clone()));
+                        entry.reported = Some(msg);
+                    }
+                }
+            }
+        }
+        // Two files claiming the same UID: the first (by name) wins.
+        let mut by_uid: HashMap<String, PathBuf> = HashMap::new();
+        let mut pods = Vec::new();
+        for (path, entry) in &mut self.files {
+            let Some(pod) = &entry.pod else { continue };
+            let uid = model::uid(pod).to_string();
+            if let Some(first) = by_uid.get(&uid) {
+                let msg = format!(
+                    "{}: metadata.uid {uid:?} is already used by {}; ignoring this file",
+                    path.display(),
+                    first.display()
+                );
+                if entry.reported.as_deref() != Some(&msg) {
+                    report.errors.push((path.display().to_string(), msg.clone()));
+                    entry.reported = Some(msg);
+                }
+                continue;
+            }
+            by_uid.insert(uid, path.clone());
+            pods.push(pod.clone());
+        }
+        report.pods = Some(pods);
+        report
+    }
+}

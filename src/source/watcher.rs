@@ -1,0 +1,156 @@
+//! The manifest watcher thread: inotify on `staticPodPath` plus a periodic
+//! rescan (`fileCheckFrequency`), and a rescan on demand (SIGHUP).
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use inotify::{Inotify, WatchMask};
+
+use super::FileSource;
+use crate::model::Pod;
+use std::sync::Arc;
+
+/// Owns the watcher thread. `rescan()` asks for a scan now; dropping the
+/// handle stops and joins the thread.
+pub struct SourceHandle {
+    wake: Arc<OwnedFd>,
+    cmd: crossbeam_channel::Sender<Cmd>,
+    join: Option<JoinHandle<()>>,
+}
+
+enum Cmd {
+    Rescan,
+    Stop,
+}
+
+fn poke(fd: &OwnedFd) {
+    let one: u64 = 1;
+    // SAFETY: writing 8 bytes from a valid u64 to an eventfd we own.
+    unsafe {
+        libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8);
+    }
+}
+
+impl SourceHandle {
+    pub fn rescan(&self) {
+        let _ = self.cmd.send(Cmd::Rescan);
+        poke(&self.wake);
+    }
+}
+
+impl Drop for SourceHandle {
+    fn drop(&mut self) {
+        let _ = self.cmd.send(Cmd::Stop);
+        poke(&self.wake);
+        if let Some(j) = self.join.take() {
+            let _ = j.join();
+        }
+    }
+}
+
+/// Start watching. `apply` gets every scan's full pod list; `report` every
+/// newly found problem as (file, message).
+pub fn start_watcher(
+    mut source: FileSource,
+    period: Duration,
+    apply: impl Fn(Vec<Arc<Pod>>) + Send + 'static,
+    report: impl Fn(&str, &str) + Send + 'static,
+) -> std::io::Result<SourceHandle> {
+    // SAFETY: eventfd returns a new descriptor we own, or -1.
+    let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if raw < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a valid descriptor owned by nobody else.
+    let wake = Arc::new(unsafe { OwnedFd::from_raw_fd(raw) });
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let wake2 = wake.clone();
+    let join = crate::thread::spawn("source-file", None, move || {
+        let mut inotify = Inotify::init().ok();
+        if inotify.is_none() {
+            log::warn!("inotify unavailable; relying on the periodic rescan of staticPodPath");
+        }
+        let mut watching = false;
+        let mut buf = [0u8; 4096];
+        let mut next_scan = Instant::now();
+        loop {
+            if !watching && let Some(ino) = inotify.as_mut() {
+                let mask = WatchMask::CREATE
+                    | WatchMask::CLOSE_WRITE
+                    | WatchMask::MOVED_TO
+                    | WatchMask::MOVED_FROM
+                    | WatchMask::DELETE
+                    | WatchMask::ATTRIB
+                    | WatchMask::DELETE_SELF
+                    | WatchMask::MOVE_SELF;
+                watching = ino.watches().add(source.dir(), mask).is_ok();
+            }
+            let now = Instant::now();
+            if now >= next_scan {
+                let r = source.scan();
+                for (file, msg) in &r.errors {
+                    report(file, msg);
+                }
+                if let Some(pods) = r.pods {
+                    apply(pods);
+                }
+                next_scan = Instant::now() + period;
+            }
+            let timeout = next_scan.saturating_duration_since(Instant::now());
+            let mut fds = vec![libc::pollfd {
+                fd: wake2.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            if let Some(ino) = inotify.as_ref().filter(|_| watching) {
+                fds.push(libc::pollfd {
+                    fd: ino.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+            }
+            let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+            // SAFETY: `fds` is a valid array of pollfd for its length.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms.max(1)) };
+            if n <= 0 {
+                continue;
+            }
+            if fds[0].revents != 0 {
+                let mut v = 0u64;
+                // SAFETY: reading 8 bytes into a valid u64 from our eventfd.
+                unsafe {
+                    libc::read(wake2.as_raw_fd(), (&mut v as *mut u64).cast(), 8);
+                }
+                for c in rx.try_iter() {
+                    match c {
+                        Cmd::Stop => return,
+                        Cmd::Rescan => next_scan = Instant::now(),
+                    }
+                }
+            }
+            if fds.len() > 1 && fds[1].revents != 0 {
+                if let Some(ino) = inotify.as_mut() {
+                    while let Ok(events) = ino.read_events(&mut buf) {
+                        let mut any = false;
+                        for ev in events {
+                            any = true;
+                            if ev.mask.intersects(inotify::EventMask::DELETE_SELF | inotify::EventMask::MOVE_SELF | inotify::EventMask::IGNORED) {
+                                watching = false;
+                            }
+                        }
+                        if !any {
+                            break;
+                        }
+                    }
+                }
+                next_scan = Instant::now();
+            }
+        }
+    })?;
+    Ok(SourceHandle {
+        wake,
+        cmd: tx,
+        join: Some(join),
+    })
+}
