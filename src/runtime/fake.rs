@@ -56,6 +56,8 @@ pub struct Call {
     pub op: Op,
     pub uid: String,
     pub target: String,
+    /// The stop timeout of a StopContainer call.
+    pub timeout: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -311,6 +313,10 @@ impl FakeRuntime {
 
     /// Record the call, apply latency and faults.
     fn enter(&self, ctx: &CallCtx, op: Op, uid: &str, target: &str) -> Result<()> {
+        self.enter_with(ctx, op, uid, target, None)
+    }
+
+    fn enter_with(&self, ctx: &CallCtx, op: Op, uid: &str, target: &str, timeout: Option<Duration>) -> Result<()> {
         let seq = self.seq.fetch_add(1, Ordering::SeqCst);
         let (fault, latency) = {
             let mut st = self.state.lock();
@@ -320,6 +326,7 @@ impl FakeRuntime {
                     op,
                     uid: uid.to_string(),
                     target: target.to_string(),
+                    timeout,
                 });
             }
             let mut fault = None;
@@ -574,7 +581,7 @@ impl Runtime for FakeRuntime {
 
     fn stop_container(&self, ctx: &CallCtx, id: &str, timeout: Duration) -> Result<()> {
         let uid = self.uid_of_container(id);
-        self.enter(ctx, Op::StopContainer, &uid, id)?;
+        self.enter_with(ctx, Op::StopContainer, &uid, id, Some(timeout))?;
         let (delay, term_code) = {
             let st = self.state.lock();
             let Some(c) = st.containers.get(id) else {

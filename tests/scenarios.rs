@@ -1,0 +1,501 @@
+//! Scenario tests through the public API on the fake runtime.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use podwarden::model::{self, PodStatus};
+use podwarden::podworkers::{KillPodOptions, Phase, UpdatePodOptions, UpdateType};
+use podwarden::runtime::RuntimePod;
+use podwarden::runtime::fake::Op;
+
+const T: Duration = Duration::from_secs(5);
+
+fn create(h: &Harness, p: &Arc<model::Pod>) {
+    h.workers
+        .update_pod(UpdatePodOptions::new(UpdateType::Create, p.clone()));
+}
+
+fn kill(h: &Harness, p: &Arc<model::Pod>, grace: Option<i64>) -> crossbeam_channel::Receiver<()> {
+    let (mut opts, done) = KillPodOptions::with_completion();
+    opts.grace_period_override = grace;
+    h.workers.update_pod(UpdatePodOptions::kill(p.clone(), opts));
+    done
+}
+
+fn stop_timeouts(h: &Harness, uid: &str) -> Vec<u64> {
+    h.fake
+        .calls_for(uid, Op::StopContainer)
+        .iter()
+        .filter_map(|c| c.timeout.map(|t| t.as_secs()))
+        .collect()
+}
+
+#[test]
+fn new_pod_is_recorded_and_started() {
+    let h = Harness::new();
+    let p = arc(pod("web", "u1"));
+    create(&h, &p);
+    wait_for("container running", T, || h.fake.live_containers("u1") == 1);
+    wait_for("status Running", T, || h.status_phase("u1").as_deref() == Some("Running"));
+    assert_eq!(h.phase("u1"), Some(Phase::Syncing));
+    assert!(h.workers.could_have_running_containers("u1"));
+    assert!(!h.workers.is_pod_termination_requested("u1"));
+    assert_eq!(h.fake.calls_for("u1", Op::RunSandbox).len(), 1);
+    let st = h.statuses.get("u1").unwrap();
+    let cs = &st.container_statuses.as_ref().unwrap()[0];
+    assert!(cs.ready);
+    assert!(cs.state.as_ref().unwrap().running.is_some());
+    assert!(st.pod_ip.is_some(), "a CNI pod gets the sandbox IP");
+    assert_eq!(h.workers.worker_threads(), 1);
+}
+
+#[test]
+fn deletion_uses_spec_grace_and_kill_override_wins() {
+    let h = Harness::new();
+    let a = arc(with_grace(pod("a", "ua"), 7));
+    let b = arc(with_grace(pod("b", "ub"), 7));
+    create(&h, &a);
+    create(&h, &b);
+    wait_for("both running", T, || h.fake.live_containers("ua") == 1 && h.fake.live_containers("ub") == 1);
+    let da = kill(&h, &a, None);
+    let db = kill(&h, &b, Some(3));
+    da.recv_timeout(T).expect("a terminated");
+    db.recv_timeout(T).expect("b terminated");
+    assert_eq!(stop_timeouts(&h, "ua"), vec![7]);
+    assert_eq!(stop_timeouts(&h, "ub"), vec![3]);
+    h.wait_phase("ua", Phase::Finished, T);
+    assert_eq!(h.fake.live_containers("ua"), 0);
+    assert!(h.workers.should_pod_content_be_removed("ua"), "a killed pod is deleted");
+}
+
+#[test]
+fn deletion_grace_period_from_metadata_is_used() {
+    let h = Harness::new();
+    let p = with_grace(pod("a", "ud"), 30);
+    create(&h, &arc(p.clone()));
+    wait_for("running", T, || h.fake.live_containers("ud") == 1);
+    let mut deleted = p;
+    deleted.metadata.deletion_grace_period_seconds = Some(4);
+    deleted.metadata.deletion_timestamp = Some(model::now_time());
+    h.workers
+        .update_pod(UpdatePodOptions::new(UpdateType::Update, arc(deleted)));
+    h.wait_phase("ud", Phase::Finished, T);
+    assert_eq!(stop_timeouts(&h, "ud"), vec![4]);
+}
+
+#[test]
+fn shorter_kill_interrupts_a_long_termination() {
+    let h = Harness::new();
+    h.fake.set_term_delay("c", None); // ignores SIGTERM
+    let p = arc(with_grace(pod("slow", "us"), 30));
+    create(&h, &p);
+    wait_for("running", T, || h.fake.live_containers("us") == 1);
+    let started = Instant::now();
+    let done = kill(&h, &p, None);
+    wait_for("stop in flight", T, || stop_timeouts(&h, "us") == vec![30]);
+    let _ = kill(&h, &p, Some(1));
+    done.recv_timeout(T).expect("terminated after the shorter kill");
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(5), "took {took:?}, the 30 s grace was not cut short");
+    assert_eq!(stop_timeouts(&h, "us"), vec![30, 1]);
+    // a longer kill afterwards does not lengthen anything
+    assert_eq!(h.phase("us").map(|p| p >= Phase::Terminated), Some(true));
+}
+
+#[test]
+fn longer_kill_while_terminating_is_ignored() {
+    let h = Harness::new();
+    h.fake.set_term_delay("c", Some(Duration::from_millis(300)));
+    let p = arc(with_grace(pod("p", "ul"), 2));
+    create(&h, &p);
+    wait_for("running", T, || h.fake.live_containers("ul") == 1);
+    let done = kill(&h, &p, None);
+    let _ = kill(&h, &p, Some(60));
+    done.recv_timeout(T).unwrap();
+    assert!(stop_timeouts(&h, "ul").iter().all(|t| *t == 2), "{:?}", stop_timeouts(&h, "ul"));
+}
+
+#[test]
+fn pod_terminal_before_start_is_terminated_without_starting_containers() {
+    let h = Harness::new();
+    let mut p = pod("done", "ut");
+    p.status = Some(PodStatus {
+        phase: Some("Succeeded".into()),
+        ..Default::default()
+    });
+    let p = arc(p);
+    create(&h, &p);
+    h.wait_phase("ut", Phase::Finished, T);
+    assert!(h.fake.calls_for("ut", Op::RunSandbox).is_empty());
+    assert!(h.fake.calls_for("ut", Op::StartContainer).is_empty());
+    assert!(!h.workers.should_pod_content_be_removed("ut"), "terminal, not deleted: content kept");
+}
+
+#[test]
+fn orphaned_runtime_pod_is_killed_with_grace_1_finishes_and_is_forgotten() {
+    let h = Harness::new();
+    h.fake.add_running_pod("orphan-1", "ghost", "default", "c", None);
+    h.fake.add_running_pod("orphan-2", "ghost2", "default", "c", Some(6));
+    h.agent.housekeeping();
+    h.wait_phase("orphan-1", Phase::Finished, T);
+    h.wait_phase("orphan-2", Phase::Finished, T);
+    assert_eq!(stop_timeouts(&h, "orphan-1"), vec![1]);
+    assert_eq!(stop_timeouts(&h, "orphan-2"), vec![6], "the grace recorded at creation wins");
+    assert_eq!(h.metrics.orphaned(), 2);
+    assert_eq!(h.fake.object_count(), 0, "sandboxes and containers removed");
+    h.agent.housekeeping();
+    assert_eq!(h.phase("orphan-1"), None, "forgotten once finished");
+    assert_eq!(h.metrics.orphaned(), 2, "not killed twice");
+    wait_for("worker threads gone", T, || h.workers.worker_threads() == 0);
+}
+
+#[test]
+fn non_kill_update_for_runtime_only_pod_does_nothing() {
+    let h = Harness::new();
+    let rp = Arc::new(RuntimePod {
+        uid: "rt".into(),
+        name: "x".into(),
+        namespace: "default".into(),
+        ..Default::default()
+    });
+    for t in [UpdateType::Create, UpdateType::Update, UpdateType::Sync] {
+        h.workers.update_pod(UpdatePodOptions {
+            update_type: t,
+            pod: None,
+            running_pod: Some(rp.clone()),
+            kill_options: None,
+        });
+    }
+    assert_eq!(h.phase("rt"), None);
+    assert_eq!(h.workers.worker_threads(), 0);
+    assert!(h.fake.calls().is_empty());
+}
+
+#[test]
+fn kill_for_already_terminated_uid_is_ignored() {
+    let h = Harness::new();
+    let p = arc(pod("k", "uk"));
+    create(&h, &p);
+    wait_for("running", T, || h.fake.live_containers("uk") == 1);
+    kill(&h, &p, None).recv_timeout(T).unwrap();
+    h.wait_phase("uk", Phase::Finished, T);
+    let stops = h.fake.calls_for("uk", Op::StopContainer).len();
+    let done = kill(&h, &p, Some(1));
+    assert!(done.recv_timeout(Duration::from_millis(100)).is_ok(), "completion signalled at once");
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(h.fake.calls_for("uk", Op::StopContainer).len(), stops);
+    assert_eq!(h.phase("uk"), Some(Phase::Finished));
+}
+
+#[test]
+fn create_kill_update_in_quick_succession_ends_terminated() {
+    let h = Harness::new();
+    for i in 0..20 {
+        let uid = format!("q{i}");
+        let p = arc(pod(&format!("q{i}"), &uid));
+        create(&h, &p);
+        let _ = kill(&h, &p, None);
+        h.workers
+            .update_pod(UpdatePodOptions::new(UpdateType::Update, p.clone()));
+        h.workers.update_pod(UpdatePodOptions::new(UpdateType::Sync, p));
+    }
+    for i in 0..20 {
+        let uid = format!("q{i}");
+        h.wait_phase(&uid, Phase::Finished, T);
+        assert_eq!(h.fake.live_containers(&uid), 0);
+        assert_eq!(h.fake.ready_sandboxes(&uid), 0);
+    }
+}
+
+#[test]
+fn only_one_static_pod_per_full_name_runs_and_waiters_start_in_order() {
+    let h = Harness::new();
+    h.fake.set_term_delay("c", Some(Duration::from_millis(100)));
+    let a = arc(pod("same", "a1"));
+    let b = arc(pod("same", "b2"));
+    let c = arc(pod("same", "c3"));
+    create(&h, &a);
+    wait_for("a running", T, || h.fake.live_containers("a1") == 1);
+    create(&h, &b);
+    create(&h, &c);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(h.fake.calls_for("b2", Op::RunSandbox).is_empty(), "b waits for a");
+    assert!(h.fake.calls_for("c3", Op::RunSandbox).is_empty(), "c waits for a");
+    let done = kill(&h, &a, None);
+    wait_for("b running", T, || h.fake.live_containers("b2") == 1);
+    assert!(done.try_recv().is_ok(), "b started only after a was terminated");
+    assert_eq!(h.fake.live_containers("a1"), 0);
+    assert!(h.fake.calls_for("c3", Op::RunSandbox).is_empty(), "c waits for b");
+    let b_done = kill(&h, &b, None);
+    wait_for("c running", T, || h.fake.live_containers("c3") == 1);
+    assert!(b_done.try_recv().is_ok());
+    // order of first starts: a, then b, then c
+    let first = |u: &str| h.fake.calls_for(u, Op::StartContainer)[0].seq;
+    assert!(first("a1") < first("b2") && first("b2") < first("c3"));
+}
+
+#[test]
+fn static_waiter_killed_before_start_never_starts() {
+    let h = Harness::new();
+    let a = arc(pod("same", "w1"));
+    let b = arc(pod("same", "w2"));
+    create(&h, &a);
+    wait_for("a running", T, || h.fake.live_containers("w1") == 1);
+    create(&h, &b);
+    kill(&h, &b, None).recv_timeout(T).unwrap();
+    h.wait_phase("w2", Phase::Finished, T);
+    assert!(h.fake.calls_for("w2", Op::StartContainer).is_empty());
+    assert_eq!(h.fake.live_containers("w1"), 1, "a keeps running");
+}
+
+#[test]
+fn create_for_terminating_uid_restarts_only_after_it_finished() {
+    let h = Harness::new();
+    h.fake.set_term_delay("c", Some(Duration::from_millis(300)));
+    let p = arc(with_grace(pod("r", "ur"), 5));
+    h.agent.apply_source(vec![p.clone()]);
+    wait_for("running", T, || h.fake.live_containers("ur") == 1);
+    h.agent.apply_source(vec![]); // manifest removed: kill
+    wait_for("terminating", T, || h.phase("ur") == Some(Phase::Terminating));
+    h.agent.apply_source(vec![p.clone()]); // same UID comes back at once
+    let snap = h.workers.snapshot();
+    assert!(snap.iter().any(|w| w.uid == "ur" && w.restart_requested));
+    h.wait_phase("ur", Phase::Finished, T);
+    let finished_at = h.fake.seq_now();
+    assert_eq!(h.fake.calls_for("ur", Op::StartContainer).len(), 1, "no start while terminating");
+    h.agent.housekeeping(); // removes the finished worker and creates it afresh
+    wait_for("running again", T, || h.fake.live_containers("ur") == 1);
+    let starts = h.fake.calls_for("ur", Op::StartContainer);
+    assert_eq!(starts.len(), 2);
+    assert!(starts[1].seq > finished_at);
+    assert_eq!(h.metrics.restarted(true), 1);
+    assert_eq!(h.phase("ur"), Some(Phase::Syncing));
+}
+
+#[test]
+fn runtime_errors_while_terminating_a_force_deleted_pod_are_retried_until_finished() {
+    let h = Harness::new();
+    let p = arc(pod("f", "uf"));
+    h.agent.apply_source(vec![p.clone()]);
+    wait_for("running", T, || h.fake.live_containers("uf") == 1);
+    h.fake.fail(Op::StopContainer, Some("uf"), 3);
+    h.fake.fail(Op::RemoveSandbox, Some("uf"), 2);
+    h.agent.apply_source(vec![]);
+    // housekeeping keeps running as it would every 2 s
+    let end = Instant::now() + T;
+    while h.phase("uf").is_some() && Instant::now() < end {
+        h.agent.housekeeping();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(h.phase("uf"), None, "finished and forgotten");
+    assert_eq!(h.fake.calls_for("uf", Op::StopContainer).len(), 4);
+    assert_eq!(h.fake.object_count(), 0);
+    assert!(!h.root.0.join("root/pods/uf").exists(), "pod dir removed");
+}
+
+#[test]
+fn orphaned_worker_whose_kill_was_lost_is_driven_to_the_end_by_sync_known_pods() {
+    let h = Harness::new();
+    let p = arc(pod("lost", "ux"));
+    create(&h, &p); // dispatched directly: the agent's desired set never had it
+    wait_for("running", T, || h.fake.live_containers("ux") == 1);
+    h.workers.sync_known_pods(&HashSet::new());
+    h.wait_phase("ux", Phase::Finished, T);
+    assert_eq!(h.fake.live_containers("ux"), 0);
+    h.workers.sync_known_pods(&HashSet::new());
+    assert_eq!(h.phase("ux"), None);
+}
+
+#[test]
+fn unknown_uids_get_conservative_answers_until_first_sync() {
+    let h = Harness::new();
+    assert!(h.workers.could_have_running_containers("nope"));
+    assert!(!h.workers.should_pod_runtime_be_removed("nope"));
+    assert!(!h.workers.should_pod_content_be_removed("nope"));
+    assert!(!h.workers.should_pod_be_finished("nope"));
+    assert!(!h.workers.is_pod_known_terminated("nope"));
+    assert!(!h.workers.should_pod_containers_be_terminating("nope"));
+    h.workers.sync_known_pods(&HashSet::new());
+    assert!(!h.workers.could_have_running_containers("nope"));
+    assert!(h.workers.should_pod_runtime_be_removed("nope"));
+    assert!(h.workers.should_pod_content_be_removed("nope"));
+    assert!(h.workers.should_pod_be_finished("nope"));
+}
+
+#[test]
+fn restart_policies_and_back_off() {
+    let h = Harness::new(); // container back-off 200 ms
+    let always = arc(pod("always", "pa"));
+    let onfail = arc(with_policy(pod("onfail", "po"), "OnFailure"));
+    let never = arc(with_policy(pod("never", "pn"), "Never"));
+    for p in [&always, &onfail, &never] {
+        h.agent.apply_source(vec![always.clone(), onfail.clone(), never.clone()]);
+        let _ = p;
+    }
+    for u in ["pa", "po", "pn"] {
+        wait_for("running", T, || h.fake.live_containers(u) == 1);
+    }
+    // Always: exit 0 restarts at once (first restart), then waits in back-off
+    assert!(h.fake.exit_container("pa", "c", 0));
+    h.agent.housekeeping(); // relist wakes the worker
+    h.agent.housekeeping();
+    wait_for("pa restarted", T, || h.fake.live_containers("pa") == 1);
+    assert!(h.fake.exit_container("pa", "c", 1));
+    h.agent.housekeeping();
+    wait_for("pa in back-off", T, || {
+        h.statuses.get("pa").is_some_and(|s| {
+            s.container_statuses.as_ref().unwrap()[0]
+                .state
+                .as_ref()
+                .and_then(|st| st.waiting.as_ref())
+                .is_some_and(|w| w.reason.as_deref() == Some("CrashLoopBackOff"))
+        })
+    });
+    wait_for("pa restarted after back-off", T, || h.fake.live_containers("pa") == 1);
+    let st = h.statuses.get("pa").unwrap();
+    assert_eq!(st.container_statuses.as_ref().unwrap()[0].restart_count, 2);
+    assert_eq!(
+        st.container_statuses.as_ref().unwrap()[0]
+            .last_state
+            .as_ref()
+            .unwrap()
+            .terminated
+            .as_ref()
+            .unwrap()
+            .exit_code,
+        1
+    );
+    // OnFailure: exit 1 restarts; exit 0 is terminal (Succeeded)
+    assert!(h.fake.exit_container("po", "c", 1));
+    h.agent.housekeeping();
+    wait_for("po restarted", T, || h.fake.calls_for("po", Op::StartContainer).len() == 2);
+    wait_for("po running", T, || h.fake.live_containers("po") == 1);
+    assert!(h.fake.exit_container("po", "c", 0));
+    h.agent.housekeeping();
+    h.wait_phase("po", Phase::Finished, T);
+    assert_eq!(h.status_phase("po").as_deref(), Some("Succeeded"));
+    // Never: exit 1 is terminal (Failed), no restart
+    assert!(h.fake.exit_container("pn", "c", 1));
+    h.agent.housekeeping();
+    h.wait_phase("pn", Phase::Finished, T);
+    assert_eq!(h.status_phase("pn").as_deref(), Some("Failed"));
+    assert_eq!(h.fake.calls_for("pn", Op::StartContainer).len(), 1);
+    // terminal pods that are still desired keep their content and state
+    assert!(h.root.0.join("root/pods/pn").exists());
+}
+
+#[test]
+fn image_that_does_not_exist_with_pull_policy_never_shows_a_waiting_reason() {
+    let h = Harness::new();
+    h.fake.remove_image("ghost:1");
+    let mut p = pod("img", "ui");
+    p.spec.as_mut().unwrap().containers[0].image = Some("ghost:1".into());
+    p.spec.as_mut().unwrap().containers[0].image_pull_policy = Some("Never".into());
+    let ok = arc(pod("fine", "ok"));
+    h.agent.apply_source(vec![arc(p), ok]);
+    wait_for("waiting reason", T, || {
+        h.statuses.get("ui").is_some_and(|s| {
+            s.container_statuses.as_ref().unwrap()[0]
+                .state
+                .as_ref()
+                .and_then(|st| st.waiting.as_ref())
+                .is_some_and(|w| w.reason.as_deref() == Some("ErrImageNeverPull"))
+        })
+    });
+    wait_for("other pod fine", T, || h.fake.live_containers("ok") == 1);
+    assert_eq!(h.status_phase("ui").as_deref(), Some("Pending"));
+    // the reason never shows on (or delays) a terminating pod
+    h.agent.apply_source(vec![arc(pod("fine", "ok"))]);
+    h.wait_phase("ui", Phase::Finished, T);
+}
+
+#[test]
+fn admission_counts_terminal_pods_that_could_still_run_and_not_rejected_ones() {
+    let h = Harness::with(Opts {
+        max_pods: 1,
+        ..Default::default()
+    });
+    let job = arc(with_policy(pod("job", "j1"), "Never"));
+    h.agent.apply_source(vec![job.clone()]);
+    wait_for("job running", T, || h.fake.live_containers("j1") == 1);
+    // the job ends; its sandbox stop hangs, so it stays terminating with a
+    // terminal status
+    h.fake.hang(Op::StopSandbox, Some("j1"), 1);
+    assert!(h.fake.exit_container("j1", "c", 0));
+    h.agent.housekeeping();
+    wait_for("job terminal but terminating", T, || {
+        h.status_phase("j1").as_deref() == Some("Succeeded") && h.phase("j1") == Some(Phase::Terminating)
+    });
+    let second = arc(pod("second", "s2"));
+    h.agent.apply_source(vec![job.clone(), second.clone()]);
+    let st = h.statuses.get("s2").expect("rejected pod has a status");
+    assert_eq!(st.phase.as_deref(), Some("Failed"));
+    assert_eq!(st.reason.as_deref(), Some("OutOfpods"));
+    assert!(st.message.unwrap().contains("capacity: 1"));
+    assert!(h.fake.calls_for("s2", Op::RunSandbox).is_empty());
+    assert_eq!(h.phase("s2"), None, "rejected pods never reach a worker");
+    // once the job is terminated it no longer counts, and the rejected pod
+    // never counted
+    h.fake.clear_faults();
+    h.wait_phase("j1", Phase::Finished, Duration::from_secs(10));
+    let third = arc(pod("third", "t3"));
+    h.agent.apply_source(vec![job, second, third]);
+    wait_for("third admitted and running", T, || h.fake.live_containers("t3") == 1);
+    assert_eq!(h.status_phase("s2").as_deref(), Some("Failed"));
+}
+
+#[test]
+fn node_shutdown_gate_rejects_new_pods() {
+    let h = Harness::new();
+    h.agent.admission.set_shutting_down(true);
+    h.agent.apply_source(vec![arc(pod("late", "ul8"))]);
+    let st = h.statuses.get("ul8").unwrap();
+    assert_eq!(st.reason.as_deref(), Some("NodeShutdown"));
+    assert_eq!(st.message.as_deref(), Some("Pod was rejected as the node is shutting down."));
+    assert!(h.fake.calls().is_empty());
+}
+
+#[test]
+fn kill_status_function_sets_reason_and_message() {
+    let h = Harness::new();
+    let p = arc(pod("s", "usf"));
+    create(&h, &p);
+    wait_for("running", T, || h.fake.live_containers("usf") == 1);
+    let (mut opts, done) = KillPodOptions::with_completion();
+    opts.status_fn = Some(Arc::new(|s: &mut PodStatus| {
+        s.reason = Some("Terminated".into());
+        s.message = Some("Pod was terminated in response to imminent node shutdown.".into());
+    }));
+    h.workers.update_pod(UpdatePodOptions::kill(p, opts));
+    done.recv_timeout(T).unwrap();
+    let st = h.statuses.get("usf").unwrap();
+    assert_eq!(st.reason.as_deref(), Some("Terminated"));
+    assert_eq!(st.phase.as_deref(), Some("Succeeded"), "the trapping container exited 0");
+}
+
+#[test]
+fn in_flight_sync_is_cancelled_by_a_kill_and_starts_nothing_after() {
+    let h = Harness::new();
+    h.fake.set_latency(Op::ImageStatus, Duration::from_millis(300));
+    let p = arc(pod("slowpull", "up"));
+    create(&h, &p);
+    wait_for("pull in flight", T, || !h.fake.calls_for("up", Op::RunSandbox).is_empty());
+    std::thread::sleep(Duration::from_millis(50));
+    let done = kill(&h, &p, None);
+    done.recv_timeout(T).unwrap();
+    assert!(h.fake.calls_for("up", Op::StartContainer).is_empty(), "no container started after the kill");
+    assert_eq!(h.fake.live_containers("up"), 0);
+}
+
+#[test]
+fn housekeeping_removes_dirs_of_pods_nobody_knows() {
+    let h = Harness::new();
+    let stale = h.root.0.join("root/pods/stale-uid/volumes");
+    std::fs::create_dir_all(&stale).unwrap();
+    h.agent.housekeeping();
+    assert!(!h.root.0.join("root/pods/stale-uid").exists());
+}
