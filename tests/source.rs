@@ -1,0 +1,162 @@
+//! Static pod source: file-level validation, keep-last-good, UID stability,
+//! and inotify pick-up through the watcher thread.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{TempDir, wait_for};
+use parking_lot::Mutex;
+use podwarden::model::{self, Pod};
+use podwarden::model::manifest::{self, ManifestError};
+use podwarden::source::{FileSource, start_watcher};
+
+const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: NAME\nspec:\n  containers:\n  - name: c\n    image: busybox\n";
+
+fn pod_yaml(name: &str) -> String {
+    POD.replace("NAME", name)
+}
+
+fn names(pods: &[Arc<Pod>]) -> Vec<String> {
+    pods.iter().map(|p| model::name(p).to_string()).collect()
+}
+
+#[test]
+fn file_level_errors_name_the_file() {
+    let d = TempDir::new("files");
+    let dir = &d.0;
+    std::fs::create_dir(dir.join("adir.yaml")).unwrap();
+    std::os::unix::fs::symlink(dir.join("missing.yaml"), dir.join("dangling.yaml")).unwrap();
+    std::os::unix::fs::symlink(dir.join("loop-b.yaml"), dir.join("loop-a.yaml")).unwrap();
+    std::os::unix::fs::symlink(dir.join("loop-a.yaml"), dir.join("loop-b.yaml")).unwrap();
+    std::fs::write(dir.join("latin1.yaml"), b"name: caf\xe9\n").unwrap();
+    std::fs::write(dir.join("big.yaml"), vec![b'#'; 1024 * 1024 + 1]).unwrap();
+    let r = |f: &str| manifest::read_file(&dir.join(f), "n");
+    assert!(matches!(r("adir.yaml"), Err(ManifestError::Directory { .. })));
+    assert!(matches!(r("dangling.yaml"), Err(ManifestError::DanglingSymlink { .. })));
+    assert!(matches!(r("loop-a.yaml"), Err(ManifestError::Unreadable { .. })));
+    assert!(matches!(r("latin1.yaml"), Err(ManifestError::NotUtf8 { offset: 9, .. })));
+    assert!(matches!(r("big.yaml"), Err(ManifestError::TooLarge { .. })));
+    for f in ["adir.yaml", "dangling.yaml", "loop-a.yaml", "latin1.yaml", "big.yaml"] {
+        let msg = r(f).unwrap_err().to_string();
+        assert!(msg.starts_with(&dir.join(f).display().to_string()), "{msg}");
+    }
+    // a FIFO is rejected without blocking on it
+    let fifo = dir.join("fifo.yaml");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    assert!(matches!(r("fifo.yaml"), Err(ManifestError::NotRegular { .. })));
+}
+
+#[test]
+fn broken_manifest_touches_no_other_pod_and_is_reported_once() {
+    let d = TempDir::new("broken");
+    std::fs::write(d.0.join("a.yaml"), pod_yaml("a")).unwrap();
+    std::fs::write(d.0.join("b.yml"), "kind: Pod\napiVersion: v1\nmetadata: {name: b}\nspec: {containers: []}\n").unwrap();
+    std::fs::write(d.0.join("notes.txt"), "not a manifest").unwrap();
+    std::fs::write(d.0.join(".a.yaml.swp"), "editor swap").unwrap();
+    let mut s = FileSource::new(&d.0, "node");
+    let r = s.scan();
+    assert_eq!(names(&r.pods.unwrap()), vec!["a"]);
+    assert_eq!(r.errors.len(), 1);
+    assert!(r.errors[0].1.contains("b.yml: field spec.containers"), "{:?}", r.errors);
+    let again = s.scan();
+    assert!(again.errors.is_empty(), "reported once until the file changes");
+}
+
+#[test]
+fn invalid_edit_keeps_the_last_valid_pod_until_fixed_or_removed() {
+    let d = TempDir::new("keep");
+    let f = d.0.join("web.yaml");
+    std::fs::write(&f, pod_yaml("web")).unwrap();
+    let mut s = FileSource::new(&d.0, "node");
+    let first = s.scan().pods.unwrap();
+    let uid = model::uid(&first[0]).to_string();
+    // half-written edit
+    std::fs::write(&f, "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  contai").unwrap();
+    let r = s.scan();
+    assert_eq!(r.pods.as_ref().map(|p| model::uid(&p[0]).to_string()), Some(uid.clone()));
+    assert!(r.errors[0].1.contains("keeping the last valid version"), "{:?}", r.errors);
+    // fixed with a real change: a new UID replaces the pod
+    std::fs::write(&f, pod_yaml("web").replace("busybox", "busybox:2")).unwrap();
+    let fixed = s.scan().pods.unwrap();
+    assert_ne!(model::uid(&fixed[0]), uid);
+    // broken again, then removed: the pod goes away
+    std::fs::write(&f, "{").unwrap();
+    assert_eq!(s.scan().pods.unwrap().len(), 1);
+    std::fs::remove_file(&f).unwrap();
+    assert!(s.scan().pods.unwrap().is_empty());
+}
+
+#[test]
+fn uid_is_stable_across_scans_and_changes_on_edit() {
+    let d = TempDir::new("uid");
+    let f = d.0.join("p.yaml");
+    std::fs::write(&f, pod_yaml("p")).unwrap();
+    let u1 = model::uid(&FileSource::new(&d.0, "node").scan().pods.unwrap()[0]).to_string();
+    let u2 = model::uid(&FileSource::new(&d.0, "node").scan().pods.unwrap()[0]).to_string();
+    assert_eq!(u1, u2, "stable across agent restarts");
+    std::fs::write(&f, format!("# only a comment changed\n{}", pod_yaml("p"))).unwrap();
+    let u3 = model::uid(&FileSource::new(&d.0, "node").scan().pods.unwrap()[0]).to_string();
+    assert_eq!(u1, u3, "formatting does not replace the pod");
+    std::fs::write(&f, pod_yaml("p").replace("image: busybox", "image: busybox:1.36")).unwrap();
+    let u4 = model::uid(&FileSource::new(&d.0, "node").scan().pods.unwrap()[0]).to_string();
+    assert_ne!(u1, u4, "an edit replaces the pod");
+    let other_node = model::uid(&FileSource::new(&d.0, "node-2").scan().pods.unwrap()[0]).to_string();
+    assert_ne!(u4, other_node);
+}
+
+#[test]
+fn duplicate_explicit_uid_second_file_is_ignored_with_an_error() {
+    let d = TempDir::new("dupuid");
+    let with_uid = |n: &str| pod_yaml(n).replace(&format!("  name: {n}\n"), &format!("  name: {n}\n  uid: same\n"));
+    std::fs::write(d.0.join("a.yaml"), with_uid("a")).unwrap();
+    std::fs::write(d.0.join("b.yaml"), with_uid("b")).unwrap();
+    let r = FileSource::new(&d.0, "node").scan();
+    assert_eq!(names(&r.pods.unwrap()), vec!["a"]);
+    assert!(r.errors[0].1.contains("already used by"), "{:?}", r.errors);
+}
+
+#[test]
+fn missing_directory_keeps_pods_as_they_are() {
+    let d = TempDir::new("gone");
+    let mut s = FileSource::new(d.0.join("nope"), "node");
+    let r = s.scan();
+    assert!(r.pods.is_none());
+    assert_eq!(r.errors.len(), 1);
+}
+
+#[test]
+fn watcher_picks_up_changes_through_inotify_long_before_the_rescan() {
+    let d = TempDir::new("watch");
+    let seen: Arc<Mutex<Vec<Vec<String>>>> = Arc::default();
+    let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (s2, e2) = (seen.clone(), errors.clone());
+    let handle = start_watcher(
+        FileSource::new(&d.0, "node"),
+        Duration::from_secs(3600), // the periodic rescan never comes
+        move |pods| s2.lock().push(names(&pods)),
+        move |file, msg| e2.lock().push(format!("{file}: {msg}")),
+    )
+    .unwrap();
+    wait_for("initial scan", Duration::from_secs(2), || !seen.lock().is_empty());
+    // atomic write (rename into place), as `podwarden apply` and editors do
+    let tmp = d.0.join(".new.tmp");
+    std::fs::write(&tmp, pod_yaml("fresh")).unwrap();
+    std::fs::rename(&tmp, d.0.join("fresh.yaml")).unwrap();
+    wait_for("inotify pick-up", Duration::from_secs(2), || {
+        seen.lock().last().is_some_and(|l| l == &vec!["fresh".to_string()])
+    });
+    std::fs::write(d.0.join("bad.json"), "{").unwrap();
+    wait_for("error reported", Duration::from_secs(2), || !errors.lock().is_empty());
+    assert!(errors.lock()[0].contains("bad.json"));
+    std::fs::remove_file(d.0.join("fresh.yaml")).unwrap();
+    wait_for("removal", Duration::from_secs(2), || seen.lock().last().is_some_and(|l| l.is_empty()));
+    // SIGHUP-style rescan on demand
+    let before = seen.lock().len();
+    handle.rescan();
+    wait_for("rescan", Duration::from_secs(2), || seen.lock().len() > before);
+    drop(handle); // stops and joins the thread
+}
