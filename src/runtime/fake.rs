@@ -240,6 +240,17 @@ impl FakeRuntime {
             .count()
     }
 
+    /// Live (running or created) containers per pod UID, read atomically.
+    pub fn live_by_uid(&self) -> HashMap<String, usize> {
+        let mut m = HashMap::new();
+        for c in self.state.lock().containers.values() {
+            if matches!(c.info.state, ContainerState::Running | ContainerState::Created) {
+                *m.entry(c.uid.clone()).or_default() += 1;
+            }
+        }
+        m
+    }
+
     pub fn ready_sandboxes(&self, uid: &str) -> usize {
         self.state
             .lock()
