@@ -37,6 +37,15 @@ impl StatusManager {
         f(m.entry(uid.to_string()).or_default());
     }
 
+    /// Replace a pod's status with one built from the current one (under
+    /// the lock, without copying it out); `None` keeps it as it is.
+    pub fn replace_with(&self, uid: &str, f: impl FnOnce(Option<&PodStatus>) -> Option<PodStatus>) {
+        let mut m = self.statuses.lock();
+        if let Some(new) = f(m.get(uid)) {
+            m.insert(uid.to_string(), new);
+        }
+    }
+
     pub fn remove(&self, uid: &str) {
         self.statuses.lock().remove(uid);
     }

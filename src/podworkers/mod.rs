@@ -327,6 +327,8 @@ pub(crate) struct Inner {
     config: Config,
     observer: Option<Arc<dyn Observer>>,
     threads: AtomicUsize,
+    /// Idle worker threads waiting for a pod (see `worker.rs`).
+    idle: Mutex<Vec<Sender<worker::Assignment>>>,
     rng: AtomicU64,
 }
 
@@ -350,6 +352,7 @@ impl PodWorkers {
                 config,
                 observer,
                 threads: AtomicUsize::new(0),
+                idle: Mutex::new(Vec::new()),
                 rng: AtomicU64::new(0x9E37_79B9_7F4A_7C15),
             }),
         }
@@ -503,7 +506,8 @@ impl PodWorkers {
             .collect()
     }
 
-    /// Live worker threads.
+    /// Live worker threads, including idle ones that wait (at most a
+    /// second) to be reused for the next pod.
     pub fn worker_threads(&self) -> usize {
         self.inner.threads.load(Ordering::SeqCst)
     }

@@ -3,7 +3,6 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
@@ -11,34 +10,65 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use super::lifecycle::{AfterWork, Outcome, WorkKind};
 use super::{Inner, StartWork, SyncError, WorkItem};
 
-/// Owns a worker thread: holds its notifier and join handle. Dropping it
-/// disconnects the notifier, waits (bounded) for the thread to end, and
-/// joins it.
+/// How long the thread of a finished worker waits to be handed the next
+/// pod before it exits. Spawning a thread costs ~50-100 us here; a pod that
+/// churns (or a burst of manifests) reuses idle threads instead.
+const LINGER: Duration = Duration::from_secs(1);
+
+/// What a worker thread is given: one pod to run to the end.
+pub(super) struct Assignment {
+    uid: String,
+    notified: Receiver<()>,
+    /// Never sent on: dropped when the pod's worker loop ends, which the
+    /// handle sees as a disconnect.
+    _done: Sender<()>,
+}
+
+/// Owns a pod worker: holds its notifier and learns when it ended. Each pod
+/// worker has its own OS thread for as long as it runs; dropping the handle
+/// disconnects the notifier and waits (bounded) for the worker to end.
 pub(super) struct WorkerHandle {
     notify: Sender<()>,
     done: Receiver<()>,
-    join: Option<JoinHandle<()>>,
+}
+
+fn set_thread_name(uid: &str) {
+    let short: String = uid.chars().take(8).collect();
+    if let Ok(name) = std::ffi::CString::new(format!("pod-{short}")) {
+        // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16
+        // bytes (longer names are truncated by the kernel).
+        unsafe {
+            libc::prctl(libc::PR_SET_NAME, name.as_ptr());
+        }
+    }
 }
 
 impl WorkerHandle {
+    /// Start the worker of pod `uid` on an idle worker thread, or on a new one.
     pub(super) fn spawn(inner: Arc<Inner>, uid: &str) -> std::io::Result<Self> {
-        let (notify, rx) = crossbeam_channel::bounded(1);
+        let (notify, notified) = crossbeam_channel::bounded(1);
         let (done_tx, done) = crossbeam_channel::bounded::<()>(0);
+        let mut a = Assignment {
+            uid: uid.to_string(),
+            notified,
+            _done: done_tx,
+        };
+        // An idle thread takes it if there is one.
+        while let Some(idle) = inner.idle.lock().pop() {
+            match idle.send(a) {
+                Ok(()) => return Ok(WorkerHandle { notify, done }),
+                Err(e) => a = e.into_inner(),
+            }
+        }
         let short: String = uid.chars().take(8).collect();
-        let uid = uid.to_string();
         inner.threads.fetch_add(1, Ordering::SeqCst);
         let inner2 = inner.clone();
         let res = crate::thread::spawn(format!("pod-{short}"), Some(crate::thread::WORKER_STACK), move || {
-            let _done = done_tx; // disconnects `done` when the thread ends
-            run(&inner2, &uid, &rx);
+            thread_main(&inner2, a);
             inner2.threads.fetch_sub(1, Ordering::SeqCst);
         });
         match res {
-            Ok(join) => Ok(WorkerHandle {
-                notify,
-                done,
-                join: Some(join),
-            }),
+            Ok(_detached) => Ok(WorkerHandle { notify, done }),
             Err(e) => {
                 inner.threads.fetch_sub(1, Ordering::SeqCst);
                 Err(e)
@@ -59,16 +89,42 @@ impl Drop for WorkerHandle {
         // Replacing the sender disconnects the worker's notifier.
         let (tx, _) = crossbeam_channel::bounded(1);
         drop(std::mem::replace(&mut self.notify, tx));
-        match self.done.recv_timeout(Duration::from_secs(2)) {
-            Err(RecvTimeoutError::Timeout) => {
-                log::warn!("a pod worker did not end within 2s of its removal; leaving it detached");
-            }
-            _ => {
-                if let Some(j) = self.join.take() {
-                    let _ = j.join();
+        if let Err(RecvTimeoutError::Timeout) = self.done.recv_timeout(Duration::from_secs(2)) {
+            log::warn!("a pod worker did not end within 2s of its removal; leaving it detached");
+        }
+    }
+}
+
+/// A worker thread: runs its pod's worker to the end, then waits up to
+/// [`LINGER`] in the idle list for another pod.
+fn thread_main(inner: &Arc<Inner>, first: Assignment) {
+    let (assign_tx, assign_rx) = crossbeam_channel::bounded::<Assignment>(1);
+    let mut a = first;
+    loop {
+        run(inner, &a.uid, &a.notified);
+        drop(a);
+        inner.idle.lock().push(assign_tx.clone());
+        a = match assign_rx.recv_timeout(LINGER) {
+            Ok(next) => next,
+            Err(_) => {
+                let mut idle = inner.idle.lock();
+                match idle.iter().position(|s| s.same_channel(&assign_tx)) {
+                    Some(pos) => {
+                        idle.swap_remove(pos);
+                        return;
+                    }
+                    // taken from the list just now: the pod is on its way
+                    None => {
+                        drop(idle);
+                        match assign_rx.recv() {
+                            Ok(next) => next,
+                            Err(_) => return,
+                        }
+                    }
                 }
             }
-        }
+        };
+        set_thread_name(&a.uid);
     }
 }
 

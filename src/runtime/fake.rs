@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
@@ -91,6 +92,8 @@ struct FakeContainer {
 struct State {
     sandboxes: HashMap<String, FakeSandbox>,
     containers: HashMap<String, FakeContainer>,
+    /// Pod UID -> ids of its sandboxes and containers.
+    by_uid: HashMap<String, HashSet<String>>,
     missing_images: HashSet<String>,
     calls: Vec<Call>,
     faults: Vec<Fault>,
@@ -103,11 +106,27 @@ struct State {
     next_id: u64,
 }
 
+impl State {
+    fn index(&mut self, uid: &str, id: &str) {
+        self.by_uid.entry(uid.to_string()).or_default().insert(id.to_string());
+    }
+
+    fn unindex(&mut self, uid: &str, id: &str) {
+        if let Some(set) = self.by_uid.get_mut(uid) {
+            set.remove(id);
+            if set.is_empty() {
+                self.by_uid.remove(uid);
+            }
+        }
+    }
+}
+
 /// See the module docs.
 pub struct FakeRuntime {
     state: Mutex<State>,
     seq: AtomicU64,
     record: AtomicBool,
+    started: AtomicU64,
 }
 
 impl Default for FakeRuntime {
@@ -129,6 +148,7 @@ impl FakeRuntime {
             state: Mutex::new(State::default()),
             seq: AtomicU64::new(1),
             record: AtomicBool::new(true),
+            started: AtomicU64::new(0),
         }
     }
 
@@ -141,6 +161,11 @@ impl FakeRuntime {
     /// The global sequence number the next call will get.
     pub fn seq_now(&self) -> u64 {
         self.seq.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// Containers started successfully since creation (cheap to poll).
+    pub fn started_total(&self) -> u64 {
+        self.started.load(Ordering::SeqCst)
     }
 
     pub fn calls(&self) -> Vec<Call> {
@@ -197,6 +222,7 @@ impl FakeRuntime {
         let mut st = self.state.lock();
         st.sandboxes.clear();
         st.containers.clear();
+        st.by_uid.clear();
     }
 
     /// Containers named `name` take `delay` to exit after SIGTERM
@@ -274,6 +300,7 @@ impl FakeRuntime {
         let sid = format!("sb-{}", st.next_id);
         let mut labels = BTreeMap::new();
         labels.insert(LABEL_POD_UID.to_string(), uid.to_string());
+        st.index(uid, &sid);
         st.sandboxes.insert(
             sid.clone(),
             FakeSandbox {
@@ -286,8 +313,8 @@ impl FakeRuntime {
                     ready: true,
                     created_at_ns: now_ns(),
                     ip: Some("10.88.0.99".into()),
-                    labels: labels.clone(),
-                    annotations: BTreeMap::new(),
+                    labels: Arc::new(labels.clone()),
+                    annotations: Arc::default(),
                 },
             },
         );
@@ -297,6 +324,7 @@ impl FakeRuntime {
         if let Some(g) = grace {
             annotations.insert(super::ANNOTATION_GRACE.to_string(), g.to_string());
         }
+        st.index(uid, &cid);
         st.containers.insert(
             cid.clone(),
             FakeContainer {
@@ -315,8 +343,8 @@ impl FakeRuntime {
                     exit_code: 0,
                     reason: String::new(),
                     message: String::new(),
-                    labels,
-                    annotations,
+                    labels: Arc::new(labels),
+                    annotations: Arc::new(annotations),
                 },
             },
         );
@@ -398,6 +426,24 @@ impl FakeRuntime {
     }
 
     fn pods(st: &State, only: Option<&str>) -> Vec<RuntimePod> {
+        if let Some(uid) = only {
+            let mut p = RuntimePod {
+                uid: uid.to_string(),
+                ..Default::default()
+            };
+            for id in st.by_uid.get(uid).into_iter().flatten() {
+                if let Some(s) = st.sandboxes.get(id) {
+                    p.name = s.info.name.clone();
+                    p.namespace = s.info.namespace.clone();
+                    p.sandboxes.push(s.info.clone());
+                } else if let Some(c) = st.containers.get(id) {
+                    p.containers.push(c.info.clone());
+                }
+            }
+            p.sandboxes.sort_by(|a, b| a.id.cmp(&b.id));
+            p.containers.sort_by(|a, b| a.id.cmp(&b.id));
+            return if p.sandboxes.is_empty() && p.containers.is_empty() { vec![] } else { vec![p] };
+        }
         let mut by_uid: BTreeMap<String, RuntimePod> = BTreeMap::new();
         for s in st.sandboxes.values() {
             if only.is_some_and(|u| u != s.info.uid) {
@@ -471,6 +517,7 @@ impl Runtime for FakeRuntime {
         st.next_id += 1;
         let id = format!("sb-{}", st.next_id);
         let ip = (!config.host_network).then(|| format!("10.88.{}.{}", (st.next_id >> 8) & 255, st.next_id & 255));
+        st.index(&config.uid, &id);
         st.sandboxes.insert(
             id.clone(),
             FakeSandbox {
@@ -483,8 +530,8 @@ impl Runtime for FakeRuntime {
                     ready: true,
                     created_at_ns: now_ns(),
                     ip,
-                    labels: config.labels.clone(),
-                    annotations: config.annotations.clone(),
+                    labels: Arc::new(config.labels.clone()),
+                    annotations: Arc::new(config.annotations.clone()),
                 },
             },
         );
@@ -520,8 +567,22 @@ impl Runtime for FakeRuntime {
                 message: format!("sandbox {id} is still running"),
             });
         }
-        st.sandboxes.remove(id);
-        st.containers.retain(|_, c| c.info.sandbox_id != id);
+        let Some(sb) = st.sandboxes.remove(id) else {
+            return Ok(());
+        };
+        st.unindex(&sb.info.uid, id);
+        let gone: Vec<(String, String)> = st
+            .by_uid
+            .get(&sb.info.uid)
+            .into_iter()
+            .flatten()
+            .filter(|cid| st.containers.get(*cid).is_some_and(|c| c.info.sandbox_id == id))
+            .map(|cid| (cid.clone(), sb.info.uid.clone()))
+            .collect();
+        for (cid, uid) in gone {
+            st.containers.remove(&cid);
+            st.unindex(&uid, &cid);
+        }
         Ok(())
     }
 
@@ -546,6 +607,7 @@ impl Runtime for FakeRuntime {
         }
         st.next_id += 1;
         let id = format!("ctr-{}", st.next_id);
+        st.index(&sandbox.uid, &id);
         st.containers.insert(
             id.clone(),
             FakeContainer {
@@ -564,8 +626,8 @@ impl Runtime for FakeRuntime {
                     exit_code: 0,
                     reason: String::new(),
                     message: String::new(),
-                    labels: config.labels.clone(),
-                    annotations: config.annotations.clone(),
+                    labels: Arc::new(config.labels.clone()),
+                    annotations: Arc::new(config.annotations.clone()),
                 },
             },
         );
@@ -587,6 +649,7 @@ impl Runtime for FakeRuntime {
         }
         c.info.state = ContainerState::Running;
         c.info.started_at_ns = now_ns();
+        self.started.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
 
@@ -649,7 +712,9 @@ impl Runtime for FakeRuntime {
                 message: format!("container {id} is running"),
             });
         }
-        st.containers.remove(id);
+        if let Some(c) = st.containers.remove(id) {
+            st.unindex(&c.uid, id);
+        }
         Ok(())
     }
 }

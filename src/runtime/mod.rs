@@ -23,6 +23,10 @@ pub const LABEL_CONTAINER_NAME: &str = "io.kubernetes.container.name";
 pub const ANNOTATION_GRACE: &str = "io.kubernetes.pod.terminationGracePeriod";
 pub const ANNOTATION_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
 
+/// Labels or annotations as the runtime reports them: shared, not copied,
+/// when runtime data is handed around.
+pub type Labels = std::sync::Arc<BTreeMap<String, String>>;
+
 /// Deadline and cancellation for one runtime call.
 #[derive(Clone)]
 pub struct CallCtx {
@@ -130,8 +134,8 @@ pub struct SandboxInfo {
     pub ready: bool,
     pub created_at_ns: i64,
     pub ip: Option<String>,
-    pub labels: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, String>,
+    pub labels: Labels,
+    pub annotations: Labels,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -149,8 +153,8 @@ pub struct ContainerInfo {
     pub exit_code: i32,
     pub reason: String,
     pub message: String,
-    pub labels: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, String>,
+    pub labels: Labels,
+    pub annotations: Labels,
 }
 
 /// Everything the runtime holds for one pod UID.
@@ -222,6 +226,8 @@ pub trait Runtime: Send + Sync {
     ) -> Result<String>;
     fn start_container(&self, ctx: &CallCtx, id: &str) -> Result<()>;
     /// Stop with `timeout` for the container to exit after SIGTERM.
+    /// Returns `Cancelled` promptly once `ctx.cancel` fires (a shorter grace
+    /// period is coming), even while the container is still stopping.
     fn stop_container(&self, ctx: &CallCtx, id: &str, timeout: Duration) -> Result<()>;
     fn remove_container(&self, ctx: &CallCtx, id: &str) -> Result<()>;
 }

@@ -51,7 +51,7 @@ impl PodSync {
         ctx.check()?;
         let uid = model::uid(pod).to_string();
         self.make_dirs(pod)?;
-        let mut rp = self.runtime.pod_status(&self.call(ctx), &uid)?;
+        let rp = self.runtime.pod_status(&self.call(ctx), &uid)?;
         ctx.check()?;
         let sandbox = self.sandbox_config(pod, &rp);
         let sandbox_id = match rp.ready_sandbox() {
@@ -63,9 +63,8 @@ impl PodSync {
                     self.runtime
                         .stop_container(&self.call(ctx), &c.id, Duration::from_secs(1))?;
                 }
-                let id = ctx.start(|| self.runtime.run_sandbox(&self.call(ctx), &sandbox))??;
-                rp = self.runtime.pod_status(&self.call(ctx), &uid)?;
-                id
+                // `rp` keeps the old containers: restart counts continue.
+                ctx.start(|| self.runtime.run_sandbox(&self.call(ctx), &sandbox))??
             }
         };
         let policy = model::restart_policy(pod).to_string();
@@ -119,23 +118,23 @@ impl PodSync {
         let rp = self.runtime.pod_status(&self.call(ctx), &uid)?;
         let terminal = is_terminal(pod, &rp);
         let waiting = self.reasons_for(&uid);
-        let old = self.statuses.get(&uid);
-        let status = generate(
-            pod,
-            &rp,
-            &GenerateInput {
-                old: old.as_ref(),
-                waiting: &waiting,
-                terminal_phase: None,
-                id_prefix: &self.cfg.id_prefix,
-                host_ip: self.cfg.host_ip.as_deref(),
-            },
-        );
         // a pod whose termination was requested meanwhile keeps the status
         // its terminating phase will write
-        if !ctx.termination_requested() {
-            self.statuses.set(&uid, status);
-        }
+        self.statuses.replace_with(&uid, |old| {
+            (!ctx.termination_requested()).then(|| {
+                generate(
+                    pod,
+                    &rp,
+                    &GenerateInput {
+                        old,
+                        waiting: &waiting,
+                        terminal_phase: None,
+                        id_prefix: &self.cfg.id_prefix,
+                        host_ip: self.cfg.host_ip.as_deref(),
+                    },
+                )
+            })
+        });
         Ok(SyncResult {
             terminal,
             requeue_after: requeue,
@@ -219,9 +218,7 @@ impl PodSync {
 
     fn make_dirs(&self, pod: &Pod) -> Result<(), SyncError> {
         let dir = self.cfg.pod_dir(model::uid(pod));
-        for sub in [dir.join("volumes"), dir.join("containers")] {
-            std::fs::create_dir_all(&sub).map_err(io_err(format!("creating {}", sub.display())))?;
-        }
+        std::fs::create_dir_all(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
         for v in model::spec(pod).and_then(|s| s.volumes.as_ref()).into_iter().flatten() {
             if v.empty_dir.is_some() {
                 let p = self.empty_dir_path(pod, &v.name);

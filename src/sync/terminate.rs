@@ -20,7 +20,23 @@ impl PodSync {
     fn stop_all(&self, ctx: &SyncCtx, rp: &RuntimePod, grace: i64, pod: Option<&Pod>) -> Result<(), SyncError> {
         let grace_d = Duration::from_secs(grace.max(1) as u64);
         let live: Vec<_> = rp.live_containers().cloned().collect();
-        if !live.is_empty() {
+        if let [c] = live.as_slice() {
+            // One container: stop it on this thread (stop_container returns
+            // on cancellation by contract).
+            if let Some(p) = pod {
+                self.events.event(
+                    &ObjectRef::pod(p),
+                    EventType::Normal,
+                    "Killing",
+                    &format!("Stopping container {} with grace period {grace}s", c.name),
+                );
+            }
+            let call = CallCtx::new(grace_d + self.cfg.call_timeout, &ctx.cancel);
+            match self.runtime.stop_container(&call, &c.id, grace_d) {
+                Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        } else if !live.is_empty() {
             let (tx, rx) = crossbeam_channel::bounded(live.len());
             for c in &live {
                 if let Some(p) = pod {
@@ -96,23 +112,24 @@ impl PodSync {
         } else {
             model::PHASE_FAILED
         };
-        let old = self.statuses.get(&uid);
         let waiting = Default::default();
-        let mut status = generate(
-            pod,
-            &rp,
-            &GenerateInput {
-                old: old.as_ref(),
-                waiting: &waiting,
-                terminal_phase: Some(phase),
-                id_prefix: &self.cfg.id_prefix,
-                host_ip: self.cfg.host_ip.as_deref(),
-            },
-        );
-        for f in status_fns {
-            f(&mut status);
-        }
-        self.statuses.set(&uid, status);
+        self.statuses.replace_with(&uid, |old| {
+            let mut status = generate(
+                pod,
+                &rp,
+                &GenerateInput {
+                    old,
+                    waiting: &waiting,
+                    terminal_phase: Some(phase),
+                    id_prefix: &self.cfg.id_prefix,
+                    host_ip: self.cfg.host_ip.as_deref(),
+                },
+            );
+            for f in status_fns {
+                f(&mut status);
+            }
+            Some(status)
+        });
         Ok(())
     }
 
