@@ -32,11 +32,7 @@ fn pod(i: usize, round: usize) -> Arc<Pod> {
         },
         spec: Some(PodSpec {
             termination_grace_period_seconds: Some(1),
-            containers: vec![Container {
-                name: "c".into(),
-                image: Some("busybox:1".into()),
-                ..Default::default()
-            }],
+            containers: vec![Container { name: "c".into(), image: Some("busybox:1".into()), ..Default::default() }],
             ..Default::default()
         }),
         status: None,
@@ -79,27 +75,15 @@ fn setup() -> Setup {
     fake.set_recording(false);
     let mut cfg = SyncConfig::new(root.join("root"), root.join("logs"));
     cfg.call_timeout = Duration::from_secs(10);
-    let syncer = Arc::new(PodSync::new(
-        fake.clone(),
-        Arc::new(StatusManager::new()),
-        Arc::new(EventRecorder::new(16)),
-        cfg,
-    ));
+    let syncer =
+        Arc::new(PodSync::new(fake.clone(), Arc::new(StatusManager::new()), Arc::new(EventRecorder::new(16)), cfg));
     let finished = Arc::new(Finished::default());
     let workers = PodWorkers::new(
         syncer,
-        podworkers::Config {
-            resync: Duration::from_secs(3600),
-            ..Default::default()
-        },
+        podworkers::Config { resync: Duration::from_secs(3600), ..Default::default() },
         Some(finished.clone()),
     );
-    Setup {
-        fake,
-        finished,
-        workers,
-        _root: root,
-    }
+    Setup { fake, finished, workers, _root: root }
 }
 
 /// Poll a counter until it reaches `n` (cheap: no lock, no allocation).
@@ -135,8 +119,7 @@ fn lifecycles(s: &Setup, total: usize, batch: usize) -> f64 {
         let started = s.fake.started_total();
         let finished = s.finished.0.load(Ordering::SeqCst);
         for p in &pods {
-            s.workers
-                .update_pod(UpdatePodOptions::new(UpdateType::Create, p.clone()));
+            s.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, p.clone()));
         }
         wait_count("running", started + n as u64, || s.fake.started_total());
         let t_run = Instant::now();
@@ -171,18 +154,14 @@ fn lifecycles(s: &Setup, total: usize, batch: usize) -> f64 {
 
 fn main() {
     // Let `cargo bench` pass its flags without us treating them as input.
-    let total: usize = std::env::var("PODWARDEN_BENCH_LIFECYCLES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000);
+    let total: usize = std::env::var("PODWARDEN_BENCH_LIFECYCLES").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
     let s = setup();
 
     // RSS per idle worker with 110 pods.
     let before = rss_kib();
     let pods: Vec<Arc<Pod>> = (0..110).map(|i| pod(i, 999_999)).collect();
     for p in &pods {
-        s.workers
-            .update_pod(UpdatePodOptions::new(UpdateType::Create, p.clone()));
+        s.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, p.clone()));
     }
     wait_count("running", 110, || s.fake.started_total());
     std::thread::sleep(Duration::from_millis(300)); // idle
@@ -196,16 +175,19 @@ fn main() {
     let mut hs = Vec::new();
     for t in 0..2 {
         let (w, pods, stop, calls) = (s.workers.clone(), pods.clone(), stop.clone(), calls.clone());
-        hs.push(std::thread::spawn(move || {
-            let mut i = t;
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                w.update_pod(UpdatePodOptions::new(UpdateType::Sync, pods[i % pods.len()].clone()));
-                i += 7;
-                n += 1;
-            }
-            calls.fetch_add(n, Ordering::Relaxed);
-        }));
+        hs.push(
+            podwarden::thread::spawn(format!("bench-update-{t}"), None, move || {
+                let mut i = t;
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    w.update_pod(UpdatePodOptions::new(UpdateType::Sync, pods[i % pods.len()].clone()));
+                    i += 7;
+                    n += 1;
+                }
+                calls.fetch_add(n, Ordering::Relaxed);
+            })
+            .expect("spawn"),
+        );
     }
     let t0 = Instant::now();
     std::thread::sleep(Duration::from_secs(1));
@@ -215,13 +197,11 @@ fn main() {
     }
     let update_per_s = calls.load(Ordering::Relaxed) as f64 / t0.elapsed().as_secs_f64();
     for p in &pods {
-        s.workers
-            .update_pod(UpdatePodOptions::kill(p.clone(), KillPodOptions::default()));
+        s.workers.update_pod(UpdatePodOptions::kill(p.clone(), KillPodOptions::default()));
     }
     let uids: Vec<String> = pods.iter().map(|p| model::uid(p).to_string()).collect();
-    s.workers.wait_until(Instant::now() + Duration::from_secs(60), |ph| {
-        uids.iter().all(|u| ph(u) == Some(Phase::Finished))
-    });
+    s.workers
+        .wait_until(Instant::now() + Duration::from_secs(60), |ph| uids.iter().all(|u| ph(u) == Some(Phase::Finished)));
     s.workers.sync_known_pods(&HashSet::new());
 
     // 10,000 lifecycles, 100 in flight at a time.

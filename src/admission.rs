@@ -47,10 +47,7 @@ pub struct Rejection {
 
 impl Rejection {
     fn new(reason: &str, message: String) -> Self {
-        Rejection {
-            reason: reason.into(),
-            message,
-        }
+        Rejection { reason: reason.into(), message }
     }
 }
 
@@ -81,11 +78,7 @@ fn host_ports(pod: &Pod) -> Vec<(i32, String, String)> {
         .flat_map(|c| c.ports.iter().flatten())
         .filter_map(|p| {
             let hp = p.host_port.filter(|h| *h > 0)?;
-            Some((
-                hp,
-                p.protocol.clone().unwrap_or_else(|| "TCP".into()),
-                p.host_ip.clone().unwrap_or_default(),
-            ))
+            Some((hp, p.protocol.clone().unwrap_or_else(|| "TCP".into()), p.host_ip.clone().unwrap_or_default()))
         })
         .collect()
 }
@@ -103,10 +96,7 @@ pub struct Admission {
 
 impl Admission {
     pub fn new(allocatable: Allocatable) -> Self {
-        Admission {
-            allocatable,
-            shutting_down: AtomicBool::new(false),
-        }
+        Admission { allocatable, shutting_down: AtomicBool::new(false) }
     }
 
     pub fn allocatable(&self) -> Allocatable {
@@ -165,9 +155,8 @@ impl Admission {
         let wanted = host_ports(pod);
         for other in &others {
             for (port, proto, ip) in host_ports(other) {
-                if let Some((p, pr, _)) = wanted
-                    .iter()
-                    .find(|(p, pr, i)| *p == port && *pr == proto && ips_overlap(i, &ip))
+                if let Some((p, pr, _)) =
+                    wanted.iter().find(|(p, pr, i)| *p == port && *pr == proto && ips_overlap(i, &ip))
                 {
                     return Err(Rejection::new(
                         "NodePorts",
@@ -198,24 +187,13 @@ mod tests {
             req.insert("memory".to_string(), Quantity(m.into()));
         }
         Arc::new(Pod {
-            metadata: model::ObjectMeta {
-                uid: Some(uid.into()),
-                name: Some(uid.into()),
-                ..Default::default()
-            },
+            metadata: model::ObjectMeta { uid: Some(uid.into()), name: Some(uid.into()), ..Default::default() },
             spec: Some(PodSpec {
                 containers: vec![Container {
                     name: "c".into(),
-                    resources: Some(ResourceRequirements {
-                        limits: Some(req),
-                        ..Default::default()
-                    }),
+                    resources: Some(ResourceRequirements { limits: Some(req), ..Default::default() }),
                     ports: host_port.map(|hp| {
-                        vec![ContainerPort {
-                            container_port: 80,
-                            host_port: Some(hp),
-                            ..Default::default()
-                        }]
+                        vec![ContainerPort { container_port: 80, host_port: Some(hp), ..Default::default() }]
                     }),
                     ..Default::default()
                 }],
@@ -226,11 +204,7 @@ mod tests {
     }
 
     fn adm() -> Admission {
-        Admission::new(Allocatable {
-            cpu_millis: 1000,
-            memory_bytes: 1 << 30,
-            pods: 3,
-        })
+        Admission::new(Allocatable { cpu_millis: 1000, memory_bytes: 1 << 30, pods: 3 })
     }
 
     #[test]

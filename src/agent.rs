@@ -99,10 +99,7 @@ impl Agent {
                 if self.workers.is_pod_known_terminated(uid) {
                     return false;
                 }
-                let terminal = self
-                    .statuses
-                    .get(uid)
-                    .is_some_and(|s| model::is_terminal_phase(s.phase.as_deref()));
+                let terminal = self.statuses.get(uid).is_some_and(|s| model::is_terminal_phase(s.phase.as_deref()));
                 !terminal || self.workers.is_pod_termination_requested(uid)
             })
             .cloned()
@@ -124,16 +121,8 @@ impl Agent {
     pub fn apply_source(&self, pods: Vec<Arc<Pod>>) {
         let _serial = self.sync_lock.lock();
         let mut pm = self.pods.lock();
-        let incoming: BTreeMap<Uid, Arc<Pod>> = pods
-            .into_iter()
-            .map(|p| (model::uid(&p).to_string(), p))
-            .collect();
-        let removed: Vec<Uid> = pm
-            .by_uid
-            .keys()
-            .filter(|u| !incoming.contains_key(*u))
-            .cloned()
-            .collect();
+        let incoming: BTreeMap<Uid, Arc<Pod>> = pods.into_iter().map(|p| (model::uid(&p).to_string(), p)).collect();
+        let removed: Vec<Uid> = pm.by_uid.keys().filter(|u| !incoming.contains_key(*u)).cloned().collect();
         for uid in removed {
             let d = pm.by_uid.remove(&uid).expect("listed above");
             if d.rejected.is_some() {
@@ -141,8 +130,7 @@ impl Agent {
                 continue;
             }
             log::info!("pod {}: removed from its source; killing it", model::pod_ref(&d.pod));
-            self.workers
-                .update_pod(UpdatePodOptions::kill(d.pod, KillPodOptions::default()));
+            self.workers.update_pod(UpdatePodOptions::kill(d.pod, KillPodOptions::default()));
         }
         for (uid, pod) in incoming {
             match pm.by_uid.get_mut(&uid) {
@@ -159,8 +147,7 @@ impl Agent {
                     match &rejected {
                         None => {
                             log::info!("pod {}: admitted", model::pod_ref(&pod));
-                            self.workers
-                                .update_pod(UpdatePodOptions::new(UpdateType::Create, pod.clone()));
+                            self.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, pod.clone()));
                         }
                         Some(r) => self.reject(&pod, r),
                     }
@@ -171,8 +158,7 @@ impl Agent {
     }
 
     fn reject(&self, pod: &Pod, r: &Rejection) {
-        self.events
-            .event(&ObjectRef::pod(pod), EventType::Warning, &r.reason, &r.message);
+        self.events.event(&ObjectRef::pod(pod), EventType::Warning, &r.reason, &r.message);
         self.statuses.set(
             model::uid(pod),
             PodStatus {
@@ -209,10 +195,7 @@ impl Agent {
         let workers = self.workers.sync_known_pods(&desired_uids);
 
         // Runtime pods nobody knows and nobody wants: orphans.
-        let runtime_pods = match self
-            .runtime
-            .list_pods(&CallCtx::background(self.config.runtime_call_timeout))
-        {
+        let runtime_pods = match self.runtime.list_pods(&CallCtx::background(self.config.runtime_call_timeout)) {
             Ok(p) => Some(p),
             Err(e) => {
                 let mut last = self.runtime_error_logged.lock();
@@ -238,10 +221,7 @@ impl Agent {
                 self.metrics.inc_orphaned();
                 self.workers.update_pod(UpdatePodOptions::kill_runtime_pod(
                     Arc::new(rp.clone()),
-                    KillPodOptions {
-                        grace_period_override: Some(grace),
-                        ..Default::default()
-                    },
+                    KillPodOptions { grace_period_override: Some(grace), ..Default::default() },
                 ));
             }
         }
@@ -255,8 +235,7 @@ impl Agent {
             }
             log::info!("pod {}: starting again after its earlier incarnation finished", model::pod_ref(&d.pod));
             self.metrics.inc_restarted(model::is_static(&d.pod));
-            self.workers
-                .update_pod(UpdatePodOptions::new(UpdateType::Create, d.pod.clone()));
+            self.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, d.pod.clone()));
         }
 
         // Relist: wake the workers of pods whose containers changed state.
@@ -270,8 +249,7 @@ impl Agent {
                 if last.get(&rp.uid).is_some_and(|old| *old != fp)
                     && let Some(d) = desired.iter().find(|d| model::uid(&d.pod) == rp.uid && d.rejected.is_none())
                 {
-                    self.workers
-                        .update_pod(UpdatePodOptions::new(UpdateType::Sync, d.pod.clone()));
+                    self.workers.update_pod(UpdatePodOptions::new(UpdateType::Sync, d.pod.clone()));
                 }
                 seen.insert(rp.uid.clone(), fp);
             }
@@ -279,8 +257,7 @@ impl Agent {
         }
 
         self.cleanup_pod_dirs(&desired_uids);
-        self.statuses
-            .retain(|uid| desired_uids.contains(uid) || workers.contains_key(uid));
+        self.statuses.retain(|uid| desired_uids.contains(uid) || workers.contains_key(uid));
         self.refresh_metrics(&desired, &workers, runtime_pods.as_deref());
         *self.last_housekeeping.lock() = Some(Instant::now());
     }
@@ -336,9 +313,7 @@ impl Agent {
             } else {
                 "false"
             };
-            *g.working_pods
-                .entry((lifecycle.into(), config.into(), st.into()))
-                .or_default() += 1;
+            *g.working_pods.entry((lifecycle.into(), config.into(), st.into())).or_default() += 1;
         }
         if let Some(rps) = runtime_pods {
             g.running_pods = rps.iter().filter(|p| p.sandboxes.iter().any(|s| s.ready)).count() as i64;

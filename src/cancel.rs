@@ -28,11 +28,7 @@ impl Default for CancelToken {
 impl CancelToken {
     pub fn new() -> Self {
         let (tx, rx) = crossbeam_channel::bounded(0);
-        CancelToken(Arc::new(TokenInner {
-            cancelled: AtomicBool::new(false),
-            tx: Mutex::new(Some(tx)),
-            rx,
-        }))
+        CancelToken(Arc::new(TokenInner { cancelled: AtomicBool::new(false), tx: Mutex::new(Some(tx)), rx }))
     }
 
     pub fn cancel(&self) {

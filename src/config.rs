@@ -24,12 +24,7 @@ pub enum ConfigError {
     #[error("{path}: cannot parse YAML: {message}")]
     Syntax { path: String, message: String },
     #[error("{path}: field {field}: {value} is invalid: {allowed}")]
-    Invalid {
-        path: String,
-        field: String,
-        value: String,
-        allowed: String,
-    },
+    Invalid { path: String, field: String, value: String, allowed: String },
 }
 
 /// One `shutdownGracePeriodByPodPriority` entry.
@@ -242,10 +237,7 @@ impl Config {
     /// Load and validate a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let p = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: p.clone(),
-            source,
-        })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: p.clone(), source })?;
         Self::parse(&p, &text)
     }
 
@@ -254,16 +246,11 @@ impl Config {
         let v: Value = if text.trim().is_empty() {
             Value::Object(Default::default())
         } else {
-            serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Syntax {
-                path: path.into(),
-                message: e.to_string(),
-            })?
+            serde_yaml_ng::from_str(text)
+                .map_err(|e| ConfigError::Syntax { path: path.into(), message: e.to_string() })?
         };
         let Value::Object(map) = &v else {
-            return Err(ConfigError::Syntax {
-                path: path.into(),
-                message: "expected a mapping of fields".into(),
-            });
+            return Err(ConfigError::Syntax { path: path.into(), message: "expected a mapping of fields".into() });
         };
         let f = Fields { path, map };
         let mut c = Config::default();
@@ -287,11 +274,7 @@ impl Config {
         }
         if let Some(e) = f.string("containerRuntimeEndpoint")? {
             if !(e.starts_with("unix://") || e.starts_with('/') || e == "fake://") {
-                return Err(f.bad(
-                    "containerRuntimeEndpoint",
-                    &Value::String(e),
-                    "expected unix:///path/to/socket",
-                ));
+                return Err(f.bad("containerRuntimeEndpoint", &Value::String(e), "expected unix:///path/to/socket"));
             }
             c.container_runtime_endpoint = e;
         }
@@ -334,12 +317,9 @@ impl Config {
                 let prio = e.get("priority").and_then(Value::as_i64);
                 let secs = e.get("shutdownGracePeriodSeconds").and_then(Value::as_i64);
                 match (prio, secs) {
-                    (Some(p), Some(s)) if i32::try_from(p).is_ok() && s >= 0 => {
-                        c.shutdown_grace_period_by_pod_priority.push(PriorityGrace {
-                            priority: p as i32,
-                            shutdown_grace_period_seconds: s,
-                        })
-                    }
+                    (Some(p), Some(s)) if i32::try_from(p).is_ok() && s >= 0 => c
+                        .shutdown_grace_period_by_pod_priority
+                        .push(PriorityGrace { priority: p as i32, shutdown_grace_period_seconds: s }),
                     _ => {
                         return Err(f.bad(
                             &fe,
@@ -395,16 +375,13 @@ impl Config {
             c.pod_logs_dir = p;
         }
         if let Some(v) = map.get("priorityClasses").filter(|v| !v.is_null()) {
-            let m = v
-                .as_object()
-                .ok_or_else(|| f.bad("priorityClasses", v, "expected a map of class name to integer"))?;
+            let m =
+                v.as_object().ok_or_else(|| f.bad("priorityClasses", v, "expected a map of class name to integer"))?;
             for (k, p) in m {
                 let n = p
                     .as_i64()
                     .filter(|n| i32::try_from(*n).is_ok() && *n < 1_000_000_000)
-                    .ok_or_else(|| {
-                        f.bad(&format!("priorityClasses.{k}"), p, "expected an integer below 1000000000")
-                    })?;
+                    .ok_or_else(|| f.bad(&format!("priorityClasses.{k}"), p, "expected an integer below 1000000000"))?;
                 c.priority_classes.insert(k.clone(), n as i32);
             }
         }

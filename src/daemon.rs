@@ -97,10 +97,7 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>) -> Result<Running, Daem
     let syncer = Arc::new(PodSync::new(runtime.clone(), statuses.clone(), events.clone(), sync_cfg));
     let workers = PodWorkers::new(
         syncer,
-        podworkers::Config {
-            resync: config.sync_frequency,
-            ..Default::default()
-        },
+        podworkers::Config { resync: config.sync_frequency, ..Default::default() },
         Some(metrics.clone()),
     );
     let agent = Arc::new(Agent::new(
@@ -129,11 +126,7 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>) -> Result<Running, Daem
     .map_err(io("starting the manifest watcher"))?;
     let housekeeping =
         Housekeeping::start(agent.clone(), config.housekeeping_interval).map_err(io("starting housekeeping"))?;
-    Ok(Running {
-        agent,
-        source: Some(source),
-        housekeeping: Some(housekeeping),
-    })
+    Ok(Running { agent, source: Some(source), housekeeping: Some(housekeeping) })
 }
 
 /// Run the daemon until SIGTERM or SIGINT.

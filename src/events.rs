@@ -34,21 +34,11 @@ impl ObjectRef {
     }
 
     pub fn file(path: &str) -> Self {
-        ObjectRef {
-            kind: "File".into(),
-            namespace: String::new(),
-            name: path.into(),
-            uid: String::new(),
-        }
+        ObjectRef { kind: "File".into(), namespace: String::new(), name: path.into(), uid: String::new() }
     }
 
     pub fn node(name: &str) -> Self {
-        ObjectRef {
-            kind: "Node".into(),
-            namespace: String::new(),
-            name: name.into(),
-            uid: String::new(),
-        }
+        ObjectRef { kind: "Node".into(), namespace: String::new(), name: name.into(), uid: String::new() }
     }
 }
 
@@ -73,10 +63,7 @@ pub struct EventRecorder {
 
 impl EventRecorder {
     pub fn new(capacity: usize) -> Self {
-        EventRecorder {
-            ring: Mutex::new(VecDeque::with_capacity(capacity.min(64))),
-            capacity: capacity.max(1),
-        }
+        EventRecorder { ring: Mutex::new(VecDeque::with_capacity(capacity.min(64))), capacity: capacity.max(1) }
     }
 
     /// Record an event. A repeat of the newest event bumps its count
@@ -91,10 +78,8 @@ impl EventRecorder {
             EventType::Normal => log::info!("{what}: {reason}: {message}"),
             EventType::Warning => log::warn!("{what}: {reason}: {message}"),
         }
-        let timestamp = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_secs_f64())
-            .unwrap_or(0.0);
+        let timestamp =
+            SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
         let mut ring = self.ring.lock();
         if let Some(last) = ring.back_mut()
             && last.involved_object == *object

@@ -59,10 +59,7 @@ impl Housekeeping {
                 next = Instant::now() + period;
             }
         })?;
-        Ok(Housekeeping {
-            waker,
-            join: Some(join),
-        })
+        Ok(Housekeeping { waker, join: Some(join) })
     }
 
     pub fn waker(&self) -> Waker {

@@ -19,15 +19,7 @@ pub fn init(default_level: &str) {
     let env = env_logger::Env::default().default_filter_or(default_level);
     let mut b = env_logger::Builder::from_env(env);
     if std::env::var_os("JOURNAL_STREAM").is_some() {
-        b.format(|buf, rec| {
-            writeln!(
-                buf,
-                "<{}>{}: {}",
-                syslog_priority(rec.level()),
-                rec.target(),
-                rec.args()
-            )
-        });
+        b.format(|buf, rec| writeln!(buf, "<{}>{}: {}", syslog_priority(rec.level()), rec.target(), rec.args()));
     }
     let _ = b.try_init();
 }

@@ -50,11 +50,9 @@ fn run(args: &[String]) -> Result<(), String> {
             let mut failed = false;
             for f in &args[1..] {
                 match podwarden::model::manifest::read_file(f.as_ref(), &node) {
-                    Ok(p) => println!(
-                        "{f}: ok: pod {} uid {}",
-                        podwarden::model::full_name(&p),
-                        podwarden::model::uid(&p)
-                    ),
+                    Ok(p) => {
+                        println!("{f}: ok: pod {} uid {}", podwarden::model::full_name(&p), podwarden::model::uid(&p))
+                    }
                     Err(e) => {
                         eprintln!("{e}");
                         failed = true;

@@ -92,11 +92,7 @@ impl Observer for Metrics {
             WorkKind::Terminating => "terminating",
             WorkKind::Terminated => "terminated",
         };
-        self.pod_worker_duration
-            .lock()
-            .entry(op)
-            .or_default()
-            .observe(took.as_secs_f64());
+        self.pod_worker_duration.lock().entry(op).or_default().observe(took.as_secs_f64());
     }
 }
 

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use parking_lot::Mutex;
 
 use crate::model::{
-    self, ContainerState as KState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodIP, PodStatus, Time, Uid,
+    self, ContainerState as KState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+    ContainerStatus, Pod, PodCondition, PodIP, PodStatus, Time, Uid,
 };
 use crate::runtime::{ContainerInfo, ContainerState, RuntimePod};
 
@@ -96,10 +96,7 @@ fn terminated_state(c: &ContainerInfo, id_prefix: &str) -> KState {
 
 fn waiting_state(reason: &str, message: Option<&str>) -> KState {
     KState {
-        waiting: Some(ContainerStateWaiting {
-            reason: Some(reason.to_string()),
-            message: message.map(str::to_string),
-        }),
+        waiting: Some(ContainerStateWaiting { reason: Some(reason.to_string()), message: message.map(str::to_string) }),
         ..Default::default()
     }
 }
@@ -113,10 +110,7 @@ fn container_status(
 ) -> ContainerStatus {
     let latest = rp.latest(&spec.name);
     let previous = latest.and_then(|l| {
-        rp.containers
-            .iter()
-            .filter(|c| c.name == spec.name && c.attempt < l.attempt)
-            .max_by_key(|c| c.attempt)
+        rp.containers.iter().filter(|c| c.name == spec.name && c.attempt < l.attempt).max_by_key(|c| c.attempt)
     });
     let image = spec.image.clone().unwrap_or_default();
     let mut st = ContainerStatus {
@@ -132,9 +126,7 @@ fn container_status(
     match latest {
         Some(l) if l.state == ContainerState::Running => {
             st.state = Some(KState {
-                running: Some(ContainerStateRunning {
-                    started_at: time(l.started_at_ns),
-                }),
+                running: Some(ContainerStateRunning { started_at: time(l.started_at_ns) }),
                 ..Default::default()
             });
             st.ready = true;
@@ -209,12 +201,7 @@ fn condition(type_: &str, ok: bool, old: Option<&PodStatus>, now: &Time) -> PodC
         .filter(|c| c.status == status)
         .and_then(|c| c.last_transition_time.clone())
         .unwrap_or_else(|| now.clone());
-    PodCondition {
-        type_: type_.to_string(),
-        status,
-        last_transition_time: Some(since),
-        ..Default::default()
-    }
+    PodCondition { type_: type_.to_string(), status, last_transition_time: Some(since), ..Default::default() }
 }
 
 /// Inputs to [`generate`] beyond the pod and the runtime's view.
@@ -237,10 +224,7 @@ pub fn generate(pod: &Pod, rp: &RuntimePod, input: &GenerateInput) -> PodStatus 
         .iter()
         .map(|c| container_status(c, rp, input.waiting.get(&c.name), input.id_prefix))
         .collect();
-    let phase = input
-        .terminal_phase
-        .unwrap_or_else(|| phase_of(pod, &statuses))
-        .to_string();
+    let phase = input.terminal_phase.unwrap_or_else(|| phase_of(pod, &statuses)).to_string();
     let terminal = model::is_terminal_phase(Some(&phase));
     let all_ready = !statuses.is_empty() && statuses.iter().all(|s| s.ready) && !terminal;
     let pod_ip = if model::host_network(pod) {
@@ -278,11 +262,7 @@ mod tests {
         Pod {
             spec: Some(PodSpec {
                 restart_policy: Some(policy.into()),
-                containers: vec![Container {
-                    name: "c".into(),
-                    image: Some("i".into()),
-                    ..Default::default()
-                }],
+                containers: vec![Container { name: "c".into(), image: Some("i".into()), ..Default::default() }],
                 ..Default::default()
             }),
             ..Default::default()
@@ -311,10 +291,7 @@ mod tests {
 
     fn gen_phase(policy: &str, c: Option<ContainerInfo>, waiting: Option<Waiting>) -> (String, ContainerStatus) {
         let p = pod(policy);
-        let rp = RuntimePod {
-            containers: c.into_iter().collect(),
-            ..Default::default()
-        };
+        let rp = RuntimePod { containers: c.into_iter().collect(), ..Default::default() };
         let mut w = HashMap::new();
         if let Some(x) = waiting {
             w.insert("c".to_string(), x);
@@ -322,13 +299,7 @@ mod tests {
         let s = generate(
             &p,
             &rp,
-            &GenerateInput {
-                old: None,
-                waiting: &w,
-                terminal_phase: None,
-                id_prefix: "fake://",
-                host_ip: None,
-            },
+            &GenerateInput { old: None, waiting: &w, terminal_phase: None, id_prefix: "fake://", host_ip: None },
         );
         (s.phase.unwrap(), s.container_statuses.unwrap().remove(0))
     }
@@ -348,10 +319,7 @@ mod tests {
 
     #[test]
     fn crash_loop_shows_waiting_reason_and_last_state() {
-        let w = Waiting {
-            reason: "CrashLoopBackOff".into(),
-            message: "back-off 10s".into(),
-        };
+        let w = Waiting { reason: "CrashLoopBackOff".into(), message: "back-off 10s".into() };
         let (phase, cs) = gen_phase("Always", Some(exited(1, 3)), Some(w));
         assert_eq!(phase, "Running");
         assert_eq!(cs.restart_count, 3);

@@ -15,8 +15,7 @@ use podwarden::runtime::fake::Op;
 const T: Duration = Duration::from_secs(5);
 
 fn create(h: &Harness, p: &Arc<model::Pod>) {
-    h.workers
-        .update_pod(UpdatePodOptions::new(UpdateType::Create, p.clone()));
+    h.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, p.clone()));
 }
 
 fn kill(h: &Harness, p: &Arc<model::Pod>, grace: Option<i64>) -> crossbeam_channel::Receiver<()> {
@@ -27,11 +26,7 @@ fn kill(h: &Harness, p: &Arc<model::Pod>, grace: Option<i64>) -> crossbeam_chann
 }
 
 fn stop_timeouts(h: &Harness, uid: &str) -> Vec<u64> {
-    h.fake
-        .calls_for(uid, Op::StopContainer)
-        .iter()
-        .filter_map(|c| c.timeout.map(|t| t.as_secs()))
-        .collect()
+    h.fake.calls_for(uid, Op::StopContainer).iter().filter_map(|c| c.timeout.map(|t| t.as_secs())).collect()
 }
 
 #[test]
@@ -81,8 +76,7 @@ fn deletion_grace_period_from_metadata_is_used() {
     let mut deleted = p;
     deleted.metadata.deletion_grace_period_seconds = Some(4);
     deleted.metadata.deletion_timestamp = Some(model::now_time());
-    h.workers
-        .update_pod(UpdatePodOptions::new(UpdateType::Update, arc(deleted)));
+    h.workers.update_pod(UpdatePodOptions::new(UpdateType::Update, arc(deleted)));
     h.wait_phase("ud", Phase::Finished, T);
     assert_eq!(stop_timeouts(&h, "ud"), vec![4]);
 }
@@ -123,10 +117,7 @@ fn longer_kill_while_terminating_is_ignored() {
 fn pod_terminal_before_start_is_terminated_without_starting_containers() {
     let h = Harness::new();
     let mut p = pod("done", "ut");
-    p.status = Some(PodStatus {
-        phase: Some("Succeeded".into()),
-        ..Default::default()
-    });
+    p.status = Some(PodStatus { phase: Some("Succeeded".into()), ..Default::default() });
     let p = arc(p);
     create(&h, &p);
     h.wait_phase("ut", Phase::Finished, T);
@@ -156,12 +147,8 @@ fn orphaned_runtime_pod_is_killed_with_grace_1_finishes_and_is_forgotten() {
 #[test]
 fn non_kill_update_for_runtime_only_pod_does_nothing() {
     let h = Harness::new();
-    let rp = Arc::new(RuntimePod {
-        uid: "rt".into(),
-        name: "x".into(),
-        namespace: "default".into(),
-        ..Default::default()
-    });
+    let rp =
+        Arc::new(RuntimePod { uid: "rt".into(), name: "x".into(), namespace: "default".into(), ..Default::default() });
     for t in [UpdateType::Create, UpdateType::Update, UpdateType::Sync] {
         h.workers.update_pod(UpdatePodOptions {
             update_type: t,
@@ -199,8 +186,7 @@ fn create_kill_update_in_quick_succession_ends_terminated() {
         let p = arc(pod(&format!("q{i}"), &uid));
         create(&h, &p);
         let _ = kill(&h, &p, None);
-        h.workers
-            .update_pod(UpdatePodOptions::new(UpdateType::Update, p.clone()));
+        h.workers.update_pod(UpdatePodOptions::new(UpdateType::Update, p.clone()));
         h.workers.update_pod(UpdatePodOptions::new(UpdateType::Sync, p));
     }
     for i in 0..20 {
@@ -359,14 +345,7 @@ fn restart_policies_and_back_off() {
     let st = h.statuses.get("pa").unwrap();
     assert_eq!(st.container_statuses.as_ref().unwrap()[0].restart_count, 2);
     assert_eq!(
-        st.container_statuses.as_ref().unwrap()[0]
-            .last_state
-            .as_ref()
-            .unwrap()
-            .terminated
-            .as_ref()
-            .unwrap()
-            .exit_code,
+        st.container_statuses.as_ref().unwrap()[0].last_state.as_ref().unwrap().terminated.as_ref().unwrap().exit_code,
         1
     );
     // OnFailure: exit 1 restarts; exit 0 is terminal (Succeeded)
@@ -415,10 +394,7 @@ fn image_that_does_not_exist_with_pull_policy_never_shows_a_waiting_reason() {
 
 #[test]
 fn admission_counts_terminal_pods_that_could_still_run_and_not_rejected_ones() {
-    let h = Harness::with(Opts {
-        max_pods: 1,
-        ..Default::default()
-    });
+    let h = Harness::with(Opts { max_pods: 1, ..Default::default() });
     let job = arc(with_policy(pod("job", "j1"), "Never"));
     h.agent.apply_source(vec![job.clone()]);
     wait_for("job running", T, || h.fake.live_containers("j1") == 1);

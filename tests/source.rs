@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use common::{TempDir, wait_for};
 use parking_lot::Mutex;
-use podwarden::model::{self, Pod};
 use podwarden::model::manifest::{self, ManifestError};
+use podwarden::model::{self, Pod};
 use podwarden::source::{FileSource, start_watcher};
 
-const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: NAME\nspec:\n  containers:\n  - name: c\n    image: busybox\n";
+const POD: &str =
+    "apiVersion: v1\nkind: Pod\nmetadata:\n  name: NAME\nspec:\n  containers:\n  - name: c\n    image: busybox\n";
 
 fn pod_yaml(name: &str) -> String {
     POD.replace("NAME", name)
@@ -54,7 +55,8 @@ fn file_level_errors_name_the_file() {
 fn broken_manifest_touches_no_other_pod_and_is_reported_once() {
     let d = TempDir::new("broken");
     std::fs::write(d.0.join("a.yaml"), pod_yaml("a")).unwrap();
-    std::fs::write(d.0.join("b.yml"), "kind: Pod\napiVersion: v1\nmetadata: {name: b}\nspec: {containers: []}\n").unwrap();
+    std::fs::write(d.0.join("b.yml"), "kind: Pod\napiVersion: v1\nmetadata: {name: b}\nspec: {containers: []}\n")
+        .unwrap();
     std::fs::write(d.0.join("notes.txt"), "not a manifest").unwrap();
     std::fs::write(d.0.join(".a.yaml.swp"), "editor swap").unwrap();
     let mut s = FileSource::new(&d.0, "node");

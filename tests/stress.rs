@@ -57,9 +57,7 @@ impl Observer for Checker {
     }
     fn phase_changed(&self, uid: &str, from: Phase, to: Phase) {
         if to <= from {
-            self.violations
-                .lock()
-                .push(format!("pod {uid}: phase went from {from:?} to {to:?}"));
+            self.violations.lock().push(format!("pod {uid}: phase went from {from:?} to {to:?}"));
         }
     }
 }
@@ -69,7 +67,7 @@ fn make_pod(i: usize) -> Arc<Pod> {
     let policy = ["Always", "OnFailure", "Never"][i % 3];
     p = common::with_policy(p, policy);
     p = common::with_grace(p, 1 + (i % 2) as i64);
-    if i % 7 == 0 {
+    if i.is_multiple_of(7) {
         p.spec.as_mut().unwrap().containers.push(model::Container {
             name: "side".into(),
             image: Some("busybox:1".into()),
@@ -83,11 +81,8 @@ fn run(seed: u64) {
     let root = common::TempDir::new("stress");
     let fake = Arc::new(FakeRuntime::new());
     fake.set_term_delay("side", Some(Duration::from_millis(15)));
-    let checker = Arc::new(Checker {
-        fake: fake.clone(),
-        terminations: Mutex::default(),
-        violations: Mutex::default(),
-    });
+    let checker =
+        Arc::new(Checker { fake: fake.clone(), terminations: Mutex::default(), violations: Mutex::default() });
     let statuses = Arc::new(StatusManager::new());
     let mut cfg = SyncConfig::new(root.0.join("root"), root.0.join("logs"));
     cfg.call_timeout = Duration::from_millis(150);
@@ -112,7 +107,7 @@ fn run(seed: u64) {
     let sampler = {
         let (fake, workers, pods, generation, stop, checker) =
             (fake.clone(), workers.clone(), pods.clone(), generation.clone(), stop.clone(), checker.clone());
-        std::thread::spawn(move || {
+        podwarden::thread::spawn("stress-checker", None, move || {
             let mut samples = 0u64;
             while !stop.load(Ordering::SeqCst) {
                 let live = fake.live_by_uid();
@@ -125,10 +120,7 @@ fn run(seed: u64) {
                 }
                 for (name, uids) in by_name {
                     if uids.len() > 1 {
-                        checker
-                            .violations
-                            .lock()
-                            .push(format!("static name {name} has live containers in {uids:?}"));
+                        checker.violations.lock().push(format!("static name {name} has live containers in {uids:?}"));
                     }
                 }
                 for (i, p) in pods.iter().enumerate() {
@@ -148,6 +140,7 @@ fn run(seed: u64) {
             }
             samples
         })
+        .expect("spawn the checker")
     };
 
     let mut rng = Rng(seed);
@@ -198,10 +191,7 @@ fn run(seed: u64) {
             }
             50..=69 => {
                 let grace = if rng.chance(50) { Some(rng.below(3) as i64) } else { None };
-                let opts = KillPodOptions {
-                    grace_period_override: grace,
-                    ..Default::default()
-                };
+                let opts = KillPodOptions { grace_period_override: grace, ..Default::default() };
                 workers.update_pod(UpdatePodOptions::kill(p, opts));
                 if rng.chance(70) {
                     desired.remove(&uid);
@@ -265,11 +255,7 @@ fn run(seed: u64) {
     }
     stop.store(true, Ordering::SeqCst);
     let samples = sampler.join().unwrap();
-    let left: Vec<String> = workers
-        .snapshot()
-        .into_iter()
-        .map(|w| format!("{} {:?}", w.uid, w.phase))
-        .collect();
+    let left: Vec<String> = workers.snapshot().into_iter().map(|w| format!("{} {:?}", w.uid, w.phase)).collect();
     assert!(left.is_empty(), "seed {seed}: pods never finished: {left:?}");
     let end = Instant::now() + Duration::from_secs(5);
     while workers.worker_threads() > 0 && Instant::now() < end {
@@ -283,24 +269,15 @@ fn run(seed: u64) {
     // within one incarnation of a UID.
     let terminations = checker.terminations.lock().clone();
     let mut violations = checker.violations.lock().clone();
-    let starts: Vec<_> = fake
-        .calls()
-        .into_iter()
-        .filter(|c| matches!(c.op, Op::StartContainer | Op::RunSandbox))
-        .collect();
+    let starts: Vec<_> =
+        fake.calls().into_iter().filter(|c| matches!(c.op, Op::StartContainer | Op::RunSandbox)).collect();
     for s in &starts {
         let bad = terminations.iter().find(|(t, u)| {
-            *u == s.uid
-                && *t < s.seq
-                && !removed_at
-                    .iter()
-                    .any(|(r, ru)| *ru == s.uid && *t < *r && *r < s.seq)
+            *u == s.uid && *t < s.seq && !removed_at.iter().any(|(r, ru)| *ru == s.uid && *t < *r && *r < s.seq)
         });
         if let Some((t, _)) = bad {
-            violations.push(format!(
-                "pod {}: {:?} at seq {} after termination was requested at seq {t}",
-                s.uid, s.op, s.seq
-            ));
+            violations
+                .push(format!("pod {}: {:?} at seq {} after termination was requested at seq {t}", s.uid, s.op, s.seq));
         }
     }
     assert!(starts.len() > 1000, "seed {seed}: too few starts ({}) to mean anything", starts.len());
@@ -326,15 +303,9 @@ fn stress_fixed_seed() {
 
 #[test]
 fn stress_random_seed() {
-    let seed = std::env::var("PODWARDEN_STRESS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
+    let seed = std::env::var("PODWARDEN_STRESS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    });
     eprintln!("stress random seed: {seed} (replay with PODWARDEN_STRESS_SEED={seed})");
     run(seed);
 }

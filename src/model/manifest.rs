@@ -10,9 +10,7 @@ use std::path::Path;
 use serde_json::Value;
 use thiserror::Error;
 
-use super::{
-    CONFIG_FILE_ANNOTATION, CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, Pod, fnv128_hex,
-};
+use super::{CONFIG_FILE_ANNOTATION, CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, Pod, fnv128_hex};
 
 /// Largest manifest podwarden reads.
 pub const MAX_MANIFEST_BYTES: u64 = 1024 * 1024;
@@ -40,17 +38,9 @@ pub enum ManifestError {
     #[error("{path}: empty manifest; expected one Pod")]
     Empty { path: String },
     #[error("{path}: cannot parse {format}: {message}")]
-    Syntax {
-        path: String,
-        format: &'static str,
-        message: String,
-    },
+    Syntax { path: String, format: &'static str, message: String },
     #[error("{path}: field {field}: {message}")]
-    Invalid {
-        path: String,
-        field: String,
-        message: String,
-    },
+    Invalid { path: String, field: String, message: String },
 }
 
 impl ManifestError {
@@ -73,10 +63,8 @@ impl ManifestError {
 /// Read one manifest file: checks the file type and size before reading.
 pub fn read_file(path: &Path, node_name: &str) -> Result<Pod, ManifestError> {
     let p = path.display().to_string();
-    let link_meta = std::fs::symlink_metadata(path).map_err(|source| ManifestError::Unreadable {
-        path: p.clone(),
-        source,
-    })?;
+    let link_meta =
+        std::fs::symlink_metadata(path).map_err(|source| ManifestError::Unreadable { path: p.clone(), source })?;
     let meta = match std::fs::metadata(path) {
         Ok(m) => m,
         Err(e) if link_meta.file_type().is_symlink() && e.kind() == std::io::ErrorKind::NotFound => {
@@ -91,18 +79,12 @@ pub fn read_file(path: &Path, node_name: &str) -> Result<Pod, ManifestError> {
         return Err(ManifestError::NotRegular { path: p });
     }
     if meta.len() > MAX_MANIFEST_BYTES {
-        return Err(ManifestError::TooLarge {
-            path: p,
-            size: meta.len(),
-        });
+        return Err(ManifestError::TooLarge { path: p, size: meta.len() });
     }
     let mut buf = Vec::with_capacity(meta.len() as usize);
     std::fs::File::open(path)
         .and_then(|f| f.take(MAX_MANIFEST_BYTES + 1).read_to_end(&mut buf))
-        .map_err(|source| ManifestError::Unreadable {
-            path: p.clone(),
-            source,
-        })?;
+        .map_err(|source| ManifestError::Unreadable { path: p.clone(), source })?;
     parse(&p, &buf, node_name)
 }
 
@@ -115,33 +97,20 @@ fn is_json(path: &str) -> bool {
 pub fn parse(path: &str, bytes: &[u8], node_name: &str) -> Result<Pod, ManifestError> {
     let path_s = path.to_string();
     if bytes.len() as u64 > MAX_MANIFEST_BYTES {
-        return Err(ManifestError::TooLarge {
-            path: path_s,
-            size: bytes.len() as u64,
-        });
+        return Err(ManifestError::TooLarge { path: path_s, size: bytes.len() as u64 });
     }
-    let text = std::str::from_utf8(bytes).map_err(|e| ManifestError::NotUtf8 {
-        path: path_s.clone(),
-        offset: e.valid_up_to(),
-    })?;
+    let text = std::str::from_utf8(bytes)
+        .map_err(|e| ManifestError::NotUtf8 { path: path_s.clone(), offset: e.valid_up_to() })?;
     let value = to_value(path, text)?;
     let pod = to_pod(path, value)?;
     let mut pod = finish(path, pod, node_name)?;
-    validate(&pod).map_err(|(field, message)| ManifestError::Invalid {
-        path: path_s,
-        field,
-        message,
-    })?;
+    validate(&pod).map_err(|(field, message)| ManifestError::Invalid { path: path_s, field, message })?;
     pod.status = None;
     Ok(pod)
 }
 
 fn to_value(path: &str, text: &str) -> Result<Value, ManifestError> {
-    let syntax = |format, message: String| ManifestError::Syntax {
-        path: path.to_string(),
-        format,
-        message,
-    };
+    let syntax = |format, message: String| ManifestError::Syntax { path: path.to_string(), format, message };
     let mut docs: Vec<Value> = Vec::new();
     if is_json(path) {
         for v in serde_json::Deserializer::from_str(text).into_iter::<Value>() {
@@ -156,14 +125,9 @@ fn to_value(path: &str, text: &str) -> Result<Value, ManifestError> {
         }
     }
     match docs.len() {
-        0 => Err(ManifestError::Empty {
-            path: path.to_string(),
-        }),
+        0 => Err(ManifestError::Empty { path: path.to_string() }),
         1 => Ok(docs.pop().expect("one document")),
-        count => Err(ManifestError::MultiDocument {
-            path: path.to_string(),
-            count,
-        }),
+        count => Err(ManifestError::MultiDocument { path: path.to_string(), count }),
     }
 }
 
@@ -207,13 +171,7 @@ fn finish(path: &str, mut pod: Pod, node_name: &str) -> Result<Pod, ManifestErro
             format: "Pod",
             message: e.to_string(),
         })?;
-        pod.metadata.uid = Some(fnv128_hex(&[
-            b"host:",
-            node_name.as_bytes(),
-            b"file:",
-            path.as_bytes(),
-            &json,
-        ]));
+        pod.metadata.uid = Some(fnv128_hex(&[b"host:", node_name.as_bytes(), b"file:", path.as_bytes(), &json]));
     }
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let ann = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
@@ -281,25 +239,14 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
     if let Some(rp) = spec.restart_policy.as_deref()
         && !matches!(rp, "Always" | "OnFailure" | "Never")
     {
-        return err(
-            "spec.restartPolicy",
-            format!("{rp:?} is not one of Always, OnFailure, Never"),
-        );
+        return err("spec.restartPolicy", format!("{rp:?} is not one of Always, OnFailure, Never"));
     }
     if let Some(g) = spec.termination_grace_period_seconds
         && g < 0
     {
-        return err(
-            "spec.terminationGracePeriodSeconds",
-            format!("{g} is negative; must be 0 or more"),
-        );
+        return err("spec.terminationGracePeriodSeconds", format!("{g} is negative; must be 0 or more"));
     }
-    let volumes: HashSet<&str> = spec
-        .volumes
-        .iter()
-        .flatten()
-        .map(|v| v.name.as_str())
-        .collect();
+    let volumes: HashSet<&str> = spec.volumes.iter().flatten().map(|v| v.name.as_str()).collect();
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
         if !is_dns1123_label(&v.name) {
             return err(format!("spec.volumes[{i}].name"), format!("{:?} is not a valid DNS-1123 label", v.name));
@@ -324,10 +271,7 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
         if let Some(p) = c.image_pull_policy.as_deref()
             && !matches!(p, "Always" | "IfNotPresent" | "Never")
         {
-            return err(
-                format!("{f}.imagePullPolicy"),
-                format!("{p:?} is not one of Always, IfNotPresent, Never"),
-            );
+            return err(format!("{f}.imagePullPolicy"), format!("{p:?} is not one of Always, IfNotPresent, Never"));
         }
         for (j, m) in c.volume_mounts.iter().flatten().enumerate() {
             if !volumes.contains(m.name.as_str()) {
@@ -364,7 +308,8 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
 mod tests {
     use super::*;
 
-    const GOOD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: c\n    image: busybox\n";
+    const GOOD: &str =
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: c\n    image: busybox\n";
 
     fn field_of(r: Result<Pod, ManifestError>) -> String {
         match r {
@@ -405,10 +350,7 @@ mod tests {
         let j = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"j"},"spec":{"containers":[{"name":"c","image":"i"}]}}"#;
         assert!(parse("p.json", j.as_bytes(), "n").is_ok());
         let two = format!("{j}\n{j}");
-        assert!(matches!(
-            parse("p.json", two.as_bytes(), "n"),
-            Err(ManifestError::MultiDocument { count: 2, .. })
-        ));
+        assert!(matches!(parse("p.json", two.as_bytes(), "n"), Err(ManifestError::MultiDocument { count: 2, .. })));
     }
 
     #[test]
@@ -421,10 +363,7 @@ mod tests {
             ("apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\nspec:\n  containers: []\n", "spec.containers"),
             ("apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\n", "spec"),
             (&GOOD.replace("- name: c", "- name: C!"), "spec.containers[0].name"),
-            (
-                &format!("{GOOD}  - name: c\n    image: other\n"),
-                "spec.containers[1].name",
-            ),
+            (&format!("{GOOD}  - name: c\n    image: other\n"), "spec.containers[1].name"),
             (&GOOD.replace("spec:\n", "spec:\n  restartPolicy: Sometimes\n"), "spec.restartPolicy"),
             (
                 &GOOD.replace("spec:\n", "spec:\n  terminationGracePeriodSeconds: -5\n"),
@@ -441,7 +380,10 @@ mod tests {
                 ),
                 "spec.containers[1].ports[0].hostPort",
             ),
-            (&GOOD.replace("    image: busybox\n", "    image: busybox\n    imagePullPolicy: Sometimes\n"), "spec.containers[0].imagePullPolicy"),
+            (
+                &GOOD.replace("    image: busybox\n", "    image: busybox\n    imagePullPolicy: Sometimes\n"),
+                "spec.containers[0].imagePullPolicy",
+            ),
             (&GOOD.replace("    image: busybox\n", ""), "spec.containers[0].image"),
         ];
         for (text, field) in cases {

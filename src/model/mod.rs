@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodIP, PodSpec, PodStatus,
+    Container, ContainerPort, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+    ContainerStatus, Pod, PodCondition, PodIP, PodSpec, PodStatus,
 };
 pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
@@ -142,9 +142,7 @@ pub fn time_from_unix_nanos(ns: i64) -> Option<Time> {
     if ns <= 0 {
         return None;
     }
-    k8s_openapi::jiff::Timestamp::from_nanosecond(ns as i128)
-        .ok()
-        .map(Time)
+    k8s_openapi::jiff::Timestamp::from_nanosecond(ns as i128).ok().map(Time)
 }
 
 /// 128-bit FNV-1a, hex encoded: a stable, dependency-free digest for static
@@ -182,10 +180,7 @@ mod tests {
         let mut classes = BTreeMap::new();
         classes.insert("high".to_string(), 1000);
         assert_eq!(priority(&pod, &classes), 0);
-        pod.spec = Some(PodSpec {
-            priority_class_name: Some("system-node-critical".into()),
-            ..Default::default()
-        });
+        pod.spec = Some(PodSpec { priority_class_name: Some("system-node-critical".into()), ..Default::default() });
         assert_eq!(priority(&pod, &classes), 2_000_001_000);
         assert!(is_critical(&pod, &classes));
         pod.spec.as_mut().unwrap().priority_class_name = Some("high".into());

@@ -13,9 +13,7 @@ pub fn parse(s: &str) -> Result<f64, QuantityError> {
     if t.is_empty() {
         return Err(err());
     }
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-')).unwrap_or(t.len());
     let (num, suffix) = t.split_at(split);
     let base: f64 = num.parse().map_err(|_| err())?;
     let mult = match suffix {

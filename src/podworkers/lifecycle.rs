@@ -67,12 +67,7 @@ pub struct GraceInputs {
 /// else deletion grace period, else spec, else 30; 0 means 1; never longer
 /// than `current`. Returns the period and whether it shortened `current`.
 pub fn effective_grace(current: Option<i64>, g: GraceInputs) -> (i64, bool) {
-    let wanted = g
-        .kill_override
-        .or(g.deletion)
-        .or(g.spec)
-        .unwrap_or(crate::model::DEFAULT_GRACE_SECONDS)
-        .max(1);
+    let wanted = g.kill_override.or(g.deletion).or(g.spec).unwrap_or(crate::model::DEFAULT_GRACE_SECONDS).max(1);
     match current {
         Some(c) if wanted < c => (wanted, true),
         Some(c) => (c, false),
@@ -141,10 +136,7 @@ pub enum UpdateDecision {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     /// Done; for Sync, whether the pod is now terminal and when to look again.
-    Ok {
-        terminal: bool,
-        requeue_after: Option<Duration>,
-    },
+    Ok { terminal: bool, requeue_after: Option<Duration> },
     /// Interrupted by a new update (already pending).
     Cancelled,
     /// Failed; retry after back-off.
@@ -288,19 +280,13 @@ impl Lifecycle {
             }
         }
         match self.phase {
-            Phase::Syncing => UpdateDecision::Queue {
-                became_terminating: false,
-                grace_shortened: false,
-                attach_kill: false,
-            },
+            Phase::Syncing => {
+                UpdateDecision::Queue { became_terminating: false, grace_shortened: false, attach_kill: false }
+            }
             Phase::Terminating => {
                 let (g, shortened) = effective_grace(self.grace_period, f.grace);
                 self.grace_period = Some(g);
-                UpdateDecision::Queue {
-                    became_terminating,
-                    grace_shortened: shortened,
-                    attach_kill: true,
-                }
+                UpdateDecision::Queue { became_terminating, grace_shortened: shortened, attach_kill: true }
             }
             // A terminated pod finishes its clean-up on its own; later
             // updates (and kills) have nothing to add.
@@ -330,10 +316,7 @@ impl Lifecycle {
         match outcome {
             Outcome::Cancelled => AfterWork::WaitForUpdate,
             Outcome::Err => AfterWork::Wait(t.backoff),
-            Outcome::Ok {
-                terminal,
-                requeue_after,
-            } => match kind {
+            Outcome::Ok { terminal, requeue_after } => match kind {
                 WorkKind::Terminated => {
                     self.phase = Phase::Finished;
                     AfterWork::Exit
@@ -356,9 +339,7 @@ impl Lifecycle {
                     self.phase = Phase::Terminating;
                     AfterWork::Transition
                 }
-                WorkKind::Sync => {
-                    AfterWork::Wait(requeue_after.map_or(t.resync, |r| r.min(t.resync)))
-                }
+                WorkKind::Sync => AfterWork::Wait(requeue_after.map_or(t.resync, |r| r.min(t.resync))),
             },
         }
     }
@@ -395,44 +376,26 @@ impl Lifecycle {
 mod tests {
     use super::*;
 
-    const T: Timing = Timing {
-        resync: Duration::from_secs(60),
-        backoff: Duration::from_secs(10),
-    };
+    const T: Timing = Timing { resync: Duration::from_secs(60), backoff: Duration::from_secs(10) };
 
     fn kill(grace: Option<i64>) -> UpdateFacts {
         UpdateFacts {
-            grace: GraceInputs {
-                kill_override: grace,
-                ..Default::default()
-            },
+            grace: GraceInputs { kill_override: grace, ..Default::default() },
             ..UpdateFacts::new(UpdateType::Kill)
         }
     }
 
     fn at(phase: Phase) -> Lifecycle {
-        Lifecycle {
-            phase,
-            started: true,
-            ..Lifecycle::new()
-        }
+        Lifecycle { phase, started: true, ..Lifecycle::new() }
     }
 
     fn queue(became: bool, shortened: bool, attach: bool) -> UpdateDecision {
-        UpdateDecision::Queue {
-            became_terminating: became,
-            grace_shortened: shortened,
-            attach_kill: attach,
-        }
+        UpdateDecision::Queue { became_terminating: became, grace_shortened: shortened, attach_kill: attach }
     }
 
     #[test]
     fn effective_grace_table() {
-        let g = |o, d, s| GraceInputs {
-            kill_override: o,
-            deletion: d,
-            spec: s,
-        };
+        let g = |o, d, s| GraceInputs { kill_override: o, deletion: d, spec: s };
         let table: &[(Option<i64>, GraceInputs, (i64, bool))] = &[
             (None, g(None, None, None), (30, false)),
             (None, g(None, None, Some(5)), (5, false)),
@@ -455,22 +418,10 @@ mod tests {
         // (start state, facts, first_time, decision, phase after)
         let create = UpdateFacts::new(UpdateType::Create);
         let sync = UpdateFacts::new(UpdateType::Sync);
-        let runtime_kill = UpdateFacts {
-            runtime_only: true,
-            ..kill(Some(1))
-        };
-        let runtime_sync = UpdateFacts {
-            runtime_only: true,
-            ..sync
-        };
-        let deleted = UpdateFacts {
-            pod_deleted: true,
-            ..UpdateFacts::new(UpdateType::Update)
-        };
-        let terminal = UpdateFacts {
-            pod_terminal: true,
-            ..create
-        };
+        let runtime_kill = UpdateFacts { runtime_only: true, ..kill(Some(1)) };
+        let runtime_sync = UpdateFacts { runtime_only: true, ..sync };
+        let deleted = UpdateFacts { pod_deleted: true, ..UpdateFacts::new(UpdateType::Update) };
+        let terminal = UpdateFacts { pod_terminal: true, ..create };
         let table: Vec<(Lifecycle, UpdateFacts, bool, UpdateDecision, Phase)> = vec![
             (Lifecycle::new(), create, true, queue(false, false, false), Phase::Syncing),
             (at(Phase::Syncing), sync, false, queue(false, false, false), Phase::Syncing),
@@ -479,9 +430,21 @@ mod tests {
             (at(Phase::Syncing), deleted, false, queue(true, false, true), Phase::Terminating),
             (Lifecycle::new(), runtime_kill, true, queue(true, false, true), Phase::Terminating),
             (Lifecycle::new(), runtime_sync, true, UpdateDecision::Ignore(Ignored::RuntimeOnlyNotKill), Phase::Syncing),
-            (at(Phase::Terminating), create, false, UpdateDecision::Ignore(Ignored::RestartRequested), Phase::Terminating),
+            (
+                at(Phase::Terminating),
+                create,
+                false,
+                UpdateDecision::Ignore(Ignored::RestartRequested),
+                Phase::Terminating,
+            ),
             (at(Phase::Terminating), sync, false, queue(false, false, true), Phase::Terminating),
-            (at(Phase::Terminated), kill(Some(1)), false, UpdateDecision::Ignore(Ignored::Terminated), Phase::Terminated),
+            (
+                at(Phase::Terminated),
+                kill(Some(1)),
+                false,
+                UpdateDecision::Ignore(Ignored::Terminated),
+                Phase::Terminated,
+            ),
             (at(Phase::Terminated), sync, false, UpdateDecision::Ignore(Ignored::Terminated), Phase::Terminated),
             (at(Phase::Finished), kill(None), false, UpdateDecision::Ignore(Ignored::Finished), Phase::Finished),
             (at(Phase::Finished), create, false, UpdateDecision::Ignore(Ignored::RestartRequested), Phase::Finished),
@@ -537,10 +500,7 @@ mod tests {
 
     #[test]
     fn work_done_table() {
-        let ok = |terminal| Outcome::Ok {
-            terminal,
-            requeue_after: None,
-        };
+        let ok = |terminal| Outcome::Ok { terminal, requeue_after: None };
         let table: Vec<(Phase, WorkKind, Outcome, bool, AfterWork, Phase)> = vec![
             (Phase::Syncing, WorkKind::Sync, ok(false), false, AfterWork::Wait(T.resync), Phase::Syncing),
             (
@@ -554,12 +514,33 @@ mod tests {
             (Phase::Syncing, WorkKind::Sync, ok(true), false, AfterWork::Transition, Phase::Terminating),
             (Phase::Syncing, WorkKind::Sync, Outcome::Err, false, AfterWork::Wait(T.backoff), Phase::Syncing),
             (Phase::Terminating, WorkKind::Sync, ok(false), false, AfterWork::Transition, Phase::Terminating),
-            (Phase::Terminating, WorkKind::Sync, Outcome::Cancelled, false, AfterWork::WaitForUpdate, Phase::Terminating),
+            (
+                Phase::Terminating,
+                WorkKind::Sync,
+                Outcome::Cancelled,
+                false,
+                AfterWork::WaitForUpdate,
+                Phase::Terminating,
+            ),
             (Phase::Terminating, WorkKind::Terminating, ok(false), false, AfterWork::Transition, Phase::Terminated),
             (Phase::Terminating, WorkKind::Terminating, ok(false), true, AfterWork::Exit, Phase::Finished),
-            (Phase::Terminating, WorkKind::Terminating, Outcome::Err, false, AfterWork::Wait(T.backoff), Phase::Terminating),
+            (
+                Phase::Terminating,
+                WorkKind::Terminating,
+                Outcome::Err,
+                false,
+                AfterWork::Wait(T.backoff),
+                Phase::Terminating,
+            ),
             (Phase::Terminated, WorkKind::Terminated, ok(false), false, AfterWork::Exit, Phase::Finished),
-            (Phase::Terminated, WorkKind::Terminated, Outcome::Err, false, AfterWork::Wait(T.backoff), Phase::Terminated),
+            (
+                Phase::Terminated,
+                WorkKind::Terminated,
+                Outcome::Err,
+                false,
+                AfterWork::Wait(T.backoff),
+                Phase::Terminated,
+            ),
         ];
         for (i, (phase, kind, outcome, runtime_only, want, after)) in table.into_iter().enumerate() {
             let mut lc = at(phase);

@@ -16,11 +16,10 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 use thiserror::Error;
 
-pub use lifecycle::{Phase, UpdateType, WorkKind};
 use lifecycle::{
-    AfterWork, GraceInputs, KnownDecision, Lifecycle, Outcome, StartDecision, Timing,
-    UpdateDecision, UpdateFacts,
+    AfterWork, GraceInputs, KnownDecision, Lifecycle, Outcome, StartDecision, Timing, UpdateDecision, UpdateFacts,
 };
+pub use lifecycle::{Phase, UpdateType, WorkKind};
 
 use crate::cancel::{CancelToken, GateClosed, StartGate};
 use crate::model::{self, Pod, PodStatus, Uid};
@@ -46,13 +45,7 @@ impl KillPodOptions {
     /// Options with a completion signal; returns the receiving end.
     pub fn with_completion() -> (Self, Receiver<()>) {
         let (tx, rx) = crossbeam_channel::bounded(1);
-        (
-            KillPodOptions {
-                completed: Some(tx),
-                ..Default::default()
-            },
-            rx,
-        )
+        (KillPodOptions { completed: Some(tx), ..Default::default() }, rx)
     }
 }
 
@@ -67,12 +60,7 @@ pub struct UpdatePodOptions {
 
 impl UpdatePodOptions {
     pub fn new(update_type: UpdateType, pod: Arc<Pod>) -> Self {
-        UpdatePodOptions {
-            update_type,
-            pod: Some(pod),
-            running_pod: None,
-            kill_options: None,
-        }
+        UpdatePodOptions { update_type, pod: Some(pod), running_pod: None, kill_options: None }
     }
 
     pub fn kill(pod: Arc<Pod>, options: KillPodOptions) -> Self {
@@ -144,11 +132,7 @@ pub struct SyncCtx {
 impl SyncCtx {
     /// A context for calling the phases directly (tests, tools).
     pub fn detached(uid: &str) -> Self {
-        SyncCtx {
-            uid: uid.to_string(),
-            cancel: CancelToken::new(),
-            gate: Arc::new(StartGate::default()),
-        }
+        SyncCtx { uid: uid.to_string(), cancel: CancelToken::new(), gate: Arc::new(StartGate::default()) }
     }
 
     /// Fail with `Cancelled` if this pass was interrupted.
@@ -298,10 +282,7 @@ struct PodSyncStatus {
 
 impl PodSyncStatus {
     fn latest_pod(&self) -> Option<&Arc<Pod>> {
-        self.pending
-            .as_ref()
-            .and_then(|w| w.pod.as_ref())
-            .or_else(|| self.active.as_ref().and_then(|w| w.pod.as_ref()))
+        self.pending.as_ref().and_then(|w| w.pod.as_ref()).or_else(|| self.active.as_ref().and_then(|w| w.pod.as_ref()))
     }
 
     fn latest_work(&self) -> Option<&Work> {
@@ -426,12 +407,7 @@ impl PodWorkers {
     }
 
     pub fn is_pod_known_terminated(&self, uid: &str) -> bool {
-        self.inner
-            .state
-            .lock()
-            .pods
-            .get(uid)
-            .is_some_and(|s| s.lc.is_terminated())
+        self.inner.state.lock().pods.get(uid).is_some_and(|s| s.lc.is_terminated())
     }
 
     /// Conservative: an unknown pod could have running containers until the
@@ -445,12 +421,7 @@ impl PodWorkers {
     }
 
     pub fn is_pod_termination_requested(&self, uid: &str) -> bool {
-        self.inner
-            .state
-            .lock()
-            .pods
-            .get(uid)
-            .is_some_and(|s| s.lc.is_termination_requested())
+        self.inner.state.lock().pods.get(uid).is_some_and(|s| s.lc.is_termination_requested())
     }
 
     /// Containers of this pod should be stopping (an unknown pod is not:
@@ -531,9 +502,7 @@ impl PodWorkers {
     /// Wait until each of `uids` is terminated (or unknown). Returns whether
     /// they all were before `deadline`.
     pub fn wait_terminated(&self, uids: &[Uid], deadline: Instant) -> bool {
-        self.wait_until(deadline, |phase| {
-            uids.iter().all(|u| phase(u).is_none_or(|p| p >= Phase::Terminated))
-        })
+        self.wait_until(deadline, |phase| uids.iter().all(|u| phase(u).is_none_or(|p| p >= Phase::Terminated)))
     }
 }
 
@@ -552,12 +521,7 @@ impl Inner {
     /// The body of `update_pod`, under the lock. Returns a start gate to
     /// close (outside the lock) when termination was just requested.
     fn update_locked(self: &Arc<Self>, st: &mut State, opts: UpdatePodOptions) -> Option<(Uid, Arc<StartGate>)> {
-        let UpdatePodOptions {
-            update_type,
-            pod,
-            running_pod,
-            kill_options,
-        } = opts;
+        let UpdatePodOptions { update_type, pod, running_pod, kill_options } = opts;
         let mut kill = kill_options.unwrap_or_default();
         let runtime_only = pod.is_none();
         let uid: Uid = match (&pod, &running_pod) {
@@ -575,10 +539,7 @@ impl Inner {
         let mut facts = UpdateFacts {
             runtime_only,
             evict: kill.evict,
-            grace: GraceInputs {
-                kill_override: kill.grace_period_override,
-                ..Default::default()
-            },
+            grace: GraceInputs { kill_override: kill.grace_period_override, ..Default::default() },
             ..UpdateFacts::new(update_type)
         };
         if first_time && runtime_only && update_type != UpdateType::Kill {
@@ -597,10 +558,7 @@ impl Inner {
                 }
             };
             if is_static {
-                st.waiting_static
-                    .entry(full_name.clone())
-                    .or_default()
-                    .push_back(uid.clone());
+                st.waiting_static.entry(full_name.clone()).or_default().push_back(uid.clone());
             }
             st.pods.insert(
                 uid.clone(),
@@ -632,12 +590,7 @@ impl Inner {
         }
         let before = entry.lc.phase;
         let decision = entry.lc.on_update(&facts, first_time);
-        let UpdateDecision::Queue {
-            became_terminating,
-            grace_shortened,
-            attach_kill,
-        } = decision
-        else {
+        let UpdateDecision::Queue { became_terminating, grace_shortened, attach_kill } = decision else {
             log::debug!("pod {uid}: {update_type:?} ignored: {decision:?}");
             if let Some(tx) = kill.completed.take() {
                 signal_done(tx);
@@ -654,12 +607,7 @@ impl Inner {
         } else if let Some(tx) = kill.completed.take() {
             signal_done(tx);
         }
-        entry.pending = Some(Work {
-            update_type,
-            pod,
-            running_pod,
-            start: Instant::now(),
-        });
+        entry.pending = Some(Work { update_type, pod, running_pod, start: Instant::now() });
         entry.working = true;
         if became_terminating || grace_shortened {
             entry.cancel.cancel();
@@ -716,17 +664,10 @@ impl Inner {
         if let Some(owner) = st.started_static.get(name) {
             return owner == uid;
         }
-        let State {
-            pods,
-            waiting_static,
-            started_static,
-            ..
-        } = st;
+        let State { pods, waiting_static, started_static, .. } = st;
         if let Some(q) = waiting_static.get_mut(name) {
             while let Some(front) = q.front() {
-                let eligible = pods
-                    .get(front)
-                    .is_some_and(|s| !s.lc.is_termination_requested());
+                let eligible = pods.get(front).is_some_and(|s| !s.lc.is_termination_requested());
                 if eligible {
                     break;
                 }
@@ -756,9 +697,7 @@ impl Inner {
             return;
         }
         let next = st.waiting_static.get(name).and_then(|q| {
-            q.iter()
-                .find(|u| st.pods.get(*u).is_some_and(|s| !s.lc.is_termination_requested()))
-                .cloned()
+            q.iter().find(|u| st.pods.get(*u).is_some_and(|s| !s.lc.is_termination_requested())).cloned()
         });
         if let Some(next) = next
             && let Some(s) = st.pods.get_mut(&next)
@@ -822,11 +761,7 @@ impl Inner {
                 StartWork::Run(Box::new(WorkItem {
                     kind,
                     work,
-                    ctx: SyncCtx {
-                        uid: uid.to_string(),
-                        cancel: entry.cancel.clone(),
-                        gate: entry.gate.clone(),
-                    },
+                    ctx: SyncCtx { uid: uid.to_string(), cancel: entry.cancel.clone(), gate: entry.gate.clone() },
                     grace: entry.lc.grace_period.unwrap_or(1),
                     status_fns: entry.status_fns.clone(),
                     remove_content: entry.lc.should_content_be_removed(),
@@ -867,10 +802,7 @@ impl Inner {
             return AfterWork::Exit;
         };
         let before = entry.lc.phase;
-        let timing = Timing {
-            resync: self.config.resync,
-            backoff: self.config.backoff,
-        };
+        let timing = Timing { resync: self.config.resync, backoff: self.config.backoff };
         let runtime_only = item.work.pod.is_none();
         let after = entry.lc.on_work_done(item.kind, outcome, runtime_only, timing);
         let now_phase = entry.lc.phase;

@@ -48,11 +48,7 @@ impl WorkerHandle {
     pub(super) fn spawn(inner: Arc<Inner>, uid: &str) -> std::io::Result<Self> {
         let (notify, notified) = crossbeam_channel::bounded(1);
         let (done_tx, done) = crossbeam_channel::bounded::<()>(0);
-        let mut a = Assignment {
-            uid: uid.to_string(),
-            notified,
-            _done: done_tx,
-        };
+        let mut a = Assignment { uid: uid.to_string(), notified, _done: done_tx };
         // An idle thread takes it if there is one.
         while let Some(idle) = inner.idle.lock().pop() {
             match idle.send(a) {
@@ -174,31 +170,19 @@ fn run_pass(inner: &Inner, item: &WorkItem) -> Outcome {
         match (item.kind, &item.work.pod, &item.work.running_pod) {
             (WorkKind::Sync, Some(pod), _) => {
                 let r = syncer.sync_pod(ctx, item.work.update_type, pod)?;
-                Ok(Outcome::Ok {
-                    terminal: r.terminal,
-                    requeue_after: r.requeue_after,
-                })
+                Ok(Outcome::Ok { terminal: r.terminal, requeue_after: r.requeue_after })
             }
             (WorkKind::Terminating, Some(pod), _) => {
                 syncer.sync_terminating_pod(ctx, pod, item.grace, &item.status_fns)?;
-                Ok(Outcome::Ok {
-                    terminal: true,
-                    requeue_after: None,
-                })
+                Ok(Outcome::Ok { terminal: true, requeue_after: None })
             }
             (WorkKind::Terminating, None, Some(rp)) => {
                 syncer.sync_terminating_runtime_pod(ctx, rp, item.grace)?;
-                Ok(Outcome::Ok {
-                    terminal: true,
-                    requeue_after: None,
-                })
+                Ok(Outcome::Ok { terminal: true, requeue_after: None })
             }
             (WorkKind::Terminated, Some(pod), _) => {
                 syncer.sync_terminated_pod(ctx, pod, item.remove_content)?;
-                Ok(Outcome::Ok {
-                    terminal: true,
-                    requeue_after: None,
-                })
+                Ok(Outcome::Ok { terminal: true, requeue_after: None })
             }
             (kind, _, _) => Err(SyncError::Other(format!("no pod to run {kind:?} work with"))),
         }

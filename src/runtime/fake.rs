@@ -6,15 +6,15 @@
 //! Never a substitute for the end-to-end suite against containerd.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
 use super::{
-    CallCtx, ContainerConfig, ContainerInfo, ContainerState, LABEL_POD_UID, Result, Runtime,
-    RuntimeError, RuntimePod, SandboxConfig, SandboxInfo,
+    CallCtx, ContainerConfig, ContainerInfo, ContainerState, LABEL_POD_UID, Result, Runtime, RuntimeError, RuntimePod,
+    SandboxConfig, SandboxInfo,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -136,10 +136,7 @@ impl Default for FakeRuntime {
 }
 
 fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
 
 impl FakeRuntime {
@@ -173,13 +170,7 @@ impl FakeRuntime {
     }
 
     pub fn calls_for(&self, uid: &str, op: Op) -> Vec<Call> {
-        self.state
-            .lock()
-            .calls
-            .iter()
-            .filter(|c| c.uid == uid && c.op == op)
-            .cloned()
-            .collect()
+        self.state.lock().calls.iter().filter(|c| c.uid == uid && c.op == op).cloned().collect()
     }
 
     pub fn clear_calls(&self) {
@@ -205,12 +196,7 @@ impl FakeRuntime {
     }
 
     fn inject(&self, op: Op, uid: Option<&str>, times: u32, kind: FaultKind) {
-        self.state.lock().faults.push(Fault {
-            op,
-            uid: uid.map(str::to_string),
-            remaining: times,
-            kind,
-        });
+        self.state.lock().faults.push(Fault { op, uid: uid.map(str::to_string), remaining: times, kind });
     }
 
     pub fn clear_faults(&self) {
@@ -278,12 +264,7 @@ impl FakeRuntime {
     }
 
     pub fn ready_sandboxes(&self, uid: &str) -> usize {
-        self.state
-            .lock()
-            .sandboxes
-            .values()
-            .filter(|s| s.info.uid == uid && s.info.ready)
-            .count()
+        self.state.lock().sandboxes.values().filter(|s| s.info.uid == uid && s.info.ready).count()
     }
 
     /// Total sandboxes and containers the fake holds.
@@ -360,18 +341,14 @@ impl FakeRuntime {
         let (fault, latency) = {
             let mut st = self.state.lock();
             if self.record.load(Ordering::Relaxed) {
-                st.calls.push(Call {
-                    seq,
-                    op,
-                    uid: uid.to_string(),
-                    target: target.to_string(),
-                    timeout,
-                });
+                st.calls.push(Call { seq, op, uid: uid.to_string(), target: target.to_string(), timeout });
             }
             let mut fault = None;
-            if let Some(f) = st.faults.iter_mut().find(|f| {
-                f.op == op && f.remaining > 0 && f.uid.as_deref().is_none_or(|u| u == uid)
-            }) {
+            if let Some(f) = st
+                .faults
+                .iter_mut()
+                .find(|f| f.op == op && f.remaining > 0 && f.uid.as_deref().is_none_or(|u| u == uid))
+            {
                 f.remaining -= 1;
                 fault = Some(f.kind);
             }
@@ -383,10 +360,7 @@ impl FakeRuntime {
         }
         match fault {
             None => Ok(()),
-            Some(FaultKind::Error) => Err(RuntimeError::Failed {
-                op: op.name(),
-                message: "injected fault".into(),
-            }),
+            Some(FaultKind::Error) => Err(RuntimeError::Failed { op: op.name(), message: "injected fault".into() }),
             Some(FaultKind::Hang) => {
                 self.wait(ctx, op, ctx.deadline)?;
                 Err(RuntimeError::DeadlineExceeded { op: op.name() })
@@ -408,29 +382,16 @@ impl FakeRuntime {
     }
 
     fn uid_of_container(&self, id: &str) -> String {
-        self.state
-            .lock()
-            .containers
-            .get(id)
-            .map(|c| c.uid.clone())
-            .unwrap_or_default()
+        self.state.lock().containers.get(id).map(|c| c.uid.clone()).unwrap_or_default()
     }
 
     fn uid_of_sandbox(&self, id: &str) -> String {
-        self.state
-            .lock()
-            .sandboxes
-            .get(id)
-            .map(|s| s.info.uid.clone())
-            .unwrap_or_default()
+        self.state.lock().sandboxes.get(id).map(|s| s.info.uid.clone()).unwrap_or_default()
     }
 
     fn pods(st: &State, only: Option<&str>) -> Vec<RuntimePod> {
         if let Some(uid) = only {
-            let mut p = RuntimePod {
-                uid: uid.to_string(),
-                ..Default::default()
-            };
+            let mut p = RuntimePod { uid: uid.to_string(), ..Default::default() };
             for id in st.by_uid.get(uid).into_iter().flatten() {
                 if let Some(s) = st.sandboxes.get(id) {
                     p.name = s.info.name.clone();
@@ -449,10 +410,9 @@ impl FakeRuntime {
             if only.is_some_and(|u| u != s.info.uid) {
                 continue;
             }
-            let p = by_uid.entry(s.info.uid.clone()).or_insert_with(|| RuntimePod {
-                uid: s.info.uid.clone(),
-                ..Default::default()
-            });
+            let p = by_uid
+                .entry(s.info.uid.clone())
+                .or_insert_with(|| RuntimePod { uid: s.info.uid.clone(), ..Default::default() });
             p.name = s.info.name.clone();
             p.namespace = s.info.namespace.clone();
             p.sandboxes.push(s.info.clone());
@@ -463,10 +423,7 @@ impl FakeRuntime {
             }
             by_uid
                 .entry(c.uid.clone())
-                .or_insert_with(|| RuntimePod {
-                    uid: c.uid.clone(),
-                    ..Default::default()
-                })
+                .or_insert_with(|| RuntimePod { uid: c.uid.clone(), ..Default::default() })
                 .containers
                 .push(c.info.clone());
         }
@@ -487,10 +444,9 @@ impl Runtime for FakeRuntime {
     fn pod_status(&self, ctx: &CallCtx, uid: &str) -> Result<RuntimePod> {
         self.enter(ctx, Op::PodStatus, uid, uid)?;
         let st = self.state.lock();
-        Ok(Self::pods(&st, Some(uid)).pop().unwrap_or_else(|| RuntimePod {
-            uid: uid.to_string(),
-            ..Default::default()
-        }))
+        Ok(Self::pods(&st, Some(uid))
+            .pop()
+            .unwrap_or_else(|| RuntimePod { uid: uid.to_string(), ..Default::default() }))
     }
 
     fn image_status(&self, ctx: &CallCtx, image: &str) -> Result<Option<String>> {
@@ -503,10 +459,7 @@ impl Runtime for FakeRuntime {
         self.enter(ctx, Op::PullImage, "", image)?;
         let st = self.state.lock();
         if st.missing_images.contains(image) {
-            return Err(RuntimeError::ImagePull {
-                image: image.into(),
-                message: "not found in any registry".into(),
-            });
+            return Err(RuntimeError::ImagePull { image: image.into(), message: "not found in any registry".into() });
         }
         Ok(format!("sha256:{image}"))
     }
@@ -596,14 +549,10 @@ impl Runtime for FakeRuntime {
         self.enter(ctx, Op::CreateContainer, &sandbox.uid, &config.name)?;
         let mut st = self.state.lock();
         if !st.sandboxes.get(sandbox_id).is_some_and(|s| s.info.ready) {
-            return Err(RuntimeError::NotFound {
-                what: format!("ready sandbox {sandbox_id}"),
-            });
+            return Err(RuntimeError::NotFound { what: format!("ready sandbox {sandbox_id}") });
         }
         if st.missing_images.contains(&config.image) {
-            return Err(RuntimeError::NotFound {
-                what: format!("image {}", config.image),
-            });
+            return Err(RuntimeError::NotFound { what: format!("image {}", config.image) });
         }
         st.next_id += 1;
         let id = format!("ctr-{}", st.next_id);
@@ -638,9 +587,7 @@ impl Runtime for FakeRuntime {
         let uid = self.uid_of_container(id);
         self.enter(ctx, Op::StartContainer, &uid, id)?;
         let mut st = self.state.lock();
-        let c = st.containers.get_mut(id).ok_or_else(|| RuntimeError::NotFound {
-            what: format!("container {id}"),
-        })?;
+        let c = st.containers.get_mut(id).ok_or_else(|| RuntimeError::NotFound { what: format!("container {id}") })?;
         if c.info.state != ContainerState::Created {
             return Err(RuntimeError::Failed {
                 op: "StartContainer",
@@ -659,9 +606,7 @@ impl Runtime for FakeRuntime {
         let (delay, term_code) = {
             let st = self.state.lock();
             let Some(c) = st.containers.get(id) else {
-                return Err(RuntimeError::NotFound {
-                    what: format!("container {id}"),
-                });
+                return Err(RuntimeError::NotFound { what: format!("container {id}") });
             };
             if c.info.state != ContainerState::Running {
                 drop(st);
@@ -702,15 +647,8 @@ impl Runtime for FakeRuntime {
         let uid = self.uid_of_container(id);
         self.enter(ctx, Op::RemoveContainer, &uid, id)?;
         let mut st = self.state.lock();
-        if st
-            .containers
-            .get(id)
-            .is_some_and(|c| c.info.state == ContainerState::Running)
-        {
-            return Err(RuntimeError::Failed {
-                op: "RemoveContainer",
-                message: format!("container {id} is running"),
-            });
+        if st.containers.get(id).is_some_and(|c| c.info.state == ContainerState::Running) {
+            return Err(RuntimeError::Failed { op: "RemoveContainer", message: format!("container {id} is running") });
         }
         if let Some(c) = st.containers.remove(id) {
             st.unindex(&c.uid, id);

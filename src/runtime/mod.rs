@@ -36,10 +36,7 @@ pub struct CallCtx {
 
 impl CallCtx {
     pub fn new(timeout: Duration, cancel: &CancelToken) -> Self {
-        CallCtx {
-            deadline: Instant::now() + timeout,
-            cancel: cancel.clone(),
-        }
+        CallCtx { deadline: Instant::now() + timeout, cancel: cancel.clone() }
     }
 
     /// A context that is never cancelled (housekeeping, tests).
@@ -181,26 +178,17 @@ impl RuntimePod {
 
     /// The newest ready sandbox.
     pub fn ready_sandbox(&self) -> Option<&SandboxInfo> {
-        self.sandboxes
-            .iter()
-            .filter(|s| s.ready)
-            .max_by_key(|s| (s.attempt, s.created_at_ns))
+        self.sandboxes.iter().filter(|s| s.ready).max_by_key(|s| (s.attempt, s.created_at_ns))
     }
 
     /// The newest instance of the named container.
     pub fn latest(&self, name: &str) -> Option<&ContainerInfo> {
-        self.containers
-            .iter()
-            .filter(|c| c.name == name)
-            .max_by_key(|c| (c.attempt, c.created_at_ns))
+        self.containers.iter().filter(|c| c.name == name).max_by_key(|c| (c.attempt, c.created_at_ns))
     }
 
     /// The grace period recorded on the pod's containers at creation.
     pub fn recorded_grace(&self) -> Option<i64> {
-        self.containers
-            .iter()
-            .filter_map(|c| c.annotations.get(ANNOTATION_GRACE)?.parse().ok())
-            .min()
+        self.containers.iter().filter_map(|c| c.annotations.get(ANNOTATION_GRACE)?.parse().ok()).min()
     }
 }
 

@@ -45,12 +45,7 @@ fn is_manifest_name(p: &Path) -> bool {
 
 impl FileSource {
     pub fn new(dir: impl Into<PathBuf>, node_name: impl Into<String>) -> Self {
-        FileSource {
-            dir: dir.into(),
-            node_name: node_name.into(),
-            files: BTreeMap::new(),
-            dir_error: None,
-        }
+        FileSource { dir: dir.into(), node_name: node_name.into(), files: BTreeMap::new(), dir_error: None }
     }
 
     pub fn dir(&self) -> &Path {
@@ -62,7 +57,8 @@ impl FileSource {
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(e) => e,
             Err(e) => {
-                let msg = format!("cannot read staticPodPath {}: {e}; keeping the pods as they are", self.dir.display());
+                let msg =
+                    format!("cannot read staticPodPath {}: {e}; keeping the pods as they are", self.dir.display());
                 if self.dir_error.as_deref() != Some(&msg) {
                     report.errors.push((self.dir.display().to_string(), msg.clone()));
                     self.dir_error = Some(msg);
@@ -71,11 +67,7 @@ impl FileSource {
             }
         };
         self.dir_error = None;
-        let mut present: Vec<PathBuf> = entries
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| is_manifest_name(p))
-            .collect();
+        let mut present: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| is_manifest_name(p)).collect();
         present.sort();
         self.files.retain(|p, _| present.contains(p));
         for path in &present {
@@ -83,10 +75,8 @@ impl FileSource {
             match manifest::read_file(path, &self.node_name) {
                 Ok(pod) => {
                     entry.reported = None;
-                    let same = entry
-                        .pod
-                        .as_ref()
-                        .is_some_and(|old| old.metadata == pod.metadata && old.spec == pod.spec);
+                    let same =
+                        entry.pod.as_ref().is_some_and(|old| old.metadata == pod.metadata && old.spec == pod.spec);
                     if !same {
                         entry.pod = Some(Arc::new(pod));
                     }

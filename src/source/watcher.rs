@@ -98,17 +98,9 @@ pub fn start_watcher(
                 next_scan = Instant::now() + period;
             }
             let timeout = next_scan.saturating_duration_since(Instant::now());
-            let mut fds = vec![libc::pollfd {
-                fd: wake2.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            }];
+            let mut fds = vec![libc::pollfd { fd: wake2.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
             if let Some(ino) = inotify.as_ref().filter(|_| watching) {
-                fds.push(libc::pollfd {
-                    fd: ino.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                });
+                fds.push(libc::pollfd { fd: ino.as_raw_fd(), events: libc::POLLIN, revents: 0 });
             }
             let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
             // SAFETY: `fds` is a valid array of pollfd for its length.
@@ -135,7 +127,11 @@ pub fn start_watcher(
                         let mut any = false;
                         for ev in events {
                             any = true;
-                            if ev.mask.intersects(inotify::EventMask::DELETE_SELF | inotify::EventMask::MOVE_SELF | inotify::EventMask::IGNORED) {
+                            if ev.mask.intersects(
+                                inotify::EventMask::DELETE_SELF
+                                    | inotify::EventMask::MOVE_SELF
+                                    | inotify::EventMask::IGNORED,
+                            ) {
                                 watching = false;
                             }
                         }
@@ -148,9 +144,5 @@ pub fn start_watcher(
             }
         }
     })?;
-    Ok(SourceHandle {
-        wake,
-        cmd: tx,
-        join: Some(join),
-    })
+    Ok(SourceHandle { wake, cmd: tx, join: Some(join) })
 }

@@ -21,11 +21,7 @@ pub struct Backoff {
 
 impl Backoff {
     pub fn new(initial: Duration, max: Duration) -> Self {
-        Backoff {
-            initial,
-            max,
-            entries: Mutex::new(HashMap::new()),
-        }
+        Backoff { initial, max, entries: Mutex::new(HashMap::new()) }
     }
 
     /// May the container restart now? `Err(remaining, current delay)` while
@@ -35,13 +31,7 @@ impl Backoff {
         let key = (uid.to_string(), container.to_string());
         match m.get_mut(&key) {
             None => {
-                m.insert(
-                    key,
-                    Entry {
-                        delay: self.initial,
-                        last: now,
-                    },
-                );
+                m.insert(key, Entry { delay: self.initial, last: now });
                 Ok(())
             }
             Some(e) if now.duration_since(e.last) > self.max * 2 => {
@@ -72,7 +62,10 @@ mod tests {
         let b = Backoff::new(Duration::from_secs(10), Duration::from_secs(300));
         let t0 = Instant::now();
         assert!(b.try_restart("u", "c", t0).is_ok());
-        assert_eq!(b.try_restart("u", "c", t0 + Duration::from_secs(1)), Err((Duration::from_secs(9), Duration::from_secs(10))));
+        assert_eq!(
+            b.try_restart("u", "c", t0 + Duration::from_secs(1)),
+            Err((Duration::from_secs(9), Duration::from_secs(10)))
+        );
         let mut t = t0 + Duration::from_secs(10);
         let mut delays = vec![];
         for _ in 0..7 {

@@ -56,12 +56,7 @@ impl SyncConfig {
 
     /// `/var/log/pods/<ns>_<name>_<uid>`, the kubelet's layout.
     pub fn pod_log_dir(&self, pod: &Pod) -> PathBuf {
-        self.pod_logs_dir.join(format!(
-            "{}_{}_{}",
-            model::namespace(pod),
-            model::name(pod),
-            model::uid(pod)
-        ))
+        self.pod_logs_dir.join(format!("{}_{}_{}", model::namespace(pod), model::name(pod), model::uid(pod)))
     }
 }
 
@@ -85,14 +80,7 @@ impl PodSync {
         cfg: SyncConfig,
     ) -> Self {
         let backoff = Backoff::new(cfg.backoff_initial, cfg.backoff_max);
-        PodSync {
-            runtime,
-            statuses,
-            events,
-            cfg,
-            reasons: Mutex::new(HashMap::new()),
-            backoff,
-        }
+        PodSync { runtime, statuses, events, cfg, reasons: Mutex::new(HashMap::new()), backoff }
     }
 
     pub fn config(&self) -> &SyncConfig {
@@ -114,13 +102,7 @@ impl PodSync {
             .lock()
             .entry(ctx.uid.clone())
             .or_default()
-            .insert(
-                container.to_string(),
-                Waiting {
-                    reason: reason.into(),
-                    message,
-                },
-            );
+            .insert(container.to_string(), Waiting { reason: reason.into(), message });
     }
 
     fn forget(&self, uid: &str, container: &str) {

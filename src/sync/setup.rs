@@ -11,8 +11,8 @@ use crate::events::{EventType, ObjectRef};
 use crate::model::{self, Container, Pod};
 use crate::podworkers::{SyncCtx, SyncError, SyncResult, UpdateType};
 use crate::runtime::{
-    ANNOTATION_GRACE, ANNOTATION_RESTART_COUNT, ContainerConfig, ContainerState, LABEL_CONTAINER_NAME,
-    LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, Mount, RuntimeError, RuntimePod, SandboxConfig,
+    ANNOTATION_GRACE, ANNOTATION_RESTART_COUNT, ContainerConfig, ContainerState, LABEL_CONTAINER_NAME, LABEL_POD_NAME,
+    LABEL_POD_NAMESPACE, LABEL_POD_UID, Mount, RuntimeError, RuntimePod, SandboxConfig,
 };
 use crate::status::{GenerateInput, generate};
 
@@ -47,7 +47,12 @@ fn should_restart(policy: &str, code: i32) -> bool {
 }
 
 impl PodSync {
-    pub(super) fn setup(&self, ctx: &SyncCtx, _update_type: UpdateType, pod: &Arc<Pod>) -> Result<SyncResult, SyncError> {
+    pub(super) fn setup(
+        &self,
+        ctx: &SyncCtx,
+        _update_type: UpdateType,
+        pod: &Arc<Pod>,
+    ) -> Result<SyncResult, SyncError> {
         ctx.check()?;
         let uid = model::uid(pod).to_string();
         self.make_dirs(pod)?;
@@ -60,8 +65,7 @@ impl PodSync {
                 // A new sandbox (first start, or the old one died): whatever
                 // ran in an old sandbox is stopped and started again.
                 for c in rp.live_containers() {
-                    self.runtime
-                        .stop_container(&self.call(ctx), &c.id, Duration::from_secs(1))?;
+                    self.runtime.stop_container(&self.call(ctx), &c.id, Duration::from_secs(1))?;
                 }
                 // `rp` keeps the old containers: restart counts continue.
                 ctx.start(|| self.runtime.run_sandbox(&self.call(ctx), &sandbox))??
@@ -101,9 +105,11 @@ impl PodSync {
                     }
                     // keep the newest exited instance (for lastState and
                     // `logs --previous`), remove older ones
-                    for old in rp.containers.iter().filter(|o| {
-                        o.name == c.name && o.id != l.id && o.state == ContainerState::Exited
-                    }) {
+                    for old in rp
+                        .containers
+                        .iter()
+                        .filter(|o| o.name == c.name && o.id != l.id && o.state == ContainerState::Exited)
+                    {
                         self.runtime.remove_container(&self.call(ctx), &old.id)?;
                     }
                     l.attempt + 1
@@ -135,10 +141,7 @@ impl PodSync {
                 )
             })
         });
-        Ok(SyncResult {
-            terminal,
-            requeue_after: requeue,
-        })
+        Ok(SyncResult { terminal, requeue_after: requeue })
     }
 
     /// Pull (by policy), create and start one container. Start errors are
@@ -190,27 +193,20 @@ impl PodSync {
             Err(RuntimeError::Cancelled { .. }) => return Err(SyncError::Cancelled),
             Err(e) => {
                 self.remember(ctx, &c.name, "CreateContainerError", e.to_string());
-                self.events
-                    .event(&obj, EventType::Warning, "Failed", &format!("Error: {e}"));
+                self.events.event(&obj, EventType::Warning, "Failed", &format!("Error: {e}"));
                 return Ok(Some(self.cfg.backoff_initial));
             }
         };
         match ctx.start(|| self.runtime.start_container(&self.call(ctx), &id))? {
             Ok(()) => {
                 self.forget(uid, &c.name);
-                self.events.event(
-                    &obj,
-                    EventType::Normal,
-                    "Started",
-                    &format!("Started container {}", c.name),
-                );
+                self.events.event(&obj, EventType::Normal, "Started", &format!("Started container {}", c.name));
                 Ok(None)
             }
             Err(RuntimeError::Cancelled { .. }) => Err(SyncError::Cancelled),
             Err(e) => {
                 self.remember(ctx, &c.name, "RunContainerError", e.to_string());
-                self.events
-                    .event(&obj, EventType::Warning, "Failed", &format!("Error: {e}"));
+                self.events.event(&obj, EventType::Warning, "Failed", &format!("Error: {e}"));
                 Ok(Some(self.cfg.backoff_initial))
             }
         }
@@ -229,10 +225,7 @@ impl PodSync {
     }
 
     fn empty_dir_path(&self, pod: &Pod, volume: &str) -> PathBuf {
-        self.cfg
-            .pod_dir(model::uid(pod))
-            .join("volumes/kubernetes.io~empty-dir")
-            .join(volume)
+        self.cfg.pod_dir(model::uid(pod)).join("volumes/kubernetes.io~empty-dir").join(volume)
     }
 
     fn pod_labels(pod: &Pod) -> BTreeMap<String, String> {
@@ -267,9 +260,7 @@ impl PodSync {
         annotations.insert(ANNOTATION_RESTART_COUNT.to_string(), attempt.to_string());
         annotations.insert(
             ANNOTATION_GRACE.to_string(),
-            model::spec_grace_seconds(pod)
-                .unwrap_or(model::DEFAULT_GRACE_SECONDS)
-                .to_string(),
+            model::spec_grace_seconds(pod).unwrap_or(model::DEFAULT_GRACE_SECONDS).to_string(),
         );
         let volumes = model::spec(pod).and_then(|s| s.volumes.as_ref());
         let mounts = c
@@ -296,12 +287,7 @@ impl PodSync {
             image: c.image.clone().unwrap_or_default(),
             command: c.command.clone().unwrap_or_default(),
             args: c.args.clone().unwrap_or_default(),
-            env: c
-                .env
-                .iter()
-                .flatten()
-                .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
-                .collect(),
+            env: c.env.iter().flatten().map(|e| (e.name.clone(), e.value.clone().unwrap_or_default())).collect(),
             working_dir: c.working_dir.clone().unwrap_or_default(),
             log_path: format!("{}/{attempt}.log", c.name),
             mounts,
@@ -331,11 +317,7 @@ mod tests {
 
     #[test]
     fn default_pull_policy() {
-        let c = |image: &str| Container {
-            name: "c".into(),
-            image: Some(image.into()),
-            ..Default::default()
-        };
+        let c = |image: &str| Container { name: "c".into(), image: Some(image.into()), ..Default::default() };
         assert_eq!(pull_policy(&c("busybox")), "Always");
         assert_eq!(pull_policy(&c("busybox:latest")), "Always");
         assert_eq!(pull_policy(&c("busybox:1.36")), "IfNotPresent");

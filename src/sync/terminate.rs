@@ -103,15 +103,10 @@ impl PodSync {
         self.stop_all(ctx, &rp, grace, Some(pod))?;
         let rp = self.runtime.pod_status(&self.call_plain(ctx), &uid)?;
         let succeeded = !model::containers(pod).is_empty()
-            && model::containers(pod).iter().all(|c| {
-                rp.latest(&c.name)
-                    .is_some_and(|l| l.state == ContainerState::Exited && l.exit_code == 0)
-            });
-        let phase = if succeeded {
-            model::PHASE_SUCCEEDED
-        } else {
-            model::PHASE_FAILED
-        };
+            && model::containers(pod)
+                .iter()
+                .all(|c| rp.latest(&c.name).is_some_and(|l| l.state == ContainerState::Exited && l.exit_code == 0));
+        let phase = if succeeded { model::PHASE_SUCCEEDED } else { model::PHASE_FAILED };
         let waiting = Default::default();
         self.statuses.replace_with(&uid, |old| {
             let mut status = generate(
@@ -174,10 +169,7 @@ impl PodSync {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(source) => {
-                    return Err(SyncError::Io {
-                        what: format!("removing {}", dir.display()),
-                        source,
-                    });
+                    return Err(SyncError::Io { what: format!("removing {}", dir.display()), source });
                 }
             }
         }

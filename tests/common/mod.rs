@@ -116,15 +116,7 @@ impl Harness {
             })),
             metrics.clone(),
         ));
-        Harness {
-            fake,
-            agent,
-            workers,
-            statuses,
-            events,
-            metrics,
-            root,
-        }
+        Harness { fake, agent, workers, statuses, events, metrics, root }
     }
 
     pub fn phase(&self, uid: &str) -> Option<podworkers::Phase> {
@@ -132,9 +124,7 @@ impl Harness {
     }
 
     pub fn wait_phase(&self, uid: &str, phase: podworkers::Phase, timeout: Duration) {
-        let ok = self
-            .workers
-            .wait_until(Instant::now() + timeout, |p| p(uid) == Some(phase));
+        let ok = self.workers.wait_until(Instant::now() + timeout, |p| p(uid) == Some(phase));
         assert!(ok, "pod {uid} did not reach {phase:?} within {timeout:?}; it is {:?}", self.phase(uid));
     }
 
@@ -168,11 +158,7 @@ pub fn pod(name: &str, uid: &str) -> Pod {
             ..Default::default()
         },
         spec: Some(PodSpec {
-            containers: vec![Container {
-                name: "c".into(),
-                image: Some("busybox:1".into()),
-                ..Default::default()
-            }],
+            containers: vec![Container { name: "c".into(), image: Some("busybox:1".into()), ..Default::default() }],
             ..Default::default()
         }),
         status: None,

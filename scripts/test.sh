@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The whole test suite: format, lints, unit, scenario, source and stress
+# tests. Idempotent; as root on Debian it installs the packages it needs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_pkgs=(gcc libc6-dev)
+missing=()
+for p in "${need_pkgs[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+  else
+    echo "missing packages: ${missing[*]} (install them as root)" >&2
+    exit 1
+  fi
+fi
+if ! command -v cargo >/dev/null; then
+  echo "cargo not found: install Rust 1.95 or newer with rustup (https://rustup.rs)" >&2
+  exit 1
+fi
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --all-targets --quiet -- -D warnings
+echo "== cargo test"
+cargo test --all-targets

@@ -1,0 +1,125 @@
+//! The real `podwarden` binary: `run` on the simulated runtime (manifests in,
+//! pod directories out, signals), `validate`, and bad input at start.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{TempDir, wait_for};
+
+const BIN: &str = env!("CARGO_BIN_EXE_podwarden");
+
+const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: NAME\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox:1\n";
+
+fn pod_dirs(root: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(root.join("root/pods"))
+        .map(|r| r.flatten().map(|e| e.file_name().to_string_lossy().to_string()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+fn uid_of(file: &std::path::Path) -> String {
+    let out = Command::new(BIN).args(["validate", file.to_str().unwrap()]).env("HOSTNAME", "x").output().unwrap();
+    let s = String::from_utf8_lossy(&out.stdout).to_string();
+    s.rsplit("uid ").next().unwrap().trim().to_string()
+}
+
+#[test]
+fn run_follows_manifests_and_stops_cleanly_on_sigterm() {
+    let d = TempDir::new("daemon");
+    let manifests = d.0.join("manifests");
+    std::fs::create_dir_all(&manifests).unwrap();
+    let config = d.0.join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\npodLogsDir: {}\nnodeName: node-a\nfileCheckFrequency: 1h\nhousekeepingInterval: 200ms\nsomeKubeletField: true\n",
+            manifests.display(),
+            d.0.join("root").display(),
+            d.0.join("logs").display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(manifests.join("a.yaml"), POD.replace("NAME", "a")).unwrap();
+    let mut child = Command::new(BIN)
+        .args(["run", "--config", config.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let t = Duration::from_secs(10);
+    wait_for("pod a's directory", t, || pod_dirs(&d.0).len() == 1);
+    let a_uid = pod_dirs(&d.0).remove(0);
+    // inotify: a new manifest is picked up without waiting for the 1 h rescan
+    std::fs::write(manifests.join("b.yaml"), POD.replace("NAME", "b")).unwrap();
+    wait_for("pod b's directory", t, || pod_dirs(&d.0).len() == 2);
+    let b_uid = pod_dirs(&d.0).into_iter().find(|u| *u != a_uid).unwrap();
+    // removal: the pod is killed, its directory cleaned up
+    std::fs::remove_file(manifests.join("a.yaml")).unwrap();
+    wait_for("pod a's directory removed", t, || pod_dirs(&d.0) == vec![b_uid.clone()]);
+    // SIGHUP rescans and does not stop the agent
+    // SAFETY: signalling our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(child.try_wait().unwrap().is_none(), "SIGHUP must not stop the agent");
+    // SIGTERM stops it cleanly without killing pods
+    // SAFETY: signalling our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let mut status = None;
+    wait_for("exit after SIGTERM", t, || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    assert!(status.unwrap().success());
+    assert_eq!(pod_dirs(&d.0).len(), 1, "pods are left as they are");
+    let mut err = String::new();
+    use std::io::Read;
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(err.contains("unknown field \"someKubeletField\" ignored"), "{err}");
+    assert!(err.contains("pods keep running"), "{err}");
+}
+
+#[test]
+fn bad_config_and_missing_runtime_fail_at_start_naming_the_input() {
+    let d = TempDir::new("badcfg");
+    let config = d.0.join("config.yaml");
+    std::fs::write(&config, "syncFrequency: sometimes\n").unwrap();
+    let out = Command::new(BIN).args(["run", "--config", config.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("config.yaml: field syncFrequency: \"sometimes\" is invalid"), "{err}");
+
+    std::fs::write(
+        &config,
+        format!("containerRuntimeEndpoint: unix:///nonexistent.sock\nrootDir: {}\n", d.0.join("r").display()),
+    )
+    .unwrap();
+    let out = Command::new(BIN).args(["run", "--config", config.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unix:///nonexistent.sock"), "{err}");
+
+    let out = Command::new(BIN).args(["run", "--config", "/nonexistent/config.yaml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/config.yaml"));
+}
+
+#[test]
+fn validate_reports_each_file() {
+    let d = TempDir::new("validate");
+    let good = d.0.join("good.yaml");
+    let bad = d.0.join("bad.yaml");
+    std::fs::write(&good, POD.replace("NAME", "good")).unwrap();
+    std::fs::write(&bad, POD.replace("NAME", "Bad_Name")).unwrap();
+    let out = Command::new(BIN).args(["validate", good.to_str().unwrap()]).output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok: pod good_default uid "));
+    assert_eq!(uid_of(&good).len(), 32);
+    let out = Command::new(BIN).args(["validate", good.to_str().unwrap(), bad.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.yaml: field metadata.name"), "{err}");
+}
