@@ -289,7 +289,10 @@ fn orphaned_worker_whose_kill_was_lost_is_driven_to_the_end_by_sync_known_pods()
     let p = arc(pod("lost", "ux"));
     create(&h, &p); // dispatched directly: the agent's desired set never had it
     wait_for("running", T, || h.fake.live_containers("ux") == 1);
-    h.workers.sync_known_pods(&HashSet::new());
+    let summary = h.workers.sync_known_pods(&HashSet::new());
+    let w = &summary["ux"];
+    assert!(w.orphan && w.has_config && w.is_static, "{w:?}");
+    assert!(w.phase >= Phase::Terminating, "the kill was replayed: {w:?}");
     h.wait_phase("ux", Phase::Finished, T);
     assert_eq!(h.fake.live_containers("ux"), 0);
     h.workers.sync_known_pods(&HashSet::new());
@@ -474,4 +477,49 @@ fn housekeeping_removes_dirs_of_pods_nobody_knows() {
     std::fs::create_dir_all(&stale).unwrap();
     h.agent.housekeeping();
     assert!(!h.root.0.join("root/pods/stale-uid").exists());
+}
+
+#[test]
+fn housekeeping_thread_runs_when_woken() {
+    let h = Harness::new();
+    let hk = podwarden::housekeeping::Housekeeping::start(h.agent.clone(), Duration::from_secs(3600)).unwrap();
+    // the first pass runs at once
+    wait_for("first pass", T, || h.agent.last_housekeeping.lock().is_some());
+    let first = h.agent.last_housekeeping.lock().unwrap();
+    h.fake.add_running_pod("orphan-w", "ghost", "default", "c", None);
+    hk.waker().wake();
+    h.wait_phase("orphan-w", Phase::Finished, T);
+    assert!(h.agent.last_housekeeping.lock().unwrap() > first);
+    drop(hk); // stops and joins the thread
+}
+
+#[test]
+fn terminal_pod_seen_again_after_restart_gets_no_new_sandbox() {
+    let h = Harness::new();
+    let p = arc(with_policy(pod("once", "uo"), "Never"));
+    create(&h, &p);
+    wait_for("running", T, || h.fake.live_containers("uo") == 1);
+    assert!(h.fake.exit_container("uo", "c", 0));
+    h.workers.update_pod(UpdatePodOptions::new(UpdateType::Sync, p.clone()));
+    h.wait_phase("uo", Phase::Finished, T);
+    assert_eq!(h.fake.calls_for("uo", Op::RunSandbox).len(), 1);
+    // a fresh agent (same runtime) sees the pod again
+    let h2_workers = h.workers.clone();
+    h2_workers.sync_known_pods(&HashSet::new()); // forget it, as a restart would
+    assert_eq!(h.phase("uo"), None);
+    create(&h, &p);
+    h.wait_phase("uo", Phase::Finished, T);
+    assert_eq!(
+        h.fake.calls_for("uo", Op::RunSandbox).len(),
+        1,
+        "no new sandbox for a finished pod: {:#?}",
+        h.fake
+            .calls()
+            .iter()
+            .filter(|c| c.uid == "uo" || c.uid.is_empty())
+            .map(|c| format!("{:?} {}", c.op, c.target))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(h.fake.calls_for("uo", Op::StartContainer).len(), 1, "the job does not run twice");
+    assert_eq!(h.status_phase("uo").as_deref(), Some("Succeeded"));
 }

@@ -165,7 +165,13 @@ fn run(inner: &Arc<Inner>, uid: &str, rx: &Receiver<()>) {
 fn run_pass(inner: &Inner, item: &WorkItem) -> Outcome {
     let syncer = &inner.syncer;
     let ctx = &item.ctx;
-    let uid = ctx.uid.as_str();
+    let who = match &item.work.pod {
+        Some(p) => crate::model::pod_ref(p),
+        None => match &item.work.running_pod {
+            Some(r) => format!("{}/{} {} (runtime only)", r.namespace, r.name, r.uid),
+            None => ctx.uid.clone(),
+        },
+    };
     let result = catch_unwind(AssertUnwindSafe(|| -> Result<Outcome, SyncError> {
         match (item.kind, &item.work.pod, &item.work.running_pod) {
             (WorkKind::Sync, Some(pod), _) => {
@@ -190,15 +196,15 @@ fn run_pass(inner: &Inner, item: &WorkItem) -> Outcome {
     match result {
         Ok(Ok(o)) => o,
         Ok(Err(SyncError::Cancelled)) => {
-            log::debug!("pod {uid}: {:?} pass interrupted", item.kind);
+            log::debug!("pod {who}: {:?} pass interrupted", item.kind);
             Outcome::Cancelled
         }
         Ok(Err(e)) => {
-            log::warn!("pod {uid}: {:?} failed: {e}; retrying after back-off", item.kind);
+            log::warn!("pod {who}: {:?} failed: {e}; retrying after back-off", item.kind);
             Outcome::Err
         }
         Err(_) => {
-            log::error!("pod {uid}: {:?} pass panicked; retrying after back-off", item.kind);
+            log::error!("pod {who}: {:?} pass panicked; retrying after back-off", item.kind);
             Outcome::Err
         }
     }

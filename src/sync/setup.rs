@@ -58,6 +58,12 @@ impl PodSync {
         self.make_dirs(pod)?;
         let rp = self.runtime.pod_status(&self.call(ctx), &uid)?;
         ctx.check()?;
+        if is_terminal(pod, &rp) {
+            // Every container is done and none may run again (seen, for
+            // example, after an agent restart): no new sandbox for it.
+            self.write_status(ctx, pod, &rp);
+            return Ok(SyncResult { terminal: true, requeue_after: None });
+        }
         let sandbox = self.sandbox_config(pod, &rp);
         let sandbox_id = match rp.ready_sandbox() {
             Some(s) => s.id.clone(),
@@ -123,14 +129,19 @@ impl PodSync {
         ctx.check()?;
         let rp = self.runtime.pod_status(&self.call(ctx), &uid)?;
         let terminal = is_terminal(pod, &rp);
-        let waiting = self.reasons_for(&uid);
-        // a pod whose termination was requested meanwhile keeps the status
-        // its terminating phase will write
-        self.statuses.replace_with(&uid, |old| {
+        self.write_status(ctx, pod, &rp);
+        Ok(SyncResult { terminal, requeue_after: requeue })
+    }
+
+    /// Store the pod's status from the runtime's view, unless termination
+    /// was requested meanwhile (the terminating phase writes that status).
+    fn write_status(&self, ctx: &SyncCtx, pod: &Pod, rp: &RuntimePod) {
+        let waiting = self.reasons_for(model::uid(pod));
+        self.statuses.replace_with(model::uid(pod), |old| {
             (!ctx.termination_requested()).then(|| {
                 generate(
                     pod,
-                    &rp,
+                    rp,
                     &GenerateInput {
                         old,
                         waiting: &waiting,
@@ -141,7 +152,6 @@ impl PodSync {
                 )
             })
         });
-        Ok(SyncResult { terminal, requeue_after: requeue })
     }
 
     /// Pull (by policy), create and start one container. Start errors are
