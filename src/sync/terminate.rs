@@ -20,10 +20,8 @@ impl PodSync {
     fn stop_all(&self, ctx: &SyncCtx, rp: &RuntimePod, grace: i64, pod: Option<&Pod>) -> Result<(), SyncError> {
         let grace_d = Duration::from_secs(grace.max(1) as u64);
         let live: Vec<_> = rp.live_containers().cloned().collect();
-        if let [c] = live.as_slice() {
-            // One container: stop it on this thread (stop_container returns
-            // on cancellation by contract).
-            if let Some(p) = pod {
+        if let Some(p) = pod {
+            for c in &live {
                 self.events.event(
                     &ObjectRef::pod(p),
                     EventType::Normal,
@@ -31,6 +29,10 @@ impl PodSync {
                     &format!("Stopping container {} with grace period {grace}s", c.name),
                 );
             }
+        }
+        if let [c] = live.as_slice() {
+            // One container: stop it on this thread (stop_container returns
+            // on cancellation by contract).
             let call = CallCtx::new(grace_d + self.cfg.call_timeout, &ctx.cancel);
             match self.runtime.stop_container(&call, &c.id, grace_d) {
                 Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
@@ -39,14 +41,6 @@ impl PodSync {
         } else if !live.is_empty() {
             let (tx, rx) = crossbeam_channel::bounded(live.len());
             for c in &live {
-                if let Some(p) = pod {
-                    self.events.event(
-                        &ObjectRef::pod(p),
-                        EventType::Normal,
-                        "Killing",
-                        &format!("Stopping container {} with grace period {grace}s", c.name),
-                    );
-                }
                 let runtime = self.runtime.clone();
                 let call = CallCtx::new(grace_d + self.cfg.call_timeout, &ctx.cancel);
                 let id = c.id.clone();
