@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run a benchmark by name; its last line of output is one JSON object.
 #   scripts/bench.sh core    pod worker lifecycles, update_pod rate, RSS per worker (fake runtime)
+#   scripts/bench.sh start   pod start/stop latency vs a raw CRI client, RSS, threads (private containerd)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name="${1:-}"
@@ -8,8 +9,12 @@ case "$name" in
   core)
     cargo bench --bench core --quiet 2>/dev/null | tail -n 2
     ;;
+  start)
+    scripts/e2e-env.sh up >/dev/null
+    cargo bench --bench start --quiet 2>/dev/null | tail -n 3
+    ;;
   *)
-    echo "usage: scripts/bench.sh core" >&2
+    echo "usage: scripts/bench.sh core|start" >&2
     exit 2
     ;;
 esac

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The whole test suite: format, lints, unit, scenario, source and stress
-# tests. Idempotent; as root on Debian it installs the packages it needs.
+# The whole test suite: format, lints, unit, scenario, source, stress and
+# end-to-end tests (a private containerd from scripts/e2e-env.sh). Idempotent; as root on Debian it installs the packages it needs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need_pkgs=(gcc libc6-dev)
+need_pkgs=(gcc g++ libc6-dev make cmake protobuf-compiler pkg-config)
 missing=()
 for p in "${need_pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -24,9 +24,12 @@ if ! command -v cargo >/dev/null; then
   exit 1
 fi
 
+echo "== end-to-end environment (private containerd)"
+scripts/e2e-env.sh up
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --all-targets --quiet -- -D warnings
 echo "== cargo test"
-cargo test --all-targets
+cargo test --lib --bins --tests

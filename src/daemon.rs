@@ -17,6 +17,7 @@ use crate::housekeeping::Housekeeping;
 use crate::metrics::Metrics;
 use crate::podworkers::{self, PodWorkers};
 use crate::runtime::Runtime;
+use crate::runtime::cri::CriRuntime;
 use crate::runtime::fake::FakeRuntime;
 use crate::source::{FileSource, start_watcher};
 use crate::status::StatusManager;
@@ -47,10 +48,41 @@ fn connect_runtime(config: &Config) -> Result<Arc<dyn Runtime>, DaemonError> {
         fake.set_recording(false);
         return Ok(Arc::new(fake));
     }
-    Err(DaemonError::Runtime {
-        endpoint: endpoint.into(),
-        message: "this build has no CRI client yet; set containerRuntimeEndpoint: fake:// to simulate".into(),
-    })
+    let cri = CriRuntime::connect(endpoint, Duration::from_secs(10))
+        .map_err(|e| DaemonError::Runtime { endpoint: endpoint.into(), message: e.to_string() })?;
+    log::info!("container runtime: {} at {endpoint}", cri.version);
+    Ok(Arc::new(cri))
+}
+
+/// The node's first non-loopback IPv4 address (the pod IP of host-network
+/// pods), else 127.0.0.1.
+pub fn host_ip() -> String {
+    let mut addrs: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills a list we free with freeifaddrs below.
+    if unsafe { libc::getifaddrs(&mut addrs) } != 0 {
+        return "127.0.0.1".into();
+    }
+    let mut found = None;
+    let mut cur = addrs;
+    while !cur.is_null() {
+        // SAFETY: `cur` walks the list getifaddrs returned.
+        let ifa = unsafe { &*cur };
+        if !ifa.ifa_addr.is_null() && ifa.ifa_flags & libc::IFF_LOOPBACK as u32 == 0 {
+            // SAFETY: ifa_addr is non-null; sa_family says how to read it.
+            let fam = unsafe { (*ifa.ifa_addr).sa_family } as i32;
+            if fam == libc::AF_INET {
+                // SAFETY: an AF_INET address is a sockaddr_in.
+                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                let ip = std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+                found = Some(ip.to_string());
+                break;
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: freeing the list getifaddrs allocated.
+    unsafe { libc::freeifaddrs(addrs) };
+    found.unwrap_or_else(|| "127.0.0.1".into())
 }
 
 /// The assembled agent: everything `run` starts, for tests and tools too.
@@ -58,6 +90,7 @@ pub struct Running {
     pub agent: Arc<Agent>,
     source: Option<crate::source::SourceHandle>,
     housekeeping: Option<Housekeeping>,
+    http: Option<crate::http::HttpServer>,
 }
 
 impl Running {
@@ -75,13 +108,19 @@ impl Running {
 
     /// Stop the agent's threads; pods are left as they are.
     pub fn stop(mut self) {
+        self.http.take();
         self.source.take();
         self.housekeeping.take();
+    }
+
+    /// Where the read-only HTTP endpoint listens, if it is on.
+    pub fn http_addr(&self) -> Option<std::net::SocketAddr> {
+        self.http.as_ref().map(|h| h.local_addr())
     }
 }
 
 /// Start every part of the agent on `runtime`.
-pub fn start(config: &Config, runtime: Arc<dyn Runtime>) -> Result<Running, DaemonError> {
+pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Result<Running, DaemonError> {
     std::fs::create_dir_all(config.root_dir.join("pods"))
         .map_err(io(format!("creating rootDir {}", config.root_dir.display())))?;
     let statuses = Arc::new(StatusManager::new());
@@ -94,6 +133,8 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>) -> Result<Running, Daem
     )));
     let mut sync_cfg = SyncConfig::new(config.root_dir.clone(), config.pod_logs_dir.clone());
     sync_cfg.call_timeout = config.runtime_request_timeout;
+    sync_cfg.id_prefix = id_prefix.to_string();
+    sync_cfg.host_ip = Some(host_ip());
     let syncer = Arc::new(PodSync::new(runtime.clone(), statuses.clone(), events.clone(), sync_cfg));
     let workers = PodWorkers::new(
         syncer,
@@ -126,7 +167,21 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>) -> Result<Running, Daem
     .map_err(io("starting the manifest watcher"))?;
     let housekeeping =
         Housekeeping::start(agent.clone(), config.housekeeping_interval).map_err(io("starting housekeeping"))?;
-    Ok(Running { agent, source: Some(source), housekeeping: Some(housekeeping) })
+    let http = if config.read_only_port == 0 {
+        None
+    } else {
+        let ip: std::net::IpAddr = config.address.parse().map_err(|e| DaemonError::Io {
+            what: format!("address {}", config.address),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
+        })?;
+        let addr = std::net::SocketAddr::new(ip, config.read_only_port);
+        let within = (config.housekeeping_interval * 5).max(Duration::from_secs(10));
+        let server = crate::http::HttpServer::start(addr, agent.clone(), within)
+            .map_err(io(format!("listening on {addr} (address, readOnlyPort)")))?;
+        log::info!("read-only HTTP on http://{}", server.local_addr());
+        Some(server)
+    };
+    Ok(Running { agent, source: Some(source), housekeeping: Some(housekeeping), http })
 }
 
 /// Run the daemon until SIGTERM or SIGINT.
@@ -141,7 +196,8 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
         config.static_pod_path.display(),
         config.root_dir.display()
     );
-    let running = start(&config, runtime)?;
+    let prefix = if config.container_runtime_endpoint == "fake://" { "fake://" } else { "containerd://" };
+    let running = start(&config, runtime, prefix)?;
     for sig in signals.forever() {
         match sig {
             SIGHUP => {

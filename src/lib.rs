@@ -8,6 +8,7 @@ pub mod config;
 pub mod daemon;
 pub mod events;
 pub mod housekeeping;
+pub mod http;
 pub mod logging;
 pub mod metrics;
 pub mod model;

@@ -96,6 +96,95 @@ impl Observer for Metrics {
     }
 }
 
+fn bools(v: &[i64; 2]) -> [(&'static str, i64); 2] {
+    [("false", v[0]), ("true", v[1])]
+}
+
+/// Render every metric in the Prometheus text format (0.0.4).
+pub fn render(m: &Metrics) -> String {
+    use std::fmt::Write;
+    let g = m.gauges();
+    let mut out = String::new();
+    let head = |out: &mut String, name: &str, kind: &str, help: &str| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    };
+    head(&mut out, "kubelet_desired_pods", "gauge", "The number of pods the kubelet is being instructed to run.");
+    for (s, v) in bools(&g.desired_pods) {
+        let _ = writeln!(out, "kubelet_desired_pods{{static=\"{s}\"}} {v}");
+    }
+    head(
+        &mut out,
+        "kubelet_active_pods",
+        "gauge",
+        "The number of pods the kubelet considers active and which are being considered when admitting new pods.",
+    );
+    for (s, v) in bools(&g.active_pods) {
+        let _ = writeln!(out, "kubelet_active_pods{{static=\"{s}\"}} {v}");
+    }
+    head(
+        &mut out,
+        "kubelet_mirror_pods",
+        "gauge",
+        "The number of mirror pods the kubelet will try to create (podwarden has no API server: always 0).",
+    );
+    let _ = writeln!(out, "kubelet_mirror_pods {}", g.mirror_pods);
+    head(
+        &mut out,
+        "kubelet_working_pods",
+        "gauge",
+        "Number of pods the kubelet is actually running, broken down by lifecycle phase, whether the pod is desired, orphaned, or runtime only, and whether the pod is static.",
+    );
+    for ((lifecycle, config, st), v) in &g.working_pods {
+        let _ =
+            writeln!(out, "kubelet_working_pods{{config=\"{config}\",lifecycle=\"{lifecycle}\",static=\"{st}\"}} {v}");
+    }
+    head(
+        &mut out,
+        "kubelet_restarted_pods_total",
+        "counter",
+        "Number of pods that have been restarted because they were deleted and recreated with the same UID while the kubelet was watching them.",
+    );
+    for s in [false, true] {
+        let _ = writeln!(out, "kubelet_restarted_pods_total{{static=\"{s}\"}} {}", m.restarted(s));
+    }
+    head(
+        &mut out,
+        "kubelet_orphaned_runtime_pods_total",
+        "counter",
+        "Number of pods that have been detected in the container runtime without being already known to the pod worker.",
+    );
+    let _ = writeln!(out, "kubelet_orphaned_runtime_pods_total {}", m.orphaned());
+    head(&mut out, "kubelet_running_pods", "gauge", "Number of pods that have a running pod sandbox.");
+    let _ = writeln!(out, "kubelet_running_pods {}", g.running_pods);
+    head(&mut out, "kubelet_running_containers", "gauge", "Number of containers currently running.");
+    for (state, v) in &g.running_containers {
+        let _ = writeln!(out, "kubelet_running_containers{{container_state=\"{state}\"}} {v}");
+    }
+    head(
+        &mut out,
+        "kubelet_pod_worker_duration_seconds",
+        "histogram",
+        "Duration in seconds to sync a single pod, broken down by operation type.",
+    );
+    for (op, h) in m.pod_worker_duration.lock().iter() {
+        for (i, b) in BUCKETS.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "kubelet_pod_worker_duration_seconds_bucket{{operation_type=\"{op}\",le=\"{b}\"}} {}",
+                h.counts[i]
+            );
+        }
+        let _ = writeln!(
+            out,
+            "kubelet_pod_worker_duration_seconds_bucket{{operation_type=\"{op}\",le=\"+Inf\"}} {}",
+            h.count
+        );
+        let _ = writeln!(out, "kubelet_pod_worker_duration_seconds_sum{{operation_type=\"{op}\"}} {}", h.sum);
+        let _ = writeln!(out, "kubelet_pod_worker_duration_seconds_count{{operation_type=\"{op}\"}} {}", h.count);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,6 +5,7 @@
 //! Invariant: every call carries a deadline ([`CallCtx`]); an implementation
 //! returns `DeadlineExceeded` rather than block past it.
 
+pub mod cri;
 pub mod fake;
 
 use std::collections::BTreeMap;
@@ -91,6 +92,45 @@ pub struct Mount {
     pub readonly: bool,
 }
 
+/// A host port mapping of a sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortMapping {
+    /// `TCP`, `UDP` or `SCTP`.
+    pub protocol: String,
+    pub container_port: i32,
+    pub host_port: i32,
+    pub host_ip: String,
+}
+
+/// DNS settings of a sandbox (none: the runtime uses the host's).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DnsConfig {
+    pub servers: Vec<String>,
+    pub searches: Vec<String>,
+    pub options: Vec<String>,
+}
+
+/// Linux resources of a container (0: not set).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Resources {
+    pub cpu_shares: i64,
+    pub cpu_quota: i64,
+    pub cpu_period: i64,
+    pub memory_limit_bytes: i64,
+}
+
+/// Security settings of a container.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Security {
+    pub run_as_user: Option<i64>,
+    pub run_as_group: Option<i64>,
+    pub privileged: bool,
+    pub readonly_rootfs: bool,
+    pub add_capabilities: Vec<String>,
+    pub drop_capabilities: Vec<String>,
+    pub no_new_privs: bool,
+}
+
 /// What the runtime needs to create a pod sandbox.
 #[derive(Debug, Clone, Default)]
 pub struct SandboxConfig {
@@ -101,6 +141,10 @@ pub struct SandboxConfig {
     pub hostname: String,
     pub log_directory: String,
     pub host_network: bool,
+    pub host_pid: bool,
+    pub host_ipc: bool,
+    pub port_mappings: Vec<PortMapping>,
+    pub dns: Option<DnsConfig>,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
 }
@@ -117,6 +161,8 @@ pub struct ContainerConfig {
     pub working_dir: String,
     pub log_path: String,
     pub mounts: Vec<Mount>,
+    pub resources: Resources,
+    pub security: Security,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
 }

@@ -120,10 +120,56 @@ impl PodSync {
         self.reasons.lock().get(uid).cloned().unwrap_or_default()
     }
 
+    /// Fill the message of each exited container from its termination-log
+    /// file, or (`FallbackToLogsOnError`, failed, empty file) from the tail
+    /// of its log, as the kubelet reports it.
+    fn fill_messages(&self, pod: &Pod, rp: &mut RuntimePod) {
+        const MAX: usize = 4096;
+        for c in rp.containers.iter_mut().filter(|c| c.state == crate::runtime::ContainerState::Exited) {
+            let Some(spec) = model::containers(pod).iter().find(|s| s.name == c.name) else { continue };
+            let file = self
+                .cfg
+                .pod_dir(model::uid(pod))
+                .join("containers")
+                .join(&c.name)
+                .join(c.attempt.to_string())
+                .join("termination-log");
+            let mut msg = std::fs::read(&file).unwrap_or_default();
+            msg.truncate(MAX);
+            let mut msg = String::from_utf8_lossy(&msg).trim_end().to_string();
+            if msg.is_empty()
+                && c.exit_code != 0
+                && spec.termination_message_policy.as_deref() == Some("FallbackToLogsOnError")
+            {
+                msg = log_tail(&self.cfg.pod_log_dir(pod).join(&c.name).join(format!("{}.log", c.attempt)), 80, 2048);
+            }
+            if !msg.is_empty() {
+                c.message = msg;
+            }
+        }
+    }
+
     fn forget_pod(&self, uid: &str) {
         self.reasons.lock().remove(uid);
         self.backoff.forget_pod(uid);
     }
+}
+
+/// The last `lines` lines (at most `max` bytes) of a CRI log file, without
+/// the `<time> <stream> <tag>` prefix of each line.
+pub fn log_tail(path: &std::path::Path, lines: usize, max: usize) -> String {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return String::new();
+    };
+    let msgs: Vec<&str> = text.lines().map(|l| l.splitn(4, ' ').nth(3).unwrap_or(l)).collect();
+    let start = msgs.len().saturating_sub(lines);
+    let mut out = msgs[start..].join("\n");
+    if out.len() > max {
+        let cut = out.len() - max;
+        let cut = (cut..out.len()).find(|i| out.is_char_boundary(*i)).unwrap_or(out.len());
+        out = out[cut..].to_string();
+    }
+    out
 }
 
 impl PodSyncer for PodSync {

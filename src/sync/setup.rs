@@ -8,11 +8,13 @@ use std::time::{Duration, Instant};
 
 use super::PodSync;
 use crate::events::{EventType, ObjectRef};
+use crate::model::quantity;
 use crate::model::{self, Container, Pod};
 use crate::podworkers::{SyncCtx, SyncError, SyncResult, UpdateType};
 use crate::runtime::{
-    ANNOTATION_GRACE, ANNOTATION_RESTART_COUNT, ContainerConfig, ContainerState, LABEL_CONTAINER_NAME, LABEL_POD_NAME,
-    LABEL_POD_NAMESPACE, LABEL_POD_UID, Mount, RuntimeError, RuntimePod, SandboxConfig,
+    ANNOTATION_GRACE, ANNOTATION_RESTART_COUNT, ContainerConfig, ContainerState, DnsConfig, LABEL_CONTAINER_NAME,
+    LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, Mount, PortMapping, Resources, RuntimeError, RuntimePod,
+    SandboxConfig, Security,
 };
 use crate::status::{GenerateInput, generate};
 
@@ -65,8 +67,8 @@ impl PodSync {
             return Ok(SyncResult { terminal: true, requeue_after: None });
         }
         let sandbox = self.sandbox_config(pod, &rp);
-        let sandbox_id = match rp.ready_sandbox() {
-            Some(s) => s.id.clone(),
+        let (sandbox_id, pod_ip) = match rp.ready_sandbox() {
+            Some(s) => (s.id.clone(), s.ip.clone()),
             None => {
                 // A new sandbox (first start, or the old one died): whatever
                 // ran in an old sandbox is stopped and started again.
@@ -74,9 +76,19 @@ impl PodSync {
                     self.runtime.stop_container(&self.call(ctx), &c.id, Duration::from_secs(1))?;
                 }
                 // `rp` keeps the old containers: restart counts continue.
-                ctx.start(|| self.runtime.run_sandbox(&self.call(ctx), &sandbox))??
+                let id = ctx.start(|| self.runtime.run_sandbox(&self.call(ctx), &sandbox))??;
+                let ip = if model::host_network(pod) {
+                    None
+                } else {
+                    let fresh = self.runtime.pod_status(&self.call(ctx), &uid)?;
+                    fresh.sandboxes.iter().find(|s| s.id == id).and_then(|s| s.ip.clone())
+                };
+                (id, ip)
             }
         };
+        if !model::host_network(pod) {
+            self.write_etc_hosts(pod, pod_ip.as_deref())?;
+        }
         let policy = model::restart_policy(pod).to_string();
         let mut requeue: Option<Duration> = None;
         let mut requeue_in = |d: Duration| requeue = Some(requeue.map_or(d, |r: Duration| r.min(d)));
@@ -137,6 +149,9 @@ impl PodSync {
     /// was requested meanwhile (the terminating phase writes that status).
     fn write_status(&self, ctx: &SyncCtx, pod: &Pod, rp: &RuntimePod) {
         let waiting = self.reasons_for(model::uid(pod));
+        let mut rp = rp.clone();
+        self.fill_messages(pod, &mut rp);
+        let rp = &rp;
         self.statuses.replace_with(model::uid(pod), |old| {
             (!ctx.termination_requested()).then(|| {
                 generate(
@@ -222,6 +237,56 @@ impl PodSync {
         }
     }
 
+    fn etc_hosts_path(&self, pod: &Pod) -> PathBuf {
+        self.cfg.pod_dir(model::uid(pod)).join("etc-hosts")
+    }
+
+    /// The managed `/etc/hosts` of a pod: localhost, the pod's IP with its
+    /// hostname, and `hostAliases`. Rewritten only when it changes.
+    fn write_etc_hosts(&self, pod: &Pod, ip: Option<&str>) -> Result<(), SyncError> {
+        let spec = model::spec(pod);
+        let hostname = spec.and_then(|s| s.hostname.clone()).unwrap_or_else(|| model::name(pod).to_string());
+        let mut text = String::from(
+            "# Kubernetes-managed hosts file (podwarden).\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n",
+        );
+        if let Some(ip) = ip {
+            text.push_str(&format!("{ip}\t{hostname}\n"));
+        }
+        for a in spec.and_then(|s| s.host_aliases.as_ref()).into_iter().flatten() {
+            text.push_str(&format!(
+                "\n# Entries added by HostAliases.\n{}\t{}\n",
+                a.ip,
+                a.hostnames.clone().unwrap_or_default().join("\t")
+            ));
+        }
+        let path = self.etc_hosts_path(pod);
+        if std::fs::read_to_string(&path).is_ok_and(|old| old == text) {
+            return Ok(());
+        }
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, &text)
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .map_err(io_err(format!("writing {}", path.display())))
+    }
+
+    /// The host file behind a container's termination message path,
+    /// created empty; `None` when it cannot be made (the container then
+    /// runs without one).
+    pub(super) fn termination_log_path(&self, pod: &Pod, c: &Container, attempt: u32) -> Option<PathBuf> {
+        let dir = self.cfg.pod_dir(model::uid(pod)).join("containers").join(&c.name).join(attempt.to_string());
+        let file = dir.join("termination-log");
+        if file.exists() {
+            return Some(file);
+        }
+        match std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&file, b"")) {
+            Ok(()) => Some(file),
+            Err(e) => {
+                log::warn!("pod {}: cannot create {}: {e}", model::pod_ref(pod), file.display());
+                None
+            }
+        }
+    }
+
     fn make_dirs(&self, pod: &Pod) -> Result<(), SyncError> {
         let dir = self.cfg.pod_dir(model::uid(pod));
         std::fs::create_dir_all(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
@@ -258,6 +323,32 @@ impl PodSync {
                 .unwrap_or_else(|| model::name(pod).chars().take(63).collect()),
             log_directory: self.cfg.pod_log_dir(pod).display().to_string(),
             host_network: model::host_network(pod),
+            host_pid: model::spec(pod).and_then(|s| s.host_pid).unwrap_or(false),
+            host_ipc: model::spec(pod).and_then(|s| s.host_ipc).unwrap_or(false),
+            port_mappings: model::containers(pod)
+                .iter()
+                .flat_map(|c| c.ports.iter().flatten())
+                .filter(|p| p.host_port.is_some_and(|h| h > 0))
+                .map(|p| PortMapping {
+                    protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                    container_port: p.container_port,
+                    host_port: p.host_port.unwrap_or(0),
+                    host_ip: p.host_ip.clone().unwrap_or_default(),
+                })
+                .collect(),
+            dns: model::spec(pod).and_then(|s| s.dns_config.as_ref()).map(|d| DnsConfig {
+                servers: d.nameservers.clone().unwrap_or_default(),
+                searches: d.searches.clone().unwrap_or_default(),
+                options: d
+                    .options
+                    .iter()
+                    .flatten()
+                    .map(|o| match &o.value {
+                        Some(v) => format!("{}:{v}", o.name.clone().unwrap_or_default()),
+                        None => o.name.clone().unwrap_or_default(),
+                    })
+                    .collect(),
+            }),
             labels: Self::pod_labels(pod),
             annotations: pod.metadata.annotations.clone().unwrap_or_default(),
         }
@@ -273,7 +364,7 @@ impl PodSync {
             model::spec_grace_seconds(pod).unwrap_or(model::DEFAULT_GRACE_SECONDS).to_string(),
         );
         let volumes = model::spec(pod).and_then(|s| s.volumes.as_ref());
-        let mounts = c
+        let mounts: Vec<Mount> = c
             .volume_mounts
             .iter()
             .flatten()
@@ -291,6 +382,21 @@ impl PodSync {
                 })
             })
             .collect();
+        let mut mounts: Vec<Mount> = mounts;
+        if !model::host_network(pod) && !c.volume_mounts.iter().flatten().any(|m| m.mount_path == "/etc/hosts") {
+            mounts.push(Mount {
+                host_path: self.etc_hosts_path(pod).display().to_string(),
+                container_path: "/etc/hosts".into(),
+                readonly: false,
+            });
+        }
+        if let Some(log) = self.termination_log_path(pod, c, attempt) {
+            mounts.push(Mount {
+                host_path: log.display().to_string(),
+                container_path: c.termination_message_path.clone().unwrap_or_else(|| "/dev/termination-log".into()),
+                readonly: false,
+            });
+        }
         ContainerConfig {
             name: c.name.clone(),
             attempt,
@@ -301,9 +407,50 @@ impl PodSync {
             working_dir: c.working_dir.clone().unwrap_or_default(),
             log_path: format!("{}/{attempt}.log", c.name),
             mounts,
+            resources: resources(c),
+            security: security(pod, c),
             labels,
             annotations,
         }
+    }
+}
+
+/// Linux resources from requests and limits, as the kubelet maps them:
+/// shares from the CPU request (limit if no request), CFS quota from the CPU
+/// limit over a 100 ms period, memory limit in bytes.
+pub fn resources(c: &Container) -> Resources {
+    let get =
+        |m: Option<&std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+         k: &str| m.and_then(|m| m.get(k)).map(|q| q.0.clone());
+    let r = c.resources.as_ref();
+    let limits = r.and_then(|r| r.limits.as_ref());
+    let requests = r.and_then(|r| r.requests.as_ref());
+    let cpu_limit = get(limits, "cpu").and_then(|q| quantity::cpu_millis(&q).ok());
+    let cpu_request = get(requests, "cpu").and_then(|q| quantity::cpu_millis(&q).ok()).or(cpu_limit);
+    let mem_limit = get(limits, "memory").and_then(|q| quantity::bytes(&q).ok());
+    const PERIOD: i64 = 100_000;
+    Resources {
+        cpu_shares: cpu_request.map_or(2, |m| (m * 1024 / 1000).max(2)),
+        cpu_quota: cpu_limit.map_or(0, |m| (m * PERIOD / 1000).max(1000)),
+        cpu_period: if cpu_limit.is_some() { PERIOD } else { 0 },
+        memory_limit_bytes: mem_limit.unwrap_or(0),
+    }
+}
+
+/// Security settings from the pod's and the container's security contexts
+/// (the container's win).
+pub fn security(pod: &Pod, c: &Container) -> Security {
+    let psc = model::spec(pod).and_then(|s| s.security_context.as_ref());
+    let csc = c.security_context.as_ref();
+    let caps = csc.and_then(|s| s.capabilities.as_ref());
+    Security {
+        run_as_user: csc.and_then(|s| s.run_as_user).or(psc.and_then(|s| s.run_as_user)),
+        run_as_group: csc.and_then(|s| s.run_as_group).or(psc.and_then(|s| s.run_as_group)),
+        privileged: csc.and_then(|s| s.privileged).unwrap_or(false),
+        readonly_rootfs: csc.and_then(|s| s.read_only_root_filesystem).unwrap_or(false),
+        add_capabilities: caps.and_then(|c| c.add.clone()).unwrap_or_default(),
+        drop_capabilities: caps.and_then(|c| c.drop.clone()).unwrap_or_default(),
+        no_new_privs: csc.and_then(|s| s.allow_privilege_escalation) == Some(false),
     }
 }
 

@@ -95,7 +95,8 @@ impl PodSync {
         self.forget_pod(&uid);
         let rp = self.runtime.pod_status(&self.call_plain(ctx), &uid)?;
         self.stop_all(ctx, &rp, grace, Some(pod))?;
-        let rp = self.runtime.pod_status(&self.call_plain(ctx), &uid)?;
+        let mut rp = self.runtime.pod_status(&self.call_plain(ctx), &uid)?;
+        self.fill_messages(pod, &mut rp);
         let succeeded = !model::containers(pod).is_empty()
             && model::containers(pod)
                 .iter()

@@ -1,0 +1,266 @@
+//! Start benchmark on the private containerd (`scripts/bench.sh start`
+//! prepares it): per-pod start latency of a direct CRI client ("raw") and of
+//! podwarden (manifests dropped into staticPodPath) for N = 1 and N = 30
+//! host-network busybox pods, measured with containerd's own container start
+//! times; stop latency with grace 0; podwarden's RSS and threads with 0 and
+//! 30 pods. The last line is one JSON object.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use podwarden::runtime::cri::CriRuntime;
+use podwarden::runtime::{CallCtx, ContainerConfig, ContainerState, LABEL_POD_UID, Runtime, SandboxConfig};
+
+const IMAGE: &str = "localhost/busybox:e2e";
+
+fn now_ns() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as i64
+}
+
+fn call() -> CallCtx {
+    CallCtx::background(Duration::from_secs(60))
+}
+
+fn socket() -> String {
+    let s = std::env::var("PODWARDEN_E2E_SOCKET").unwrap_or_else(|_| "/run/podwarden-e2e/containerd.sock".into());
+    assert!(Path::new(&s).exists(), "{s} is missing: run `scripts/e2e-env.sh up` first (scripts/bench.sh start does)");
+    s
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i]
+}
+
+/// One raw pod: RunPodSandbox, CreateContainer, StartContainer. Returns the
+/// latency from the first request to containerd's container start time.
+fn raw_pod(cri: &CriRuntime, i: usize, tag: &str) -> (f64, String) {
+    let uid = format!("bench-raw-{tag}-{i}");
+    let mut labels = BTreeMap::new();
+    labels.insert(LABEL_POD_UID.to_string(), uid.clone());
+    let sb = SandboxConfig {
+        name: format!("raw-{tag}-{i}"),
+        namespace: "bench".into(),
+        uid: uid.clone(),
+        host_network: true,
+        log_directory: format!("/tmp/podwarden-bench-logs/{uid}"),
+        labels: labels.clone(),
+        ..Default::default()
+    };
+    let t0 = now_ns();
+    let id = cri.run_sandbox(&call(), &sb).expect("RunPodSandbox");
+    let cc = ContainerConfig {
+        name: "main".into(),
+        image: IMAGE.into(),
+        command: vec!["sh".into(), "-c".into(), "trap 'exit 0' TERM; while :; do sleep 1; done".into()],
+        log_path: "main/0.log".into(),
+        labels,
+        ..Default::default()
+    };
+    let cid = cri.create_container(&call(), &id, &cc, &sb).expect("CreateContainer");
+    cri.start_container(&call(), &cid).expect("StartContainer");
+    let rp = cri.pod_status(&call(), &uid).unwrap();
+    let started = rp.containers[0].started_at_ns;
+    ((started - t0) as f64 / 1e6, uid)
+}
+
+fn raw(cri: &Arc<CriRuntime>, n: usize, tag: &str) -> Vec<f64> {
+    let handles: Vec<_> = (0..n)
+        .map(|i| {
+            let cri = cri.clone();
+            let tag = tag.to_string();
+            podwarden::thread::spawn(format!("raw-{i}"), None, move || raw_pod(&cri, i, &tag)).unwrap()
+        })
+        .collect();
+    let results: Vec<(f64, String)> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    for (_, uid) in &results {
+        let rp = cri.pod_status(&call(), uid).unwrap();
+        for c in &rp.containers {
+            let _ = cri.stop_container(&call(), &c.id, Duration::ZERO);
+            let _ = cri.remove_container(&call(), &c.id);
+        }
+        for s in &rp.sandboxes {
+            let _ = cri.stop_sandbox(&call(), &s.id);
+            let _ = cri.remove_sandbox(&call(), &s.id);
+        }
+    }
+    results.into_iter().map(|r| r.0).collect()
+}
+
+struct Agent {
+    dir: PathBuf,
+    child: Child,
+}
+
+impl Agent {
+    fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!("podwarden-bench-start-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("manifests")).unwrap();
+        let config = dir.join("config.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "staticPodPath: {0}/manifests\ncontainerRuntimeEndpoint: unix://{1}\nrootDir: {0}/root\npodLogsDir: {0}/logs\nnodeName: bench\nreadOnlyPort: 0\nhousekeepingInterval: 2s\n",
+                dir.display(),
+                socket()
+            ),
+        )
+        .unwrap();
+        let bin = env!("CARGO_BIN_EXE_podwarden");
+        let child = Command::new(bin)
+            .args(["run", "--config", config.to_str().unwrap()])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        Agent { dir, child }
+    }
+
+    fn proc_field(&self, key: &str) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with(key))
+                    .and_then(|l| l.split_whitespace().nth(1))
+                    .and_then(|v| v.parse().ok())
+            })
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn manifest(name: &str, grace: i64) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: bench\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: {grace}\n  containers:\n  - name: main\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"trap 'exit 0' TERM; while :; do sleep 1; done\"]\n"
+    )
+}
+
+/// Drop `n` manifests at once; per-pod latency from the write to
+/// containerd's start time of its container.
+fn podwarden(cri: &CriRuntime, agent: &Agent, n: usize, tag: &str) -> (Vec<f64>, f64, Vec<String>) {
+    let t0 = now_ns();
+    let begin = Instant::now();
+    for i in 0..n {
+        let name = format!("pw-{tag}-{i}");
+        let tmp = agent.dir.join(format!("{name}.tmp"));
+        std::fs::write(&tmp, manifest(&name, 0)).unwrap();
+        std::fs::rename(&tmp, agent.dir.join("manifests").join(format!("{name}.yaml"))).unwrap();
+    }
+    let end = Instant::now() + Duration::from_secs(120);
+    loop {
+        let pods: Vec<_> =
+            cri.list_pods(&call()).unwrap().into_iter().filter(|p| p.name.starts_with(&format!("pw-{tag}-"))).collect();
+        let running = pods.iter().filter(|p| p.containers.iter().any(|c| c.state == ContainerState::Running)).count();
+        if running == n {
+            let all_running_s = begin.elapsed().as_secs_f64();
+            let mut lat = Vec::new();
+            let mut uids = Vec::new();
+            for p in pods {
+                let rp = cri.pod_status(&call(), &p.uid).unwrap();
+                lat.push((rp.containers[0].started_at_ns - t0) as f64 / 1e6);
+                uids.push(p.uid);
+            }
+            return (lat, all_running_s, uids);
+        }
+        assert!(Instant::now() < end, "only {running} of {n} podwarden pods running after 120 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn main() {
+    let cri = Arc::new(CriRuntime::connect(&format!("unix://{}", socket()), Duration::from_secs(10)).unwrap());
+    // warm up containerd (image unpack, CNI, shim start)
+    raw(&cri, 1, "warm");
+
+    let agent = Agent::start();
+    std::thread::sleep(Duration::from_secs(1));
+    let rss_0 = agent.proc_field("VmRSS:");
+    let mut out = BTreeMap::new();
+    let mut summary = Vec::new();
+    let mut last = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+    for n in [1usize, 30] {
+        let mut r = raw(&cri, n, &format!("n{n}"));
+        let (mut p, all_running_s, uids) = podwarden(&cri, &agent, n, &format!("n{n}"));
+        let (raw_med, pw_med) = (percentile(&mut r, 0.5), percentile(&mut p, 0.5));
+        let (raw_p99, pw_p99) = (percentile(&mut r, 0.99), percentile(&mut p, 0.99));
+        summary.push(format!(
+            "N={n}: raw median {raw_med:.1} ms p99 {raw_p99:.1} ms; podwarden median {pw_med:.1} ms p99 {pw_p99:.1} ms; all running after {all_running_s:.3} s"
+        ));
+        if n == 30 {
+            let rss_30 = agent.proc_field("VmRSS:");
+            let threads_30 = agent.proc_field("Threads:");
+            out.insert("rss_kib_30", rss_30 as f64);
+            out.insert("threads_30", threads_30 as f64);
+        }
+        // stop latency with grace 0: manifest removed -> container finished
+        let t0 = now_ns();
+        for e in std::fs::read_dir(agent.dir.join("manifests")).unwrap().flatten() {
+            std::fs::remove_file(e.path()).unwrap();
+        }
+        let end = Instant::now() + Duration::from_secs(60);
+        let mut stops = Vec::new();
+        for uid in &uids {
+            loop {
+                let rp = cri.pod_status(&call(), uid).unwrap();
+                match rp.containers.first() {
+                    Some(c) if c.state == ContainerState::Exited => {
+                        stops.push((c.finished_at_ns - t0) as f64 / 1e6);
+                        break;
+                    }
+                    None => {
+                        stops.push(f64::NAN);
+                        break;
+                    }
+                    _ => {}
+                }
+                assert!(Instant::now() < end, "pod {uid} did not stop");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let mut stops: Vec<f64> = stops.into_iter().filter(|s| s.is_finite()).collect();
+        let stop_med = if stops.is_empty() { f64::NAN } else { percentile(&mut stops, 0.5) };
+        // wait until podwarden removed them
+        let end = Instant::now() + Duration::from_secs(60);
+        while cri.list_pods(&call()).unwrap().iter().any(|p| p.name.starts_with("pw-")) {
+            assert!(Instant::now() < end, "pods not removed");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        last = (raw_med, pw_med, raw_p99, pw_p99, all_running_s, stop_med);
+        out.insert(if n == 1 { "n1_raw_median_ms" } else { "raw_median_ms" }, raw_med);
+        out.insert(if n == 1 { "n1_podwarden_median_ms" } else { "podwarden_median_ms" }, pw_med);
+        out.insert(if n == 1 { "n1_p99_ms" } else { "p99_ms" }, pw_p99);
+        out.insert(if n == 1 { "n1_raw_p99_ms" } else { "raw_p99_ms" }, raw_p99);
+        out.insert(if n == 1 { "n1_ratio_median" } else { "ratio_median" }, pw_med / raw_med);
+        out.insert(if n == 1 { "n1_stop_latency_ms" } else { "stop_latency_ms" }, stop_med);
+        if n == 30 {
+            out.insert("all_running_s", all_running_s);
+        }
+    }
+    out.insert("n", 30.0);
+    out.insert("rss_kib_0", rss_0 as f64);
+    out.insert("added_median_ms", last.1 - last.0);
+    for s in summary {
+        println!("{s}");
+    }
+    let json: Vec<String> = out
+        .iter()
+        .map(|(k, v)| if v.fract() == 0.0 { format!("\"{k}\":{v:.0}") } else { format!("\"{k}\":{v:.3}") })
+        .collect();
+    println!("{{{}}}", json.join(","));
+    let _ = last;
+}

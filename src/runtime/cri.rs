@@ -1,0 +1,527 @@
+//! The CRI `runtime.v1` client over gRPC (grpcio) on a unix socket.
+//!
+//! Invariant: the generated protobuf types (module `pb`) never leave this
+//! file; everything is converted to podwarden's runtime types here.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::select;
+use grpcio::{CallOption, ChannelBuilder, Environment, RpcStatusCode};
+
+use super::{
+    CallCtx, ContainerConfig, ContainerInfo, ContainerState, LABEL_POD_UID, Result, Runtime, RuntimeError, RuntimePod,
+    SandboxConfig, SandboxInfo,
+};
+
+#[allow(clippy::all, clippy::pedantic, dead_code, unused_imports, unused_mut, unused_qualifications, missing_docs)]
+#[allow(non_camel_case_types, non_snake_case, non_upper_case_globals, unreachable_pub, deprecated)]
+mod pb {
+    pub mod api {
+        include!(concat!(env!("OUT_DIR"), "/api.rs"));
+    }
+    pub mod api_grpc {
+        include!(concat!(env!("OUT_DIR"), "/api_grpc.rs"));
+    }
+}
+
+use pb::api;
+use pb::api_grpc::{ImageServiceClient, RuntimeServiceClient};
+
+/// The CRI API version podwarden speaks.
+pub const CRI_API_VERSION: &str = "v1";
+
+/// A connected CRI runtime.
+pub struct CriRuntime {
+    endpoint: String,
+    runtime: RuntimeServiceClient,
+    images: ImageServiceClient,
+    /// Name and version from the `Version` call at start.
+    pub version: String,
+}
+
+fn socket_path(endpoint: &str) -> &str {
+    endpoint.strip_prefix("unix://").unwrap_or(endpoint)
+}
+
+fn convert_err(op: &'static str, e: grpcio::Error) -> RuntimeError {
+    match e {
+        grpcio::Error::RpcFailure(s) => match s.code() {
+            RpcStatusCode::NOT_FOUND => RuntimeError::NotFound { what: format!("{op}: {}", s.message()) },
+            RpcStatusCode::DEADLINE_EXCEEDED => RuntimeError::DeadlineExceeded { op },
+            RpcStatusCode::UNAVAILABLE => RuntimeError::Unavailable(format!("{op}: {}", s.message())),
+            RpcStatusCode::CANCELLED => RuntimeError::Cancelled { op },
+            _ => RuntimeError::Failed { op, message: s.message().to_string() },
+        },
+        other => RuntimeError::Failed { op, message: other.to_string() },
+    }
+}
+
+fn opt(ctx: &CallCtx, op: &'static str) -> Result<CallOption> {
+    if ctx.cancel.is_cancelled() {
+        return Err(RuntimeError::Cancelled { op });
+    }
+    let left = ctx.remaining();
+    if left.is_zero() {
+        return Err(RuntimeError::DeadlineExceeded { op });
+    }
+    Ok(CallOption::default().timeout(left))
+}
+
+fn to_map(m: &HashMap<String, String>) -> super::Labels {
+    Arc::new(m.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<BTreeMap<_, _>>())
+}
+
+fn from_map(m: &BTreeMap<String, String>) -> HashMap<String, String> {
+    m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+fn state_of(s: protobuf::EnumOrUnknown<api::ContainerState>) -> ContainerState {
+    match s.enum_value() {
+        Ok(api::ContainerState::CONTAINER_CREATED) => ContainerState::Created,
+        Ok(api::ContainerState::CONTAINER_RUNNING) => ContainerState::Running,
+        Ok(api::ContainerState::CONTAINER_EXITED) => ContainerState::Exited,
+        _ => ContainerState::Unknown,
+    }
+}
+
+fn uid_filter(uid: Option<&str>) -> HashMap<String, String> {
+    let mut m = HashMap::new();
+    if let Some(u) = uid {
+        m.insert(LABEL_POD_UID.to_string(), u.to_string());
+    }
+    m
+}
+
+impl CriRuntime {
+    /// Connect to `endpoint` (`unix:///path`) and check that it speaks CRI v1.
+    pub fn connect(endpoint: &str, timeout: Duration) -> Result<Self> {
+        let path = socket_path(endpoint);
+        match std::fs::metadata(path) {
+            Err(e) => {
+                return Err(RuntimeError::Unavailable(format!(
+                    "containerRuntimeEndpoint {endpoint}: cannot use socket {path}: {e}; is containerd running?"
+                )));
+            }
+            Ok(m) => {
+                use std::os::unix::fs::FileTypeExt;
+                if !m.file_type().is_socket() {
+                    return Err(RuntimeError::Unavailable(format!(
+                        "containerRuntimeEndpoint {endpoint}: {path} is not a unix socket"
+                    )));
+                }
+            }
+        }
+        let env = Arc::new(Environment::new(1));
+        let channel = ChannelBuilder::new(env)
+            .initial_reconnect_backoff(Duration::from_millis(100))
+            .max_reconnect_backoff(Duration::from_secs(1))
+            .max_receive_message_len(16 << 20)
+            .connect(&format!("unix:{path}"));
+        let rt = CriRuntime {
+            endpoint: endpoint.to_string(),
+            runtime: RuntimeServiceClient::new(channel.clone()),
+            images: ImageServiceClient::new(channel),
+            version: String::new(),
+        };
+        let mut req = api::VersionRequest::new();
+        req.version = CRI_API_VERSION.into();
+        let v = rt
+            .runtime
+            .version_opt(&req, CallOption::default().timeout(timeout).wait_for_ready(true))
+            .map_err(|e| {
+                RuntimeError::Unavailable(format!(
+                    "containerRuntimeEndpoint {endpoint}: the runtime does not answer the CRI {CRI_API_VERSION} API: {}",
+                    convert_err("Version", e)
+                ))
+            })?;
+        if v.runtime_api_version != CRI_API_VERSION {
+            return Err(RuntimeError::Unavailable(format!(
+                "containerRuntimeEndpoint {endpoint}: the runtime speaks CRI {}, podwarden needs {CRI_API_VERSION}",
+                v.runtime_api_version
+            )));
+        }
+        Ok(CriRuntime { version: format!("{} {}", v.runtime_name, v.runtime_version), ..rt })
+    }
+
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    fn list_sandboxes(&self, ctx: &CallCtx, uid: Option<&str>) -> Result<Vec<api::PodSandbox>> {
+        let mut req = api::ListPodSandboxRequest::new();
+        let mut f = api::PodSandboxFilter::new();
+        f.label_selector = uid_filter(uid);
+        req.filter = protobuf::MessageField::some(f);
+        let r = self
+            .runtime
+            .list_pod_sandbox_opt(&req, opt(ctx, "ListPodSandbox")?)
+            .map_err(|e| convert_err("ListPodSandbox", e))?;
+        Ok(r.items.into_iter().filter(|s| s.labels.contains_key(LABEL_POD_UID)).collect())
+    }
+
+    fn list_containers(&self, ctx: &CallCtx, uid: Option<&str>) -> Result<Vec<api::Container>> {
+        let mut req = api::ListContainersRequest::new();
+        let mut f = api::ContainerFilter::new();
+        f.label_selector = uid_filter(uid);
+        req.filter = protobuf::MessageField::some(f);
+        let r = self
+            .runtime
+            .list_containers_opt(&req, opt(ctx, "ListContainers")?)
+            .map_err(|e| convert_err("ListContainers", e))?;
+        Ok(r.containers.into_iter().filter(|c| c.labels.contains_key(LABEL_POD_UID)).collect())
+    }
+
+    fn sandbox_info(s: &api::PodSandbox) -> SandboxInfo {
+        let md = s.metadata.get_or_default();
+        SandboxInfo {
+            id: s.id.clone(),
+            uid: s.labels.get(LABEL_POD_UID).cloned().unwrap_or_default(),
+            name: md.name.clone(),
+            namespace: md.namespace.clone(),
+            attempt: md.attempt,
+            ready: s.state.enum_value() == Ok(api::PodSandboxState::SANDBOX_READY),
+            created_at_ns: s.created_at,
+            ip: None,
+            labels: to_map(&s.labels),
+            annotations: to_map(&s.annotations),
+        }
+    }
+
+    fn container_info(c: &api::Container) -> ContainerInfo {
+        let md = c.metadata.get_or_default();
+        ContainerInfo {
+            id: c.id.clone(),
+            sandbox_id: c.pod_sandbox_id.clone(),
+            name: md.name.clone(),
+            attempt: md.attempt,
+            image: c.image.get_or_default().image.clone(),
+            image_ref: c.image_ref.clone(),
+            state: state_of(c.state),
+            created_at_ns: c.created_at,
+            started_at_ns: 0,
+            finished_at_ns: 0,
+            exit_code: 0,
+            reason: String::new(),
+            message: String::new(),
+            labels: to_map(&c.labels),
+            annotations: to_map(&c.annotations),
+        }
+    }
+
+    fn group(sandboxes: Vec<SandboxInfo>, containers: Vec<ContainerInfo>) -> Vec<RuntimePod> {
+        let mut by_uid: BTreeMap<String, RuntimePod> = BTreeMap::new();
+        for s in sandboxes {
+            let p =
+                by_uid.entry(s.uid.clone()).or_insert_with(|| RuntimePod { uid: s.uid.clone(), ..Default::default() });
+            p.name = s.name.clone();
+            p.namespace = s.namespace.clone();
+            p.sandboxes.push(s);
+        }
+        for c in containers {
+            let uid = c.labels.get(LABEL_POD_UID).cloned().unwrap_or_default();
+            let p = by_uid.entry(uid.clone()).or_insert_with(|| RuntimePod { uid, ..Default::default() });
+            if p.name.is_empty() {
+                p.name = c.labels.get(super::LABEL_POD_NAME).cloned().unwrap_or_default();
+                p.namespace = c.labels.get(super::LABEL_POD_NAMESPACE).cloned().unwrap_or_default();
+            }
+            p.containers.push(c);
+        }
+        by_uid.into_values().collect()
+    }
+
+    fn sandbox_config(c: &SandboxConfig) -> api::PodSandboxConfig {
+        let mut md = api::PodSandboxMetadata::new();
+        md.name = c.name.clone();
+        md.namespace = c.namespace.clone();
+        md.uid = c.uid.clone();
+        md.attempt = c.attempt;
+        let mut ns = api::NamespaceOption::new();
+        let mode = |host: bool, other: api::NamespaceMode| {
+            protobuf::EnumOrUnknown::new(if host { api::NamespaceMode::NODE } else { other })
+        };
+        ns.network = mode(c.host_network, api::NamespaceMode::POD);
+        ns.pid = mode(c.host_pid, api::NamespaceMode::CONTAINER);
+        ns.ipc = mode(c.host_ipc, api::NamespaceMode::POD);
+        let mut sc = api::LinuxSandboxSecurityContext::new();
+        sc.namespace_options = protobuf::MessageField::some(ns);
+        let mut linux = api::LinuxPodSandboxConfig::new();
+        linux.security_context = protobuf::MessageField::some(sc);
+        let mut cfg = api::PodSandboxConfig::new();
+        cfg.metadata = protobuf::MessageField::some(md);
+        cfg.hostname = if c.host_network { String::new() } else { c.hostname.clone() };
+        cfg.log_directory = c.log_directory.clone();
+        cfg.labels = from_map(&c.labels);
+        cfg.annotations = from_map(&c.annotations);
+        cfg.linux = protobuf::MessageField::some(linux);
+        cfg.port_mappings = c
+            .port_mappings
+            .iter()
+            .map(|p| {
+                let mut m = api::PortMapping::new();
+                m.protocol = protobuf::EnumOrUnknown::new(match p.protocol.as_str() {
+                    "UDP" => api::Protocol::UDP,
+                    "SCTP" => api::Protocol::SCTP,
+                    _ => api::Protocol::TCP,
+                });
+                m.container_port = p.container_port;
+                m.host_port = p.host_port;
+                m.host_ip = p.host_ip.clone();
+                m
+            })
+            .collect();
+        if let Some(d) = &c.dns {
+            let mut dns = api::DNSConfig::new();
+            dns.servers = d.servers.clone();
+            dns.searches = d.searches.clone();
+            dns.options = d.options.clone();
+            cfg.dns_config = protobuf::MessageField::some(dns);
+        }
+        cfg
+    }
+
+    fn container_config(c: &ContainerConfig, sandbox: &SandboxConfig) -> api::ContainerConfig {
+        let mut md = api::ContainerMetadata::new();
+        md.name = c.name.clone();
+        md.attempt = c.attempt;
+        let mut image = api::ImageSpec::new();
+        image.image = c.image.clone();
+        let mut cfg = api::ContainerConfig::new();
+        cfg.metadata = protobuf::MessageField::some(md);
+        cfg.image = protobuf::MessageField::some(image);
+        cfg.command = c.command.clone();
+        cfg.args = c.args.clone();
+        cfg.working_dir = c.working_dir.clone();
+        cfg.envs = c
+            .env
+            .iter()
+            .map(|(k, v)| {
+                let mut kv = api::KeyValue::new();
+                kv.key = k.clone();
+                kv.value = v.clone();
+                kv
+            })
+            .collect();
+        cfg.mounts = c
+            .mounts
+            .iter()
+            .map(|m| {
+                let mut x = api::Mount::new();
+                x.container_path = m.container_path.clone();
+                x.host_path = m.host_path.clone();
+                x.readonly = m.readonly;
+                x
+            })
+            .collect();
+        cfg.labels = from_map(&c.labels);
+        cfg.annotations = from_map(&c.annotations);
+        cfg.log_path = c.log_path.clone();
+        let mut res = api::LinuxContainerResources::new();
+        res.cpu_shares = c.resources.cpu_shares;
+        res.cpu_quota = c.resources.cpu_quota;
+        res.cpu_period = c.resources.cpu_period;
+        res.memory_limit_in_bytes = c.resources.memory_limit_bytes;
+        let mut sec = api::LinuxContainerSecurityContext::new();
+        let mut ns = api::NamespaceOption::new();
+        let mode = |host: bool, other: api::NamespaceMode| {
+            protobuf::EnumOrUnknown::new(if host { api::NamespaceMode::NODE } else { other })
+        };
+        ns.network = mode(sandbox.host_network, api::NamespaceMode::POD);
+        ns.pid = mode(sandbox.host_pid, api::NamespaceMode::CONTAINER);
+        ns.ipc = mode(sandbox.host_ipc, api::NamespaceMode::POD);
+        sec.namespace_options = protobuf::MessageField::some(ns);
+        sec.privileged = c.security.privileged;
+        sec.readonly_rootfs = c.security.readonly_rootfs;
+        sec.no_new_privs = c.security.no_new_privs;
+        if let Some(u) = c.security.run_as_user {
+            let mut v = api::Int64Value::new();
+            v.value = u;
+            sec.run_as_user = protobuf::MessageField::some(v);
+        }
+        if let Some(g) = c.security.run_as_group {
+            let mut v = api::Int64Value::new();
+            v.value = g;
+            sec.run_as_group = protobuf::MessageField::some(v);
+        }
+        if !c.security.add_capabilities.is_empty() || !c.security.drop_capabilities.is_empty() {
+            let mut caps = api::Capability::new();
+            caps.add_capabilities = c.security.add_capabilities.clone();
+            caps.drop_capabilities = c.security.drop_capabilities.clone();
+            sec.capabilities = protobuf::MessageField::some(caps);
+        }
+        let mut linux = api::LinuxContainerConfig::new();
+        linux.resources = protobuf::MessageField::some(res);
+        linux.security_context = protobuf::MessageField::some(sec);
+        cfg.linux = protobuf::MessageField::some(linux);
+        cfg
+    }
+}
+
+impl Runtime for CriRuntime {
+    fn list_pods(&self, ctx: &CallCtx) -> Result<Vec<RuntimePod>> {
+        let sandboxes = self.list_sandboxes(ctx, None)?.iter().map(Self::sandbox_info).collect();
+        let containers = self.list_containers(ctx, None)?.iter().map(Self::container_info).collect();
+        Ok(Self::group(sandboxes, containers))
+    }
+
+    fn pod_status(&self, ctx: &CallCtx, uid: &str) -> Result<RuntimePod> {
+        let mut sandboxes: Vec<SandboxInfo> =
+            self.list_sandboxes(ctx, Some(uid))?.iter().map(Self::sandbox_info).collect();
+        for s in sandboxes.iter_mut().filter(|s| s.ready) {
+            let mut req = api::PodSandboxStatusRequest::new();
+            req.pod_sandbox_id = s.id.clone();
+            match self.runtime.pod_sandbox_status_opt(&req, opt(ctx, "PodSandboxStatus")?) {
+                Ok(r) => {
+                    let ip = &r.status.get_or_default().network.get_or_default().ip;
+                    s.ip = (!ip.is_empty()).then(|| ip.clone());
+                }
+                Err(e) => match convert_err("PodSandboxStatus", e) {
+                    RuntimeError::NotFound { .. } => {}
+                    e => return Err(e),
+                },
+            }
+        }
+        let mut containers: Vec<ContainerInfo> =
+            self.list_containers(ctx, Some(uid))?.iter().map(Self::container_info).collect();
+        for c in &mut containers {
+            let mut req = api::ContainerStatusRequest::new();
+            req.container_id = c.id.clone();
+            match self.runtime.container_status_opt(&req, opt(ctx, "ContainerStatus")?) {
+                Ok(r) => {
+                    let st = r.status.get_or_default();
+                    c.state = state_of(st.state);
+                    c.started_at_ns = st.started_at;
+                    c.finished_at_ns = st.finished_at;
+                    c.exit_code = st.exit_code;
+                    c.reason = st.reason.clone();
+                    c.message = st.message.clone();
+                    if !st.image_ref.is_empty() {
+                        c.image_ref = st.image_ref.clone();
+                    }
+                }
+                Err(e) => match convert_err("ContainerStatus", e) {
+                    RuntimeError::NotFound { .. } => {}
+                    e => return Err(e),
+                },
+            }
+        }
+        Ok(Self::group(sandboxes, containers)
+            .pop()
+            .unwrap_or_else(|| RuntimePod { uid: uid.to_string(), ..Default::default() }))
+    }
+
+    fn image_status(&self, ctx: &CallCtx, image: &str) -> Result<Option<String>> {
+        let mut spec = api::ImageSpec::new();
+        spec.image = image.to_string();
+        let mut req = api::ImageStatusRequest::new();
+        req.image = protobuf::MessageField::some(spec);
+        let r =
+            self.images.image_status_opt(&req, opt(ctx, "ImageStatus")?).map_err(|e| convert_err("ImageStatus", e))?;
+        Ok(r.image.as_ref().map(|i| i.id.clone()))
+    }
+
+    fn pull_image(&self, ctx: &CallCtx, image: &str) -> Result<String> {
+        let mut spec = api::ImageSpec::new();
+        spec.image = image.to_string();
+        let mut req = api::PullImageRequest::new();
+        req.image = protobuf::MessageField::some(spec);
+        match self.images.pull_image_opt(&req, opt(ctx, "PullImage")?) {
+            Ok(r) => Ok(r.image_ref),
+            Err(e) => Err(match convert_err("PullImage", e) {
+                RuntimeError::Failed { message, .. } | RuntimeError::NotFound { what: message } => {
+                    RuntimeError::ImagePull { image: image.into(), message }
+                }
+                other => other,
+            }),
+        }
+    }
+
+    fn run_sandbox(&self, ctx: &CallCtx, config: &SandboxConfig) -> Result<String> {
+        let mut req = api::RunPodSandboxRequest::new();
+        req.config = protobuf::MessageField::some(Self::sandbox_config(config));
+        let r = self
+            .runtime
+            .run_pod_sandbox_opt(&req, opt(ctx, "RunPodSandbox")?)
+            .map_err(|e| convert_err("RunPodSandbox", e))?;
+        Ok(r.pod_sandbox_id)
+    }
+
+    fn stop_sandbox(&self, ctx: &CallCtx, id: &str) -> Result<()> {
+        let mut req = api::StopPodSandboxRequest::new();
+        req.pod_sandbox_id = id.to_string();
+        self.runtime
+            .stop_pod_sandbox_opt(&req, opt(ctx, "StopPodSandbox")?)
+            .map_err(|e| convert_err("StopPodSandbox", e))?;
+        Ok(())
+    }
+
+    fn remove_sandbox(&self, ctx: &CallCtx, id: &str) -> Result<()> {
+        let mut req = api::RemovePodSandboxRequest::new();
+        req.pod_sandbox_id = id.to_string();
+        self.runtime
+            .remove_pod_sandbox_opt(&req, opt(ctx, "RemovePodSandbox")?)
+            .map_err(|e| convert_err("RemovePodSandbox", e))?;
+        Ok(())
+    }
+
+    fn create_container(
+        &self,
+        ctx: &CallCtx,
+        sandbox_id: &str,
+        config: &ContainerConfig,
+        sandbox: &SandboxConfig,
+    ) -> Result<String> {
+        let mut req = api::CreateContainerRequest::new();
+        req.pod_sandbox_id = sandbox_id.to_string();
+        req.config = protobuf::MessageField::some(Self::container_config(config, sandbox));
+        req.sandbox_config = protobuf::MessageField::some(Self::sandbox_config(sandbox));
+        let r = self
+            .runtime
+            .create_container_opt(&req, opt(ctx, "CreateContainer")?)
+            .map_err(|e| convert_err("CreateContainer", e))?;
+        Ok(r.container_id)
+    }
+
+    fn start_container(&self, ctx: &CallCtx, id: &str) -> Result<()> {
+        let mut req = api::StartContainerRequest::new();
+        req.container_id = id.to_string();
+        self.runtime
+            .start_container_opt(&req, opt(ctx, "StartContainer")?)
+            .map_err(|e| convert_err("StartContainer", e))?;
+        Ok(())
+    }
+
+    fn stop_container(&self, ctx: &CallCtx, id: &str, timeout: Duration) -> Result<()> {
+        // The call blocks for up to the grace period; it runs on a helper
+        // thread so that a shorter grace period (cancellation) is not held
+        // up. A later StopContainer with the shorter timeout ends it early.
+        let mut req = api::StopContainerRequest::new();
+        req.container_id = id.to_string();
+        req.timeout = timeout.as_secs() as i64;
+        let call = opt(ctx, "StopContainer")?;
+        let client = self.runtime.clone();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        crate::thread::spawn("cri-stop", Some(crate::thread::HELPER_STACK), move || {
+            let _ = tx.send(client.stop_container_opt(&req, call));
+        })
+        .map_err(|e| RuntimeError::Failed { op: "StopContainer", message: format!("cannot start a thread: {e}") })?;
+        select! {
+            recv(rx) -> r => match r {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(convert_err("StopContainer", e)),
+                Err(_) => Err(RuntimeError::Failed { op: "StopContainer", message: "the call's thread ended without an answer".into() }),
+            },
+            recv(ctx.cancel.receiver()) -> _ => Err(RuntimeError::Cancelled { op: "StopContainer" }),
+        }
+    }
+
+    fn remove_container(&self, ctx: &CallCtx, id: &str) -> Result<()> {
+        let mut req = api::RemoveContainerRequest::new();
+        req.container_id = id.to_string();
+        self.runtime
+            .remove_container_opt(&req, opt(ctx, "RemoveContainer")?)
+            .map_err(|e| convert_err("RemoveContainer", e))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,398 @@
+//! End-to-end tests: the real `podwarden` binary against the private
+//! containerd that `scripts/e2e-env.sh up` starts (runc, CNI, images built
+//! from busybox-static). Observed through the CRI (podwarden's own client,
+//! used here as a test-side helper) and the status the daemon serves on its
+//! read-only `/pods` endpoint.
+//!
+//! The tests share one containerd, so they run one at a time (each agent
+//! would treat another agent's pods as orphans).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{TempDir, wait_for};
+use parking_lot::Mutex;
+use podwarden::runtime::cri::CriRuntime;
+use podwarden::runtime::{CallCtx, ContainerState, Runtime, RuntimePod, SandboxConfig};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_podwarden");
+const IMAGE: &str = "localhost/busybox:e2e";
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn socket() -> String {
+    let s = std::env::var("PODWARDEN_E2E_SOCKET").unwrap_or_else(|_| "/run/podwarden-e2e/containerd.sock".into());
+    assert!(
+        Path::new(&s).exists(),
+        "the end-to-end environment is not running ({s} is missing): prepare it with `sudo scripts/e2e-env.sh up` \
+         (scripts/test.sh does this before the tests)"
+    );
+    s
+}
+
+fn cri() -> CriRuntime {
+    CriRuntime::connect(&format!("unix://{}", socket()), Duration::from_secs(5)).expect("connect to the e2e containerd")
+}
+
+fn call() -> CallCtx {
+    CallCtx::background(Duration::from_secs(30))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+struct Agent {
+    dir: TempDir,
+    port: u16,
+    child: Option<Child>,
+    cri: CriRuntime,
+}
+
+impl Agent {
+    fn start(tag: &str) -> Self {
+        let dir = TempDir::new(&format!("e2e-{tag}"));
+        std::fs::create_dir_all(dir.0.join("manifests")).unwrap();
+        let mut a = Agent { port: free_port(), dir, child: None, cri: cri() };
+        a.spawn();
+        a
+    }
+
+    fn manifests(&self) -> PathBuf {
+        self.dir.0.join("manifests")
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.0.join("root")
+    }
+
+    fn spawn(&mut self) {
+        let config = self.dir.0.join("config.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "staticPodPath: {}\ncontainerRuntimeEndpoint: unix://{}\nrootDir: {}\npodLogsDir: {}\nnodeName: e2e\nfileCheckFrequency: 2s\nhousekeepingInterval: 500ms\nsyncFrequency: 5s\naddress: 127.0.0.1\nreadOnlyPort: {}\n",
+                self.manifests().display(),
+                socket(),
+                self.root().display(),
+                self.dir.0.join("logs").display(),
+                self.port
+            ),
+        )
+        .unwrap();
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.0.join("podwarden.log")).unwrap();
+        let child = Command::new(BIN)
+            .args(["run", "--config", config.to_str().unwrap()])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        wait_for("the agent's HTTP endpoint", Duration::from_secs(20), || self.get("/healthz").is_some());
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.0.join("podwarden.log")).unwrap_or_default()
+    }
+
+    fn get(&self, path: &str) -> Option<String> {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        let (head, body) = out.split_once("\r\n\r\n")?;
+        head.starts_with("HTTP/1.1 200").then(|| body.to_string())
+    }
+
+    fn pods(&self) -> Vec<Value> {
+        let body = self.get("/pods").unwrap_or_default();
+        let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        v["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    fn pod(&self, name: &str) -> Option<Value> {
+        self.pods().into_iter().find(|p| p["metadata"]["name"] == name)
+    }
+
+    fn uid(&self, name: &str) -> String {
+        let mut uid = String::new();
+        wait_for(&format!("pod {name} in /pods"), Duration::from_secs(20), || {
+            uid = self.pod(name).and_then(|p| p["metadata"]["uid"].as_str().map(str::to_string)).unwrap_or_default();
+            !uid.is_empty()
+        });
+        uid
+    }
+
+    fn runtime_pod(&self, uid: &str) -> RuntimePod {
+        self.cri.pod_status(&call(), uid).expect("pod status from containerd")
+    }
+
+    fn running(&self, uid: &str) -> usize {
+        self.runtime_pod(uid).containers.iter().filter(|c| c.state == ContainerState::Running).count()
+    }
+
+    fn write(&self, file: &str, yaml: &str) {
+        let tmp = self.manifests().join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, yaml).unwrap();
+        std::fs::rename(&tmp, self.manifests().join(file)).unwrap();
+    }
+
+    fn remove(&self, file: &str) {
+        std::fs::remove_file(self.manifests().join(file)).unwrap();
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    /// Remove every manifest and wait until containerd holds none of our pods.
+    fn clean_up(&mut self, uids: &[&str]) {
+        for e in std::fs::read_dir(self.manifests()).unwrap().flatten() {
+            let _ = std::fs::remove_file(e.path());
+        }
+        if self.child.is_some() {
+            wait_for("all pods removed from containerd", Duration::from_secs(60), || {
+                uids.iter().all(|u| {
+                    let rp = self.runtime_pod(u);
+                    rp.sandboxes.is_empty() && rp.containers.is_empty()
+                })
+            });
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let end = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < end && c.try_wait().ok().flatten().is_none() {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("---- podwarden log ----\n{}", self.log());
+        }
+    }
+}
+
+fn pod_yaml(name: &str, extra_spec: &str, command: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: e2e\nspec:\n{extra_spec}  containers:\n  - name: main\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", {command:?}]\n"
+    )
+}
+
+/// Traps SIGTERM and exits at once.
+const TRAPPING: &str = "trap 'exit 0' TERM; while :; do sleep 1; done";
+/// Ignores SIGTERM: only SIGKILL at the end of the grace period stops it.
+const STUBBORN: &str = "trap '' TERM; while :; do sleep 1; done";
+
+#[test]
+fn pods_start_with_cni_and_host_network_and_stop_cleanly_on_removal() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("start");
+    a.write("cni.yaml", &pod_yaml("cni", "  terminationGracePeriodSeconds: 30\n", TRAPPING));
+    a.write("host.yaml", &pod_yaml("host", "  hostNetwork: true\n", TRAPPING));
+    let cni = a.uid("cni");
+    let host = a.uid("host");
+    wait_for("both running", Duration::from_secs(30), || a.running(&cni) == 1 && a.running(&host) == 1);
+    // the pod IP shows in status and in the managed /etc/hosts
+    let mut ip = String::new();
+    wait_for("pod IP in status", Duration::from_secs(10), || {
+        ip = a.pod("cni").and_then(|p| p["status"]["podIP"].as_str().map(str::to_string)).unwrap_or_default();
+        !ip.is_empty()
+    });
+    assert!(ip.starts_with("10.89."), "pod IP {ip} from the e2e CNI range");
+    let st = a.pod("cni").unwrap()["status"].clone();
+    assert_eq!(st["phase"], "Running");
+    assert_eq!(st["containerStatuses"][0]["ready"], true);
+    assert!(st["containerStatuses"][0]["containerID"].as_str().unwrap().starts_with("containerd://"));
+    let hosts = std::fs::read_to_string(a.root().join("pods").join(&cni).join("etc-hosts")).unwrap();
+    assert!(hosts.contains(&format!("{ip}\tcni")), "{hosts}");
+    assert!(!a.root().join("pods").join(&host).join("etc-hosts").exists(), "host-network pods use the host's file");
+    // removal: a trapping container stops at once despite a 30 s grace period
+    let t = Instant::now();
+    a.remove("cni.yaml");
+    wait_for("cni pod gone from containerd", Duration::from_secs(20), || {
+        let rp = a.runtime_pod(&cni);
+        rp.sandboxes.is_empty() && rp.containers.is_empty()
+    });
+    assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
+    wait_for("pod dir removed", Duration::from_secs(10), || !a.root().join("pods").join(&cni).exists());
+    a.clean_up(&[&cni, &host]);
+}
+
+#[test]
+fn container_ignoring_sigterm_is_killed_at_the_end_of_its_grace_period() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("stubborn");
+    a.write("s.yaml", &pod_yaml("stubborn", "  terminationGracePeriodSeconds: 3\n", STUBBORN));
+    let uid = a.uid("stubborn");
+    wait_for("running", Duration::from_secs(30), || a.running(&uid) == 1);
+    let t = Instant::now();
+    a.remove("s.yaml");
+    wait_for("stopped", Duration::from_secs(30), || a.running(&uid) == 0);
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(2500), "stopped after {took:?}, before its 3 s grace period");
+    assert!(took < Duration::from_secs(10), "stopped after {took:?}");
+    a.clean_up(&[&uid]);
+}
+
+#[test]
+fn orphan_sandbox_with_podwarden_labels_is_stopped_and_removed() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("orphan");
+    let uid = "e2e-orphan-0001";
+    let mut labels = std::collections::BTreeMap::new();
+    labels.insert(podwarden::runtime::LABEL_POD_UID.to_string(), uid.to_string());
+    let cfg = SandboxConfig {
+        name: "ghost".into(),
+        namespace: "e2e".into(),
+        uid: uid.into(),
+        hostname: "ghost".into(),
+        log_directory: a.dir.0.join("ghost-logs").display().to_string(),
+        labels,
+        ..Default::default()
+    };
+    let id = a.cri.run_sandbox(&call(), &cfg).expect("make an orphan sandbox");
+    assert!(!id.is_empty());
+    wait_for("orphan removed", Duration::from_secs(30), || a.runtime_pod(uid).sandboxes.is_empty());
+    assert!(a.log().contains("orphaned runtime pod"), "{}", a.log());
+    a.clean_up(&[]);
+}
+
+#[test]
+fn image_missing_with_pull_policy_never_shows_a_waiting_reason_and_other_pods_run() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("noimage");
+    a.write("ghost.yaml", &pod_yaml("ghost", "", TRAPPING).replace(IMAGE, "localhost/does-not-exist:1"));
+    a.write("fine.yaml", &pod_yaml("fine", "", TRAPPING));
+    let fine = a.uid("fine");
+    let ghost = a.uid("ghost");
+    wait_for("fine running", Duration::from_secs(30), || a.running(&fine) == 1);
+    wait_for("ErrImageNeverPull", Duration::from_secs(20), || {
+        a.pod("ghost")
+            .is_some_and(|p| p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ErrImageNeverPull")
+    });
+    assert_eq!(a.pod("ghost").unwrap()["status"]["phase"], "Pending");
+    a.clean_up(&[&fine, &ghost]);
+}
+
+#[test]
+fn restart_policies_back_off_and_termination_message() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("policies");
+    a.write(
+        "never.yaml",
+        &pod_yaml("never", "  restartPolicy: Never\n", "echo 'bad config' > /dev/termination-log; exit 1"),
+    );
+    a.write("ok.yaml", &pod_yaml("onfail-ok", "  restartPolicy: OnFailure\n", "exit 0"));
+    a.write("crash.yaml", &pod_yaml("crash", "  restartPolicy: Always\n", "exit 1"));
+    let never = a.uid("never");
+    let ok = a.uid("onfail-ok");
+    let crash = a.uid("crash");
+    wait_for("Never pod Failed", Duration::from_secs(30), || {
+        a.pod("never").is_some_and(|p| p["status"]["phase"] == "Failed")
+    });
+    let st = a.pod("never").unwrap()["status"].clone();
+    let term = &st["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(term["exitCode"], 1);
+    assert_eq!(term["message"], "bad config");
+    wait_for("OnFailure exit 0 Succeeded", Duration::from_secs(30), || {
+        a.pod("onfail-ok").is_some_and(|p| p["status"]["phase"] == "Succeeded")
+    });
+    wait_for("crash loop back-off visible", Duration::from_secs(40), || {
+        a.pod("crash").is_some_and(|p| {
+            let cs = &p["status"]["containerStatuses"][0];
+            cs["state"]["waiting"]["reason"] == "CrashLoopBackOff" && cs["restartCount"].as_i64().unwrap_or(0) >= 1
+        })
+    });
+    let restarts = a.runtime_pod(&never).containers.len();
+    assert_eq!(restarts, 1, "a Never pod's container is not restarted");
+    a.clean_up(&[&never, &ok, &crash]);
+}
+
+#[test]
+fn edited_manifest_stops_the_old_pod_before_the_new_one_starts() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("edit");
+    a.write("e.yaml", &pod_yaml("edit", "  terminationGracePeriodSeconds: 2\n", STUBBORN));
+    let old = a.uid("edit");
+    wait_for("old running", Duration::from_secs(30), || a.running(&old) == 1);
+    a.write("e.yaml", &pod_yaml("edit", "  terminationGracePeriodSeconds: 2\n", TRAPPING));
+    let mut new = String::new();
+    wait_for("new uid", Duration::from_secs(20), || {
+        new = a.uid("edit");
+        new != old
+    });
+    wait_for("new running", Duration::from_secs(30), || a.running(&new) == 1);
+    let old_rp = a.runtime_pod(&old);
+    let new_rp = a.runtime_pod(&new);
+    let new_started = new_rp.containers[0].started_at_ns;
+    for c in &old_rp.containers {
+        assert_eq!(c.state, ContainerState::Exited);
+        assert!(c.finished_at_ns <= new_started, "old container ran until after the new one started");
+    }
+    a.clean_up(&[&old, &new]);
+}
+
+#[test]
+fn agent_killed_and_restarted_adopts_running_pods() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("adopt");
+    a.write("keep.yaml", &pod_yaml("keep", "", TRAPPING));
+    a.write("drop.yaml", &pod_yaml("drop", "", TRAPPING));
+    let keep = a.uid("keep");
+    let drop_uid = a.uid("drop");
+    wait_for("running", Duration::from_secs(30), || a.running(&keep) == 1 && a.running(&drop_uid) == 1);
+    let before = a.runtime_pod(&keep);
+    a.kill9();
+    a.remove("drop.yaml");
+    a.write("new.yaml", &pod_yaml("new", "", TRAPPING));
+    a.spawn();
+    let new = a.uid("new");
+    wait_for("new running", Duration::from_secs(30), || a.running(&new) == 1);
+    wait_for("dropped pod removed", Duration::from_secs(30), || {
+        let rp = a.runtime_pod(&drop_uid);
+        rp.sandboxes.is_empty() && rp.containers.is_empty()
+    });
+    std::thread::sleep(Duration::from_secs(2)); // a few housekeeping passes
+    let after = a.runtime_pod(&keep);
+    assert_eq!(after.sandboxes.len(), 1, "no duplicate sandbox");
+    assert_eq!(after.containers.len(), 1, "no second container");
+    assert_eq!(after.containers[0].id, before.containers[0].id, "the adopted container was not restarted");
+    assert_eq!(after.containers[0].state, ContainerState::Running);
+    a.clean_up(&[&keep, &drop_uid, &new]);
+}
+
+#[test]
+fn missing_runtime_socket_is_a_clear_start_up_error() {
+    let d = TempDir::new("nosock");
+    let config = d.0.join("c.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "containerRuntimeEndpoint: unix:///run/podwarden-e2e-missing.sock\nrootDir: {}\nreadOnlyPort: 0\nstaticPodPath: {}\n",
+            d.0.join("r").display(),
+            d.0.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(BIN).args(["run", "--config", config.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/run/podwarden-e2e-missing.sock"), "{err}");
+    assert!(err.contains("is containerd running?"), "{err}");
+}
