@@ -62,6 +62,9 @@ pub struct Agent {
     /// When housekeeping last completed (for health checks).
     pub last_housekeeping: Mutex<Option<Instant>>,
     runtime_error_logged: Mutex<Option<Instant>>,
+    /// The source delivered its first full set: until then housekeeping
+    /// cannot tell an adopted pod from an orphan, so it does nothing.
+    sources_ready: std::sync::atomic::AtomicBool,
 }
 
 impl Agent {
@@ -87,6 +90,7 @@ impl Agent {
             last_relist: Mutex::new(HashMap::new()),
             last_housekeeping: Mutex::new(None),
             runtime_error_logged: Mutex::new(None),
+            sources_ready: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -120,6 +124,7 @@ impl Agent {
     /// (deleted), new ones admitted and created, changed ones updated.
     pub fn apply_source(&self, pods: Vec<Arc<Pod>>) {
         let _serial = self.sync_lock.lock();
+        self.sources_ready.store(true, std::sync::atomic::Ordering::SeqCst);
         let mut pm = self.pods.lock();
         let incoming: BTreeMap<Uid, Arc<Pod>> = pods.into_iter().map(|p| (model::uid(&p).to_string(), p)).collect();
         let removed: Vec<Uid> = pm.by_uid.keys().filter(|u| !incoming.contains_key(*u)).cloned().collect();
@@ -190,6 +195,10 @@ impl Agent {
     /// One housekeeping pass (see DESIGN.md "Housekeeping").
     pub fn housekeeping(&self) {
         let _serial = self.sync_lock.lock();
+        if !self.sources_ready() {
+            log::debug!("housekeeping: waiting for the first manifest scan");
+            return;
+        }
         let desired: Vec<DesiredPod> = self.desired();
         let desired_uids: HashSet<Uid> = desired.iter().map(|d| model::uid(&d.pod).to_string()).collect();
         let workers = self.workers.sync_known_pods(&desired_uids);
@@ -238,28 +247,47 @@ impl Agent {
             self.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, d.pod.clone()));
         }
 
-        // Relist: wake the workers of pods whose containers changed state.
         if let Some(rps) = &runtime_pods {
-            let mut last = self.last_relist.lock();
-            let mut seen = HashMap::new();
-            for rp in rps {
-                let mut fp: Vec<(String, ContainerState)> =
-                    rp.containers.iter().map(|c| (c.id.clone(), c.state)).collect();
-                fp.sort();
-                if last.get(&rp.uid).is_some_and(|old| *old != fp)
-                    && let Some(d) = desired.iter().find(|d| model::uid(&d.pod) == rp.uid && d.rejected.is_none())
-                {
-                    self.workers.update_pod(UpdatePodOptions::new(UpdateType::Sync, d.pod.clone()));
-                }
-                seen.insert(rp.uid.clone(), fp);
-            }
-            *last = seen;
+            self.wake_changed(rps, &desired);
         }
 
         self.cleanup_pod_dirs(&desired_uids);
         self.statuses.retain(|uid| desired_uids.contains(uid) || workers.contains_key(uid));
         self.refresh_metrics(&desired, &workers, runtime_pods.as_deref());
         *self.last_housekeeping.lock() = Some(Instant::now());
+    }
+
+    /// True once the source delivered its first full set of pods.
+    pub fn sources_ready(&self) -> bool {
+        self.sources_ready.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Relist (about every second): wake the workers of pods whose
+    /// containers changed state, so exits are noticed promptly.
+    pub fn relist(&self) {
+        let Ok(rps) = self.runtime.list_pods(&CallCtx::background(self.config.runtime_call_timeout)) else {
+            return; // housekeeping reports runtime errors
+        };
+        let _serial = self.sync_lock.lock();
+        let desired = self.desired();
+        self.wake_changed(&rps, &desired);
+    }
+
+    fn wake_changed(&self, rps: &[crate::runtime::RuntimePod], desired: &[DesiredPod]) {
+        let mut last = self.last_relist.lock();
+        let mut seen = HashMap::new();
+        for rp in rps {
+            let mut fp: Vec<(String, ContainerState)> = rp.containers.iter().map(|c| (c.id.clone(), c.state)).collect();
+            fp.sort();
+            if last.get(&rp.uid).is_some_and(|old| *old != fp)
+                && self.workers.phase(&rp.uid).is_some()
+                && let Some(d) = desired.iter().find(|d| model::uid(&d.pod) == rp.uid && d.rejected.is_none())
+            {
+                self.workers.update_pod(UpdatePodOptions::new(UpdateType::Sync, d.pod.clone()));
+            }
+            seen.insert(rp.uid.clone(), fp);
+        }
+        *last = seen;
     }
 
     fn cleanup_pod_dirs(&self, desired: &HashSet<Uid>) {

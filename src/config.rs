@@ -57,6 +57,8 @@ pub struct Config {
     pub node_name: String,
     pub pod_logs_dir: PathBuf,
     pub priority_classes: BTreeMap<String, i32>,
+    /// Containers may run privileged (podwarden-only; default false).
+    pub allow_privileged: bool,
 }
 
 fn hostname() -> String {
@@ -88,6 +90,7 @@ impl Default for Config {
             node_name: hostname(),
             pod_logs_dir: "/var/log/pods".into(),
             priority_classes: BTreeMap::new(),
+            allow_privileged: false,
         }
     }
 }
@@ -231,6 +234,7 @@ const FIELDS: &[&str] = &[
     "nodeName",
     "podLogsDir",
     "priorityClasses",
+    "allowPrivileged",
 ];
 
 impl Config {
@@ -373,6 +377,11 @@ impl Config {
         }
         if let Some(p) = f.path("podLogsDir")? {
             c.pod_logs_dir = p;
+        }
+        match map.get("allowPrivileged") {
+            None | Some(Value::Null) => {}
+            Some(Value::Bool(b)) => c.allow_privileged = *b,
+            Some(v) => return Err(f.bad("allowPrivileged", v, "expected true or false")),
         }
         if let Some(v) = map.get("priorityClasses").filter(|v| !v.is_null()) {
             let m =

@@ -90,6 +90,7 @@ pub struct Running {
     pub agent: Arc<Agent>,
     source: Option<crate::source::SourceHandle>,
     housekeeping: Option<Housekeeping>,
+    relist: Option<crate::housekeeping::Periodic>,
     http: Option<crate::http::HttpServer>,
 }
 
@@ -109,6 +110,7 @@ impl Running {
     /// Stop the agent's threads; pods are left as they are.
     pub fn stop(mut self) {
         self.http.take();
+        self.relist.take();
         self.source.take();
         self.housekeeping.take();
     }
@@ -135,6 +137,7 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
     sync_cfg.call_timeout = config.runtime_request_timeout;
     sync_cfg.id_prefix = id_prefix.to_string();
     sync_cfg.host_ip = Some(host_ip());
+    sync_cfg.allow_privileged = config.allow_privileged;
     let syncer = Arc::new(PodSync::new(runtime.clone(), statuses.clone(), events.clone(), sync_cfg));
     let workers = PodWorkers::new(
         syncer,
@@ -181,7 +184,9 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
         log::info!("read-only HTTP on http://{}", server.local_addr());
         Some(server)
     };
-    Ok(Running { agent, source: Some(source), housekeeping: Some(housekeeping), http })
+    let relist = crate::housekeeping::Periodic::relist(agent.clone(), Duration::from_secs(1))
+        .map_err(io("starting the relist thread"))?;
+    Ok(Running { agent, source: Some(source), housekeeping: Some(housekeeping), relist: Some(relist), http })
 }
 
 /// Run the daemon until SIGTERM or SIGINT.

@@ -1,5 +1,6 @@
-//! The housekeeping thread: runs [`Agent::housekeeping`] every period, or at
-//! once when woken through its condvar.
+//! Periodic threads: housekeeping runs [`Agent::housekeeping`] every 2 s (or
+//! at once when woken through its condvar); relist runs [`Agent::relist`]
+//! every second.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -31,17 +32,31 @@ impl Waker {
     }
 }
 
-/// Owns the housekeeping thread; dropping it stops and joins the thread.
-pub struct Housekeeping {
+/// Owns a periodic thread; dropping it stops and joins the thread.
+pub struct Periodic {
     waker: Waker,
     join: Option<JoinHandle<()>>,
 }
 
-impl Housekeeping {
+/// The housekeeping thread.
+pub type Housekeeping = Periodic;
+
+impl Periodic {
+    /// The housekeeping thread of `agent`.
     pub fn start(agent: Arc<Agent>, period: Duration) -> std::io::Result<Self> {
+        Self::run("housekeeping", period, move || agent.housekeeping())
+    }
+
+    /// The relist thread of `agent`.
+    pub fn relist(agent: Arc<Agent>, period: Duration) -> std::io::Result<Self> {
+        Self::run("relist", period, move || agent.relist())
+    }
+
+    /// Run `f` at once, then every `period` or when woken.
+    pub fn run(name: &str, period: Duration, f: impl Fn() + Send + 'static) -> std::io::Result<Self> {
         let waker = Waker::default();
         let w = waker.clone();
-        let join = crate::thread::spawn("housekeeping", None, move || {
+        let join = crate::thread::spawn(name, None, move || {
             let mut next = Instant::now();
             loop {
                 {
@@ -55,7 +70,7 @@ impl Housekeeping {
                     }
                     f.wake = false;
                 }
-                agent.housekeeping();
+                f();
                 next = Instant::now() + period;
             }
         })?;
@@ -67,7 +82,7 @@ impl Housekeeping {
     }
 }
 
-impl Drop for Housekeeping {
+impl Drop for Periodic {
     fn drop(&mut self) {
         self.waker.stop();
         if let Some(j) = self.join.take() {

@@ -396,3 +396,103 @@ fn missing_runtime_socket_is_a_clear_start_up_error() {
     assert!(err.contains("/run/podwarden-e2e-missing.sock"), "{err}");
     assert!(err.contains("is containerd running?"), "{err}");
 }
+
+fn containerd_pid() -> Option<i32> {
+    std::fs::read_to_string("/run/podwarden-e2e/containerd.pid").ok()?.trim().parse().ok()
+}
+
+#[test]
+fn containerd_restarted_during_a_deletion_the_pod_still_finishes() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("crestart");
+    a.write("p.yaml", &pod_yaml("survivor", "  terminationGracePeriodSeconds: 3\n", STUBBORN));
+    let uid = a.uid("survivor");
+    wait_for("running", Duration::from_secs(30), || a.running(&uid) == 1);
+    let pid = containerd_pid().expect("the e2e containerd's pid file");
+    // SAFETY: stopping the private containerd the e2e script started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    wait_for("containerd gone", Duration::from_secs(10), || {
+        // SAFETY: probing a pid.
+        unsafe { libc::kill(pid, 0) != 0 }
+    });
+    a.remove("p.yaml");
+    std::thread::sleep(Duration::from_secs(2)); // the termination fails meanwhile
+    let out = Command::new("scripts/e2e-env.sh").arg("up").output().unwrap();
+    assert!(out.status.success(), "restarting containerd: {}", String::from_utf8_lossy(&out.stderr));
+    // the agent was not restarted; its worker retries until the pod is gone
+    let cri = cri();
+    wait_for("pod removed after containerd came back", Duration::from_secs(60), || {
+        cri.pod_status(&call(), &uid).is_ok_and(|rp| rp.sandboxes.is_empty() && rp.containers.is_empty())
+    });
+    assert!(a.child.as_mut().unwrap().try_wait().unwrap().is_none(), "the agent kept running");
+    a.cri = cri;
+    a.clean_up(&[&uid]);
+}
+
+#[test]
+fn volumes_empty_dir_memory_and_host_path() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("volumes");
+    let host_dir = a.dir.0.join("hostdata");
+    let spec = format!(
+        "  volumes:\n  - name: scratch\n    emptyDir:\n      medium: Memory\n      sizeLimit: 16Mi\n  - name: data\n    hostPath:\n      path: {}\n      type: DirectoryOrCreate\n",
+        host_dir.display()
+    );
+    let yaml = pod_yaml(
+        "vols",
+        &spec,
+        "echo hello > /data/out; echo x > /scratch/x; trap 'exit 0' TERM; while :; do sleep 1; done",
+    ) + "    volumeMounts:\n    - name: scratch\n      mountPath: /scratch\n    - name: data\n      mountPath: /data\n";
+    a.write("v.yaml", &yaml);
+    let uid = a.uid("vols");
+    wait_for("running", Duration::from_secs(30), || a.running(&uid) == 1);
+    wait_for("file written through hostPath", Duration::from_secs(10), || {
+        std::fs::read_to_string(host_dir.join("out")).is_ok_and(|s| s.trim() == "hello")
+    });
+    let scratch = a.root().join("pods").join(&uid).join("volumes/kubernetes.io~empty-dir/scratch");
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(
+        mounts.lines().any(|l| l.contains(scratch.to_str().unwrap()) && l.starts_with("tmpfs")),
+        "emptyDir medium Memory is a tmpfs"
+    );
+    assert_eq!(std::fs::read_to_string(scratch.join("x")).unwrap().trim(), "x");
+    // a hostPath whose type does not match keeps the pod from starting
+    a.write(
+        "bad.yaml",
+        &(pod_yaml(
+            "badvol",
+            "  volumes:\n  - name: d\n    hostPath:\n      path: /etc/hostname\n      type: Directory\n",
+            TRAPPING,
+        ) + "    volumeMounts:\n    - name: d\n      mountPath: /d\n"),
+    );
+    let bad = a.uid("badvol");
+    wait_for("FailedMount reported", Duration::from_secs(20), || a.log().contains("FailedMount"));
+    assert_eq!(a.running(&bad), 0);
+    a.remove("v.yaml");
+    wait_for("pod dir removed", Duration::from_secs(30), || !a.root().join("pods").join(&uid).exists());
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(!mounts.contains(scratch.to_str().unwrap()), "tmpfs unmounted");
+    assert!(host_dir.join("out").exists(), "hostPath content stays");
+    a.clean_up(&[&uid, &bad]);
+}
+
+#[test]
+fn image_pull_failure_is_a_waiting_reason_not_a_crash() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("pull");
+    a.write(
+        "p.yaml",
+        &pod_yaml("nopull", "", TRAPPING)
+            .replace(IMAGE, "localhost/nowhere:1")
+            .replace("imagePullPolicy: Never", "imagePullPolicy: IfNotPresent"),
+    );
+    let uid = a.uid("nopull");
+    wait_for("ErrImagePull or ImagePullBackOff", Duration::from_secs(60), || {
+        a.pod("nopull").is_some_and(|p| {
+            let r = &p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"];
+            r == "ErrImagePull" || r == "ImagePullBackOff"
+        })
+    });
+    assert!(a.child.as_mut().unwrap().try_wait().unwrap().is_none(), "the agent keeps running");
+    a.clean_up(&[&uid]);
+}

@@ -523,3 +523,35 @@ fn terminal_pod_seen_again_after_restart_gets_no_new_sandbox() {
     assert_eq!(h.fake.calls_for("uo", Op::StartContainer).len(), 1, "the job does not run twice");
     assert_eq!(h.status_phase("uo").as_deref(), Some("Succeeded"));
 }
+
+#[test]
+fn housekeeping_before_the_first_manifest_scan_kills_nothing() {
+    let h = Harness::new();
+    // a fresh agent whose source has not delivered anything yet
+    let fresh = podwarden::agent::Agent::new(
+        podwarden::agent::AgentConfig {
+            node_name: "n".into(),
+            root_dir: h.root.0.join("root2"),
+            runtime_call_timeout: Duration::from_secs(2),
+        },
+        h.workers.clone(),
+        h.fake.clone(),
+        h.statuses.clone(),
+        h.events.clone(),
+        h.agent.admission.clone(),
+        h.metrics.clone(),
+    );
+    h.fake.add_running_pod("adopt-me", "keep", "default", "c", Some(30));
+    fresh.housekeeping();
+    assert_eq!(h.phase("adopt-me"), None, "not killed as an orphan");
+    assert_eq!(h.metrics.orphaned(), 0);
+    assert!(!fresh.sources_ready());
+    // once the source has spoken, the same pod is adopted if desired
+    let mut p = pod("keep", "adopt-me");
+    p.spec.as_mut().unwrap().termination_grace_period_seconds = Some(30);
+    fresh.apply_source(vec![arc(p)]);
+    fresh.housekeeping();
+    wait_for("adopted pod synced", T, || h.status_phase("adopt-me").as_deref() == Some("Running"));
+    assert!(h.fake.calls_for("adopt-me", Op::StartContainer).is_empty(), "adopted without a restart");
+    assert!(h.fake.calls_for("adopt-me", Op::StopContainer).is_empty());
+}

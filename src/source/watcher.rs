@@ -74,6 +74,7 @@ pub fn start_watcher(
         let mut watching = false;
         let mut buf = [0u8; 4096];
         let mut next_scan = Instant::now();
+        let mut first = true;
         loop {
             if !watching && let Some(ino) = inotify.as_mut() {
                 let mask = WatchMask::CREATE
@@ -92,9 +93,15 @@ pub fn start_watcher(
                 for (file, msg) in &r.errors {
                     report(file, msg);
                 }
-                if let Some(pods) = r.pods {
-                    apply(pods);
+                // The first scan always counts (an unreadable directory is an
+                // empty source: nothing is desired); later, an unreadable
+                // directory keeps the pods as they are.
+                match r.pods {
+                    Some(pods) => apply(pods),
+                    None if first => apply(Vec::new()),
+                    None => {}
                 }
+                first = false;
                 next_scan = Instant::now() + period;
             }
             let timeout = next_scan.saturating_duration_since(Instant::now());

@@ -6,6 +6,7 @@
 mod backoff;
 mod setup;
 mod terminate;
+pub mod volumes;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -35,6 +36,8 @@ pub struct SyncConfig {
     pub id_prefix: String,
     /// The node's address: podIP of host-network pods.
     pub host_ip: Option<String>,
+    /// Containers may run privileged (`allowPrivileged`).
+    pub allow_privileged: bool,
 }
 
 impl SyncConfig {
@@ -47,6 +50,7 @@ impl SyncConfig {
             backoff_max: Duration::from_secs(300),
             id_prefix: "containerd://".into(),
             host_ip: None,
+            allow_privileged: false,
         }
     }
 

@@ -213,6 +213,15 @@ impl PodSync {
             return Ok(Some(retry));
         }
         let config = self.container_config(pod, c, attempt);
+        if config.security.privileged && !self.cfg.allow_privileged {
+            let msg = format!(
+                "container {} asks for privileged mode, which this node does not allow (allowPrivileged: false)",
+                c.name
+            );
+            self.remember(ctx, &c.name, "CreateContainerConfigError", msg.clone());
+            self.events.event(&obj, EventType::Warning, "Failed", &msg);
+            return Ok(Some(self.cfg.backoff_max));
+        }
         let id = match self.runtime.create_container(&self.call(ctx), sandbox_id, &config, sandbox) {
             Ok(id) => id,
             Err(RuntimeError::Cancelled { .. }) => return Err(SyncError::Cancelled),
@@ -291,12 +300,25 @@ impl PodSync {
         let dir = self.cfg.pod_dir(model::uid(pod));
         std::fs::create_dir_all(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
         for v in model::spec(pod).and_then(|s| s.volumes.as_ref()).into_iter().flatten() {
-            if v.empty_dir.is_some() {
+            if let Some(ed) = &v.empty_dir {
                 let p = self.empty_dir_path(pod, &v.name);
                 std::fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
+                if ed.medium.as_deref() == Some("Memory") {
+                    let limit = ed.size_limit.as_ref().and_then(|q| quantity::bytes(&q.0).ok());
+                    super::volumes::mount_tmpfs(&p, limit).map_err(|e| self.failed_mount(pod, &v.name, e))?;
+                }
+            } else if let Some(hp) = &v.host_path {
+                super::volumes::check_host_path(&hp.path, hp.type_.as_deref().unwrap_or(""))
+                    .map_err(|e| self.failed_mount(pod, &v.name, e))?;
             }
         }
         Ok(())
+    }
+
+    fn failed_mount(&self, pod: &Pod, volume: &str, e: String) -> SyncError {
+        let msg = format!("volume {volume:?}: {e}");
+        self.events.event(&ObjectRef::pod(pod), EventType::Warning, "FailedMount", &msg);
+        SyncError::Other(msg)
     }
 
     fn empty_dir_path(&self, pod: &Pod, volume: &str) -> PathBuf {

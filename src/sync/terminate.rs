@@ -159,6 +159,7 @@ impl PodSync {
             return Ok(());
         }
         self.remove_runtime_objects(ctx, &uid)?;
+        super::volumes::unmount_all_under(&self.cfg.pod_dir(&uid));
         for dir in [self.cfg.pod_dir(&uid), self.cfg.pod_log_dir(pod)] {
             match std::fs::remove_dir_all(&dir) {
                 Ok(()) => {}

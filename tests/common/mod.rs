@@ -116,6 +116,8 @@ impl Harness {
             })),
             metrics.clone(),
         ));
+        // the static pod source delivered its first (empty) set
+        agent.apply_source(Vec::new());
         Harness { fake, agent, workers, statuses, events, metrics, root }
     }
 

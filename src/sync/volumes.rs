@@ -1,0 +1,132 @@
+//! Volume set-up that needs the host: tmpfs for `emptyDir.medium: Memory`,
+//! `hostPath` type checks, and unmounting what a pod left before its
+//! directory is removed.
+
+use std::ffi::CString;
+use std::os::unix::fs::FileTypeExt;
+use std::path::Path;
+
+fn cstr(p: &Path) -> Result<CString, String> {
+    CString::new(p.as_os_str().as_encoded_bytes()).map_err(|_| format!("{} holds a NUL byte", p.display()))
+}
+
+fn is_mount_point(p: &Path) -> bool {
+    let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") else { return false };
+    let want = p.display().to_string();
+    mounts.lines().any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
+}
+
+/// Mount a tmpfs at `p` (once), limited to `limit` bytes if given.
+pub fn mount_tmpfs(p: &Path, limit: Option<i64>) -> Result<(), String> {
+    if is_mount_point(p) {
+        return Ok(());
+    }
+    let target = cstr(p)?;
+    let opts = CString::new(match limit {
+        Some(b) if b > 0 => format!("mode=0777,size={b}"),
+        _ => "mode=0777".into(),
+    })
+    .expect("no NUL");
+    let fstype = CString::new("tmpfs").expect("no NUL");
+    // SAFETY: all pointers are valid NUL-terminated strings for the call.
+    let rc = unsafe {
+        libc::mount(
+            fstype.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            opts.as_ptr().cast(),
+        )
+    };
+    if rc != 0 {
+        return Err(format!("mounting tmpfs at {}: {}", p.display(), std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Unmount every mount at or below `dir` (deepest first).
+pub fn unmount_all_under(dir: &Path) {
+    let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") else { return };
+    let prefix = dir.display().to_string();
+    let mut targets: Vec<&str> = mounts
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .filter(|m| *m == prefix || m.starts_with(&format!("{prefix}/")))
+        .collect();
+    targets.sort_by_key(|t| std::cmp::Reverse(t.len()));
+    for t in targets {
+        if let Ok(c) = CString::new(t) {
+            // SAFETY: a valid NUL-terminated path.
+            if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
+                log::warn!("cannot unmount {t}: {}", std::io::Error::last_os_error());
+            }
+        }
+    }
+}
+
+/// Check (or create) a hostPath volume by its `type`, as the kubelet does.
+pub fn check_host_path(path: &str, kind: &str) -> Result<(), String> {
+    let p = Path::new(path);
+    let meta = std::fs::metadata(p);
+    let want = |ok: bool, what: &str| {
+        if ok { Ok(()) } else { Err(format!("hostPath {path} is not {what} (type {kind})")) }
+    };
+    match kind {
+        "" => Ok(()),
+        "DirectoryOrCreate" => match meta {
+            Ok(m) => want(m.is_dir(), "a directory"),
+            Err(_) => std::fs::create_dir_all(p).map_err(|e| format!("creating hostPath {path}: {e}")),
+        },
+        "FileOrCreate" => match meta {
+            Ok(m) => want(m.is_file(), "a file"),
+            Err(_) => {
+                if let Some(parent) = p.parent() {
+                    std::fs::create_dir_all(parent).map_err(|e| format!("creating {}: {e}", parent.display()))?;
+                }
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)
+                    .map(|_| ())
+                    .map_err(|e| format!("creating hostPath {path}: {e}"))
+            }
+        },
+        other => {
+            let m = meta.map_err(|e| format!("hostPath {path} (type {other}): {e}"))?;
+            let ft = m.file_type();
+            match other {
+                "Directory" => want(ft.is_dir(), "a directory"),
+                "File" => want(ft.is_file(), "a file"),
+                "Socket" => want(ft.is_socket(), "a socket"),
+                "CharDevice" => want(ft.is_char_device(), "a character device"),
+                "BlockDevice" => want(ft.is_block_device(), "a block device"),
+                _ => Err(format!("unknown hostPath type {other:?}")),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_path_types() {
+        let d = std::env::temp_dir().join(format!("pw-hostpath-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let dir = d.join("made");
+        assert!(check_host_path(dir.to_str().unwrap(), "Directory").is_err());
+        assert!(check_host_path(dir.to_str().unwrap(), "DirectoryOrCreate").is_ok());
+        assert!(dir.is_dir());
+        assert!(check_host_path(dir.to_str().unwrap(), "File").is_err());
+        let f = d.join("f/file");
+        assert!(check_host_path(f.to_str().unwrap(), "FileOrCreate").is_ok());
+        assert!(check_host_path(f.to_str().unwrap(), "File").is_ok());
+        assert!(check_host_path(f.to_str().unwrap(), "DirectoryOrCreate").is_err());
+        assert!(check_host_path("/dev/null", "CharDevice").is_ok());
+        assert!(check_host_path("/dev/null", "Socket").is_err());
+        assert!(check_host_path("/anything", "").is_ok());
+        assert!(check_host_path("/", "Weird").is_err());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
