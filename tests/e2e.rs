@@ -300,6 +300,15 @@ fn restart_policies_back_off_and_termination_message() {
     );
     a.write("ok.yaml", &pod_yaml("onfail-ok", "  restartPolicy: OnFailure\n", "exit 0"));
     a.write("crash.yaml", &pod_yaml("crash", "  restartPolicy: Always\n", "exit 1"));
+    a.write("never-ok.yaml", &pod_yaml("never-ok", "  restartPolicy: Never\n", "exit 0"));
+    a.write("onfail-bad.yaml", &pod_yaml("onfail-bad", "  restartPolicy: OnFailure\n", "exit 1"));
+    a.write("always-ok.yaml", &pod_yaml("always-ok", "  restartPolicy: Always\n", "exit 0"));
+    a.write(
+        "fallback.yaml",
+        &(pod_yaml("fallback", "  restartPolicy: Never\n", "echo last words; exit 3")
+            + "    terminationMessagePolicy: FallbackToLogsOnError\n"),
+    );
+    a.write("broken.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: Not_Valid\nspec:\n  containers: []\n");
     let never = a.uid("never");
     let ok = a.uid("onfail-ok");
     let crash = a.uid("crash");
@@ -321,7 +330,26 @@ fn restart_policies_back_off_and_termination_message() {
     });
     let restarts = a.runtime_pod(&never).containers.len();
     assert_eq!(restarts, 1, "a Never pod's container is not restarted");
-    a.clean_up(&[&never, &ok, &crash]);
+    let never_ok = a.uid("never-ok");
+    let onfail_bad = a.uid("onfail-bad");
+    let always_ok = a.uid("always-ok");
+    let fallback = a.uid("fallback");
+    wait_for("Never exit 0 Succeeded", Duration::from_secs(30), || {
+        a.pod("never-ok").is_some_and(|p| p["status"]["phase"] == "Succeeded")
+    });
+    for name in ["onfail-bad", "always-ok"] {
+        wait_for(&format!("{name} restarted"), Duration::from_secs(40), || {
+            a.pod(name).is_some_and(|p| p["status"]["containerStatuses"][0]["restartCount"].as_i64().unwrap_or(0) >= 1)
+        });
+        assert_eq!(a.pod(name).unwrap()["status"]["phase"], "Running", "{name} keeps running (restarting)");
+    }
+    wait_for("fallback message from the log", Duration::from_secs(30), || {
+        a.pod("fallback")
+            .is_some_and(|p| p["status"]["containerStatuses"][0]["state"]["terminated"]["message"] == "last words")
+    });
+    // the invalid manifest is reported naming its file, and hurts nobody
+    assert!(a.log().contains("broken.yaml: field metadata.name"), "{}", a.log());
+    a.clean_up(&[&never, &ok, &crash, &never_ok, &onfail_bad, &always_ok, &fallback]);
 }
 
 #[test]

@@ -382,6 +382,10 @@ impl PodSync {
         let mut annotations = BTreeMap::new();
         annotations.insert(ANNOTATION_RESTART_COUNT.to_string(), attempt.to_string());
         annotations.insert(
+            "io.kubernetes.container.terminationMessagePath".to_string(),
+            c.termination_message_path.clone().unwrap_or_else(|| "/dev/termination-log".into()),
+        );
+        annotations.insert(
             ANNOTATION_GRACE.to_string(),
             model::spec_grace_seconds(pod).unwrap_or(model::DEFAULT_GRACE_SECONDS).to_string(),
         );
