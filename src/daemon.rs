@@ -203,6 +203,7 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
     );
     let prefix = if config.container_runtime_endpoint == "fake://" { "fake://" } else { "containerd://" };
     let running = start(&config, runtime, prefix)?;
+    crate::notify::notify("READY=1");
     for sig in signals.forever() {
         match sig {
             SIGHUP => {
@@ -215,6 +216,7 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
             }
         }
     }
+    crate::notify::notify("STOPPING=1");
     running.stop();
     Ok(())
 }

@@ -12,6 +12,7 @@ pub mod http;
 pub mod logging;
 pub mod metrics;
 pub mod model;
+pub mod notify;
 pub mod podworkers;
 pub mod runtime;
 pub mod source;

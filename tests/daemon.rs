@@ -123,3 +123,34 @@ fn validate_reports_each_file() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bad.yaml: field metadata.name"), "{err}");
 }
+
+#[test]
+fn under_systemd_log_lines_carry_their_syslog_priority() {
+    let d = TempDir::new("journal");
+    let config = d.0.join("c.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\nreadOnlyPort: 0\nbogusField: 1\n",
+            d.0.join("m").display(),
+            d.0.join("r").display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .args(["run", "--config", config.to_str().unwrap()])
+        .env("JOURNAL_STREAM", "8:1234")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success());
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(lines.iter().any(|l| l.starts_with("<4>") && l.contains("unknown field \"bogusField\"")), "{err}");
+    assert!(lines.iter().any(|l| l.starts_with("<6>") && l.contains("starting")), "{err}");
+    assert!(lines.iter().all(|l| l.starts_with('<')), "every line has a priority and no timestamp: {err}");
+}

@@ -231,21 +231,26 @@ impl CriRuntime {
         by_uid.into_values().collect()
     }
 
+    /// Network and IPC per pod, PID per container, unless the host's.
+    fn namespaces(c: &SandboxConfig) -> api::NamespaceOption {
+        let mode = |host: bool, other: api::NamespaceMode| {
+            protobuf::EnumOrUnknown::new(if host { api::NamespaceMode::NODE } else { other })
+        };
+        let mut ns = api::NamespaceOption::new();
+        ns.network = mode(c.host_network, api::NamespaceMode::POD);
+        ns.pid = mode(c.host_pid, api::NamespaceMode::CONTAINER);
+        ns.ipc = mode(c.host_ipc, api::NamespaceMode::POD);
+        ns
+    }
+
     fn sandbox_config(c: &SandboxConfig) -> api::PodSandboxConfig {
         let mut md = api::PodSandboxMetadata::new();
         md.name = c.name.clone();
         md.namespace = c.namespace.clone();
         md.uid = c.uid.clone();
         md.attempt = c.attempt;
-        let mut ns = api::NamespaceOption::new();
-        let mode = |host: bool, other: api::NamespaceMode| {
-            protobuf::EnumOrUnknown::new(if host { api::NamespaceMode::NODE } else { other })
-        };
-        ns.network = mode(c.host_network, api::NamespaceMode::POD);
-        ns.pid = mode(c.host_pid, api::NamespaceMode::CONTAINER);
-        ns.ipc = mode(c.host_ipc, api::NamespaceMode::POD);
         let mut sc = api::LinuxSandboxSecurityContext::new();
-        sc.namespace_options = protobuf::MessageField::some(ns);
+        sc.namespace_options = protobuf::MessageField::some(Self::namespaces(c));
         let mut linux = api::LinuxPodSandboxConfig::new();
         linux.security_context = protobuf::MessageField::some(sc);
         let mut cfg = api::PodSandboxConfig::new();
@@ -323,14 +328,7 @@ impl CriRuntime {
         res.cpu_period = c.resources.cpu_period;
         res.memory_limit_in_bytes = c.resources.memory_limit_bytes;
         let mut sec = api::LinuxContainerSecurityContext::new();
-        let mut ns = api::NamespaceOption::new();
-        let mode = |host: bool, other: api::NamespaceMode| {
-            protobuf::EnumOrUnknown::new(if host { api::NamespaceMode::NODE } else { other })
-        };
-        ns.network = mode(sandbox.host_network, api::NamespaceMode::POD);
-        ns.pid = mode(sandbox.host_pid, api::NamespaceMode::CONTAINER);
-        ns.ipc = mode(sandbox.host_ipc, api::NamespaceMode::POD);
-        sec.namespace_options = protobuf::MessageField::some(ns);
+        sec.namespace_options = protobuf::MessageField::some(Self::namespaces(sandbox));
         sec.privileged = c.security.privileged;
         sec.readonly_rootfs = c.security.readonly_rootfs;
         sec.no_new_privs = c.security.no_new_privs;
