@@ -85,6 +85,7 @@ running() {
 start_containerd() {
   if running; then return; fi
   log "starting containerd on $SOCK"
+  rm -f "$SOCK" "$SOCK.ttrpc"   # stale from a containerd that was killed
   nohup containerd --config "$E2E_DIR/containerd.toml" >"$E2E_DIR/containerd.log" 2>&1 &
   echo $! > "$RUN_DIR/containerd.pid"
   for _ in $(seq 1 100); do
