@@ -15,6 +15,7 @@ use podwarden::runtime::cri::CriRuntime;
 use podwarden::runtime::{CallCtx, ContainerConfig, ContainerState, LABEL_POD_UID, Runtime, SandboxConfig};
 
 const IMAGE: &str = "localhost/busybox:e2e";
+const REPS: usize = 7;
 
 fn now_ns() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as i64
@@ -56,7 +57,7 @@ fn raw_pod(cri: &CriRuntime, i: usize, tag: &str) -> (f64, String) {
     let cc = ContainerConfig {
         name: "main".into(),
         image: IMAGE.into(),
-        command: vec!["sh".into(), "-c".into(), "trap 'exit 0' TERM; while :; do sleep 1; done".into()],
+        command: vec!["sh".into(), "-c".into(), "trap 'exit 0' TERM; while :; do sleep 1 & wait; done".into()],
         log_path: "main/0.log".into(),
         labels,
         ..Default::default()
@@ -146,7 +147,7 @@ impl Drop for Agent {
 
 fn manifest(name: &str, grace: i64) -> String {
     format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: bench\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: {grace}\n  containers:\n  - name: main\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"trap 'exit 0' TERM; while :; do sleep 1; done\"]\n"
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: bench\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: {grace}\n  containers:\n  - name: main\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"trap 'exit 0' TERM; while :; do sleep 1 & wait; done\"]\n"
     )
 }
 
@@ -182,6 +183,38 @@ fn podwarden(cri: &CriRuntime, agent: &Agent, n: usize, tag: &str) -> (Vec<f64>,
     }
 }
 
+/// Remove every manifest; per pod, the time until containerd saw its
+/// container exit. Waits until podwarden removed the pods.
+fn stop_latencies(cri: &CriRuntime, agent: &Agent, uids: &[String]) -> Vec<f64> {
+    let t0 = now_ns();
+    for e in std::fs::read_dir(agent.dir.join("manifests")).unwrap().flatten() {
+        std::fs::remove_file(e.path()).unwrap();
+    }
+    let end = Instant::now() + Duration::from_secs(60);
+    let mut stops = Vec::new();
+    for uid in uids {
+        loop {
+            let rp = cri.pod_status(&call(), uid).unwrap();
+            match rp.containers.first() {
+                Some(c) if c.state == ContainerState::Exited => {
+                    stops.push((c.finished_at_ns - t0) as f64 / 1e6);
+                    break;
+                }
+                None => break, // already removed: its exit time is gone
+                _ => {}
+            }
+            assert!(Instant::now() < end, "pod {uid} did not stop");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    let end = Instant::now() + Duration::from_secs(60);
+    while cri.list_pods(&call()).unwrap().iter().any(|p| p.name.starts_with("pw-")) {
+        assert!(Instant::now() < end, "pods not removed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stops
+}
+
 fn main() {
     let cri = Arc::new(CriRuntime::connect(&format!("unix://{}", socket()), Duration::from_secs(10)).unwrap());
     // warm up containerd (image unpack, CNI, shim start)
@@ -189,7 +222,11 @@ fn main() {
 
     // The raw client first, with no agent running (an agent would take the
     // raw pods, which carry the pod-UID label, for orphans).
-    let raw_runs: Vec<Vec<f64>> = [1usize, 30].iter().map(|n| raw(&cri, *n, &format!("n{n}"))).collect();
+    // N = 1 is repeated (REPS times, one pod at a time) for a stable median.
+    let raw_runs: Vec<Vec<f64>> = vec![
+        (0..REPS).flat_map(|r| raw(&cri, 1, &format!("n1r{r}"))).collect(),
+        raw(&cri, 30, "n30"),
+    ];
 
     let agent = Agent::start();
     std::thread::sleep(Duration::from_secs(1));
@@ -199,57 +236,35 @@ fn main() {
     let mut last = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
     for (k, n) in [1usize, 30].into_iter().enumerate() {
         let mut r = raw_runs[k].clone();
-        let (mut p, all_running_s, uids) = podwarden(&cri, &agent, n, &format!("n{n}"));
+        let reps = if n == 1 { REPS } else { 1 };
+        let mut p = Vec::new();
+        let mut stops = Vec::new();
+        let mut all_running_s = 0.0;
+        for rep in 0..reps {
+            let (lat, all, uids) = podwarden(&cri, &agent, n, &format!("n{n}r{rep}"));
+            p.extend(lat);
+            all_running_s = all;
+            if n == 30 {
+                out.insert("rss_kib_30", agent.proc_field("VmRSS:") as f64);
+                out.insert("threads_30", agent.proc_field("Threads:") as f64);
+            }
+            stops.extend(stop_latencies(&cri, &agent, &uids));
+        }
         let (raw_med, pw_med) = (percentile(&mut r, 0.5), percentile(&mut p, 0.5));
         let (raw_p99, pw_p99) = (percentile(&mut r, 0.99), percentile(&mut p, 0.99));
-        summary.push(format!(
-            "N={n}: raw median {raw_med:.1} ms p99 {raw_p99:.1} ms; podwarden median {pw_med:.1} ms p99 {pw_p99:.1} ms; all running after {all_running_s:.3} s"
-        ));
-        if n == 30 {
-            let rss_30 = agent.proc_field("VmRSS:");
-            let threads_30 = agent.proc_field("Threads:");
-            out.insert("rss_kib_30", rss_30 as f64);
-            out.insert("threads_30", threads_30 as f64);
-        }
-        // stop latency with grace 0: manifest removed -> container finished
-        let t0 = now_ns();
-        for e in std::fs::read_dir(agent.dir.join("manifests")).unwrap().flatten() {
-            std::fs::remove_file(e.path()).unwrap();
-        }
-        let end = Instant::now() + Duration::from_secs(60);
-        let mut stops = Vec::new();
-        for uid in &uids {
-            loop {
-                let rp = cri.pod_status(&call(), uid).unwrap();
-                match rp.containers.first() {
-                    Some(c) if c.state == ContainerState::Exited => {
-                        stops.push((c.finished_at_ns - t0) as f64 / 1e6);
-                        break;
-                    }
-                    None => {
-                        stops.push(f64::NAN);
-                        break;
-                    }
-                    _ => {}
-                }
-                assert!(Instant::now() < end, "pod {uid} did not stop");
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
-        let mut stops: Vec<f64> = stops.into_iter().filter(|s| s.is_finite()).collect();
         let stop_med = if stops.is_empty() { f64::NAN } else { percentile(&mut stops, 0.5) };
-        // wait until podwarden removed them
-        let end = Instant::now() + Duration::from_secs(60);
-        while cri.list_pods(&call()).unwrap().iter().any(|p| p.name.starts_with("pw-")) {
-            assert!(Instant::now() < end, "pods not removed");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        summary.push(format!(
+            "N={n}: raw median {raw_med:.1} ms p99 {raw_p99:.1} ms; podwarden median {pw_med:.1} ms p99 {pw_p99:.1} ms \
+             ({} samples); all running after {all_running_s:.3} s; stop (grace 0) median {stop_med:.1} ms",
+            p.len()
+        ));
         last = (raw_med, pw_med, raw_p99, pw_p99, all_running_s, stop_med);
         out.insert(if n == 1 { "n1_raw_median_ms" } else { "raw_median_ms" }, raw_med);
         out.insert(if n == 1 { "n1_podwarden_median_ms" } else { "podwarden_median_ms" }, pw_med);
         out.insert(if n == 1 { "n1_p99_ms" } else { "p99_ms" }, pw_p99);
         out.insert(if n == 1 { "n1_raw_p99_ms" } else { "raw_p99_ms" }, raw_p99);
         out.insert(if n == 1 { "n1_ratio_median" } else { "ratio_median" }, pw_med / raw_med);
+        out.insert(if n == 1 { "n1_added_median_ms" } else { "added_median_ms" }, pw_med - raw_med);
         out.insert(if n == 1 { "n1_stop_latency_ms" } else { "stop_latency_ms" }, stop_med);
         if n == 30 {
             out.insert("all_running_s", all_running_s);
@@ -257,7 +272,6 @@ fn main() {
     }
     out.insert("n", 30.0);
     out.insert("rss_kib_0", rss_0 as f64);
-    out.insert("added_median_ms", last.1 - last.0);
     for s in summary {
         println!("{s}");
     }
