@@ -223,10 +223,8 @@ fn main() {
     // The raw client first, with no agent running (an agent would take the
     // raw pods, which carry the pod-UID label, for orphans).
     // N = 1 is repeated (REPS times, one pod at a time) for a stable median.
-    let raw_runs: Vec<Vec<f64>> = vec![
-        (0..REPS).flat_map(|r| raw(&cri, 1, &format!("n1r{r}"))).collect(),
-        raw(&cri, 30, "n30"),
-    ];
+    let raw_runs: Vec<Vec<f64>> =
+        vec![(0..REPS).flat_map(|r| raw(&cri, 1, &format!("n1r{r}"))).collect(), raw(&cri, 30, "n30")];
 
     let agent = Agent::start();
     std::thread::sleep(Duration::from_secs(1));
