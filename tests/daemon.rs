@@ -137,7 +137,7 @@ fn under_systemd_log_lines_carry_their_syslog_priority() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(BIN)
+    let child = Command::new(BIN)
         .args(["run", "--config", config.to_str().unwrap()])
         .env("JOURNAL_STREAM", "8:1234")
         .stderr(Stdio::piped())
