@@ -15,6 +15,7 @@ pub mod model;
 pub mod notify;
 pub mod podworkers;
 pub mod runtime;
+pub mod shutdown;
 pub mod source;
 pub mod status;
 pub mod sync;

@@ -1,0 +1,118 @@
+//! Graceful node shutdown: the plan of which pods stop when, and with what
+//! grace period. (The logind thread that acts on it is the next step; this
+//! part is pure and table-tested.)
+//!
+//! Pods are killed in priority groups, lowest priority first. Without
+//! `shutdownGracePeriodByPodPriority` there are two groups: non-critical pods
+//! get `shutdownGracePeriod - shutdownGracePeriodCriticalPods`, critical pods
+//! (priority >= 2000000000) get `shutdownGracePeriodCriticalPods`. A pod's
+//! own shorter grace period wins.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::config::PriorityGrace;
+use crate::model::{self, Pod};
+
+/// One group of the plan: these pods, killed together, with this period.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Group {
+    /// Lowest priority in the group.
+    pub priority: i32,
+    /// How long the group may take (seconds).
+    pub grace_seconds: i64,
+    /// (pod, grace to kill it with) in the group.
+    pub pods: Vec<(Arc<Pod>, i64)>,
+}
+
+/// The priority groups as configured, lowest priority first.
+pub fn groups_from_config(shutdown_grace: i64, critical_grace: i64, by_priority: &[PriorityGrace]) -> Vec<(i32, i64)> {
+    if !by_priority.is_empty() {
+        let mut g: Vec<(i32, i64)> =
+            by_priority.iter().map(|p| (p.priority, p.shutdown_grace_period_seconds)).collect();
+        g.sort_by_key(|(p, _)| *p);
+        return g;
+    }
+    vec![(0, (shutdown_grace - critical_grace).max(0)), (model::CRITICAL_PRIORITY, critical_grace)]
+}
+
+/// Assign pods to groups: a pod goes to the last group whose priority is at
+/// or below its own (pods below the lowest group go to the lowest).
+pub fn plan(groups: &[(i32, i64)], pods: &[Arc<Pod>], classes: &BTreeMap<String, i32>) -> Vec<Group> {
+    let mut out: Vec<Group> = groups
+        .iter()
+        .map(|(priority, grace)| Group { priority: *priority, grace_seconds: *grace, pods: Vec::new() })
+        .collect();
+    if out.is_empty() {
+        return out;
+    }
+    for pod in pods {
+        let prio = model::priority(pod, classes);
+        let idx = out.iter().rposition(|g| g.priority <= prio).unwrap_or(0);
+        let group_grace = out[idx].grace_seconds;
+        let own = model::spec_grace_seconds(pod).unwrap_or(model::DEFAULT_GRACE_SECONDS);
+        out[idx].pods.push((pod.clone(), own.min(group_grace)));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ObjectMeta, PodSpec};
+
+    fn pod(name: &str, priority: Option<i32>, class: Option<&str>, grace: Option<i64>) -> Arc<Pod> {
+        Arc::new(Pod {
+            metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
+            spec: Some(PodSpec {
+                priority,
+                priority_class_name: class.map(str::to_string),
+                termination_grace_period_seconds: grace,
+                ..Default::default()
+            }),
+            status: None,
+        })
+    }
+
+    fn names(g: &Group) -> Vec<(String, i64)> {
+        g.pods.iter().map(|(p, grace)| (model::name(p).to_string(), *grace)).collect()
+    }
+
+    #[test]
+    fn critical_and_normal_groups_with_own_shorter_grace() {
+        let groups = groups_from_config(20, 10, &[]);
+        assert_eq!(groups, vec![(0, 10), (model::CRITICAL_PRIORITY, 10)]);
+        let pods = [
+            pod("web", None, None, None),
+            pod("quick", None, None, Some(3)),
+            pod("dns", None, Some("system-node-critical"), Some(60)),
+            pod("cluster", None, Some("system-cluster-critical"), Some(5)),
+        ];
+        let p = plan(&groups, &pods, &BTreeMap::new());
+        assert_eq!(names(&p[0]), vec![("web".into(), 10), ("quick".into(), 3)]);
+        assert_eq!(names(&p[1]), vec![("dns".into(), 10), ("cluster".into(), 5)]);
+    }
+
+    #[test]
+    fn priority_groups_lowest_first() {
+        let cfg = [
+            PriorityGrace { priority: 100000, shutdown_grace_period_seconds: 5 },
+            PriorityGrace { priority: 0, shutdown_grace_period_seconds: 20 },
+            PriorityGrace { priority: 2_000_000_000, shutdown_grace_period_seconds: 30 },
+        ];
+        let groups = groups_from_config(0, 0, &cfg);
+        assert_eq!(groups, vec![(0, 20), (100000, 5), (2_000_000_000, 30)]);
+        let mut classes = BTreeMap::new();
+        classes.insert("high".to_string(), 500000);
+        let pods = [
+            pod("neg", Some(-5), None, None),
+            pod("mid", None, Some("high"), None),
+            pod("top", None, Some("system-node-critical"), None),
+            pod("low", Some(10), None, None),
+        ];
+        let p = plan(&groups, &pods, &classes);
+        assert_eq!(names(&p[0]), vec![("neg".into(), 20), ("low".into(), 20)]);
+        assert_eq!(names(&p[1]), vec![("mid".into(), 5)]);
+        assert_eq!(names(&p[2]), vec![("top".into(), 30)]);
+    }
+}
