@@ -423,6 +423,22 @@ fn missing_runtime_socket_is_a_clear_start_up_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("/run/podwarden-e2e-missing.sock"), "{err}");
     assert!(err.contains("is containerd running?"), "{err}");
+
+    // a socket that does not speak CRI v1 (containerd's ttrpc socket)
+    let ttrpc = format!("{}.ttrpc", socket());
+    std::fs::write(
+        &config,
+        format!(
+            "containerRuntimeEndpoint: unix://{ttrpc}\nrootDir: {}\nreadOnlyPort: 0\nstaticPodPath: {}\n",
+            d.0.join("r").display(),
+            d.0.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(BIN).args(["run", "--config", config.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&ttrpc) && err.contains("does not answer the CRI v1 API"), "{err}");
 }
 
 fn containerd_pid() -> Option<i32> {
