@@ -116,3 +116,94 @@ mod tests {
         assert_eq!(names(&p[2]), vec![("top".into(), 30)]);
     }
 }
+
+/// Status reason and message the kubelet records on pods killed for a node
+/// shutdown.
+pub const REASON: &str = "Terminated";
+pub const MESSAGE: &str = "Pod was terminated in response to imminent node shutdown.";
+
+/// What one shutdown did.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub started: std::time::SystemTime,
+    pub ended: std::time::SystemTime,
+    /// Pods killed, in the order they were killed.
+    pub killed: Vec<crate::model::Uid>,
+    /// Some group did not terminate within its period.
+    pub timed_out: bool,
+}
+
+/// Carry out a node shutdown on `agent`: close admission, kill the running
+/// pods group by group (lowest priority first) through `update_pod(Kill)`,
+/// and wait (condvar) until each group is terminated or its period is over.
+pub fn run(agent: &crate::agent::Agent, groups: &[(i32, i64)], classes: &BTreeMap<String, i32>) -> Report {
+    use crate::podworkers::{KillPodOptions, Phase, UpdatePodOptions};
+    use std::time::{Duration, Instant, SystemTime};
+
+    let started = SystemTime::now();
+    agent.admission.set_shutting_down(true);
+    let running: Vec<Arc<Pod>> =
+        agent.workers.snapshot().into_iter().filter(|w| w.phase < Phase::Terminated).filter_map(|w| w.pod).collect();
+    let mut killed = Vec::new();
+    let mut timed_out = false;
+    for group in plan(groups, &running, classes) {
+        if group.pods.is_empty() {
+            continue;
+        }
+        let deadline = Instant::now() + Duration::from_secs(group.grace_seconds.max(0) as u64);
+        let mut uids = Vec::new();
+        for (pod, grace) in &group.pods {
+            let status_fn: crate::podworkers::StatusFn = Arc::new(|s: &mut crate::model::PodStatus| {
+                s.phase = Some(model::PHASE_FAILED.into());
+                s.reason = Some(REASON.into());
+                s.message = Some(MESSAGE.into());
+            });
+            let opts = KillPodOptions {
+                grace_period_override: Some(*grace),
+                status_fn: Some(status_fn),
+                ..Default::default()
+            };
+            log::info!("node shutdown: killing pod {} with grace {grace}s", model::pod_ref(pod));
+            agent.workers.update_pod(UpdatePodOptions::kill(pod.clone(), opts));
+            uids.push(model::uid(pod).to_string());
+        }
+        if !agent.workers.wait_terminated(&uids, deadline) {
+            log::warn!(
+                "node shutdown: priority group {} not terminated within {}s",
+                group.priority,
+                group.grace_seconds
+            );
+            timed_out = true;
+        }
+        killed.extend(uids);
+    }
+    Report { started, ended: SystemTime::now(), killed, timed_out }
+}
+
+/// A cancelled shutdown: reopen admission and start again the static pods
+/// the shutdown stopped (the kubelet leaves them Failed; an edge node must
+/// not stay empty). Each is asked to restart; housekeeping starts it once
+/// its earlier incarnation has finished.
+pub fn cancel(agent: &crate::agent::Agent, killed: &[crate::model::Uid]) {
+    use crate::podworkers::{UpdatePodOptions, UpdateType};
+    agent.admission.set_shutting_down(false);
+    for uid in killed {
+        if let Some(d) = agent.desired_pod(uid)
+            && d.rejected.is_none()
+        {
+            agent.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, d.pod));
+        }
+    }
+}
+
+/// `<rootDir>/graceful_node_shutdown_state`: `{"startTime": ..., "endTime": ...}`
+/// in RFC 3339, written atomically.
+pub fn write_state(root_dir: &std::path::Path, report: &Report) -> std::io::Result<()> {
+    let ts =
+        |t: std::time::SystemTime| k8s_openapi::jiff::Timestamp::try_from(t).map(|t| t.to_string()).unwrap_or_default();
+    let json = serde_json::json!({"startTime": ts(report.started), "endTime": ts(report.ended)});
+    let path = root_dir.join("graceful_node_shutdown_state");
+    let tmp = root_dir.join(".graceful_node_shutdown_state.tmp");
+    std::fs::write(&tmp, serde_json::to_vec(&json)?)?;
+    std::fs::rename(tmp, path)
+}

@@ -555,3 +555,69 @@ fn housekeeping_before_the_first_manifest_scan_kills_nothing() {
     assert!(h.fake.calls_for("adopt-me", Op::StartContainer).is_empty(), "adopted without a restart");
     assert!(h.fake.calls_for("adopt-me", Op::StopContainer).is_empty());
 }
+
+#[test]
+fn node_shutdown_kills_normal_pods_before_critical_ones_and_cancel_restarts_them() {
+    let h = Harness::new();
+    h.fake.set_term_delay("c", None); // containers ignore SIGTERM: killed at their deadline
+    let web = with_grace(pod("web", "sw"), 30);
+    let quick = with_grace(pod("quick", "sq"), 1);
+    let mut dns = pod("dns", "sd");
+    dns.spec.as_mut().unwrap().priority_class_name = Some("system-node-critical".into());
+    let all = vec![arc(web), arc(quick), arc(dns)];
+    h.agent.apply_source(all.clone());
+    for u in ["sw", "sq", "sd"] {
+        wait_for("running", T, || h.fake.live_containers(u) == 1);
+    }
+    // shutdownGracePeriod 3 s, critical 1 s: normal pods get 2 s
+    let groups = podwarden::shutdown::groups_from_config(3, 1, &[]);
+    let agent = h.agent.clone();
+    let t = Instant::now();
+    let runner = podwarden::thread::spawn("test-shutdown", None, move || {
+        podwarden::shutdown::run(&agent, &groups, &Default::default())
+    })
+    .unwrap();
+    // admission is closed while shutting down
+    wait_for("shutting down", T, || h.agent.admission.is_shutting_down());
+    let mut late = all.clone();
+    late.push(arc(pod("late", "sl")));
+    h.agent.apply_source(late);
+    assert_eq!(h.statuses.get("sl").unwrap().reason.as_deref(), Some("NodeShutdown"));
+    let report = runner.join().unwrap();
+    let took = t.elapsed();
+    // (the containers use their whole grace period, so a group may end a few
+    // milliseconds after its window: `timed_out` is not asserted here)
+    assert!(h.workers.wait_terminated(&report.killed, Instant::now() + T));
+    assert_eq!(report.killed.len(), 3);
+    assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(5), "took {took:?}");
+    assert_eq!(stop_timeouts(&h, "sw"), vec![2], "the group's period");
+    assert_eq!(stop_timeouts(&h, "sq"), vec![1], "its own shorter grace period");
+    assert_eq!(stop_timeouts(&h, "sd"), vec![1], "the critical period");
+    let first = |u: &str| h.fake.calls_for(u, Op::StopContainer)[0].seq;
+    assert!(first("sd") > first("sw") && first("sd") > first("sq"), "critical pods are killed last");
+    for u in ["sw", "sq", "sd"] {
+        let st = h.statuses.get(u).unwrap();
+        assert_eq!(st.reason.as_deref(), Some("Terminated"));
+        assert_eq!(st.message.as_deref(), Some(podwarden::shutdown::MESSAGE));
+        assert_eq!(st.phase.as_deref(), Some("Failed"));
+    }
+    let state = h.root.0.join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    podwarden::shutdown::write_state(&state, &report).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.join("graceful_node_shutdown_state")).unwrap()).unwrap();
+    assert!(v["startTime"].as_str().unwrap().ends_with('Z') && v["endTime"].as_str().unwrap().contains('T'));
+
+    // cancelled: admission reopens and the stopped static pods run again
+    podwarden::shutdown::cancel(&h.agent, &report.killed);
+    assert!(!h.agent.admission.is_shutting_down());
+    let end = Instant::now() + T;
+    while !["sw", "sq", "sd"].iter().all(|u| h.fake.live_containers(u) == 1) && Instant::now() < end {
+        h.agent.housekeeping();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for u in ["sw", "sq", "sd"] {
+        assert_eq!(h.fake.live_containers(u), 1, "pod {u} runs again after the cancelled shutdown");
+    }
+    assert_eq!(h.metrics.restarted(true), 3);
+}
