@@ -10,6 +10,7 @@ pub mod events;
 pub mod housekeeping;
 pub mod http;
 pub mod logging;
+pub mod logind;
 pub mod metrics;
 pub mod model;
 pub mod notify;

@@ -621,3 +621,47 @@ fn node_shutdown_kills_normal_pods_before_critical_ones_and_cancel_restarts_them
     }
     assert_eq!(h.metrics.restarted(true), 3);
 }
+
+#[test]
+fn logind_thread_holds_the_lock_releases_it_after_the_pods_and_takes_it_again() {
+    use podwarden::logind::{Event, FakeLogind, LogindThread, ShutdownConfig};
+    let h = Harness::new();
+    h.fake.set_term_delay("c", Some(Duration::from_millis(200))); // trap SIGTERM, exit soon
+    h.agent.apply_source(vec![arc(pod("a", "la")), arc(pod("b", "lb"))]);
+    for u in ["la", "lb"] {
+        wait_for("running", T, || h.fake.live_containers(u) == 1);
+    }
+    let logind = Arc::new(FakeLogind::new(Duration::from_secs(30)));
+    let cfg = ShutdownConfig {
+        groups: podwarden::shutdown::groups_from_config(20, 10, &[]),
+        priority_classes: Default::default(),
+        root_dir: h.root.0.clone(),
+    };
+    let thread = LogindThread::start(logind.clone(), h.agent.clone(), cfg).unwrap();
+    wait_for("lock taken", T, || logind.locks_held() == 1);
+    let t = Instant::now();
+    logind.send(Event::PrepareForShutdown(true));
+    wait_for("lock released", T, || logind.locks_held() == 0);
+    let took = t.elapsed();
+    assert!(took < Duration::from_secs(3), "released {took:?} after the signal, not at the end of the 20 s window");
+    assert_eq!(h.fake.live_containers("la") + h.fake.live_containers("lb"), 0);
+    assert!(h.root.0.join("graceful_node_shutdown_state").exists());
+    assert!(h.agent.admission.is_shutting_down());
+    logind.send(Event::PrepareForShutdown(false));
+    wait_for("lock taken again", T, || logind.locks_held() == 1);
+    assert!(!h.agent.admission.is_shutting_down());
+    let end = Instant::now() + T;
+    while h.fake.live_containers("la") + h.fake.live_containers("lb") < 2 && Instant::now() < end {
+        h.agent.housekeeping();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(h.fake.live_containers("la") + h.fake.live_containers("lb"), 2, "pods run again");
+    // a lost bus: reconnect and take the lock again
+    let before = logind.inhibits.load(std::sync::atomic::Ordering::SeqCst);
+    logind.send(Event::Lost);
+    wait_for("lock re-taken after reconnect", T, || {
+        logind.inhibits.load(std::sync::atomic::Ordering::SeqCst) > before && logind.locks_held() == 1
+    });
+    drop(thread);
+    assert_eq!(logind.locks_held(), 0, "stopping the thread releases the lock");
+}

@@ -1,0 +1,215 @@
+//! The logind side of graceful node shutdown: a small [`Logind`] trait
+//! (what podwarden asks of systemd-logind), a fake for tests, and the
+//! logind thread that holds a delay inhibitor lock and turns
+//! `PrepareForShutdown` into [`crate::shutdown::run`] / [`crate::shutdown::cancel`].
+//!
+//! The D-Bus implementation of the trait (dbus crate, system bus) is the
+//! next step; the thread's logic is tested here against the fake.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+use thiserror::Error;
+
+use crate::agent::Agent;
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum LogindError {
+    #[error("no system bus or logind: {0}")]
+    Unavailable(String),
+    #[error("logind call {call} failed: {message}")]
+    Call { call: &'static str, message: String },
+}
+
+/// What logind tells podwarden.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// `PrepareForShutdown(b)` from the current owner of org.freedesktop.login1.
+    PrepareForShutdown(bool),
+    /// The bus connection broke, or logind's owner changed: reconnect.
+    Lost,
+}
+
+/// A held inhibitor lock; dropping it releases the lock.
+pub trait InhibitLock: Send {}
+
+/// The calls podwarden makes to logind.
+pub trait Logind: Send + Sync {
+    /// (Re)connect to the bus.
+    fn connect(&self) -> Result<(), LogindError>;
+    /// `InhibitDelayMaxUSec`.
+    fn inhibit_delay_max(&self) -> Result<Duration, LogindError>;
+    /// `Manager.Inhibit("shutdown", who, why, "delay")`.
+    fn inhibit(&self, who: &str, why: &str) -> Result<Box<dyn InhibitLock>, LogindError>;
+    /// The next event, waiting at most `timeout`.
+    fn next_event(&self, timeout: Duration) -> Result<Option<Event>, LogindError>;
+}
+
+/// A scriptable logind for tests: events are queued by the test; the fake
+/// records whether a lock is held.
+#[derive(Default)]
+pub struct FakeLogind {
+    events: Mutex<VecDeque<Event>>,
+    arrived: Condvar,
+    locks_held: Arc<std::sync::atomic::AtomicUsize>,
+    pub inhibits: std::sync::atomic::AtomicUsize,
+    pub delay_max: Mutex<Duration>,
+    pub down: AtomicBool,
+}
+
+struct FakeLock(Arc<std::sync::atomic::AtomicUsize>);
+
+impl InhibitLock for FakeLock {}
+
+impl Drop for FakeLock {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl FakeLogind {
+    pub fn new(delay_max: Duration) -> Self {
+        let f = FakeLogind::default();
+        *f.delay_max.lock() = delay_max;
+        f
+    }
+
+    pub fn send(&self, e: Event) {
+        self.events.lock().push_back(e);
+        self.arrived.notify_all();
+    }
+
+    pub fn locks_held(&self) -> usize {
+        self.locks_held.load(Ordering::SeqCst)
+    }
+}
+
+impl Logind for FakeLogind {
+    fn connect(&self) -> Result<(), LogindError> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(LogindError::Unavailable("fake logind is down".into()));
+        }
+        Ok(())
+    }
+
+    fn inhibit_delay_max(&self) -> Result<Duration, LogindError> {
+        Ok(*self.delay_max.lock())
+    }
+
+    fn inhibit(&self, _who: &str, _why: &str) -> Result<Box<dyn InhibitLock>, LogindError> {
+        self.connect()?;
+        self.inhibits.fetch_add(1, Ordering::SeqCst);
+        self.locks_held.fetch_add(1, Ordering::SeqCst);
+        Ok(Box::new(FakeLock(self.locks_held.clone())))
+    }
+
+    fn next_event(&self, timeout: Duration) -> Result<Option<Event>, LogindError> {
+        let mut q = self.events.lock();
+        if q.is_empty() {
+            self.arrived.wait_for(&mut q, timeout);
+        }
+        Ok(q.pop_front())
+    }
+}
+
+/// Graceful shutdown settings.
+#[derive(Debug, Clone)]
+pub struct ShutdownConfig {
+    /// Priority groups (priority, seconds), lowest first.
+    pub groups: Vec<(i32, i64)>,
+    pub priority_classes: std::collections::BTreeMap<String, i32>,
+    pub root_dir: std::path::PathBuf,
+}
+
+impl ShutdownConfig {
+    pub fn total(&self) -> Duration {
+        Duration::from_secs(self.groups.iter().map(|(_, g)| *g.max(&0) as u64).sum())
+    }
+}
+
+/// Owns the logind thread; dropping it stops and joins the thread.
+pub struct LogindThread {
+    stop: Arc<AtomicBool>,
+    join: Option<JoinHandle<()>>,
+}
+
+impl LogindThread {
+    pub fn start(logind: Arc<dyn Logind>, agent: Arc<Agent>, cfg: ShutdownConfig) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let join = crate::thread::spawn("logind", None, move || run(&*logind, &agent, &cfg, &s))?;
+        Ok(LogindThread { stop, join: Some(join) })
+    }
+}
+
+impl Drop for LogindThread {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(j) = self.join.take() {
+            let _ = j.join();
+        }
+    }
+}
+
+fn run(logind: &dyn Logind, agent: &Agent, cfg: &ShutdownConfig, stop: &AtomicBool) {
+    let poll = Duration::from_millis(200);
+    let mut warned = false;
+    while !stop.load(Ordering::SeqCst) {
+        // (Re)connect and take the delay lock; retry every second.
+        let lock = match logind.connect().and_then(|()| logind.inhibit("podwarden", "Kubernetes pods shutting down")) {
+            Ok(l) => l,
+            Err(e) => {
+                if !warned {
+                    log::warn!("graceful node shutdown unavailable for now: {e}; retrying every second");
+                    warned = true;
+                }
+                std::thread::sleep(Duration::from_secs(1));
+                continue;
+            }
+        };
+        warned = false;
+        let mut lock = Some(lock);
+        let mut stopped: Vec<crate::model::Uid> = Vec::new();
+        loop {
+            if stop.load(Ordering::SeqCst) {
+                return;
+            }
+            match logind.next_event(poll) {
+                Ok(None) => {}
+                Ok(Some(Event::PrepareForShutdown(true))) => {
+                    log::info!("logind: shutdown coming; stopping pods within {:?}", cfg.total());
+                    let report = crate::shutdown::run(agent, &cfg.groups, &cfg.priority_classes);
+                    if let Err(e) = crate::shutdown::write_state(&cfg.root_dir, &report) {
+                        log::warn!("cannot write the shutdown state file: {e}");
+                    }
+                    stopped = report.killed;
+                    lock.take(); // release: every pod is terminated or the window is over
+                    log::info!("logind: pods stopped; inhibitor lock released");
+                }
+                Ok(Some(Event::PrepareForShutdown(false))) => {
+                    log::info!("logind: shutdown cancelled; reopening admission and restarting stopped pods");
+                    crate::shutdown::cancel(agent, &stopped);
+                    stopped.clear();
+                    if lock.is_none() {
+                        match logind.inhibit("podwarden", "Kubernetes pods shutting down") {
+                            Ok(l) => lock = Some(l),
+                            Err(e) => {
+                                log::warn!("logind: cannot take the inhibitor lock again: {e}");
+                                break;
+                            }
+                        }
+                    }
+                }
+                Ok(Some(Event::Lost)) | Err(_) => {
+                    log::warn!("logind: connection lost; reconnecting");
+                    break;
+                }
+            }
+        }
+        drop(lock);
+    }
+}
