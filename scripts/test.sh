@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need_pkgs=(gcc g++ libc6-dev make cmake protobuf-compiler pkg-config)
+need_pkgs=(gcc g++ libc6-dev make cmake protobuf-compiler pkg-config prometheus)
 missing=()
 for p in "${need_pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -540,3 +540,77 @@ fn image_pull_failure_is_a_waiting_reason_not_a_crash() {
     assert!(a.child.as_mut().unwrap().try_wait().unwrap().is_none(), "the agent keeps running");
     a.clean_up(&[&uid]);
 }
+
+fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+}
+
+#[test]
+fn metrics_pass_promtool_and_count_pods_and_orphans_and_pods_redacts_env() {
+    let _serial = SERIAL.lock();
+    assert!(
+        Command::new("promtool").arg("--version").output().is_ok(),
+        "promtool is missing: install the Debian package prometheus (scripts/test.sh does)"
+    );
+    let mut a = Agent::start("metrics");
+    a.write("keep.yaml", &(pod_yaml("keep", "", TRAPPING) + "    env:\n    - name: SECRET\n      value: hunter2\n"));
+    a.write("gone.yaml", &pod_yaml("gone", "", TRAPPING));
+    let keep = a.uid("keep");
+    let gone = a.uid("gone");
+    wait_for("running", Duration::from_secs(30), || a.running(&keep) == 1 && a.running(&gone) == 1);
+    a.remove("gone.yaml");
+    // an orphan made behind podwarden's back
+    let mut labels = std::collections::BTreeMap::new();
+    labels.insert(podwarden::runtime::LABEL_POD_UID.to_string(), "e2e-metrics-orphan".to_string());
+    let cfg = SandboxConfig {
+        name: "stray".into(),
+        namespace: "e2e".into(),
+        uid: "e2e-metrics-orphan".into(),
+        hostname: "stray".into(),
+        log_directory: a.dir.0.join("stray").display().to_string(),
+        labels,
+        ..Default::default()
+    };
+    a.cri.run_sandbox(&call(), &cfg).unwrap();
+    wait_for("orphan and removed pod gone", Duration::from_secs(30), || {
+        a.runtime_pod("e2e-metrics-orphan").sandboxes.is_empty() && a.runtime_pod(&gone).sandboxes.is_empty()
+    });
+    std::thread::sleep(Duration::from_secs(2)); // a housekeeping pass refreshes the gauges
+    let text = a.get("/metrics").expect("/metrics");
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    check.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = check.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(metric(&text, "kubelet_desired_pods{static=\"true\"}"), Some(1.0), "{text}");
+    assert_eq!(metric(&text, "kubelet_active_pods{static=\"true\"}"), Some(1.0), "{text}");
+    assert_eq!(metric(&text, "kubelet_orphaned_runtime_pods_total"), Some(1.0), "{text}");
+    assert_eq!(
+        metric(&text, "kubelet_working_pods{config=\"desired\",lifecycle=\"sync\",static=\"true\"}"),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(metric(&text, "kubelet_running_pods"), Some(1.0), "{text}");
+    assert_eq!(metric(&text, "kubelet_running_containers{container_state=\"running\"}"), Some(1.0), "{text}");
+    assert!(metric(&text, "kubelet_pod_worker_duration_seconds_count{operation_type=\"sync\"}").unwrap_or(0.0) >= 1.0);
+    // /pods: a v1 PodList with env values redacted
+    let body = a.get("/pods").unwrap();
+    let list: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(list["kind"], "PodList");
+    assert_eq!(list["apiVersion"], "v1");
+    assert!(!body.contains("hunter2"), "env values must not leak: {body}");
+    let env = &a.pod("keep").unwrap()["spec"]["containers"][0]["env"][0];
+    assert_eq!(env["name"], "SECRET");
+    assert_eq!(env["value"], "<redacted>");
+    a.clean_up(&[&keep, &gone]);
+}
