@@ -10,7 +10,7 @@ if ! command -v cargo >/dev/null; then
   echo "cargo not found: install Rust 1.95 or newer with rustup (https://rustup.rs)" >&2
   exit 1
 fi
-need_pkgs=(gcc g++ libc6-dev make cmake protobuf-compiler pkg-config)
+need_pkgs=(gcc g++ libc6-dev make cmake protobuf-compiler pkg-config libdbus-1-dev)
 missing=()
 for p in "${need_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ "${#missing[@]}" -gt 0 ]; then

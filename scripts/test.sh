@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need_pkgs=(gcc g++ libc6-dev make cmake protobuf-compiler pkg-config prometheus)
+need_pkgs=(gcc g++ libc6-dev make cmake protobuf-compiler pkg-config libdbus-1-dev prometheus)
 missing=()
 for p in "${need_pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -26,6 +26,8 @@ fi
 
 echo "== end-to-end environment (private containerd)"
 scripts/e2e-env.sh up
+echo "== logind test environment (private system bus, systemd-logind)"
+scripts/logind-env.sh up
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

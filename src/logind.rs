@@ -213,3 +213,125 @@ fn run(logind: &dyn Logind, agent: &Agent, cfg: &ShutdownConfig, stop: &AtomicBo
         drop(lock);
     }
 }
+
+/// logind over D-Bus (the system bus; `DBUS_SYSTEM_BUS_ADDRESS` is honoured).
+pub mod dbus_impl {
+    use std::collections::VecDeque;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use dbus::blocking::Connection;
+    use dbus::message::MatchRule;
+    use parking_lot::Mutex;
+
+    use super::{Event, InhibitLock, Logind, LogindError};
+
+    const DEST: &str = "org.freedesktop.login1";
+    const PATH: &str = "/org/freedesktop/login1";
+    const MANAGER: &str = "org.freedesktop.login1.Manager";
+    const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+    struct Lock(#[allow(dead_code)] dbus::arg::OwnedFd);
+
+    impl InhibitLock for Lock {}
+
+    /// See the module docs. Only signals from the current owner of
+    /// org.freedesktop.login1 count: any local client may broadcast a
+    /// `PrepareForShutdown` on the system bus.
+    #[derive(Default)]
+    pub struct DbusLogind {
+        conn: Mutex<Option<Connection>>,
+        events: Arc<Mutex<VecDeque<Event>>>,
+    }
+
+    fn err(call: &'static str, e: dbus::Error) -> LogindError {
+        LogindError::Call { call, message: e.message().unwrap_or("no message").to_string() }
+    }
+
+    impl DbusLogind {
+        pub fn new() -> Self {
+            Self::default()
+        }
+
+        fn with_conn<T>(&self, f: impl FnOnce(&Connection) -> Result<T, LogindError>) -> Result<T, LogindError> {
+            let guard = self.conn.lock();
+            match guard.as_ref() {
+                Some(c) => f(c),
+                None => Err(LogindError::Unavailable("not connected".into())),
+            }
+        }
+    }
+
+    impl Logind for DbusLogind {
+        fn connect(&self) -> Result<(), LogindError> {
+            let conn = Connection::new_system().map_err(|e| LogindError::Unavailable(e.to_string()))?;
+            let owner: String = conn
+                .with_proxy("org.freedesktop.DBus", "/org/freedesktop/DBus", CALL_TIMEOUT)
+                .method_call("org.freedesktop.DBus", "GetNameOwner", (DEST,))
+                .map(|(o,): (String,)| o)
+                .map_err(|e| LogindError::Unavailable(format!("{DEST} is not on the bus: {e}")))?;
+            self.events.lock().clear();
+            let q = self.events.clone();
+            // Filtered by the bus on interface, member and path; the sender is
+            // checked here against logind's unique name, so a broadcast by
+            // any other client is ignored.
+            let rule = MatchRule::new_signal(MANAGER, "PrepareForShutdown").with_path(PATH);
+            conn.add_match(rule, move |(active,): (bool,), _, msg: &dbus::Message| {
+                match msg.sender() {
+                    Some(s) if *s == *owner => q.lock().push_back(Event::PrepareForShutdown(active)),
+                    other => log::warn!(
+                        "ignoring PrepareForShutdown({active}) from {}: not logind ({owner})",
+                        other.map_or_else(|| "an unknown sender".to_string(), |s| s.to_string())
+                    ),
+                }
+                true
+            })
+            .map_err(|e| err("AddMatch", e))?;
+            let q = self.events.clone();
+            let rule =
+                MatchRule::new_signal("org.freedesktop.DBus", "NameOwnerChanged").with_sender("org.freedesktop.DBus");
+            conn.add_match(rule, move |(name, _old, _new): (String, String, String), _, _| {
+                if name == DEST {
+                    q.lock().push_back(Event::Lost);
+                }
+                true
+            })
+            .map_err(|e| err("AddMatch", e))?;
+            *self.conn.lock() = Some(conn);
+            Ok(())
+        }
+
+        fn inhibit_delay_max(&self) -> Result<Duration, LogindError> {
+            self.with_conn(|c| {
+                use dbus::blocking::stdintf::org_freedesktop_dbus::Properties;
+                let us: u64 = c
+                    .with_proxy(DEST, PATH, CALL_TIMEOUT)
+                    .get(MANAGER, "InhibitDelayMaxUSec")
+                    .map_err(|e| err("Get InhibitDelayMaxUSec", e))?;
+                Ok(Duration::from_micros(us))
+            })
+        }
+
+        fn inhibit(&self, who: &str, why: &str) -> Result<Box<dyn InhibitLock>, LogindError> {
+            self.with_conn(|c| {
+                let (fd,): (dbus::arg::OwnedFd,) = c
+                    .with_proxy(DEST, PATH, CALL_TIMEOUT)
+                    .method_call(MANAGER, "Inhibit", ("shutdown", who, why, "delay"))
+                    .map_err(|e| err("Inhibit", e))?;
+                Ok(Box::new(Lock(fd)) as Box<dyn InhibitLock>)
+            })
+        }
+
+        fn next_event(&self, timeout: Duration) -> Result<Option<Event>, LogindError> {
+            if let Some(e) = self.events.lock().pop_front() {
+                return Ok(Some(e));
+            }
+            let lost = self.with_conn(|c| c.process(timeout).map_err(|e| err("process", e)));
+            if lost.is_err() {
+                *self.conn.lock() = None;
+                return Ok(Some(Event::Lost));
+            }
+            Ok(self.events.lock().pop_front())
+        }
+    }
+}

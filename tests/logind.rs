@@ -1,0 +1,173 @@
+//! Graceful shutdown against systemd's own systemd-logind on a private
+//! system bus (`scripts/logind-env.sh up`; scripts/test.sh runs it). logind
+//! emits a real `PrepareForShutdown` when asked to power off and honours the
+//! delay inhibitor lock; the test systemd refuses to start poweroff.target,
+//! so nothing is ever powered off and logind then sends `false`.
+
+mod common;
+
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+use common::*;
+use parking_lot::Mutex;
+use podwarden::logind::dbus_impl::DbusLogind;
+use podwarden::logind::{Event, Logind, LogindThread, ShutdownConfig};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+static ENV: Once = Once::new();
+const SOCK: &str = "/run/podwarden-logind/system_bus_socket";
+
+fn bus() -> String {
+    assert!(
+        std::path::Path::new(SOCK).exists(),
+        "the logind test environment is not running ({SOCK} is missing): prepare it with \
+         `sudo scripts/logind-env.sh up` (scripts/test.sh does this before the tests)"
+    );
+    let addr = format!("unix:path={SOCK}");
+    // SAFETY: set once, before any thread of this test binary reads it.
+    ENV.call_once(|| unsafe { std::env::set_var("DBUS_SYSTEM_BUS_ADDRESS", &addr) });
+    addr
+}
+
+fn dbus_send(args: &[&str]) -> String {
+    let out = Command::new("dbus-send")
+        .env("DBUS_SYSTEM_BUS_ADDRESS", bus())
+        .args(["--system", "--print-reply"])
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
+}
+
+fn power_off() {
+    // returns once logind has scheduled the shutdown (and sent the signal)
+    let _ = Command::new("dbus-send")
+        .env("DBUS_SYSTEM_BUS_ADDRESS", bus())
+        .args([
+            "--system",
+            // logind checks the caller's credentials on the bus: the caller
+            // must still be connected, so wait for the reply
+            "--print-reply",
+            "--dest=org.freedesktop.login1",
+            "/org/freedesktop/login1",
+            "org.freedesktop.login1.Manager.PowerOff",
+            "boolean:false",
+        ])
+        .output()
+        .unwrap();
+}
+
+fn podwarden_inhibitors() -> usize {
+    let out = dbus_send(&[
+        "--dest=org.freedesktop.login1",
+        "/org/freedesktop/login1",
+        "org.freedesktop.login1.Manager.ListInhibitors",
+    ]);
+    out.matches("\"podwarden\"").count()
+}
+
+fn next(l: &DbusLogind, within: Duration) -> Option<Event> {
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        if let Some(e) = l.next_event(Duration::from_millis(100)).unwrap() {
+            return Some(e);
+        }
+    }
+    None
+}
+
+#[test]
+fn real_logind_shutdown_signal_delay_lock_and_forged_broadcast() {
+    let _s = SERIAL.lock();
+    bus();
+    let l = DbusLogind::new();
+    l.connect().expect("connect to the private system bus");
+    assert_eq!(l.inhibit_delay_max().unwrap(), Duration::from_secs(5));
+    let lock = l.inhibit("podwarden", "test").unwrap();
+    assert_eq!(podwarden_inhibitors(), 1);
+    // any client may broadcast the signal; only logind's counts
+    let forged = Command::new("dbus-send")
+        .env("DBUS_SYSTEM_BUS_ADDRESS", bus())
+        .args([
+            "--system",
+            "--type=signal",
+            "/org/freedesktop/login1",
+            "org.freedesktop.login1.Manager.PrepareForShutdown",
+            "boolean:true",
+        ])
+        .status()
+        .unwrap();
+    assert!(forged.success());
+    assert_eq!(next(&l, Duration::from_millis(700)), None, "a forged broadcast is ignored");
+    power_off();
+    assert_eq!(next(&l, Duration::from_secs(3)), Some(Event::PrepareForShutdown(true)));
+    let t = Instant::now();
+    drop(lock); // logind goes on at once instead of waiting InhibitDelayMaxSec
+    assert_eq!(next(&l, Duration::from_secs(4)), Some(Event::PrepareForShutdown(false)));
+    assert!(t.elapsed() < Duration::from_secs(3), "logind waited {:?} after the lock was released", t.elapsed());
+    assert_eq!(podwarden_inhibitors(), 0);
+}
+
+#[test]
+fn logind_thread_stops_pods_on_a_real_shutdown_and_restarts_them_when_cancelled() {
+    let _s = SERIAL.lock();
+    bus();
+    let h = Harness::new();
+    h.fake.set_term_delay("c", Some(Duration::from_millis(300)));
+    h.agent.apply_source(vec![arc(pod("a", "ra")), arc(pod("b", "rb"))]);
+    for u in ["ra", "rb"] {
+        wait_for("running", Duration::from_secs(5), || h.fake.live_containers(u) == 1);
+    }
+    let cfg = ShutdownConfig {
+        groups: podwarden::shutdown::groups_from_config(4, 2, &[]),
+        priority_classes: Default::default(),
+        root_dir: h.root.0.clone(),
+    };
+    let thread = LogindThread::start(Arc::new(DbusLogind::new()), h.agent.clone(), cfg).unwrap();
+    wait_for("lock taken", Duration::from_secs(5), || podwarden_inhibitors() == 1);
+    let t = Instant::now();
+    power_off();
+    wait_for("pods stopped", Duration::from_secs(5), || {
+        h.fake.live_containers("ra") + h.fake.live_containers("rb") == 0
+    });
+    wait_for("lock released and taken again after the cancel", Duration::from_secs(6), || {
+        !h.agent.admission.is_shutting_down() && podwarden_inhibitors() == 1
+    });
+    assert!(t.elapsed() < Duration::from_secs(4), "took {:?}: the lock was held to the end of the window", t.elapsed());
+    assert!(h.root.0.join("graceful_node_shutdown_state").exists());
+    let end = Instant::now() + Duration::from_secs(5);
+    while h.fake.live_containers("ra") + h.fake.live_containers("rb") < 2 && Instant::now() < end {
+        h.agent.housekeeping();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(h.fake.live_containers("ra") + h.fake.live_containers("rb"), 2, "stopped pods run again");
+    drop(thread);
+    wait_for("lock released on stop", Duration::from_secs(3), || podwarden_inhibitors() == 0);
+}
+
+#[test]
+fn logind_restarted_the_lock_is_taken_again() {
+    let _s = SERIAL.lock();
+    bus();
+    let h = Harness::new();
+    let cfg = ShutdownConfig {
+        groups: podwarden::shutdown::groups_from_config(4, 2, &[]),
+        priority_classes: Default::default(),
+        root_dir: h.root.0.clone(),
+    };
+    let thread = LogindThread::start(Arc::new(DbusLogind::new()), h.agent.clone(), cfg).unwrap();
+    wait_for("lock taken", Duration::from_secs(5), || podwarden_inhibitors() == 1);
+    let pid: i32 = std::fs::read_to_string("/run/podwarden-logind/logind.pid").unwrap().trim().parse().unwrap();
+    // SAFETY: stopping the private logind the test script started.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    wait_for("logind gone", Duration::from_secs(5), || unsafe { libc::kill(pid, 0) != 0 });
+    let out = Command::new("scripts/logind-env.sh").arg("up").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let t = Instant::now();
+    wait_for("lock re-taken", Duration::from_secs(5), || podwarden_inhibitors() == 1);
+    assert!(t.elapsed() < Duration::from_secs(3), "re-taken after {:?}", t.elapsed());
+    drop(thread);
+}
