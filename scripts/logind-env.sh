@@ -6,7 +6,9 @@
 #     that refuses StartUnit (nothing is ever powered off) and relays
 #     KillUnit(SIGHUP) to logind;
 #   - systemd-logind in its own mount namespace with a tmpfs on /run/systemd
-#     and a bind-mounted logind.conf (InhibitDelayMaxSec=${LOGIND_DELAY:-5}).
+#     and a bind-mounted logind.conf (InhibitDelayMaxSec=${LOGIND_DELAY:-5});
+#     its /etc/systemd/logind.conf.d is $DIR/logind.conf.d, so tests can
+#     write drop-ins without touching the host's /etc.
 #
 #   scripts/logind-env.sh up | down | env
 set -euo pipefail
@@ -40,12 +42,14 @@ up() {
   fi
   if ! alive "$DIR/logind.pid"; then
     printf '[Login]\nInhibitDelayMaxSec=%s\n' "${LOGIND_DELAY:-5}" > "$DIR/logind.conf"
+    mkdir -p "$DIR/logind.conf.d"
     cat > "$DIR/run-logind.sh" <<SH
 #!/bin/sh
 mount -t tmpfs tmpfs /run/systemd
 mkdir -p /run/systemd/seats /run/systemd/users /run/systemd/sessions /run/systemd/machines
 mkdir -p /etc/systemd/logind.conf.d
 mount --bind "$DIR/logind.conf" /etc/systemd/logind.conf
+mount --bind "$DIR/logind.conf.d" /etc/systemd/logind.conf.d
 echo \$\$ > "$DIR/logind.pid"
 export DBUS_SYSTEM_BUS_ADDRESS=$ADDR
 exec /lib/systemd/systemd-logind

@@ -65,6 +65,9 @@ pub struct Agent {
     /// The source delivered its first full set: until then housekeeping
     /// cannot tell an adopted pod from an orphan, so it does nothing.
     sources_ready: std::sync::atomic::AtomicBool,
+    /// Why graceful node shutdown is off (`None` while it is on or not
+    /// configured); shown by the node status.
+    pub graceful_shutdown: Mutex<Option<String>>,
 }
 
 impl Agent {
@@ -91,6 +94,7 @@ impl Agent {
             last_housekeeping: Mutex::new(None),
             runtime_error_logged: Mutex::new(None),
             sources_ready: std::sync::atomic::AtomicBool::new(false),
+            graceful_shutdown: Mutex::new(None),
         }
     }
 

@@ -92,6 +92,7 @@ pub struct Running {
     housekeeping: Option<Housekeeping>,
     relist: Option<crate::housekeeping::Periodic>,
     http: Option<crate::http::HttpServer>,
+    logind: Option<crate::logind::LogindThread>,
 }
 
 impl Running {
@@ -109,6 +110,7 @@ impl Running {
 
     /// Stop the agent's threads; pods are left as they are.
     pub fn stop(mut self) {
+        self.logind.take();
         self.http.take();
         self.relist.take();
         self.source.take();
@@ -186,7 +188,24 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
     };
     let relist = crate::housekeeping::Periodic::relist(agent.clone(), Duration::from_secs(1))
         .map_err(io("starting the relist thread"))?;
-    Ok(Running { agent, source: Some(source), housekeeping: Some(housekeeping), relist: Some(relist), http })
+    let logind = if config.shutdown_grace_period.is_zero() && config.shutdown_grace_period_by_pod_priority.is_empty() {
+        log::info!("graceful node shutdown off (shutdownGracePeriod is 0)");
+        None
+    } else {
+        let cfg = crate::logind::ShutdownConfig {
+            groups: crate::shutdown::groups_from_config(
+                config.shutdown_grace_period.as_secs() as i64,
+                config.shutdown_grace_period_critical_pods.as_secs() as i64,
+                &config.shutdown_grace_period_by_pod_priority,
+            ),
+            priority_classes: config.priority_classes.clone(),
+            root_dir: config.root_dir.clone(),
+            dropin_dir: Some("/etc/systemd/logind.conf.d".into()),
+        };
+        let logind = Arc::new(crate::logind::dbus_impl::DbusLogind::new());
+        Some(crate::logind::LogindThread::start(logind, agent.clone(), cfg).map_err(io("starting the logind thread"))?)
+    };
+    Ok(Running { agent, source: Some(source), housekeeping: Some(housekeeping), relist: Some(relist), http, logind })
 }
 
 /// Run the daemon until SIGTERM or SIGINT.

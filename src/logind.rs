@@ -43,6 +43,9 @@ pub trait Logind: Send + Sync {
     fn connect(&self) -> Result<(), LogindError>;
     /// `InhibitDelayMaxUSec`.
     fn inhibit_delay_max(&self) -> Result<Duration, LogindError>;
+    /// Make logind re-read its configuration (SIGHUP through systemd's
+    /// `KillUnit("systemd-logind.service")`).
+    fn reload(&self) -> Result<(), LogindError>;
     /// `Manager.Inhibit("shutdown", who, why, "delay")`.
     fn inhibit(&self, who: &str, why: &str) -> Result<Box<dyn InhibitLock>, LogindError>;
     /// The next event, waiting at most `timeout`.
@@ -100,6 +103,10 @@ impl Logind for FakeLogind {
         Ok(*self.delay_max.lock())
     }
 
+    fn reload(&self) -> Result<(), LogindError> {
+        Ok(())
+    }
+
     fn inhibit(&self, _who: &str, _why: &str) -> Result<Box<dyn InhibitLock>, LogindError> {
         self.connect()?;
         self.inhibits.fetch_add(1, Ordering::SeqCst);
@@ -123,6 +130,89 @@ pub struct ShutdownConfig {
     pub groups: Vec<(i32, i64)>,
     pub priority_classes: std::collections::BTreeMap<String, i32>,
     pub root_dir: std::path::PathBuf,
+    /// Where podwarden's logind drop-in goes (`/etc/systemd/logind.conf.d`);
+    /// `None`: never write one.
+    pub dropin_dir: Option<std::path::PathBuf>,
+}
+
+/// Name of podwarden's logind drop-in.
+pub const DROPIN: &str = "99-podwarden.conf";
+
+/// Directories logind reads drop-ins from, besides `/etc`'s.
+const OTHER_DROPIN_DIRS: &[&str] = &["/run/systemd/logind.conf.d", "/usr/lib/systemd/logind.conf.d"];
+
+/// Make logind's `InhibitDelayMaxSec` at least `want`: write a drop-in,
+/// reload logind, read the value back. On failure, say which later drop-in
+/// overrides ours.
+pub fn ensure_inhibit_delay(
+    logind: &dyn Logind,
+    want: Duration,
+    dropin_dir: Option<&std::path::Path>,
+) -> Result<Duration, String> {
+    let cur = logind.inhibit_delay_max().map_err(|e| e.to_string())?;
+    if cur >= want {
+        return Ok(cur);
+    }
+    let Some(dir) = dropin_dir else {
+        return Err(format!(
+            "logind's InhibitDelayMaxSec is {}s, below the {}s podwarden needs",
+            cur.as_secs(),
+            want.as_secs()
+        ));
+    };
+    let path = dir.join(DROPIN);
+    std::fs::create_dir_all(dir)
+        .and_then(|()| {
+            std::fs::write(
+                &path,
+                format!(
+                    "# written by podwarden: its shutdownGracePeriod\n[Login]\nInhibitDelayMaxSec={}\n",
+                    want.as_secs()
+                ),
+            )
+        })
+        .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    logind.reload().map_err(|e| e.to_string())?;
+    let end = std::time::Instant::now() + Duration::from_secs(5);
+    let mut now = cur;
+    while std::time::Instant::now() < end {
+        now = logind.inhibit_delay_max().map_err(|e| e.to_string())?;
+        if now >= want {
+            log::info!("logind: InhibitDelayMaxSec raised to {}s through {}", now.as_secs(), path.display());
+            return Ok(now);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let culprit = later_override(dir);
+    Err(match culprit {
+        Some((file, v)) => format!(
+            "logind's InhibitDelayMaxSec is still {}s after writing {}: {file} is read after it and sets InhibitDelayMaxSec={v}",
+            now.as_secs(),
+            path.display()
+        ),
+        None => format!(
+            "logind's InhibitDelayMaxSec is still {}s after writing {} and reloading logind",
+            now.as_secs(),
+            path.display()
+        ),
+    })
+}
+
+/// A drop-in that sorts after podwarden's and sets InhibitDelayMaxSec.
+fn later_override(dir: &std::path::Path) -> Option<(String, String)> {
+    let mut files: Vec<std::path::PathBuf> = std::iter::once(dir.to_path_buf())
+        .chain(OTHER_DROPIN_DIRS.iter().map(std::path::PathBuf::from))
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flat_map(|r| r.flatten().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "conf"))
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().as_ref() > DROPIN))
+        .collect();
+    files.sort_by_key(|p| p.file_name().map(|n| n.to_os_string()));
+    files.iter().rev().find_map(|p| {
+        let text = std::fs::read_to_string(p).ok()?;
+        let v = text.lines().rev().find_map(|l| l.trim().strip_prefix("InhibitDelayMaxSec="))?;
+        Some((p.display().to_string(), v.trim().to_string()))
+    })
 }
 
 impl ShutdownConfig {
@@ -158,7 +248,29 @@ impl Drop for LogindThread {
 fn run(logind: &dyn Logind, agent: &Agent, cfg: &ShutdownConfig, stop: &AtomicBool) {
     let poll = Duration::from_millis(200);
     let mut warned = false;
+    let mut checked = false;
     while !stop.load(Ordering::SeqCst) {
+        if !checked {
+            if let Err(e) = logind.connect() {
+                if !warned {
+                    log::warn!("graceful node shutdown unavailable for now: {e}; retrying every second");
+                    warned = true;
+                }
+                std::thread::sleep(Duration::from_secs(1));
+                continue;
+            }
+            match ensure_inhibit_delay(logind, cfg.total(), cfg.dropin_dir.as_deref()) {
+                Ok(_) => {
+                    *agent.graceful_shutdown.lock() = None;
+                    checked = true;
+                }
+                Err(e) => {
+                    log::error!("graceful node shutdown is off: {e}");
+                    *agent.graceful_shutdown.lock() = Some(e);
+                    return;
+                }
+            }
+        }
         // (Re)connect and take the delay lock; retry every second.
         let lock = match logind.connect().and_then(|()| logind.inhibit("podwarden", "Kubernetes pods shutting down")) {
             Ok(l) => l,
@@ -309,6 +421,18 @@ pub mod dbus_impl {
                     .get(MANAGER, "InhibitDelayMaxUSec")
                     .map_err(|e| err("Get InhibitDelayMaxUSec", e))?;
                 Ok(Duration::from_micros(us))
+            })
+        }
+
+        fn reload(&self) -> Result<(), LogindError> {
+            self.with_conn(|c| {
+                c.with_proxy("org.freedesktop.systemd1", "/org/freedesktop/systemd1", CALL_TIMEOUT)
+                    .method_call::<(), _, _, _>(
+                        "org.freedesktop.systemd1.Manager",
+                        "KillUnit",
+                        ("systemd-logind.service", "main", libc::SIGHUP),
+                    )
+                    .map_err(|e| err("KillUnit systemd-logind.service SIGHUP", e))
             })
         }
 

@@ -125,6 +125,7 @@ fn logind_thread_stops_pods_on_a_real_shutdown_and_restarts_them_when_cancelled(
         groups: podwarden::shutdown::groups_from_config(4, 2, &[]),
         priority_classes: Default::default(),
         root_dir: h.root.0.clone(),
+        dropin_dir: None,
     };
     let thread = LogindThread::start(Arc::new(DbusLogind::new()), h.agent.clone(), cfg).unwrap();
     wait_for("lock taken", Duration::from_secs(5), || podwarden_inhibitors() == 1);
@@ -157,6 +158,7 @@ fn logind_restarted_the_lock_is_taken_again() {
         groups: podwarden::shutdown::groups_from_config(4, 2, &[]),
         priority_classes: Default::default(),
         root_dir: h.root.0.clone(),
+        dropin_dir: None,
     };
     let thread = LogindThread::start(Arc::new(DbusLogind::new()), h.agent.clone(), cfg).unwrap();
     wait_for("lock taken", Duration::from_secs(5), || podwarden_inhibitors() == 1);
@@ -170,4 +172,31 @@ fn logind_restarted_the_lock_is_taken_again() {
     wait_for("lock re-taken", Duration::from_secs(5), || podwarden_inhibitors() == 1);
     assert!(t.elapsed() < Duration::from_secs(3), "re-taken after {:?}", t.elapsed());
     drop(thread);
+}
+
+#[test]
+fn inhibit_delay_is_raised_through_a_drop_in_and_a_later_drop_in_is_named() {
+    use podwarden::logind::ensure_inhibit_delay;
+    let _s = SERIAL.lock();
+    bus();
+    let dir = std::path::PathBuf::from("/run/podwarden-logind/logind.conf.d");
+    let later = dir.join("99-zz-later.conf");
+    let ours = dir.join(podwarden::logind::DROPIN);
+    let l = DbusLogind::new();
+    l.connect().unwrap();
+    assert_eq!(l.inhibit_delay_max().unwrap(), Duration::from_secs(5));
+    let got = ensure_inhibit_delay(&l, Duration::from_secs(30), Some(&dir)).expect("raise InhibitDelayMaxSec");
+    assert_eq!(got, Duration::from_secs(30));
+    assert!(std::fs::read_to_string(&ours).unwrap().contains("InhibitDelayMaxSec=30"));
+    // a drop-in read after ours keeps the value low: a clear error naming it
+    std::fs::write(&later, "[Login]\nInhibitDelayMaxSec=7\n").unwrap();
+    let err = ensure_inhibit_delay(&l, Duration::from_secs(60), Some(&dir)).unwrap_err();
+    assert!(err.contains("99-zz-later.conf") && err.contains("InhibitDelayMaxSec=7"), "{err}");
+    // put logind back as the other tests expect it
+    std::fs::remove_file(&later).unwrap();
+    std::fs::remove_file(&ours).unwrap();
+    l.reload().unwrap();
+    wait_for("InhibitDelayMaxSec back to 5 s", Duration::from_secs(5), || {
+        l.inhibit_delay_max().unwrap() == Duration::from_secs(5)
+    });
 }

@@ -636,6 +636,7 @@ fn logind_thread_holds_the_lock_releases_it_after_the_pods_and_takes_it_again() 
         groups: podwarden::shutdown::groups_from_config(20, 10, &[]),
         priority_classes: Default::default(),
         root_dir: h.root.0.clone(),
+        dropin_dir: None,
     };
     let thread = LogindThread::start(logind.clone(), h.agent.clone(), cfg).unwrap();
     wait_for("lock taken", T, || logind.locks_held() == 1);
