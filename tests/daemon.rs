@@ -154,3 +154,35 @@ fn under_systemd_log_lines_carry_their_syslog_priority() {
     assert!(lines.iter().any(|l| l.starts_with("<6>") && l.contains("starting")), "{err}");
     assert!(lines.iter().all(|l| l.starts_with('<')), "every line has a priority and no timestamp: {err}");
 }
+
+#[test]
+fn without_a_system_bus_graceful_shutdown_is_off_with_one_warning_and_pods_still_run() {
+    let d = TempDir::new("nobus");
+    let manifests = d.0.join("manifests");
+    std::fs::create_dir_all(&manifests).unwrap();
+    std::fs::write(manifests.join("a.yaml"), POD.replace("NAME", "a")).unwrap();
+    let config = d.0.join("c.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\nreadOnlyPort: 0\nshutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 5s\n",
+            manifests.display(),
+            d.0.join("root").display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new(BIN)
+        .args(["run", "--config", config.to_str().unwrap()])
+        .env("DBUS_SYSTEM_BUS_ADDRESS", "unix:path=/nonexistent/system_bus_socket")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("pod started anyway", Duration::from_secs(10), || pod_dirs(&d.0).len() == 1);
+    std::thread::sleep(Duration::from_millis(2500)); // a few reconnect attempts
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("graceful node shutdown unavailable").count(), 1, "one warning: {err}");
+}
