@@ -409,35 +409,28 @@ fn agent_killed_and_restarted_adopts_running_pods() {
 fn missing_runtime_socket_is_a_clear_start_up_error() {
     let d = TempDir::new("nosock");
     let config = d.0.join("c.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "containerRuntimeEndpoint: unix:///run/podwarden-e2e-missing.sock\nrootDir: {}\nreadOnlyPort: 0\nstaticPodPath: {}\n",
-            d.0.join("r").display(),
-            d.0.display()
-        ),
-    )
-    .unwrap();
-    let out = Command::new(BIN).args(["run", "--config", config.to_str().unwrap()]).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    // start the agent on `endpoint`: it must fail at once; returns stderr
+    let fail_with = |endpoint: &str| {
+        std::fs::write(
+            &config,
+            format!(
+                "containerRuntimeEndpoint: {endpoint}\nrootDir: {}\nreadOnlyPort: 0\nstaticPodPath: {}\n",
+                d.0.join("r").display(),
+                d.0.display()
+            ),
+        )
+        .unwrap();
+        let out = Command::new(BIN).args(["run", "--config", config.to_str().unwrap()]).output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let err = fail_with("unix:///run/podwarden-e2e-missing.sock");
     assert!(err.contains("/run/podwarden-e2e-missing.sock"), "{err}");
     assert!(err.contains("is containerd running?"), "{err}");
 
     // a socket that does not speak CRI v1 (containerd's ttrpc socket)
     let ttrpc = format!("{}.ttrpc", socket());
-    std::fs::write(
-        &config,
-        format!(
-            "containerRuntimeEndpoint: unix://{ttrpc}\nrootDir: {}\nreadOnlyPort: 0\nstaticPodPath: {}\n",
-            d.0.join("r").display(),
-            d.0.display()
-        ),
-    )
-    .unwrap();
-    let out = Command::new(BIN).args(["run", "--config", config.to_str().unwrap()]).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = fail_with(&format!("unix://{ttrpc}"));
     assert!(err.contains(&ttrpc) && err.contains("does not answer the CRI v1 API"), "{err}");
 }
 

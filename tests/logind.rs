@@ -43,21 +43,15 @@ fn dbus_send(args: &[&str]) -> String {
 }
 
 fn power_off() {
-    // returns once logind has scheduled the shutdown (and sent the signal)
-    let _ = Command::new("dbus-send")
-        .env("DBUS_SYSTEM_BUS_ADDRESS", bus())
-        .args([
-            "--system",
-            // logind checks the caller's credentials on the bus: the caller
-            // must still be connected, so wait for the reply
-            "--print-reply",
-            "--dest=org.freedesktop.login1",
-            "/org/freedesktop/login1",
-            "org.freedesktop.login1.Manager.PowerOff",
-            "boolean:false",
-        ])
-        .output()
-        .unwrap();
+    // returns once logind has scheduled the shutdown (and sent the signal);
+    // logind checks the caller's credentials on the bus, so the caller must
+    // still be connected: dbus_send waits for the reply
+    dbus_send(&[
+        "--dest=org.freedesktop.login1",
+        "/org/freedesktop/login1",
+        "org.freedesktop.login1.Manager.PowerOff",
+        "boolean:false",
+    ]);
 }
 
 fn podwarden_inhibitors() -> usize {
