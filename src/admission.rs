@@ -16,6 +16,9 @@ pub struct Allocatable {
     pub cpu_millis: i64,
     pub memory_bytes: i64,
     pub pods: usize,
+    /// The machine's capacity before reservations.
+    pub cpu_capacity_millis: i64,
+    pub memory_capacity_bytes: i64,
 }
 
 impl Allocatable {
@@ -35,6 +38,8 @@ impl Allocatable {
             cpu_millis: (cpus * 1000 - reserved_cpu_millis).max(0),
             memory_bytes: (mem - reserved_memory_bytes).max(0),
             pods: max_pods,
+            cpu_capacity_millis: cpus * 1000,
+            memory_capacity_bytes: mem,
         }
     }
 }
@@ -204,7 +209,13 @@ mod tests {
     }
 
     fn adm() -> Admission {
-        Admission::new(Allocatable { cpu_millis: 1000, memory_bytes: 1 << 30, pods: 3 })
+        Admission::new(Allocatable {
+            cpu_millis: 1000,
+            memory_bytes: 1 << 30,
+            pods: 3,
+            cpu_capacity_millis: 1000,
+            memory_capacity_bytes: 1 << 30,
+        })
     }
 
     #[test]

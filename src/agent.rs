@@ -62,12 +62,14 @@ pub struct Agent {
     /// When housekeeping last completed (for health checks).
     pub last_housekeeping: Mutex<Option<Instant>>,
     runtime_error_logged: Mutex<Option<Instant>>,
+    /// When the runtime last answered a list, and its last error since.
+    runtime_answered: Mutex<(Option<Instant>, Option<String>)>,
     /// The source delivered its first full set: until then housekeeping
     /// cannot tell an adopted pod from an orphan, so it does nothing.
     sources_ready: std::sync::atomic::AtomicBool,
-    /// Why graceful node shutdown is off (`None` while it is on or not
-    /// configured); shown by the node status.
-    pub graceful_shutdown: Mutex<Option<String>>,
+    /// Graceful node shutdown as the logind thread last left it; shown by
+    /// the node status.
+    pub shutdown: Mutex<crate::shutdown::State>,
 }
 
 impl Agent {
@@ -93,8 +95,9 @@ impl Agent {
             last_relist: Mutex::new(HashMap::new()),
             last_housekeeping: Mutex::new(None),
             runtime_error_logged: Mutex::new(None),
+            runtime_answered: Mutex::new((None, None)),
             sources_ready: std::sync::atomic::AtomicBool::new(false),
-            graceful_shutdown: Mutex::new(None),
+            shutdown: Mutex::new(crate::shutdown::State::default()),
         }
     }
 
@@ -166,6 +169,39 @@ impl Agent {
         }
     }
 
+    /// Admit again the pods rejected with `reason` (after a cancelled node
+    /// shutdown: pods that arrived while it ran must not stay Failed).
+    /// Returns how many were admitted now.
+    pub fn readmit(&self, reason: &str) -> usize {
+        let _serial = self.sync_lock.lock();
+        let mut pm = self.pods.lock();
+        let again: Vec<Uid> = pm
+            .by_uid
+            .iter()
+            .filter(|(_, d)| d.rejected.as_ref().is_some_and(|r| r.reason == reason))
+            .map(|(u, _)| u.clone())
+            .collect();
+        let mut admitted = 0;
+        for uid in again {
+            let pod = pm.by_uid[&uid].pod.clone();
+            let active = self.active_pods(&pm);
+            match self.admission.admit(&pod, &active) {
+                Ok(()) => {
+                    log::info!("pod {}: admitted (was rejected: {reason})", model::pod_ref(&pod));
+                    self.statuses.remove(&uid);
+                    self.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, pod));
+                    pm.by_uid.get_mut(&uid).expect("listed above").rejected = None;
+                    admitted += 1;
+                }
+                Err(r) => {
+                    self.reject(&pod, &r);
+                    pm.by_uid.get_mut(&uid).expect("listed above").rejected = Some(r);
+                }
+            }
+        }
+        admitted
+    }
+
     fn reject(&self, pod: &Pod, r: &Rejection) {
         self.events.event(&ObjectRef::pod(pod), EventType::Warning, &r.reason, &r.message);
         self.statuses.set(
@@ -208,7 +244,7 @@ impl Agent {
         let workers = self.workers.sync_known_pods(&desired_uids);
 
         // Runtime pods nobody knows and nobody wants: orphans.
-        let runtime_pods = match self.runtime.list_pods(&CallCtx::background(self.config.runtime_call_timeout)) {
+        let runtime_pods = match self.list_runtime_pods() {
             Ok(p) => Some(p),
             Err(e) => {
                 let mut last = self.runtime_error_logged.lock();
@@ -261,6 +297,42 @@ impl Agent {
         *self.last_housekeeping.lock() = Some(Instant::now());
     }
 
+    fn list_runtime_pods(&self) -> Result<Vec<crate::runtime::RuntimePod>, crate::runtime::RuntimeError> {
+        let r = self.runtime.list_pods(&CallCtx::background(self.config.runtime_call_timeout));
+        let mut a = self.runtime_answered.lock();
+        match &r {
+            Ok(_) => *a = (Some(Instant::now()), None),
+            Err(e) => a.1 = Some(e.to_string()),
+        }
+        r
+    }
+
+    /// Healthy: housekeeping ran and the runtime answered within `within`.
+    /// Otherwise, what is wrong.
+    pub fn health(&self, within: Duration) -> Result<(), String> {
+        let fresh = |t: Option<Instant>| t.is_some_and(|t| t.elapsed() < within);
+        let (answered, err) = self.runtime_answered.lock().clone();
+        if !fresh(answered) {
+            return Err(match err {
+                Some(e) => format!("container runtime not answering: {e}"),
+                None => format!("container runtime has not answered for {}s", within.as_secs()),
+            });
+        }
+        if !fresh(*self.last_housekeeping.lock()) {
+            return Err(format!("housekeeping has not run for {}s", within.as_secs()));
+        }
+        Ok(())
+    }
+
+    /// Resources the active pods request: (cpu millicores, memory bytes, pods).
+    pub fn allocated(&self) -> (i64, i64, usize) {
+        let pm = self.pods.lock();
+        let active = self.active_pods(&pm);
+        let (cpu, mem) =
+            active.iter().map(|p| crate::admission::requests(p)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        (cpu, mem, active.len())
+    }
+
     /// True once the source delivered its first full set of pods.
     pub fn sources_ready(&self) -> bool {
         self.sources_ready.load(std::sync::atomic::Ordering::SeqCst)
@@ -269,7 +341,7 @@ impl Agent {
     /// Relist (about every second): wake the workers of pods whose
     /// containers changed state, so exits are noticed promptly.
     pub fn relist(&self) {
-        let Ok(rps) = self.runtime.list_pods(&CallCtx::background(self.config.runtime_call_timeout)) else {
+        let Ok(rps) = self.list_runtime_pods() else {
             return; // housekeeping reports runtime errors
         };
         let _serial = self.sync_lock.lock();

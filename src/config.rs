@@ -59,6 +59,9 @@ pub struct Config {
     pub priority_classes: BTreeMap<String, i32>,
     /// Containers may run privileged (podwarden-only; default false).
     pub allow_privileged: bool,
+    /// Where podwarden writes its logind drop-in when `shutdownGracePeriod`
+    /// exceeds logind's `InhibitDelayMaxSec` (podwarden-only).
+    pub logind_drop_in_dir: PathBuf,
 }
 
 fn hostname() -> String {
@@ -91,6 +94,7 @@ impl Default for Config {
             pod_logs_dir: "/var/log/pods".into(),
             priority_classes: BTreeMap::new(),
             allow_privileged: false,
+            logind_drop_in_dir: "/etc/systemd/logind.conf.d".into(),
         }
     }
 }
@@ -235,6 +239,7 @@ const FIELDS: &[&str] = &[
     "podLogsDir",
     "priorityClasses",
     "allowPrivileged",
+    "logindDropInDir",
 ];
 
 impl Config {
@@ -377,6 +382,9 @@ impl Config {
         }
         if let Some(p) = f.path("podLogsDir")? {
             c.pod_logs_dir = p;
+        }
+        if let Some(p) = f.path("logindDropInDir")? {
+            c.logind_drop_in_dir = p;
         }
         match map.get("allowPrivileged") {
             None | Some(Value::Null) => {}

@@ -200,7 +200,7 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
             ),
             priority_classes: config.priority_classes.clone(),
             root_dir: config.root_dir.clone(),
-            dropin_dir: Some("/etc/systemd/logind.conf.d".into()),
+            dropin_dir: Some(config.logind_drop_in_dir.clone()),
         };
         let logind = Arc::new(crate::logind::dbus_impl::DbusLogind::new());
         Some(crate::logind::LogindThread::start(logind, agent.clone(), cfg).map_err(io("starting the logind thread"))?)

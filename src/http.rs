@@ -1,5 +1,5 @@
 //! The read-only HTTP endpoint (`address`:`readOnlyPort`): `/healthz`,
-//! `/pods` (a v1 PodList, env values redacted) and `/metrics` (Prometheus
+//! `/pods` (a v1 PodList, env values redacted), `/node` (the node report) and `/metrics` (Prometheus
 //! text format). A small hand-written HTTP/1.1 responder for GET only: one
 //! request per connection, bounded reads with timeouts.
 
@@ -91,13 +91,14 @@ fn serve(mut s: TcpStream, agent: &Agent, healthy_within: Duration) -> std::io::
         return respond(&mut s, 405, "Method Not Allowed", "text/plain", b"only GET\n");
     }
     match path {
-        "/healthz" => {
-            let fresh = agent.last_housekeeping.lock().is_some_and(|t| t.elapsed() < healthy_within);
-            if fresh {
-                respond(&mut s, 200, "OK", "text/plain", b"ok")
-            } else {
-                respond(&mut s, 500, "Internal Server Error", "text/plain", b"housekeeping has not run recently")
-            }
+        "/healthz" => match agent.health(healthy_within) {
+            Ok(()) => respond(&mut s, 200, "OK", "text/plain", b"ok"),
+            Err(e) => respond(&mut s, 500, "Internal Server Error", "text/plain", e.as_bytes()),
+        },
+        "/node" => {
+            let report = crate::node::report(agent, healthy_within, &agent.runtime.version());
+            let body = serde_json::to_vec(&report).unwrap_or_default();
+            respond(&mut s, 200, "OK", "application/json", &body)
         }
         "/pods" | "/pods/" => {
             let body = serde_json::to_vec(&pod_list(agent, true)).unwrap_or_default();

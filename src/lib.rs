@@ -13,6 +13,7 @@ pub mod logging;
 pub mod logind;
 pub mod metrics;
 pub mod model;
+pub mod node;
 pub mod notify;
 pub mod podworkers;
 pub mod runtime;

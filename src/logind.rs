@@ -249,6 +249,16 @@ fn run(logind: &dyn Logind, agent: &Agent, cfg: &ShutdownConfig, stop: &AtomicBo
     let poll = Duration::from_millis(200);
     let mut warned = false;
     let mut checked = false;
+    // pods this shutdown stopped (kept across reconnects: `false` may come
+    // from a restarted logind)
+    let mut stopped: Vec<crate::model::Uid> = Vec::new();
+    agent.shutdown.lock().configured = true;
+    crate::shutdown::load_state(agent, &cfg.root_dir);
+    let problem = |p: Option<String>, held: bool| {
+        let mut st = agent.shutdown.lock();
+        st.problem = p;
+        st.lock_held = held;
+    };
     while !stop.load(Ordering::SeqCst) {
         if !checked {
             if let Err(e) = logind.connect() {
@@ -256,17 +266,15 @@ fn run(logind: &dyn Logind, agent: &Agent, cfg: &ShutdownConfig, stop: &AtomicBo
                     log::warn!("graceful node shutdown unavailable for now: {e}; retrying every second");
                     warned = true;
                 }
+                problem(Some(e.to_string()), false);
                 std::thread::sleep(Duration::from_secs(1));
                 continue;
             }
             match ensure_inhibit_delay(logind, cfg.total(), cfg.dropin_dir.as_deref()) {
-                Ok(_) => {
-                    *agent.graceful_shutdown.lock() = None;
-                    checked = true;
-                }
+                Ok(_) => checked = true,
                 Err(e) => {
                     log::error!("graceful node shutdown is off: {e}");
-                    *agent.graceful_shutdown.lock() = Some(e);
+                    problem(Some(e), false);
                     return;
                 }
             }
@@ -279,13 +287,17 @@ fn run(logind: &dyn Logind, agent: &Agent, cfg: &ShutdownConfig, stop: &AtomicBo
                     log::warn!("graceful node shutdown unavailable for now: {e}; retrying every second");
                     warned = true;
                 }
+                problem(Some(e.to_string()), false);
                 std::thread::sleep(Duration::from_secs(1));
                 continue;
             }
         };
+        if warned {
+            log::info!("logind: inhibitor lock taken again");
+        }
         warned = false;
+        problem(None, true);
         let mut lock = Some(lock);
-        let mut stopped: Vec<crate::model::Uid> = Vec::new();
         loop {
             if stop.load(Ordering::SeqCst) {
                 return;
@@ -293,22 +305,33 @@ fn run(logind: &dyn Logind, agent: &Agent, cfg: &ShutdownConfig, stop: &AtomicBo
             match logind.next_event(poll) {
                 Ok(None) => {}
                 Ok(Some(Event::PrepareForShutdown(true))) => {
-                    log::info!("logind: shutdown coming; stopping pods within {:?}", cfg.total());
-                    let report = crate::shutdown::run(agent, &cfg.groups, &cfg.priority_classes);
-                    if let Err(e) = crate::shutdown::write_state(&cfg.root_dir, &report) {
-                        log::warn!("cannot write the shutdown state file: {e}");
+                    if agent.admission.is_shutting_down() {
+                        continue; // a repeated signal during the same shutdown
                     }
+                    log::info!("logind: shutdown coming; stopping pods within {:?}", cfg.total());
+                    let report = crate::shutdown::run(agent, &cfg.groups, &cfg.priority_classes, Some(&cfg.root_dir));
                     stopped = report.killed;
                     lock.take(); // release: every pod is terminated or the window is over
-                    log::info!("logind: pods stopped; inhibitor lock released");
+                    agent.shutdown.lock().lock_held = false;
+                    log::info!(
+                        "logind: {} pod(s) stopped{}; inhibitor lock released",
+                        stopped.len(),
+                        if report.timed_out { " (some at the end of their window)" } else { "" }
+                    );
                 }
                 Ok(Some(Event::PrepareForShutdown(false))) => {
+                    if !agent.admission.is_shutting_down() {
+                        continue;
+                    }
                     log::info!("logind: shutdown cancelled; reopening admission and restarting stopped pods");
                     crate::shutdown::cancel(agent, &stopped);
                     stopped.clear();
                     if lock.is_none() {
                         match logind.inhibit("podwarden", "Kubernetes pods shutting down") {
-                            Ok(l) => lock = Some(l),
+                            Ok(l) => {
+                                lock = Some(l);
+                                agent.shutdown.lock().lock_held = true;
+                            }
                             Err(e) => {
                                 log::warn!("logind: cannot take the inhibitor lock again: {e}");
                                 break;
@@ -318,12 +341,14 @@ fn run(logind: &dyn Logind, agent: &Agent, cfg: &ShutdownConfig, stop: &AtomicBo
                 }
                 Ok(Some(Event::Lost)) | Err(_) => {
                     log::warn!("logind: connection lost; reconnecting");
+                    problem(Some("connection to logind lost; reconnecting".into()), false);
                     break;
                 }
             }
         }
         drop(lock);
     }
+    agent.shutdown.lock().lock_held = false;
 }
 
 /// logind over D-Bus (the system bus; `DBUS_SYSTEM_BUS_ADDRESS` is honoured).

@@ -57,6 +57,8 @@ pub struct Metrics {
     pub gauges: Mutex<Gauges>,
     /// `kubelet_pod_worker_duration_seconds{operation_type}`.
     pub pod_worker_duration: Mutex<BTreeMap<&'static str, Histogram>>,
+    /// `kubelet_graceful_shutdown_{start,end}_time_seconds` (Unix seconds).
+    shutdown_times: Mutex<[Option<f64>; 2]>,
 }
 
 impl Metrics {
@@ -78,6 +80,15 @@ impl Metrics {
 
     pub fn orphaned(&self) -> u64 {
         self.orphaned_runtime_pods_total.load(Ordering::Relaxed)
+    }
+
+    /// The last graceful node shutdown's start and end (Unix seconds).
+    pub fn set_shutdown_times(&self, start: Option<f64>, end: Option<f64>) {
+        *self.shutdown_times.lock() = [start, end];
+    }
+
+    pub fn shutdown_times(&self) -> [Option<f64>; 2] {
+        *self.shutdown_times.lock()
     }
 
     pub fn gauges(&self) -> Gauges {
@@ -182,6 +193,21 @@ pub fn render(m: &Metrics) -> String {
         let _ = writeln!(out, "kubelet_pod_worker_duration_seconds_sum{{operation_type=\"{op}\"}} {}", h.sum);
         let _ = writeln!(out, "kubelet_pod_worker_duration_seconds_count{{operation_type=\"{op}\"}} {}", h.count);
     }
+    let [start, end] = m.shutdown_times();
+    head(
+        &mut out,
+        "kubelet_graceful_shutdown_start_time_seconds",
+        "gauge",
+        "Last graceful shutdown start time since unix epoch in seconds",
+    );
+    let _ = writeln!(out, "kubelet_graceful_shutdown_start_time_seconds {}", start.unwrap_or(0.0));
+    head(
+        &mut out,
+        "kubelet_graceful_shutdown_end_time_seconds",
+        "gauge",
+        "Last graceful shutdown end time since unix epoch in seconds",
+    );
+    let _ = writeln!(out, "kubelet_graceful_shutdown_end_time_seconds {}", end.unwrap_or(0.0));
     out
 }
 

@@ -1,6 +1,7 @@
-//! Graceful node shutdown: the plan of which pods stop when, and with what
-//! grace period. (The logind thread that acts on it is the next step; this
-//! part is pure and table-tested.)
+//! Graceful node shutdown: the plan of which pods stop when and with what
+//! grace period (pure, table-tested), carrying it out on the agent, the
+//! cancel, and the recorded state. The logind thread (`logind.rs`) decides
+//! when.
 //!
 //! Pods are killed in priority groups, lowest priority first. Without
 //! `shutdownGracePeriodByPodPriority` there are two groups: non-critical pods
@@ -9,7 +10,9 @@
 //! own shorter grace period wins.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use crate::config::PriorityGrace;
 use crate::model::{self, Pod};
@@ -122,26 +125,68 @@ mod tests {
 pub const REASON: &str = "Terminated";
 pub const MESSAGE: &str = "Pod was terminated in response to imminent node shutdown.";
 
+/// Graceful node shutdown as seen from the status side.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct State {
+    /// `shutdownGracePeriod` (or the by-priority table) is set.
+    pub configured: bool,
+    /// Why the feature is off or not working now (no bus, logind's delay
+    /// could not be raised, ...); `None` while it works.
+    pub problem: Option<String>,
+    /// The delay inhibitor lock is held.
+    pub lock_held: bool,
+    /// The last shutdown's start and end (from the state file at start-up).
+    pub last_start: Option<SystemTime>,
+    pub last_end: Option<SystemTime>,
+}
+
 /// What one shutdown did.
 #[derive(Debug, Clone)]
 pub struct Report {
-    pub started: std::time::SystemTime,
-    pub ended: std::time::SystemTime,
+    pub started: SystemTime,
+    pub ended: SystemTime,
     /// Pods killed, in the order they were killed.
     pub killed: Vec<crate::model::Uid>,
     /// Some group did not terminate within its period.
     pub timed_out: bool,
 }
 
+fn unix_seconds(t: SystemTime) -> f64 {
+    t.duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Record a shutdown's start (`end` None) or end on the agent: status,
+/// metrics and, with a `root_dir`, the state file.
+fn record(agent: &crate::agent::Agent, root_dir: Option<&Path>, start: SystemTime, end: Option<SystemTime>) {
+    {
+        let mut st = agent.shutdown.lock();
+        st.last_start = Some(start);
+        st.last_end = end;
+    }
+    agent.metrics.set_shutdown_times(Some(unix_seconds(start)), end.map(unix_seconds));
+    if let Some(dir) = root_dir
+        && let Err(e) = write_state(dir, start, end)
+    {
+        log::warn!("cannot write {}: {e}", dir.join(STATE_FILE).display());
+    }
+}
+
 /// Carry out a node shutdown on `agent`: close admission, kill the running
 /// pods group by group (lowest priority first) through `update_pod(Kill)`,
 /// and wait (condvar) until each group is terminated or its period is over.
-pub fn run(agent: &crate::agent::Agent, groups: &[(i32, i64)], classes: &BTreeMap<String, i32>) -> Report {
+/// The start and end are recorded (status, metrics, `<root_dir>/`[`STATE_FILE`]).
+pub fn run(
+    agent: &crate::agent::Agent,
+    groups: &[(i32, i64)],
+    classes: &BTreeMap<String, i32>,
+    root_dir: Option<&Path>,
+) -> Report {
     use crate::podworkers::{KillPodOptions, Phase, UpdatePodOptions};
-    use std::time::{Duration, Instant, SystemTime};
+    use std::time::{Duration, Instant};
 
     let started = SystemTime::now();
     agent.admission.set_shutting_down(true);
+    record(agent, root_dir, started, None);
     let running: Vec<Arc<Pod>> =
         agent.workers.snapshot().into_iter().filter(|w| w.phase < Phase::Terminated).filter_map(|w| w.pod).collect();
     let mut killed = Vec::new();
@@ -177,13 +222,15 @@ pub fn run(agent: &crate::agent::Agent, groups: &[(i32, i64)], classes: &BTreeMa
         }
         killed.extend(uids);
     }
-    Report { started, ended: SystemTime::now(), killed, timed_out }
+    let ended = SystemTime::now();
+    record(agent, root_dir, started, Some(ended));
+    Report { started, ended, killed, timed_out }
 }
 
-/// A cancelled shutdown: reopen admission and start again the static pods
-/// the shutdown stopped (the kubelet leaves them Failed; an edge node must
-/// not stay empty). Each is asked to restart; housekeeping starts it once
-/// its earlier incarnation has finished.
+/// A cancelled shutdown: reopen admission, admit the pods rejected while it
+/// ran, and start again the static pods the shutdown stopped (the kubelet
+/// leaves them Failed; an edge node must not stay empty). Each is asked to
+/// restart; its worker starts it once its earlier incarnation has finished.
 pub fn cancel(agent: &crate::agent::Agent, killed: &[crate::model::Uid]) {
     use crate::podworkers::{UpdatePodOptions, UpdateType};
     agent.admission.set_shutting_down(false);
@@ -194,16 +241,49 @@ pub fn cancel(agent: &crate::agent::Agent, killed: &[crate::model::Uid]) {
             agent.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, d.pod));
         }
     }
+    agent.readmit(crate::admission::REASON_NODE_SHUTDOWN);
+}
+
+/// Name of the state file in `rootDir`.
+pub const STATE_FILE: &str = "graceful_node_shutdown_state";
+
+fn rfc3339(t: SystemTime) -> String {
+    k8s_openapi::jiff::Timestamp::try_from(t).map(|t| t.to_string()).unwrap_or_default()
 }
 
 /// `<rootDir>/graceful_node_shutdown_state`: `{"startTime": ..., "endTime": ...}`
-/// in RFC 3339, written atomically.
-pub fn write_state(root_dir: &std::path::Path, report: &Report) -> std::io::Result<()> {
-    let ts =
-        |t: std::time::SystemTime| k8s_openapi::jiff::Timestamp::try_from(t).map(|t| t.to_string()).unwrap_or_default();
-    let json = serde_json::json!({"startTime": ts(report.started), "endTime": ts(report.ended)});
-    let path = root_dir.join("graceful_node_shutdown_state");
-    let tmp = root_dir.join(".graceful_node_shutdown_state.tmp");
+/// in RFC 3339 (`endTime` null while a shutdown runs), written atomically.
+pub fn write_state(root_dir: &Path, start: SystemTime, end: Option<SystemTime>) -> std::io::Result<()> {
+    let json = serde_json::json!({"startTime": rfc3339(start), "endTime": end.map(rfc3339)});
+    let path = root_dir.join(STATE_FILE);
+    let tmp = root_dir.join(format!(".{STATE_FILE}.tmp"));
+    std::fs::create_dir_all(root_dir)?;
     std::fs::write(&tmp, serde_json::to_vec(&json)?)?;
     std::fs::rename(tmp, path)
+}
+
+/// Read the state file: (start, end). `None` if there is none or it does not
+/// parse (a warning names it).
+pub fn read_state(root_dir: &Path) -> Option<(SystemTime, Option<SystemTime>)> {
+    let path = root_dir.join(STATE_FILE);
+    let text = std::fs::read_to_string(&path).ok()?;
+    let parse = |v: &serde_json::Value| -> Option<SystemTime> {
+        let ts: k8s_openapi::jiff::Timestamp = v.as_str()?.parse().ok()?;
+        SystemTime::try_from(ts).ok()
+    };
+    let v: serde_json::Value = serde_json::from_str(&text).ok().unwrap_or_default();
+    match parse(&v["startTime"]) {
+        Some(start) => Some((start, parse(&v["endTime"]))),
+        None => {
+            log::warn!("{}: not a graceful shutdown state file; ignored", path.display());
+            None
+        }
+    }
+}
+
+/// At start-up: show the last shutdown recorded in the state file.
+pub fn load_state(agent: &crate::agent::Agent, root_dir: &Path) {
+    if let Some((start, end)) = read_state(root_dir) {
+        record(agent, None, start, end);
+    }
 }

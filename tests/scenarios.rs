@@ -572,9 +572,11 @@ fn node_shutdown_kills_normal_pods_before_critical_ones_and_cancel_restarts_them
     // shutdownGracePeriod 3 s, critical 1 s: normal pods get 2 s
     let groups = podwarden::shutdown::groups_from_config(3, 1, &[]);
     let agent = h.agent.clone();
+    let state = h.root.0.join("state");
+    let state_dir = state.clone();
     let t = Instant::now();
     let runner = podwarden::thread::spawn("test-shutdown", None, move || {
-        podwarden::shutdown::run(&agent, &groups, &Default::default())
+        podwarden::shutdown::run(&agent, &groups, &Default::default(), Some(&state_dir))
     })
     .unwrap();
     // admission is closed while shutting down
@@ -583,6 +585,15 @@ fn node_shutdown_kills_normal_pods_before_critical_ones_and_cancel_restarts_them
     late.push(arc(pod("late", "sl")));
     h.agent.apply_source(late);
     assert_eq!(h.statuses.get("sl").unwrap().reason.as_deref(), Some("NodeShutdown"));
+    // the state file holds the start while the shutdown runs; node not ready
+    let file = state.join("graceful_node_shutdown_state");
+    wait_for("state file written at the start", T, || file.exists());
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert!(v["startTime"].as_str().unwrap().ends_with('Z') && v["endTime"].is_null(), "{v}");
+    let node = podwarden::node::report(&h.agent, Duration::from_secs(60), "fake");
+    assert_eq!(node["node"]["status"]["conditions"][0]["status"], "False");
+    assert_eq!(node["node"]["status"]["conditions"][0]["message"], "node is shutting down");
+    assert_eq!(node["gracefulShutdown"]["shuttingDown"], true);
     let report = runner.join().unwrap();
     let took = t.elapsed();
     // (the containers use their whole grace period, so a group may end a few
@@ -601,12 +612,13 @@ fn node_shutdown_kills_normal_pods_before_critical_ones_and_cancel_restarts_them
         assert_eq!(st.message.as_deref(), Some(podwarden::shutdown::MESSAGE));
         assert_eq!(st.phase.as_deref(), Some("Failed"));
     }
-    let state = h.root.0.join("state");
-    std::fs::create_dir_all(&state).unwrap();
-    podwarden::shutdown::write_state(&state, &report).unwrap();
-    let v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(state.join("graceful_node_shutdown_state")).unwrap()).unwrap();
-    assert!(v["startTime"].as_str().unwrap().ends_with('Z') && v["endTime"].as_str().unwrap().contains('T'));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert!(v["startTime"].as_str().unwrap().ends_with('Z') && v["endTime"].as_str().unwrap().ends_with('Z'));
+    let unix = |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    assert_eq!(h.metrics.shutdown_times(), [Some(unix(report.started)), Some(unix(report.ended))]);
+    let text = podwarden::metrics::render(&h.metrics);
+    assert!(text.contains(&format!("kubelet_graceful_shutdown_end_time_seconds {}", unix(report.ended))), "{text}");
+    assert_eq!(podwarden::shutdown::read_state(&state).map(|(s, e)| (s, e.is_some())), Some((report.started, true)));
 
     // cancelled: admission reopens and the stopped static pods run again
     podwarden::shutdown::cancel(&h.agent, &report.killed);
@@ -620,6 +632,9 @@ fn node_shutdown_kills_normal_pods_before_critical_ones_and_cancel_restarts_them
         assert_eq!(h.fake.live_containers(u), 1, "pod {u} runs again after the cancelled shutdown");
     }
     assert_eq!(h.metrics.restarted(true), 3);
+    // the pod rejected while shutting down is admitted now
+    wait_for("late pod runs", T, || h.fake.live_containers("sl") == 1);
+    assert!(h.agent.desired_pod("sl").unwrap().rejected.is_none());
 }
 
 #[test]

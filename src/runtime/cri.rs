@@ -357,6 +357,10 @@ impl CriRuntime {
 }
 
 impl Runtime for CriRuntime {
+    fn version(&self) -> String {
+        self.version.clone()
+    }
+
     fn list_pods(&self, ctx: &CallCtx) -> Result<Vec<RuntimePod>> {
         let sandboxes = self.list_sandboxes(ctx, None)?.iter().map(Self::sandbox_info).collect();
         let containers = self.list_containers(ctx, None)?.iter().map(Self::container_info).collect();

@@ -436,6 +436,10 @@ impl FakeRuntime {
 }
 
 impl Runtime for FakeRuntime {
+    fn version(&self) -> String {
+        "fake 0".into()
+    }
+
     fn list_pods(&self, ctx: &CallCtx) -> Result<Vec<RuntimePod>> {
         self.enter(ctx, Op::ListPods, "", "")?;
         Ok(Self::pods(&self.state.lock(), None))

@@ -240,6 +240,8 @@ impl RuntimePod {
 
 /// The container runtime as podwarden uses it.
 pub trait Runtime: Send + Sync {
+    /// The runtime's name and version (`containerd 1.6.20~ds1`).
+    fn version(&self) -> String;
     /// Every podwarden-managed pod (sandboxes and containers labelled with a
     /// pod UID), grouped by UID.
     fn list_pods(&self, ctx: &CallCtx) -> Result<Vec<RuntimePod>>;

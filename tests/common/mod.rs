@@ -113,6 +113,8 @@ impl Harness {
                 cpu_millis: o.cpu_millis,
                 memory_bytes: o.memory_bytes,
                 pods: o.max_pods,
+                cpu_capacity_millis: o.cpu_millis,
+                memory_capacity_bytes: o.memory_bytes,
             })),
             metrics.clone(),
         ));
