@@ -269,7 +269,7 @@ pub fn read_state(root_dir: &Path) -> Option<(SystemTime, Option<SystemTime>)> {
     let text = std::fs::read_to_string(&path).ok()?;
     let parse = |v: &serde_json::Value| -> Option<SystemTime> {
         let ts: k8s_openapi::jiff::Timestamp = v.as_str()?.parse().ok()?;
-        SystemTime::try_from(ts).ok()
+        Some(SystemTime::from(ts))
     };
     let v: serde_json::Value = serde_json::from_str(&text).ok().unwrap_or_default();
     match parse(&v["startTime"]) {
