@@ -4,64 +4,20 @@
 //! delay inhibitor lock; the test systemd refuses to start poweroff.target,
 //! so nothing is ever powered off and logind then sends `false`.
 
+mod bus;
 mod common;
 
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::Once;
 use std::time::{Duration, Instant};
 
+use bus::*;
 use common::*;
 use parking_lot::Mutex;
 use podwarden::logind::dbus_impl::DbusLogind;
 use podwarden::logind::{Event, Logind, LogindThread, ShutdownConfig};
 
 static SERIAL: Mutex<()> = Mutex::new(());
-static ENV: Once = Once::new();
-const SOCK: &str = "/run/podwarden-logind/system_bus_socket";
-
-fn bus() -> String {
-    assert!(
-        std::path::Path::new(SOCK).exists(),
-        "the logind test environment is not running ({SOCK} is missing): prepare it with \
-         `sudo scripts/logind-env.sh up` (scripts/test.sh does this before the tests)"
-    );
-    let addr = format!("unix:path={SOCK}");
-    // SAFETY: set once, before any thread of this test binary reads it.
-    ENV.call_once(|| unsafe { std::env::set_var("DBUS_SYSTEM_BUS_ADDRESS", &addr) });
-    addr
-}
-
-fn dbus_send(args: &[&str]) -> String {
-    let out = Command::new("dbus-send")
-        .env("DBUS_SYSTEM_BUS_ADDRESS", bus())
-        .args(["--system", "--print-reply"])
-        .args(args)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
-}
-
-fn power_off() {
-    // returns once logind has scheduled the shutdown (and sent the signal);
-    // logind checks the caller's credentials on the bus, so the caller must
-    // still be connected: dbus_send waits for the reply
-    dbus_send(&[
-        "--dest=org.freedesktop.login1",
-        "/org/freedesktop/login1",
-        "org.freedesktop.login1.Manager.PowerOff",
-        "boolean:false",
-    ]);
-}
-
-fn podwarden_inhibitors() -> usize {
-    let out = dbus_send(&[
-        "--dest=org.freedesktop.login1",
-        "/org/freedesktop/login1",
-        "org.freedesktop.login1.Manager.ListInhibitors",
-    ]);
-    out.matches("\"podwarden\"").count()
-}
 
 fn next(l: &DbusLogind, within: Duration) -> Option<Event> {
     let end = Instant::now() + within;
@@ -83,18 +39,7 @@ fn real_logind_shutdown_signal_delay_lock_and_forged_broadcast() {
     let lock = l.inhibit("podwarden", "test").unwrap();
     assert_eq!(podwarden_inhibitors(), 1);
     // any client may broadcast the signal; only logind's counts
-    let forged = Command::new("dbus-send")
-        .env("DBUS_SYSTEM_BUS_ADDRESS", bus())
-        .args([
-            "--system",
-            "--type=signal",
-            "/org/freedesktop/login1",
-            "org.freedesktop.login1.Manager.PrepareForShutdown",
-            "boolean:true",
-        ])
-        .status()
-        .unwrap();
-    assert!(forged.success());
+    forge_prepare_for_shutdown();
     assert_eq!(next(&l, Duration::from_millis(700)), None, "a forged broadcast is ignored");
     power_off();
     assert_eq!(next(&l, Duration::from_secs(3)), Some(Event::PrepareForShutdown(true)));

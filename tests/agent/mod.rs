@@ -1,0 +1,216 @@
+//! The real `podwarden` binary as a test sees it: started with a generated
+//! config against the private containerd that `scripts/e2e-env.sh up`
+//! starts, observed through the CRI and its read-only HTTP endpoint.
+#![allow(dead_code, unused_imports)]
+
+pub use std::io::{Read, Write};
+pub use std::path::{Path, PathBuf};
+pub use std::process::{Child, Command, Stdio};
+pub use std::time::{Duration, Instant};
+
+pub use crate::common::{TempDir, wait_for};
+pub use parking_lot::Mutex;
+pub use podwarden::runtime::cri::CriRuntime;
+pub use podwarden::runtime::{CallCtx, ContainerState, Runtime, RuntimePod, SandboxConfig};
+pub use serde_json::Value;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_podwarden");
+pub const IMAGE: &str = "localhost/busybox:e2e";
+pub static SERIAL: Mutex<()> = Mutex::new(());
+
+pub fn socket() -> String {
+    let s = std::env::var("PODWARDEN_E2E_SOCKET").unwrap_or_else(|_| "/run/podwarden-e2e/containerd.sock".into());
+    assert!(
+        Path::new(&s).exists(),
+        "the end-to-end environment is not running ({s} is missing): prepare it with `sudo scripts/e2e-env.sh up` \
+         (scripts/test.sh does this before the tests)"
+    );
+    s
+}
+
+pub fn cri() -> CriRuntime {
+    CriRuntime::connect(&format!("unix://{}", socket()), Duration::from_secs(5)).expect("connect to the e2e containerd")
+}
+
+pub fn call() -> CallCtx {
+    CallCtx::background(Duration::from_secs(30))
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+pub struct Agent {
+    pub dir: TempDir,
+    pub port: u16,
+    pub child: Option<Child>,
+    pub cri: CriRuntime,
+    /// Config lines added to the generated config.
+    pub extra_config: String,
+    /// Environment for the daemon.
+    pub env: Vec<(String, String)>,
+}
+
+impl Agent {
+    pub fn start(tag: &str) -> Self {
+        Self::start_with(tag, "", &[])
+    }
+
+    /// Start with `extra` config lines and `env` for the daemon.
+    pub fn start_with(tag: &str, extra: &str, env: &[(&str, &str)]) -> Self {
+        let dir = TempDir::new(&format!("e2e-{tag}"));
+        std::fs::create_dir_all(dir.0.join("manifests")).unwrap();
+        let mut a = Agent {
+            port: free_port(),
+            dir,
+            child: None,
+            cri: cri(),
+            extra_config: extra.to_string(),
+            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        };
+        a.spawn();
+        a
+    }
+
+    pub fn manifests(&self) -> PathBuf {
+        self.dir.0.join("manifests")
+    }
+
+    pub fn root(&self) -> PathBuf {
+        self.dir.0.join("root")
+    }
+
+    pub fn spawn(&mut self) {
+        let config = self.dir.0.join("config.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "staticPodPath: {}\ncontainerRuntimeEndpoint: unix://{}\nrootDir: {}\npodLogsDir: {}\nnodeName: e2e\nfileCheckFrequency: 2s\nhousekeepingInterval: 500ms\nsyncFrequency: 5s\naddress: 127.0.0.1\nreadOnlyPort: {}\n",
+                self.manifests().display(),
+                socket(),
+                self.root().display(),
+                self.dir.0.join("logs").display(),
+                self.port
+            ) + &self.extra_config,
+        )
+        .unwrap();
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.0.join("podwarden.log")).unwrap();
+        let child = Command::new(BIN)
+            .args(["run", "--config", config.to_str().unwrap()])
+            .env("RUST_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        wait_for("the agent's HTTP endpoint", Duration::from_secs(20), || self.get("/healthz").is_some());
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.0.join("podwarden.log")).unwrap_or_default()
+    }
+
+    pub fn get(&self, path: &str) -> Option<String> {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        let (head, body) = out.split_once("\r\n\r\n")?;
+        head.starts_with("HTTP/1.1 200").then(|| body.to_string())
+    }
+
+    pub fn pods(&self) -> Vec<Value> {
+        let body = self.get("/pods").unwrap_or_default();
+        let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        v["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    pub fn pod(&self, name: &str) -> Option<Value> {
+        self.pods().into_iter().find(|p| p["metadata"]["name"] == name)
+    }
+
+    pub fn uid(&self, name: &str) -> String {
+        let mut uid = String::new();
+        wait_for(&format!("pod {name} in /pods"), Duration::from_secs(20), || {
+            uid = self.pod(name).and_then(|p| p["metadata"]["uid"].as_str().map(str::to_string)).unwrap_or_default();
+            !uid.is_empty()
+        });
+        uid
+    }
+
+    pub fn runtime_pod(&self, uid: &str) -> RuntimePod {
+        self.cri.pod_status(&call(), uid).expect("pod status from containerd")
+    }
+
+    pub fn running(&self, uid: &str) -> usize {
+        self.runtime_pod(uid).containers.iter().filter(|c| c.state == ContainerState::Running).count()
+    }
+
+    pub fn write(&self, file: &str, yaml: &str) {
+        let tmp = self.manifests().join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, yaml).unwrap();
+        std::fs::rename(&tmp, self.manifests().join(file)).unwrap();
+    }
+
+    pub fn remove(&self, file: &str) {
+        std::fs::remove_file(self.manifests().join(file)).unwrap();
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    /// Remove every manifest and wait until containerd holds none of our pods.
+    pub fn clean_up(&mut self, uids: &[&str]) {
+        for e in std::fs::read_dir(self.manifests()).unwrap().flatten() {
+            let _ = std::fs::remove_file(e.path());
+        }
+        if self.child.is_some() {
+            wait_for("all pods removed from containerd", Duration::from_secs(60), || {
+                uids.iter().all(|u| {
+                    let rp = self.runtime_pod(u);
+                    rp.sandboxes.is_empty() && rp.containers.is_empty()
+                })
+            });
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let end = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < end && c.try_wait().ok().flatten().is_none() {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("---- podwarden log ----\n{}", self.log());
+        }
+    }
+}
+
+pub fn pod_yaml(name: &str, extra_spec: &str, command: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: e2e\nspec:\n{extra_spec}  containers:\n  - name: main\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", {command:?}]\n"
+    )
+}
+
+/// Traps SIGTERM and exits at once.
+pub const TRAPPING: &str = "trap 'exit 0' TERM; while :; do sleep 1; done";
+/// Ignores SIGTERM: only SIGKILL at the end of the grace period stops it.
+pub const STUBBORN: &str = "trap '' TERM; while :; do sleep 1; done";
+
+/// The value of one series in Prometheus text.
+pub fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+}

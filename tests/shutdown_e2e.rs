@@ -1,0 +1,327 @@
+//! Graceful node shutdown end to end: the real `podwarden` binary with real
+//! containerd pods (`scripts/e2e-env.sh up`) and systemd's own
+//! systemd-logind on a private system bus (`scripts/logind-env.sh up`).
+//! `dbus-send` asks logind to power off; logind sends a real
+//! `PrepareForShutdown(true)`, waits for the delay lock, is refused
+//! poweroff.target by the stand-in systemd and sends `false`.
+//!
+//! The tests share containerd and logind, so they run one at a time.
+
+mod agent;
+mod bus;
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use agent::*;
+use bus::*;
+use podwarden::logind::dbus_impl::DbusLogind;
+use podwarden::logind::{Event, Logind};
+
+/// Start an agent with graceful shutdown configured (`shutdown` config
+/// lines) on the private system bus.
+fn start(tag: &str, shutdown: &str) -> Agent {
+    let addr = bus();
+    let extra = format!("logindDropInDir: {DROPIN_DIR}\n{shutdown}");
+    let a = Agent::start_with(tag, &extra, &[("DBUS_SYSTEM_BUS_ADDRESS", &addr)]);
+    wait_for("the inhibitor lock", Duration::from_secs(10), || {
+        node(&a)["gracefulShutdown"]["inhibitorLockHeld"] == true
+    });
+    assert_eq!(podwarden_inhibitors(), 1);
+    a
+}
+
+fn node(a: &Agent) -> Value {
+    serde_json::from_str(&a.get("/node").unwrap_or_default()).unwrap_or(Value::Null)
+}
+
+/// When each watched pod was first seen with no running container, from a
+/// thread polling containerd every 50 ms.
+struct Timeline {
+    t0: Instant,
+    gone: Arc<Mutex<BTreeMap<String, Duration>>>,
+    stop: Arc<AtomicBool>,
+    join: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Timeline {
+    fn start(uids: &[String]) -> Self {
+        let t0 = Instant::now();
+        let gone = Arc::new(Mutex::new(BTreeMap::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (g, s, uids) = (gone.clone(), stop.clone(), uids.to_vec());
+        #[allow(clippy::disallowed_methods)] // a test-side observer thread
+        let join = std::thread::spawn(move || {
+            let cri = cri();
+            while !s.load(Ordering::SeqCst) {
+                let pods = cri.list_pods(&call()).unwrap_or_default();
+                for u in &uids {
+                    let running = pods
+                        .iter()
+                        .filter(|p| &p.uid == u)
+                        .any(|p| p.containers.iter().any(|c| c.state == ContainerState::Running));
+                    if !running {
+                        g.lock().entry(u.clone()).or_insert_with(|| t0.elapsed());
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        Timeline { t0, gone, stop, join: Some(join) }
+    }
+
+    fn gone(&self, uid: &str) -> Option<Duration> {
+        self.gone.lock().get(uid).copied()
+    }
+
+    fn wait_gone(&self, uid: &str, within: Duration) -> Duration {
+        wait_for(&format!("pod {uid} stopped"), within, || self.gone(uid).is_some());
+        self.gone(uid).unwrap()
+    }
+}
+
+impl Drop for Timeline {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(j) = self.join.take() {
+            let _ = j.join();
+        }
+    }
+}
+
+/// Logind's own signals as a bus client sees them, with their time.
+fn signals(t0: Instant) -> (Arc<Mutex<Vec<(bool, Duration)>>>, Arc<AtomicBool>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let l = DbusLogind::new();
+    l.connect().expect("connect to the private system bus");
+    let (s, st) = (seen.clone(), stop.clone());
+    #[allow(clippy::disallowed_methods)] // a test-side observer thread
+    std::thread::spawn(move || {
+        while !st.load(Ordering::SeqCst) {
+            if let Ok(Some(Event::PrepareForShutdown(b))) = l.next_event(Duration::from_millis(100)) {
+                s.lock().push((b, t0.elapsed()));
+            }
+        }
+    });
+    (seen, stop)
+}
+
+fn reason(a: &Agent, name: &str) -> Option<String> {
+    a.pod(name).and_then(|p| p["status"]["reason"].as_str().map(str::to_string))
+}
+
+fn start_pods(a: &Agent, pods: &[(&str, &str, &str)]) -> Vec<String> {
+    for (name, spec, cmd) in pods {
+        a.write(&format!("{name}.yaml"), &pod_yaml(name, spec, cmd));
+    }
+    let uids: Vec<String> = pods.iter().map(|(n, _, _)| a.uid(n)).collect();
+    wait_for("pods running", Duration::from_secs(60), || uids.iter().all(|u| a.running(u) == 1));
+    uids
+}
+
+const CRITICAL: &str = "  priorityClassName: system-node-critical\n";
+
+#[test]
+fn grace_20_critical_10_normal_pods_first_own_shorter_grace_admission_closed_lock_released_after_the_last_pod() {
+    let _serial = SERIAL.lock();
+    let _logind = Reset;
+    let mut a = start("shutdown-20-10", "shutdownGracePeriod: 20s\nshutdownGracePeriodCriticalPods: 10s\n");
+    // logind allowed 5 s; podwarden raised it for its 20 s
+    assert_eq!(inhibit_delay_max(), Duration::from_secs(20));
+    assert!(std::fs::read_to_string(format!("{DROPIN_DIR}/99-podwarden.conf")).unwrap().contains("=20"));
+    let uids = start_pods(
+        &a,
+        &[
+            ("web", "", STUBBORN),
+            ("quick", "  terminationGracePeriodSeconds: 2\n", STUBBORN),
+            ("dns", &format!("{CRITICAL}  terminationGracePeriodSeconds: 3\n"), STUBBORN),
+            ("vip", CRITICAL, TRAPPING),
+        ],
+    );
+    let [web, quick, dns, vip] = [&uids[0], &uids[1], &uids[2], &uids[3]];
+    let tl = Timeline::start(&uids);
+    let (sig, sig_stop) = signals(tl.t0);
+    power_off();
+
+    // shutting down: node not ready, admission closed
+    wait_for("node shutting down", Duration::from_secs(3), || node(&a)["gracefulShutdown"]["shuttingDown"] == true);
+    let n = node(&a);
+    assert_eq!(n["node"]["status"]["conditions"][0]["status"], "False");
+    assert_eq!(n["node"]["status"]["conditions"][0]["message"], "node is shutting down");
+    a.write("late.yaml", &pod_yaml("late", "", TRAPPING));
+    wait_for("late pod rejected", Duration::from_secs(10), || reason(&a, "late").as_deref() == Some("NodeShutdown"));
+    assert_eq!(a.pod("late").unwrap()["status"]["message"], "Pod was rejected as the node is shutting down.");
+
+    // a normal pod with its own shorter grace period (2 s) goes first
+    let t_quick = tl.wait_gone(quick, Duration::from_secs(8));
+    assert!(t_quick > Duration::from_millis(1500) && t_quick < Duration::from_secs(5), "quick stopped at {t_quick:?}");
+    assert!(tl.gone(web).is_none(), "web is killed only at the end of the normal window");
+    // the normal window is 20 - 10 = 10 s; critical pods run meanwhile
+    let t_web = tl.wait_gone(web, Duration::from_secs(14));
+    assert!(t_web > Duration::from_millis(9500) && t_web < Duration::from_millis(12500), "web stopped at {t_web:?}");
+    assert!(tl.gone(dns).is_none() && tl.gone(vip).is_none(), "critical pods still run when the normal ones stop");
+    wait_for("web's status says why", Duration::from_secs(3), || reason(&a, "web").as_deref() == Some("Terminated"));
+    assert_eq!(a.pod("web").unwrap()["status"]["message"], "Pod was terminated in response to imminent node shutdown.");
+    // critical: vip exits on SIGTERM, dns ignores it and gets its own 3 s
+    let t_vip = tl.wait_gone(vip, Duration::from_secs(5));
+    let t_dns = tl.wait_gone(dns, Duration::from_secs(8));
+    assert!(t_vip < t_web + Duration::from_secs(2), "vip stopped at {t_vip:?}");
+    assert!(t_dns > t_web + Duration::from_millis(2500) && t_dns < t_web + Duration::from_secs(5), "dns at {t_dns:?}");
+
+    // the lock goes as soon as the last pod is gone: logind moves on (and,
+    // refused poweroff.target, cancels) long before its 20 s
+    wait_for("shutdown cancelled by logind", Duration::from_secs(10), || sig.lock().iter().any(|(b, _)| !b));
+    sig_stop.store(true, Ordering::SeqCst);
+    let t_false = sig.lock().iter().find(|(b, _)| !b).unwrap().1;
+    assert!(t_false < t_dns + Duration::from_secs(1), "lock released at {t_false:?}, last pod gone at {t_dns:?}");
+    assert!(t_false < Duration::from_secs(18), "logind waited its full delay ({t_false:?})");
+
+    // state file and metrics
+    let state: Value =
+        serde_json::from_slice(&std::fs::read(a.root().join("graceful_node_shutdown_state")).unwrap()).unwrap();
+    assert!(state["startTime"].as_str().unwrap().ends_with('Z'), "{state}");
+    assert!(state["endTime"].as_str().unwrap().ends_with('Z'), "{state}");
+    let metrics = a.get("/metrics").unwrap();
+    let start = metric(&metrics, "kubelet_graceful_shutdown_start_time_seconds").unwrap();
+    let end = metric(&metrics, "kubelet_graceful_shutdown_end_time_seconds").unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    assert!(end - start > 12.0 && end - start < 18.0 && now - start < 60.0, "start {start} end {end}");
+
+    // cancelled: the lock is held again, admission open, every pod runs again
+    wait_for("lock taken again", Duration::from_secs(5), || podwarden_inhibitors() == 1);
+    let late = a.uid("late");
+    wait_for("all pods run again", Duration::from_secs(60), || uids.iter().chain([&late]).all(|u| a.running(u) == 1));
+    assert_eq!(node(&a)["node"]["status"]["conditions"][0]["status"], "True");
+    a.write("after.yaml", &pod_yaml("after", "", TRAPPING));
+    let after = a.uid("after");
+    wait_for("a new pod runs", Duration::from_secs(30), || a.running(&after) == 1);
+    let mut all: Vec<&str> = uids.iter().map(String::as_str).collect();
+    all.extend([late.as_str(), after.as_str()]);
+    a.clean_up(&all);
+}
+
+#[test]
+fn priority_groups_stop_in_ascending_priority_order() {
+    let _serial = SERIAL.lock();
+    let _logind = Reset;
+    let mut a = start(
+        "shutdown-priority",
+        "priorityClasses:\n  low: 10\n  mid: 1000\n  high: 5000\nshutdownGracePeriodByPodPriority:\n\
+         - {priority: 0, shutdownGracePeriodSeconds: 2}\n- {priority: 1000, shutdownGracePeriodSeconds: 2}\n\
+         - {priority: 5000, shutdownGracePeriodSeconds: 2}\n",
+    );
+    let class = |c: &str| format!("  priorityClassName: {c}\n");
+    let (low, mid, high) = (class("low"), class("mid"), class("high"));
+    let uids = start_pods(
+        &a,
+        &[
+            ("high-a", &high, STUBBORN),
+            ("mid-a", &mid, STUBBORN),
+            ("low-a", &low, STUBBORN),
+            ("high-b", &high, STUBBORN),
+            ("low-b", &low, STUBBORN),
+            ("mid-b", &mid, STUBBORN),
+            ("plain", "", STUBBORN),
+        ],
+    );
+    let tl = Timeline::start(&uids);
+    power_off();
+    let t: Vec<Duration> = uids.iter().map(|u| tl.wait_gone(u, Duration::from_secs(15))).collect();
+    // groups: {low-a, low-b, plain} then {mid-a, mid-b} then {high-a, high-b}
+    let groups = [vec![t[2], t[4], t[6]], vec![t[1], t[5]], vec![t[0], t[3]]];
+    for w in groups.windows(2) {
+        let last = w[0].iter().max().unwrap();
+        let first = w[1].iter().min().unwrap();
+        assert!(last < first, "a group stopped before a lower-priority one was done: {groups:?}");
+    }
+    let high_last = *groups[2].iter().max().unwrap();
+    assert!(high_last > Duration::from_secs(5) && high_last < Duration::from_secs(8), "{groups:?}");
+    wait_for("lock taken again after the cancel", Duration::from_secs(10), || podwarden_inhibitors() == 1);
+    let all: Vec<&str> = uids.iter().map(String::as_str).collect();
+    a.clean_up(&all);
+}
+
+#[test]
+fn inhibit_delay_raised_to_30s_and_a_later_drop_in_is_a_clear_start_up_error() {
+    let _serial = SERIAL.lock();
+    let _logind = Reset;
+    bus();
+    assert_eq!(inhibit_delay_max(), Duration::from_secs(5));
+    let mut a = start("shutdown-delay", "shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s\n");
+    assert_eq!(inhibit_delay_max(), Duration::from_secs(30), "read back from logind after the reload");
+    let ours = std::fs::read_to_string(format!("{DROPIN_DIR}/99-podwarden.conf")).unwrap();
+    assert!(ours.contains("[Login]") && ours.contains("InhibitDelayMaxSec=30"), "{ours}");
+    assert!(a.log().contains("InhibitDelayMaxSec raised to 30s"), "{}", a.log());
+    a.kill9();
+    drop(a);
+
+    // an unattended-upgrades style drop-in sorting after ours keeps it at 7 s
+    std::fs::write(format!("{DROPIN_DIR}/99-zz-unattended.conf"), "[Login]\nInhibitDelayMaxSec=7\n").unwrap();
+    reload_logind();
+    wait_for("logind at 7 s", Duration::from_secs(5), || inhibit_delay_max() == Duration::from_secs(7));
+    let addr = bus();
+    let extra = format!("logindDropInDir: {DROPIN_DIR}\nshutdownGracePeriod: 30s\n");
+    let mut a = Agent::start_with("shutdown-delay-2", &extra, &[("DBUS_SYSTEM_BUS_ADDRESS", &addr)]);
+    wait_for("the start-up error", Duration::from_secs(15), || a.log().contains("graceful node shutdown is off"));
+    let log = a.log();
+    let line = log.lines().find(|l| l.contains("graceful node shutdown is off")).unwrap();
+    assert!(line.contains("99-zz-unattended.conf") && line.contains("InhibitDelayMaxSec=7"), "{line}");
+    let n = node(&a);
+    assert_eq!(n["gracefulShutdown"]["enabled"], false);
+    assert!(n["gracefulShutdown"]["problem"].as_str().unwrap().contains("99-zz-unattended.conf"), "{n}");
+    assert_eq!(podwarden_inhibitors(), 0);
+    // everything else works
+    let uids = start_pods(&a, &[("still-runs", "", TRAPPING)]);
+    a.clean_up(&[&uids[0]]);
+}
+
+#[test]
+fn dbus_and_logind_restarted_lock_retaken_within_2s_and_a_shutdown_still_handled() {
+    let _serial = SERIAL.lock();
+    let _logind = Reset;
+    let mut a = start("shutdown-restart", "shutdownGracePeriod: 4s\nshutdownGracePeriodCriticalPods: 1s\n");
+    let uids = start_pods(&a, &[("survivor", "", TRAPPING)]);
+    for what in ["down", "up"] {
+        let out = std::process::Command::new("scripts/logind-env.sh").arg(what).output().unwrap();
+        assert!(out.status.success(), "logind-env.sh {what}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let t = Instant::now();
+    wait_for("lock re-taken", Duration::from_secs(5), || podwarden_inhibitors() == 1);
+    assert!(t.elapsed() < Duration::from_secs(2), "re-taken after {:?}", t.elapsed());
+    let tl = Timeline::start(&uids);
+    power_off();
+    let gone = tl.wait_gone(&uids[0], Duration::from_secs(6));
+    assert!(gone < Duration::from_secs(3), "stopped at {gone:?} (it exits on SIGTERM)");
+    wait_for("runs again after the cancel", Duration::from_secs(30), || a.running(&uids[0]) == 1);
+    a.clean_up(&[&uids[0]]);
+}
+
+#[test]
+fn prepare_for_shutdown_broadcast_by_another_client_is_ignored() {
+    let _serial = SERIAL.lock();
+    let _logind = Reset;
+    let mut a = start("shutdown-forged", "shutdownGracePeriod: 4s\n");
+    let uids = start_pods(&a, &[("target", "", TRAPPING)]);
+    let tl = Timeline::start(&uids);
+    forge_prepare_for_shutdown();
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(tl.gone(&uids[0]).is_none(), "a forged signal stopped a pod");
+    assert_eq!(node(&a)["gracefulShutdown"]["shuttingDown"], false);
+    assert_eq!(podwarden_inhibitors(), 1);
+    assert!(!a.log().contains("shutdown coming"), "{}", a.log());
+    a.clean_up(&[&uids[0]]);
+}
+
+/// Puts logind back at its 5 s when a test ends (pass or fail).
+struct Reset;
+
+impl Drop for Reset {
+    fn drop(&mut self) {
+        if std::path::Path::new(SOCK).exists() {
+            reset_logind();
+        }
+    }
+}
