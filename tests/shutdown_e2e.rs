@@ -91,8 +91,11 @@ impl Drop for Timeline {
     }
 }
 
+/// `PrepareForShutdown` values seen, with when.
+type Seen = Arc<Mutex<Vec<(bool, Duration)>>>;
+
 /// Logind's own signals as a bus client sees them, with their time.
-fn signals(t0: Instant) -> (Arc<Mutex<Vec<(bool, Duration)>>>, Arc<AtomicBool>) {
+fn signals(t0: Instant) -> (Seen, Arc<AtomicBool>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let l = DbusLogind::new();
