@@ -1,4 +1,5 @@
-//! Generates the CRI client from proto/cri/api.proto: messages with
+//! Generates the CRI client from proto/cri/api.proto and podwarden's local
+//! API from proto/podwarden/api.proto: messages with
 //! protobuf-codegen 3 (what grpcio's protobufv3 codec uses), service stubs with
 //! grpcio-compiler, which reads protobuf 2 descriptors (a build dependency
 //! only); the stubs it writes compile against the protobuf 3 messages.
@@ -15,18 +16,18 @@ fn strip_inner_attributes(path: &Path) {
     std::fs::write(path, kept.join("\n")).expect("write generated code");
 }
 
-fn main() {
-    let proto = "proto/cri/api.proto";
+/// Messages and service stubs for `proto` (whose imports are under
+/// `include`) into `out`: `api.rs` and `api_grpc.rs`.
+fn generate(proto: &str, include: &str, out: &Path) {
     println!("cargo:rerun-if-changed={proto}");
-    println!("cargo:rerun-if-changed=build.rs");
-    let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
-
-    protobuf_codegen::Codegen::new().protoc().include("proto/cri").input(proto).out_dir(&out).run_from_script();
+    std::fs::create_dir_all(out).expect("create the output directory");
+    protobuf_codegen::Codegen::new().protoc().include(include).input(proto).out_dir(out).run_from_script();
     strip_inner_attributes(&out.join("api.rs"));
 
     let set = out.join("api.desc");
     let status = Command::new(std::env::var("PROTOC").unwrap_or_else(|_| "protoc".into()))
-        .args(["-Iproto/cri", "--include_imports", "--descriptor_set_out"])
+        .arg(format!("-I{include}"))
+        .args(["--include_imports", "--descriptor_set_out"])
         .arg(&set)
         .arg(proto)
         .status()
@@ -41,4 +42,13 @@ fn main() {
         std::fs::write(&path, f.content).expect("write grpc stubs");
         strip_inner_attributes(&path);
     }
+}
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
+    // the CRI client (runtime.v1)
+    generate("proto/cri/api.proto", "proto/cri", &out);
+    // podwarden's own local API (podwarden.v1): server and CLI client
+    generate("proto/podwarden/api.proto", "proto/podwarden", &out.join("podwarden"));
 }

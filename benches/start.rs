@@ -106,7 +106,7 @@ impl Agent {
         std::fs::write(
             &config,
             format!(
-                "staticPodPath: {0}/manifests\ncontainerRuntimeEndpoint: unix://{1}\nrootDir: {0}/root\npodLogsDir: {0}/logs\nnodeName: bench\nreadOnlyPort: 0\nhousekeepingInterval: 2s\n",
+                "staticPodPath: {0}/manifests\ncontainerRuntimeEndpoint: unix://{1}\nrootDir: {0}/root\napiSocket: {0}/api.sock\npodLogsDir: {0}/logs\nnodeName: bench\nreadOnlyPort: 0\nhousekeepingInterval: 2s\n",
                 dir.display(),
                 socket()
             ),

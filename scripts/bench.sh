@@ -2,6 +2,7 @@
 # Run a benchmark by name; its last line of output is one JSON object.
 #   scripts/bench.sh core    pod worker lifecycles, update_pod rate, RSS per worker (fake runtime)
 #   scripts/bench.sh start   pod start/stop latency vs a raw CRI client, RSS, threads (private containerd)
+#   scripts/bench.sh shutdown  50 pods: PrepareForShutdown -> inhibitor released (private containerd + logind)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name="${1:-}"
@@ -13,8 +14,13 @@ case "$name" in
     scripts/e2e-env.sh up >/dev/null
     cargo bench --bench start --quiet 2>/dev/null | tail -n 3
     ;;
+  shutdown)
+    scripts/e2e-env.sh up >/dev/null
+    scripts/logind-env.sh up >/dev/null
+    cargo bench --bench shutdown --quiet 2>/dev/null | tail -n 7
+    ;;
   *)
-    echo "usage: scripts/bench.sh core|start" >&2
+    echo "usage: scripts/bench.sh core|start|shutdown" >&2
     exit 2
     ;;
 esac

@@ -62,6 +62,12 @@ pub struct Config {
     /// Where podwarden writes its logind drop-in when `shutdownGracePeriod`
     /// exceeds logind's `InhibitDelayMaxSec` (podwarden-only).
     pub logind_drop_in_dir: PathBuf,
+    /// Group whose members may use the local API besides root
+    /// (podwarden-only; default none).
+    pub api_group: Option<String>,
+    /// Serve env values on the read-only `/pods` (podwarden-only; default
+    /// false: they are redacted, unlike the kubelet's).
+    pub read_only_port_shows_env: bool,
 }
 
 fn hostname() -> String {
@@ -95,6 +101,8 @@ impl Default for Config {
             priority_classes: BTreeMap::new(),
             allow_privileged: false,
             logind_drop_in_dir: "/etc/systemd/logind.conf.d".into(),
+            api_group: None,
+            read_only_port_shows_env: false,
         }
     }
 }
@@ -240,6 +248,8 @@ const FIELDS: &[&str] = &[
     "priorityClasses",
     "allowPrivileged",
     "logindDropInDir",
+    "apiGroup",
+    "readOnlyPortShowsEnv",
 ];
 
 impl Config {
@@ -385,6 +395,17 @@ impl Config {
         }
         if let Some(p) = f.path("logindDropInDir")? {
             c.logind_drop_in_dir = p;
+        }
+        if let Some(g) = f.string("apiGroup")? {
+            if crate::api::group_id(&g).is_none() {
+                return Err(f.bad("apiGroup", &Value::String(g), "expected a group that exists in /etc/group"));
+            }
+            c.api_group = Some(g);
+        }
+        match map.get("readOnlyPortShowsEnv") {
+            None | Some(Value::Null) => {}
+            Some(Value::Bool(b)) => c.read_only_port_shows_env = *b,
+            Some(v) => return Err(f.bad("readOnlyPortShowsEnv", v, "expected true or false")),
         }
         match map.get("allowPrivileged") {
             None | Some(Value::Null) => {}

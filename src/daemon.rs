@@ -93,6 +93,7 @@ pub struct Running {
     relist: Option<crate::housekeeping::Periodic>,
     http: Option<crate::http::HttpServer>,
     logind: Option<crate::logind::LogindThread>,
+    api: Option<crate::api::ApiServer>,
 }
 
 impl Running {
@@ -110,6 +111,7 @@ impl Running {
 
     /// Stop the agent's threads; pods are left as they are.
     pub fn stop(mut self) {
+        self.api.take();
         self.logind.take();
         self.http.take();
         self.relist.take();
@@ -181,7 +183,7 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
         })?;
         let addr = std::net::SocketAddr::new(ip, config.read_only_port);
         let within = (config.housekeeping_interval * 5).max(Duration::from_secs(10));
-        let server = crate::http::HttpServer::start(addr, agent.clone(), within)
+        let server = crate::http::HttpServer::start(addr, agent.clone(), within, !config.read_only_port_shows_env)
             .map_err(io(format!("listening on {addr} (address, readOnlyPort)")))?;
         log::info!("read-only HTTP on http://{}", server.local_addr());
         Some(server)
@@ -205,7 +207,42 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
         let logind = Arc::new(crate::logind::dbus_impl::DbusLogind::new());
         Some(crate::logind::LogindThread::start(logind, agent.clone(), cfg).map_err(io("starting the logind thread"))?)
     };
-    Ok(Running { agent, source: Some(source), housekeeping: Some(housekeeping), relist: Some(relist), http, logind })
+    let api = if config.api_socket.as_os_str().is_empty() {
+        None
+    } else {
+        let group = match &config.api_group {
+            Some(g) => Some((
+                g.clone(),
+                crate::api::group_id(g).ok_or_else(|| DaemonError::Io {
+                    what: format!("apiGroup {g}"),
+                    source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such group in /etc/group"),
+                })?,
+            )),
+            None => None,
+        };
+        let cfg = crate::api::ApiConfig {
+            socket: config.api_socket.clone(),
+            group,
+            static_pod_path: config.static_pod_path.clone(),
+            pod_logs_dir: config.pod_logs_dir.clone(),
+            node_name: config.node_name.clone(),
+            healthy_within: (config.housekeeping_interval * 5).max(Duration::from_secs(10)),
+            rescan: source.rescanner(),
+        };
+        let server = crate::api::ApiServer::start(agent.clone(), cfg)
+            .map_err(io(format!("serving the local API on {} (apiSocket)", config.api_socket.display())))?;
+        log::info!("local API on {}", server.socket().display());
+        Some(server)
+    };
+    Ok(Running {
+        agent,
+        source: Some(source),
+        housekeeping: Some(housekeeping),
+        relist: Some(relist),
+        http,
+        logind,
+        api,
+    })
 }
 
 /// Run the daemon until SIGTERM or SIGINT.

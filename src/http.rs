@@ -23,7 +23,9 @@ pub struct HttpServer {
 }
 
 impl HttpServer {
-    pub fn start(addr: SocketAddr, agent: Arc<Agent>, healthy_within: Duration) -> std::io::Result<Self> {
+    /// Listen on `addr`; `/healthz` is ok while `Agent::health(healthy_within)`
+    /// is; `/pods` redacts env values when `redact`.
+    pub fn start(addr: SocketAddr, agent: Arc<Agent>, healthy_within: Duration, redact: bool) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -35,7 +37,7 @@ impl HttpServer {
                 }
                 match conn {
                     Ok(s) => {
-                        if let Err(e) = serve(s, &agent, healthy_within) {
+                        if let Err(e) = serve(s, &agent, healthy_within, redact) {
                             log::debug!("http: {e}");
                         }
                     }
@@ -71,7 +73,7 @@ fn respond(s: &mut TcpStream, code: u16, reason: &str, ctype: &str, body: &[u8])
     s.flush()
 }
 
-fn serve(mut s: TcpStream, agent: &Agent, healthy_within: Duration) -> std::io::Result<()> {
+fn serve(mut s: TcpStream, agent: &Agent, healthy_within: Duration, redact: bool) -> std::io::Result<()> {
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     s.set_write_timeout(Some(Duration::from_secs(5)))?;
     let mut reader = BufReader::new((&s).take(16 * 1024));
@@ -101,7 +103,7 @@ fn serve(mut s: TcpStream, agent: &Agent, healthy_within: Duration) -> std::io::
             respond(&mut s, 200, "OK", "application/json", &body)
         }
         "/pods" | "/pods/" => {
-            let body = serde_json::to_vec(&pod_list(agent, true)).unwrap_or_default();
+            let body = serde_json::to_vec(&pod_list(agent, redact)).unwrap_or_default();
             respond(&mut s, 200, "OK", "application/json", &body)
         }
         "/metrics" => {

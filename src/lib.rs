@@ -3,7 +3,9 @@
 
 pub mod admission;
 pub mod agent;
+pub mod api;
 pub mod cancel;
+pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod events;

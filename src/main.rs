@@ -12,8 +12,22 @@ podwarden: run Kubernetes pods on this machine through a CRI runtime
 Usage:
   podwarden run [--config FILE]     run the node agent (default config: /etc/podwarden/config.yaml if present)
   podwarden validate FILE...        check pod manifests and print each pod's UID
-  podwarden version                 print the version
+
+Client commands (talk to the running agent over its local API socket):
+  podwarden get pods [NAME] [-o wide|json|yaml] [-n NS | -A]
+  podwarden describe pod NAME [-n NS]
+  podwarden logs POD [-n NS] [-c CONTAINER] [-f] [--previous] [--tail N]
+  podwarden events [-n NS | -A] [-o json]
+  podwarden node [-o json|yaml]
+  podwarden apply -f FILE|-
+  podwarden delete pod NAME [-n NS] [--grace-period N]
+  podwarden version
+  Every client command takes --socket PATH (default $PODWARDEN_SOCKET, else
+  /run/podwarden/podwarden.sock) and --help.
+
   podwarden help                    this text
+
+Exit status: 0 on success, 1 on an error (the message goes to stderr).
 ";
 
 fn run(args: &[String]) -> Result<(), String> {
@@ -61,9 +75,12 @@ fn run(args: &[String]) -> Result<(), String> {
             }
             if failed { Err("some manifests are invalid".into()) } else { Ok(()) }
         }
-        Some("version") | Some("--version") => {
+        Some("--version") => {
             println!("podwarden {}", env!("CARGO_PKG_VERSION"));
             Ok(())
+        }
+        Some(verb) if verb == "version" || podwarden::cli::VERBS.contains(&verb) => {
+            podwarden::cli::run(verb, &args[1..])
         }
         Some("help") | Some("-h") | Some("--help") | None => {
             print!("{USAGE}");

@@ -17,7 +17,7 @@ pub fn cpu_quantity(millis: i64) -> String {
 /// Format bytes as a memory quantity (`Ki` like the kubelet; plain bytes
 /// when not a whole number of KiB).
 pub fn memory_quantity(bytes: i64) -> String {
-    if bytes % 1024 == 0 { format!("{}Ki", bytes / 1024) } else { bytes.to_string() }
+    if bytes != 0 && bytes % 1024 == 0 { format!("{}Ki", bytes / 1024) } else { bytes.to_string() }
 }
 
 fn rfc3339(t: SystemTime) -> String {

@@ -35,9 +35,10 @@ fn run_follows_manifests_and_stops_cleanly_on_sigterm() {
     std::fs::write(
         &config,
         format!(
-            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\npodLogsDir: {}\nnodeName: node-a\nfileCheckFrequency: 1h\nhousekeepingInterval: 200ms\nsomeKubeletField: true\n",
+            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\npodLogsDir: {}\nnodeName: node-a\nfileCheckFrequency: 1h\nhousekeepingInterval: 200ms\nsomeKubeletField: true\n",
             manifests.display(),
             d.0.join("root").display(),
+            d.0.display(),
             d.0.join("logs").display()
         ),
     )
@@ -94,7 +95,11 @@ fn bad_config_and_missing_runtime_fail_at_start_naming_the_input() {
 
     std::fs::write(
         &config,
-        format!("containerRuntimeEndpoint: unix:///nonexistent.sock\nrootDir: {}\n", d.0.join("r").display()),
+        format!(
+            "containerRuntimeEndpoint: unix:///nonexistent.sock\nrootDir: {}\napiSocket: {}/api.sock\n",
+            d.0.join("r").display(),
+            d.0.display()
+        ),
     )
     .unwrap();
     let out = Command::new(BIN).args(["run", "--config", config.to_str().unwrap()]).output().unwrap();
@@ -131,9 +136,10 @@ fn under_systemd_log_lines_carry_their_syslog_priority() {
     std::fs::write(
         &config,
         format!(
-            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\nreadOnlyPort: 0\nbogusField: 1\n",
+            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\nreadOnlyPort: 0\nbogusField: 1\n",
             d.0.join("m").display(),
-            d.0.join("r").display()
+            d.0.join("r").display(),
+            d.0.display()
         ),
     )
     .unwrap();
@@ -165,9 +171,10 @@ fn without_a_system_bus_graceful_shutdown_is_off_with_one_warning_and_pods_still
     std::fs::write(
         &config,
         format!(
-            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\nreadOnlyPort: 0\nshutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 5s\n",
+            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\nreadOnlyPort: 0\nshutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 5s\n",
             manifests.display(),
-            d.0.join("root").display()
+            d.0.join("root").display(),
+            d.0.display()
         ),
     )
     .unwrap();

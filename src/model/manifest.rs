@@ -173,6 +173,13 @@ fn finish(path: &str, mut pod: Pod, node_name: &str) -> Result<Pod, ManifestErro
         })?;
         pod.metadata.uid = Some(fnv128_hex(&[b"host:", node_name.as_bytes(), b"file:", path.as_bytes(), &json]));
     }
+    // bound to this node, as the kubelet's file source does (after the UID:
+    // the node name is already part of it)
+    if let Some(spec) = pod.spec.as_mut()
+        && spec.node_name.as_deref().unwrap_or("").is_empty()
+    {
+        spec.node_name = Some(node_name.to_string());
+    }
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let ann = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
     ann.insert(CONFIG_SOURCE_ANNOTATION.into(), "file".into());

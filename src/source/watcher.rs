@@ -37,6 +37,17 @@ impl SourceHandle {
         let _ = self.cmd.send(Cmd::Rescan);
         poke(&self.wake);
     }
+
+    /// A function that asks for a scan now (for the local API); does
+    /// nothing once the watcher has stopped.
+    pub fn rescanner(&self) -> Arc<dyn Fn() + Send + Sync> {
+        let (cmd, wake) = (self.cmd.clone(), self.wake.clone());
+        Arc::new(move || {
+            if cmd.send(Cmd::Rescan).is_ok() {
+                poke(&wake);
+            }
+        })
+    }
 }
 
 impl Drop for SourceHandle {

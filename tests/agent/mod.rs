@@ -76,6 +76,10 @@ impl Agent {
         self.dir.0.join("manifests")
     }
 
+    pub fn api_socket(&self) -> PathBuf {
+        self.dir.0.join("api.sock")
+    }
+
     pub fn root(&self) -> PathBuf {
         self.dir.0.join("root")
     }
@@ -85,10 +89,11 @@ impl Agent {
         std::fs::write(
             &config,
             format!(
-                "staticPodPath: {}\ncontainerRuntimeEndpoint: unix://{}\nrootDir: {}\npodLogsDir: {}\nnodeName: e2e\nfileCheckFrequency: 2s\nhousekeepingInterval: 500ms\nsyncFrequency: 5s\naddress: 127.0.0.1\nreadOnlyPort: {}\n",
+                "staticPodPath: {}\ncontainerRuntimeEndpoint: unix://{}\nrootDir: {}\napiSocket: {}\npodLogsDir: {}\nnodeName: e2e\nfileCheckFrequency: 2s\nhousekeepingInterval: 500ms\nsyncFrequency: 5s\naddress: 127.0.0.1\nreadOnlyPort: {}\n",
                 self.manifests().display(),
                 socket(),
                 self.root().display(),
+                self.api_socket().display(),
                 self.dir.0.join("logs").display(),
                 self.port
             ) + &self.extra_config,
