@@ -92,9 +92,12 @@ fn manifest(name: &str, command: &str) -> String {
     )
 }
 
+/// (what, who, why, mode, uid, pid) as `ListInhibitors` returns them.
+type Inhibitor = (String, String, String, String, u32, u32);
+
 fn podwarden_locks(conn: &Connection) -> usize {
     let p = conn.with_proxy("org.freedesktop.login1", "/org/freedesktop/login1", Duration::from_secs(5));
-    let (list,): (Vec<(String, String, String, String, u32, u32)>,) =
+    let (list,): (Vec<Inhibitor>,) =
         p.method_call("org.freedesktop.login1.Manager", "ListInhibitors", ()).expect("ListInhibitors");
     list.iter().filter(|i| i.1 == "podwarden").count()
 }
@@ -160,8 +163,18 @@ fn run(cri: &Arc<CriRuntime>, tag: &str, command: &str, grace_s: u64) -> Run {
                     if !p.name.starts_with(&format!("sd-{tag}-")) {
                         continue;
                     }
-                    for c in p.containers.iter().filter(|c| c.state == ContainerState::Exited) {
-                        exits.lock().insert(c.id.clone(), c.finished_at_ns);
+                    // the list has no exit times: ask for this pod's status
+                    let new = p
+                        .containers
+                        .iter()
+                        .any(|c| c.state == ContainerState::Exited && !exits.lock().contains_key(&c.id));
+                    if !new {
+                        continue;
+                    }
+                    if let Ok(rp) = cri.pod_status(&call(), &p.uid) {
+                        for c in rp.containers.iter().filter(|c| c.state == ContainerState::Exited) {
+                            exits.lock().insert(c.id.clone(), c.finished_at_ns);
+                        }
                     }
                 }
                 std::thread::sleep(Duration::from_millis(20));
@@ -203,7 +216,7 @@ fn run(cri: &Arc<CriRuntime>, tag: &str, command: &str, grace_s: u64) -> Run {
     for e in std::fs::read_dir(agent.dir.join("manifests")).unwrap().flatten() {
         std::fs::remove_file(e.path()).unwrap();
     }
-    wait("pods removed", Duration::from_secs(120), || !cri.list_pods(&call()).unwrap().iter().any(|p| ours(p)));
+    wait("pods removed", Duration::from_secs(120), || !cri.list_pods(&call()).unwrap().iter().any(&ours));
     drop(agent);
     Run { signal_ns, release_ns, false_ns, last_exit_ns, exits: exits.len() }
 }

@@ -490,8 +490,15 @@ fn logs(a: &Args, out: &mut impl Write) -> Result<(), String> {
         tail_lines: a.tail.unwrap_or(0),
         ..Default::default()
     };
+    let mut first = true;
     loop {
-        let r = c.logs(&req)?;
+        let r = match c.logs(&req) {
+            Ok(r) => r,
+            // followed to the end: the pod went away
+            Err(_) if !first => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        first = false;
         out.write_all(&r.data).and_then(|()| out.flush()).map_err(|e| format!("writing output: {e}"))?;
         let more = r.next_offset > req.offset;
         req.offset = r.next_offset;

@@ -128,14 +128,30 @@ pub fn redact_env(pod: &mut Pod) {
     }
 }
 
-/// Every pod podwarden knows from its source, with its status, as a v1
-/// PodList.
+/// Every pod podwarden knows from its source, with its status, and the
+/// pods still terminating after their manifest went (with a
+/// `deletionTimestamp`, shown as Terminating), as a v1 PodList.
 pub fn pod_list(agent: &Agent, redact: bool) -> serde_json::Value {
-    let items: Vec<serde_json::Value> = agent
-        .desired()
+    let desired = agent.desired();
+    let wanted: std::collections::HashSet<String> = desired.iter().map(|d| model::uid(&d.pod).to_string()).collect();
+    let going = agent
+        .workers
+        .snapshot()
         .into_iter()
-        .map(|d| {
-            let mut pod = (*d.pod).clone();
+        .filter(|w| !wanted.contains(&w.uid) && w.phase < crate::podworkers::Phase::Terminated)
+        .filter_map(|w| w.pod)
+        .filter(|p| model::is_static(p)) // not orphaned runtime pods
+        .map(|p| {
+            let mut pod = (*p).clone();
+            pod.metadata.deletion_timestamp.get_or_insert_with(model::now_time);
+            std::sync::Arc::new(pod)
+        });
+    let items: Vec<serde_json::Value> = desired
+        .into_iter()
+        .map(|d| d.pod)
+        .chain(going)
+        .map(|p| {
+            let mut pod = (*p).clone();
             pod.status = agent.statuses.get(model::uid(&pod));
             if redact {
                 redact_env(&mut pod);

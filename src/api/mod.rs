@@ -108,11 +108,12 @@ fn refusal(cred: &libc::ucred, group: &Option<(String, u32)>) -> Option<String> 
     Some(format!("permission denied: uid {} is not root (set apiGroup to let a group in)", cred.uid))
 }
 
-/// Tell a refused peer why, as HTTP/2 does: an empty SETTINGS frame (the
-/// server preface) and a GOAWAY with the reason as its debug data.
+/// Tell a refused peer why, as HTTP/2 does: a GOAWAY frame with the reason
+/// as its debug data (and no SETTINGS: the client's probe takes SETTINGS
+/// for "accepted").
 fn goaway(mut s: UnixStream, why: &str) {
     use std::io::Write;
-    let mut frames = vec![0, 0, 0, 0x4, 0, 0, 0, 0, 0];
+    let mut frames = Vec::new();
     let payload_len = 8 + why.len();
     frames.extend_from_slice(&(payload_len as u32).to_be_bytes()[1..]);
     frames.extend_from_slice(&[0x7, 0, 0, 0, 0, 0]); // GOAWAY, stream 0

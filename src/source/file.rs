@@ -70,6 +70,7 @@ impl FileSource {
         let mut present: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| is_manifest_name(p)).collect();
         present.sort();
         self.files.retain(|p, _| present.contains(p));
+        let mut vanished = Vec::new();
         for path in &present {
             let entry = self.files.entry(path.clone()).or_default();
             match manifest::read_file(path, &self.node_name) {
@@ -81,6 +82,8 @@ impl FileSource {
                         entry.pod = Some(Arc::new(pod));
                     }
                 }
+                // removed between listing and reading: gone, not broken
+                Err(_) if std::fs::symlink_metadata(path).is_err() => vanished.push(path.clone()),
                 Err(e) => {
                     let mut msg = e.to_string();
                     if entry.pod.is_some() {
@@ -92,6 +95,9 @@ impl FileSource {
                     }
                 }
             }
+        }
+        for path in vanished {
+            self.files.remove(&path);
         }
         // Two files claiming the same UID: the first (by name) wins.
         let mut by_uid: HashMap<String, PathBuf> = HashMap::new();

@@ -1,0 +1,261 @@
+//! The CLI and the local API end to end: the real `podwarden` binary as
+//! daemon (on the private containerd of `scripts/e2e-env.sh up`) and as
+//! client, every verb and output format, errors and exit codes, the
+//! socket's mode and peer-credential checks.
+//!
+//! The tests share one containerd, so they run one at a time.
+
+mod agent;
+mod common;
+
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+
+use agent::*;
+
+/// Run the CLI against the agent's socket: (exit code, stdout, stderr).
+fn cli(a: &Agent, args: &[&str]) -> (i32, String, String) {
+    cli_as(a, None, args)
+}
+
+/// The same as another user (`setpriv --reuid/--regid`).
+fn cli_as(a: &Agent, ids: Option<(u32, u32)>, args: &[&str]) -> (i32, String, String) {
+    let socket = a.api_socket();
+    let mut cmd = match ids {
+        Some((uid, gid)) => {
+            let mut c = Command::new("setpriv");
+            c.args([format!("--reuid={uid}"), format!("--regid={gid}"), "--clear-groups".into(), BIN.into()]);
+            c
+        }
+        None => Command::new(BIN),
+    };
+    let out = cmd.args(args).arg("--socket").arg(&socket).output().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+fn ok(a: &Agent, args: &[&str]) -> String {
+    let (code, out, err) = cli(a, args);
+    assert_eq!(code, 0, "podwarden {args:?} failed: {err}");
+    assert!(err.is_empty(), "podwarden {args:?} wrote to stderr: {err}");
+    out
+}
+
+fn fails(a: &Agent, args: &[&str]) -> String {
+    let (code, out, err) = cli(a, args);
+    assert_eq!(code, 1, "podwarden {args:?} should fail: {out}");
+    assert!(out.is_empty(), "podwarden {args:?} printed on failure: {out}");
+    err
+}
+
+fn json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+/// Where each column starts in a table line.
+fn column_starts(line: &str) -> Vec<usize> {
+    let b = line.as_bytes();
+    (0..b.len()).filter(|&i| b[i] != b' ' && (i == 0 || (i >= 3 && &b[i - 3..i] == b"   "))).collect()
+}
+
+const COUNTER: &str = "trap 'exit 0' TERM; i=0; while :; do echo line $i; i=$((i+1)); sleep 0.2 & wait; done";
+
+#[test]
+fn every_verb_and_output_format_against_the_daemon() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("cli");
+    let file = a.dir.0.join("hello.yaml");
+    std::fs::write(&file, pod_yaml("hello", "", COUNTER)).unwrap();
+    let f = file.to_str().unwrap();
+    assert_eq!(ok(&a, &["apply", "-f", f]), "pod/hello created\n");
+    assert_eq!(ok(&a, &["apply", "-f", f]), "pod/hello unchanged\n");
+    let written = a.manifests().join("e2e_hello.yaml");
+    assert_eq!(std::fs::read_to_string(&written).unwrap(), std::fs::read_to_string(&file).unwrap());
+    let uid = a.uid("hello");
+    wait_for("hello running", Duration::from_secs(30), || a.running(&uid) == 1);
+    wait_for("hello Running in get pods", Duration::from_secs(10), || {
+        ok(&a, &["get", "pods", "-n", "e2e"]).contains("Running")
+    });
+
+    // tables
+    let t = ok(&a, &["get", "pods", "-n", "e2e"]);
+    let lines: Vec<&str> = t.lines().collect();
+    assert_eq!(lines.len(), 2, "{t}");
+    assert_eq!(lines[0].split_whitespace().collect::<Vec<_>>(), ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]);
+    assert_eq!(lines[1].split_whitespace().take(4).collect::<Vec<_>>(), ["hello", "1/1", "Running", "0"]);
+    assert_eq!(column_starts(lines[0]), column_starts(lines[1]), "columns aligned:\n{t}");
+    let w = ok(&a, &["get", "pods", "-n", "e2e", "-o", "wide"]);
+    let row: Vec<&str> = w.lines().nth(1).unwrap().split_whitespace().collect();
+    assert!(row[5].starts_with("10.89.") && row[6] == "e2e", "{w}");
+    let all = ok(&a, &["get", "pods", "-A"]);
+    assert!(all.starts_with("NAMESPACE") && all.contains("\ne2e "), "{all}");
+    assert_eq!(ok(&a, &["get", "pods"]), "No resources found in default namespace.\n");
+    // json and yaml: a v1 PodList; one pod: a v1 Pod
+    let list = json(&ok(&a, &["get", "pods", "-n", "e2e", "-o", "json"]));
+    assert_eq!((list["apiVersion"].as_str(), list["kind"].as_str()), (Some("v1"), Some("PodList")));
+    let pod = &list["items"][0];
+    assert_eq!(pod["status"]["phase"], "Running");
+    assert_eq!(pod["spec"]["nodeName"], "e2e");
+    let yaml: Value = serde_yaml_ng::from_str(&ok(&a, &["get", "pods", "-A", "-o", "yaml"])).unwrap();
+    assert_eq!(yaml["kind"], "PodList");
+    assert_eq!(yaml["items"][0]["metadata"]["uid"], uid.as_str());
+    let one = json(&ok(&a, &["get", "pod", "hello", "-n", "e2e", "-o", "json"]));
+    assert_eq!((one["kind"].as_str(), one["metadata"]["name"].as_str()), (Some("Pod"), Some("hello")));
+
+    // describe, events, node, version
+    let d = ok(&a, &["describe", "pod", "hello", "-n", "e2e"]);
+    for want in ["Name:         hello", "Namespace:    e2e", "Status:       Running", "Ready:          True", "Events:"]
+    {
+        assert!(d.contains(want), "describe lacks {want:?}:\n{d}");
+    }
+    assert!(d.contains(written.to_str().unwrap()), "describe names the manifest:\n{d}");
+    let ev = ok(&a, &["events"]);
+    assert!(ev.starts_with("LAST SEEN") && ev.contains("Started") && ev.contains("pod/e2e/hello"), "{ev}");
+    let evj = json(&ok(&a, &["events", "-o", "json"]));
+    assert!(evj.as_array().unwrap().iter().any(|e| e["reason"] == "Started" && e["uid"] == uid.as_str()), "{evj}");
+    let n = ok(&a, &["node"]);
+    assert!(n.contains("Ready:             True") && n.contains("containerd"), "{n}");
+    let nj = json(&ok(&a, &["node", "-o", "json"]));
+    assert_eq!(nj["node"]["status"]["conditions"][0]["type"], "Ready");
+    assert_eq!(nj["allocated"]["pods"], "1");
+    assert_eq!(nj["gracefulShutdown"]["configured"], false);
+    let v = ok(&a, &["version"]);
+    assert!(v.contains("Client Version: podwarden") && v.contains("Server Version: podwarden"), "{v}");
+    assert!(v.contains("containerd"), "{v}");
+
+    // logs: whole, tail, follow
+    wait_for("some log lines", Duration::from_secs(10), || ok(&a, &["logs", "hello", "-n", "e2e"]).contains("line 3"));
+    let l = ok(&a, &["logs", "hello", "-n", "e2e"]);
+    assert!(l.starts_with("line 0\nline 1\n"), "CRI prefixes stripped: {l}");
+    let tail = ok(&a, &["logs", "hello", "-n", "e2e", "--tail", "2"]);
+    assert_eq!(tail.lines().count(), 2, "{tail}");
+    let mut follow = Command::new(BIN)
+        .args(["logs", "-f", "hello", "-n", "e2e", "--socket"])
+        .arg(a.api_socket())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = ok(&a, &["logs", "hello", "-n", "e2e"]).lines().count();
+    std::thread::sleep(Duration::from_millis(1000));
+    // delete with the default grace: the container exits on SIGTERM and -f ends
+    assert_eq!(ok(&a, &["delete", "pod", "hello", "-n", "e2e"]), "pod \"hello\" deleted\n");
+    assert!(!written.exists(), "the manifest is removed");
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = follow.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t.elapsed() < Duration::from_secs(15), "logs -f did not end after the container stopped");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success());
+    let mut followed = String::new();
+    follow.stdout.take().unwrap().read_to_string(&mut followed).unwrap();
+    let n = followed.lines().count();
+    assert!(n > before + 2, "-f kept printing: {n} lines, {before} before the last second");
+    assert!(followed.starts_with("line 0\n"));
+    wait_for("hello gone", Duration::from_secs(30), || a.runtime_pod(&uid).sandboxes.is_empty());
+    a.clean_up(&[&uid]);
+}
+
+#[test]
+fn errors_name_the_input_and_exit_1() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("cli-errors");
+    let before: Vec<_> = std::fs::read_dir(a.manifests()).unwrap().flatten().map(|e| e.path()).collect();
+    let bad = a.dir.0.join("bad.yaml");
+    std::fs::write(&bad, "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: c\n    image: x\n  restartPolicy: Sometimes\n").unwrap();
+    let err = fails(&a, &["apply", "-f", bad.to_str().unwrap()]);
+    assert!(err.contains("bad.yaml") && err.contains("restartPolicy") && err.contains("Sometimes"), "{err}");
+    let after: Vec<_> = std::fs::read_dir(a.manifests()).unwrap().flatten().map(|e| e.path()).collect();
+    assert_eq!(before, after, "an invalid manifest is not written");
+    let err = fails(&a, &["apply", "-f", "/nonexistent.yaml"]);
+    assert!(err.contains("/nonexistent.yaml"), "{err}");
+    let err = fails(&a, &["get", "pod", "nope", "-n", "e2e"]);
+    assert!(err.contains("pod e2e/nope not found"), "{err}");
+    let err = fails(&a, &["delete", "pod", "nope"]);
+    assert!(err.contains("pod default/nope not found"), "{err}");
+    let err = fails(&a, &["logs", "nope"]);
+    assert!(err.contains("default/nope"), "{err}");
+    let err = fails(&a, &["get", "pods", "-o", "table"]);
+    assert!(err.contains("\"table\"") && err.contains("wide, json, yaml"), "{err}");
+    let err = fails(&a, &["delete", "pod", "x", "--grace-period", "-3"]);
+    assert!(err.contains("--grace-period"), "{err}");
+    let out = Command::new(BIN).args(["get", "pods", "--socket", "/nonexistent/api.sock"]).output().unwrap();
+    let (code, err) = (out.status.code(), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(code, Some(1));
+    assert!(err.contains("/nonexistent/api.sock") && err.contains("does not exist"), "{err}");
+    // --help for every verb
+    for verb in ["get", "describe", "logs", "events", "node", "apply", "delete", "version"] {
+        let out = Command::new(BIN).args([verb, "--help"]).output().unwrap();
+        assert!(out.status.success(), "{verb} --help");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("Usage:"), "{verb} --help");
+    }
+    a.clean_up(&[]);
+}
+
+#[test]
+fn delete_with_a_grace_period_override_and_logs_of_the_previous_instance() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("cli-grace");
+    // ignores SIGTERM and asks for 30 s: --grace-period 1 cuts that short
+    a.write("stubborn.yaml", &pod_yaml("stubborn", "  terminationGracePeriodSeconds: 30\n", STUBBORN));
+    // prints a different line each run, then crashes: restarted
+    a.write("crashy.yaml", &pod_yaml("crashy", "", "echo run $(cat /proc/sys/kernel/random/uuid); sleep 1; exit 1"));
+    let stubborn = a.uid("stubborn");
+    let crashy = a.uid("crashy");
+    wait_for("stubborn running", Duration::from_secs(30), || a.running(&stubborn) == 1);
+    let err = fails(&a, &["logs", "crashy", "-n", "e2e", "--previous"]);
+    assert!(err.contains("previous terminated container") && err.contains("e2e/crashy"), "{err}");
+
+    let t = Instant::now();
+    ok(&a, &["delete", "pod", "stubborn", "-n", "e2e", "--grace-period", "1"]);
+    wait_for("stubborn stopped", Duration::from_secs(10), || a.running(&stubborn) == 0);
+    assert!(t.elapsed() < Duration::from_secs(4), "stopped after {:?}: the override was not used", t.elapsed());
+
+    wait_for("crashy restarted", Duration::from_secs(40), || {
+        a.pod("crashy").is_some_and(|p| p["status"]["containerStatuses"][0]["restartCount"].as_i64() >= Some(1))
+    });
+    wait_for("the new instance logged", Duration::from_secs(10), || {
+        ok(&a, &["logs", "crashy", "-n", "e2e"]).starts_with("run ")
+    });
+    let cur = ok(&a, &["logs", "crashy", "-n", "e2e"]);
+    let prev = ok(&a, &["logs", "crashy", "-n", "e2e", "-p"]);
+    assert!(prev.starts_with("run ") && cur.starts_with("run ") && prev != cur, "previous {prev:?} current {cur:?}");
+    a.clean_up(&[&stubborn, &crashy]);
+}
+
+#[test]
+fn socket_is_0600_and_other_users_are_refused_unless_in_api_group() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("cli-perm");
+    let meta = std::fs::metadata(a.api_socket()).unwrap();
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    let nobody = Some((65534, 65534));
+    let (code, _, err) = cli_as(&a, nobody, &["get", "pods"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("permission denied"), "{err}");
+    // even with the file opened up, the peer check refuses it
+    std::fs::set_permissions(a.api_socket(), std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (code, _, err) = cli_as(&a, nobody, &["get", "pods"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("refused") && err.contains("uid 65534 is not root"), "{err}");
+    assert!(a.log().contains("refused a connection"), "{}", a.log());
+    a.kill9();
+    drop(a);
+
+    // apiGroup: its members get in (socket 0660, group-owned), others do not
+    let mut a = Agent::start_with("cli-group", "apiGroup: nogroup\n", &[]);
+    let meta = std::fs::metadata(a.api_socket()).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o660);
+    assert_eq!(std::os::unix::fs::MetadataExt::gid(&meta), 65534);
+    let (code, out, err) = cli_as(&a, nobody, &["get", "pods", "-A"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("No resources found"), "{out}");
+    std::fs::set_permissions(a.api_socket(), std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (code, _, err) = cli_as(&a, Some((65534, 1)), &["get", "pods"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("not in group nogroup"), "{err}");
+    a.clean_up(&[]);
+}
