@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# The whole test suite: format, lints, unit, scenario, source, stress and
-# end-to-end tests (a private containerd from scripts/e2e-env.sh). Idempotent; as root on Debian it installs the packages it needs.
+# The whole test suite: format, lints, unit, scenario, source, stress,
+# end-to-end tests (a private containerd from scripts/e2e-env.sh, a private
+# logind from scripts/logind-env.sh) and the .deb/.rpm packages (built,
+# checked, installed). Idempotent; as root on Debian it installs the
+# packages it needs. Everything builds with the `ci` profile (Cargo.toml),
+# so grpcio's C core is compiled once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need_pkgs=(gcc g++ libc6-dev make cmake protobuf-compiler pkg-config libdbus-1-dev prometheus)
+need_pkgs=(gcc g++ libc6-dev make cmake protobuf-compiler pkg-config libdbus-1-dev prometheus rpm lintian util-linux)
 missing=()
 for p in "${need_pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -32,6 +36,9 @@ scripts/logind-env.sh up
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
-cargo clippy --all-targets --quiet -- -D warnings
+cargo clippy --profile ci --all-targets --quiet -- -D warnings
 echo "== cargo test"
-cargo test --lib --bins --tests
+cargo test --profile ci --lib --bins --tests
+echo "== packages"
+mapfile -t pkgs < <(scripts/package.sh --profile ci)
+scripts/check-packages.sh "${pkgs[0]}" "${pkgs[1]}"

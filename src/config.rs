@@ -429,6 +429,17 @@ impl Config {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_packaged_config_is_the_defaults_written_down() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/config.yaml");
+        let c = Config::load(std::path::Path::new(path)).expect("the packaged config loads");
+        assert_eq!(c, Config::default(), "packaging/config.yaml must show every default");
+        let text = std::fs::read_to_string(path).unwrap();
+        for field in FIELDS.iter().filter(|f| !["nodeName", "apiGroup", "shutdownGracePeriodByPodPriority"].contains(f)) {
+            assert!(text.contains(&format!("\n{field}:")), "packaging/config.yaml does not document {field}");
+        }
+    }
+
     use super::*;
 
     #[test]

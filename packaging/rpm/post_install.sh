@@ -1,0 +1,8 @@
+# podwarden: enable on install (not started); restart on upgrade if running.
+mkdir -p /etc/podwarden/manifests /var/lib/podwarden /var/log/pods
+if [ "$1" -eq 1 ]; then
+    systemctl enable podwarden.service >/dev/null 2>&1 || :
+else
+    systemctl daemon-reload >/dev/null 2>&1 || :
+    systemctl try-restart podwarden.service >/dev/null 2>&1 || :
+fi
