@@ -159,6 +159,7 @@ impl Agent {
                     match &rejected {
                         None => {
                             log::info!("pod {}: admitted", model::pod_ref(&pod));
+                            self.metrics.pod_seen(model::uid(&pod));
                             self.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, pod.clone()));
                         }
                         Some(r) => self.reject(&pod, r),
@@ -293,6 +294,7 @@ impl Agent {
 
         self.cleanup_pod_dirs(&desired_uids);
         self.statuses.retain(|uid| desired_uids.contains(uid) || workers.contains_key(uid));
+        self.metrics.retain_seen(|uid| desired_uids.contains(uid));
         self.refresh_metrics(&desired, &workers, runtime_pods.as_deref());
         *self.last_housekeeping.lock() = Some(Instant::now());
     }

@@ -435,7 +435,8 @@ mod tests {
         let c = Config::load(std::path::Path::new(path)).expect("the packaged config loads");
         assert_eq!(c, Config::default(), "packaging/config.yaml must show every default");
         let text = std::fs::read_to_string(path).unwrap();
-        for field in FIELDS.iter().filter(|f| !["nodeName", "apiGroup", "shutdownGracePeriodByPodPriority"].contains(f)) {
+        for field in FIELDS.iter().filter(|f| !["nodeName", "apiGroup", "shutdownGracePeriodByPodPriority"].contains(f))
+        {
             assert!(text.contains(&format!("\n{field}:")), "packaging/config.yaml does not document {field}");
         }
     }

@@ -132,6 +132,7 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
     let statuses = Arc::new(StatusManager::new());
     let events = Arc::new(EventRecorder::new(1000));
     let metrics = Arc::new(Metrics::new());
+    let runtime: Arc<dyn Runtime> = Arc::new(crate::runtime::metered::Metered::new(runtime, metrics.clone()));
     let admission = Arc::new(Admission::new(Allocatable::detect(
         config.max_pods,
         config.reserved_cpu_millis,
@@ -142,7 +143,9 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
     sync_cfg.id_prefix = id_prefix.to_string();
     sync_cfg.host_ip = Some(host_ip());
     sync_cfg.allow_privileged = config.allow_privileged;
-    let syncer = Arc::new(PodSync::new(runtime.clone(), statuses.clone(), events.clone(), sync_cfg));
+    let syncer = Arc::new(
+        PodSync::new(runtime.clone(), statuses.clone(), events.clone(), sync_cfg).with_metrics(metrics.clone()),
+    );
     let workers = PodWorkers::new(
         syncer,
         podworkers::Config { resync: config.sync_frequency, ..Default::default() },

@@ -59,6 +59,12 @@ pub struct Metrics {
     pub pod_worker_duration: Mutex<BTreeMap<&'static str, Histogram>>,
     /// `kubelet_graceful_shutdown_{start,end}_time_seconds` (Unix seconds).
     shutdown_times: Mutex<[Option<f64>; 2]>,
+    /// `kubelet_pod_start_duration_seconds`, and when each pod not yet
+    /// running was first seen.
+    pod_start_duration: Mutex<Histogram>,
+    first_seen: Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    /// `kubelet_runtime_operations_errors_total{operation_type}`.
+    runtime_errors: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 impl Metrics {
@@ -80,6 +86,36 @@ impl Metrics {
 
     pub fn orphaned(&self) -> u64 {
         self.orphaned_runtime_pods_total.load(Ordering::Relaxed)
+    }
+
+    /// A pod was admitted: its start duration counts from now.
+    pub fn pod_seen(&self, uid: &str) {
+        self.first_seen.lock().entry(uid.to_string()).or_insert_with(std::time::Instant::now);
+    }
+
+    /// A pod's containers all run: observe its start duration (once).
+    pub fn pod_running(&self, uid: &str) {
+        if let Some(t) = self.first_seen.lock().remove(uid) {
+            self.pod_start_duration.lock().observe(t.elapsed().as_secs_f64());
+        }
+    }
+
+    /// Forget pods that are gone before they ran.
+    pub fn retain_seen(&self, keep: impl Fn(&str) -> bool) {
+        self.first_seen.lock().retain(|u, _| keep(u));
+    }
+
+    pub fn pod_start_duration(&self) -> Histogram {
+        self.pod_start_duration.lock().clone()
+    }
+
+    /// A runtime call failed.
+    pub fn runtime_error(&self, operation: &'static str) {
+        *self.runtime_errors.lock().entry(operation).or_default() += 1;
+    }
+
+    pub fn runtime_errors(&self) -> BTreeMap<&'static str, u64> {
+        self.runtime_errors.lock().clone()
     }
 
     /// The last graceful node shutdown's start and end (Unix seconds).
@@ -109,6 +145,19 @@ impl Observer for Metrics {
 
 fn bools(v: &[i64; 2]) -> [(&'static str, i64); 2] {
     [("false", v[0]), ("true", v[1])]
+}
+
+/// One histogram's series; `labels` is empty or ends with a comma.
+fn histogram(out: &mut String, name: &str, labels: &str, h: &Histogram) {
+    use std::fmt::Write;
+    for (i, b) in BUCKETS.iter().enumerate() {
+        let _ = writeln!(out, "{name}_bucket{{{labels}le=\"{b}\"}} {}", h.counts[i]);
+    }
+    let _ = writeln!(out, "{name}_bucket{{{labels}le=\"+Inf\"}} {}", h.count);
+    let plain = labels.trim_end_matches(',');
+    let braces = if plain.is_empty() { String::new() } else { format!("{{{plain}}}") };
+    let _ = writeln!(out, "{name}_sum{braces} {}", h.sum);
+    let _ = writeln!(out, "{name}_count{braces} {}", h.count);
 }
 
 /// Render every metric in the Prometheus text format (0.0.4).
@@ -178,20 +227,23 @@ pub fn render(m: &Metrics) -> String {
         "Duration in seconds to sync a single pod, broken down by operation type.",
     );
     for (op, h) in m.pod_worker_duration.lock().iter() {
-        for (i, b) in BUCKETS.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "kubelet_pod_worker_duration_seconds_bucket{{operation_type=\"{op}\",le=\"{b}\"}} {}",
-                h.counts[i]
-            );
-        }
-        let _ = writeln!(
-            out,
-            "kubelet_pod_worker_duration_seconds_bucket{{operation_type=\"{op}\",le=\"+Inf\"}} {}",
-            h.count
-        );
-        let _ = writeln!(out, "kubelet_pod_worker_duration_seconds_sum{{operation_type=\"{op}\"}} {}", h.sum);
-        let _ = writeln!(out, "kubelet_pod_worker_duration_seconds_count{{operation_type=\"{op}\"}} {}", h.count);
+        histogram(&mut out, "kubelet_pod_worker_duration_seconds", &format!("operation_type=\"{op}\","), h);
+    }
+    head(
+        &mut out,
+        "kubelet_pod_start_duration_seconds",
+        "histogram",
+        "Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run",
+    );
+    histogram(&mut out, "kubelet_pod_start_duration_seconds", "", &m.pod_start_duration());
+    head(
+        &mut out,
+        "kubelet_runtime_operations_errors_total",
+        "counter",
+        "Cumulative number of runtime operation errors by operation type.",
+    );
+    for (op, n) in m.runtime_errors() {
+        let _ = writeln!(out, "kubelet_runtime_operations_errors_total{{operation_type=\"{op}\"}} {n}");
     }
     let [start, end] = m.shutdown_times();
     head(

@@ -357,9 +357,21 @@ fn metrics_pass_promtool_and_count_pods_and_orphans_and_pods_redacts_env() {
     let mut a = Agent::start("metrics");
     a.write("keep.yaml", &(pod_yaml("keep", "", TRAPPING) + "    env:\n    - name: SECRET\n      value: hunter2\n"));
     a.write("gone.yaml", &pod_yaml("gone", "", TRAPPING));
+    // an image no registry has: pulling it fails (a runtime error)
+    a.write(
+        "nopull.yaml",
+        &pod_yaml("nopull", "", TRAPPING)
+            .replace(IMAGE, "localhost:1/nowhere:1")
+            .replace("imagePullPolicy: Never", "imagePullPolicy: Always"),
+    );
     let keep = a.uid("keep");
     let gone = a.uid("gone");
+    let nopull = a.uid("nopull");
     wait_for("running", Duration::from_secs(30), || a.running(&keep) == 1 && a.running(&gone) == 1);
+    wait_for("pull failed", Duration::from_secs(30), || {
+        a.get("/metrics").is_some_and(|t| t.contains("operation_type=\"pull_image\""))
+    });
+    a.remove("nopull.yaml");
     a.remove("gone.yaml");
     // an orphan made behind podwarden's back
     let mut labels = std::collections::BTreeMap::new();
@@ -405,6 +417,13 @@ fn metrics_pass_promtool_and_count_pods_and_orphans_and_pods_redacts_env() {
     assert_eq!(metric(&text, "kubelet_running_pods"), Some(1.0), "{text}");
     assert_eq!(metric(&text, "kubelet_running_containers{container_state=\"running\"}"), Some(1.0), "{text}");
     assert!(metric(&text, "kubelet_pod_worker_duration_seconds_count{operation_type=\"sync\"}").unwrap_or(0.0) >= 1.0);
+    // both pods that ran were timed from admission to running
+    let starts = metric(&text, "kubelet_pod_start_duration_seconds_count").unwrap();
+    let sum = metric(&text, "kubelet_pod_start_duration_seconds_sum").unwrap();
+    assert_eq!(starts, 2.0, "{text}");
+    assert!(sum > 0.0 && sum < 60.0, "{text}");
+    assert!(metric(&text, "kubelet_runtime_operations_errors_total{operation_type=\"pull_image\"}").unwrap() >= 1.0);
+    assert_eq!(metric(&text, "kubelet_graceful_shutdown_start_time_seconds"), Some(0.0), "{text}");
     // /pods: a v1 PodList with env values redacted
     let body = a.get("/pods").unwrap();
     let list: Value = serde_json::from_str(&body).unwrap();
@@ -414,5 +433,5 @@ fn metrics_pass_promtool_and_count_pods_and_orphans_and_pods_redacts_env() {
     let env = &a.pod("keep").unwrap()["spec"]["containers"][0]["env"][0];
     assert_eq!(env["name"], "SECRET");
     assert_eq!(env["value"], "<redacted>");
-    a.clean_up(&[&keep, &gone]);
+    a.clean_up(&[&keep, &gone, &nopull]);
 }

@@ -7,6 +7,7 @@
 
 pub mod cri;
 pub mod fake;
+pub mod metered;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -74,6 +74,8 @@ pub struct PodSync {
     /// Container start errors by pod, shown as Waiting reasons.
     reasons: Mutex<HashMap<Uid, HashMap<String, Waiting>>>,
     backoff: Backoff,
+    /// Told when a pod's containers first all run (pod start duration).
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl PodSync {
@@ -84,7 +86,13 @@ impl PodSync {
         cfg: SyncConfig,
     ) -> Self {
         let backoff = Backoff::new(cfg.backoff_initial, cfg.backoff_max);
-        PodSync { runtime, statuses, events, cfg, reasons: Mutex::new(HashMap::new()), backoff }
+        PodSync { runtime, statuses, events, cfg, reasons: Mutex::new(HashMap::new()), backoff, metrics: None }
+    }
+
+    /// Report pod start durations to `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     pub fn config(&self) -> &SyncConfig {

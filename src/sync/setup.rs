@@ -148,6 +148,14 @@ impl PodSync {
     /// Store the pod's status from the runtime's view, unless termination
     /// was requested meanwhile (the terminating phase writes that status).
     fn write_status(&self, ctx: &SyncCtx, pod: &Pod, rp: &RuntimePod) {
+        if let Some(m) = &self.metrics
+            && !model::containers(pod).is_empty()
+            && model::containers(pod)
+                .iter()
+                .all(|c| rp.latest(&c.name).is_some_and(|l| l.state == crate::runtime::ContainerState::Running))
+        {
+            m.pod_running(model::uid(pod));
+        }
         let waiting = self.reasons_for(model::uid(pod));
         let mut rp = rp.clone();
         self.fill_messages(pod, &mut rp);
