@@ -3,6 +3,7 @@
 #   scripts/bench.sh core    pod worker lifecycles, update_pod rate, RSS per worker (fake runtime)
 #   scripts/bench.sh start   pod start/stop latency vs a raw CRI client, RSS, threads (private containerd)
 #   scripts/bench.sh shutdown  50 pods: PrepareForShutdown -> inhibitor released (private containerd + logind)
+#   scripts/bench.sh footprint installed binary idle with 0/110 pods: RSS, threads, CPU; size; CLI latency
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name="${1:-}"
@@ -19,8 +20,14 @@ case "$name" in
     scripts/logind-env.sh up >/dev/null
     cargo bench --bench shutdown --quiet 2>/dev/null | tail -n 7
     ;;
+  footprint)
+    scripts/e2e-env.sh up >/dev/null
+    mapfile -t pkgs < <(scripts/package.sh)
+    dpkg -i "${pkgs[0]}" >/dev/null
+    PODWARDEN_BIN=/usr/bin/podwarden cargo bench --bench footprint --quiet 2>/dev/null | tail -n 4
+    ;;
   *)
-    echo "usage: scripts/bench.sh core|start|shutdown" >&2
+    echo "usage: scripts/bench.sh core|start|shutdown|footprint" >&2
     exit 2
     ;;
 esac

@@ -1,0 +1,219 @@
+//! Footprint benchmark (`scripts/bench.sh footprint` builds and installs the
+//! .deb and prepares the private containerd): the installed
+//! `/usr/bin/podwarden` idle with 0 and then 110 running pods, RSS and
+//! threads sampled every second and CPU time over 60 s each; the binary's
+//! size; `podwarden get pods -A` latency with 110 pods. The last line is
+//! one JSON object.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use podwarden::runtime::cri::CriRuntime;
+use podwarden::runtime::{CallCtx, ContainerState, Runtime};
+
+const IMAGE: &str = "localhost/busybox:e2e";
+const PODS: usize = 110;
+
+fn window() -> Duration {
+    Duration::from_secs(std::env::var("FOOTPRINT_WINDOW_S").ok().and_then(|s| s.parse().ok()).unwrap_or(60))
+}
+
+fn socket() -> String {
+    let s = std::env::var("PODWARDEN_E2E_SOCKET").unwrap_or_else(|_| "/run/podwarden-e2e/containerd.sock".into());
+    assert!(Path::new(&s).exists(), "{s} is missing: run `scripts/e2e-env.sh up` first (scripts/bench.sh does)");
+    s
+}
+
+fn bin() -> String {
+    let b = std::env::var("PODWARDEN_BIN").unwrap_or_else(|_| "/usr/bin/podwarden".into());
+    assert!(Path::new(&b).exists(), "{b} is missing: install the package first (scripts/bench.sh footprint does)");
+    b
+}
+
+fn proc_status(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .unwrap_or(0)
+}
+
+/// utime + stime of a process, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // fields after the command (which may hold spaces) in parentheses
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    get(11) + get(12) // utime, stime (fields 14 and 15 of stat)
+}
+
+struct Sample {
+    rss_kib_max: u64,
+    rss_kib_median: u64,
+    threads_max: u64,
+    cpu_core: f64,
+}
+
+/// Sample RSS and threads each second for the window; CPU over the window.
+fn idle(pid: u32) -> Sample {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let t0 = Instant::now();
+    let c0 = cpu_ticks(pid);
+    let mut rss = Vec::new();
+    let mut threads = 0;
+    while t0.elapsed() < window() {
+        std::thread::sleep(Duration::from_secs(1));
+        rss.push(proc_status(pid, "VmRSS:"));
+        threads = threads.max(proc_status(pid, "Threads:"));
+    }
+    let cpu = (cpu_ticks(pid) - c0) as f64 / hz / t0.elapsed().as_secs_f64();
+    rss.sort();
+    Sample {
+        rss_kib_max: *rss.last().unwrap(),
+        rss_kib_median: rss[rss.len() / 2],
+        threads_max: threads,
+        cpu_core: cpu,
+    }
+}
+
+struct Agent {
+    dir: PathBuf,
+    child: Child,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn manifest(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: bench\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 5\n  containers:\n  - name: main\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"trap 'exit 0' TERM; while :; do sleep 60 & wait; done\"]\n"
+    )
+}
+
+fn running(cri: &CriRuntime) -> usize {
+    cri.list_pods(&CallCtx::background(Duration::from_secs(30)))
+        .unwrap_or_default()
+        .iter()
+        .filter(|p| p.name.starts_with("fp-"))
+        .filter(|p| p.containers.iter().any(|c| c.state == ContainerState::Running))
+        .count()
+}
+
+fn main() {
+    let cri = CriRuntime::connect(&format!("unix://{}", socket()), Duration::from_secs(10)).unwrap();
+    let bin = bin();
+    let dir = std::env::temp_dir().join(format!("podwarden-bench-footprint-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("manifests")).unwrap();
+    let config = dir.join("config.yaml");
+    let api = dir.join("api.sock");
+    std::fs::write(
+        &config,
+        format!(
+            "staticPodPath: {0}/manifests\ncontainerRuntimeEndpoint: unix://{1}\nrootDir: {0}/root\npodLogsDir: {0}/logs\napiSocket: {2}\nnodeName: bench\nreadOnlyPort: 0\n",
+            dir.display(),
+            socket(),
+            api.display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new(&bin)
+        .args(["run", "--config", config.to_str().unwrap()])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let agent = Agent { dir: dir.clone(), child };
+    std::thread::sleep(Duration::from_secs(5));
+    let zero = idle(pid);
+    println!(
+        "0 pods: RSS {} KiB (max {}), {} threads, {:.3} % of one core",
+        zero.rss_kib_median,
+        zero.rss_kib_max,
+        zero.threads_max,
+        zero.cpu_core * 100.0
+    );
+
+    for i in 0..PODS {
+        let name = format!("fp-{i}");
+        let tmp = dir.join(format!("{name}.tmp"));
+        std::fs::write(&tmp, manifest(&name)).unwrap();
+        std::fs::rename(&tmp, dir.join("manifests").join(format!("{name}.yaml"))).unwrap();
+    }
+    let t = Instant::now();
+    while running(&cri) < PODS {
+        assert!(t.elapsed() < Duration::from_secs(300), "only {} of {PODS} pods running after 300 s", running(&cri));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let start_all_s = t.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_secs(10)); // let the start-up work settle
+    let full = idle(pid);
+    println!(
+        "{PODS} pods (all running after {start_all_s:.1} s): RSS {} KiB (max {}), {} threads, {:.3} % of one core",
+        full.rss_kib_median,
+        full.rss_kib_max,
+        full.threads_max,
+        full.cpu_core * 100.0
+    );
+
+    let mut lat = Vec::new();
+    for _ in 0..21 {
+        let t = Instant::now();
+        let out = Command::new(&bin).args(["get", "pods", "-A", "--socket"]).arg(&api).output().unwrap();
+        lat.push(t.elapsed().as_secs_f64() * 1000.0);
+        assert!(out.status.success(), "get pods failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), PODS + 1);
+    }
+    lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let binary = std::fs::metadata(&bin).unwrap().len();
+    println!("podwarden get pods -A with {PODS} pods: median {:.1} ms; binary {binary} bytes", lat[lat.len() / 2]);
+
+    // clean up: remove the pods
+    for e in std::fs::read_dir(dir.join("manifests")).unwrap().flatten() {
+        std::fs::remove_file(e.path()).unwrap();
+    }
+    let t = Instant::now();
+    while cri
+        .list_pods(&CallCtx::background(Duration::from_secs(30)))
+        .unwrap_or_default()
+        .iter()
+        .any(|p| p.name.starts_with("fp-"))
+        && t.elapsed() < Duration::from_secs(120)
+    {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    drop(agent);
+
+    let mut out: BTreeMap<&str, f64> = BTreeMap::new();
+    out.insert("pods", PODS as f64);
+    out.insert("window_s", window().as_secs() as f64);
+    out.insert("rss_kib_0", zero.rss_kib_median as f64);
+    out.insert("rss_kib_0_max", zero.rss_kib_max as f64);
+    out.insert("threads_0", zero.threads_max as f64);
+    out.insert("cpu_core_0", zero.cpu_core);
+    out.insert("rss_kib_110", full.rss_kib_median as f64);
+    out.insert("rss_kib_110_max", full.rss_kib_max as f64);
+    out.insert("threads_110", full.threads_max as f64);
+    out.insert("cpu_core_110", full.cpu_core);
+    out.insert("rss_110_over_0_ratio", full.rss_kib_median as f64 / zero.rss_kib_median as f64);
+    out.insert("rss_kib_110_over_target_ratio", full.rss_kib_max as f64 / (16.0 * 1024.0));
+    out.insert("all_running_s", start_all_s);
+    out.insert("binary_bytes", binary as f64);
+    out.insert("binary_over_target_ratio", binary as f64 / (12.0 * 1024.0 * 1024.0));
+    out.insert("cli_get_pods_ms", lat[lat.len() / 2]);
+    let json: Vec<String> = out
+        .iter()
+        .map(|(k, v)| if v.fract() == 0.0 { format!("\"{k}\":{v:.0}") } else { format!("\"{k}\":{v:.4}") })
+        .collect();
+    println!("{{{}}}", json.join(","));
+}
