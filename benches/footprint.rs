@@ -50,6 +50,9 @@ fn cpu_ticks(pid: u32) -> u64 {
 }
 
 struct Sample {
+    /// Anonymous (private) memory: RSS less the file-backed code pages of
+    /// the binary and shared libraries.
+    anon_kib_median: u64,
     rss_kib_max: u64,
     rss_kib_median: u64,
     threads_max: u64,
@@ -63,10 +66,12 @@ fn idle(pid: u32) -> Sample {
     let t0 = Instant::now();
     let c0 = cpu_ticks(pid);
     let mut rss = Vec::new();
+    let mut anon = Vec::new();
     let mut threads = 0;
     while t0.elapsed() < window() {
         std::thread::sleep(Duration::from_secs(1));
         rss.push(proc_status(pid, "VmRSS:"));
+        anon.push(proc_status(pid, "RssAnon:"));
         threads = threads.max(proc_status(pid, "Threads:"));
     }
     let cpu = (cpu_ticks(pid) - c0) as f64 / hz / t0.elapsed().as_secs_f64();
@@ -137,9 +142,10 @@ fn main() {
     std::thread::sleep(Duration::from_secs(5));
     let zero = idle(pid);
     println!(
-        "0 pods: RSS {} KiB (max {}), {} threads, {:.3} % of one core",
+        "0 pods: RSS {} KiB (max {}; anonymous {}), {} threads, {:.3} % of one core",
         zero.rss_kib_median,
         zero.rss_kib_max,
+        zero.anon_kib_median,
         zero.threads_max,
         zero.cpu_core * 100.0
     );
@@ -159,9 +165,10 @@ fn main() {
     std::thread::sleep(Duration::from_secs(10)); // let the start-up work settle
     let full = idle(pid);
     println!(
-        "{PODS} pods (all running after {start_all_s:.1} s): RSS {} KiB (max {}), {} threads, {:.3} % of one core",
+        "{PODS} pods (all running after {start_all_s:.1} s): RSS {} KiB (max {}; anonymous {}), {} threads, {:.3} % of one core",
         full.rss_kib_median,
         full.rss_kib_max,
+        full.anon_kib_median,
         full.threads_max,
         full.cpu_core * 100.0
     );
@@ -200,6 +207,8 @@ fn main() {
     out.insert("rss_kib_0", zero.rss_kib_median as f64);
     out.insert("rss_kib_0_max", zero.rss_kib_max as f64);
     out.insert("threads_0", zero.threads_max as f64);
+    out.insert("rss_anon_kib_0", zero.anon_kib_median as f64);
+    out.insert("rss_anon_kib_110", full.anon_kib_median as f64);
     out.insert("cpu_core_0", zero.cpu_core);
     out.insert("rss_kib_110", full.rss_kib_median as f64);
     out.insert("rss_kib_110_max", full.rss_kib_max as f64);
