@@ -76,7 +76,9 @@ fn idle(pid: u32) -> Sample {
     }
     let cpu = (cpu_ticks(pid) - c0) as f64 / hz / t0.elapsed().as_secs_f64();
     rss.sort();
+    anon.sort();
     Sample {
+        anon_kib_median: anon[anon.len() / 2],
         rss_kib_max: *rss.last().unwrap(),
         rss_kib_median: rss[rss.len() / 2],
         threads_max: threads,
