@@ -356,7 +356,44 @@ impl CriRuntime {
     }
 }
 
+impl CriRuntime {
+    /// `ContainerStatus` into `c`: state, times, exit code, reason, message,
+    /// image reference. Returns false (and leaves `c`) if it is gone.
+    fn container_status_into(&self, ctx: &CallCtx, c: &mut ContainerInfo) -> Result<bool> {
+        let mut req = api::ContainerStatusRequest::new();
+        req.container_id = c.id.clone();
+        match self.runtime.container_status_opt(&req, opt(ctx, "ContainerStatus")?) {
+            Ok(r) => {
+                let st = r.status.get_or_default();
+                c.state = state_of(st.state);
+                c.started_at_ns = st.started_at;
+                c.finished_at_ns = st.finished_at;
+                c.exit_code = st.exit_code;
+                c.reason = st.reason.clone();
+                c.message = st.message.clone();
+                if !st.image_ref.is_empty() {
+                    c.image_ref = st.image_ref.clone();
+                }
+                Ok(true)
+            }
+            Err(e) => match convert_err("ContainerStatus", e) {
+                RuntimeError::NotFound { .. } => Ok(false),
+                e => Err(e),
+            },
+        }
+    }
+}
+
 impl Runtime for CriRuntime {
+    fn refresh_containers(&self, ctx: &CallCtx, rp: &mut RuntimePod, ids: &[String]) -> Result<()> {
+        for c in rp.containers.iter_mut().filter(|c| ids.contains(&c.id)) {
+            if !self.container_status_into(ctx, c)? {
+                c.state = ContainerState::Exited; // removed after it was stopped
+            }
+        }
+        Ok(())
+    }
+
     fn version(&self) -> String {
         self.version.clone()
     }
@@ -387,26 +424,7 @@ impl Runtime for CriRuntime {
         let mut containers: Vec<ContainerInfo> =
             self.list_containers(ctx, Some(uid))?.iter().map(Self::container_info).collect();
         for c in &mut containers {
-            let mut req = api::ContainerStatusRequest::new();
-            req.container_id = c.id.clone();
-            match self.runtime.container_status_opt(&req, opt(ctx, "ContainerStatus")?) {
-                Ok(r) => {
-                    let st = r.status.get_or_default();
-                    c.state = state_of(st.state);
-                    c.started_at_ns = st.started_at;
-                    c.finished_at_ns = st.finished_at;
-                    c.exit_code = st.exit_code;
-                    c.reason = st.reason.clone();
-                    c.message = st.message.clone();
-                    if !st.image_ref.is_empty() {
-                        c.image_ref = st.image_ref.clone();
-                    }
-                }
-                Err(e) => match convert_err("ContainerStatus", e) {
-                    RuntimeError::NotFound { .. } => {}
-                    e => return Err(e),
-                },
-            }
+            self.container_status_into(ctx, c)?;
         }
         Ok(Self::group(sandboxes, containers)
             .pop()

@@ -41,6 +41,11 @@ impl Runtime for Metered {
         self.count("podsandbox_status", self.inner.pod_status(ctx, uid))
     }
 
+    fn refresh_containers(&self, ctx: &CallCtx, rp: &mut RuntimePod, ids: &[String]) -> Result<()> {
+        let r = self.inner.refresh_containers(ctx, rp, ids);
+        self.count("container_status", r)
+    }
+
     fn image_status(&self, ctx: &CallCtx, image: &str) -> Result<Option<String>> {
         self.count("image_status", self.inner.image_status(ctx, image))
     }

@@ -248,6 +248,14 @@ pub trait Runtime: Send + Sync {
     fn list_pods(&self, ctx: &CallCtx) -> Result<Vec<RuntimePod>>;
     /// Sandboxes and containers of one pod; empty if the runtime has none.
     fn pod_status(&self, ctx: &CallCtx, uid: &str) -> Result<RuntimePod>;
+    /// Bring the state, times and exit details of the containers `ids` in
+    /// `rp` up to date (after stopping them: cheaper than a whole
+    /// `pod_status`). By default a whole `pod_status`.
+    fn refresh_containers(&self, ctx: &CallCtx, rp: &mut RuntimePod, ids: &[String]) -> Result<()> {
+        let _ = ids;
+        *rp = self.pod_status(ctx, &rp.uid)?;
+        Ok(())
+    }
     /// The image's reference if it is present locally.
     fn image_status(&self, ctx: &CallCtx, image: &str) -> Result<Option<String>>;
     fn pull_image(&self, ctx: &CallCtx, image: &str) -> Result<String>;

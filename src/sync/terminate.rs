@@ -93,9 +93,13 @@ impl PodSync {
         let uid = model::uid(pod).to_string();
         // start errors never show on, nor delay, a terminating pod
         self.forget_pod(&uid);
-        let rp = self.runtime.pod_status(&self.call_plain(ctx), &uid)?;
-        self.stop_all(ctx, &rp, grace, Some(pod))?;
         let mut rp = self.runtime.pod_status(&self.call_plain(ctx), &uid)?;
+        self.stop_all(ctx, &rp, grace, Some(pod))?;
+        // only the stopped containers changed: ask for just their status
+        let stopped: Vec<String> = rp.live_containers().map(|c| c.id.clone()).collect();
+        if !stopped.is_empty() {
+            self.runtime.refresh_containers(&self.call_plain(ctx), &mut rp, &stopped)?;
+        }
         self.fill_messages(pod, &mut rp);
         let succeeded = !model::containers(pod).is_empty()
             && model::containers(pod)
