@@ -67,6 +67,10 @@ impl PodSync {
             return Ok(SyncResult { terminal: true, requeue_after: None });
         }
         let sandbox = self.sandbox_config(pod, &rp);
+        // whether this pass changed anything in the runtime: if not, the
+        // status comes from what was read at its start (a steady-state
+        // resync then costs one pod status, not two)
+        let mut acted = false;
         let (sandbox_id, pod_ip) = match rp.ready_sandbox() {
             Some(s) => (s.id.clone(), s.ip.clone()),
             None => {
@@ -76,6 +80,7 @@ impl PodSync {
                     self.runtime.stop_container(&self.call(ctx), &c.id, Duration::from_secs(1))?;
                 }
                 // `rp` keeps the old containers: restart counts continue.
+                acted = true;
                 let id = ctx.start(|| self.runtime.run_sandbox(&self.call(ctx), &sandbox))??;
                 let ip = if model::host_network(pod) {
                     None
@@ -134,12 +139,13 @@ impl PodSync {
                 }
                 None => 0,
             };
+            acted = true; // a start, after any removal above
             if let Some(wait) = self.start_container(ctx, pod, c, &sandbox_id, &sandbox, attempt)? {
                 requeue_in(wait);
             }
         }
         ctx.check()?;
-        let rp = self.runtime.pod_status(&self.call(ctx), &uid)?;
+        let rp = if acted { self.runtime.pod_status(&self.call(ctx), &uid)? } else { rp };
         let terminal = is_terminal(pod, &rp);
         self.write_status(ctx, pod, &rp);
         Ok(SyncResult { terminal, requeue_after: requeue })
