@@ -2,10 +2,9 @@
 //! socket, one call at a time, errors as the message to print.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
-use grpcio::{CallOption, ChannelBuilder, EnvBuilder};
+use grpcio::{CallOption, ChannelBuilder};
 
 use super::pb::api;
 use super::pb::api_grpc::PodWardenClient;
@@ -99,7 +98,7 @@ impl Client {
                 });
             }
         }
-        let env = Arc::new(EnvBuilder::new().cq_count(1).name_prefix("cli-grpc").build());
+        let env = crate::runtime::cri::grpc_env();
         let ch = ChannelBuilder::new(env).connect(&format!("unix:{socket}"));
         Ok(Client { inner: PodWardenClient::new(ch), timeout: Duration::from_secs(30) })
     }

@@ -5,8 +5,9 @@
 //! and only then hands the connection to the gRPC server
 //! (`add_channel_from_fd`); a refused peer gets an HTTP/2 GOAWAY whose text
 //! says why. The socket is created mode 0600 (0660 with `apiGroup`). Calls
-//! are answered on grpcio's completion-queue thread; each is short (reads
-//! of the agent's state, one file write or read).
+//! are answered on the process's one gRPC completion-queue thread, which
+//! also completes the CRI client's calls: each handler is short and never
+//! waits (reads of the agent's state, one file write or read).
 
 pub mod client;
 pub mod logs;
@@ -18,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use grpcio::{RpcContext, RpcStatus, RpcStatusCode, UnarySink};
 use parking_lot::Mutex;
@@ -155,7 +156,7 @@ impl ApiServer {
         if let Some((_, gid)) = &cfg.group {
             std::os::unix::fs::chown(&socket, Some(0), Some(*gid))?;
         }
-        let env = Arc::new(grpcio::EnvBuilder::new().cq_count(1).name_prefix("api-grpc").build());
+        let env = crate::runtime::cri::grpc_env();
         let service = pb::api_grpc::create_pod_warden(Service { agent, cfg: Arc::new(cfg.clone()) });
         let mut server = grpcio::ServerBuilder::new(env)
             .register_service(service)
@@ -345,11 +346,10 @@ impl Service {
             if existing.is_some() { "configured" } else { "created" }
         };
         log::info!("local API: pod {ns}/{name} {result} ({})", path.display());
+        // the watcher picks the file up (inotify, and this nudge); the call
+        // does not wait: handlers run on the gRPC thread the CRI client
+        // shares, and must never block
         (self.cfg.rescan)();
-        let end = Instant::now() + Duration::from_secs(3);
-        while self.agent.desired_pod(&uid).is_none() && Instant::now() < end {
-            std::thread::sleep(Duration::from_millis(20));
-        }
         Ok(api::ApplyResponse {
             namespace: ns,
             name,

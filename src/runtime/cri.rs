@@ -29,6 +29,14 @@ mod pb {
 use pb::api;
 use pb::api_grpc::{ImageServiceClient, RuntimeServiceClient};
 
+/// The process's one gRPC environment (one completion-queue thread), shared
+/// by the CRI client and the local API's server and client: a second one
+/// would only add a polling thread and its memory.
+pub fn grpc_env() -> Arc<Environment> {
+    static ENV: std::sync::OnceLock<Arc<Environment>> = std::sync::OnceLock::new();
+    ENV.get_or_init(|| Arc::new(grpcio::EnvBuilder::new().cq_count(1).name_prefix("grpc").build())).clone()
+}
+
 /// The CRI API version podwarden speaks.
 pub const CRI_API_VERSION: &str = "v1";
 
@@ -113,7 +121,7 @@ impl CriRuntime {
                 }
             }
         }
-        let env = Arc::new(Environment::new(1));
+        let env = grpc_env();
         let channel = ChannelBuilder::new(env)
             .initial_reconnect_backoff(Duration::from_millis(100))
             .max_reconnect_backoff(Duration::from_secs(1))
