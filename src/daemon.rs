@@ -250,6 +250,14 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
 
 /// Run the daemon until SIGTERM or SIGINT.
 pub fn run(config: Config) -> Result<(), DaemonError> {
+    // One thread per pod: glibc would give each its own malloc arena (up to
+    // 8 per core), each keeping freed memory. Two arenas are plenty for an
+    // agent that mostly waits.
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only tunes the allocator; called before the threads start.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
     let mut signals =
         signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(io("installing signal handlers"))?;
     let runtime = connect_runtime(&config)?;
