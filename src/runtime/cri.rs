@@ -77,8 +77,9 @@ fn opt(ctx: &CallCtx, op: &'static str) -> Result<CallOption> {
     Ok(CallOption::default().timeout(left))
 }
 
-fn to_map(m: &HashMap<String, String>) -> super::Labels {
-    Arc::new(m.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<BTreeMap<_, _>>())
+fn to_map(m: HashMap<String, String>) -> super::Labels {
+    // moved, not copied: a relist converts every label of every object
+    std::sync::Arc::new(m.into_iter().collect())
 }
 
 fn from_map(m: &BTreeMap<String, String>) -> HashMap<String, String> {
@@ -181,40 +182,40 @@ impl CriRuntime {
         Ok(r.containers.into_iter().filter(|c| c.labels.contains_key(LABEL_POD_UID)).collect())
     }
 
-    fn sandbox_info(s: &api::PodSandbox) -> SandboxInfo {
-        let md = s.metadata.get_or_default();
+    fn sandbox_info(mut s: api::PodSandbox) -> SandboxInfo {
+        let md = s.metadata.take().unwrap_or_default();
         SandboxInfo {
-            id: s.id.clone(),
             uid: s.labels.get(LABEL_POD_UID).cloned().unwrap_or_default(),
-            name: md.name.clone(),
-            namespace: md.namespace.clone(),
-            attempt: md.attempt,
             ready: s.state.enum_value() == Ok(api::PodSandboxState::SANDBOX_READY),
+            id: s.id,
+            name: md.name,
+            namespace: md.namespace,
+            attempt: md.attempt,
             created_at_ns: s.created_at,
             ip: None,
-            labels: to_map(&s.labels),
-            annotations: to_map(&s.annotations),
+            labels: to_map(s.labels),
+            annotations: to_map(s.annotations),
         }
     }
 
-    fn container_info(c: &api::Container) -> ContainerInfo {
-        let md = c.metadata.get_or_default();
+    fn container_info(mut c: api::Container) -> ContainerInfo {
+        let md = c.metadata.take().unwrap_or_default();
         ContainerInfo {
-            id: c.id.clone(),
-            sandbox_id: c.pod_sandbox_id.clone(),
-            name: md.name.clone(),
-            attempt: md.attempt,
-            image: c.image.get_or_default().image.clone(),
-            image_ref: c.image_ref.clone(),
             state: state_of(c.state),
+            id: c.id,
+            sandbox_id: c.pod_sandbox_id,
+            name: md.name,
+            attempt: md.attempt,
+            image: c.image.take().map(|i| i.image).unwrap_or_default(),
+            image_ref: c.image_ref,
             created_at_ns: c.created_at,
             started_at_ns: 0,
             finished_at_ns: 0,
             exit_code: 0,
             reason: String::new(),
             message: String::new(),
-            labels: to_map(&c.labels),
-            annotations: to_map(&c.annotations),
+            labels: to_map(c.labels),
+            annotations: to_map(c.annotations),
         }
     }
 
@@ -407,14 +408,14 @@ impl Runtime for CriRuntime {
     }
 
     fn list_pods(&self, ctx: &CallCtx) -> Result<Vec<RuntimePod>> {
-        let sandboxes = self.list_sandboxes(ctx, None)?.iter().map(Self::sandbox_info).collect();
-        let containers = self.list_containers(ctx, None)?.iter().map(Self::container_info).collect();
+        let sandboxes = self.list_sandboxes(ctx, None)?.into_iter().map(Self::sandbox_info).collect();
+        let containers = self.list_containers(ctx, None)?.into_iter().map(Self::container_info).collect();
         Ok(Self::group(sandboxes, containers))
     }
 
     fn pod_status(&self, ctx: &CallCtx, uid: &str) -> Result<RuntimePod> {
         let mut sandboxes: Vec<SandboxInfo> =
-            self.list_sandboxes(ctx, Some(uid))?.iter().map(Self::sandbox_info).collect();
+            self.list_sandboxes(ctx, Some(uid))?.into_iter().map(Self::sandbox_info).collect();
         for s in sandboxes.iter_mut().filter(|s| s.ready) {
             let mut req = api::PodSandboxStatusRequest::new();
             req.pod_sandbox_id = s.id.clone();
@@ -430,7 +431,7 @@ impl Runtime for CriRuntime {
             }
         }
         let mut containers: Vec<ContainerInfo> =
-            self.list_containers(ctx, Some(uid))?.iter().map(Self::container_info).collect();
+            self.list_containers(ctx, Some(uid))?.into_iter().map(Self::container_info).collect();
         for c in &mut containers {
             self.container_status_into(ctx, c)?;
         }
