@@ -13,30 +13,19 @@ use std::time::{Duration, Instant};
 use podwarden::runtime::cri::CriRuntime;
 use podwarden::runtime::{CallCtx, ContainerState, Runtime};
 
-const IMAGE: &str = "localhost/busybox:e2e";
+mod support;
+use support::{IMAGE, proc_status, socket};
+
 const PODS: usize = 110;
 
 fn window() -> Duration {
     Duration::from_secs(std::env::var("FOOTPRINT_WINDOW_S").ok().and_then(|s| s.parse().ok()).unwrap_or(60))
 }
 
-fn socket() -> String {
-    let s = std::env::var("PODWARDEN_E2E_SOCKET").unwrap_or_else(|_| "/run/podwarden-e2e/containerd.sock".into());
-    assert!(Path::new(&s).exists(), "{s} is missing: run `scripts/e2e-env.sh up` first (scripts/bench.sh does)");
-    s
-}
-
 fn bin() -> String {
     let b = std::env::var("PODWARDEN_BIN").unwrap_or_else(|_| "/usr/bin/podwarden".into());
     assert!(Path::new(&b).exists(), "{b} is missing: install the package first (scripts/bench.sh footprint does)");
     b
-}
-
-fn proc_status(pid: u32, key: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
-        .unwrap_or(0)
 }
 
 /// utime + stime of a process, in clock ticks.
@@ -222,9 +211,5 @@ fn main() {
     out.insert("binary_bytes", binary as f64);
     out.insert("binary_over_target_ratio", binary as f64 / (12.0 * 1024.0 * 1024.0));
     out.insert("cli_get_pods_ms", lat[lat.len() / 2]);
-    let json: Vec<String> = out
-        .iter()
-        .map(|(k, v)| if v.fract() == 0.0 { format!("\"{k}\":{v:.0}") } else { format!("\"{k}\":{v:.4}") })
-        .collect();
-    println!("{{{}}}", json.join(","));
+    support::print_json(&out, 4);
 }

@@ -19,33 +19,21 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use dbus::blocking::Connection;
 use dbus::message::MatchRule;
 use parking_lot::Mutex;
 use podwarden::runtime::cri::CriRuntime;
-use podwarden::runtime::{CallCtx, ContainerState, Runtime};
+use podwarden::runtime::{ContainerState, Runtime};
 
-const IMAGE: &str = "localhost/busybox:e2e";
+mod support;
+use support::{IMAGE, call, now_ns, socket};
+
 const PODS: usize = 50;
 const REPS: usize = 3;
 const IGNORE_GRACE_S: u64 = 3;
 const BUS: &str = "/run/podwarden-logind/system_bus_socket";
-
-fn now_ns() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as i64
-}
-
-fn call() -> CallCtx {
-    CallCtx::background(Duration::from_secs(60))
-}
-
-fn socket() -> String {
-    let s = std::env::var("PODWARDEN_E2E_SOCKET").unwrap_or_else(|_| "/run/podwarden-e2e/containerd.sock".into());
-    assert!(Path::new(&s).exists(), "{s} is missing: run `scripts/e2e-env.sh up` first (scripts/bench.sh does)");
-    s
-}
 
 struct Agent {
     dir: PathBuf,
@@ -270,9 +258,5 @@ fn main() {
     out.insert("grace_s", IGNORE_GRACE_S as f64);
     out.insert("release_after_deadline_ms", median(after_deadline.clone()));
     out.insert("release_after_deadline_ms_max", after_deadline.iter().copied().fold(f64::MIN, f64::max));
-    let json: Vec<String> = out
-        .iter()
-        .map(|(k, v)| if v.fract() == 0.0 { format!("\"{k}\":{v:.0}") } else { format!("\"{k}\":{v:.3}") })
-        .collect();
-    println!("{{{}}}", json.join(","));
+    support::print_json(&out, 3);
 }

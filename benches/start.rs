@@ -6,30 +6,18 @@
 //! 30 pods. The last line is one JSON object.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use podwarden::runtime::cri::CriRuntime;
-use podwarden::runtime::{CallCtx, ContainerConfig, ContainerState, LABEL_POD_UID, Runtime, SandboxConfig};
+use podwarden::runtime::{ContainerConfig, ContainerState, LABEL_POD_UID, Runtime, SandboxConfig};
 
-const IMAGE: &str = "localhost/busybox:e2e";
+mod support;
+use support::{IMAGE, call, now_ns, proc_status, socket};
+
 const REPS: usize = 7;
-
-fn now_ns() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as i64
-}
-
-fn call() -> CallCtx {
-    CallCtx::background(Duration::from_secs(60))
-}
-
-fn socket() -> String {
-    let s = std::env::var("PODWARDEN_E2E_SOCKET").unwrap_or_else(|_| "/run/podwarden-e2e/containerd.sock".into());
-    assert!(Path::new(&s).exists(), "{s} is missing: run `scripts/e2e-env.sh up` first (scripts/bench.sh start does)");
-    s
-}
 
 fn percentile(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -125,15 +113,7 @@ impl Agent {
     }
 
     fn proc_field(&self, key: &str) -> u64 {
-        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with(key))
-                    .and_then(|l| l.split_whitespace().nth(1))
-                    .and_then(|v| v.parse().ok())
-            })
-            .unwrap_or(0)
+        proc_status(self.child.id(), key)
     }
 }
 
@@ -273,10 +253,6 @@ fn main() {
     for s in summary {
         println!("{s}");
     }
-    let json: Vec<String> = out
-        .iter()
-        .map(|(k, v)| if v.fract() == 0.0 { format!("\"{k}\":{v:.0}") } else { format!("\"{k}\":{v:.3}") })
-        .collect();
-    println!("{{{}}}", json.join(","));
+    support::print_json(&out, 3);
     let _ = last;
 }

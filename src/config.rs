@@ -62,9 +62,9 @@ pub struct Config {
     /// Where podwarden writes its logind drop-in when `shutdownGracePeriod`
     /// exceeds logind's `InhibitDelayMaxSec` (podwarden-only).
     pub logind_drop_in_dir: PathBuf,
-    /// Group whose members may use the local API besides root
+    /// Group (name, gid) whose members may use the local API besides root
     /// (podwarden-only; default none).
-    pub api_group: Option<String>,
+    pub api_group: Option<(String, u32)>,
     /// Serve env values on the read-only `/pods` (podwarden-only; default
     /// false: they are redacted, unlike the kubelet's).
     pub read_only_port_shows_env: bool,
@@ -397,10 +397,10 @@ impl Config {
             c.logind_drop_in_dir = p;
         }
         if let Some(g) = f.string("apiGroup")? {
-            if crate::api::group_id(&g).is_none() {
+            let Some(gid) = crate::api::group_id(&g) else {
                 return Err(f.bad("apiGroup", &Value::String(g), "expected a group that exists in /etc/group"));
-            }
-            c.api_group = Some(g);
+            };
+            c.api_group = Some((g, gid));
         }
         match map.get("readOnlyPortShowsEnv") {
             None | Some(Value::Null) => {}

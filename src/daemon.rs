@@ -177,6 +177,9 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
     .map_err(io("starting the manifest watcher"))?;
     let housekeeping =
         Housekeeping::start(agent.clone(), config.housekeeping_interval).map_err(io("starting housekeeping"))?;
+    // healthy (/healthz, the node's Ready condition): housekeeping and the
+    // runtime answered within a few housekeeping periods
+    let healthy_within = (config.housekeeping_interval * 5).max(Duration::from_secs(10));
     let http = if config.read_only_port == 0 {
         None
     } else {
@@ -185,9 +188,9 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
             source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
         })?;
         let addr = std::net::SocketAddr::new(ip, config.read_only_port);
-        let within = (config.housekeeping_interval * 5).max(Duration::from_secs(10));
-        let server = crate::http::HttpServer::start(addr, agent.clone(), within, !config.read_only_port_shows_env)
-            .map_err(io(format!("listening on {addr} (address, readOnlyPort)")))?;
+        let server =
+            crate::http::HttpServer::start(addr, agent.clone(), healthy_within, !config.read_only_port_shows_env)
+                .map_err(io(format!("listening on {addr} (address, readOnlyPort)")))?;
         log::info!("read-only HTTP on http://{}", server.local_addr());
         Some(server)
     };
@@ -210,26 +213,14 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
         let logind = Arc::new(crate::logind::dbus_impl::DbusLogind::new());
         Some(crate::logind::LogindThread::start(logind, agent.clone(), cfg).map_err(io("starting the logind thread"))?)
     };
-    let api = if config.api_socket.as_os_str().is_empty() {
-        None
-    } else {
-        let group = match &config.api_group {
-            Some(g) => Some((
-                g.clone(),
-                crate::api::group_id(g).ok_or_else(|| DaemonError::Io {
-                    what: format!("apiGroup {g}"),
-                    source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such group in /etc/group"),
-                })?,
-            )),
-            None => None,
-        };
+    let api = {
         let cfg = crate::api::ApiConfig {
             socket: config.api_socket.clone(),
-            group,
+            group: config.api_group.clone(),
             static_pod_path: config.static_pod_path.clone(),
             pod_logs_dir: config.pod_logs_dir.clone(),
             node_name: config.node_name.clone(),
-            healthy_within: (config.housekeeping_interval * 5).max(Duration::from_secs(10)),
+            healthy_within,
             rescan: source.rescanner(),
         };
         let server = crate::api::ApiServer::start(agent.clone(), cfg)

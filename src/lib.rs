@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod events;
+pub mod fsutil;
 pub mod housekeeping;
 pub mod http;
 pub mod logging;

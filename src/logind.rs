@@ -259,15 +259,19 @@ fn run(logind: &dyn Logind, agent: &Agent, cfg: &ShutdownConfig, stop: &AtomicBo
         st.problem = p;
         st.lock_held = held;
     };
+    // no bus or no logind (yet): warn once, show why, try again in a second
+    let unavailable = |e: LogindError, warned: &mut bool| {
+        if !*warned {
+            log::warn!("graceful node shutdown unavailable for now: {e}; retrying every second");
+            *warned = true;
+        }
+        problem(Some(e.to_string()), false);
+        std::thread::sleep(Duration::from_secs(1));
+    };
     while !stop.load(Ordering::SeqCst) {
         if !checked {
             if let Err(e) = logind.connect() {
-                if !warned {
-                    log::warn!("graceful node shutdown unavailable for now: {e}; retrying every second");
-                    warned = true;
-                }
-                problem(Some(e.to_string()), false);
-                std::thread::sleep(Duration::from_secs(1));
+                unavailable(e, &mut warned);
                 continue;
             }
             match ensure_inhibit_delay(logind, cfg.total(), cfg.dropin_dir.as_deref()) {
@@ -283,12 +287,7 @@ fn run(logind: &dyn Logind, agent: &Agent, cfg: &ShutdownConfig, stop: &AtomicBo
         let lock = match logind.connect().and_then(|()| logind.inhibit("podwarden", "Kubernetes pods shutting down")) {
             Ok(l) => l,
             Err(e) => {
-                if !warned {
-                    log::warn!("graceful node shutdown unavailable for now: {e}; retrying every second");
-                    warned = true;
-                }
-                problem(Some(e.to_string()), false);
-                std::thread::sleep(Duration::from_secs(1));
+                unavailable(e, &mut warned);
                 continue;
             }
         };

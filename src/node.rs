@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::{Value, json};
 
 use crate::agent::Agent;
+use crate::model;
 
 /// Format millicores as a Kubernetes CPU quantity (`2`, `1500m`).
 pub fn cpu_quantity(millis: i64) -> String {
@@ -18,10 +19,6 @@ pub fn cpu_quantity(millis: i64) -> String {
 /// when not a whole number of KiB).
 pub fn memory_quantity(bytes: i64) -> String {
     if bytes != 0 && bytes % 1024 == 0 { format!("{}Ki", bytes / 1024) } else { bytes.to_string() }
-}
-
-fn rfc3339(t: SystemTime) -> String {
-    k8s_openapi::jiff::Timestamp::try_from(t).map(|t| t.to_string()).unwrap_or_default()
 }
 
 fn uname() -> (String, String) {
@@ -73,7 +70,7 @@ pub fn report(agent: &Agent, healthy_within: Duration, runtime_version: &str) ->
     let (cpu, mem, pods) = agent.allocated();
     let (kernel, machine) = uname();
     let (ok, reason, message) = ready(agent, healthy_within);
-    let now = rfc3339(SystemTime::now());
+    let now = model::rfc3339(SystemTime::now());
     let arch = go_arch(&machine).to_string();
     let node = json!({
         "apiVersion": "v1",
@@ -128,8 +125,8 @@ pub fn report(agent: &Agent, healthy_within: Duration, runtime_version: &str) ->
             "shuttingDown": agent.admission.is_shutting_down(),
             "inhibitorLockHeld": st.lock_held,
             "problem": st.problem,
-            "lastStartTime": st.last_start.map(rfc3339),
-            "lastEndTime": st.last_end.map(rfc3339),
+            "lastStartTime": st.last_start.map(model::rfc3339),
+            "lastEndTime": st.last_end.map(model::rfc3339),
         },
     })
 }

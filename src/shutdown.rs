@@ -247,19 +247,12 @@ pub fn cancel(agent: &crate::agent::Agent, killed: &[crate::model::Uid]) {
 /// Name of the state file in `rootDir`.
 pub const STATE_FILE: &str = "graceful_node_shutdown_state";
 
-fn rfc3339(t: SystemTime) -> String {
-    k8s_openapi::jiff::Timestamp::try_from(t).map(|t| t.to_string()).unwrap_or_default()
-}
-
 /// `<rootDir>/graceful_node_shutdown_state`: `{"startTime": ..., "endTime": ...}`
 /// in RFC 3339 (`endTime` null while a shutdown runs), written atomically.
 pub fn write_state(root_dir: &Path, start: SystemTime, end: Option<SystemTime>) -> std::io::Result<()> {
-    let json = serde_json::json!({"startTime": rfc3339(start), "endTime": end.map(rfc3339)});
-    let path = root_dir.join(STATE_FILE);
-    let tmp = root_dir.join(format!(".{STATE_FILE}.tmp"));
+    let json = serde_json::json!({"startTime": model::rfc3339(start), "endTime": end.map(model::rfc3339)});
     std::fs::create_dir_all(root_dir)?;
-    std::fs::write(&tmp, serde_json::to_vec(&json)?)?;
-    std::fs::rename(tmp, path)
+    crate::fsutil::write_atomically(&root_dir.join(STATE_FILE), &serde_json::to_vec(&json)?)
 }
 
 /// Read the state file: (start, end). `None` if there is none or it does not

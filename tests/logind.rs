@@ -29,6 +29,20 @@ fn next(l: &DbusLogind, within: Duration) -> Option<Event> {
     None
 }
 
+/// The logind thread on `h`'s agent (shutdownGracePeriod 4 s, critical
+/// 2 s), once it holds its lock.
+fn start_thread(h: &Harness) -> LogindThread {
+    let cfg = ShutdownConfig {
+        groups: podwarden::shutdown::groups_from_config(4, 2, &[]),
+        priority_classes: Default::default(),
+        root_dir: h.root.0.clone(),
+        dropin_dir: None,
+    };
+    let thread = LogindThread::start(Arc::new(DbusLogind::new()), h.agent.clone(), cfg).unwrap();
+    wait_for("lock taken", Duration::from_secs(5), || podwarden_inhibitors() == 1);
+    thread
+}
+
 #[test]
 fn real_logind_shutdown_signal_delay_lock_and_forged_broadcast() {
     let _s = SERIAL.lock();
@@ -60,14 +74,7 @@ fn logind_thread_stops_pods_on_a_real_shutdown_and_restarts_them_when_cancelled(
     for u in ["ra", "rb"] {
         wait_for("running", Duration::from_secs(5), || h.fake.live_containers(u) == 1);
     }
-    let cfg = ShutdownConfig {
-        groups: podwarden::shutdown::groups_from_config(4, 2, &[]),
-        priority_classes: Default::default(),
-        root_dir: h.root.0.clone(),
-        dropin_dir: None,
-    };
-    let thread = LogindThread::start(Arc::new(DbusLogind::new()), h.agent.clone(), cfg).unwrap();
-    wait_for("lock taken", Duration::from_secs(5), || podwarden_inhibitors() == 1);
+    let thread = start_thread(&h);
     let t = Instant::now();
     power_off();
     wait_for("pods stopped", Duration::from_secs(5), || {
@@ -93,14 +100,7 @@ fn logind_restarted_the_lock_is_taken_again() {
     let _s = SERIAL.lock();
     bus();
     let h = Harness::new();
-    let cfg = ShutdownConfig {
-        groups: podwarden::shutdown::groups_from_config(4, 2, &[]),
-        priority_classes: Default::default(),
-        root_dir: h.root.0.clone(),
-        dropin_dir: None,
-    };
-    let thread = LogindThread::start(Arc::new(DbusLogind::new()), h.agent.clone(), cfg).unwrap();
-    wait_for("lock taken", Duration::from_secs(5), || podwarden_inhibitors() == 1);
+    let thread = start_thread(&h);
     let pid: i32 = std::fs::read_to_string("/run/podwarden-logind/logind.pid").unwrap().trim().parse().unwrap();
     // SAFETY: stopping the private logind the test script started.
     unsafe { libc::kill(pid, libc::SIGTERM) };

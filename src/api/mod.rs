@@ -340,7 +340,7 @@ impl Service {
         let result = if std::fs::read(&path).is_ok_and(|old| old == req.manifest) {
             "unchanged"
         } else {
-            write_atomically(&path, &req.manifest).map_err(|e| {
+            crate::fsutil::write_atomically(&path, &req.manifest).map_err(|e| {
                 status(RpcStatusCode::INTERNAL, format!("pod {ns}/{name}: writing {}: {e}", path.display()))
             })?;
             if existing.is_some() { "configured" } else { "created" }
@@ -409,21 +409,6 @@ impl Service {
     }
 }
 
-/// Write `bytes` to `path` through a temporary file in the same directory,
-/// synced, then renamed over it.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let dir = path.parent().ok_or_else(|| std::io::Error::other("no directory"))?;
-    let tmp = dir.join(format!(".{}.tmp", path.file_name().unwrap_or_default().to_string_lossy()));
-    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o644).open(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    std::fs::File::open(dir)?.sync_all()
-}
-
-use std::os::unix::fs::OpenOptionsExt;
-
 impl pb::api_grpc::PodWarden for Service {
     fn version(&mut self, ctx: RpcContext, _req: api::VersionRequest, sink: UnarySink<api::VersionResponse>) {
         let r = api::VersionResponse {
@@ -467,7 +452,7 @@ impl pb::api_grpc::PodWarden for Service {
                 let t = std::time::UNIX_EPOCH + Duration::from_secs_f64(e.timestamp.max(0.0));
                 let o = &e.involved_object;
                 api::Event {
-                    time: k8s_openapi::jiff::Timestamp::try_from(t).map(|t| t.to_string()).unwrap_or_default(),
+                    time: model::rfc3339(t),
                     type_: format!("{:?}", e.event_type),
                     reason: e.reason,
                     object: if o.namespace.is_empty() {

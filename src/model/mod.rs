@@ -137,6 +137,11 @@ pub fn now_time() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
 }
 
+/// A wall-clock time as RFC 3339 (UTC, `Z`).
+pub fn rfc3339(t: std::time::SystemTime) -> String {
+    k8s_openapi::jiff::Timestamp::try_from(t).map(|t| t.to_string()).unwrap_or_default()
+}
+
 /// A `Time` from Unix nanoseconds (as the CRI reports times).
 pub fn time_from_unix_nanos(ns: i64) -> Option<Time> {
     if ns <= 0 {

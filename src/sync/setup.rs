@@ -286,10 +286,7 @@ impl PodSync {
         if std::fs::read_to_string(&path).is_ok_and(|old| old == text) {
             return Ok(());
         }
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, &text)
-            .and_then(|()| std::fs::rename(&tmp, &path))
-            .map_err(io_err(format!("writing {}", path.display())))
+        crate::fsutil::write_atomically(&path, text.as_bytes()).map_err(io_err(format!("writing {}", path.display())))
     }
 
     /// The host file behind a container's termination message path,
