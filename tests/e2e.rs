@@ -368,6 +368,11 @@ fn metrics_pass_promtool_and_count_pods_and_orphans_and_pods_redacts_env() {
     let gone = a.uid("gone");
     let nopull = a.uid("nopull");
     wait_for("running", Duration::from_secs(30), || a.running(&keep) == 1 && a.running(&gone) == 1);
+    // the start duration is observed when podwarden sees the pod running,
+    // which can be a moment after containerd runs its container
+    wait_for("reported Running", Duration::from_secs(30), || {
+        ["keep", "gone"].iter().all(|n| a.pod(n).is_some_and(|p| p["status"]["phase"] == "Running"))
+    });
     wait_for("pull failed", Duration::from_secs(30), || {
         a.get("/metrics").is_some_and(|t| t.contains("operation_type=\"pull_image\""))
     });
