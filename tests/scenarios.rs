@@ -488,8 +488,10 @@ fn housekeeping_thread_runs_when_woken() {
     let first = h.agent.last_housekeeping.lock().unwrap();
     h.fake.add_running_pod("orphan-w", "ghost", "default", "c", None);
     hk.waker().wake();
+    // the pass that killed the orphan records its end only after the kill
+    // returned, which can be after the worker finished: wait for it
     h.wait_phase("orphan-w", Phase::Finished, T);
-    assert!(h.agent.last_housekeeping.lock().unwrap() > first);
+    wait_for("the woken pass recorded", T, || h.agent.last_housekeeping.lock().unwrap() > first);
     drop(hk); // stops and joins the thread
 }
 
