@@ -16,7 +16,8 @@ use crate::events::{EventRecorder, EventType, ObjectRef};
 use crate::metrics::Metrics;
 use crate::model::{self, Pod, PodStatus, Uid};
 use crate::podworkers::{KillPodOptions, Phase, PodWorkers, UpdatePodOptions, UpdateType};
-use crate::runtime::{CallCtx, ContainerState, Runtime};
+use crate::runtime::cache::PodCache;
+use crate::runtime::{CallCtx, ContainerState, Runtime, RuntimePod};
 use crate::status::StatusManager;
 
 /// A pod from the source and its admission.
@@ -57,8 +58,8 @@ pub struct Agent {
     pods: Mutex<PodManager>,
     /// Serializes source updates with housekeeping.
     sync_lock: Mutex<()>,
-    /// Container-state fingerprints from the last relist, by UID.
-    last_relist: Mutex<HashMap<Uid, Vec<(String, ContainerState)>>>,
+    /// What the last relist saw of each pod (shared with the sync phases).
+    pod_cache: Arc<PodCache>,
     /// When housekeeping last completed (for health checks).
     pub last_housekeeping: Mutex<Option<Instant>>,
     runtime_error_logged: Mutex<Option<Instant>>,
@@ -92,13 +93,19 @@ impl Agent {
             metrics,
             pods: Mutex::new(PodManager::default()),
             sync_lock: Mutex::new(()),
-            last_relist: Mutex::new(HashMap::new()),
+            pod_cache: Arc::new(PodCache::new()),
             last_housekeeping: Mutex::new(None),
             runtime_error_logged: Mutex::new(None),
             runtime_answered: Mutex::new((None, None)),
             sources_ready: std::sync::atomic::AtomicBool::new(false),
             shutdown: Mutex::new(crate::shutdown::State::default()),
         }
+    }
+
+    /// Share `cache` with the sync phases (`PodSync::with_pod_cache`).
+    pub fn with_pod_cache(mut self, cache: Arc<PodCache>) -> Self {
+        self.pod_cache = cache;
+        self
     }
 
     /// Pods that count for admission: admitted, not known terminated, and
@@ -245,6 +252,7 @@ impl Agent {
         let workers = self.workers.sync_known_pods(&desired_uids);
 
         // Runtime pods nobody knows and nobody wants: orphans.
+        let listed_at = Instant::now();
         let runtime_pods = match self.list_runtime_pods() {
             Ok(p) => Some(p),
             Err(e) => {
@@ -289,7 +297,7 @@ impl Agent {
         }
 
         if let Some(rps) = &runtime_pods {
-            self.wake_changed(rps, &desired);
+            self.wake_changed(listed_at, rps, &desired);
         }
 
         self.cleanup_pod_dirs(&desired_uids);
@@ -299,7 +307,7 @@ impl Agent {
         *self.last_housekeeping.lock() = Some(Instant::now());
     }
 
-    fn list_runtime_pods(&self) -> Result<Vec<crate::runtime::RuntimePod>, crate::runtime::RuntimeError> {
+    fn list_runtime_pods(&self) -> Result<Vec<RuntimePod>, crate::runtime::RuntimeError> {
         let r = self.runtime.list_pods(&CallCtx::background(self.config.runtime_call_timeout));
         let mut a = self.runtime_answered.lock();
         match &r {
@@ -343,29 +351,25 @@ impl Agent {
     /// Relist (about every second): wake the workers of pods whose
     /// containers changed state, so exits are noticed promptly.
     pub fn relist(&self) {
+        let listed_at = Instant::now();
         let Ok(rps) = self.list_runtime_pods() else {
             return; // housekeeping reports runtime errors
         };
         let _serial = self.sync_lock.lock();
         let desired = self.desired();
-        self.wake_changed(&rps, &desired);
+        self.wake_changed(listed_at, &rps, &desired);
     }
 
-    fn wake_changed(&self, rps: &[crate::runtime::RuntimePod], desired: &[DesiredPod]) {
-        let mut last = self.last_relist.lock();
-        let mut seen = HashMap::new();
-        for rp in rps {
-            let mut fp: Vec<(String, ContainerState)> = rp.containers.iter().map(|c| (c.id.clone(), c.state)).collect();
-            fp.sort();
-            if last.get(&rp.uid).is_some_and(|old| *old != fp)
-                && self.workers.phase(&rp.uid).is_some()
-                && let Some(d) = desired.iter().find(|d| model::uid(&d.pod) == rp.uid && d.rejected.is_none())
+    /// Record the list (begun at `listed_at`) in the pod cache and wake the
+    /// workers of admitted pods whose sandboxes or containers changed.
+    fn wake_changed(&self, listed_at: Instant, rps: &[RuntimePod], desired: &[DesiredPod]) {
+        for uid in self.pod_cache.update(listed_at, rps) {
+            if self.workers.phase(&uid).is_some()
+                && let Some(d) = desired.iter().find(|d| model::uid(&d.pod) == uid && d.rejected.is_none())
             {
                 self.workers.update_pod(UpdatePodOptions::new(UpdateType::Sync, d.pod.clone()));
             }
-            seen.insert(rp.uid.clone(), fp);
         }
-        *last = seen;
     }
 
     fn cleanup_pod_dirs(&self, desired: &HashSet<Uid>) {
@@ -387,7 +391,7 @@ impl Agent {
         &self,
         desired: &[DesiredPod],
         workers: &HashMap<Uid, crate::podworkers::WorkerSync>,
-        runtime_pods: Option<&[crate::runtime::RuntimePod]>,
+        runtime_pods: Option<&[RuntimePod]>,
     ) {
         let mut g = self.metrics.gauges.lock();
         g.desired_pods = [0, 0];

@@ -90,7 +90,6 @@ pub struct Running {
     pub agent: Arc<Agent>,
     source: Option<crate::source::SourceHandle>,
     housekeeping: Option<Housekeeping>,
-    relist: Option<crate::housekeeping::Periodic>,
     http: Option<crate::http::HttpServer>,
     logind: Option<crate::logind::LogindThread>,
     api: Option<crate::api::ApiServer>,
@@ -114,7 +113,6 @@ impl Running {
         self.api.take();
         self.logind.take();
         self.http.take();
-        self.relist.take();
         self.source.take();
         self.housekeeping.take();
     }
@@ -143,27 +141,33 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
     sync_cfg.id_prefix = id_prefix.to_string();
     sync_cfg.host_ip = Some(host_ip());
     sync_cfg.allow_privileged = config.allow_privileged;
+    let pod_cache = Arc::new(crate::runtime::cache::PodCache::new());
     let syncer = Arc::new(
-        PodSync::new(runtime.clone(), statuses.clone(), events.clone(), sync_cfg).with_metrics(metrics.clone()),
+        PodSync::new(runtime.clone(), statuses.clone(), events.clone(), sync_cfg)
+            .with_metrics(metrics.clone())
+            .with_pod_cache(pod_cache.clone()),
     );
     let workers = PodWorkers::new(
         syncer,
         podworkers::Config { resync: config.sync_frequency, ..Default::default() },
         Some(metrics.clone()),
     );
-    let agent = Arc::new(Agent::new(
-        AgentConfig {
-            node_name: config.node_name.clone(),
-            root_dir: config.root_dir.clone(),
-            runtime_call_timeout: config.runtime_request_timeout.min(Duration::from_secs(10)),
-        },
-        workers,
-        runtime,
-        statuses,
-        events.clone(),
-        admission,
-        metrics,
-    ));
+    let agent = Arc::new(
+        Agent::new(
+            AgentConfig {
+                node_name: config.node_name.clone(),
+                root_dir: config.root_dir.clone(),
+                runtime_call_timeout: config.runtime_request_timeout.min(Duration::from_secs(10)),
+            },
+            workers,
+            runtime,
+            statuses,
+            events.clone(),
+            admission,
+            metrics,
+        )
+        .with_pod_cache(pod_cache),
+    );
     let source = FileSource::new(&config.static_pod_path, &config.node_name);
     let a = agent.clone();
     let source = start_watcher(
@@ -175,8 +179,11 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
         },
     )
     .map_err(io("starting the manifest watcher"))?;
-    let housekeeping =
-        Housekeeping::start(agent.clone(), config.housekeeping_interval).map_err(io("starting housekeeping"))?;
+    // relist every second (the kubelet's PLEG period), housekeeping every
+    // housekeepingInterval, on one thread from one runtime list
+    let relist = Duration::from_secs(1).min(config.housekeeping_interval);
+    let housekeeping = Housekeeping::with_relist(agent.clone(), config.housekeeping_interval, relist)
+        .map_err(io("starting housekeeping"))?;
     // healthy (/healthz, the node's Ready condition): housekeeping and the
     // runtime answered within a few housekeeping periods
     let healthy_within = (config.housekeeping_interval * 5).max(Duration::from_secs(10));
@@ -194,8 +201,6 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
         log::info!("read-only HTTP on http://{}", server.local_addr());
         Some(server)
     };
-    let relist = crate::housekeeping::Periodic::relist(agent.clone(), Duration::from_secs(1))
-        .map_err(io("starting the relist thread"))?;
     let logind = if config.shutdown_grace_period.is_zero() && config.shutdown_grace_period_by_pod_priority.is_empty() {
         log::info!("graceful node shutdown off (shutdownGracePeriod is 0)");
         None
@@ -228,15 +233,7 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
         log::info!("local API on {}", server.socket().display());
         Some(server)
     };
-    Ok(Running {
-        agent,
-        source: Some(source),
-        housekeeping: Some(housekeeping),
-        relist: Some(relist),
-        http,
-        logind,
-        api,
-    })
+    Ok(Running { agent, source: Some(source), housekeeping: Some(housekeeping), http, logind, api })
 }
 
 /// Run the daemon until SIGTERM or SIGINT.

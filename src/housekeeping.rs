@@ -1,6 +1,6 @@
-//! Periodic threads: housekeeping runs [`Agent::housekeeping`] every 2 s (or
-//! at once when woken through its condvar); relist runs [`Agent::relist`]
-//! every second.
+//! The housekeeping thread: [`Agent::relist`] every second and, every 2 s or
+//! at once when woken through its condvar, [`Agent::housekeeping`] instead
+//! (a housekeeping pass relists too, from the same runtime list).
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -32,6 +32,22 @@ impl Waker {
     }
 }
 
+/// How often free heap memory goes back to the kernel.
+pub const TRIM_PERIOD: Duration = Duration::from_secs(30);
+
+/// Give the pages of free heap memory back to the kernel. glibc keeps what
+/// freed chunks cover resident (only the top of each arena is trimmed by
+/// itself), so memory a burst used (starting many pods, a big list) would
+/// stay in the RSS for good.
+pub fn trim_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free pages of the allocator's own
+    // arenas; it is thread-safe.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Owns a periodic thread; dropping it stops and joins the thread.
 pub struct Periodic {
     waker: Waker,
@@ -42,22 +58,41 @@ pub struct Periodic {
 pub type Housekeeping = Periodic;
 
 impl Periodic {
-    /// The housekeeping thread of `agent`.
+    /// Housekeeping of `agent` only, every `period` or when woken.
     pub fn start(agent: Arc<Agent>, period: Duration) -> std::io::Result<Self> {
-        Self::run("housekeeping", period, move || agent.housekeeping())
+        Self::run("housekeeping", period, move |_| agent.housekeeping())
     }
 
-    /// The relist thread of `agent`.
-    pub fn relist(agent: Arc<Agent>, period: Duration) -> std::io::Result<Self> {
-        Self::run("relist", period, move || agent.relist())
+    /// The daemon's housekeeping thread: a relist every `relist`, replaced
+    /// by a housekeeping pass every `period` or when woken. One runtime list
+    /// a relist period serves both.
+    /// Every [`TRIM_PERIOD`] it also hands the allocator's free memory
+    /// back to the kernel.
+    pub fn with_relist(agent: Arc<Agent>, period: Duration, relist: Duration) -> std::io::Result<Self> {
+        let mut next_pass = Instant::now();
+        let mut next_trim = Instant::now() + TRIM_PERIOD;
+        Self::run("housekeeping", relist, move |woken| {
+            if woken || Instant::now() >= next_pass {
+                agent.housekeeping();
+                next_pass = Instant::now() + period;
+            } else {
+                agent.relist();
+            }
+            if Instant::now() >= next_trim {
+                trim_heap();
+                next_trim = Instant::now() + TRIM_PERIOD;
+            }
+        })
     }
 
-    /// Run `f` at once, then every `period` or when woken.
-    pub fn run(name: &str, period: Duration, f: impl Fn() + Send + 'static) -> std::io::Result<Self> {
+    /// Run `f` at once, then every `period` or when woken; `f` is told
+    /// whether it was woken.
+    pub fn run(name: &str, period: Duration, mut f: impl FnMut(bool) + Send + 'static) -> std::io::Result<Self> {
         let waker = Waker::default();
         let w = waker.clone();
         let join = crate::thread::spawn(name, None, move || {
             let mut next = Instant::now();
+            let mut woken;
             loop {
                 {
                     let (m, cv) = &*w.0;
@@ -68,9 +103,9 @@ impl Periodic {
                     if f.stop {
                         return;
                     }
-                    f.wake = false;
+                    woken = std::mem::take(&mut f.wake);
                 }
-                f();
+                f(woken);
                 next = Instant::now() + period;
             }
         })?;

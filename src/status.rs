@@ -284,8 +284,7 @@ mod tests {
             exit_code: code,
             reason: String::new(),
             message: String::new(),
-            labels: Default::default(),
-            annotations: Default::default(),
+            grace: None,
         }
     }
 

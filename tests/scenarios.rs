@@ -683,3 +683,49 @@ fn logind_thread_holds_the_lock_releases_it_after_the_pods_and_takes_it_again() 
     drop(thread);
     assert_eq!(logind.locks_held(), 0, "stopping the thread releases the lock");
 }
+
+fn sync_passes(h: &Harness) -> u64 {
+    h.metrics.pod_worker_duration.lock().get("sync").map_or(0, |s| s.count)
+}
+
+#[test]
+fn resync_of_an_unchanged_pod_reuses_its_read_and_a_relisted_change_reads_afresh() {
+    let h = Harness::with(Opts { pod_cache: true, ..Opts::default() }); // resync every 1 s
+    let p = arc(pod("idle", "ui"));
+    h.agent.apply_source(vec![p.clone()]);
+    wait_for("running", T, || h.fake.live_containers("ui") == 1);
+    wait_for("status Running", T, || h.status_phase("ui").as_deref() == Some("Running"));
+    // relisting all the while, as the daemon does: three resyncs make at
+    // most one status read (a pass racing the first relist may read)
+    h.agent.relist();
+    h.fake.clear_calls();
+    let passes = sync_passes(&h);
+    wait_for("three resyncs", Duration::from_secs(6), || {
+        h.agent.relist();
+        sync_passes(&h) >= passes + 3
+    });
+    assert!(h.fake.calls_for("ui", Op::PodStatus).len() <= 1, "{:?}", h.fake.calls());
+    assert_eq!(h.status_phase("ui").as_deref(), Some("Running"));
+
+    // the container exits behind podwarden's back; the next relist sees it,
+    // wakes the worker, and the pass reads afresh and restarts it
+    assert!(h.fake.exit_container("ui", "c", 1));
+    h.agent.relist();
+    wait_for("status read afresh", T, || !h.fake.calls_for("ui", Op::PodStatus).is_empty());
+    wait_for("restarted", T, || h.fake.live_containers("ui") == 1);
+    wait_for("restart counted", T, || {
+        h.statuses.get("ui").is_some_and(|s| s.container_statuses.as_ref().unwrap()[0].restart_count == 1)
+    });
+
+    // without a pod cache every resync reads the runtime
+    let h = Harness::new();
+    h.agent.apply_source(vec![p.clone()]);
+    wait_for("running", T, || h.fake.live_containers("ui") == 1);
+    h.fake.clear_calls();
+    let passes = sync_passes(&h);
+    wait_for("three resyncs", Duration::from_secs(6), || {
+        h.agent.relist();
+        sync_passes(&h) >= passes + 3
+    });
+    assert!(h.fake.calls_for("ui", Op::PodStatus).len() >= 3);
+}

@@ -77,11 +77,6 @@ fn opt(ctx: &CallCtx, op: &'static str) -> Result<CallOption> {
     Ok(CallOption::default().timeout(left))
 }
 
-fn to_map(m: HashMap<String, String>) -> super::Labels {
-    // moved, not copied: a relist converts every label of every object
-    std::sync::Arc::new(m.into_iter().collect())
-}
-
 fn from_map(m: &BTreeMap<String, String>) -> HashMap<String, String> {
     m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }
@@ -185,7 +180,7 @@ impl CriRuntime {
     fn sandbox_info(mut s: api::PodSandbox) -> SandboxInfo {
         let md = s.metadata.take().unwrap_or_default();
         SandboxInfo {
-            uid: s.labels.get(LABEL_POD_UID).cloned().unwrap_or_default(),
+            uid: s.labels.remove(LABEL_POD_UID).unwrap_or_default(),
             ready: s.state.enum_value() == Ok(api::PodSandboxState::SANDBOX_READY),
             id: s.id,
             name: md.name,
@@ -193,14 +188,16 @@ impl CriRuntime {
             attempt: md.attempt,
             created_at_ns: s.created_at,
             ip: None,
-            labels: to_map(s.labels),
-            annotations: to_map(s.annotations),
         }
     }
 
-    fn container_info(mut c: api::Container) -> ContainerInfo {
+    /// A container and the pod it belongs to (UID, name, namespace), from
+    /// its labels.
+    fn container_info(mut c: api::Container) -> (ContainerInfo, [String; 3]) {
         let md = c.metadata.take().unwrap_or_default();
-        ContainerInfo {
+        let mut label = |k: &str| c.labels.remove(k).unwrap_or_default();
+        let pod = [label(LABEL_POD_UID), label(super::LABEL_POD_NAME), label(super::LABEL_POD_NAMESPACE)];
+        let info = ContainerInfo {
             state: state_of(c.state),
             id: c.id,
             sandbox_id: c.pod_sandbox_id,
@@ -214,12 +211,12 @@ impl CriRuntime {
             exit_code: 0,
             reason: String::new(),
             message: String::new(),
-            labels: to_map(c.labels),
-            annotations: to_map(c.annotations),
-        }
+            grace: c.annotations.get(super::ANNOTATION_GRACE).and_then(|g| g.parse().ok()),
+        };
+        (info, pod)
     }
 
-    fn group(sandboxes: Vec<SandboxInfo>, containers: Vec<ContainerInfo>) -> Vec<RuntimePod> {
+    fn group(sandboxes: Vec<SandboxInfo>, containers: Vec<(ContainerInfo, [String; 3])>) -> Vec<RuntimePod> {
         let mut by_uid: BTreeMap<String, RuntimePod> = BTreeMap::new();
         for s in sandboxes {
             let p =
@@ -228,12 +225,11 @@ impl CriRuntime {
             p.namespace = s.namespace.clone();
             p.sandboxes.push(s);
         }
-        for c in containers {
-            let uid = c.labels.get(LABEL_POD_UID).cloned().unwrap_or_default();
+        for (c, [uid, name, namespace]) in containers {
             let p = by_uid.entry(uid.clone()).or_insert_with(|| RuntimePod { uid, ..Default::default() });
             if p.name.is_empty() {
-                p.name = c.labels.get(super::LABEL_POD_NAME).cloned().unwrap_or_default();
-                p.namespace = c.labels.get(super::LABEL_POD_NAMESPACE).cloned().unwrap_or_default();
+                p.name = name;
+                p.namespace = namespace;
             }
             p.containers.push(c);
         }
@@ -430,9 +426,9 @@ impl Runtime for CriRuntime {
                 },
             }
         }
-        let mut containers: Vec<ContainerInfo> =
+        let mut containers: Vec<_> =
             self.list_containers(ctx, Some(uid))?.into_iter().map(Self::container_info).collect();
-        for c in &mut containers {
+        for (c, _) in &mut containers {
             self.container_status_into(ctx, c)?;
         }
         Ok(Self::group(sandboxes, containers)

@@ -6,15 +6,14 @@
 //! Never a substitute for the end-to-end suite against containerd.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
 use super::{
-    CallCtx, ContainerConfig, ContainerInfo, ContainerState, LABEL_POD_UID, Result, Runtime, RuntimeError, RuntimePod,
-    SandboxConfig, SandboxInfo,
+    CallCtx, ContainerConfig, ContainerInfo, ContainerState, Result, Runtime, RuntimeError, RuntimePod, SandboxConfig,
+    SandboxInfo,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -279,8 +278,6 @@ impl FakeRuntime {
         let mut st = self.state.lock();
         st.next_id += 1;
         let sid = format!("sb-{}", st.next_id);
-        let mut labels = BTreeMap::new();
-        labels.insert(LABEL_POD_UID.to_string(), uid.to_string());
         st.index(uid, &sid);
         st.sandboxes.insert(
             sid.clone(),
@@ -294,17 +291,11 @@ impl FakeRuntime {
                     ready: true,
                     created_at_ns: now_ns(),
                     ip: Some("10.88.0.99".into()),
-                    labels: Arc::new(labels.clone()),
-                    annotations: Arc::default(),
                 },
             },
         );
         st.next_id += 1;
         let cid = format!("ctr-{}", st.next_id);
-        let mut annotations = BTreeMap::new();
-        if let Some(g) = grace {
-            annotations.insert(super::ANNOTATION_GRACE.to_string(), g.to_string());
-        }
         st.index(uid, &cid);
         st.containers.insert(
             cid.clone(),
@@ -324,8 +315,7 @@ impl FakeRuntime {
                     exit_code: 0,
                     reason: String::new(),
                     message: String::new(),
-                    labels: Arc::new(labels),
-                    annotations: Arc::new(annotations),
+                    grace,
                 },
             },
         );
@@ -487,8 +477,6 @@ impl Runtime for FakeRuntime {
                     ready: true,
                     created_at_ns: now_ns(),
                     ip,
-                    labels: Arc::new(config.labels.clone()),
-                    annotations: Arc::new(config.annotations.clone()),
                 },
             },
         );
@@ -579,8 +567,7 @@ impl Runtime for FakeRuntime {
                     exit_code: 0,
                     reason: String::new(),
                     message: String::new(),
-                    labels: Arc::new(config.labels.clone()),
-                    annotations: Arc::new(config.annotations.clone()),
+                    grace: config.annotations.get(super::ANNOTATION_GRACE).and_then(|g| g.parse().ok()),
                 },
             },
         );

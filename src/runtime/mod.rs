@@ -5,6 +5,7 @@
 //! Invariant: every call carries a deadline ([`CallCtx`]); an implementation
 //! returns `DeadlineExceeded` rather than block past it.
 
+pub mod cache;
 pub mod cri;
 pub mod fake;
 pub mod metered;
@@ -24,10 +25,6 @@ pub const LABEL_CONTAINER_NAME: &str = "io.kubernetes.container.name";
 /// Annotation recording the pod's grace period on each container.
 pub const ANNOTATION_GRACE: &str = "io.kubernetes.pod.terminationGracePeriod";
 pub const ANNOTATION_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
-
-/// Labels or annotations as the runtime reports them: shared, not copied,
-/// when runtime data is handed around.
-pub type Labels = std::sync::Arc<BTreeMap<String, String>>;
 
 /// Deadline and cancellation for one runtime call.
 #[derive(Clone)]
@@ -178,8 +175,6 @@ pub struct SandboxInfo {
     pub ready: bool,
     pub created_at_ns: i64,
     pub ip: Option<String>,
-    pub labels: Labels,
-    pub annotations: Labels,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -197,8 +192,8 @@ pub struct ContainerInfo {
     pub exit_code: i32,
     pub reason: String,
     pub message: String,
-    pub labels: Labels,
-    pub annotations: Labels,
+    /// The pod's grace period recorded at creation ([`ANNOTATION_GRACE`]).
+    pub grace: Option<i64>,
 }
 
 /// Everything the runtime holds for one pod UID.
@@ -235,7 +230,7 @@ impl RuntimePod {
 
     /// The grace period recorded on the pod's containers at creation.
     pub fn recorded_grace(&self) -> Option<i64> {
-        self.containers.iter().filter_map(|c| c.annotations.get(ANNOTATION_GRACE)?.parse().ok()).min()
+        self.containers.iter().filter_map(|c| c.grace).min()
     }
 }
 

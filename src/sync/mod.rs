@@ -11,7 +11,7 @@ pub mod volumes;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -20,6 +20,7 @@ pub use backoff::Backoff;
 use crate::events::EventRecorder;
 use crate::model::{self, Pod, Uid};
 use crate::podworkers::{PodSyncer, StatusFn, SyncCtx, SyncError, SyncResult, UpdateType};
+use crate::runtime::cache::PodCache;
 use crate::runtime::{CallCtx, Runtime, RuntimePod};
 use crate::status::{StatusManager, Waiting};
 
@@ -76,6 +77,11 @@ pub struct PodSync {
     backoff: Backoff,
     /// Told when a pod's containers first all run (pod start duration).
     metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// The relist's view: a set-up pass reuses its pod's last status read
+    /// when a later relist saw the pod unchanged.
+    pod_cache: Option<Arc<PodCache>>,
+    /// Each syncing pod's last status read and when it began.
+    reads: Mutex<HashMap<Uid, (Instant, RuntimePod)>>,
 }
 
 impl PodSync {
@@ -86,7 +92,45 @@ impl PodSync {
         cfg: SyncConfig,
     ) -> Self {
         let backoff = Backoff::new(cfg.backoff_initial, cfg.backoff_max);
-        PodSync { runtime, statuses, events, cfg, reasons: Mutex::new(HashMap::new()), backoff, metrics: None }
+        PodSync {
+            runtime,
+            statuses,
+            events,
+            cfg,
+            reasons: Mutex::new(HashMap::new()),
+            backoff,
+            metrics: None,
+            pod_cache: None,
+            reads: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Reuse status reads the relist in `cache` saw unchanged since.
+    pub fn with_pod_cache(mut self, cache: Arc<PodCache>) -> Self {
+        self.pod_cache = Some(cache);
+        self
+    }
+
+    /// The pod's runtime status: the last read if the relist saw the pod
+    /// unchanged since it began, else a fresh read.
+    fn status(&self, ctx: &SyncCtx, uid: &str) -> Result<RuntimePod, SyncError> {
+        if let Some(cache) = &self.pod_cache
+            && let Some((at, rp)) = self.reads.lock().get(uid)
+            && cache.unchanged_since(uid, *at, rp)
+        {
+            return Ok(rp.clone());
+        }
+        self.fresh_status(ctx, uid)
+    }
+
+    /// Read the pod's runtime status (and remember the read).
+    fn fresh_status(&self, ctx: &SyncCtx, uid: &str) -> Result<RuntimePod, SyncError> {
+        let at = Instant::now();
+        let rp = self.runtime.pod_status(&self.call(ctx), uid)?;
+        if self.pod_cache.is_some() {
+            self.reads.lock().insert(uid.to_string(), (at, rp.clone()));
+        }
+        Ok(rp)
     }
 
     /// Report pod start durations to `metrics`.
@@ -163,6 +207,7 @@ impl PodSync {
 
     fn forget_pod(&self, uid: &str) {
         self.reasons.lock().remove(uid);
+        self.reads.lock().remove(uid);
         self.backoff.forget_pod(uid);
     }
 }

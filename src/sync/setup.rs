@@ -58,7 +58,7 @@ impl PodSync {
         ctx.check()?;
         let uid = model::uid(pod).to_string();
         self.make_dirs(pod)?;
-        let rp = self.runtime.pod_status(&self.call(ctx), &uid)?;
+        let rp = self.status(ctx, &uid)?;
         ctx.check()?;
         if is_terminal(pod, &rp) {
             // Every container is done and none may run again (seen, for
@@ -145,7 +145,7 @@ impl PodSync {
             }
         }
         ctx.check()?;
-        let rp = if acted { self.runtime.pod_status(&self.call(ctx), &uid)? } else { rp };
+        let rp = if acted { self.fresh_status(ctx, &uid)? } else { rp };
         let terminal = is_terminal(pod, &rp);
         self.write_status(ctx, pod, &rp);
         Ok(SyncResult { terminal, requeue_after: requeue })

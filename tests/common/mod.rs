@@ -54,6 +54,9 @@ pub struct Opts {
     pub observer: Option<Arc<dyn Observer>>,
     pub backoff: Duration,
     pub container_backoff: Duration,
+    /// Share a pod cache between the relist and the sync phases, as the
+    /// daemon does.
+    pub pod_cache: bool,
 }
 
 impl Default for Opts {
@@ -65,6 +68,7 @@ impl Default for Opts {
             observer: None,
             backoff: Duration::from_millis(50),
             container_backoff: Duration::from_millis(200),
+            pod_cache: false,
         }
     }
 }
@@ -85,7 +89,12 @@ impl Harness {
         cfg.backoff_initial = o.container_backoff;
         cfg.backoff_max = o.container_backoff * 8;
         cfg.id_prefix = "fake://".into();
-        let syncer = Arc::new(PodSync::new(fake.clone(), statuses.clone(), events.clone(), cfg));
+        let cache = Arc::new(podwarden::runtime::cache::PodCache::new());
+        let mut syncer = PodSync::new(fake.clone(), statuses.clone(), events.clone(), cfg);
+        if o.pod_cache {
+            syncer = syncer.with_pod_cache(cache.clone());
+        }
+        let syncer = Arc::new(syncer);
         let observer: Arc<dyn Observer> = match o.observer {
             Some(obs) => obs,
             None => metrics.clone(),
@@ -99,25 +108,28 @@ impl Harness {
             },
             Some(observer),
         );
-        let agent = Arc::new(Agent::new(
-            AgentConfig {
-                node_name: "node-1".into(),
-                root_dir: root.0.join("root"),
-                runtime_call_timeout: Duration::from_secs(5),
-            },
-            workers.clone(),
-            fake.clone(),
-            statuses.clone(),
-            events.clone(),
-            Arc::new(Admission::new(Allocatable {
-                cpu_millis: o.cpu_millis,
-                memory_bytes: o.memory_bytes,
-                pods: o.max_pods,
-                cpu_capacity_millis: o.cpu_millis,
-                memory_capacity_bytes: o.memory_bytes,
-            })),
-            metrics.clone(),
-        ));
+        let agent = Arc::new(
+            Agent::new(
+                AgentConfig {
+                    node_name: "node-1".into(),
+                    root_dir: root.0.join("root"),
+                    runtime_call_timeout: Duration::from_secs(5),
+                },
+                workers.clone(),
+                fake.clone(),
+                statuses.clone(),
+                events.clone(),
+                Arc::new(Admission::new(Allocatable {
+                    cpu_millis: o.cpu_millis,
+                    memory_bytes: o.memory_bytes,
+                    pods: o.max_pods,
+                    cpu_capacity_millis: o.cpu_millis,
+                    memory_capacity_bytes: o.memory_bytes,
+                })),
+                metrics.clone(),
+            )
+            .with_pod_cache(cache),
+        );
         // the static pod source delivered its first (empty) set
         agent.apply_source(Vec::new());
         Harness { fake, agent, workers, statuses, events, metrics, root }

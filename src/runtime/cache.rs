@@ -1,0 +1,179 @@
+//! The relist's view of each pod, shared with the sync phases: which
+//! sandboxes and containers a pod has and their states, and when the list
+//! that saw them began. A sync that read a pod's status before that list,
+//! and finds the list saw the same sandboxes and containers, may reuse its
+//! read: nothing a sync acts on changed in between (any change there moves
+//! an ID or a state, and the relist wakes the pod's worker for it). The
+//! kubelet's pod cache, fed by its PLEG, serves the same end: a steady-state
+//! resync of an idle pod costs no runtime call.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+
+use super::{ContainerState, RuntimePod};
+use crate::model::Uid;
+
+/// A pod's sandboxes (ID, ready) and containers (ID, state), sorted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Fingerprint {
+    sandboxes: Vec<(String, bool)>,
+    containers: Vec<(String, ContainerState)>,
+}
+
+impl Fingerprint {
+    pub fn of(rp: &RuntimePod) -> Self {
+        let mut sandboxes: Vec<_> = rp.sandboxes.iter().map(|s| (s.id.clone(), s.ready)).collect();
+        let mut containers: Vec<_> = rp.containers.iter().map(|c| (c.id.clone(), c.state)).collect();
+        sandboxes.sort_unstable();
+        containers.sort_unstable();
+        Fingerprint { sandboxes, containers }
+    }
+
+    /// Does `rp` show exactly these sandboxes and containers? (No copies.)
+    fn matches(&self, rp: &RuntimePod) -> bool {
+        self.sandboxes.len() == rp.sandboxes.len()
+            && self.containers.len() == rp.containers.len()
+            && rp.sandboxes.iter().all(|s| self.sandboxes.iter().any(|(id, r)| *id == s.id && *r == s.ready))
+            && rp.containers.iter().all(|c| self.containers.iter().any(|(id, st)| *id == c.id && *st == c.state))
+    }
+}
+
+#[derive(Default)]
+struct Seen {
+    /// When the newest list began; `None` before the first.
+    listed_at: Option<Instant>,
+    /// Pods with anything in the runtime in that list.
+    pods: HashMap<Uid, Fingerprint>,
+}
+
+#[derive(Default)]
+pub struct PodCache {
+    seen: Mutex<Seen>,
+}
+
+impl PodCache {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Record a full runtime list begun at `listed_at`. Returns the UIDs
+    /// whose sandboxes or containers changed since the previous list (pods
+    /// new to this list are not counted: their workers made them).
+    pub fn update(&self, listed_at: Instant, pods: &[RuntimePod]) -> Vec<Uid> {
+        let mut fresh = HashMap::with_capacity(pods.len());
+        let mut changed = Vec::new();
+        let mut seen = self.seen.lock();
+        for rp in pods {
+            let fp = Fingerprint::of(rp);
+            if seen.pods.get(&rp.uid).is_some_and(|old| *old != fp) {
+                changed.push(rp.uid.clone());
+            }
+            fresh.insert(rp.uid.clone(), fp);
+        }
+        // a list that began before the one recorded (two listers racing)
+        // must not replace it
+        if seen.listed_at.is_none_or(|t| t <= listed_at) {
+            *seen = Seen { listed_at: Some(listed_at), pods: fresh };
+        }
+        changed
+    }
+
+    /// True when a list begun after `read_at` saw the pod with exactly the
+    /// sandboxes and containers of `rp`, read at `read_at`.
+    pub fn unchanged_since(&self, uid: &str, read_at: Instant, rp: &RuntimePod) -> bool {
+        let seen = self.seen.lock();
+        if seen.listed_at.is_none_or(|t| t <= read_at) {
+            return false;
+        }
+        match seen.pods.get(uid) {
+            Some(fp) => fp.matches(rp),
+            None => rp.sandboxes.is_empty() && rp.containers.is_empty(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{ContainerInfo, SandboxInfo};
+
+    fn pod(uid: &str, sandbox_ready: bool, containers: &[(&str, ContainerState)]) -> RuntimePod {
+        RuntimePod {
+            uid: uid.into(),
+            sandboxes: vec![SandboxInfo {
+                id: format!("sb-{uid}"),
+                uid: uid.into(),
+                name: "p".into(),
+                namespace: "ns".into(),
+                attempt: 0,
+                ready: sandbox_ready,
+                created_at_ns: 1,
+                ip: None,
+            }],
+            containers: containers
+                .iter()
+                .map(|(id, state)| ContainerInfo {
+                    id: id.to_string(),
+                    sandbox_id: format!("sb-{uid}"),
+                    name: "c".into(),
+                    attempt: 0,
+                    image: "i".into(),
+                    image_ref: "r".into(),
+                    state: *state,
+                    created_at_ns: 1,
+                    started_at_ns: 1,
+                    finished_at_ns: 0,
+                    exit_code: 0,
+                    reason: String::new(),
+                    message: String::new(),
+                    grace: None,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_read_is_reusable_only_after_a_later_list_saw_the_same_pod() {
+        use ContainerState::*;
+        let cache = PodCache::new();
+        let a = pod("a", true, &[("c1", Running)]);
+        let read_at = Instant::now();
+        assert!(!cache.unchanged_since("a", read_at, &a), "no list yet");
+        let before = read_at - std::time::Duration::from_millis(10);
+        assert!(cache.update(before, std::slice::from_ref(&a)).is_empty());
+        assert!(!cache.unchanged_since("a", read_at, &a), "that list began before the read");
+        let after = Instant::now() + std::time::Duration::from_millis(1);
+        assert!(cache.update(after, std::slice::from_ref(&a)).is_empty());
+        assert!(cache.unchanged_since("a", read_at, &a));
+        // an exit, a new container, a dead sandbox: each is a change
+        for other in [
+            pod("a", true, &[("c1", Exited)]),
+            pod("a", true, &[("c1", Running), ("c2", Created)]),
+            pod("a", false, &[("c1", Running)]),
+        ] {
+            assert!(!cache.unchanged_since("a", read_at, &other), "{other:?}");
+        }
+        // a pod the list did not see is unchanged only if the read was empty
+        assert!(!cache.unchanged_since("b", read_at, &pod("b", true, &[])));
+        assert!(cache.unchanged_since("b", read_at, &RuntimePod { uid: "b".into(), ..Default::default() }));
+    }
+
+    #[test]
+    fn update_reports_changed_pods_and_ignores_an_older_list() {
+        use ContainerState::*;
+        let cache = PodCache::new();
+        let t0 = Instant::now();
+        let t1 = t0 + std::time::Duration::from_millis(5);
+        assert!(cache.update(t1, &[pod("a", true, &[("c1", Running)]), pod("b", true, &[])]).is_empty());
+        let changed = cache.update(t1, &[pod("a", true, &[("c1", Exited)]), pod("b", true, &[]), pod("n", true, &[])]);
+        assert_eq!(changed, vec!["a".to_string()], "new pod n is not a change");
+        // an older list is compared but not recorded
+        let stale = pod("a", true, &[("c1", Running)]);
+        assert_eq!(cache.update(t0, std::slice::from_ref(&stale)), vec!["a".to_string()]);
+        let read_at = t0;
+        assert!(cache.unchanged_since("a", read_at, &pod("a", true, &[("c1", Exited)])));
+    }
+}
