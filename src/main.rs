@@ -30,6 +30,32 @@ Client commands (talk to the running agent over its local API socket):
 Exit status: 0 on success, 1 on an error (the message goes to stderr).
 ";
 
+const RUN_USAGE: &str = "\
+Run the node agent: follow the static pod manifests, run their pods through
+the CRI runtime, serve the local API and the read-only HTTP endpoint, and
+(with shutdownGracePeriod set) stop pods gracefully when logind announces a
+shutdown. SIGTERM/SIGINT stop the agent and leave the pods running; SIGHUP
+rescans the manifests.
+
+Usage:
+  podwarden run [--config FILE]
+
+Options:
+  -c, --config FILE   the config (KubeletConfiguration field names); default
+                      /etc/podwarden/config.yaml if present, else built-in
+                      defaults (see podwarden(8))
+";
+
+const VALIDATE_USAGE: &str = "\
+Check pod manifests as the agent would read them from staticPodPath, and
+print each valid pod's full name and UID; errors name the file and field.
+
+Usage:
+  podwarden validate FILE...
+
+Exit status: 0 if every file is a valid pod, 1 otherwise.
+";
+
 fn run(args: &[String]) -> Result<(), String> {
     match args.first().map(String::as_str) {
         Some("run") => {
@@ -42,7 +68,7 @@ fn run(args: &[String]) -> Result<(), String> {
                     }
                     s if s.starts_with("--config=") => config_path = Some(s["--config=".len()..].into()),
                     "-h" | "--help" => {
-                        print!("{USAGE}");
+                        print!("{RUN_USAGE}");
                         return Ok(());
                     }
                     other => return Err(format!("run: unknown argument {other:?}\n\n{USAGE}")),
@@ -57,6 +83,10 @@ fn run(args: &[String]) -> Result<(), String> {
             podwarden::daemon::run(config).map_err(|e| e.to_string())
         }
         Some("validate") => {
+            if args[1..].iter().any(|a| a == "-h" || a == "--help") {
+                print!("{VALIDATE_USAGE}");
+                return Ok(());
+            }
             if args.len() < 2 {
                 return Err(format!("validate: name at least one manifest file\n\n{USAGE}"));
             }

@@ -186,7 +186,7 @@ fn errors_name_the_input_and_exit_1() {
     assert_eq!(code, Some(1));
     assert!(err.contains("/nonexistent/api.sock") && err.contains("does not exist"), "{err}");
     // --help for every verb
-    for verb in ["get", "describe", "logs", "events", "node", "apply", "delete", "version"] {
+    for verb in ["run", "validate", "get", "describe", "logs", "events", "node", "apply", "delete", "version"] {
         let out = Command::new(BIN).args([verb, "--help"]).output().unwrap();
         assert!(out.status.success(), "{verb} --help");
         assert!(String::from_utf8_lossy(&out.stdout).contains("Usage:"), "{verb} --help");

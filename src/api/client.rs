@@ -9,9 +9,15 @@ use grpcio::{CallOption, ChannelBuilder};
 use super::pb::api;
 use super::pb::api_grpc::PodWardenClient;
 
-/// Default socket: `$PODWARDEN_SOCKET`, else `/run/podwarden/podwarden.sock`.
+/// Default socket: `$PODWARDEN_SOCKET`, else `/run/podwarden/podwarden.sock`
+/// (an empty `$PODWARDEN_SOCKET` counts as unset, as a shell's `X= cmd`
+/// means).
 pub fn default_socket() -> String {
-    std::env::var("PODWARDEN_SOCKET").unwrap_or_else(|_| "/run/podwarden/podwarden.sock".into())
+    socket_from(std::env::var("PODWARDEN_SOCKET").ok())
+}
+
+fn socket_from(env: Option<String>) -> String {
+    env.filter(|s| !s.is_empty()).unwrap_or_else(|| "/run/podwarden/podwarden.sock".into())
 }
 
 pub struct Client {
@@ -157,5 +163,15 @@ impl Client {
             ..Default::default()
         };
         self.inner.delete_opt(&req, self.opt()).map_err(message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_empty_socket_variable_means_the_default() {
+        assert_eq!(super::socket_from(None), "/run/podwarden/podwarden.sock");
+        assert_eq!(super::socket_from(Some(String::new())), "/run/podwarden/podwarden.sock");
+        assert_eq!(super::socket_from(Some("/tmp/x.sock".into())), "/tmp/x.sock");
     }
 }

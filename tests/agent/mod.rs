@@ -36,6 +36,21 @@ pub fn call() -> CallCtx {
     CallCtx::background(Duration::from_secs(30))
 }
 
+/// Stop and remove every podwarden-labelled sandbox (and so its
+/// containers) in the private containerd.
+pub fn clear_runtime(cri: &CriRuntime) {
+    let pods = cri.list_pods(&call()).expect("list the e2e containerd's pods");
+    for rp in pods {
+        for sb in &rp.sandboxes {
+            eprintln!("e2e: removing leftover sandbox {} of pod {}/{} ({})", sb.id, rp.namespace, rp.name, rp.uid);
+            cri.stop_sandbox(&call(), &sb.id).expect("stop a leftover sandbox");
+            cri.remove_sandbox(&call(), &sb.id).expect("remove a leftover sandbox");
+        }
+    }
+    let left = cri.list_pods(&call()).expect("list the e2e containerd's pods");
+    assert!(left.iter().all(|rp| rp.sandboxes.is_empty() && rp.containers.is_empty()), "left over: {left:?}");
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -56,15 +71,19 @@ impl Agent {
         Self::start_with(tag, "", &[])
     }
 
-    /// Start with `extra` config lines and `env` for the daemon.
+    /// Start with `extra` config lines and `env` for the daemon, on a
+    /// runtime cleared of pods an earlier test or `scripts/demo.sh` left
+    /// behind (a new agent would count them as its orphans).
     pub fn start_with(tag: &str, extra: &str, env: &[(&str, &str)]) -> Self {
         let dir = TempDir::new(&format!("e2e-{tag}"));
         std::fs::create_dir_all(dir.0.join("manifests")).unwrap();
+        let cri = cri();
+        clear_runtime(&cri);
         let mut a = Agent {
             port: free_port(),
             dir,
             child: None,
-            cri: cri(),
+            cri,
             extra_config: extra.to_string(),
             env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         };
