@@ -11,7 +11,7 @@ podwarden: run Kubernetes pods on this machine through a CRI runtime
 
 Usage:
   podwarden run [--config FILE]     run the node agent (default config: /etc/podwarden/config.yaml if present)
-  podwarden validate FILE...        check pod manifests and print each pod's UID
+  podwarden validate [--config FILE] FILE...  check pod manifests and print each pod's UID
 
 Client commands (talk to the running agent over its local API socket):
   podwarden get pods [NAME] [-o wide|json|yaml] [-n NS | -A]
@@ -49,9 +49,10 @@ Options:
 const VALIDATE_USAGE: &str = "\
 Check pod manifests as the agent would read them from staticPodPath, and
 print each valid pod's full name and UID; errors name the file and field.
+The UID depends on the node name, taken from the config as `run` takes it.
 
 Usage:
-  podwarden validate FILE...
+  podwarden validate [--config FILE] FILE...
 
 Exit status: 0 if every file is a valid pod, 1 otherwise.
 ";
@@ -74,25 +75,31 @@ fn run(args: &[String]) -> Result<(), String> {
                     other => return Err(format!("run: unknown argument {other:?}\n\n{USAGE}")),
                 }
             }
-            let default = PathBuf::from("/etc/podwarden/config.yaml");
-            let config = match config_path {
-                Some(p) => Config::load(&p).map_err(|e| e.to_string())?,
-                None if default.exists() => Config::load(&default).map_err(|e| e.to_string())?,
-                None => Config::default(),
-            };
-            podwarden::daemon::run(config).map_err(|e| e.to_string())
+            podwarden::daemon::run(load_config(config_path)?).map_err(|e| e.to_string())
         }
         Some("validate") => {
-            if args[1..].iter().any(|a| a == "-h" || a == "--help") {
-                print!("{VALIDATE_USAGE}");
-                return Ok(());
+            let mut config_path: Option<PathBuf> = None;
+            let mut files = Vec::new();
+            let mut it = args[1..].iter();
+            while let Some(a) = it.next() {
+                match a.as_str() {
+                    "-h" | "--help" => {
+                        print!("{VALIDATE_USAGE}");
+                        return Ok(());
+                    }
+                    "--config" | "-c" => config_path = Some(it.next().ok_or("--config needs a file")?.into()),
+                    s if s.starts_with("--config=") => config_path = Some(s["--config=".len()..].into()),
+                    _ => files.push(a),
+                }
             }
-            if args.len() < 2 {
-                return Err(format!("validate: name at least one manifest file\n\n{USAGE}"));
+            if files.is_empty() {
+                return Err(format!("validate: name at least one manifest file\n\n{VALIDATE_USAGE}"));
             }
-            let node = Config::default().node_name;
+            // the UID depends on the node name: take it from the config the
+            // agent would use
+            let node = load_config(config_path)?.node_name;
             let mut failed = false;
-            for f in &args[1..] {
+            for f in files {
                 match podwarden::model::manifest::read_file(f.as_ref(), &node) {
                     Ok(p) => {
                         println!("{f}: ok: pod {} uid {}", podwarden::model::full_name(&p), podwarden::model::uid(&p))
@@ -117,6 +124,17 @@ fn run(args: &[String]) -> Result<(), String> {
             Ok(())
         }
         Some(other) => Err(format!("unknown command {other:?}\n\n{USAGE}")),
+    }
+}
+
+/// The config at `path`, else `/etc/podwarden/config.yaml` if present, else
+/// the defaults.
+fn load_config(path: Option<PathBuf>) -> Result<Config, String> {
+    let default = PathBuf::from("/etc/podwarden/config.yaml");
+    match path {
+        Some(p) => Config::load(&p).map_err(|e| e.to_string()),
+        None if default.exists() => Config::load(&default).map_err(|e| e.to_string()),
+        None => Ok(Config::default()),
     }
 }
 

@@ -20,8 +20,15 @@ fn pod_dirs(root: &std::path::Path) -> Vec<String> {
     v
 }
 
+/// The UID `podwarden validate` reports for `file` on node "test-node" (an
+/// explicit config, so an installed /etc/podwarden/config.yaml plays no part).
 fn uid_of(file: &std::path::Path) -> String {
-    let out = Command::new(BIN).args(["validate", file.to_str().unwrap()]).env("HOSTNAME", "x").output().unwrap();
+    let config = file.with_file_name("uid-of-config.yaml");
+    std::fs::write(&config, "nodeName: test-node\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["validate", "--config", config.to_str().unwrap(), file.to_str().unwrap()])
+        .output()
+        .unwrap();
     let s = String::from_utf8_lossy(&out.stdout).to_string();
     s.rsplit("uid ").next().unwrap().trim().to_string()
 }
@@ -127,6 +134,26 @@ fn validate_reports_each_file() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bad.yaml: field metadata.name"), "{err}");
+    // the UID is the one the agent derives with the config's nodeName
+    let config = d.0.join("config.yaml");
+    std::fs::write(&config, "nodeName: edge-7\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["validate", "--config", config.to_str().unwrap(), good.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let want = podwarden::model::manifest::read_file(&good, "edge-7").unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(&format!("uid {}", podwarden::model::uid(&want))), "{stdout}");
+    assert!(!stdout.contains(&uid_of(&good)), "another node name, another UID: {stdout}");
+    // a bad config is an error naming it
+    std::fs::write(&config, "nodeName: [1]\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["validate", "--config", config.to_str().unwrap(), good.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("config.yaml"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]
