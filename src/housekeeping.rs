@@ -33,13 +33,13 @@ impl Waker {
 }
 
 /// How often free heap memory goes back to the kernel.
-pub const TRIM_PERIOD: Duration = Duration::from_secs(30);
+const TRIM_PERIOD: Duration = Duration::from_secs(30);
 
 /// Give the pages of free heap memory back to the kernel. glibc keeps what
 /// freed chunks cover resident (only the top of each arena is trimmed by
 /// itself), so memory a burst used (starting many pods, a big list) would
 /// stay in the RSS for good.
-pub fn trim_heap() {
+fn trim_heap() {
     #[cfg(target_env = "gnu")]
     // SAFETY: malloc_trim only releases free pages of the allocator's own
     // arenas; it is thread-safe.
@@ -58,11 +58,6 @@ pub struct Periodic {
 pub type Housekeeping = Periodic;
 
 impl Periodic {
-    /// Housekeeping of `agent` only, every `period` or when woken.
-    pub fn start(agent: Arc<Agent>, period: Duration) -> std::io::Result<Self> {
-        Self::run("housekeeping", period, move |_| agent.housekeeping())
-    }
-
     /// The daemon's housekeeping thread: a relist every `relist`, replaced
     /// by a housekeeping pass every `period` or when woken. One runtime list
     /// a relist period serves both.
@@ -87,7 +82,7 @@ impl Periodic {
 
     /// Run `f` at once, then every `period` or when woken; `f` is told
     /// whether it was woken.
-    pub fn run(name: &str, period: Duration, mut f: impl FnMut(bool) + Send + 'static) -> std::io::Result<Self> {
+    fn run(name: &str, period: Duration, mut f: impl FnMut(bool) + Send + 'static) -> std::io::Result<Self> {
         let waker = Waker::default();
         let w = waker.clone();
         let join = crate::thread::spawn(name, None, move || {

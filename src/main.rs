@@ -60,38 +60,18 @@ Exit status: 0 if every file is a valid pod, 1 otherwise.
 fn run(args: &[String]) -> Result<(), String> {
     match args.first().map(String::as_str) {
         Some("run") => {
-            let mut config_path: Option<PathBuf> = None;
-            let mut it = args[1..].iter();
-            while let Some(a) = it.next() {
-                match a.as_str() {
-                    "--config" | "-c" => {
-                        config_path = Some(it.next().ok_or("--config needs a file")?.into());
-                    }
-                    s if s.starts_with("--config=") => config_path = Some(s["--config=".len()..].into()),
-                    "-h" | "--help" => {
-                        print!("{RUN_USAGE}");
-                        return Ok(());
-                    }
-                    other => return Err(format!("run: unknown argument {other:?}\n\n{USAGE}")),
-                }
+            let Some((config_path, rest)) = config_args(&args[1..], RUN_USAGE)? else {
+                return Ok(());
+            };
+            if let Some(other) = rest.first() {
+                return Err(format!("run: unknown argument {other:?}\n\n{USAGE}"));
             }
             podwarden::daemon::run(load_config(config_path)?).map_err(|e| e.to_string())
         }
         Some("validate") => {
-            let mut config_path: Option<PathBuf> = None;
-            let mut files = Vec::new();
-            let mut it = args[1..].iter();
-            while let Some(a) = it.next() {
-                match a.as_str() {
-                    "-h" | "--help" => {
-                        print!("{VALIDATE_USAGE}");
-                        return Ok(());
-                    }
-                    "--config" | "-c" => config_path = Some(it.next().ok_or("--config needs a file")?.into()),
-                    s if s.starts_with("--config=") => config_path = Some(s["--config=".len()..].into()),
-                    _ => files.push(a),
-                }
-            }
+            let Some((config_path, files)) = config_args(&args[1..], VALIDATE_USAGE)? else {
+                return Ok(());
+            };
             if files.is_empty() {
                 return Err(format!("validate: name at least one manifest file\n\n{VALIDATE_USAGE}"));
             }
@@ -125,6 +105,30 @@ fn run(args: &[String]) -> Result<(), String> {
         }
         Some(other) => Err(format!("unknown command {other:?}\n\n{USAGE}")),
     }
+}
+
+/// The config file named (if any) and the other arguments.
+type ConfigArgs<'a> = (Option<PathBuf>, Vec<&'a String>);
+
+/// `--config FILE` (or `-c`, `--config=FILE`) and `--help` among `args`: the
+/// config file named and the other arguments, or `None` once `usage` is
+/// printed for `--help`.
+fn config_args<'a>(args: &'a [String], usage: &str) -> Result<Option<ConfigArgs<'a>>, String> {
+    let mut path: Option<PathBuf> = None;
+    let mut rest = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-h" | "--help" => {
+                print!("{usage}");
+                return Ok(None);
+            }
+            "--config" | "-c" => path = Some(it.next().ok_or("--config needs a file")?.into()),
+            s if s.starts_with("--config=") => path = Some(s["--config=".len()..].into()),
+            _ => rest.push(a),
+        }
+    }
+    Ok(Some((path, rest)))
 }
 
 /// The config at `path`, else `/etc/podwarden/config.yaml` if present, else

@@ -482,7 +482,12 @@ fn housekeeping_removes_dirs_of_pods_nobody_knows() {
 #[test]
 fn housekeeping_thread_runs_when_woken() {
     let h = Harness::new();
-    let hk = podwarden::housekeeping::Housekeeping::start(h.agent.clone(), Duration::from_secs(3600)).unwrap();
+    let hk = podwarden::housekeeping::Housekeeping::with_relist(
+        h.agent.clone(),
+        Duration::from_secs(3600),
+        Duration::from_secs(3600),
+    )
+    .unwrap();
     // the first pass runs at once
     wait_for("first pass", T, || h.agent.last_housekeeping.lock().is_some());
     let first = h.agent.last_housekeeping.lock().unwrap();

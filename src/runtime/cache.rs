@@ -15,20 +15,19 @@ use parking_lot::Mutex;
 use super::{ContainerState, RuntimePod};
 use crate::model::Uid;
 
-/// A pod's sandboxes (ID, ready) and containers (ID, state), sorted.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Fingerprint {
+/// A pod's sandboxes (ID, ready) and containers (ID, state).
+#[derive(Debug, Clone, Default)]
+struct Fingerprint {
     sandboxes: Vec<(String, bool)>,
     containers: Vec<(String, ContainerState)>,
 }
 
 impl Fingerprint {
-    pub fn of(rp: &RuntimePod) -> Self {
-        let mut sandboxes: Vec<_> = rp.sandboxes.iter().map(|s| (s.id.clone(), s.ready)).collect();
-        let mut containers: Vec<_> = rp.containers.iter().map(|c| (c.id.clone(), c.state)).collect();
-        sandboxes.sort_unstable();
-        containers.sort_unstable();
-        Fingerprint { sandboxes, containers }
+    fn of(rp: &RuntimePod) -> Self {
+        Fingerprint {
+            sandboxes: rp.sandboxes.iter().map(|s| (s.id.clone(), s.ready)).collect(),
+            containers: rp.containers.iter().map(|c| (c.id.clone(), c.state)).collect(),
+        }
     }
 
     /// Does `rp` show exactly these sandboxes and containers? (No copies.)
@@ -66,11 +65,10 @@ impl PodCache {
         let mut changed = Vec::new();
         let mut seen = self.seen.lock();
         for rp in pods {
-            let fp = Fingerprint::of(rp);
-            if seen.pods.get(&rp.uid).is_some_and(|old| *old != fp) {
+            if seen.pods.get(&rp.uid).is_some_and(|old| !old.matches(rp)) {
                 changed.push(rp.uid.clone());
             }
-            fresh.insert(rp.uid.clone(), fp);
+            fresh.insert(rp.uid.clone(), Fingerprint::of(rp));
         }
         // a list that began before the one recorded (two listers racing)
         // must not replace it
