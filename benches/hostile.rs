@@ -181,7 +181,7 @@ fn slow_clients(addr: SocketAddr, n: usize, stop: &Arc<AtomicBool>) -> Vec<std::
     (0..n)
         .map(|i| {
             let stop = stop.clone();
-            std::thread::spawn(move || {
+            podwarden::thread::spawn(format!("slow-{i}"), None, move || {
                 let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else { return };
                 // half idle, half trickling one byte every 500 ms
                 let req = b"GET /healthz HTTP/1.1\r\nHost: slow\r\n";
@@ -197,6 +197,7 @@ fn slow_clients(addr: SocketAddr, n: usize, stop: &Arc<AtomicBool>) -> Vec<std::
                     std::thread::sleep(Duration::from_millis(500));
                 }
             })
+            .unwrap()
         })
         .collect()
 }
@@ -226,7 +227,7 @@ fn main() {
     let applier = {
         let (stop, sock) = (stop.clone(), agent.api_socket());
         let inputs = inputs.clone();
-        std::thread::spawn(move || {
+        podwarden::thread::spawn("hostile-apply", None, move || {
             let c = Client::connect(sock.to_str().unwrap()).unwrap();
             let mut n = 0;
             while !stop.load(Ordering::Relaxed) && n < 2000 {
@@ -235,6 +236,7 @@ fn main() {
             }
             n
         })
+        .unwrap()
     };
     let mut lat = Vec::new();
     for _ in 0..200 {
