@@ -9,6 +9,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use podwarden::runtime::CallCtx;
 
+pub mod http;
+
 /// The image `scripts/e2e-env.sh` builds from busybox-static.
 pub const IMAGE: &str = "localhost/busybox:e2e";
 
