@@ -177,31 +177,6 @@ fn pod_yaml(name: &str, policy: &str, command: &str) -> String {
     )
 }
 
-fn slow_clients(addr: SocketAddr, n: usize, stop: &Arc<AtomicBool>) -> Vec<std::thread::JoinHandle<()>> {
-    (0..n)
-        .map(|i| {
-            let stop = stop.clone();
-            podwarden::thread::spawn(format!("slow-{i}"), None, move || {
-                let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else { return };
-                // half idle, half trickling one byte every 500 ms
-                let req = b"GET /healthz HTTP/1.1\r\nHost: slow\r\n";
-                let mut k = 0;
-                let end = Instant::now() + Duration::from_secs(60);
-                while !stop.load(Ordering::Relaxed) && Instant::now() < end {
-                    if i % 2 == 1 && k < req.len() {
-                        if s.write_all(&req[k..k + 1]).is_err() {
-                            return;
-                        }
-                        k += 1;
-                    }
-                    std::thread::sleep(Duration::from_millis(500));
-                }
-            })
-            .unwrap()
-        })
-        .collect()
-}
-
 fn main() {
     let agent = Agent::start();
     let client = agent.client();
@@ -250,20 +225,8 @@ fn main() {
     out.insert("api_ms_p99_during_hostile_apply", p99(lat));
     out.insert("hostile_applies_meanwhile", applied as f64);
 
-    // /healthz with 100 slow clients
-    let stop = Arc::new(AtomicBool::new(false));
-    let clients = slow_clients(agent.http, 100, &stop);
-    std::thread::sleep(Duration::from_millis(500));
-    let mut lat = Vec::new();
-    for _ in 0..100 {
-        lat.push(agent.healthz_ms().unwrap_or(f64::INFINITY).min(60_000.0));
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    stop.store(true, Ordering::Relaxed);
-    for c in clients {
-        let _ = c.join();
-    }
-    out.insert("healthz_ms_p99_slow_clients", p99(lat));
+    // /healthz with 100 slow clients (half idle, half trickling)
+    out.insert("healthz_ms_p99_slow_clients", support::http::healthz_p99_with_slow_clients(agent.http, 100));
 
     // delete while the pod is starting
     let mut delete_max = 0f64;
