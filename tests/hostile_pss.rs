@@ -291,24 +291,25 @@ fn a_privileged_container_runs_privileged_on_containerd() {
     wait_for("both containers running", Duration::from_secs(40), || a.running(&uid) == 2);
     let logs = a.dir.0.join("logs").join(format!("e2e_priv_{uid}"));
     let read = |c: &str| std::fs::read_to_string(logs.join(c).join("0.log")).unwrap_or_default();
+    let devices = |c: &str| -> Option<usize> {
+        read(c).lines().find_map(|l| l.split("devices ").nth(1)).and_then(|n| n.trim().parse().ok())
+    };
     wait_for("both containers logged", Duration::from_secs(10), || {
-        cap_eff(&read("p")).is_some() && cap_eff(&read("q")).is_some()
+        ["p", "q"].iter().all(|c| cap_eff(&read(c)).is_some() && devices(c).is_some())
     });
     const CAP_SYS_ADMIN: u64 = 1 << 21;
     let (p, q) = (cap_eff(&read("p")).unwrap(), cap_eff(&read("q")).unwrap());
     assert_ne!(p & CAP_SYS_ADMIN, 0, "the privileged container has CAP_SYS_ADMIN: CapEff {p:x}");
     assert_eq!(q & CAP_SYS_ADMIN, 0, "the plain container keeps the default set: CapEff {q:x}");
     assert!(p.count_ones() > q.count_ones(), "privileged {p:x} vs plain {q:x}");
-    let devices = |c: &str| -> usize {
-        read(c).lines().find_map(|l| l.split("devices ").nth(1)).and_then(|n| n.trim().parse().ok()).unwrap_or(0)
-    };
     assert!(
         devices("p") > devices("q"),
-        "the privileged container sees the host's devices: {} vs {}",
+        "the privileged container sees the host's devices: {:?} vs {:?}",
         devices("p"),
         devices("q")
     );
-    let pod = a.pod("priv").unwrap();
-    assert_eq!(pod["status"]["phase"], "Running", "{pod}");
+    wait_for("priv Running in /pods", Duration::from_secs(10), || {
+        a.pod("priv").is_some_and(|p| p["status"]["phase"] == "Running")
+    });
     a.clean_up(&[&uid]);
 }
