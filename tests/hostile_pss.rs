@@ -199,6 +199,7 @@ fn an_api_group_member_is_held_to_baseline_and_root_is_not() {
     assert_eq!(listing(&a.manifests()), before, "nothing was written into staticPodPath");
     assert!(a.get("/healthz").is_some_and(|b| b.trim() == "ok"), "healthy after the refusals");
     let grown = rss_kib(&a).saturating_sub(rss_before);
+    eprintln!("agent RSS grew by {grown} KiB over {refused} refused applies");
     assert!(grown < 16 * 1024, "RSS grew by {grown} KiB over the refusals");
     assert!(a.log().contains("refused pod e2e/host-pid from an apiGroup member"), "{}", a.log());
     assert!(a.pods().is_empty(), "no refused pod reached the agent: {:?}", a.pods());
