@@ -97,11 +97,20 @@ fn ips_overlap(a: &str, b: &str) -> bool {
 pub struct Admission {
     allocatable: Allocatable,
     shutting_down: AtomicBool,
+    /// The Pod Security Standards level every pod from the static pod
+    /// source is held to (`staticPodSecurityLevel`).
+    pod_security: crate::pss::Level,
 }
 
 impl Admission {
     pub fn new(allocatable: Allocatable) -> Self {
-        Admission { allocatable, shutting_down: AtomicBool::new(false) }
+        Admission { allocatable, shutting_down: AtomicBool::new(false), pod_security: crate::pss::Level::Privileged }
+    }
+
+    /// Hold every pod to the Pod Security Standards `level`.
+    pub fn with_pod_security(mut self, level: crate::pss::Level) -> Self {
+        self.pod_security = level;
+        self
     }
 
     pub fn allocatable(&self) -> Allocatable {
@@ -122,6 +131,8 @@ impl Admission {
         if self.is_shutting_down() {
             return Err(Rejection::new(REASON_NODE_SHUTDOWN, MESSAGE_NODE_SHUTDOWN.into()));
         }
+        // a property of the pod itself: judged before what the node has left
+        crate::pss::enforce(self.pod_security, pod).map_err(|m| Rejection::new(crate::pss::REASON, m))?;
         let a = self.allocatable;
         let others: Vec<&Arc<Pod>> = active.iter().filter(|p| model::uid(p) != model::uid(pod)).collect();
         if others.len() + 1 > a.pods {
@@ -244,6 +255,22 @@ mod tests {
         assert_eq!(r.message, MESSAGE_NODE_SHUTDOWN);
         a.set_shutting_down(false);
         assert!(a.admit(&pod("a", None, None, None), &[]).is_ok());
+    }
+
+    #[test]
+    fn pod_security_level_rejects_with_upstreams_message() {
+        let mut p = (*pod("a", None, None, Some(8080))).clone();
+        p.spec.as_mut().unwrap().host_pid = Some(true);
+        // default: privileged, nothing checked
+        assert!(adm().admit(&p, &[]).is_ok());
+        let a = adm().with_pod_security(crate::pss::Level::Baseline);
+        let r = a.admit(&p, &[]).unwrap_err();
+        assert_eq!(r.reason, "PodSecurity");
+        assert_eq!(
+            r.message,
+            r#"violates PodSecurity "baseline:latest": host namespaces (hostPID=true), hostPort (container "c" uses hostPort 8080)"#
+        );
+        assert!(a.admit(&pod("b", None, None, None), &[]).is_ok());
     }
 
     #[test]

@@ -68,6 +68,13 @@ pub struct Config {
     /// Serve env values on the read-only `/pods` (podwarden-only; default
     /// false: they are redacted, unlike the kubelet's).
     pub read_only_port_shows_env: bool,
+    /// Pod Security Standards level for manifests in `staticPodPath` (root's
+    /// files) and pods applied through the API by root (podwarden-only;
+    /// default privileged).
+    pub static_pod_security_level: crate::pss::Level,
+    /// Pod Security Standards level for pods applied through the API by a
+    /// non-root member of `apiGroup` (podwarden-only; default baseline).
+    pub api_group_pod_security_level: crate::pss::Level,
 }
 
 fn hostname() -> String {
@@ -103,6 +110,8 @@ impl Default for Config {
             logind_drop_in_dir: "/etc/systemd/logind.conf.d".into(),
             api_group: None,
             read_only_port_shows_env: false,
+            static_pod_security_level: crate::pss::Level::Privileged,
+            api_group_pod_security_level: crate::pss::Level::Baseline,
         }
     }
 }
@@ -250,6 +259,8 @@ const FIELDS: &[&str] = &[
     "logindDropInDir",
     "apiGroup",
     "readOnlyPortShowsEnv",
+    "staticPodSecurityLevel",
+    "apiGroupPodSecurityLevel",
 ];
 
 impl Config {
@@ -412,6 +423,15 @@ impl Config {
             Some(Value::Bool(b)) => c.allow_privileged = *b,
             Some(v) => return Err(f.bad("allowPrivileged", v, "expected true or false")),
         }
+        for (field, level) in [
+            ("staticPodSecurityLevel", &mut c.static_pod_security_level),
+            ("apiGroupPodSecurityLevel", &mut c.api_group_pod_security_level),
+        ] {
+            if let Some(s) = f.string(field)? {
+                *level = crate::pss::Level::parse(&s)
+                    .ok_or_else(|| f.bad(field, &Value::String(s), "expected privileged, baseline or restricted"))?;
+            }
+        }
         if let Some(v) = map.get("priorityClasses").filter(|v| !v.is_null()) {
             let m =
                 v.as_object().ok_or_else(|| f.bad("priorityClasses", v, "expected a map of class name to integer"))?;
@@ -470,6 +490,26 @@ mod tests {
     }
 
     #[test]
+    fn pod_security_levels_load() {
+        let c = Config::parse("c.yaml", "staticPodSecurityLevel: baseline\napiGroupPodSecurityLevel: restricted\n")
+            .unwrap();
+        assert_eq!(c.static_pod_security_level, crate::pss::Level::Baseline);
+        assert_eq!(c.api_group_pod_security_level, crate::pss::Level::Restricted);
+        let d = Config::default();
+        assert_eq!(
+            (d.static_pod_security_level, d.api_group_pod_security_level),
+            (crate::pss::Level::Privileged, crate::pss::Level::Baseline)
+        );
+        match Config::parse("c.yaml", "apiGroupPodSecurityLevel: strict\n") {
+            Err(e) => assert_eq!(
+                e.to_string(),
+                "c.yaml: field apiGroupPodSecurityLevel: \"strict\" is invalid: expected privileged, baseline or restricted"
+            ),
+            Ok(_) => panic!("an unknown level loads"),
+        }
+    }
+
+    #[test]
     fn invalid_values_name_the_field() {
         let field = |text: &str| match Config::parse("c.yaml", text) {
             Err(ConfigError::Invalid { field, .. }) => field,
@@ -489,6 +529,8 @@ mod tests {
             "shutdownGracePeriodCriticalPods"
         );
         assert_eq!(field("containerRuntimeEndpoint: tcp://x"), "containerRuntimeEndpoint");
+        assert_eq!(field("staticPodSecurityLevel: Baseline"), "staticPodSecurityLevel");
+        assert_eq!(field("apiGroupPodSecurityLevel: none"), "apiGroupPodSecurityLevel");
         assert!(matches!(Config::parse("c.yaml", "a: [b"), Err(ConfigError::Syntax { .. })));
     }
 }

@@ -131,11 +131,10 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
     let events = Arc::new(EventRecorder::new(1000));
     let metrics = Arc::new(Metrics::new());
     let runtime: Arc<dyn Runtime> = Arc::new(crate::runtime::metered::Metered::new(runtime, metrics.clone()));
-    let admission = Arc::new(Admission::new(Allocatable::detect(
-        config.max_pods,
-        config.reserved_cpu_millis,
-        config.reserved_memory_bytes,
-    )));
+    let admission = Arc::new(
+        Admission::new(Allocatable::detect(config.max_pods, config.reserved_cpu_millis, config.reserved_memory_bytes))
+            .with_pod_security(config.static_pod_security_level),
+    );
     let mut sync_cfg = SyncConfig::new(config.root_dir.clone(), config.pod_logs_dir.clone());
     sync_cfg.call_timeout = config.runtime_request_timeout;
     sync_cfg.id_prefix = id_prefix.to_string();
@@ -227,6 +226,8 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
             node_name: config.node_name.clone(),
             healthy_within,
             rescan: source.rescanner(),
+            root_pod_security: config.static_pod_security_level,
+            group_pod_security: config.api_group_pod_security_level,
         };
         let server = crate::api::ApiServer::start(agent.clone(), cfg)
             .map_err(io(format!("serving the local API on {} (apiSocket)", config.api_socket.display())))?;

@@ -19,6 +19,7 @@ pub mod model;
 pub mod node;
 pub mod notify;
 pub mod podworkers;
+pub mod pss;
 pub mod runtime;
 pub mod shutdown;
 pub mod source;

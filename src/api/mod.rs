@@ -54,6 +54,12 @@ pub struct ApiConfig {
     pub healthy_within: Duration,
     /// Asks the manifest watcher for a scan now.
     pub rescan: Arc<dyn Fn() + Send + Sync>,
+    /// Pod Security Standards level `apply` holds root's pods to (the
+    /// static pods' level: root's manifests count like root's files).
+    pub root_pod_security: crate::pss::Level,
+    /// Pod Security Standards level `apply` holds a non-root `apiGroup`
+    /// member's pods to.
+    pub group_pod_security: crate::pss::Level,
 }
 
 /// Look up a group by name: its gid.
@@ -132,7 +138,10 @@ pub struct ApiServer {
     stop: Arc<AtomicBool>,
     socket: PathBuf,
     join: Option<JoinHandle<()>>,
-    server: Option<Arc<Mutex<grpcio::Server>>>,
+    /// One gRPC server for root's connections and one for `apiGroup`
+    /// members': a handler knows its caller's trust by the server it
+    /// serves (gRPC does not hand a call its peer's credentials).
+    servers: Option<[Arc<Mutex<grpcio::Server>>; 2]>,
 }
 
 impl ApiServer {
@@ -157,24 +166,29 @@ impl ApiServer {
             std::os::unix::fs::chown(&socket, Some(0), Some(*gid))?;
         }
         let env = crate::runtime::cri::grpc_env();
-        let service = pb::api_grpc::create_pod_warden(Service { agent, cfg: Arc::new(cfg.clone()) });
-        let mut server = grpcio::ServerBuilder::new(env)
-            .register_service(service)
-            .build()
-            .map_err(|e| std::io::Error::other(format!("gRPC server: {e}")))?;
-        server.start();
-        let server = Arc::new(Mutex::new(server));
+        let shared = Arc::new(cfg.clone());
+        let server = |root_caller: bool| -> std::io::Result<Arc<Mutex<grpcio::Server>>> {
+            let service =
+                pb::api_grpc::create_pod_warden(Service { agent: agent.clone(), cfg: shared.clone(), root_caller });
+            let mut server = grpcio::ServerBuilder::new(env.clone())
+                .register_service(service)
+                .build()
+                .map_err(|e| std::io::Error::other(format!("gRPC server: {e}")))?;
+            server.start();
+            Ok(Arc::new(Mutex::new(server)))
+        };
+        let servers = [server(true)?, server(false)?];
         let stop = Arc::new(AtomicBool::new(false));
-        let (st, srv, group) = (stop.clone(), server.clone(), cfg.group.clone());
+        let (st, srv, group) = (stop.clone(), servers.clone(), cfg.group.clone());
         let join = crate::thread::spawn("api-accept", None, move || {
             for conn in listener.incoming() {
                 if st.load(Ordering::SeqCst) {
                     break;
                 }
                 let Ok(conn) = conn else { continue };
-                let why = match peer(&conn) {
-                    Ok(c) => refusal(&c, &group),
-                    Err(e) => Some(format!("cannot read peer credentials: {e}")),
+                let (why, root) = match peer(&conn) {
+                    Ok(c) => (refusal(&c, &group), c.uid == 0),
+                    Err(e) => (Some(format!("cannot read peer credentials: {e}")), false),
                 };
                 if let Some(why) = why {
                     log::warn!("local API: refused a connection: {why}");
@@ -182,12 +196,14 @@ impl ApiServer {
                     continue;
                 }
                 let _ = conn.set_nonblocking(true);
+                // root's connections to the root server, members' to the other
+                let srv = &srv[if root { 0 } else { 1 }];
                 // SAFETY: the descriptor is a connected socket we own; gRPC
                 // takes it over.
                 unsafe { srv.lock().add_channel_from_fd(conn.into_raw_fd()) };
             }
         })?;
-        Ok(ApiServer { stop, socket, join: Some(join), server: Some(server) })
+        Ok(ApiServer { stop, socket, join: Some(join), servers: Some(servers) })
     }
 
     pub fn socket(&self) -> &Path {
@@ -203,8 +219,8 @@ impl Drop for ApiServer {
             let _ = j.join();
         }
         let _ = std::fs::remove_file(&self.socket);
-        // the last reference: dropping the server shuts it down
-        drop(self.server.take());
+        // the last references: dropping the servers shuts them down
+        drop(self.servers.take());
     }
 }
 
@@ -212,6 +228,9 @@ impl Drop for ApiServer {
 struct Service {
     agent: Arc<Agent>,
     cfg: Arc<ApiConfig>,
+    /// The caller is root (else a member of `apiGroup`): decided by the
+    /// peer credentials at accept, see [`ApiServer`].
+    root_caller: bool,
 }
 
 type Res<T> = Result<T, RpcStatus>;
@@ -337,6 +356,7 @@ impl Service {
         let pod = model::manifest::parse(&path_str, &req.manifest, &self.cfg.node_name)
             .map_err(|e| bad(e.to_string().replacen(&path_str, source, 1)))?;
         let uid = model::uid(&pod).to_string();
+        self.pod_security(&pod)?;
         let result = if std::fs::read(&path).is_ok_and(|old| old == req.manifest) {
             "unchanged"
         } else {
@@ -357,6 +377,21 @@ impl Service {
             manifest_path: path_str,
             result: result.into(),
             ..Default::default()
+        })
+    }
+
+    /// The Pod Security Standards level of this caller (root: the static
+    /// pods' level; an `apiGroup` member: the group's), enforced before
+    /// anything is written; the error is the API server's.
+    fn pod_security(&self, pod: &model::Pod) -> Res<()> {
+        let level = if self.root_caller { self.cfg.root_pod_security } else { self.cfg.group_pod_security };
+        crate::pss::enforce(level, pod).map_err(|m| {
+            let (ns, name) = (model::namespace(pod), model::name(pod));
+            log::warn!(
+                "local API: refused pod {ns}/{name} from {}: {m}",
+                if self.root_caller { "root" } else { "an apiGroup member" }
+            );
+            status(RpcStatusCode::PERMISSION_DENIED, format!("pods \"{name}\" is forbidden: {m}"))
         })
     }
 

@@ -256,6 +256,9 @@ impl CriRuntime {
         md.attempt = c.attempt;
         let mut sc = api::LinuxSandboxSecurityContext::new();
         sc.namespace_options = protobuf::MessageField::some(Self::namespaces(c));
+        // containerd refuses a privileged container in a sandbox not marked
+        // privileged ("no privileged container allowed in sandbox")
+        sc.privileged = c.privileged;
         let mut linux = api::LinuxPodSandboxConfig::new();
         linux.security_context = protobuf::MessageField::some(sc);
         let mut cfg = api::PodSandboxConfig::new();

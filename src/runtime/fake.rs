@@ -546,6 +546,13 @@ impl Runtime for FakeRuntime {
         if st.missing_images.contains(&config.image) {
             return Err(RuntimeError::NotFound { what: format!("image {}", config.image) });
         }
+        if config.security.privileged && !sandbox.privileged {
+            // as containerd's CRI plugin
+            return Err(RuntimeError::Failed {
+                op: "CreateContainer",
+                message: "no privileged container allowed in sandbox".into(),
+            });
+        }
         st.next_id += 1;
         let id = format!("ctr-{}", st.next_id);
         st.index(&sandbox.uid, &id);

@@ -141,6 +141,9 @@ pub struct SandboxConfig {
     pub host_network: bool,
     pub host_pid: bool,
     pub host_ipc: bool,
+    /// Some container of the pod runs privileged: the runtime must allow
+    /// it in this sandbox (CRI `LinuxSandboxSecurityContext.privileged`).
+    pub privileged: bool,
     pub port_mappings: Vec<PortMapping>,
     pub dns: Option<DnsConfig>,
     pub labels: BTreeMap<String, String>,

@@ -358,6 +358,9 @@ impl PodSync {
             host_network: model::host_network(pod),
             host_pid: model::spec(pod).and_then(|s| s.host_pid).unwrap_or(false),
             host_ipc: model::spec(pod).and_then(|s| s.host_ipc).unwrap_or(false),
+            // as the kubelet: privileged when any container is (and only
+            // where privileged containers may run at all)
+            privileged: self.cfg.allow_privileged && model::containers(pod).iter().any(|c| security(pod, c).privileged),
             port_mappings: model::containers(pod)
                 .iter()
                 .flat_map(|c| c.ports.iter().flatten())
@@ -517,6 +520,34 @@ mod tests {
         assert_eq!(pull_policy(&c("busybox:1.36")), "IfNotPresent");
         assert_eq!(pull_policy(&c("reg:5000/busybox")), "Always");
         assert_eq!(pull_policy(&c("busybox@sha256:abc")), "IfNotPresent");
+    }
+
+    #[test]
+    fn the_sandbox_is_privileged_when_a_container_is_and_the_node_allows_it() {
+        use crate::sync::SyncConfig;
+        let priv_pod: Pod = serde_yaml_ng::from_str(
+            "metadata:\n  name: p\n  uid: u1\nspec:\n  containers:\n  - name: a\n    image: i\n  - name: b\n    image: i\n    securityContext:\n      privileged: true\n",
+        )
+        .unwrap();
+        let plain: Pod = serde_yaml_ng::from_str(
+            "metadata:\n  name: q\n  uid: u2\nspec:\n  containers:\n  - name: a\n    image: i\n",
+        )
+        .unwrap();
+        let sync = |allow: bool| {
+            let mut cfg = SyncConfig::new("/nonexistent/root".into(), "/nonexistent/logs".into());
+            cfg.allow_privileged = allow;
+            PodSync::new(
+                Arc::new(crate::runtime::fake::FakeRuntime::new()),
+                Arc::new(crate::status::StatusManager::new()),
+                Arc::new(crate::events::EventRecorder::new(10)),
+                cfg,
+            )
+        };
+        let rp = RuntimePod::default();
+        assert!(sync(true).sandbox_config(&priv_pod, &rp).privileged);
+        assert!(!sync(true).sandbox_config(&plain, &rp).privileged);
+        // not allowed: its containers are refused anyway; the sandbox stays plain
+        assert!(!sync(false).sandbox_config(&priv_pod, &rp).privileged);
     }
 
     #[test]
