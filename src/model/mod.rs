@@ -3,6 +3,7 @@
 
 pub mod manifest;
 pub mod quantity;
+pub mod yaml;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
