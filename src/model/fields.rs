@@ -292,7 +292,7 @@ fn walk(
             None => {
                 *unknown += 1;
                 if *unknown <= MAX_WARNINGS {
-                    warnings.push(format!("unknown field {s:?}"));
+                    warnings.push(format!("unknown field {:?}", shorten(&s)));
                 }
             }
             Some(Ignored) => {}
@@ -318,6 +318,16 @@ fn walk(
         }
     }
     Ok(())
+}
+
+/// A path as shown in a warning: at most 120 bytes (a key may be huge).
+fn shorten(s: &str) -> String {
+    const MAX: usize = 120;
+    if s.len() <= MAX {
+        return s.to_string();
+    }
+    let cut = (0..=MAX).rev().find(|i| s.is_char_boundary(*i)).unwrap_or(0);
+    format!("{}...({} bytes)", &s[..cut], s.len())
 }
 
 /// The README table: one row per field, in table order.

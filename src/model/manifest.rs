@@ -802,7 +802,7 @@ mod tests {
                 let _ = bounded(|| parse_full("p.yaml", text.as_bytes(), "n"));
                 // where both read it, they read the same
                 let theirs: Result<Vec<Value>, _> = serde_yaml_ng::Deserializer::from_str(&text)
-                    .map(|d| <Value as serde::Deserialize>::deserialize(d))
+                    .map(<Value as serde::Deserialize>::deserialize)
                     .collect();
                 // (serde_yaml_ng reads an empty stream as one null document)
                 if let (Ok(mut a), Ok(mut b)) = (ours, theirs) {

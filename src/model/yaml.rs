@@ -29,7 +29,6 @@ use std::mem::MaybeUninit;
 use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 use thiserror::Error;
-use unsafe_libyaml as sys;
 
 /// Most nested collections (sequences and mappings) in one document.
 pub const MAX_DEPTH: usize = 100;
@@ -81,8 +80,8 @@ impl Budget {
 /// libyaml's parser, pinned on the heap (it points to itself) and freed on
 /// drop. It reads from `input`, which outlives it.
 struct Parser<'a> {
-    sys: Box<MaybeUninit<sys::yaml_parser_t>>,
-    _input: &'a [u8],
+    sys: Box<MaybeUninit<unsafe_libyaml::yaml_parser_t>>,
+    input: &'a [u8],
 }
 
 /// One event, copied out of libyaml.
@@ -113,19 +112,19 @@ unsafe fn c_bytes(p: *const u8) -> Option<Vec<u8>> {
 
 impl<'a> Parser<'a> {
     fn new(input: &'a [u8]) -> Parser<'a> {
-        let mut sys = Box::new(MaybeUninit::<sys::yaml_parser_t>::uninit());
+        let mut sys = Box::new(MaybeUninit::<unsafe_libyaml::yaml_parser_t>::uninit());
         // SAFETY: the parser is initialized in place, on the heap, before it
         // is used; the input slice outlives the parser (the lifetime 'a).
         unsafe {
             let p = sys.as_mut_ptr();
-            if sys::yaml_parser_initialize(p).fail {
+            if unsafe_libyaml::yaml_parser_initialize(p).fail {
                 // only on allocation failure, which aborts anyway
                 panic!("libyaml: cannot initialize a parser");
             }
-            sys::yaml_parser_set_encoding(p, sys::YAML_UTF8_ENCODING);
-            sys::yaml_parser_set_input_string(p, input.as_ptr(), input.len() as u64);
+            unsafe_libyaml::yaml_parser_set_encoding(p, unsafe_libyaml::YAML_UTF8_ENCODING);
+            unsafe_libyaml::yaml_parser_set_input_string(p, input.as_ptr(), input.len() as u64);
         }
-        Parser { sys, _input: input }
+        Parser { sys, input }
     }
 
     fn error(&self) -> YamlError {
@@ -135,51 +134,60 @@ impl<'a> Parser<'a> {
             let p = &*self.sys.as_ptr();
             let problem = c_bytes(p.problem.cast()).map(|b| String::from_utf8_lossy(&b).into_owned());
             let context = c_bytes(p.context.cast()).map(|b| String::from_utf8_lossy(&b).into_owned());
-            let mark = p.problem_mark;
             let mut message = problem.unwrap_or_else(|| "libyaml failed without saying why".into());
             if let Some(c) = context {
                 message = format!("{c}: {message}");
             }
-            YamlError::Syntax { message, line: mark.line + 1, column: mark.column + 1 }
+            let (line, column) = if p.error == unsafe_libyaml::YAML_READER_ERROR {
+                // the reader says where by byte offset, not by mark
+                let offset = (p.problem_offset as usize).min(self.input.len());
+                let before = &self.input[..offset];
+                let line = before.iter().filter(|b| **b == b'\n').count() as u64 + 1;
+                let column = (offset - before.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1)) as u64 + 1;
+                (line, column)
+            } else {
+                (p.problem_mark.line + 1, p.problem_mark.column + 1)
+            };
+            YamlError::Syntax { message, line, column }
         }
     }
 
     /// The next event and where it starts (1-based line and column).
     fn next(&mut self) -> Result<(Event, u64, u64), YamlError> {
-        let mut ev = MaybeUninit::<sys::yaml_event_t>::uninit();
+        let mut ev = MaybeUninit::<unsafe_libyaml::yaml_event_t>::uninit();
         // SAFETY: the parser is initialized; a successful parse initializes
         // the event, which is read and then deleted exactly once.
         unsafe {
             let p = self.sys.as_mut_ptr();
-            if sys::yaml_parser_parse(p, ev.as_mut_ptr()).fail {
+            if unsafe_libyaml::yaml_parser_parse(p, ev.as_mut_ptr()).fail {
                 return Err(self.error());
             }
             let e = ev.as_mut_ptr();
             let d = &(*e).data;
             let out = match (*e).type_ {
-                sys::YAML_STREAM_END_EVENT => Event::StreamEnd,
-                sys::YAML_DOCUMENT_START_EVENT => Event::DocumentStart,
-                sys::YAML_DOCUMENT_END_EVENT => Event::DocumentEnd,
-                sys::YAML_ALIAS_EVENT => Event::Alias(c_bytes(d.alias.anchor).unwrap_or_default()),
-                sys::YAML_SCALAR_EVENT => Event::Scalar {
+                unsafe_libyaml::YAML_STREAM_END_EVENT => Event::StreamEnd,
+                unsafe_libyaml::YAML_DOCUMENT_START_EVENT => Event::DocumentStart,
+                unsafe_libyaml::YAML_DOCUMENT_END_EVENT => Event::DocumentEnd,
+                unsafe_libyaml::YAML_ALIAS_EVENT => Event::Alias(c_bytes(d.alias.anchor).unwrap_or_default()),
+                unsafe_libyaml::YAML_SCALAR_EVENT => Event::Scalar {
                     anchor: c_bytes(d.scalar.anchor),
                     tag: c_bytes(d.scalar.tag),
                     value: std::slice::from_raw_parts(d.scalar.value, d.scalar.length as usize).to_vec(),
-                    plain: d.scalar.style == sys::YAML_PLAIN_SCALAR_STYLE,
+                    plain: d.scalar.style == unsafe_libyaml::YAML_PLAIN_SCALAR_STYLE,
                 },
-                sys::YAML_SEQUENCE_START_EVENT => Event::SequenceStart {
+                unsafe_libyaml::YAML_SEQUENCE_START_EVENT => Event::SequenceStart {
                     anchor: c_bytes(d.sequence_start.anchor),
                     tag: c_bytes(d.sequence_start.tag),
                 },
-                sys::YAML_SEQUENCE_END_EVENT => Event::SequenceEnd,
-                sys::YAML_MAPPING_START_EVENT => {
+                unsafe_libyaml::YAML_SEQUENCE_END_EVENT => Event::SequenceEnd,
+                unsafe_libyaml::YAML_MAPPING_START_EVENT => {
                     Event::MappingStart { anchor: c_bytes(d.mapping_start.anchor), tag: c_bytes(d.mapping_start.tag) }
                 }
-                sys::YAML_MAPPING_END_EVENT => Event::MappingEnd,
+                unsafe_libyaml::YAML_MAPPING_END_EVENT => Event::MappingEnd,
                 _ => Event::Other,
             };
             let mark = (*e).start_mark;
-            sys::yaml_event_delete(e);
+            unsafe_libyaml::yaml_event_delete(e);
             Ok((out, mark.line + 1, mark.column + 1))
         }
     }
@@ -188,7 +196,7 @@ impl<'a> Parser<'a> {
 impl Drop for Parser<'_> {
     fn drop(&mut self) {
         // SAFETY: initialized in `new`, deleted once.
-        unsafe { sys::yaml_parser_delete(self.sys.as_mut_ptr()) }
+        unsafe { unsafe_libyaml::yaml_parser_delete(self.sys.as_mut_ptr()) }
     }
 }
 
@@ -467,7 +475,7 @@ fn parse_unsigned(text: &str) -> Option<u128> {
     if unpositive.starts_with(['+', '-']) || digits_but_not_number(text) {
         return None;
     }
-    u128::from_str_radix(unpositive, 10).ok()
+    unpositive.parse::<u128>().ok()
 }
 
 fn parse_negative(text: &str) -> Option<i128> {
@@ -481,7 +489,7 @@ fn parse_negative(text: &str) -> Option<i128> {
     if digits_but_not_number(text) {
         return None;
     }
-    i128::from_str_radix(text, 10).ok()
+    text.parse::<i128>().ok()
 }
 
 fn parse_float(text: &str) -> Option<Value> {
