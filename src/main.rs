@@ -49,7 +49,10 @@ Options:
 const VALIDATE_USAGE: &str = "\
 Check pod manifests as the agent would read them from staticPodPath, and
 print each valid pod's full name and UID; errors name the file and field.
-The UID depends on the node name, taken from the config as `run` takes it.
+Fields that are not part of a v1 Pod (typos) are warned about on stderr.
+The UID depends on the node name, taken from the config as `run` takes it,
+and on the file's path as the agent reads it (staticPodPath/NAME for a file
+in staticPodPath, else its absolute path).
 
 Usage:
   podwarden validate [--config FILE] FILE...
@@ -75,13 +78,18 @@ fn run(args: &[String]) -> Result<(), String> {
             if files.is_empty() {
                 return Err(format!("validate: name at least one manifest file\n\n{VALIDATE_USAGE}"));
             }
-            // the UID depends on the node name: take it from the config the
-            // agent would use
-            let node = load_config(config_path)?.node_name;
+            // the UID depends on the node name and on the path the agent
+            // reads the file under: take both from the config the agent
+            // would use
+            let config = load_config(config_path)?;
             let mut failed = false;
             for f in files {
-                match podwarden::model::manifest::read_file(f.as_ref(), &node) {
+                let path = podwarden::model::manifest::source_path(f.as_ref(), &config.static_pod_path);
+                match podwarden::model::manifest::read_file(&path, &config.node_name) {
                     Ok(p) => {
+                        for w in &p.warnings {
+                            eprintln!("Warning: {f}: {w}");
+                        }
                         println!("{f}: ok: pod {} uid {}", podwarden::model::full_name(&p), podwarden::model::uid(&p))
                     }
                     Err(e) => {

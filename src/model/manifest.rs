@@ -5,12 +5,12 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::Read;
-use std::path::Path;
+use std::path::{Component, Path};
 
 use serde_json::Value;
 use thiserror::Error;
 
-use super::{CONFIG_FILE_ANNOTATION, CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, Pod, fnv128_hex};
+use super::{CONFIG_FILE_ANNOTATION, CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, Pod, fields, fnv128_hex, yaml};
 
 /// Largest manifest podwarden reads.
 pub const MAX_MANIFEST_BYTES: u64 = 1024 * 1024;
@@ -60,8 +60,23 @@ impl ManifestError {
     }
 }
 
+/// A valid manifest's pod and the warnings about it (fields that are not
+/// part of a v1 Pod, by path: `unknown field "spec.contaners"`).
+#[derive(Debug, Clone)]
+pub struct Parsed {
+    pub pod: Pod,
+    pub warnings: Vec<String>,
+}
+
+impl std::ops::Deref for Parsed {
+    type Target = Pod;
+    fn deref(&self) -> &Pod {
+        &self.pod
+    }
+}
+
 /// Read one manifest file: checks the file type and size before reading.
-pub fn read_file(path: &Path, node_name: &str) -> Result<Pod, ManifestError> {
+pub fn read_file(path: &Path, node_name: &str) -> Result<Parsed, ManifestError> {
     let p = path.display().to_string();
     let link_meta =
         std::fs::symlink_metadata(path).map_err(|source| ManifestError::Unreadable { path: p.clone(), source })?;
@@ -85,7 +100,27 @@ pub fn read_file(path: &Path, node_name: &str) -> Result<Pod, ManifestError> {
     std::fs::File::open(path)
         .and_then(|f| f.take(MAX_MANIFEST_BYTES + 1).read_to_end(&mut buf))
         .map_err(|source| ManifestError::Unreadable { path: p.clone(), source })?;
-    parse(&p, &buf, node_name)
+    parse_full(&p, &buf, node_name)
+}
+
+/// The path under which the agent's file source reads `file`, which is part
+/// of the pod's derived UID: `staticPodPath` joined with the file name when
+/// the file is in that directory (however it is named here: relative, via
+/// a symlink), else the file's absolute path. Symlinks are not resolved,
+/// as the source does not resolve them.
+pub fn source_path(file: &Path, static_pod_path: &Path) -> std::path::PathBuf {
+    let abs = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
+    let same_dir = |a: &Path, b: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        match (std::fs::metadata(a), std::fs::metadata(b)) {
+            (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+            _ => false,
+        }
+    };
+    match (abs.parent(), abs.file_name()) {
+        (Some(dir), Some(name)) if same_dir(dir, static_pod_path) => static_pod_path.join(name),
+        _ => abs,
+    }
 }
 
 fn is_json(path: &str) -> bool {
@@ -95,6 +130,15 @@ fn is_json(path: &str) -> bool {
 /// Parse and validate manifest bytes. `path` names the input in errors and
 /// takes part in the derived UID; `.json` selects JSON, anything else YAML.
 pub fn parse(path: &str, bytes: &[u8], node_name: &str) -> Result<Pod, ManifestError> {
+    parse_full(path, bytes, node_name).map(|p| p.pod)
+}
+
+/// [`parse`], with the warnings about the manifest.
+///
+/// Bounded whatever the input: at most [`MAX_MANIFEST_BYTES`], parsed
+/// within [`yaml`]'s depth, node and byte budget (aliases counted expanded)
+/// before any value is built.
+pub fn parse_full(path: &str, bytes: &[u8], node_name: &str) -> Result<Parsed, ManifestError> {
     let path_s = path.to_string();
     if bytes.len() as u64 > MAX_MANIFEST_BYTES {
         return Err(ManifestError::TooLarge { path: path_s, size: bytes.len() as u64 });
@@ -102,28 +146,22 @@ pub fn parse(path: &str, bytes: &[u8], node_name: &str) -> Result<Pod, ManifestE
     let text = std::str::from_utf8(bytes)
         .map_err(|e| ManifestError::NotUtf8 { path: path_s.clone(), offset: e.valid_up_to() })?;
     let value = to_value(path, text)?;
-    let pod = to_pod(path, value)?;
+    let (pod, warnings) = to_pod(path, value)?;
     let mut pod = finish(path, pod, node_name)?;
     validate(&pod).map_err(|(field, message)| ManifestError::Invalid { path: path_s, field, message })?;
     pod.status = None;
-    Ok(pod)
+    Ok(Parsed { pod, warnings })
 }
 
 fn to_value(path: &str, text: &str) -> Result<Value, ManifestError> {
-    let syntax = |format, message: String| ManifestError::Syntax { path: path.to_string(), format, message };
-    let mut docs: Vec<Value> = Vec::new();
-    if is_json(path) {
-        for v in serde_json::Deserializer::from_str(text).into_iter::<Value>() {
-            docs.push(v.map_err(|e| syntax("JSON", e.to_string()))?);
-        }
+    let syntax =
+        |format, e: yaml::YamlError| ManifestError::Syntax { path: path.to_string(), format, message: e.to_string() };
+    let mut docs: Vec<Value> = if is_json(path) {
+        yaml::parse_json_bounded(text).map_err(|e| syntax("JSON", e))?
     } else {
-        for d in serde_yaml_ng::Deserializer::from_str(text) {
-            let v: Value = serde::Deserialize::deserialize(d).map_err(|e| syntax("YAML", e.to_string()))?;
-            if !v.is_null() {
-                docs.push(v);
-            }
-        }
-    }
+        let all = yaml::parse_bounded(text).map_err(|e| syntax("YAML", e))?;
+        all.into_iter().filter(|v| !v.is_null()).collect()
+    };
     match docs.len() {
         0 => Err(ManifestError::Empty { path: path.to_string() }),
         1 => Ok(docs.pop().expect("one document")),
@@ -131,7 +169,7 @@ fn to_value(path: &str, text: &str) -> Result<Value, ManifestError> {
     }
 }
 
-fn to_pod(path: &str, value: Value) -> Result<Pod, ManifestError> {
+fn to_pod(path: &str, mut value: Value) -> Result<(Pod, Vec<String>), ManifestError> {
     let invalid = |field: &str, message: String| ManifestError::Invalid {
         path: path.to_string(),
         field: field.to_string(),
@@ -150,10 +188,18 @@ fn to_pod(path: &str, value: Value) -> Result<Pod, ManifestError> {
         Some(other) => return Err(invalid("apiVersion", format!("is {other:?}; expected \"v1\""))),
         None => return Err(invalid("apiVersion", "missing; expected \"v1\"".into())),
     }
-    serde_path_to_error::deserialize::<_, Pod>(value).map_err(|e| {
+    // every set field must be one podwarden implements; fields that are
+    // not in the schema are warnings
+    let warnings = fields::check(&value).map_err(|(field, message)| invalid(&field, message))?;
+    // status is output: ignored, whatever it holds
+    if let Value::Object(map) = &mut value {
+        map.remove("status");
+    }
+    let pod = serde_path_to_error::deserialize::<_, Pod>(value).map_err(|e| {
         let field = e.path().to_string();
         invalid(&field, e.into_inner().to_string())
-    })
+    })?;
+    Ok((pod, warnings))
 }
 
 /// Defaults and identity: namespace, source annotations, derived UID.
@@ -210,6 +256,14 @@ pub fn is_dns1123_subdomain(s: &str) -> bool {
     !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label)
 }
 
+/// The longest file name (one path component) Linux takes.
+pub const NAME_MAX: usize = 255;
+
+/// Whether a path has a `..` component.
+fn has_dot_dot(p: &str) -> bool {
+    Path::new(p).components().any(|c| c == Component::ParentDir)
+}
+
 /// Validate a parsed pod. Returns the failing field and why.
 pub fn validate(pod: &Pod) -> Result<(), FieldError> {
     let name = pod.metadata.name.as_deref().unwrap_or("");
@@ -230,6 +284,23 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
         && !uid.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-')
     {
         return err("metadata.uid", format!("{uid:?} may only hold letters, digits and '-'"));
+    }
+    // the pod's log directory is <podLogsDir>/<namespace>_<name>_<uid> (as
+    // the kubelet names it); its pod directory <rootDir>/pods/<uid> is
+    // shorter. Both must be file names the kernel takes.
+    let uid = pod.metadata.uid.as_deref().unwrap_or("");
+    let log_dir = ns.len() + name.len() + uid.len() + 2;
+    if log_dir > NAME_MAX {
+        return err(
+            "metadata.name",
+            format!(
+                "the pod's log directory name (<namespace>_<name>_<uid>, here {} + {} + {} bytes and 2 separators) \
+                 would be {log_dir} bytes, over the {NAME_MAX}-byte limit of a file name; use a shorter name",
+                ns.len(),
+                name.len(),
+                uid.len()
+            ),
+        );
     }
     let Some(spec) = pod.spec.as_ref() else {
         return err("spec", "missing; a pod needs a spec");
@@ -253,11 +324,27 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
     {
         return err("spec.terminationGracePeriodSeconds", format!("{g} is negative; must be 0 or more"));
     }
+    if let Some(h) = spec.hostname.as_deref()
+        && !h.is_empty()
+        && !is_dns1123_label(h)
+    {
+        return err("spec.hostname", format!("{h:?} is not a valid DNS-1123 label"));
+    }
+    if let Some(os) = spec.os.as_ref()
+        && os.name != "linux"
+    {
+        return err("spec.os.name", format!("{:?}: this node runs linux", os.name));
+    }
+    validate_dns(spec)?;
+    if spec.host_network == Some(true) && spec.host_aliases.as_ref().is_some_and(|a| !a.is_empty()) {
+        return err(
+            "spec.hostAliases",
+            "not supported by podwarden with hostNetwork: true (the pod uses the host's /etc/hosts)",
+        );
+    }
     let volumes: HashSet<&str> = spec.volumes.iter().flatten().map(|v| v.name.as_str()).collect();
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
-        if !is_dns1123_label(&v.name) {
-            return err(format!("spec.volumes[{i}].name"), format!("{:?} is not a valid DNS-1123 label", v.name));
-        }
+        validate_volume(i, v)?;
     }
     if volumes.len() != spec.volumes.as_ref().map_or(0, Vec::len) {
         return err("spec.volumes", "volume names must be unique");
@@ -280,12 +367,38 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
         {
             return err(format!("{f}.imagePullPolicy"), format!("{p:?} is not one of Always, IfNotPresent, Never"));
         }
+        if let Some(p) = c.termination_message_policy.as_deref()
+            && !matches!(p, "File" | "FallbackToLogsOnError")
+        {
+            return err(
+                format!("{f}.terminationMessagePolicy"),
+                format!("{p:?} is not one of File, FallbackToLogsOnError"),
+            );
+        }
+        for (j, e) in c.env.iter().flatten().enumerate() {
+            if e.name.is_empty() {
+                return err(format!("{f}.env[{j}].name"), "missing; every environment variable needs a name");
+            }
+        }
+        validate_resources(&f, c)?;
+        let mut mount_paths = HashSet::new();
         for (j, m) in c.volume_mounts.iter().flatten().enumerate() {
+            let mf = format!("{f}.volumeMounts[{j}]");
             if !volumes.contains(m.name.as_str()) {
-                return err(
-                    format!("{f}.volumeMounts[{j}].name"),
-                    format!("no volume named {:?} in spec.volumes", m.name),
-                );
+                return err(format!("{mf}.name"), format!("no volume named {:?} in spec.volumes", m.name));
+            }
+            let mp = m.mount_path.as_str();
+            if mp.is_empty() {
+                return err(format!("{mf}.mountPath"), "missing; a mount needs a path in the container");
+            }
+            if mp.contains('\0') {
+                return err(format!("{mf}.mountPath"), format!("{mp:?} holds a NUL byte"));
+            }
+            if has_dot_dot(mp) {
+                return err(format!("{mf}.mountPath"), format!("{mp:?} must not contain '..'"));
+            }
+            if !mount_paths.insert(Path::new(mp).components().collect::<std::path::PathBuf>()) {
+                return err(format!("{mf}.mountPath"), format!("{mp:?} is mounted twice in this container"));
             }
         }
         for (j, p) in c.ports.iter().flatten().enumerate() {
@@ -305,6 +418,124 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
                 if !host_ports.insert((hp, proto.clone(), ip)) {
                     return err(format!("{pf}.hostPort"), format!("duplicate host port {hp}/{proto}"));
                 }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// dnsPolicy and dnsConfig: podwarden hands dnsConfig to the runtime as
+/// the whole resolv.conf (what `None` means); without it the runtime uses
+/// the host's (what `Default` means, and `ClusterFirst` on a node without
+/// cluster DNS). It does not merge dnsConfig into the host's file.
+fn validate_dns(spec: &super::PodSpec) -> Result<(), FieldError> {
+    let policy = spec.dns_policy.as_deref().unwrap_or("ClusterFirst");
+    if !matches!(policy, "ClusterFirst" | "ClusterFirstWithHostNet" | "Default" | "None") {
+        return err(
+            "spec.dnsPolicy",
+            format!("{policy:?} is not one of ClusterFirst, ClusterFirstWithHostNet, Default, None"),
+        );
+    }
+    let has_config = spec.dns_config.as_ref().is_some_and(|d| {
+        d.nameservers.as_ref().is_some_and(|v| !v.is_empty())
+            || d.searches.as_ref().is_some_and(|v| !v.is_empty())
+            || d.options.as_ref().is_some_and(|v| !v.is_empty())
+    });
+    if policy == "None" && !has_config {
+        return err("spec.dnsConfig", "required with dnsPolicy: None");
+    }
+    if policy != "None" && has_config {
+        return err(
+            "spec.dnsConfig",
+            format!(
+                "not supported by podwarden with dnsPolicy {policy} (it would be merged into the host's \
+                 resolv.conf); use dnsPolicy: None for a resolv.conf made of dnsConfig alone"
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// A volume: exactly one source, emptyDir or hostPath, with values
+/// podwarden implements.
+fn validate_volume(i: usize, v: &k8s_openapi::api::core::v1::Volume) -> Result<(), FieldError> {
+    let f = format!("spec.volumes[{i}]");
+    if !is_dns1123_label(&v.name) {
+        return err(format!("{f}.name"), format!("{:?} is not a valid DNS-1123 label", v.name));
+    }
+    match (&v.empty_dir, &v.host_path) {
+        (Some(_), Some(_)) => err(f, "more than one volume source (emptyDir and hostPath)"),
+        (None, None) => err(f, "no volume source; podwarden supports emptyDir and hostPath"),
+        (Some(ed), None) => {
+            let medium = ed.medium.as_deref().unwrap_or("");
+            if !matches!(medium, "" | "Memory") {
+                return err(
+                    format!("{f}.emptyDir.medium"),
+                    format!("{medium:?} is not supported by podwarden (\"\" or Memory)"),
+                );
+            }
+            if let Some(q) = &ed.size_limit {
+                if medium != "Memory" {
+                    return err(
+                        format!("{f}.emptyDir.sizeLimit"),
+                        "not supported by podwarden without medium: Memory (it sizes the tmpfs)",
+                    );
+                }
+                if super::quantity::bytes(&q.0).is_err() {
+                    return err(format!("{f}.emptyDir.sizeLimit"), format!("{:?} is not a quantity", q.0));
+                }
+            }
+            Ok(())
+        }
+        (None, Some(hp)) => {
+            let p = hp.path.as_str();
+            let pf = format!("{f}.hostPath.path");
+            if p.contains('\0') {
+                return err(pf, format!("{p:?} holds a NUL byte"));
+            }
+            if !p.starts_with('/') {
+                return err(pf, format!("{p:?} must be an absolute path"));
+            }
+            if has_dot_dot(p) {
+                return err(pf, format!("{p:?} must not contain '..'"));
+            }
+            let kind = hp.type_.as_deref().unwrap_or("");
+            if !matches!(
+                kind,
+                "" | "DirectoryOrCreate"
+                    | "Directory"
+                    | "FileOrCreate"
+                    | "File"
+                    | "Socket"
+                    | "CharDevice"
+                    | "BlockDevice"
+            ) {
+                return err(
+                    format!("{f}.hostPath.type"),
+                    format!(
+                        "{kind:?} is not one of DirectoryOrCreate, Directory, FileOrCreate, File, Socket, CharDevice, BlockDevice"
+                    ),
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Requests and limits: cpu and memory only (the others would be dropped),
+/// each a quantity.
+fn validate_resources(f: &str, c: &super::Container) -> Result<(), FieldError> {
+    let Some(r) = c.resources.as_ref() else { return Ok(()) };
+    for (kind, m) in [("limits", &r.limits), ("requests", &r.requests)] {
+        for (name, q) in m.iter().flatten() {
+            let rf = format!("{f}.resources.{kind}.{name}");
+            let ok = match name.as_str() {
+                "cpu" => super::quantity::cpu_millis(&q.0).is_ok_and(|m| m >= 0),
+                "memory" => super::quantity::bytes(&q.0).is_ok_and(|b| b >= 0),
+                _ => return err(rf, "not supported by podwarden (cpu and memory are)"),
+            };
+            if !ok {
+                return err(rf, format!("{:?} is not a quantity", q.0));
             }
         }
     }
@@ -419,5 +650,187 @@ mod tests {
         assert!(!is_dns1123_label(&"a".repeat(64)));
         assert!(is_dns1123_subdomain("a.b-c.d"));
         assert!(!is_dns1123_subdomain("a..b"));
+    }
+
+    #[test]
+    fn warnings_come_back_with_the_pod() {
+        let m = GOOD.replace("spec:\n", "spec:\n  contaners: []\n  hostNetwork: false\n");
+        let p = parse_full("m.yaml", m.as_bytes(), "n").unwrap();
+        assert_eq!(p.warnings, vec!["unknown field \"spec.contaners\"".to_string()]);
+        // unknown fields do not change the pod or its UID
+        let plain = parse("m.yaml", GOOD.replace("spec:\n", "spec:\n  hostNetwork: false\n").as_bytes(), "n").unwrap();
+        assert_eq!(p.pod, plain);
+    }
+
+    #[test]
+    fn source_path_is_the_one_the_agent_reads() {
+        let d = std::env::temp_dir().join(format!("pw-source-path-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("manifests")).unwrap();
+        std::os::unix::fs::symlink(d.join("manifests"), d.join("link")).unwrap();
+        let spp = d.join("manifests");
+        let want = spp.join("web.yaml");
+        assert_eq!(source_path(&d.join("link/web.yaml"), &spp), want);
+        assert_eq!(source_path(&d.join("manifests/./web.yaml"), &spp), want);
+        assert_eq!(source_path(&d.join("other.yaml"), &spp), d.join("other.yaml"));
+        assert!(source_path(Path::new("rel.yaml"), &spp).is_absolute());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    mod props {
+        use super::super::*;
+        use proptest::prelude::*;
+        use std::time::{Duration, Instant};
+
+        /// Pieces YAML's grammar turns on, to build inputs that get past the
+        /// first byte more often than random bytes do.
+        fn yamlish() -> impl Strategy<Value = String> {
+            let piece = prop_oneof![
+                Just("[".to_string()),
+                Just("]".to_string()),
+                Just("{".to_string()),
+                Just("}".to_string()),
+                Just(", ".to_string()),
+                Just(": ".to_string()),
+                Just("- ".to_string()),
+                Just("\n".to_string()),
+                Just("  ".to_string()),
+                Just("&a ".to_string()),
+                Just("*a".to_string()),
+                Just("&b ".to_string()),
+                Just("*b".to_string()),
+                Just("? ".to_string()),
+                Just("'q'".to_string()),
+                Just("\"d\\n\"".to_string()),
+                Just("|\n  x\n".to_string()),
+                Just("---\n".to_string()),
+                Just("!!str ".to_string()),
+                Just("!!int ".to_string()),
+                Just("# c\n".to_string()),
+                Just("~".to_string()),
+                Just("0x1f".to_string()),
+                Just("1.5".to_string()),
+                Just("true".to_string()),
+                Just("spec".to_string()),
+                Just("containers".to_string()),
+                Just("name".to_string()),
+                "[a-z]{1,3}",
+            ];
+            proptest::collection::vec(piece, 0..60).prop_map(|v| v.concat())
+        }
+
+        fn name() -> impl Strategy<Value = String> {
+            "[a-z][a-z0-9-]{0,20}[a-z0-9]"
+        }
+
+        fn container() -> impl Strategy<Value = Container> {
+            (
+                name(),
+                "[a-z]{1,8}(:[0-9]{1,3})?",
+                proptest::option::of(proptest::collection::vec("[ -~]{0,12}", 0..4)),
+                proptest::option::of(proptest::collection::vec(("[A-Z_]{1,6}", "[ -~]{0,10}"), 0..3)),
+                proptest::option::of(1..65535i32),
+            )
+                .prop_map(|(name, image, command, env, port)| Container {
+                    name,
+                    image: Some(image),
+                    command,
+                    env: env.map(|e| {
+                        e.into_iter()
+                            .map(|(n, v)| k8s_openapi::api::core::v1::EnvVar {
+                                name: n,
+                                value: Some(v),
+                                ..Default::default()
+                            })
+                            .collect()
+                    }),
+                    ports: port.map(|p| {
+                        vec![k8s_openapi::api::core::v1::ContainerPort { container_port: p, ..Default::default() }]
+                    }),
+                    ..Default::default()
+                })
+        }
+
+        fn pod() -> impl Strategy<Value = Pod> {
+            (
+                name(),
+                proptest::option::of(name()),
+                proptest::collection::vec(container(), 1..3),
+                proptest::option::of(prop_oneof![Just("Always"), Just("OnFailure"), Just("Never")]),
+                proptest::option::of(proptest::collection::btree_map("[a-z]{1,5}", "[a-z0-9]{0,5}", 0..3)),
+                proptest::option::of(0..100i64),
+            )
+                .prop_map(|(name, ns, mut containers, policy, labels, grace)| {
+                    // container names must be unique
+                    for (i, c) in containers.iter_mut().enumerate() {
+                        c.name = format!("{}-{i}", c.name);
+                    }
+                    Pod {
+                        metadata: ObjectMeta { name: Some(name), namespace: ns, labels, ..Default::default() },
+                        spec: Some(PodSpec {
+                            containers,
+                            restart_policy: policy.map(str::to_string),
+                            termination_grace_period_seconds: grace,
+                            ..Default::default()
+                        }),
+                        status: None,
+                    }
+                })
+        }
+
+        use crate::model::{Container, ObjectMeta, PodSpec};
+
+        fn bounded<T>(f: impl FnOnce() -> T) -> T {
+            let t = Instant::now();
+            let r = f();
+            assert!(t.elapsed() < Duration::from_secs(1), "took {:?}", t.elapsed());
+            r
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            #[test]
+            fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..4096)) {
+                let _ = bounded(|| parse_full("p.yaml", &bytes, "n"));
+                let _ = bounded(|| parse_full("p.json", &bytes, "n"));
+            }
+
+            #[test]
+            fn yamlish_text_never_panics_and_agrees_with_serde_yaml_ng(text in yamlish()) {
+                let ours = bounded(|| yaml::parse_bounded(&text));
+                let _ = bounded(|| parse_full("p.yaml", text.as_bytes(), "n"));
+                // where both read it, they read the same
+                let theirs: Result<Vec<Value>, _> = serde_yaml_ng::Deserializer::from_str(&text)
+                    .map(<Value as serde::Deserialize>::deserialize)
+                    .collect();
+                // (serde_yaml_ng reads an empty stream as one null document)
+                if let (Ok(mut a), Ok(mut b)) = (ours, theirs) {
+                    a.retain(|v| !v.is_null());
+                    b.retain(|v| !v.is_null());
+                    prop_assert_eq!(a, b, "{:?}", text);
+                }
+            }
+
+            #[test]
+            fn valid_pods_round_trip(p in pod(), json in any::<bool>()) {
+                let (file, text) = if json {
+                    ("p.json", serde_json::to_string(&p).unwrap())
+                } else {
+                    ("p.yaml", serde_yaml_ng::to_string(&p).unwrap())
+                };
+                let got = bounded(|| parse_full(file, text.as_bytes(), "n"));
+                let got = got.map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+                prop_assert!(got.warnings.is_empty(), "{:?}", got.warnings);
+                prop_assert_eq!(&got.pod.spec.as_ref().unwrap().containers, &p.spec.as_ref().unwrap().containers);
+                prop_assert_eq!(&got.pod.metadata.name, &p.metadata.name);
+                prop_assert_eq!(&got.pod.metadata.labels, &p.metadata.labels);
+                prop_assert_eq!(
+                    got.pod.metadata.namespace.as_deref(),
+                    Some(p.metadata.namespace.as_deref().unwrap_or("default"))
+                );
+                prop_assert_eq!(&got.pod.spec.as_ref().unwrap().restart_policy, &p.spec.as_ref().unwrap().restart_policy);
+            }
+        }
     }
 }

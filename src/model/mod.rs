@@ -1,8 +1,10 @@
 //! The pod model: Kubernetes v1 types from k8s-openapi plus the few derived
 //! facts the rest of podwarden asks about a pod.
 
+pub mod fields;
 pub mod manifest;
 pub mod quantity;
+pub mod yaml;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -16,6 +16,8 @@ struct FileEntry {
     pod: Option<Arc<Pod>>,
     /// The last error reported for the file (reported once per change).
     reported: Option<String>,
+    /// The warnings last logged for the file (logged once per change).
+    warned: Vec<String>,
 }
 
 /// What one scan found.
@@ -74,8 +76,14 @@ impl FileSource {
         for path in &present {
             let entry = self.files.entry(path.clone()).or_default();
             match manifest::read_file(path, &self.node_name) {
-                Ok(pod) => {
+                Ok(manifest::Parsed { pod, warnings }) => {
                     entry.reported = None;
+                    if entry.warned != warnings {
+                        for w in &warnings {
+                            log::warn!("{}: {w}", path.display());
+                        }
+                        entry.warned = warnings;
+                    }
                     let same =
                         entry.pod.as_ref().is_some_and(|old| old.metadata == pod.metadata && old.spec == pod.spec);
                     if !same {

@@ -1,0 +1,604 @@
+//! Which fields of a v1 Pod podwarden implements: one table, used by
+//! manifest validation (a set field that podwarden would silently drop is
+//! an error naming its path) and checked by a test against the full field
+//! list of k8s-openapi's types, so a new Kubernetes version cannot add a
+//! field that is silently ignored. README's "Pod spec fields" section is
+//! this table.
+//!
+//! Paths are JSON names joined by `.`, with `[]` for the items of a list.
+//! The table lists every field whose parents are all `Supported`; the
+//! fields under a `Rejected`, `Only` or `Ignored` one are covered by it.
+//! A field that is not in the schema at all (a typo) is not an error: it is
+//! warned about by path, as kubectl does.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::LazyLock;
+
+use serde_json::Value;
+
+/// What podwarden does with a field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Support {
+    /// Implemented: it reaches the runtime or changes what podwarden does.
+    Supported,
+    /// Not implemented: a manifest that sets it is rejected.
+    Rejected,
+    /// Accepted only with this value (JSON), the one podwarden's behaviour
+    /// matches; any other value is rejected.
+    Only(&'static str),
+    /// Output written by the API server (status, server-set metadata):
+    /// accepted and ignored, as they carry no intent.
+    Ignored,
+}
+
+use Support::{Ignored, Only, Rejected, Supported};
+
+/// Every field path of a v1 Pod whose parents are all supported.
+pub const FIELDS: &[(&str, Support)] = &[
+    ("apiVersion", Supported),
+    ("kind", Supported),
+    ("metadata", Supported),
+    ("metadata.annotations", Supported),
+    ("metadata.creationTimestamp", Ignored),
+    ("metadata.deletionGracePeriodSeconds", Rejected),
+    ("metadata.deletionTimestamp", Rejected),
+    ("metadata.finalizers", Rejected),
+    ("metadata.generateName", Rejected),
+    ("metadata.generation", Ignored),
+    ("metadata.labels", Supported),
+    ("metadata.managedFields", Ignored),
+    ("metadata.name", Supported),
+    ("metadata.namespace", Supported),
+    ("metadata.ownerReferences", Rejected),
+    ("metadata.resourceVersion", Ignored),
+    ("metadata.selfLink", Ignored),
+    ("metadata.uid", Supported),
+    ("spec", Supported),
+    ("spec.activeDeadlineSeconds", Rejected),
+    ("spec.affinity", Rejected),
+    ("spec.automountServiceAccountToken", Only("false")),
+    ("spec.containers", Supported),
+    ("spec.containers[].args", Supported),
+    ("spec.containers[].command", Supported),
+    ("spec.containers[].env", Supported),
+    ("spec.containers[].env[].name", Supported),
+    ("spec.containers[].env[].value", Supported),
+    ("spec.containers[].env[].valueFrom", Rejected),
+    ("spec.containers[].envFrom", Rejected),
+    ("spec.containers[].image", Supported),
+    ("spec.containers[].imagePullPolicy", Supported),
+    ("spec.containers[].lifecycle", Rejected),
+    ("spec.containers[].livenessProbe", Rejected),
+    ("spec.containers[].name", Supported),
+    ("spec.containers[].ports", Supported),
+    ("spec.containers[].ports[].containerPort", Supported),
+    ("spec.containers[].ports[].hostIP", Supported),
+    ("spec.containers[].ports[].hostPort", Supported),
+    ("spec.containers[].ports[].name", Supported),
+    ("spec.containers[].ports[].protocol", Supported),
+    ("spec.containers[].readinessProbe", Rejected),
+    ("spec.containers[].resizePolicy", Rejected),
+    ("spec.containers[].resources", Supported),
+    ("spec.containers[].resources.claims", Rejected),
+    ("spec.containers[].resources.limits", Supported),
+    ("spec.containers[].resources.requests", Supported),
+    ("spec.containers[].restartPolicy", Rejected),
+    ("spec.containers[].restartPolicyRules", Rejected),
+    ("spec.containers[].securityContext", Supported),
+    ("spec.containers[].securityContext.allowPrivilegeEscalation", Supported),
+    ("spec.containers[].securityContext.appArmorProfile", Rejected),
+    ("spec.containers[].securityContext.capabilities", Supported),
+    ("spec.containers[].securityContext.capabilities.add", Supported),
+    ("spec.containers[].securityContext.capabilities.drop", Supported),
+    ("spec.containers[].securityContext.privileged", Supported),
+    ("spec.containers[].securityContext.procMount", Only("\"Default\"")),
+    ("spec.containers[].securityContext.readOnlyRootFilesystem", Supported),
+    ("spec.containers[].securityContext.runAsGroup", Supported),
+    ("spec.containers[].securityContext.runAsNonRoot", Rejected),
+    ("spec.containers[].securityContext.runAsUser", Supported),
+    ("spec.containers[].securityContext.seLinuxOptions", Rejected),
+    ("spec.containers[].securityContext.seccompProfile", Rejected),
+    ("spec.containers[].securityContext.windowsOptions", Rejected),
+    ("spec.containers[].startupProbe", Rejected),
+    ("spec.containers[].stdin", Only("false")),
+    ("spec.containers[].stdinOnce", Only("false")),
+    ("spec.containers[].terminationMessagePath", Supported),
+    ("spec.containers[].terminationMessagePolicy", Supported),
+    ("spec.containers[].tty", Only("false")),
+    ("spec.containers[].volumeDevices", Rejected),
+    ("spec.containers[].volumeMounts", Supported),
+    ("spec.containers[].volumeMounts[].mountPath", Supported),
+    ("spec.containers[].volumeMounts[].mountPropagation", Rejected),
+    ("spec.containers[].volumeMounts[].name", Supported),
+    ("spec.containers[].volumeMounts[].readOnly", Supported),
+    ("spec.containers[].volumeMounts[].recursiveReadOnly", Rejected),
+    ("spec.containers[].volumeMounts[].subPath", Rejected),
+    ("spec.containers[].volumeMounts[].subPathExpr", Rejected),
+    ("spec.containers[].workingDir", Supported),
+    ("spec.dnsConfig", Supported),
+    ("spec.dnsConfig.nameservers", Supported),
+    ("spec.dnsConfig.options", Supported),
+    ("spec.dnsConfig.options[].name", Supported),
+    ("spec.dnsConfig.options[].value", Supported),
+    ("spec.dnsConfig.searches", Supported),
+    ("spec.dnsPolicy", Supported),
+    ("spec.enableServiceLinks", Supported),
+    ("spec.ephemeralContainers", Rejected),
+    ("spec.hostAliases", Supported),
+    ("spec.hostAliases[].hostnames", Supported),
+    ("spec.hostAliases[].ip", Supported),
+    ("spec.hostIPC", Supported),
+    ("spec.hostNetwork", Supported),
+    ("spec.hostPID", Supported),
+    ("spec.hostUsers", Only("true")),
+    ("spec.hostname", Supported),
+    ("spec.hostnameOverride", Rejected),
+    ("spec.imagePullSecrets", Rejected),
+    ("spec.initContainers", Rejected),
+    ("spec.nodeName", Supported),
+    ("spec.nodeSelector", Rejected),
+    ("spec.os", Supported),
+    ("spec.os.name", Supported),
+    ("spec.overhead", Rejected),
+    ("spec.preemptionPolicy", Rejected),
+    ("spec.priority", Supported),
+    ("spec.priorityClassName", Supported),
+    ("spec.readinessGates", Rejected),
+    ("spec.resourceClaims", Rejected),
+    ("spec.resources", Rejected),
+    ("spec.restartPolicy", Supported),
+    ("spec.runtimeClassName", Rejected),
+    ("spec.schedulerName", Rejected),
+    ("spec.schedulingGates", Rejected),
+    ("spec.securityContext", Supported),
+    ("spec.securityContext.appArmorProfile", Rejected),
+    ("spec.securityContext.fsGroup", Rejected),
+    ("spec.securityContext.fsGroupChangePolicy", Rejected),
+    ("spec.securityContext.runAsGroup", Supported),
+    ("spec.securityContext.runAsNonRoot", Rejected),
+    ("spec.securityContext.runAsUser", Supported),
+    ("spec.securityContext.seLinuxChangePolicy", Rejected),
+    ("spec.securityContext.seLinuxOptions", Rejected),
+    ("spec.securityContext.seccompProfile", Rejected),
+    ("spec.securityContext.supplementalGroups", Rejected),
+    ("spec.securityContext.supplementalGroupsPolicy", Rejected),
+    ("spec.securityContext.sysctls", Rejected),
+    ("spec.securityContext.windowsOptions", Rejected),
+    ("spec.serviceAccount", Rejected),
+    ("spec.serviceAccountName", Rejected),
+    ("spec.setHostnameAsFQDN", Only("false")),
+    ("spec.shareProcessNamespace", Only("false")),
+    ("spec.subdomain", Rejected),
+    ("spec.terminationGracePeriodSeconds", Supported),
+    ("spec.tolerations", Rejected),
+    ("spec.topologySpreadConstraints", Rejected),
+    ("spec.volumes", Supported),
+    ("spec.volumes[].awsElasticBlockStore", Rejected),
+    ("spec.volumes[].azureDisk", Rejected),
+    ("spec.volumes[].azureFile", Rejected),
+    ("spec.volumes[].cephfs", Rejected),
+    ("spec.volumes[].cinder", Rejected),
+    ("spec.volumes[].configMap", Rejected),
+    ("spec.volumes[].csi", Rejected),
+    ("spec.volumes[].downwardAPI", Rejected),
+    ("spec.volumes[].emptyDir", Supported),
+    ("spec.volumes[].emptyDir.medium", Supported),
+    ("spec.volumes[].emptyDir.sizeLimit", Supported),
+    ("spec.volumes[].ephemeral", Rejected),
+    ("spec.volumes[].fc", Rejected),
+    ("spec.volumes[].flexVolume", Rejected),
+    ("spec.volumes[].flocker", Rejected),
+    ("spec.volumes[].gcePersistentDisk", Rejected),
+    ("spec.volumes[].gitRepo", Rejected),
+    ("spec.volumes[].glusterfs", Rejected),
+    ("spec.volumes[].hostPath", Supported),
+    ("spec.volumes[].hostPath.path", Supported),
+    ("spec.volumes[].hostPath.type", Supported),
+    ("spec.volumes[].image", Rejected),
+    ("spec.volumes[].iscsi", Rejected),
+    ("spec.volumes[].name", Supported),
+    ("spec.volumes[].nfs", Rejected),
+    ("spec.volumes[].persistentVolumeClaim", Rejected),
+    ("spec.volumes[].photonPersistentDisk", Rejected),
+    ("spec.volumes[].portworxVolume", Rejected),
+    ("spec.volumes[].projected", Rejected),
+    ("spec.volumes[].quobyte", Rejected),
+    ("spec.volumes[].rbd", Rejected),
+    ("spec.volumes[].scaleIO", Rejected),
+    ("spec.volumes[].secret", Rejected),
+    ("spec.volumes[].storageos", Rejected),
+    ("spec.volumes[].vsphereVolume", Rejected),
+    ("status", Ignored),
+];
+
+/// The message for a set field that podwarden does not implement.
+pub const NOT_SUPPORTED: &str = "not supported by podwarden";
+
+/// At most this many unknown-field warnings per manifest (then a count).
+pub const MAX_WARNINGS: usize = 20;
+
+struct Index {
+    support: HashMap<&'static str, Support>,
+    /// Paths that have fields listed under them (objects to walk into).
+    parents: HashSet<String>,
+}
+
+static INDEX: LazyLock<Index> = LazyLock::new(|| {
+    let support: HashMap<_, _> = FIELDS.iter().copied().collect();
+    let mut parents = HashSet::new();
+    for (path, _) in FIELDS {
+        if let Some(i) = path.rfind('.') {
+            parents.insert(path[..i].trim_end_matches("[]").to_string());
+        }
+    }
+    parents.insert(String::new());
+    Index { support, parents }
+});
+
+/// What podwarden does with the field at `path` (table notation); `None`
+/// when it is not in the table.
+pub fn support(path: &str) -> Option<Support> {
+    INDEX.support.get(path).copied()
+}
+
+/// Whether a value counts as set: null, `""`, `[]` and `{}` say nothing
+/// (as in the Kubernetes API, where they are the zero values). A volume's
+/// source is set by being there at all (`emptyDir: {}` picks the type).
+fn is_set(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+        _ => true,
+    }
+}
+
+/// A rejected field: its path (with list indices) and why.
+pub type FieldError = (String, String);
+
+/// Check a parsed manifest against the table: the first set field that is
+/// rejected is an error; fields not in the schema are returned as
+/// warnings (`unknown field "spec.contaners"`). Values of the wrong type
+/// are left to deserialization, which names them.
+pub fn check(pod: &Value) -> Result<Vec<String>, FieldError> {
+    let mut warnings = Vec::new();
+    let mut unknown = 0usize;
+    walk(pod, "", "", &mut warnings, &mut unknown)?;
+    if unknown > MAX_WARNINGS {
+        warnings.push(format!("{} more unknown fields", unknown - MAX_WARNINGS));
+    }
+    Ok(warnings)
+}
+
+fn join(parent: &str, key: &str) -> String {
+    if parent.is_empty() { key.to_string() } else { format!("{parent}.{key}") }
+}
+
+/// Walk an object at table path `table` (shown as `shown`).
+fn walk(
+    v: &Value,
+    table: &str,
+    shown: &str,
+    warnings: &mut Vec<String>,
+    unknown: &mut usize,
+) -> Result<(), FieldError> {
+    let Value::Object(map) = v else { return Ok(()) };
+    let volume = table == "spec.volumes[]";
+    for (key, value) in map {
+        let t = join(table, key);
+        let s = join(shown, key);
+        match support(&t) {
+            None => {
+                *unknown += 1;
+                if *unknown <= MAX_WARNINGS {
+                    warnings.push(format!("unknown field {:?}", shorten(&s)));
+                }
+            }
+            Some(Ignored) => {}
+            Some(Rejected) if (volume && !value.is_null()) || is_set(value) => {
+                return Err((s, NOT_SUPPORTED.to_string()));
+            }
+            Some(Rejected) => {}
+            Some(Only(want)) => {
+                if !value.is_null() && serde_json::from_str::<Value>(want).ok().as_ref() != Some(value) {
+                    return Err((s, format!("{value} is {NOT_SUPPORTED} (only {want})")));
+                }
+            }
+            Some(Supported) => match value {
+                Value::Array(items) if INDEX.parents.contains(&t) => {
+                    let item = format!("{t}[]");
+                    for (i, it) in items.iter().enumerate() {
+                        walk(it, &item, &format!("{s}[{i}]"), warnings, unknown)?;
+                    }
+                }
+                Value::Object(_) if INDEX.parents.contains(&t) => walk(value, &t, &s, warnings, unknown)?,
+                _ => {}
+            },
+        }
+    }
+    Ok(())
+}
+
+/// A path as shown in a warning: at most 120 bytes (a key may be huge).
+fn shorten(s: &str) -> String {
+    const MAX: usize = 120;
+    if s.len() <= MAX {
+        return s.to_string();
+    }
+    let cut = (0..=MAX).rev().find(|i| s.is_char_boundary(*i)).unwrap_or(0);
+    format!("{}...({} bytes)", &s[..cut], s.len())
+}
+
+/// The README table: one row per field, in table order.
+pub fn markdown_table() -> String {
+    let mut out = String::from("| field | podwarden |\n| --- | --- |\n");
+    for (path, s) in FIELDS {
+        let what = match s {
+            Supported => "supported".to_string(),
+            Rejected => "rejected".to_string(),
+            Only(v) => format!("rejected unless `{v}`").replace("\"", ""),
+            Ignored => "ignored (output)".to_string(),
+        };
+        out.push_str(&format!("| `{path}` | {what} |\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::collections::BTreeSet;
+
+    use serde::de::{self, DeserializeSeed, Deserializer, IntoDeserializer, MapAccess, SeqAccess, Visitor};
+    use serde_json::json;
+
+    use super::*;
+
+    type E = de::value::Error;
+
+    /// A Deserializer that feeds a type a sample of every field it declares
+    /// and records each struct field's path: k8s-openapi's `Deserialize`
+    /// impls call `deserialize_struct` with their full field list.
+    struct Walk<'a> {
+        path: String,
+        field: &'static str,
+        out: &'a RefCell<BTreeSet<String>>,
+        depth: usize,
+    }
+
+    impl<'a> Walk<'a> {
+        /// A string every string-like type accepts (`Time` parses it); the
+        /// Pod's own `apiVersion` and `kind` are checked by its impl.
+        fn sample(&self) -> &'static str {
+            match self.field {
+                "apiVersion" => "v1",
+                "kind" => "Pod",
+                _ => "2020-01-01T00:00:00Z",
+            }
+        }
+
+        fn child(&self, path: String, field: &'static str) -> Walk<'a> {
+            assert!(self.depth < 40, "recursive type at {path}: the walk needs a cut-off");
+            Walk { path, field, out: self.out, depth: self.depth + 1 }
+        }
+    }
+
+    macro_rules! leaf {
+        ($($m:ident => $v:ident($($val:expr)?)),* $(,)?) => {
+            $(fn $m<V: Visitor<'de>>(self, v: V) -> Result<V::Value, E> { v.$v($($val)?) })*
+        };
+    }
+
+    impl<'de> Deserializer<'de> for Walk<'_> {
+        type Error = E;
+        leaf!(
+            deserialize_bool => visit_bool(false), deserialize_i8 => visit_i8(0), deserialize_i16 => visit_i16(0),
+            deserialize_i32 => visit_i32(0), deserialize_i64 => visit_i64(0), deserialize_u8 => visit_u8(0),
+            deserialize_u16 => visit_u16(0), deserialize_u32 => visit_u32(0), deserialize_u64 => visit_u64(0),
+            deserialize_f32 => visit_f32(0.0), deserialize_f64 => visit_f64(0.0), deserialize_char => visit_char('x'),
+            deserialize_bytes => visit_bytes(b"x"), deserialize_byte_buf => visit_bytes(b"x"),
+            deserialize_unit => visit_unit(), deserialize_ignored_any => visit_unit(),
+        );
+        fn deserialize_any<V: Visitor<'de>>(self, v: V) -> Result<V::Value, E> {
+            v.visit_str(self.sample())
+        }
+        fn deserialize_str<V: Visitor<'de>>(self, v: V) -> Result<V::Value, E> {
+            v.visit_str(self.sample())
+        }
+        fn deserialize_string<V: Visitor<'de>>(self, v: V) -> Result<V::Value, E> {
+            v.visit_str(self.sample())
+        }
+        fn deserialize_identifier<V: Visitor<'de>>(self, v: V) -> Result<V::Value, E> {
+            v.visit_str(self.sample())
+        }
+        fn deserialize_option<V: Visitor<'de>>(self, v: V) -> Result<V::Value, E> {
+            v.visit_some(self)
+        }
+        fn deserialize_unit_struct<V: Visitor<'de>>(self, _: &'static str, v: V) -> Result<V::Value, E> {
+            v.visit_unit()
+        }
+        fn deserialize_newtype_struct<V: Visitor<'de>>(self, _: &'static str, v: V) -> Result<V::Value, E> {
+            v.visit_newtype_struct(self)
+        }
+        fn deserialize_seq<V: Visitor<'de>>(self, v: V) -> Result<V::Value, E> {
+            let p = format!("{}[]", self.path);
+            v.visit_seq(One(Some(self.child(p, ""))))
+        }
+        fn deserialize_tuple<V: Visitor<'de>>(self, _: usize, v: V) -> Result<V::Value, E> {
+            self.deserialize_seq(v)
+        }
+        fn deserialize_tuple_struct<V: Visitor<'de>>(self, _: &'static str, _: usize, v: V) -> Result<V::Value, E> {
+            self.deserialize_seq(v)
+        }
+        fn deserialize_map<V: Visitor<'de>>(self, v: V) -> Result<V::Value, E> {
+            // a map's values sit at `path{}` (none of the Pod's maps hold structs)
+            let p = format!("{}{{}}", self.path);
+            v.visit_map(Fields { keys: &["k"], i: 0, parent: self.child(p, ""), map: true })
+        }
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            v: V,
+        ) -> Result<V::Value, E> {
+            for f in fields {
+                self.out.borrow_mut().insert(join(&self.path, f));
+            }
+            v.visit_map(Fields { keys: fields, i: 0, parent: self, map: false })
+        }
+        fn deserialize_enum<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            _: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, E> {
+            panic!("an enum at {}: teach the walk about it", self.path)
+        }
+    }
+
+    struct One<'a>(Option<Walk<'a>>);
+
+    impl<'de> SeqAccess<'de> for One<'_> {
+        type Error = E;
+        fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, s: T) -> Result<Option<T::Value>, E> {
+            self.0.take().map(|w| s.deserialize(w)).transpose()
+        }
+    }
+
+    struct Fields<'a> {
+        keys: &'static [&'static str],
+        i: usize,
+        parent: Walk<'a>,
+        map: bool,
+    }
+
+    impl<'de> MapAccess<'de> for Fields<'_> {
+        type Error = E;
+        fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, s: K) -> Result<Option<K::Value>, E> {
+            let Some(k) = self.keys.get(self.i) else { return Ok(None) };
+            s.deserialize(IntoDeserializer::<E>::into_deserializer(*k)).map(Some)
+        }
+        fn next_value_seed<T: DeserializeSeed<'de>>(&mut self, s: T) -> Result<T::Value, E> {
+            let k = self.keys[self.i];
+            self.i += 1;
+            let w = if self.map {
+                Walk { path: self.parent.path.clone(), field: "", out: self.parent.out, depth: self.parent.depth }
+            } else {
+                self.parent.child(join(&self.parent.path, k), k)
+            };
+            s.deserialize(w)
+        }
+    }
+
+    /// Every field path of k8s-openapi's v1 Pod.
+    fn all_pod_fields() -> BTreeSet<String> {
+        let out = RefCell::new(BTreeSet::new());
+        let _pod: crate::model::Pod =
+            serde::Deserialize::deserialize(Walk { path: String::new(), field: "", out: &out, depth: 0 })
+                .expect("the walk feeds every type a value it accepts");
+        out.into_inner()
+    }
+
+    #[test]
+    fn table_covers_every_pod_field_and_nothing_else() {
+        let all = all_pod_fields();
+        assert!(all.len() > 1000, "the walk found only {} fields", all.len());
+        assert!(all.contains("spec.containers[].readinessProbe.exec.command"));
+        // a path needs a row when every field above it is supported
+        let needs_row = |p: &str| {
+            let mut prefix = String::new();
+            for part in p.split('.').collect::<Vec<_>>().split_last().unwrap().1 {
+                prefix = join(&prefix, part);
+                if support(prefix.trim_end_matches("[]")) != Some(Supported) {
+                    return false;
+                }
+            }
+            true
+        };
+        let missing: Vec<&String> = all.iter().filter(|p| needs_row(p) && support(p).is_none()).collect();
+        assert!(missing.is_empty(), "fields of v1 Pod missing from model::fields::FIELDS: {missing:#?}");
+        let stale: Vec<&str> = FIELDS.iter().map(|(p, _)| *p).filter(|p| !all.contains(*p) || !needs_row(p)).collect();
+        assert!(stale.is_empty(), "rows of model::fields::FIELDS that are not fields to list: {stale:?}");
+        assert_eq!(INDEX.support.len(), FIELDS.len(), "a path is listed twice in model::fields::FIELDS");
+        for (p, s) in FIELDS {
+            if let Only(v) = s {
+                assert!(serde_json::from_str::<Value>(v).is_ok(), "{p}: {v} is not JSON");
+            }
+        }
+    }
+
+    #[test]
+    fn readme_holds_the_table() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        let table = markdown_table();
+        assert!(
+            readme.contains(&table),
+            "README.md's \"Pod spec fields\" section must hold model::fields::markdown_table():\n{table}"
+        );
+    }
+
+    #[test]
+    fn check_rejects_set_fields_and_warns_about_unknown_ones() {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "creationTimestamp": null, "labels": {"any": "x"}},
+            "spec": {"contaners": [], "containers": [{"name": "c", "image": "i", "tty": false, "imagePullPolicyy": "x",
+                     "resources": {}, "env": [{"name": "a", "value": "b", "valueFrom": null}]}],
+                     "volumes": [{"name": "v", "emptyDir": {}}]},
+            "status": {"phase": "Running", "whatever": 1},
+        });
+        assert_eq!(
+            check(&pod).unwrap(),
+            vec!["unknown field \"spec.containers[0].imagePullPolicyy\"", "unknown field \"spec.contaners\""]
+        );
+        let reject = |path: &[&str], v: Value| {
+            let mut p = pod.clone();
+            let mut at = &mut p;
+            for k in &path[..path.len() - 1] {
+                at = match k.parse::<usize>() {
+                    Ok(i) => &mut at[i],
+                    Err(_) => &mut at[*k],
+                };
+            }
+            at[path[path.len() - 1]] = v;
+            check(&p).unwrap_err()
+        };
+        let e = |f: &str| (f.to_string(), NOT_SUPPORTED.to_string());
+        assert_eq!(
+            reject(&["spec", "containers", "0", "readinessProbe"], json!({"exec": {"command": ["false"]}})),
+            e("spec.containers[0].readinessProbe")
+        );
+        assert_eq!(
+            reject(&["spec", "containers", "0", "env", "0", "valueFrom"], json!({"fieldRef": {"fieldPath": "x"}})),
+            e("spec.containers[0].env[0].valueFrom")
+        );
+        assert_eq!(reject(&["spec", "volumes", "0", "configMap"], json!({})), e("spec.volumes[0].configMap"));
+        assert_eq!(
+            reject(&["spec", "securityContext"], json!({"sysctls": [{"name": "a"}]})),
+            e("spec.securityContext.sysctls")
+        );
+        assert_eq!(reject(&["spec", "activeDeadlineSeconds"], json!(0)), e("spec.activeDeadlineSeconds"));
+        assert_eq!(
+            reject(&["spec", "containers", "0", "tty"], json!(true)),
+            ("spec.containers[0].tty".to_string(), "true is not supported by podwarden (only false)".to_string())
+        );
+        // zero values say nothing
+        for zero in [json!(null), json!([]), json!({}), json!("")] {
+            let mut p = pod.clone();
+            p["spec"]["containers"][0]["readinessProbe"] = zero.clone();
+            p["spec"]["containers"][0]["envFrom"] = zero.clone();
+            assert!(check(&p).is_ok(), "{zero}");
+        }
+    }
+
+    #[test]
+    fn warnings_are_capped() {
+        let mut spec = serde_json::Map::new();
+        for i in 0..30 {
+            spec.insert(format!("x{i:02}"), json!(1));
+        }
+        let w = check(&json!({"spec": spec})).unwrap();
+        assert_eq!(w.len(), MAX_WARNINGS + 1);
+        assert_eq!(w[MAX_WARNINGS], "10 more unknown fields");
+    }
+}
