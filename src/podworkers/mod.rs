@@ -872,3 +872,34 @@ impl Inner {
         next
     }
 }
+
+#[cfg(test)]
+mod permanent_tests {
+    use super::*;
+
+    #[test]
+    fn errors_that_cannot_heal_are_told_from_the_others() {
+        let io = |errno| SyncError::Io { what: "x".into(), source: std::io::Error::from_raw_os_error(errno) };
+        let failed = |m: &str| SyncError::Runtime(RuntimeError::Failed { op: "RunPodSandbox", message: m.into() });
+        for e in [
+            io(libc::ENAMETOOLONG),
+            io(libc::EINVAL),
+            failed("mkdir /var/log/pods/x: File name too long"),
+            SyncError::Invalid("bad".into()),
+        ] {
+            assert!(e.is_permanent(), "{e}");
+        }
+        for e in [
+            io(libc::ENOENT),
+            io(libc::EACCES),
+            io(libc::ENOSPC),
+            failed("injected fault"),
+            SyncError::Runtime(RuntimeError::Unavailable("down".into())),
+            SyncError::Runtime(RuntimeError::DeadlineExceeded { op: "StopContainer" }),
+            SyncError::Cancelled,
+            SyncError::Other("hostPath /x is not a directory".into()),
+        ] {
+            assert!(!e.is_permanent(), "{e}");
+        }
+    }
+}

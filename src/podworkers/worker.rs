@@ -190,7 +190,7 @@ fn run_pass(inner: &Inner, item: &WorkItem) -> Outcome {
                 syncer.sync_terminated_pod(ctx, pod, item.remove_content)?;
                 Ok(Outcome::Ok { terminal: true, requeue_after: None })
             }
-            (kind, _, _) => Err(SyncError::Other(format!("no pod to run {kind:?} work with"))),
+            (kind, _, _) => Err(SyncError::Invalid(format!("no pod to run {kind:?} work with"))),
         }
     }));
     match result {
