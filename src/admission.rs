@@ -70,8 +70,9 @@ pub fn requests(pod: &Pod) -> (i64, i64) {
                 .or_else(|| r.limits.as_ref().and_then(|m| m.get(name)))
                 .map(|q| q.0.as_str())
         };
-        cpu += get("cpu").and_then(|q| quantity::cpu_millis(q).ok()).unwrap_or(0);
-        mem += get("memory").and_then(|q| quantity::bytes(q).ok()).unwrap_or(0);
+        // saturating: a pod asking for 8Ei must not overflow the sums
+        cpu = get("cpu").and_then(|q| quantity::cpu_millis(q).ok()).unwrap_or(0).saturating_add(cpu);
+        mem = get("memory").and_then(|q| quantity::bytes(q).ok()).unwrap_or(0).saturating_add(mem);
     }
     (cpu, mem)
 }
@@ -146,11 +147,11 @@ impl Admission {
             ));
         }
         let (cpu, mem) = requests(pod);
-        let (used_cpu, used_mem) = others.iter().fold((0, 0), |(c, m), p| {
+        let (used_cpu, used_mem) = others.iter().fold((0i64, 0i64), |(c, m), p| {
             let (pc, pm) = requests(p);
-            (c + pc, m + pm)
+            (c.saturating_add(pc), m.saturating_add(pm))
         });
-        if cpu > 0 && used_cpu + cpu > a.cpu_millis {
+        if cpu > 0 && used_cpu.saturating_add(cpu) > a.cpu_millis {
             return Err(Rejection::new(
                 "OutOfcpu",
                 format!(
@@ -159,7 +160,7 @@ impl Admission {
                 ),
             ));
         }
-        if mem > 0 && used_mem + mem > a.memory_bytes {
+        if mem > 0 && used_mem.saturating_add(mem) > a.memory_bytes {
             return Err(Rejection::new(
                 "OutOfmemory",
                 format!(

@@ -108,20 +108,32 @@ impl Agent {
         self
     }
 
-    /// Pods that count for admission: admitted, not known terminated, and
-    /// not terminal unless their termination is still running.
+    /// Pods that count for admission (DESIGN.md, Admission): admitted pods
+    /// until their worker is finished. A desired pod whose status is
+    /// terminal counts only while its termination runs. A pod that left its
+    /// source (or whose UID is now rejected) counts until its old worker
+    /// finished: a pod ignoring SIGTERM holds its CPU for its whole grace
+    /// period.
     fn active_pods(&self, pm: &PodManager) -> Vec<Arc<Pod>> {
-        pm.admitted()
+        let mut active: Vec<Arc<Pod>> = pm
+            .admitted()
             .filter(|p| {
                 let uid = model::uid(p);
-                if self.workers.is_pod_known_terminated(uid) {
+                let phase = self.workers.phase(uid);
+                if phase == Some(Phase::Finished) {
                     return false;
                 }
                 let terminal = self.statuses.get(uid).is_some_and(|s| model::is_terminal_phase(s.phase.as_deref()));
-                !terminal || self.workers.is_pod_termination_requested(uid)
+                !terminal || phase.is_some_and(|p| p >= Phase::Terminating)
             })
             .cloned()
-            .collect()
+            .collect();
+        for (uid, pod) in self.workers.unfinished() {
+            if pm.by_uid.get(&uid).is_none_or(|d| d.rejected.is_some()) {
+                active.push(pod);
+            }
+        }
+        active
     }
 
     /// Every desired pod with its admission.
@@ -320,6 +332,9 @@ impl Agent {
     /// Healthy: housekeeping ran and the runtime answered within `within`.
     /// Otherwise, what is wrong.
     pub fn health(&self, within: Duration) -> Result<(), String> {
+        if let Some((thread, message)) = crate::thread::panicked() {
+            return Err(format!("thread {thread} panicked: {message}"));
+        }
         let fresh = |t: Option<Instant>| t.is_some_and(|t| t.elapsed() < within);
         let (answered, err) = self.runtime_answered.lock().clone();
         if !fresh(answered) {
@@ -338,8 +353,10 @@ impl Agent {
     pub fn allocated(&self) -> (i64, i64, usize) {
         let pm = self.pods.lock();
         let active = self.active_pods(&pm);
-        let (cpu, mem) =
-            active.iter().map(|p| crate::admission::requests(p)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        let (cpu, mem) = active
+            .iter()
+            .map(|p| crate::admission::requests(p))
+            .fold((0i64, 0i64), |a, b| (a.0.saturating_add(b.0), a.1.saturating_add(b.1)));
         (cpu, mem, active.len())
     }
 

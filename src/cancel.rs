@@ -8,6 +8,18 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Mutex, RwLock};
 
+/// `t + d`, saturating far in the future (about a century) instead of
+/// panicking ("overflow when adding duration to instant") on a huge `d`.
+pub fn add_saturating(t: Instant, d: Duration) -> Instant {
+    const FAR: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    t.checked_add(d.min(FAR)).or_else(|| t.checked_add(Duration::from_secs(24 * 3600))).unwrap_or(t)
+}
+
+/// `Instant::now() + d`, saturating (see [`add_saturating`]).
+pub fn deadline_in(d: Duration) -> Instant {
+    add_saturating(Instant::now(), d)
+}
+
 /// Cancelled once; every clone sees it. `receiver()` becomes disconnected on
 /// cancellation, so a thread can `select!` on it beside other channels.
 #[derive(Clone)]
@@ -55,7 +67,7 @@ impl CancelToken {
     }
 
     pub fn sleep(&self, d: Duration) -> bool {
-        self.sleep_until(Instant::now() + d)
+        self.sleep_until(deadline_in(d))
     }
 }
 

@@ -46,6 +46,14 @@ fn connect_runtime(config: &Config) -> Result<Arc<dyn Runtime>, DaemonError> {
         log::warn!("containerRuntimeEndpoint fake://: simulating containers in memory; nothing really runs");
         let fake = FakeRuntime::new();
         fake.set_recording(false);
+        // tests of the agent's reaction to a panicking thread: the first
+        // call of this CRI method panics (simulated runtime only)
+        if let Some(op) =
+            std::env::var("PODWARDEN_FAKE_PANIC").ok().and_then(|n| crate::runtime::fake::Op::from_name(&n))
+        {
+            log::warn!("PODWARDEN_FAKE_PANIC: the first {} call will panic", op.name());
+            fake.panic_on(op, None, 1);
+        }
         return Ok(Arc::new(fake));
     }
     let cri = CriRuntime::connect(endpoint, Duration::from_secs(10))
@@ -185,7 +193,7 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
         .map_err(io("starting housekeeping"))?;
     // healthy (/healthz, the node's Ready condition): housekeeping and the
     // runtime answered within a few housekeeping periods
-    let healthy_within = (config.housekeeping_interval * 5).max(Duration::from_secs(10));
+    let healthy_within = config.housekeeping_interval.saturating_mul(5).max(Duration::from_secs(10));
     let http = if config.read_only_port == 0 {
         None
     } else {
@@ -247,6 +255,9 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
     }
+    // a panic escaping any thread ends the agent (status 70) for systemd to
+    // restart it: never a dead thread behind a healthy /healthz
+    crate::thread::exit_on_panic(true);
     let mut signals =
         signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(io("installing signal handlers"))?;
     let runtime = connect_runtime(&config)?;

@@ -65,17 +65,17 @@ impl Periodic {
     /// back to the kernel.
     pub fn with_relist(agent: Arc<Agent>, period: Duration, relist: Duration) -> std::io::Result<Self> {
         let mut next_pass = Instant::now();
-        let mut next_trim = Instant::now() + TRIM_PERIOD;
+        let mut next_trim = crate::cancel::deadline_in(TRIM_PERIOD);
         Self::run("housekeeping", relist, move |woken| {
             if woken || Instant::now() >= next_pass {
                 agent.housekeeping();
-                next_pass = Instant::now() + period;
+                next_pass = crate::cancel::deadline_in(period);
             } else {
                 agent.relist();
             }
             if Instant::now() >= next_trim {
                 trim_heap();
-                next_trim = Instant::now() + TRIM_PERIOD;
+                next_trim = crate::cancel::deadline_in(TRIM_PERIOD);
             }
         })
     }
@@ -101,7 +101,7 @@ impl Periodic {
                     woken = std::mem::take(&mut f.wake);
                 }
                 f(woken);
-                next = Instant::now() + period;
+                next = crate::cancel::deadline_in(period);
             }
         })?;
         Ok(Housekeeping { waker, join: Some(join) })

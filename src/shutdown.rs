@@ -182,7 +182,7 @@ pub fn run(
     root_dir: Option<&Path>,
 ) -> Report {
     use crate::podworkers::{KillPodOptions, Phase, UpdatePodOptions};
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     let started = SystemTime::now();
     agent.admission.set_shutting_down(true);
@@ -195,7 +195,7 @@ pub fn run(
         if group.pods.is_empty() {
             continue;
         }
-        let deadline = Instant::now() + Duration::from_secs(group.grace_seconds.max(0) as u64);
+        let deadline = crate::cancel::deadline_in(Duration::from_secs(group.grace_seconds.max(0) as u64));
         let mut uids = Vec::new();
         for (pod, grace) in &group.pods {
             let status_fn: crate::podworkers::StatusFn = Arc::new(|s: &mut crate::model::PodStatus| {

@@ -233,6 +233,11 @@ pub fn generate(pod: &Pod, rp: &RuntimePod, input: &GenerateInput) -> PodStatus 
         rp.ready_sandbox().and_then(|s| s.ip.clone())
     }
     .or_else(|| input.old.and_then(|o| o.pod_ip.clone()).filter(|_| !terminal));
+    // The reason and message belong to the phase they were given with, as
+    // in the kubelet: kept while the phase stays, dropped when it changes (a
+    // pod started again after a cancelled node shutdown is no longer
+    // "Terminated").
+    let same_phase = input.old.filter(|o| o.phase.as_deref() == Some(phase.as_str()));
     PodStatus {
         phase: Some(phase),
         conditions: Some(vec![
@@ -247,8 +252,8 @@ pub fn generate(pod: &Pod, rp: &RuntimePod, input: &GenerateInput) -> PodStatus 
         start_time: Some(input.old.and_then(|o| o.start_time.clone()).unwrap_or(now)),
         container_statuses: Some(statuses),
         qos_class: input.old.and_then(|o| o.qos_class.clone()),
-        reason: input.old.and_then(|o| o.reason.clone()),
-        message: input.old.and_then(|o| o.message.clone()),
+        reason: same_phase.and_then(|o| o.reason.clone()),
+        message: same_phase.and_then(|o| o.message.clone()),
         ..Default::default()
     }
 }
@@ -314,6 +319,30 @@ mod tests {
         assert_eq!(gen_phase("OnFailure", Some(exited(0, 0)), None).0, "Succeeded");
         assert_eq!(gen_phase("OnFailure", Some(exited(1, 0)), None).0, "Running");
         assert_eq!(gen_phase("Always", Some(exited(0, 0)), None).0, "Running");
+    }
+
+    #[test]
+    fn reason_and_message_last_only_as_long_as_their_phase() {
+        let p = pod("Always");
+        let mut running = exited(0, 1);
+        running.state = ContainerState::Running;
+        let rp = RuntimePod { containers: vec![running], ..Default::default() };
+        let old = PodStatus {
+            phase: Some("Failed".into()),
+            reason: Some("Terminated".into()),
+            message: Some("Pod was terminated in response to imminent node shutdown.".into()),
+            ..Default::default()
+        };
+        let make = |terminal_phase| {
+            let w = HashMap::new();
+            let input = GenerateInput { old: Some(&old), waiting: &w, terminal_phase, id_prefix: "", host_ip: None };
+            let s = generate(&p, &rp, &input);
+            (s.phase.unwrap(), s.reason, s.message)
+        };
+        assert_eq!(make(None), ("Running".to_string(), None, None), "started again: a running pod's status");
+        let (phase, reason, message) = make(Some("Failed"));
+        assert_eq!((phase.as_str(), reason.as_deref()), ("Failed", Some("Terminated")));
+        assert!(message.is_some());
     }
 
     #[test]

@@ -141,6 +141,11 @@ pub enum Outcome {
     Cancelled,
     /// Failed; retry after back-off.
     Err,
+    /// Failed for good: an error retrying cannot cure. Reported once; the
+    /// pod moves on as after a terminal success (set-up: the pod is failed
+    /// and terminates; termination and clean-up: the next phase), so no
+    /// worker loops on it and none is stuck terminating.
+    Failed,
 }
 
 /// What the worker does after a pass.
@@ -312,35 +317,38 @@ impl Lifecycle {
 
     /// Apply the outcome of a pass of `kind`.
     pub fn on_work_done(&mut self, kind: WorkKind, outcome: Outcome, runtime_only: bool, t: Timing) -> AfterWork {
-        self.last_error = outcome == Outcome::Err;
-        match outcome {
-            Outcome::Cancelled => AfterWork::WaitForUpdate,
-            Outcome::Err => AfterWork::Wait(t.backoff),
-            Outcome::Ok { terminal, requeue_after } => match kind {
-                WorkKind::Terminated => {
-                    self.phase = Phase::Finished;
-                    AfterWork::Exit
-                }
-                WorkKind::Terminating if runtime_only => {
-                    // Nothing configured it: no clean-up of pod content.
-                    self.phase = Phase::Finished;
-                    AfterWork::Exit
-                }
-                WorkKind::Terminating => {
-                    self.phase = self.phase.max(Phase::Terminated);
-                    AfterWork::Transition
-                }
-                WorkKind::Sync if self.is_termination_requested() => {
-                    // A kill arrived while syncing and the pass finished
-                    // before it noticed: go on with termination at once.
-                    AfterWork::Transition
-                }
-                WorkKind::Sync if terminal => {
-                    self.phase = Phase::Terminating;
-                    AfterWork::Transition
-                }
-                WorkKind::Sync => AfterWork::Wait(requeue_after.map_or(t.resync, |r| r.min(t.resync))),
-            },
+        self.last_error = matches!(outcome, Outcome::Err | Outcome::Failed);
+        let (terminal, requeue_after) = match outcome {
+            Outcome::Cancelled => return AfterWork::WaitForUpdate,
+            Outcome::Err => return AfterWork::Wait(t.backoff),
+            // as a terminal success: the pod moves on, never loops
+            Outcome::Failed => (true, None),
+            Outcome::Ok { terminal, requeue_after } => (terminal, requeue_after),
+        };
+        match kind {
+            WorkKind::Terminated => {
+                self.phase = Phase::Finished;
+                AfterWork::Exit
+            }
+            WorkKind::Terminating if runtime_only => {
+                // Nothing configured it: no clean-up of pod content.
+                self.phase = Phase::Finished;
+                AfterWork::Exit
+            }
+            WorkKind::Terminating => {
+                self.phase = self.phase.max(Phase::Terminated);
+                AfterWork::Transition
+            }
+            WorkKind::Sync if self.is_termination_requested() => {
+                // A kill arrived while syncing and the pass finished
+                // before it noticed: go on with termination at once.
+                AfterWork::Transition
+            }
+            WorkKind::Sync if terminal => {
+                self.phase = Phase::Terminating;
+                AfterWork::Transition
+            }
+            WorkKind::Sync => AfterWork::Wait(requeue_after.map_or(t.resync, |r| r.min(t.resync))),
         }
     }
 
@@ -533,6 +541,18 @@ mod tests {
                 Phase::Terminating,
             ),
             (Phase::Terminated, WorkKind::Terminated, ok(false), false, AfterWork::Exit, Phase::Finished),
+            // an error that cannot heal: never retried, the pod moves on
+            (Phase::Syncing, WorkKind::Sync, Outcome::Failed, false, AfterWork::Transition, Phase::Terminating),
+            (
+                Phase::Terminating,
+                WorkKind::Terminating,
+                Outcome::Failed,
+                false,
+                AfterWork::Transition,
+                Phase::Terminated,
+            ),
+            (Phase::Terminating, WorkKind::Terminating, Outcome::Failed, true, AfterWork::Exit, Phase::Finished),
+            (Phase::Terminated, WorkKind::Terminated, Outcome::Failed, false, AfterWork::Exit, Phase::Finished),
             (
                 Phase::Terminated,
                 WorkKind::Terminated,

@@ -96,6 +96,27 @@ pub enum SyncError {
     },
     #[error("{0}")]
     Other(String),
+    /// The pod's spec cannot be run as it is (retrying cannot help).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl SyncError {
+    /// An error that cannot heal by retrying the same pass: a path the
+    /// kernel refuses (`ENAMETOOLONG`, `EINVAL`), a runtime error that says
+    /// so ([`RuntimeError::is_permanent`]), a pod spec that cannot run.
+    /// Workers report it once and move on (see `Outcome::Failed`); every
+    /// other error is retried with back-off.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            SyncError::Io { source, .. } => {
+                matches!(source.raw_os_error(), Some(libc::ENAMETOOLONG) | Some(libc::EINVAL))
+            }
+            SyncError::Runtime(e) => e.is_permanent(),
+            SyncError::Invalid(_) => true,
+            SyncError::Cancelled | SyncError::Other(_) => false,
+        }
+    }
 }
 
 impl From<RuntimeError> for SyncError {
@@ -454,6 +475,18 @@ impl PodWorkers {
         }
     }
 
+    /// Pods whose worker has not finished, with their latest spec (pods
+    /// known only from the runtime are left out). Admission counts them:
+    /// until finished they may still hold what they were admitted with.
+    pub fn unfinished(&self) -> Vec<(Uid, Arc<Pod>)> {
+        let st = self.inner.state.lock();
+        st.pods
+            .iter()
+            .filter(|(_, s)| !s.lc.is_finished())
+            .filter_map(|(uid, s)| Some((uid.clone(), s.latest_pod()?.clone())))
+            .collect()
+    }
+
     /// The phase of a known pod.
     pub fn phase(&self, uid: &str) -> Option<Phase> {
         self.inner.state.lock().pods.get(uid).map(|s| s.lc.phase)
@@ -515,7 +548,7 @@ impl Inner {
         x ^= x >> 27;
         self.rng.store(x, Ordering::Relaxed);
         let frac = (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64;
-        d + d.mul_f64(0.25 * frac)
+        d.saturating_add(d.mul_f64(0.25 * frac))
     }
 
     /// The body of `update_pod`, under the lock. Returns a start gate to
@@ -795,7 +828,7 @@ impl Inner {
     /// Record a pass's outcome and say what the worker does next.
     fn complete_work(&self, uid: &str, item: &WorkItem, outcome: Outcome, took: Duration) -> AfterWork {
         if let Some(o) = &self.observer {
-            o.work_done(item.kind, took, outcome == Outcome::Err);
+            o.work_done(item.kind, took, matches!(outcome, Outcome::Err | Outcome::Failed));
         }
         let mut st = self.state.lock();
         let Some(entry) = st.pods.get_mut(uid) else {
@@ -837,5 +870,36 @@ impl Inner {
             self.phase_changed(&mut st, uid, before, now_phase);
         }
         next
+    }
+}
+
+#[cfg(test)]
+mod permanent_tests {
+    use super::*;
+
+    #[test]
+    fn errors_that_cannot_heal_are_told_from_the_others() {
+        let io = |errno| SyncError::Io { what: "x".into(), source: std::io::Error::from_raw_os_error(errno) };
+        let failed = |m: &str| SyncError::Runtime(RuntimeError::Failed { op: "RunPodSandbox", message: m.into() });
+        for e in [
+            io(libc::ENAMETOOLONG),
+            io(libc::EINVAL),
+            failed("mkdir /var/log/pods/x: File name too long"),
+            SyncError::Invalid("bad".into()),
+        ] {
+            assert!(e.is_permanent(), "{e}");
+        }
+        for e in [
+            io(libc::ENOENT),
+            io(libc::EACCES),
+            io(libc::ENOSPC),
+            failed("injected fault"),
+            SyncError::Runtime(RuntimeError::Unavailable("down".into())),
+            SyncError::Runtime(RuntimeError::DeadlineExceeded { op: "StopContainer" }),
+            SyncError::Cancelled,
+            SyncError::Other("hostPath /x is not a directory".into()),
+        ] {
+            assert!(!e.is_permanent(), "{e}");
+        }
     }
 }

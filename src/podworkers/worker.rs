@@ -156,7 +156,7 @@ fn run(inner: &Arc<Inner>, uid: &str, rx: &Receiver<()>) {
         match inner.complete_work(uid, &item, outcome, started.elapsed()) {
             AfterWork::Exit => return,
             AfterWork::Transition => run_now = true,
-            AfterWork::Wait(d) => deadline = Some(Instant::now() + d),
+            AfterWork::Wait(d) => deadline = Some(crate::cancel::deadline_in(d)),
             AfterWork::WaitForUpdate => {}
         }
     }
@@ -190,7 +190,7 @@ fn run_pass(inner: &Inner, item: &WorkItem) -> Outcome {
                 syncer.sync_terminated_pod(ctx, pod, item.remove_content)?;
                 Ok(Outcome::Ok { terminal: true, requeue_after: None })
             }
-            (kind, _, _) => Err(SyncError::Other(format!("no pod to run {kind:?} work with"))),
+            (kind, _, _) => Err(SyncError::Invalid(format!("no pod to run {kind:?} work with"))),
         }
     }));
     match result {
@@ -199,12 +199,20 @@ fn run_pass(inner: &Inner, item: &WorkItem) -> Outcome {
             log::debug!("pod {who}: {:?} pass interrupted", item.kind);
             Outcome::Cancelled
         }
+        Ok(Err(e)) if e.is_permanent() => {
+            log::error!("pod {who}: {:?} failed: {e}; not retried (this error cannot heal); going on", item.kind);
+            Outcome::Failed
+        }
         Ok(Err(e)) => {
             log::warn!("pod {who}: {:?} failed: {e}; retrying after back-off", item.kind);
             Outcome::Err
         }
-        Err(_) => {
-            log::error!("pod {who}: {:?} pass panicked; retrying after back-off", item.kind);
+        // One pod's bug must not stop the others (nor, by restarting the
+        // agent, all of them in a loop): the pass is retried after back-off,
+        // and the thread lives on.
+        Err(payload) => {
+            let msg = crate::thread::panic_message(payload.as_ref());
+            log::error!("pod {who}: {:?} pass panicked: {msg}; retrying after back-off", item.kind);
             Outcome::Err
         }
     }

@@ -32,7 +32,26 @@ pub enum Op {
 }
 
 impl Op {
-    fn name(self) -> &'static str {
+    pub const ALL: [Op; 11] = [
+        Op::ListPods,
+        Op::PodStatus,
+        Op::ImageStatus,
+        Op::PullImage,
+        Op::RunSandbox,
+        Op::StopSandbox,
+        Op::RemoveSandbox,
+        Op::CreateContainer,
+        Op::StartContainer,
+        Op::StopContainer,
+        Op::RemoveContainer,
+    ];
+
+    /// The op with this CRI name (`ListPodSandbox`, ...).
+    pub fn from_name(name: &str) -> Option<Op> {
+        Self::ALL.into_iter().find(|o| o.name() == name)
+    }
+
+    pub fn name(self) -> &'static str {
         match self {
             Op::ListPods => "ListPodSandbox",
             Op::PodStatus => "PodSandboxStatus",
@@ -66,6 +85,10 @@ pub enum FaultKind {
     Error,
     /// Block until the call's deadline (or cancellation), then fail.
     Hang,
+    /// Panic in the calling thread (tests of what a panicking thread does).
+    Panic,
+    /// Fail at once with this message (e.g. one that cannot heal).
+    ErrorWith(&'static str),
 }
 
 #[derive(Debug, Clone)]
@@ -192,6 +215,17 @@ impl FakeRuntime {
     /// Make the next `times` calls of `op` hang until their deadline.
     pub fn hang(&self, op: Op, uid: Option<&str>, times: u32) {
         self.inject(op, uid, times, FaultKind::Hang);
+    }
+
+    /// Fail the next `times` calls of `op` with `message` (for example
+    /// "... file name too long", an error retrying cannot cure).
+    pub fn fail_with(&self, op: Op, uid: Option<&str>, times: u32, message: &'static str) {
+        self.inject(op, uid, times, FaultKind::ErrorWith(message));
+    }
+
+    /// Make the next `times` calls of `op` panic in the calling thread.
+    pub fn panic_on(&self, op: Op, uid: Option<&str>, times: u32) {
+        self.inject(op, uid, times, FaultKind::Panic);
     }
 
     fn inject(&self, op: Op, uid: Option<&str>, times: u32, kind: FaultKind) {
@@ -346,11 +380,13 @@ impl FakeRuntime {
             (fault, st.latency.get(&op).copied().unwrap_or_default())
         };
         if !latency.is_zero() {
-            self.wait(ctx, op, Instant::now() + latency)?;
+            self.wait(ctx, op, crate::cancel::deadline_in(latency))?;
         }
         match fault {
             None => Ok(()),
             Some(FaultKind::Error) => Err(RuntimeError::Failed { op: op.name(), message: "injected fault".into() }),
+            Some(FaultKind::ErrorWith(message)) => Err(RuntimeError::Failed { op: op.name(), message: message.into() }),
+            Some(FaultKind::Panic) => panic!("injected panic in {}", op.name()),
             Some(FaultKind::Hang) => {
                 self.wait(ctx, op, ctx.deadline)?;
                 Err(RuntimeError::DeadlineExceeded { op: op.name() })
@@ -627,7 +663,7 @@ impl Runtime for FakeRuntime {
             _ => (timeout, 137),
         };
         if !wait.is_zero() {
-            self.wait(ctx, Op::StopContainer, Instant::now() + wait)?;
+            self.wait(ctx, Op::StopContainer, crate::cancel::deadline_in(wait))?;
         }
         let mut st = self.state.lock();
         if let Some(c) = st.containers.get_mut(id)

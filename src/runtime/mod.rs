@@ -35,7 +35,7 @@ pub struct CallCtx {
 
 impl CallCtx {
     pub fn new(timeout: Duration, cancel: &CancelToken) -> Self {
-        CallCtx { deadline: Instant::now() + timeout, cancel: cancel.clone() }
+        CallCtx { deadline: crate::cancel::deadline_in(timeout), cancel: cancel.clone() }
     }
 
     /// A context that is never cancelled (housekeeping, tests).
@@ -69,6 +69,18 @@ pub enum RuntimeError {
 impl RuntimeError {
     pub fn is_not_found(&self) -> bool {
         matches!(self, RuntimeError::NotFound { .. })
+    }
+
+    /// An error that retrying cannot cure: the same request fails the same
+    /// way every time. Today: a path the kernel refuses as too long
+    /// (`ENAMETOOLONG`, which containerd passes on as "file name too long",
+    /// e.g. creating a sandbox's log directory). Deadlines, an unavailable
+    /// runtime and everything else may heal and are retried.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            RuntimeError::Failed { message, .. } => message.to_ascii_lowercase().contains("file name too long"),
+            _ => false,
+        }
     }
 }
 

@@ -18,6 +18,9 @@ struct FileEntry {
     reported: Option<String>,
     /// The warnings last logged for the file (logged once per change).
     warned: Vec<String>,
+    /// The UID conflict last reported for the file (reported once while
+    /// it lasts).
+    conflict: Option<String>,
 }
 
 /// What one scan found.
@@ -36,6 +39,9 @@ pub struct FileSource {
     node_name: String,
     files: BTreeMap<PathBuf, FileEntry>,
     dir_error: Option<String>,
+    /// UID -> the file whose pod holds it. A UID stays with the file that
+    /// held it first for as long as that file holds a pod with it.
+    uid_owner: HashMap<String, PathBuf>,
 }
 
 fn is_manifest_name(p: &Path) -> bool {
@@ -47,7 +53,13 @@ fn is_manifest_name(p: &Path) -> bool {
 
 impl FileSource {
     pub fn new(dir: impl Into<PathBuf>, node_name: impl Into<String>) -> Self {
-        FileSource { dir: dir.into(), node_name: node_name.into(), files: BTreeMap::new(), dir_error: None }
+        FileSource {
+            dir: dir.into(),
+            node_name: node_name.into(),
+            files: BTreeMap::new(),
+            dir_error: None,
+            uid_owner: HashMap::new(),
+        }
     }
 
     pub fn dir(&self) -> &Path {
@@ -107,26 +119,43 @@ impl FileSource {
         for path in vanished {
             self.files.remove(&path);
         }
-        // Two files claiming the same UID: the first (by name) wins.
-        let mut by_uid: HashMap<String, PathBuf> = HashMap::new();
+        // Two files claiming one UID (an explicit metadata.uid): the file
+        // that held it first keeps it, however the names sort, so a new
+        // manifest can never take over (and replace) a running pod; among
+        // files that claim it at the same scan, the first by name wins.
+        let mut claims: HashMap<String, Vec<PathBuf>> = HashMap::new();
+        for (path, entry) in &self.files {
+            if let Some(pod) = &entry.pod {
+                claims.entry(model::uid(pod).to_string()).or_default().push(path.clone());
+            }
+        }
+        let mut owner: HashMap<String, PathBuf> = HashMap::new();
+        for (uid, paths) in claims {
+            let keep = self.uid_owner.get(&uid).filter(|o| paths.contains(o)).unwrap_or(&paths[0]).clone();
+            owner.insert(uid, keep);
+        }
+        self.uid_owner = owner;
         let mut pods = Vec::new();
         for (path, entry) in &mut self.files {
             let Some(pod) = &entry.pod else { continue };
-            let uid = model::uid(pod).to_string();
-            if let Some(first) = by_uid.get(&uid) {
-                let msg = format!(
-                    "{}: metadata.uid {uid:?} is already used by {}; ignoring this file",
-                    path.display(),
-                    first.display()
-                );
-                if entry.reported.as_deref() != Some(&msg) {
-                    report.errors.push((path.display().to_string(), msg.clone()));
-                    entry.reported = Some(msg);
+            let uid = model::uid(pod);
+            match self.uid_owner.get(uid) {
+                Some(first) if first != path => {
+                    let msg = format!(
+                        "{}: metadata.uid {uid:?} is already used by {}; ignoring this file",
+                        path.display(),
+                        first.display()
+                    );
+                    if entry.conflict.as_deref() != Some(&msg) {
+                        report.errors.push((path.display().to_string(), msg.clone()));
+                        entry.conflict = Some(msg);
+                    }
                 }
-                continue;
+                _ => {
+                    entry.conflict = None;
+                    pods.push(pod.clone());
+                }
             }
-            by_uid.insert(uid, path.clone());
-            pods.push(pod.clone());
         }
         report.pods = Some(pods);
         report

@@ -113,7 +113,7 @@ pub fn start_watcher(
                     None => {}
                 }
                 first = false;
-                next_scan = Instant::now() + period;
+                next_scan = crate::cancel::deadline_in(period);
             }
             let timeout = next_scan.saturating_duration_since(Instant::now());
             let mut fds = vec![libc::pollfd { fd: wake2.as_raw_fd(), events: libc::POLLIN, revents: 0 }];

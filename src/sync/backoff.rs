@@ -34,14 +34,16 @@ impl Backoff {
                 m.insert(key, Entry { delay: self.initial, last: now });
                 Ok(())
             }
-            Some(e) if now.duration_since(e.last) > self.max * 2 => {
+            Some(e) if now.duration_since(e.last) > self.max.saturating_mul(2) => {
                 e.delay = self.initial;
                 e.last = now;
                 Ok(())
             }
-            Some(e) if now < e.last + e.delay => Err((e.last + e.delay - now, e.delay)),
+            Some(e) if now < crate::cancel::add_saturating(e.last, e.delay) => {
+                Err((crate::cancel::add_saturating(e.last, e.delay) - now, e.delay))
+            }
             Some(e) => {
-                e.delay = (e.delay * 2).min(self.max);
+                e.delay = e.delay.saturating_mul(2).min(self.max);
                 e.last = now;
                 Ok(())
             }

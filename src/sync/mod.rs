@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 
 pub use backoff::Backoff;
 
-use crate::events::EventRecorder;
+use crate::events::{EventRecorder, EventType, ObjectRef};
 use crate::model::{self, Pod, Uid};
 use crate::podworkers::{PodSyncer, StatusFn, SyncCtx, SyncError, SyncResult, UpdateType};
 use crate::runtime::cache::PodCache;
@@ -64,6 +64,10 @@ impl SyncConfig {
         self.pod_logs_dir.join(format!("{}_{}_{}", model::namespace(pod), model::name(pod), model::uid(pod)))
     }
 }
+
+/// Status reason (and event reason) of a pod whose set-up failed with an
+/// error that cannot heal.
+pub const REASON_SETUP_FAILED: &str = "SetupFailed";
 
 /// The phases' implementation. Owns the reason cache and the container
 /// restart back-off.
@@ -231,7 +235,23 @@ pub fn log_tail(path: &std::path::Path, lines: usize, max: usize) -> String {
 
 impl PodSyncer for PodSync {
     fn sync_pod(&self, ctx: &SyncCtx, update_type: UpdateType, pod: &Arc<Pod>) -> Result<SyncResult, SyncError> {
-        self.setup(ctx, update_type, pod)
+        match self.setup(ctx, update_type, pod) {
+            // An error that cannot heal: the pod fails (reason, message,
+            // event) and terminates, instead of a back-off loop forever.
+            Err(e) if e.is_permanent() && !ctx.termination_requested() => {
+                let message = format!("{e}; not retried: this error cannot heal");
+                log::error!("pod {}: set-up failed: {message}", model::pod_ref(pod));
+                self.events.event(&ObjectRef::pod(pod), EventType::Warning, REASON_SETUP_FAILED, &message);
+                self.statuses.update(model::uid(pod), |s| {
+                    s.phase = Some(model::PHASE_FAILED.into());
+                    s.reason = Some(REASON_SETUP_FAILED.into());
+                    s.message = Some(message);
+                    s.start_time.get_or_insert_with(model::now_time);
+                });
+                Ok(SyncResult { terminal: true, requeue_after: None })
+            }
+            r => r,
+        }
     }
 
     fn sync_terminating_pod(

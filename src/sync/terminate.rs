@@ -169,7 +169,15 @@ impl PodSync {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(source) => {
-                    return Err(SyncError::Io { what: format!("removing {}", dir.display()), source });
+                    let e = SyncError::Io { what: format!("removing {}", dir.display()), source };
+                    if !e.is_permanent() {
+                        return Err(e);
+                    }
+                    // Reported once; the clean-up goes on and the pod
+                    // finishes (a retry would fail the same way forever).
+                    let msg = format!("{e}; left as it is (this error cannot heal)");
+                    log::error!("pod {}: clean-up: {msg}", model::pod_ref(pod));
+                    self.events.event(&ObjectRef::pod(pod), EventType::Warning, "FailedCleanup", &msg);
                 }
             }
         }
