@@ -418,11 +418,15 @@ impl Config {
 
     /// Parse and validate config text; `path` names the input in errors.
     pub fn parse(path: &str, text: &str) -> Result<Self, ConfigError> {
-        let v: Value = if text.trim().is_empty() {
-            Value::Object(Default::default())
-        } else {
-            serde_yaml_ng::from_str(text)
-                .map_err(|e| ConfigError::Syntax { path: path.into(), message: e.to_string() })?
+        // the manifests' bounded parser: alias expansion and nesting are
+        // limited before any value is built
+        let syntax = |message: String| ConfigError::Syntax { path: path.into(), message };
+        let mut docs = crate::model::yaml::parse_bounded(text).map_err(|e| syntax(e.to_string()))?;
+        docs.retain(|d| !d.is_null());
+        let v = match docs.len() {
+            0 => Value::Object(Default::default()),
+            1 => docs.pop().expect("one document"),
+            n => return Err(syntax(format!("holds {n} documents; a config is one KubeletConfiguration"))),
         };
         let Value::Object(map) = &v else {
             return Err(ConfigError::Syntax { path: path.into(), message: "expected a mapping of fields".into() });

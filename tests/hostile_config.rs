@@ -218,3 +218,26 @@ fn a_kubeadm_generated_config_loads_and_runs() {
     assert!(err.contains("unknown field \"streamingConnectionIdleTimeout\" ignored"), "{err}");
     assert_eq!(err.matches("unknown field \"clusterDNS\" ignored").count(), 1, "{err}");
 }
+
+#[test]
+fn yaml_bombs_in_a_config_are_refused_before_they_expand() {
+    let d = TempDir::new("bombcfg");
+    let mut bomb = String::from("maxPods: 10\nx0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+    for i in 1..20 {
+        let p = i - 1;
+        bomb.push_str(&format!("x{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"));
+    }
+    let deep = format!("maxPods: 10\nx: {}{}\n", "[".repeat(80_000), "]".repeat(80_000));
+    let cases = [
+        ("bomb.yaml", bomb, "cannot parse YAML: alias expansion exceeds 65536 nodes".to_string()),
+        ("deep.yaml", deep, "cannot parse YAML: nesting deeper than 100 levels at line 2 column 103".to_string()),
+    ];
+    for (name, text, want) in cases {
+        let path = d.0.join(name);
+        std::fs::write(&path, text).unwrap();
+        let (code, err, took) = run_config(&path);
+        assert_eq!(code, Some(1), "{name}: {err}");
+        assert_eq!(err.lines().last().unwrap_or_default(), format!("podwarden: {}: {want}", path.display()), "{name}");
+        assert!(took < Duration::from_secs(2), "{name} took {took:?}");
+    }
+}
