@@ -11,6 +11,12 @@
 # CAP_SYS_RESOURCE, so `restrict_oom_score_adj = true` is required or every
 # RunPodSandbox fails; Debian's CNI plugins live in /usr/lib/cni.
 set -euo pipefail
+# The daemons started here must not inherit the caller's descriptors: a lock
+# the caller holds (flock around a test run) would live as long as they do.
+for fd in /proc/$$/fd/*; do
+  fd=${fd##*/}
+  if [ "$fd" -gt 2 ] && [ "$fd" -ne 255 ]; then eval "exec $fd>&-" 2>/dev/null || true; fi
+done
 
 E2E_DIR="${PODWARDEN_E2E_DIR:-/var/lib/podwarden-e2e}"
 RUN_DIR="${PODWARDEN_E2E_RUN:-/run/podwarden-e2e}"

@@ -12,6 +12,12 @@
 #
 #   scripts/logind-env.sh up | down | env
 set -euo pipefail
+# The daemons started here must not inherit the caller's descriptors: a lock
+# the caller holds (flock around a test run) would live as long as they do.
+for fd in /proc/$$/fd/*; do
+  fd=${fd##*/}
+  if [ "$fd" -gt 2 ] && [ "$fd" -ne 255 ]; then eval "exec $fd>&-" 2>/dev/null || true; fi
+done
 cd "$(dirname "$0")/.."
 DIR="${PODWARDEN_LOGIND_DIR:-/run/podwarden-logind}"
 SOCK="$DIR/system_bus_socket"
