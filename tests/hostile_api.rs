@@ -32,7 +32,8 @@ const AT_ONCE: Duration = Duration::from_secs(2);
 /// Bound on how much a hostile input may move the agent's RSS.
 const RSS_BOUND_KIB: u64 = 16 * 1024;
 
-/// In-process agents in this binary run one at a time (RSS measurements).
+/// The cases in this binary run one at a time: the in-process ones measure
+/// this process's RSS.
 static SERIAL: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
 
 fn pod(name: &str, ns: &str) -> String {
@@ -185,6 +186,7 @@ impl Drop for Daemon {
 
 #[test]
 fn fifo_device_and_escaping_symlinks_in_static_pod_path_are_refused_by_name() {
+    let _serial = SERIAL.lock();
     let d = Daemon::start("manifests");
     let rss = d.rss();
     let m = d.manifests();
@@ -231,6 +233,7 @@ fn fifo_device_and_escaping_symlinks_in_static_pod_path_are_refused_by_name() {
 
 #[test]
 fn apply_never_replaces_a_file_that_holds_another_pod_and_writes_0600() {
+    let _serial = SERIAL.lock();
     let d = Daemon::start("apply");
     let rss = d.rss();
     let m = d.manifests();
@@ -281,6 +284,7 @@ fn apply_never_replaces_a_file_that_holds_another_pod_and_writes_0600() {
 
 #[test]
 fn apply_over_the_size_limit_is_refused_by_the_client_and_the_server() {
+    let _serial = SERIAL.lock();
     let d = Daemon::start("apply-big");
     let rss = d.rss();
     let file = d.dir.0.join("big.yaml");
@@ -304,6 +308,7 @@ fn apply_over_the_size_limit_is_refused_by_the_client_and_the_server() {
 
 #[test]
 fn logs_of_a_fifo_device_symlink_or_huge_file_fail_or_answer_at_once() {
+    let _serial = SERIAL.lock();
     let d = Daemon::start("logs");
     let rss = d.rss();
     std::fs::write(d.manifests().join("web.yaml"), pod("web", "default")).unwrap();
@@ -387,6 +392,7 @@ fn refused_peer_flood_helper() {
 
 #[test]
 fn two_hundred_refused_peers_do_not_delay_a_root_call() {
+    let _serial = SERIAL.lock();
     let d = Daemon::start("refused");
     let rss = d.rss();
     // opened up so other users reach the peer check (it refuses them)
@@ -413,6 +419,7 @@ fn two_hundred_refused_peers_do_not_delay_a_root_call() {
     let t = Instant::now();
     d.ok(&["version"]);
     let took = t.elapsed();
+    eprintln!("a root call after 200 refused peers took {took:?}");
     assert!(took < AT_ONCE, "a root call waited {took:?} behind 200 refused peers");
     drop(flood.stdin.take());
     let _ = flood.wait();
@@ -492,6 +499,7 @@ fn delete_during_a_slow_start_answers_at_once_and_other_calls_go_on() {
     let t = Instant::now();
     let r = c.delete("default", "slow", Some(0)).unwrap();
     let took = t.elapsed();
+    eprintln!("delete during a 3 s start took {took:?}");
     assert!(took < Duration::from_secs(1), "delete waited {took:?} for the container start");
     assert!(r.manifest_path.ends_with("manifests/slow.yaml"), "{}", r.manifest_path);
     // other calls are not held up meanwhile
@@ -538,6 +546,7 @@ fn a_2_gib_termination_log_moves_rss_by_less_than_1_mib() {
         !msg.is_empty()
     });
     let grew = rss_kib(me).saturating_sub(before);
+    eprintln!("a 2 GiB termination-log: RSS moved by {grew} KiB");
     assert!(msg.ends_with("the last words"), "{:?}", &msg[msg.len().saturating_sub(40)..]);
     assert!(msg.len() <= 4096, "{}", msg.len());
     assert!(grew < 1024, "reading a 2 GiB termination-log moved RSS by {grew} KiB");
@@ -629,6 +638,7 @@ fn delete_during_a_hanging_start_on_containerd() {
         slowest = slowest.max(t.elapsed());
     }
     let took = deleting.join().unwrap();
+    eprintln!("delete during a hanging start took {took:?}; slowest CRI+API call meanwhile {slowest:?}");
     assert!(took < AT_ONCE, "delete waited {took:?} for the hanging start");
     assert!(slowest < Duration::from_secs(1), "CRI and API calls waited {slowest:?} during the delete");
     // release containerd: read the FIFO; the pod is then stopped

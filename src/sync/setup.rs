@@ -283,7 +283,11 @@ impl PodSync {
             ));
         }
         let path = self.etc_hosts_path(pod);
-        if std::fs::read_to_string(&path).is_ok_and(|old| old == text) {
+        // the container may write its /etc/hosts: read at most what it
+        // should hold, never whatever it wrote
+        let dir = self.cfg.pod_dir(model::uid(pod));
+        let old = crate::fsutil::read_regular_in(&dir, "etc-hosts", crate::fsutil::Links::Refuse, text.len() as u64);
+        if old.is_ok_and(|old| old == text.as_bytes()) {
             return Ok(());
         }
         // 0644 as the kubelet writes it: containers running as any user
