@@ -154,15 +154,23 @@ impl Agent {
         let mut pm = self.pods.lock();
         let incoming: BTreeMap<Uid, Arc<Pod>> = pods.into_iter().map(|p| (model::uid(&p).to_string(), p)).collect();
         let removed: Vec<Uid> = pm.by_uid.keys().filter(|u| !incoming.contains_key(*u)).cloned().collect();
+        let mut kills = Vec::new();
         for uid in removed {
             let d = pm.by_uid.remove(&uid).expect("listed above");
             if d.rejected.is_some() {
                 self.statuses.remove(&uid);
                 continue;
             }
-            log::info!("pod {}: removed from its source; killing it", model::pod_ref(&d.pod));
-            self.workers.update_pod(UpdatePodOptions::kill(d.pod, KillPodOptions::default()));
+            kills.push(d.pod);
         }
+        // a kill may wait for a container start in flight: never while
+        // holding the pod list every reader of the API and /pods needs
+        drop(pm);
+        for pod in kills {
+            log::info!("pod {}: removed from its source; killing it", model::pod_ref(&pod));
+            self.workers.update_pod(UpdatePodOptions::kill(pod, KillPodOptions::default()));
+        }
+        let mut pm = self.pods.lock();
         for (uid, pod) in incoming {
             match pm.by_uid.get_mut(&uid) {
                 Some(d) if Arc::ptr_eq(&d.pod, &pod) || (d.pod.metadata == pod.metadata && d.pod.spec == pod.spec) => {}

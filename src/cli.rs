@@ -596,14 +596,28 @@ fn apply(a: &Args) -> Result<String, String> {
     if let Some(extra) = a.rest.first() {
         return Err(format!("apply: unexpected argument {extra:?}"));
     }
-    let bytes = if file == "-" {
-        let mut b = Vec::new();
-        std::io::stdin().read_to_end(&mut b).map_err(|e| format!("apply: reading standard input: {e}"))?;
-        b
+    // at most one byte over the daemon's limit: it names the limit, and
+    // `-f /dev/zero` cannot fill this process
+    let max = crate::model::manifest::MAX_MANIFEST_BYTES + 1;
+    let mut bytes = Vec::new();
+    if file == "-" {
+        std::io::stdin()
+            .take(max)
+            .read_to_end(&mut bytes)
+            .map_err(|e| format!("apply: reading standard input: {e}"))?;
     } else {
-        std::fs::read(&file).map_err(|e| format!("apply: {file}: {e}"))?
-    };
+        std::fs::File::open(&file)
+            .and_then(|f| f.take(max).read_to_end(&mut bytes))
+            .map_err(|e| format!("apply: {file}: {e}"))?;
+    }
+    if bytes.len() as u64 >= max {
+        return Err(format!("apply: {file}: manifest is over the limit of {} bytes", max - 1));
+    }
     let r = a.client()?.apply(bytes, &file)?;
+    // kubectl's form: fields the daemon does not know, on stderr
+    for w in &r.warnings {
+        eprintln!("Warning: {w}");
+    }
     Ok(format!("pod/{} {}\n", r.name, r.result))
 }
 

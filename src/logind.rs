@@ -163,12 +163,15 @@ pub fn ensure_inhibit_delay(
     let path = dir.join(DROPIN);
     std::fs::create_dir_all(dir)
         .and_then(|()| {
-            std::fs::write(
+            // 0644 like every file in /etc/systemd: configuration, no secret
+            crate::fsutil::write_atomically_mode(
                 &path,
                 format!(
                     "# written by podwarden: its shutdownGracePeriod\n[Login]\nInhibitDelayMaxSec={}\n",
                     want.as_secs()
-                ),
+                )
+                .as_bytes(),
+                0o644,
             )
         })
         .map_err(|e| format!("writing {}: {e}", path.display()))?;
@@ -415,10 +418,18 @@ pub mod dbus_impl {
             conn.add_match(rule, move |(active,): (bool,), _, msg: &dbus::Message| {
                 match msg.sender() {
                     Some(s) if *s == *owner => q.lock().push_back(Event::PrepareForShutdown(active)),
-                    other => log::warn!(
-                        "ignoring PrepareForShutdown({active}) from {}: not logind ({owner})",
-                        other.map_or_else(|| "an unknown sender".to_string(), |s| s.to_string())
-                    ),
+                    // anyone on the bus can send these: at most one line a minute
+                    other => {
+                        static FORGED: crate::logging::RateLimit =
+                            crate::logging::RateLimit::new(Duration::from_secs(60));
+                        if let Some(held) = FORGED.allow() {
+                            log::warn!(
+                                "ignoring PrepareForShutdown({active}) from {}: not logind ({owner}){}",
+                                other.map_or_else(|| "an unknown sender".to_string(), |s| s.to_string()),
+                                crate::logging::held_back(held, Duration::from_secs(60))
+                            );
+                        }
+                    }
                 }
                 true
             })

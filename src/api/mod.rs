@@ -4,28 +4,37 @@
 //! the peer's credentials (`SO_PEERCRED`: root, or a member of `apiGroup`)
 //! and only then hands the connection to the gRPC server
 //! (`add_channel_from_fd`); a refused peer gets an HTTP/2 GOAWAY whose text
-//! says why. The socket is created mode 0600 (0660 with `apiGroup`). Calls
-//! are answered on the process's one gRPC completion-queue thread, which
-//! also completes the CRI client's calls: each handler is short and never
-//! waits (reads of the agent's state, one file write or read).
+//! says why, written without waiting. The socket is created mode 0600 (0660
+//! with `apiGroup`).
+//!
+//! The API never blocks: calls are answered on the API's own gRPC
+//! environment (`api-grpc`, one completion-queue thread, not the CRI
+//! client's), and a handler only reads the agent's state. Work that may
+//! wait is handed over and answered from there: kills to `api-kill` (a kill
+//! waits for a container start in flight), applies and log reads to
+//! `api-work` (a parse, bounded file I/O). Both queues are bounded: when
+//! full, a call fails at once with UNAVAILABLE.
 
 pub mod client;
 pub mod logs;
 
 use std::os::fd::{AsRawFd, IntoRawFd};
+use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use crossbeam_channel::{Receiver, Sender, TrySendError};
 use grpcio::{RpcContext, RpcStatus, RpcStatusCode, UnarySink};
 use parking_lot::Mutex;
 use serde_json::Value;
 
 use crate::agent::Agent;
+use crate::fsutil::{FileError, Links};
 use crate::model;
 use crate::podworkers::KillPodOptions;
 
@@ -117,19 +126,87 @@ fn refusal(cred: &libc::ucred, group: &Option<(String, u32)>) -> Option<String> 
 
 /// Tell a refused peer why, as HTTP/2 does: a GOAWAY frame with the reason
 /// as its debug data (and no SETTINGS: the client's probe takes SETTINGS
-/// for "accepted").
-fn goaway(mut s: UnixStream, why: &str) {
-    use std::io::Write;
+/// for "accepted"). Never waits: one non-blocking write (a fresh
+/// connection's buffer holds it), what the peer sent so far is drained (so
+/// the close does not reset the connection before the peer read the frame),
+/// then the connection is closed.
+fn goaway(s: UnixStream, why: &str) {
+    use std::io::{Read, Write};
     let mut frames = Vec::new();
+    let why = &why.as_bytes()[..why.len().min(1024)];
     let payload_len = 8 + why.len();
     frames.extend_from_slice(&(payload_len as u32).to_be_bytes()[1..]);
     frames.extend_from_slice(&[0x7, 0, 0, 0, 0, 0]); // GOAWAY, stream 0
     frames.extend_from_slice(&0u32.to_be_bytes()); // last stream id
     frames.extend_from_slice(&0xbu32.to_be_bytes()); // ENHANCE_YOUR_CALM
-    frames.extend_from_slice(why.as_bytes());
-    let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
-    let _ = s.write_all(&frames);
-    std::thread::sleep(Duration::from_millis(50));
+    frames.extend_from_slice(why);
+    let _ = s.set_nonblocking(true);
+    let _ = (&s).write(&frames);
+    let mut sink = [0u8; 256];
+    for _ in 0..4 {
+        match (&s).read(&mut sink) {
+            Ok(n) if n > 0 => {}
+            _ => break,
+        }
+    }
+    let _ = s.shutdown(std::net::Shutdown::Write);
+}
+
+/// The API's own gRPC environment (one completion-queue thread,
+/// `api-grpc`): a slow or flooded API can never delay the completions of
+/// the CRI calls the pod workers block on, which run on the CRI client's
+/// environment ([`crate::runtime::cri::grpc_env`]).
+fn api_env() -> Arc<grpcio::Environment> {
+    static ENV: std::sync::OnceLock<Arc<grpcio::Environment>> = std::sync::OnceLock::new();
+    ENV.get_or_init(|| Arc::new(grpcio::EnvBuilder::new().cq_count(1).name_prefix("api-grpc").build())).clone()
+}
+
+/// Largest request the API takes: a manifest is at most 1 MiB.
+const MAX_REQUEST_BYTES: usize = 2 << 20;
+/// Calls waiting for `api-work`, kills waiting for `api-kill`.
+const WORK_QUEUE: usize = 64;
+const KILL_QUEUE: usize = 256;
+
+/// Work a handler hands over, with the sink that answers the call.
+enum Job {
+    /// The manifest, the sink, and whether the caller is root.
+    Apply(api::ApplyRequest, UnarySink<api::ApplyResponse>, bool),
+    Logs(api::LogsRequest, UnarySink<api::LogsResponse>),
+}
+
+/// A kill for `api-kill`: the pod's UID and the options.
+type Kill = (String, KillPodOptions);
+
+/// Answer a call from a thread other than the completion queue's: send the
+/// reply and wait (at most a few seconds) until gRPC took it.
+fn finish<T>(sink: UnarySink<T>, r: Res<T>) {
+    use std::future::Future;
+    use std::task::{Context, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let f = match r {
+        Ok(v) => sink.success(v),
+        Err(e) => sink.fail(e),
+    };
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    let end = Instant::now() + Duration::from_secs(5);
+    while f.as_mut().poll(&mut cx).is_pending() {
+        let now = Instant::now();
+        if now >= end {
+            return;
+        }
+        std::thread::park_timeout(end - now);
+    }
+}
+
+fn busy(what: &str) -> RpcStatus {
+    status(RpcStatusCode::UNAVAILABLE, format!("podwarden is busy: too many {what} queued; try again"))
 }
 
 /// The running API: dropping it stops the listener and the gRPC server and
@@ -147,8 +224,14 @@ pub struct ApiServer {
 impl ApiServer {
     pub fn start(agent: Arc<Agent>, cfg: ApiConfig) -> std::io::Result<Self> {
         let socket = cfg.socket.clone();
-        if let Some(dir) = socket.parent() {
-            std::fs::create_dir_all(dir)?;
+        if let Some(dir) = socket.parent()
+            && !dir.as_os_str().is_empty()
+            && !dir.exists()
+        {
+            // reachable by apiGroup members whatever the umask (the socket
+            // itself is 0660)
+            std::fs::DirBuilder::new().recursive(true).mode(0o755).create(dir)?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
         }
         if socket.exists() {
             if UnixStream::connect(&socket).is_ok() {
@@ -165,13 +248,22 @@ impl ApiServer {
         if let Some((_, gid)) = &cfg.group {
             std::os::unix::fs::chown(&socket, Some(0), Some(*gid))?;
         }
-        let env = crate::runtime::cri::grpc_env();
-        let shared = Arc::new(cfg.clone());
+        let env = api_env();
+        let (work_tx, work_rx) = crossbeam_channel::bounded::<Job>(WORK_QUEUE);
+        let (kill_tx, kill_rx) = crossbeam_channel::bounded::<Kill>(KILL_QUEUE);
+        let h = Handlers { agent, cfg: Arc::new(cfg.clone()) };
+        let (w, a) = (h.clone(), h.agent.clone());
+        crate::thread::spawn("api-work", Some(crate::thread::WORKER_STACK), move || work_loop(&w, work_rx))?;
+        crate::thread::spawn("api-kill", Some(crate::thread::HELPER_STACK), move || kill_loop(&a, kill_rx))?;
         let server = |root_caller: bool| -> std::io::Result<Arc<Mutex<grpcio::Server>>> {
-            let service =
-                pb::api_grpc::create_pod_warden(Service { agent: agent.clone(), cfg: shared.clone(), root_caller });
+            let svc = Service { h: h.clone(), work: work_tx.clone(), kill: kill_tx.clone(), root_caller };
+            let args = grpcio::ChannelBuilder::new(env.clone())
+                .max_receive_message_len(MAX_REQUEST_BYTES as i32)
+                .max_send_message_len(-1)
+                .build_args();
             let mut server = grpcio::ServerBuilder::new(env.clone())
-                .register_service(service)
+                .channel_args(args)
+                .register_service(pb::api_grpc::create_pod_warden(svc))
                 .build()
                 .map_err(|e| std::io::Error::other(format!("gRPC server: {e}")))?;
             server.start();
@@ -191,7 +283,12 @@ impl ApiServer {
                     Err(e) => (Some(format!("cannot read peer credentials: {e}")), false),
                 };
                 if let Some(why) = why {
-                    log::warn!("local API: refused a connection: {why}");
+                    // a local user can connect at will: bounded log lines
+                    static REFUSED: crate::logging::RateLimit = crate::logging::RateLimit::new(Duration::from_secs(60));
+                    if let Some(held) = REFUSED.allow() {
+                        let more = crate::logging::held_back(held, Duration::from_secs(60));
+                        log::warn!("local API: refused a connection: {why}{more}");
+                    }
                     goaway(conn, &why);
                     continue;
                 }
@@ -224,13 +321,46 @@ impl Drop for ApiServer {
     }
 }
 
+/// What the handlers read: the agent and the API's configuration.
 #[derive(Clone)]
-struct Service {
+struct Handlers {
     agent: Arc<Agent>,
     cfg: Arc<ApiConfig>,
+}
+
+#[derive(Clone)]
+struct Service {
+    h: Handlers,
+    /// To `api-work`: applies and log reads.
+    work: Sender<Job>,
+    /// To `api-kill`: kills (they wait for a container start in flight).
+    kill: Sender<Kill>,
     /// The caller is root (else a member of `apiGroup`): decided by the
     /// peer credentials at accept, see [`ApiServer`].
     root_caller: bool,
+}
+
+/// `api-kill`: runs the kills `delete` handed over, in order. A kill may
+/// wait (up to the pod workers' start-gate wait) for a container start in
+/// flight; only this thread waits, never an API call.
+fn kill_loop(agent: &Agent, rx: Receiver<Kill>) {
+    for (uid, opts) in rx {
+        let t = Instant::now();
+        agent.kill_pod(&uid, opts);
+        if t.elapsed() > Duration::from_secs(1) {
+            log::info!("local API: the kill of pod {uid} waited {:?} for a container start", t.elapsed());
+        }
+    }
+}
+
+/// `api-work`: applies and log reads, one at a time, answered from here.
+fn work_loop(h: &Handlers, rx: Receiver<Job>) {
+    for job in rx {
+        match job {
+            Job::Apply(req, sink, root) => finish(sink, h.apply(&req, root)),
+            Job::Logs(req, sink) => finish(sink, h.logs(&req)),
+        }
+    }
 }
 
 type Res<T> = Result<T, RpcStatus>;
@@ -257,7 +387,18 @@ fn pod_ref(r: &api::PodRef) -> Res<(String, String)> {
     Ok((ns, r.name.clone()))
 }
 
-impl Service {
+/// What a file in staticPodPath holds, as far as `apply` is concerned.
+enum Holder {
+    /// Nothing: the name is free.
+    Free,
+    /// This pod (the same namespace and name); `true` if byte for byte
+    /// what is being applied.
+    Same(bool),
+    /// Something else, described.
+    Other(String),
+}
+
+impl Handlers {
     fn pods(&self, namespace: &str) -> Value {
         let mut list = crate::http::pod_list(&self.agent, false);
         if !namespace.is_empty()
@@ -309,8 +450,9 @@ impl Service {
             ));
         };
         let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
-        let dir = self.cfg.pod_logs_dir.join(format!("{ns}_{name}_{uid}")).join(&container);
-        let path = logs::pick(&dir, req.previous).ok_or_else(|| {
+        let pod_dir = format!("{ns}_{name}_{uid}");
+        let dir = self.cfg.pod_logs_dir.join(&pod_dir).join(&container);
+        let no_log = || {
             if req.previous {
                 status(
                     RpcStatusCode::FAILED_PRECONDITION,
@@ -322,9 +464,21 @@ impl Service {
                     format!("container {container:?} in pod {ns}/{name} has no log yet (has it started?)"),
                 )
             }
-        })?;
-        let (data, next) = logs::read(&path, req.offset, req.limit, req.tail_lines as usize)
-            .map_err(|e| status(RpcStatusCode::INTERNAL, format!("reading {}: {e}", path.display())))?;
+        };
+        let path = logs::pick(&dir, req.previous).ok_or_else(no_log)?;
+        // opened below podLogsDir without following any symlink there
+        let rel = Path::new(&pod_dir).join(&container).join(path.file_name().unwrap_or_default());
+        let (data, next) = logs::read(&self.cfg.pod_logs_dir, &rel, req.offset, req.limit, req.tail_lines as usize)
+            .map_err(|e| match e {
+                FileError::NotFound { .. } => no_log(),
+                FileError::Io { .. } => {
+                    status(RpcStatusCode::INTERNAL, format!("container {container:?} in pod {ns}/{name}: {e}"))
+                }
+                e => status(
+                    RpcStatusCode::FAILED_PRECONDITION,
+                    format!("container {container:?} in pod {ns}/{name}: cannot read its log: {e}"),
+                ),
+            })?;
         let running = !req.previous
             && pod["status"]["containerStatuses"]
                 .as_array()
@@ -339,62 +493,137 @@ impl Service {
         pod["metadata"]["annotations"][model::CONFIG_FILE_ANNOTATION].as_str().map(PathBuf::from)
     }
 
-    fn apply(&self, req: &api::ApplyRequest) -> Res<api::ApplyResponse> {
+    /// What the file `path` in staticPodPath holds. `known` says the agent
+    /// last read pod `ns/name` from it (it then counts as this pod's file
+    /// even if it no longer parses: it was edited since).
+    fn holder(&self, path: &Path, manifest: &[u8], ns: &str, name: &str, known: bool) -> Holder {
+        let dir = &self.cfg.static_pod_path;
+        let Some(file) = path.file_name() else { return Holder::Other("is not a file name".into()) };
+        let bytes =
+            match crate::fsutil::read_regular_in(dir, file, Links::StayInside, model::manifest::MAX_MANIFEST_BYTES) {
+                Ok(b) => b,
+                Err(FileError::NotFound { .. }) => return Holder::Free,
+                Err(e) => {
+                    let msg = e.to_string();
+                    let why = msg.strip_prefix(&format!("{}: ", path.display())).unwrap_or(&msg);
+                    return Holder::Other(format!("cannot be read ({why})"));
+                }
+            };
+        if bytes == manifest {
+            return Holder::Same(true);
+        }
+        match model::manifest::parse(&path.to_string_lossy(), &bytes, &self.cfg.node_name) {
+            Ok(p) if model::namespace(&p) == ns && model::name(&p) == name => Holder::Same(false),
+            Ok(p) => Holder::Other(format!("holds pod {}/{}", model::namespace(&p), model::name(&p))),
+            Err(_) if known => Holder::Same(false),
+            Err(_) => Holder::Other("holds a manifest that does not validate".into()),
+        }
+    }
+
+    /// Validate a manifest and write it into staticPodPath: over the file
+    /// that holds the same pod (namespace and name), else into a free file
+    /// (`<name>.yaml` in namespace default, `<ns>_<name>.yaml`, then
+    /// `<ns>_<name>-2.yaml` ...). A file holding anything else (another
+    /// pod, an invalid manifest, a FIFO) is never replaced.
+    fn apply(&self, req: &api::ApplyRequest, root_caller: bool) -> Res<api::ApplyResponse> {
         let source = if req.source.is_empty() { "-" } else { req.source.as_str() };
         let bad = |msg: String| status(RpcStatusCode::INVALID_ARGUMENT, msg);
         // a first parse names the pod; the file it goes to fixes its UID
         let probe =
-            model::manifest::parse(source, &req.manifest, &self.cfg.node_name).map_err(|e| bad(e.to_string()))?;
+            model::manifest::parse_full(source, &req.manifest, &self.cfg.node_name).map_err(|e| bad(e.to_string()))?;
         let (ns, name) = (model::namespace(&probe).to_string(), model::name(&probe).to_string());
-        let existing = self.find(&ns, &name).ok();
+        // the caller's Pod Security level, before anything is looked at or written
+        self.pod_security(&probe, root_caller)?;
+        let known = self.find(&ns, &name).ok().as_ref().and_then(Self::manifest_of);
         let json = req.manifest.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
-        let path = existing.as_ref().and_then(Self::manifest_of).unwrap_or_else(|| {
-            let base = if ns == "default" { name.clone() } else { format!("{ns}_{name}") };
-            self.cfg.static_pod_path.join(format!("{base}.{}", if json { "json" } else { "yaml" }))
-        });
-        let path_str = path.to_string_lossy().into_owned();
-        let pod = model::manifest::parse(&path_str, &req.manifest, &self.cfg.node_name)
-            .map_err(|e| bad(e.to_string().replacen(&path_str, source, 1)))?;
-        let uid = model::uid(&pod).to_string();
-        self.pod_security(&pod)?;
-        let result = if std::fs::read(&path).is_ok_and(|old| old == req.manifest) {
-            "unchanged"
-        } else {
-            crate::fsutil::write_atomically(&path, &req.manifest).map_err(|e| {
-                status(RpcStatusCode::INTERNAL, format!("pod {ns}/{name}: writing {}: {e}", path.display()))
-            })?;
-            if existing.is_some() { "configured" } else { "created" }
+        let ext = if json { "json" } else { "yaml" };
+        let dir = &self.cfg.static_pod_path;
+        let mut candidates: Vec<PathBuf> = known.iter().cloned().collect();
+        if ns == "default" {
+            candidates.push(dir.join(format!("{name}.{ext}")));
+        }
+        candidates.push(dir.join(format!("{ns}_{name}.{ext}")));
+        candidates.extend((2..=9).map(|i| dir.join(format!("{ns}_{name}-{i}.{ext}"))));
+        let internal = |path: &Path, e: std::io::Error| {
+            status(RpcStatusCode::INTERNAL, format!("pod {ns}/{name}: writing {}: {e}", path.display()))
         };
-        log::info!("local API: pod {ns}/{name} {result} ({})", path.display());
-        // the watcher picks the file up (inotify, and this nudge); the call
-        // does not wait: handlers run on the gRPC thread the CRI client
-        // shares, and must never block
-        (self.cfg.rescan)();
-        Ok(api::ApplyResponse {
-            namespace: ns,
-            name,
-            uid,
-            manifest_path: path_str,
-            result: result.into(),
-            ..Default::default()
-        })
+        // files that hold something else: (file, what)
+        let mut taken: Vec<(PathBuf, String)> = Vec::new();
+        for path in candidates {
+            if taken.iter().any(|(p, _)| *p == path) {
+                continue;
+            }
+            let is_known = known.as_ref() == Some(&path);
+            // (result, write: None no, Some(true) replacing, Some(false) a new file)
+            let (result, write) = match self.holder(&path, &req.manifest, &ns, &name, is_known) {
+                Holder::Other(what) => {
+                    taken.push((path, what));
+                    continue;
+                }
+                Holder::Same(true) => ("unchanged", None),
+                Holder::Same(false) => ("configured", Some(true)),
+                Holder::Free => (if known.is_some() { "configured" } else { "created" }, Some(false)),
+            };
+            let path_str = path.to_string_lossy().into_owned();
+            let pod = model::manifest::parse(&path_str, &req.manifest, &self.cfg.node_name)
+                .map_err(|e| bad(e.to_string().replacen(&path_str, source, 1)))?;
+            match write {
+                None => {}
+                Some(true) => crate::fsutil::write_atomically(&path, &req.manifest).map_err(|e| internal(&path, e))?,
+                Some(false) => match crate::fsutil::write_new_atomically(&path, &req.manifest) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                        taken.push((path, "was created meanwhile".into()));
+                        continue;
+                    }
+                    Err(e) => return Err(internal(&path, e)),
+                },
+            }
+            log::info!("local API: pod {ns}/{name} {result} ({})", path.display());
+            // the watcher picks the file up (inotify, and this nudge); the
+            // call does not wait for it
+            (self.cfg.rescan)();
+            return Ok(api::ApplyResponse {
+                namespace: ns,
+                name,
+                uid: model::uid(&pod).to_string(),
+                manifest_path: path_str,
+                result: result.into(),
+                warnings: probe.warnings.clone(),
+                ..Default::default()
+            });
+        }
+        let files: Vec<String> = taken.iter().map(|(p, what)| format!("{} {what}", p.display())).collect();
+        Err(status(
+            RpcStatusCode::ALREADY_EXISTS,
+            format!(
+                "pod {ns}/{name}: no free manifest file for it in {}: {}; podwarden never replaces a file that holds \
+                 another pod (remove or rename one)",
+                dir.display(),
+                files.join("; ")
+            ),
+        ))
     }
 
     /// The Pod Security Standards level of this caller (root: the static
     /// pods' level; an `apiGroup` member: the group's), enforced before
     /// anything is written; the error is the API server's.
-    fn pod_security(&self, pod: &model::Pod) -> Res<()> {
-        let level = if self.root_caller { self.cfg.root_pod_security } else { self.cfg.group_pod_security };
+    fn pod_security(&self, pod: &model::Pod, root_caller: bool) -> Res<()> {
+        let level = if root_caller { self.cfg.root_pod_security } else { self.cfg.group_pod_security };
         crate::pss::enforce(level, pod).map_err(|m| {
             let (ns, name) = (model::namespace(pod), model::name(pod));
             log::warn!(
                 "local API: refused pod {ns}/{name} from {}: {m}",
-                if self.root_caller { "root" } else { "an apiGroup member" }
+                if root_caller { "root" } else { "an apiGroup member" }
             );
             status(RpcStatusCode::PERMISSION_DENIED, format!("pods \"{name}\" is forbidden: {m}"))
         })
     }
+}
 
+impl Service {
+    /// Kill a pod (handed to `api-kill`: a kill may wait for a container
+    /// start in flight) and remove its manifest; answers at once.
     fn delete(&self, req: &api::DeleteRequest) -> Res<api::DeleteResponse> {
         let (ns, name) = pod_ref(req.pod.as_ref().unwrap_or_default())?;
         if req.has_grace_period && req.grace_period_seconds < 0 {
@@ -404,10 +633,11 @@ impl Service {
             ));
         }
         // a pod whose manifest is already gone may still be terminating
-        let pod = self.find(&ns, &name).ok();
+        let pod = self.h.find(&ns, &name).ok();
         let uid = match &pod {
             Some(p) => p["metadata"]["uid"].as_str().unwrap_or_default().to_string(),
             None => self
+                .h
                 .agent
                 .workers
                 .snapshot()
@@ -420,9 +650,9 @@ impl Service {
             grace_period_override: req.has_grace_period.then_some(req.grace_period_seconds),
             ..Default::default()
         };
-        self.agent.kill_pod(&uid, opts);
+        self.kill.try_send((uid, opts)).map_err(|_| busy("kills"))?;
         let mut path = String::new();
-        if let Some(p) = pod.as_ref().and_then(Self::manifest_of) {
+        if let Some(p) = pod.as_ref().and_then(Handlers::manifest_of) {
             match std::fs::remove_file(&p) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -430,7 +660,7 @@ impl Service {
                     return Err(status(
                         RpcStatusCode::INTERNAL,
                         format!(
-                            "pod {ns}/{name}: removing {}: {e} (the pod was killed; it comes back on restart)",
+                            "pod {ns}/{name}: removing {}: {e} (the pod is being killed; it comes back on restart)",
                             p.display()
                         ),
                     ));
@@ -439,8 +669,19 @@ impl Service {
             path = p.to_string_lossy().into_owned();
         }
         log::info!("local API: pod {ns}/{name} deleted");
-        (self.cfg.rescan)();
+        (self.h.cfg.rescan)();
         Ok(api::DeleteResponse { manifest_path: path, ..Default::default() })
+    }
+
+    /// Hand `job` to `api-work`; when its queue is full, fail the call now.
+    fn hand_over(&self, ctx: &RpcContext, job: Job) {
+        match self.work.try_send(job) {
+            Ok(()) => {}
+            Err(TrySendError::Full(j) | TrySendError::Disconnected(j)) => match j {
+                Job::Apply(_, sink, _) => reply(ctx, sink, Err(busy("calls"))),
+                Job::Logs(_, sink) => reply(ctx, sink, Err(busy("calls"))),
+            },
+        }
     }
 }
 
@@ -448,7 +689,7 @@ impl pb::api_grpc::PodWarden for Service {
     fn version(&mut self, ctx: RpcContext, _req: api::VersionRequest, sink: UnarySink<api::VersionResponse>) {
         let r = api::VersionResponse {
             version: env!("CARGO_PKG_VERSION").into(),
-            runtime_version: self.agent.runtime.version(),
+            runtime_version: self.h.agent.runtime.version(),
             cri_api_version: crate::runtime::cri::CRI_API_VERSION.into(),
             ..Default::default()
         };
@@ -456,15 +697,15 @@ impl pb::api_grpc::PodWarden for Service {
     }
 
     fn list_pods(&mut self, ctx: RpcContext, req: api::ListPodsRequest, sink: UnarySink<api::PodListResponse>) {
-        let list = self.pods(&req.namespace);
+        let list = self.h.pods(&req.namespace);
         let r =
             api::PodListResponse { pod_list_json: serde_json::to_vec(&list).unwrap_or_default(), ..Default::default() };
         reply(&ctx, sink, Ok(r));
     }
 
     fn get_pod(&mut self, ctx: RpcContext, req: api::PodRef, sink: UnarySink<api::PodResponse>) {
-        let r = pod_ref(&req).and_then(|(ns, name)| self.find(&ns, &name)).map(|p| api::PodResponse {
-            manifest_path: Self::manifest_of(&p).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default(),
+        let r = pod_ref(&req).and_then(|(ns, name)| self.h.find(&ns, &name)).map(|p| api::PodResponse {
+            manifest_path: Handlers::manifest_of(&p).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default(),
             pod_json: serde_json::to_vec(&p).unwrap_or_default(),
             ..Default::default()
         });
@@ -474,6 +715,7 @@ impl pb::api_grpc::PodWarden for Service {
     fn list_events(&mut self, ctx: RpcContext, req: api::ListEventsRequest, sink: UnarySink<api::ListEventsResponse>) {
         let filter = req.pod.as_ref().map(|p| (p.namespace.clone(), p.name.clone()));
         let events = self
+            .h
             .agent
             .events
             .list()
@@ -505,19 +747,17 @@ impl pb::api_grpc::PodWarden for Service {
     }
 
     fn get_node(&mut self, ctx: RpcContext, _req: api::GetNodeRequest, sink: UnarySink<api::NodeResponse>) {
-        let report = crate::node::report(&self.agent, self.cfg.healthy_within, &self.agent.runtime.version());
+        let report = crate::node::report(&self.h.agent, self.h.cfg.healthy_within, &self.h.agent.runtime.version());
         let r = api::NodeResponse { node_json: serde_json::to_vec(&report).unwrap_or_default(), ..Default::default() };
         reply(&ctx, sink, Ok(r));
     }
 
     fn container_logs(&mut self, ctx: RpcContext, req: api::LogsRequest, sink: UnarySink<api::LogsResponse>) {
-        let r = self.logs(&req);
-        reply(&ctx, sink, r);
+        self.hand_over(&ctx, Job::Logs(req, sink));
     }
 
     fn apply(&mut self, ctx: RpcContext, req: api::ApplyRequest, sink: UnarySink<api::ApplyResponse>) {
-        let r = Service::apply(self, &req);
-        reply(&ctx, sink, r);
+        self.hand_over(&ctx, Job::Apply(req, sink, self.root_caller));
     }
 
     fn delete(&mut self, ctx: RpcContext, req: api::DeleteRequest, sink: UnarySink<api::DeleteResponse>) {

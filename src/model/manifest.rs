@@ -4,7 +4,6 @@
 //! where there is one, the field, so an operator can fix the input.
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::Read;
 use std::path::{Component, Path};
 
 use serde_json::Value;
@@ -76,30 +75,38 @@ impl std::ops::Deref for Parsed {
 }
 
 /// Read one manifest file: checks the file type and size before reading.
+/// The file is opened non-blocking and only if it is a regular file inside
+/// its directory (a symlink is followed only while it stays there): a
+/// FIFO, a device or a link to `/dev/zero` or `/etc/shadow` is an error at
+/// once, never a hang or a read of something else.
 pub fn read_file(path: &Path, node_name: &str) -> Result<Parsed, ManifestError> {
+    use crate::fsutil::{FileError, Links};
     let p = path.display().to_string();
-    let link_meta =
-        std::fs::symlink_metadata(path).map_err(|source| ManifestError::Unreadable { path: p.clone(), source })?;
-    let meta = match std::fs::metadata(path) {
-        Ok(m) => m,
-        Err(e) if link_meta.file_type().is_symlink() && e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(ManifestError::DanglingSymlink { path: p });
-        }
-        Err(source) => return Err(ManifestError::Unreadable { path: p, source }),
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
     };
-    if meta.is_dir() {
-        return Err(ManifestError::Directory { path: p });
-    }
-    if !meta.is_file() {
-        return Err(ManifestError::NotRegular { path: p });
-    }
-    if meta.len() > MAX_MANIFEST_BYTES {
-        return Err(ManifestError::TooLarge { path: p, size: meta.len() });
-    }
-    let mut buf = Vec::with_capacity(meta.len() as usize);
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_MANIFEST_BYTES + 1).read_to_end(&mut buf))
-        .map_err(|source| ManifestError::Unreadable { path: p.clone(), source })?;
+    let name = path.file_name().map(Path::new).unwrap_or(path);
+    let buf =
+        crate::fsutil::read_regular_in(dir, name, Links::StayInside, MAX_MANIFEST_BYTES).map_err(|e| match e {
+            FileError::Directory { .. } => ManifestError::Directory { path: p.clone() },
+            FileError::Dangling { .. } => ManifestError::DanglingSymlink { path: p.clone() },
+            FileError::NotRegular { .. } => ManifestError::NotRegular { path: p.clone() },
+            FileError::TooLarge { size, .. } => ManifestError::TooLarge { path: p.clone(), size },
+            FileError::Io { source, .. } => ManifestError::Unreadable { path: p.clone(), source },
+            FileError::NotFound { .. } => ManifestError::Unreadable {
+                path: p.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+            },
+            FileError::Outside { dir, .. } => ManifestError::Unreadable {
+                path: p.clone(),
+                source: std::io::Error::other(format!("a symlink leading outside {dir}; not followed")),
+            },
+            FileError::Symlink { path: link } => ManifestError::Unreadable {
+                path: p.clone(),
+                source: std::io::Error::other(format!("{link} was replaced by a symlink while being read")),
+            },
+        })?;
     parse_full(&p, &buf, node_name)
 }
 

@@ -182,26 +182,47 @@ impl PodSync {
 
     /// Fill the message of each exited container from its termination-log
     /// file, or (`FallbackToLogsOnError`, failed, empty file) from the tail
-    /// of its log, as the kubelet reports it.
+    /// of its log, as the kubelet reports it: the last 4096 bytes of the
+    /// file (`MaxContainerTerminationMessageLength`), or the last 80 log
+    /// entries and at most 2048 bytes of them
+    /// (`MaxContainerTerminationMessageLogLines`/`...LogLength`); then each
+    /// message is cut to its share of 12 KiB per pod
+    /// (`MaxPodTerminationMessageLogLength`). Both files are written by the
+    /// container: they are read from the end (seek), regular files only,
+    /// so a container writing 2 GiB there costs a few KiB.
     fn fill_messages(&self, pod: &Pod, rp: &mut RuntimePod) {
-        const MAX: usize = 4096;
+        use crate::fsutil::{FileError, Links};
+        const MAX: u64 = 4096;
+        const POD_MAX: usize = 12 * 1024;
+        let count = model::containers(pod).len()
+            + model::spec(pod).and_then(|s| s.init_containers.as_ref()).map_or(0, |c| c.len());
+        let share = POD_MAX / count.max(1);
+        let pod_dir = self.cfg.pod_dir(model::uid(pod));
+        let log_dir = self.cfg.pod_log_dir(pod);
         for c in rp.containers.iter_mut().filter(|c| c.state == crate::runtime::ContainerState::Exited) {
             let Some(spec) = model::containers(pod).iter().find(|s| s.name == c.name) else { continue };
-            let file = self
-                .cfg
-                .pod_dir(model::uid(pod))
-                .join("containers")
-                .join(&c.name)
-                .join(c.attempt.to_string())
-                .join("termination-log");
-            let mut msg = std::fs::read(&file).unwrap_or_default();
-            msg.truncate(MAX);
-            let mut msg = String::from_utf8_lossy(&msg).trim_end().to_string();
+            let rel =
+                std::path::Path::new("containers").join(&c.name).join(c.attempt.to_string()).join("termination-log");
+            let mut msg = match crate::fsutil::read_tail_in(&pod_dir, &rel, Links::Refuse, MAX) {
+                Ok((bytes, _)) => String::from_utf8_lossy(&bytes).trim_end().to_string(),
+                Err(FileError::NotFound { .. }) => String::new(),
+                // as the kubelet reports it
+                Err(e) => format!("Error on reading termination log {e}"),
+            };
             if msg.is_empty()
                 && c.exit_code != 0
                 && spec.termination_message_policy.as_deref() == Some("FallbackToLogsOnError")
             {
-                msg = log_tail(&self.cfg.pod_log_dir(pod).join(&c.name).join(format!("{}.log", c.attempt)), 80, 2048);
+                let rel = std::path::Path::new(&c.name).join(format!("{}.log", c.attempt));
+                msg = match crate::api::logs::termination_tail(&log_dir, &rel, 80, 2048) {
+                    Ok(m) => m.trim_end().to_string(),
+                    Err(FileError::NotFound { .. }) => String::new(),
+                    Err(e) => format!("Error on reading termination message from logs: {e}"),
+                };
+            }
+            if msg.len() > share {
+                let cut = (0..=share).rev().find(|i| msg.is_char_boundary(*i)).unwrap_or(0);
+                msg.truncate(cut);
             }
             if !msg.is_empty() {
                 c.message = msg;
@@ -214,23 +235,6 @@ impl PodSync {
         self.reads.lock().remove(uid);
         self.backoff.forget_pod(uid);
     }
-}
-
-/// The last `lines` lines (at most `max` bytes) of a CRI log file, without
-/// the `<time> <stream> <tag>` prefix of each line.
-pub fn log_tail(path: &std::path::Path, lines: usize, max: usize) -> String {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return String::new();
-    };
-    let msgs: Vec<&str> = text.lines().map(|l| l.splitn(4, ' ').nth(3).unwrap_or(l)).collect();
-    let start = msgs.len().saturating_sub(lines);
-    let mut out = msgs[start..].join("\n");
-    if out.len() > max {
-        let cut = out.len() - max;
-        let cut = (cut..out.len()).find(|i| out.is_char_boundary(*i)).unwrap_or(out.len());
-        out = out[cut..].to_string();
-    }
-    out
 }
 
 impl PodSyncer for PodSync {

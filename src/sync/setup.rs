@@ -283,10 +283,17 @@ impl PodSync {
             ));
         }
         let path = self.etc_hosts_path(pod);
-        if std::fs::read_to_string(&path).is_ok_and(|old| old == text) {
+        // the container may write its /etc/hosts: read at most what it
+        // should hold, never whatever it wrote
+        let dir = self.cfg.pod_dir(model::uid(pod));
+        let old = crate::fsutil::read_regular_in(&dir, "etc-hosts", crate::fsutil::Links::Refuse, text.len() as u64);
+        if old.is_ok_and(|old| old == text.as_bytes()) {
             return Ok(());
         }
-        crate::fsutil::write_atomically(&path, text.as_bytes()).map_err(io_err(format!("writing {}", path.display())))
+        // 0644 as the kubelet writes it: containers running as any user
+        // read their /etc/hosts (it holds no secret)
+        crate::fsutil::write_atomically_mode(&path, text.as_bytes(), 0o644)
+            .map_err(io_err(format!("writing {}", path.display())))
     }
 
     /// The host file behind a container's termination message path,
@@ -298,7 +305,20 @@ impl PodSync {
         if file.exists() {
             return Some(file);
         }
-        match std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&file, b"")) {
+        // 0666 whatever the umask, as the kubelet makes it: a container
+        // running as any user writes its termination message
+        let create = || {
+            use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+            std::fs::create_dir_all(&dir)?;
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o666)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&file)?;
+            f.set_permissions(std::fs::Permissions::from_mode(0o666))
+        };
+        match create() {
             Ok(()) => Some(file),
             Err(e) => {
                 log::warn!("pod {}: cannot create {}: {e}", model::pod_ref(pod), file.display());
@@ -313,7 +333,8 @@ impl PodSync {
         for v in model::spec(pod).and_then(|s| s.volumes.as_ref()).into_iter().flatten() {
             if let Some(ed) = &v.empty_dir {
                 let p = self.empty_dir_path(pod, &v.name);
-                std::fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
+                // 0777 whatever the umask, as the kubelet makes it
+                crate::fsutil::create_dir_mode(&p, 0o777).map_err(io_err(format!("creating {}", p.display())))?;
                 if ed.medium.as_deref() == Some("Memory") {
                     let limit = ed.size_limit.as_ref().and_then(|q| quantity::bytes(&q.0).ok());
                     super::volumes::mount_tmpfs(&p, limit).map_err(|e| self.failed_mount(pod, &v.name, e))?;

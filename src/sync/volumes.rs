@@ -75,7 +75,8 @@ pub fn check_host_path(path: &str, kind: &str) -> Result<(), String> {
         "" => Ok(()),
         "DirectoryOrCreate" => match meta {
             Ok(m) => want(m.is_dir(), "a directory"),
-            Err(_) => std::fs::create_dir_all(p).map_err(|e| format!("creating hostPath {path}: {e}")),
+            // 0755 as the kubelet creates it (with its usual umask 022)
+            Err(_) => crate::fsutil::create_dir_mode(p, 0o755).map_err(|e| format!("creating hostPath {path}: {e}")),
         },
         "FileOrCreate" => match meta {
             Ok(m) => want(m.is_file(), "a file"),
@@ -83,11 +84,14 @@ pub fn check_host_path(path: &str, kind: &str) -> Result<(), String> {
                 if let Some(parent) = p.parent() {
                     std::fs::create_dir_all(parent).map_err(|e| format!("creating {}: {e}", parent.display()))?;
                 }
+                // 0644 as the kubelet creates it (with its usual umask 022)
+                use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
                 std::fs::OpenOptions::new()
                     .create(true)
                     .append(true)
+                    .mode(0o644)
                     .open(p)
-                    .map(|_| ())
+                    .and_then(|f| f.set_permissions(std::fs::Permissions::from_mode(0o644)))
                     .map_err(|e| format!("creating hostPath {path}: {e}"))
             }
         },
