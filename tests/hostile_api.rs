@@ -360,35 +360,23 @@ fn logs_of_a_fifo_device_symlink_or_huge_file_fail_or_answer_at_once() {
     d.still_healthy(rss);
 }
 
-/// Not a test on its own: the flood of refused peers, run as another user
-/// by `two_hundred_refused_peers_do_not_delay_a_root_call`.
-#[test]
-#[ignore]
-fn refused_peer_flood_helper() {
-    let Ok(socket) = std::env::var("PODWARDEN_FLOOD_SOCKET") else { return };
-    let threads: Vec<_> = (0..8)
-        .map(|i| {
-            let socket = socket.clone();
-            podwarden::thread::spawn(format!("flood-{i}"), None, move || {
-                let mut held = Vec::new();
-                for _ in 0..25 {
-                    if let Ok(mut s) = std::os::unix::net::UnixStream::connect(&socket) {
-                        let _ = s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0");
-                        held.push(s);
-                    }
-                }
-                held
-            })
-            .unwrap()
-        })
-        .collect();
-    let held: Vec<_> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
-    println!("connected {}", held.len());
-    std::io::stdout().flush().unwrap();
-    // hold them (unread) until the parent is done
-    let mut line = String::new();
-    let _ = std::io::stdin().read_line(&mut line);
-}
+/// The flood of refused peers, run as another user by
+/// `two_hundred_refused_peers_do_not_delay_a_root_call`: 200 connections,
+/// each sending an HTTP/2 preface, held (unread) until stdin closes.
+const FLOOD: &str = r#"
+import socket, sys
+held = []
+for _ in range(200):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sys.argv[1])
+    try:
+        s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+    except OSError:
+        pass
+    held.append(s)
+print("connected", len(held), flush=True)
+sys.stdin.readline()
+"#;
 
 #[test]
 fn two_hundred_refused_peers_do_not_delay_a_root_call() {
@@ -397,20 +385,16 @@ fn two_hundred_refused_peers_do_not_delay_a_root_call() {
     let rss = d.rss();
     // opened up so other users reach the peer check (it refuses them)
     std::fs::set_permissions(d.socket(), std::fs::Permissions::from_mode(0o666)).unwrap();
-    let exe = std::env::current_exe().unwrap();
     let mut flood = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(&exe)
-        .args(["--exact", "refused_peer_flood_helper", "--ignored", "--nocapture", "--test-threads=1"])
-        .env("PODWARDEN_FLOOD_SOCKET", d.socket())
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", FLOOD])
+        .arg(d.socket())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap();
+        .expect("setpriv and /usr/bin/python3 (scripts/logind-env.sh up installs it)");
     let mut out = std::io::BufReader::new(flood.stdout.take().unwrap());
     let mut line = String::new();
-    // libtest prints the helper's line after its own "test ... "
     while !line.contains("connected ") {
         line.clear();
         assert!(std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0, "the flood helper did not start");
