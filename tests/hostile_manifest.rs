@@ -651,6 +651,26 @@ fn agent_stays_healthy_beside_hostile_manifests() {
         assert!(took < Duration::from_secs(5), "apply {f} took {took:?}");
         slowest = slowest.max(took);
     }
+    // a typo is not an error: apply writes the pod and warns about the
+    // unknown field by path, as kubectl does
+    let typo = d.0.join("typo.yaml");
+    std::fs::write(&typo, GOOD.replace("name: web", "name: typo").replace("spec:\n", "spec:\n  contaners: []\n"))
+        .unwrap();
+    let out = Command::new(BIN)
+        .args(["apply", "--socket", sock.to_str().unwrap(), "-f", typo.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).as_ref(),
+            String::from_utf8_lossy(&out.stderr).as_ref()
+        ),
+        (Some(0), "pod/typo created\n", "Warning: unknown field \"spec.contaners\"\n")
+    );
+    wait_for("the pod with a typo running", Duration::from_secs(10), || {
+        agent.phase("typo").as_deref() == Some("Running")
+    });
     // the agent still follows its directory, and every pod is as it was
     std::fs::write(manifests.join("late.yaml"), GOOD.replace("name: web", "name: late")).unwrap();
     wait_for("a good pod written after them running", Duration::from_secs(10), || {
