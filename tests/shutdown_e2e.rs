@@ -165,7 +165,12 @@ fn grace_20_critical_10_normal_pods_first_own_shorter_grace_admission_closed_loc
     // the normal window is 20 - 10 = 10 s; critical pods run meanwhile
     let t_web = tl.wait_gone(web, Duration::from_secs(14));
     assert!(t_web > Duration::from_millis(9500) && t_web < Duration::from_millis(12500), "web stopped at {t_web:?}");
-    assert!(tl.gone(dns).is_none() && tl.gone(vip).is_none(), "critical pods still run when the normal ones stop");
+    // critical pods still run when the normal ones stop: none was seen gone
+    // before web (a loaded machine may see web and vip go in one poll)
+    for p in [dns, vip] {
+        let t = tl.gone(p);
+        assert!(t.is_none_or(|t| t >= t_web), "critical pod {p} stopped at {t:?}, before web at {t_web:?}");
+    }
     wait_for("web's status says why", Duration::from_secs(3), || reason(&a, "web").as_deref() == Some("Terminated"));
     assert_eq!(a.pod("web").unwrap()["status"]["message"], "Pod was terminated in response to imminent node shutdown.");
     // critical: vip exits on SIGTERM, dns ignores it and gets its own 3 s
