@@ -249,14 +249,14 @@ impl ApiServer {
             std::os::unix::fs::chown(&socket, Some(0), Some(*gid))?;
         }
         let env = api_env();
-        let (work_tx, work_rx) = crossbeam_channel::bounded::<Job>(WORK_QUEUE);
-        let (kill_tx, kill_rx) = crossbeam_channel::bounded::<Kill>(KILL_QUEUE);
         let h = Handlers { agent, cfg: Arc::new(cfg.clone()) };
         let (w, a) = (h.clone(), h.agent.clone());
-        crate::thread::spawn("api-work", Some(crate::thread::WORKER_STACK), move || work_loop(&w, work_rx))?;
-        crate::thread::spawn("api-kill", Some(crate::thread::HELPER_STACK), move || kill_loop(&a, kill_rx))?;
+        let work =
+            Arc::new(OnDemand::new(WORK_QUEUE, "api-work", crate::thread::WORKER_STACK, move |rx| work_loop(&w, rx)));
+        let kill =
+            Arc::new(OnDemand::new(KILL_QUEUE, "api-kill", crate::thread::HELPER_STACK, move |rx| kill_loop(&a, rx)));
         let server = |root_caller: bool| -> std::io::Result<Arc<Mutex<grpcio::Server>>> {
-            let svc = Service { h: h.clone(), work: work_tx.clone(), kill: kill_tx.clone(), root_caller };
+            let svc = Service { h: h.clone(), work: work.clone(), kill: kill.clone(), root_caller };
             let args = grpcio::ChannelBuilder::new(env.clone())
                 .max_receive_message_len(MAX_REQUEST_BYTES as i32)
                 .max_send_message_len(-1)
@@ -332,12 +332,41 @@ struct Handlers {
 struct Service {
     h: Handlers,
     /// To `api-work`: applies and log reads.
-    work: Sender<Job>,
+    work: Arc<OnDemand<Job>>,
     /// To `api-kill`: kills (they wait for a container start in flight).
-    kill: Sender<Kill>,
+    kill: Arc<OnDemand<Kill>>,
     /// The caller is root (else a member of `apiGroup`): decided by the
     /// peer credentials at accept, see [`ApiServer`].
     root_caller: bool,
+}
+
+/// A bounded queue whose consumer thread starts with the first item: most
+/// nodes' API never applies, reads a log or deletes, and an idle edge agent
+/// keeps no thread waiting for work that never comes.
+struct OnDemand<T> {
+    tx: Sender<T>,
+    start: parking_lot::Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl<T: Send + 'static> OnDemand<T> {
+    fn new(cap: usize, name: &'static str, stack: usize, run: impl FnOnce(Receiver<T>) + Send + 'static) -> Self {
+        let (tx, rx) = crossbeam_channel::bounded::<T>(cap);
+        let start = move || {
+            if let Err(e) = crate::thread::spawn(name, Some(stack), move || run(rx)) {
+                // its queue fills and calls fail as busy, naming the cause in the log
+                log::error!("local API: cannot start thread {name}: {e}");
+            }
+        };
+        OnDemand { tx, start: parking_lot::Mutex::new(Some(Box::new(start))) }
+    }
+
+    /// Queue `item` without waiting (starting the thread the first time).
+    fn try_send(&self, item: T) -> Result<(), TrySendError<T>> {
+        if let Some(start) = self.start.lock().take() {
+            start();
+        }
+        self.tx.try_send(item)
+    }
 }
 
 /// `api-kill`: runs the kills `delete` handed over, in order. A kill may
