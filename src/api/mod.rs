@@ -161,6 +161,9 @@ fn api_env() -> Arc<grpcio::Environment> {
     ENV.get_or_init(|| Arc::new(grpcio::EnvBuilder::new().cq_count(1).name_prefix("api-grpc").build())).clone()
 }
 
+/// Calls each API server accepts at once before it re-posts slots.
+const API_CALL_SLOTS: usize = 16;
+
 /// Largest request the API takes: a manifest is at most 1 MiB.
 const MAX_REQUEST_BYTES: usize = 2 << 20;
 /// Calls waiting for `api-work`, kills waiting for `api-kill`.
@@ -263,6 +266,11 @@ impl ApiServer {
                 .build_args();
             let mut server = grpcio::ServerBuilder::new(env.clone())
                 .channel_args(args)
+                // grpcio pre-posts this many call slots (default 1024, each
+                // with its buffers: ~0.2 MiB per server); a local API with a
+                // few callers needs a handful, and a burst only waits for
+                // slots to be re-posted
+                .requests_slot_per_cq(API_CALL_SLOTS)
                 .register_service(pb::api_grpc::create_pod_warden(svc))
                 .build()
                 .map_err(|e| std::io::Error::other(format!("gRPC server: {e}")))?;
