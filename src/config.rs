@@ -400,6 +400,10 @@ impl Config {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let p = path.display().to_string();
         let read = |source| ConfigError::Read { path: p.clone(), source };
+        // a FIFO would block the start until someone writes to it
+        if std::os::unix::fs::FileTypeExt::is_fifo(&std::fs::metadata(path).map_err(read)?.file_type()) {
+            return Err(read(std::io::Error::other("a FIFO, not a config file; not read")));
+        }
         let mut bytes = Vec::new();
         std::io::Read::read_to_end(
             &mut std::io::Read::take(std::fs::File::open(path).map_err(read)?, MAX_CONFIG_BYTES + 1),

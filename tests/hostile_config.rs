@@ -143,6 +143,17 @@ fn oversized_and_binary_configs_are_refused_unparsed() {
         err.lines().last().unwrap(),
         "podwarden: /dev/zero: larger than 1048576 bytes (1 MiB); not a config file"
     );
+    // a FIFO is refused at once, not waited on
+    let fifo = d.0.join("fifo.yaml");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let (code, err, took) = run_config(&fifo);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(took < Duration::from_secs(5), "a FIFO config took {took:?}");
+    let last = err.lines().last().unwrap_or_default();
+    assert!(last.starts_with(&format!("podwarden: {}: ", fifo.display())), "{last}");
+    assert!(last.ends_with("a FIFO, not a config file; not read"), "{last}");
 }
 
 fn free_port() -> u16 {
