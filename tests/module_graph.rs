@@ -1,0 +1,239 @@
+//! The module graph has no cycles and its leaves stay leaves.
+//!
+//! Reads every file under `src/`, maps it to its top-level module
+//! (`src/sync/setup.rs` is `sync`), collects the `crate::` paths it names
+//! outside comments, and fails on a cycle between top-level modules (naming
+//! it) or on a leaf module that imports one of the running parts. This is
+//! the check ARCHITECTURE.md's layering rests on: a new cycle fails CI.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// Modules that import nothing of podwarden's running parts: only each other.
+const LEAVES: &[&str] = &["model", "config", "runtime", "cancel", "thread", "fsutil", "sys", "logging", "notify", "pss"];
+
+fn files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The code of `text` without comments (line and block) and string contents.
+fn code_only(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i..].starts_with(b"//") {
+            while i < b.len() && b[i] != b'\n' {
+                i += 1;
+            }
+        } else if b[i..].starts_with(b"/*") {
+            let mut depth = 0;
+            while i < b.len() {
+                if b[i..].starts_with(b"/*") {
+                    depth += 1;
+                    i += 2;
+                } else if b[i..].starts_with(b"*/") {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+        } else if b[i] == b'"' {
+            // a string literal (raw strings with quotes inside are not used
+            // around `crate::` paths; escapes are skipped)
+            i += 1;
+            while i < b.len() && b[i] != b'"' {
+                if b[i] == b'\\' {
+                    i += 1;
+                }
+                i += 1;
+            }
+            i += 1;
+            out.push_str("\"\"");
+        } else if b[i] == b'\'' && i + 2 < b.len() && (b[i + 2] == b'\'' || b[i + 1] == b'\\') {
+            // a char literal such as '"' or '\n'
+            i += 1;
+            while i < b.len() && b[i] != b'\'' {
+                if b[i] == b'\\' {
+                    i += 1;
+                }
+                i += 1;
+            }
+            i += 1;
+        } else {
+            out.push(b[i] as char);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The top-level modules named by `crate::` paths in `code`, including
+/// groups such as `crate::{agent, model::Pod}`.
+fn referenced(code: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    let ident = |s: &str| s.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect::<String>();
+    for (at, _) in code.match_indices("crate::") {
+        let before = code[..at].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue; // e.g. `podwarden_crate::`
+        }
+        let rest = code[at + "crate::".len()..].trim_start();
+        if let Some(group) = rest.strip_prefix('{') {
+            // split the top level of the group on commas
+            let mut depth = 0;
+            let mut item_start = true;
+            for (i, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => item_start = true,
+                    c if item_start && !c.is_whitespace() => {
+                        item_start = false;
+                        let name = ident(&group[i..]);
+                        if !name.is_empty() {
+                            found.insert(name);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            let name = ident(rest);
+            if !name.is_empty() {
+                found.insert(name);
+            }
+        }
+    }
+    found
+}
+
+fn graph() -> BTreeMap<String, BTreeSet<String>> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut all = Vec::new();
+    files(&src, &mut all);
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for f in all {
+        let rel = f.strip_prefix(&src).unwrap();
+        let first = rel.components().next().unwrap().as_os_str().to_string_lossy().into_owned();
+        let module = first.trim_end_matches(".rs").to_string();
+        if module == "main" || module == "lib" {
+            continue; // the binary and the module list
+        }
+        let code = code_only(&std::fs::read_to_string(&f).unwrap());
+        let deps = g.entry(module.clone()).or_default();
+        for d in referenced(&code) {
+            if d != module && d != "self" && d != "super" {
+                deps.insert(d);
+            }
+        }
+    }
+    g
+}
+
+/// Every cycle's strongly connected component (Tarjan), as sorted names.
+fn cycles(g: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    struct T<'a> {
+        g: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on: BTreeSet<&'a str>,
+        out: Vec<Vec<String>>,
+    }
+    impl<'a> T<'a> {
+        fn visit(&mut self, v: &'a str) {
+            let n = self.index.len();
+            self.index.insert(v, n);
+            self.low.insert(v, n);
+            self.stack.push(v);
+            self.on.insert(v);
+            for w in self.g.get(v).into_iter().flatten() {
+                let w = w.as_str();
+                if !self.index.contains_key(w) {
+                    self.visit(w);
+                    let lw = self.low[w];
+                    let lv = self.low.get_mut(v).unwrap();
+                    *lv = (*lv).min(lw);
+                } else if self.on.contains(w) {
+                    let iw = self.index[w];
+                    let lv = self.low.get_mut(v).unwrap();
+                    *lv = (*lv).min(iw);
+                }
+            }
+            if self.low[v] == self.index[v] {
+                let mut comp = Vec::new();
+                while let Some(w) = self.stack.pop() {
+                    self.on.remove(w);
+                    comp.push(w.to_string());
+                    if w == v {
+                        break;
+                    }
+                }
+                if comp.len() > 1 {
+                    comp.sort();
+                    self.out.push(comp);
+                }
+            }
+        }
+    }
+    let mut t =
+        T { g, index: BTreeMap::new(), low: BTreeMap::new(), stack: Vec::new(), on: BTreeSet::new(), out: Vec::new() };
+    for v in g.keys() {
+        if !t.index.contains_key(v.as_str()) {
+            t.visit(v);
+        }
+    }
+    t.out
+}
+
+#[test]
+fn no_cycle_between_modules() {
+    let g = graph();
+    assert!(g.contains_key("agent") && g["agent"].contains("podworkers"), "the graph reader found no edges: {g:?}");
+    let found = cycles(&g);
+    let shown: Vec<String> = found
+        .iter()
+        .map(|c| {
+            let edges: Vec<String> = c
+                .iter()
+                .flat_map(|a| g[a].iter().filter(|b| c.contains(b)).map(move |b| format!("{a} -> {b}")))
+                .collect();
+            format!("{{{}}}: {}", c.join(", "), edges.join("; "))
+        })
+        .collect();
+    assert!(found.is_empty(), "import cycles between modules:\n{}", shown.join("\n"));
+}
+
+#[test]
+fn leaves_import_only_leaves() {
+    let g = graph();
+    let mut bad = Vec::new();
+    for leaf in LEAVES {
+        for d in g.get(*leaf).into_iter().flatten() {
+            if !LEAVES.contains(&d.as_str()) {
+                bad.push(format!("{leaf} -> {d}"));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "leaf modules import running parts: {}", bad.join(", "));
+}
+
+#[test]
+fn the_reader_sees_groups_and_ignores_comments() {
+    let code = code_only("use crate::{agent, model::{Pod, Uid}};\n// crate::http\nlet s = \"crate::api\"; /* crate::cli */ crate::thread::spawn");
+    let r = referenced(&code);
+    assert_eq!(r.into_iter().collect::<Vec<_>>(), ["agent", "model", "thread"]);
+}
