@@ -290,7 +290,9 @@ impl ApiServer {
                 let _ = conn.set_nonblocking(true);
                 // root's connections to the root server, members' to the other
                 let srv = &srv[if root { 0 } else { 1 }];
-                crate::sys::grpc_serve_connection(&mut srv.lock(), conn);
+                if let Err(e) = crate::sys::grpc_serve_connection(&mut srv.lock(), conn) {
+                    log::warn!("local API: cannot serve a connection: {e}");
+                }
             }
         })?;
         Ok(ApiServer { stop, socket, join: Some(join), servers: Some(servers) })

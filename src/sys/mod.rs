@@ -173,12 +173,16 @@ pub fn clock_ticks_per_second() -> i64 {
 // ------------------------------------------------------------ allocator
 
 /// Cap glibc's malloc arenas at `n` (`mallopt(M_ARENA_MAX)`); a no-op on
-/// other C libraries. Call it before threads start allocating.
+/// other C libraries. Call it before threads start allocating (`podwarden
+/// run` does so first thing): an allocation racing with it may see the old
+/// limit or the new one.
 pub fn limit_malloc_arenas(n: i32) {
     #[cfg(target_env = "gnu")]
-    // SAFETY: mallopt takes no pointers and only tunes the allocator; it is
-    // thread-safe in glibc (it takes each arena's lock), and a change of
-    // M_ARENA_MAX affects only arenas created afterwards.
+    // SAFETY: mallopt takes no pointers; it sets one of glibc's allocator
+    // tunables (under the main arena's lock). The limit only decides whether
+    // a thread gets a new arena or shares one; glibc itself reads it
+    // without a lock, so a concurrent allocation sees either value, both of
+    // which are valid.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, n);
     }
@@ -274,13 +278,33 @@ pub fn peer_cred(s: &UnixStream) -> io::Result<libc::ucred> {
 
 /// Hand the connected socket `conn` to the gRPC server `server`, which
 /// serves it as one HTTP/2 channel and closes it when the channel ends.
-pub fn grpc_serve_connection(server: &mut grpcio::Server, conn: UnixStream) {
+/// Fails (closing `conn`) if it is not a connected stream socket, which an
+/// accepted connection always is (a `UnixStream` can be made from any
+/// descriptor).
+pub fn grpc_serve_connection(server: &mut grpcio::Server, conn: UnixStream) -> io::Result<()> {
+    let mut kind: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: the descriptor is open for the borrow of `conn`; SO_TYPE
+    // writes at most `len` bytes (one c_int) into `kind`.
+    zero_or_errno(unsafe {
+        libc::getsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TYPE,
+            (&mut kind as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    })?;
+    if kind != libc::SOCK_STREAM {
+        return Err(io::Error::other("not a stream socket"));
+    }
+    conn.peer_addr()?; // ENOTCONN unless connected
     let fd = conn.into_raw_fd();
     // SAFETY: grpcio requires a connected stream socket that no other code
-    // touches afterwards. A `UnixStream` is a stream socket and an accepted
-    // (or paired) one is connected; `into_raw_fd` gave up our ownership, so
-    // gRPC owns and closes the descriptor.
+    // touches afterwards: checked just above, and `into_raw_fd` gave up our
+    // ownership, so gRPC alone owns (and closes) the descriptor.
     unsafe { server.add_channel_from_fd(fd) };
+    Ok(())
 }
 
 #[cfg(test)]
