@@ -50,8 +50,7 @@ struct Sample {
 
 /// Sample RSS and threads each second for the window; CPU over the window.
 fn idle(pid: u32) -> Sample {
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let hz = podwarden::sys::clock_ticks_per_second() as f64;
     let t0 = Instant::now();
     let c0 = cpu_ticks(pid);
     let mut rss = Vec::new();

@@ -65,32 +65,7 @@ fn connect_runtime(config: &Config) -> Result<Arc<dyn Runtime>, DaemonError> {
 /// The node's first non-loopback IPv4 address (the pod IP of host-network
 /// pods), else 127.0.0.1.
 pub fn host_ip() -> String {
-    let mut addrs: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills a list we free with freeifaddrs below.
-    if unsafe { libc::getifaddrs(&mut addrs) } != 0 {
-        return "127.0.0.1".into();
-    }
-    let mut found = None;
-    let mut cur = addrs;
-    while !cur.is_null() {
-        // SAFETY: `cur` walks the list getifaddrs returned.
-        let ifa = unsafe { &*cur };
-        if !ifa.ifa_addr.is_null() && ifa.ifa_flags & libc::IFF_LOOPBACK as u32 == 0 {
-            // SAFETY: ifa_addr is non-null; sa_family says how to read it.
-            let fam = unsafe { (*ifa.ifa_addr).sa_family } as i32;
-            if fam == libc::AF_INET {
-                // SAFETY: an AF_INET address is a sockaddr_in.
-                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                let ip = std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
-                found = Some(ip.to_string());
-                break;
-            }
-        }
-        cur = ifa.ifa_next;
-    }
-    // SAFETY: freeing the list getifaddrs allocated.
-    unsafe { libc::freeifaddrs(addrs) };
-    found.unwrap_or_else(|| "127.0.0.1".into())
+    crate::sys::first_ipv4_address().map_or_else(|| "127.0.0.1".into(), |ip| ip.to_string())
 }
 
 /// The assembled agent: everything `run` starts, for tests and tools too.
@@ -250,11 +225,7 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
     // One thread per pod: glibc would give each its own malloc arena (up to
     // 8 per core), each keeping freed memory. Two arenas are plenty for an
     // agent that mostly waits.
-    #[cfg(target_env = "gnu")]
-    // SAFETY: mallopt only tunes the allocator; called before the threads start.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 2);
-    }
+    crate::sys::limit_malloc_arenas(2);
     // a panic escaping any thread ends the agent (status 70) for systemd to
     // restart it: never a dead thread behind a healthy /healthz
     crate::thread::exit_on_panic(true);

@@ -15,7 +15,7 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
@@ -51,11 +51,7 @@ pub fn write_new_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = write_tmp(path, bytes, PRIVATE_FILE_MODE)?;
     let c = |p: &Path| CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other);
     let (from, to) = (c(&tmp)?, c(path)?);
-    // SAFETY: two valid NUL-terminated paths, relative to the cwd.
-    let r =
-        unsafe { libc::renameat2(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::RENAME_NOREPLACE) };
-    if r != 0 {
-        let e = std::io::Error::last_os_error();
+    if let Err(e) = crate::sys::rename_noreplace(&from, &to) {
         let _ = std::fs::remove_file(&tmp);
         return Err(e);
     }
@@ -173,24 +169,11 @@ fn cstr(s: &std::ffi::OsStr) -> std::io::Result<CString> {
 
 fn openat(dir: Option<&OwnedFd>, name: &std::ffi::OsStr, flags: i32) -> std::io::Result<OwnedFd> {
     let c = cstr(name)?;
-    let at = dir.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
-    // SAFETY: a valid NUL-terminated path; `at` is AT_FDCWD or an open fd.
-    let fd = unsafe { libc::openat(at, c.as_ptr(), flags | libc::O_CLOEXEC | libc::O_NOCTTY) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a descriptor we just opened and own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    crate::sys::openat(dir.map(|d| d.as_fd()), &c, flags | libc::O_CLOEXEC | libc::O_NOCTTY)
 }
 
 fn fstat(fd: &OwnedFd) -> std::io::Result<libc::stat> {
-    // SAFETY: an all-zero stat is a valid value to be overwritten.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `fd` is open; `st` is a valid out pointer.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(st)
+    crate::sys::fstat(fd.as_fd())
 }
 
 /// Open the regular file `rel` (relative, no `..`) inside `dir` for
@@ -330,8 +313,7 @@ mod tests {
 
     fn mkfifo(p: &Path) {
         let c = CString::new(p.as_os_str().as_bytes()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        crate::sys::mkfifo(&c, 0o600).unwrap();
     }
 
     #[test]

@@ -40,12 +40,7 @@ const TRIM_PERIOD: Duration = Duration::from_secs(30);
 /// itself), so memory a burst used (starting many pods, a big list) would
 /// stay in the RSS for good.
 fn trim_heap() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim only releases free pages of the allocator's own
-    // arenas; it is thread-safe.
-    unsafe {
-        libc::malloc_trim(0);
-    }
+    crate::sys::malloc_trim();
 }
 
 /// Owns a periodic thread; dropping it stops and joins the thread.

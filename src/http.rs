@@ -295,10 +295,7 @@ impl Io {
             let timeout = next.map_or(-1, |n| {
                 (n.saturating_duration_since(now).as_micros().div_ceil(1000)).min(60_000) as libc::c_int
             });
-            // SAFETY: `fds` is a valid array of pollfd for its length.
-            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
+            if let Err(e) = crate::sys::poll(&mut fds, timeout) {
                 if e.kind() != ErrorKind::Interrupted {
                     log::error!("http: poll failed: {e}");
                     std::thread::sleep(Duration::from_millis(100));

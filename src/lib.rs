@@ -25,4 +25,7 @@ pub mod shutdown;
 pub mod source;
 pub mod status;
 pub mod sync;
+// every foreign call, behind safe functions: the one module allowed unsafe
+#[allow(unsafe_code)]
+pub mod sys;
 pub mod thread;

@@ -8,6 +8,8 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use crate::podworkers::{Observer, WorkKind};
+use crate::runtime::Op;
+use crate::runtime::metered::FailedCalls;
 
 /// `le` bounds of the duration histograms (seconds), Prometheus defaults.
 pub const BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -110,8 +112,8 @@ impl Metrics {
     }
 
     /// A runtime call failed.
-    pub fn runtime_error(&self, operation: &'static str) {
-        *self.runtime_errors.lock().entry(operation).or_default() += 1;
+    pub fn runtime_error(&self, op: Op) {
+        *self.runtime_errors.lock().entry(op.metric_label()).or_default() += 1;
     }
 
     pub fn runtime_errors(&self) -> BTreeMap<&'static str, u64> {
@@ -129,6 +131,12 @@ impl Metrics {
 
     pub fn gauges(&self) -> Gauges {
         self.gauges.lock().clone()
+    }
+}
+
+impl FailedCalls for Metrics {
+    fn failed(&self, op: Op) {
+        self.runtime_error(op);
     }
 }
 
@@ -275,5 +283,38 @@ mod tests {
         assert_eq!(h.counts[0], 1);
         assert_eq!(h.counts[5], 2);
         assert_eq!(h.count, 2);
+    }
+
+    #[test]
+    fn failed_runtime_calls_are_counted_under_the_kubelets_labels() {
+        use crate::runtime::fake::FakeRuntime;
+        use crate::runtime::metered::Metered;
+        use crate::runtime::{CallCtx, Runtime, SandboxConfig};
+        let fake = std::sync::Arc::new(FakeRuntime::new());
+        let metrics = std::sync::Arc::new(Metrics::new());
+        let rt = Metered::new(fake.clone(), metrics.clone());
+        let ctx = CallCtx::background(Duration::from_secs(5));
+        let sandbox =
+            SandboxConfig { name: "p".into(), namespace: "default".into(), uid: "u".into(), ..Default::default() };
+        fake.fail(Op::RunPodSandbox, None, 2);
+        let e = rt.run_sandbox(&ctx, &sandbox).unwrap_err();
+        assert_eq!(e.to_string(), "RunPodSandbox failed: injected fault");
+        assert!(rt.run_sandbox(&ctx, &sandbox).is_err());
+        let id = rt.run_sandbox(&ctx, &sandbox).unwrap();
+        fake.fail(Op::PodSandboxStatus, None, 1);
+        assert!(rt.pod_status(&ctx, "u").is_err());
+        // a cancelled call is podwarden's doing, not a runtime error
+        fake.set_latency(Op::StopPodSandbox, Duration::from_secs(5));
+        let cancel = crate::cancel::CancelToken::new();
+        cancel.cancel();
+        let e = rt.stop_sandbox(&CallCtx::new(Duration::from_secs(5), &cancel), &id).unwrap_err();
+        assert_eq!(e.to_string(), "StopPodSandbox was cancelled");
+        let counted: Vec<_> = metrics.runtime_errors().into_iter().collect();
+        assert_eq!(counted, [("podsandbox_status", 1), ("run_podsandbox", 2)]);
+        let text = render(&metrics);
+        assert!(
+            text.contains("kubelet_runtime_operations_errors_total{operation_type=\"run_podsandbox\"} 2\n"),
+            "{text}"
+        );
     }
 }

@@ -22,16 +22,7 @@ pub fn memory_quantity(bytes: i64) -> String {
 }
 
 fn uname() -> (String, String) {
-    // SAFETY: uname fills the zeroed struct it is given.
-    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
-    if unsafe { libc::uname(&mut u) } != 0 {
-        return (String::new(), String::new());
-    }
-    let s = |f: &[libc::c_char]| {
-        let bytes: Vec<u8> = f.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
-        String::from_utf8_lossy(&bytes).into_owned()
-    };
-    (s(&u.release), s(&u.machine))
+    crate::sys::uname().unwrap_or_default()
 }
 
 fn os_image() -> String {

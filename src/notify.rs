@@ -6,7 +6,13 @@ use std::os::unix::net::UnixDatagram;
 /// Send `state` (e.g. `READY=1`) to systemd if it asked for notifications.
 /// Returns whether a message was sent.
 pub fn notify(state: &str) -> bool {
-    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else { return false };
+    notify_to(std::env::var_os("NOTIFY_SOCKET").as_deref(), state)
+}
+
+/// Send `state` to the socket `$NOTIFY_SOCKET` names (`@` for an abstract
+/// name), if any.
+fn notify_to(socket: Option<&std::ffi::OsStr>, state: &str) -> bool {
+    let Some(path) = socket else { return false };
     let Ok(sock) = UnixDatagram::unbound() else { return false };
     let bytes = path.as_encoded_bytes();
     let sent = if let Some(abstract_name) = bytes.strip_prefix(b"@") {
@@ -14,7 +20,7 @@ pub fn notify(state: &str) -> bool {
         std::os::unix::net::SocketAddr::from_abstract_name(abstract_name)
             .and_then(|addr| sock.send_to_addr(state.as_bytes(), &addr))
     } else {
-        sock.send_to(state.as_bytes(), &path)
+        sock.send_to(state.as_bytes(), path)
     };
     match sent {
         Ok(_) => true,
@@ -27,6 +33,8 @@ pub fn notify(state: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::os::linux::net::SocketAddrExt;
+
     #[test]
     fn sends_to_the_socket_systemd_names() {
         let dir = std::env::temp_dir().join(format!("pw-notify-{}", std::process::id()));
@@ -34,15 +42,18 @@ mod tests {
         let path = dir.join("notify.sock");
         let _ = std::fs::remove_file(&path);
         let rx = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
-        // SAFETY: test-only; no other test reads NOTIFY_SOCKET.
-        unsafe { std::env::set_var("NOTIFY_SOCKET", &path) };
-        assert!(super::notify("READY=1"));
+        assert!(super::notify_to(Some(path.as_os_str()), "READY=1"));
         let mut buf = [0u8; 64];
         let n = rx.recv(&mut buf).unwrap();
         assert_eq!(&buf[..n], b"READY=1");
-        // SAFETY: as above.
-        unsafe { std::env::remove_var("NOTIFY_SOCKET") };
-        assert!(!super::notify("READY=1"));
+        assert!(!super::notify_to(None, "READY=1"));
+        // an abstract socket: `@name`
+        let name = format!("pw-notify-{}", std::process::id());
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let rx = std::os::unix::net::UnixDatagram::bind_addr(&addr).unwrap();
+        assert!(super::notify_to(Some(std::ffi::OsStr::new(&format!("@{name}"))), "STOPPING=1"));
+        let n = rx.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"STOPPING=1");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

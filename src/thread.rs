@@ -72,8 +72,7 @@ fn on_panic(name: &str, message: &str) {
         crate::notify::notify("STOPPING=1");
         // No unwinding of other threads and no exit handlers (grpc's C++
         // statics while its threads run): end now, with a clear status.
-        // SAFETY: _exit only ends the process.
-        unsafe { libc::_exit(PANIC_EXIT_CODE) };
+        crate::sys::exit_now(PANIC_EXIT_CODE);
     }
     log::error!("thread {name} panicked: {message}; the agent reports itself unhealthy from now on");
 }

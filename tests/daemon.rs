@@ -69,13 +69,11 @@ fn run_follows_manifests_and_stops_cleanly_on_sigterm() {
     std::fs::remove_file(manifests.join("a.yaml")).unwrap();
     wait_for("pod a's directory removed", t, || pod_dirs(&d.0) == vec![b_uid.clone()]);
     // SIGHUP rescans and does not stop the agent
-    // SAFETY: signalling our own child.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    podwarden::sys::kill(pid, libc::SIGHUP).unwrap();
     std::thread::sleep(Duration::from_millis(200));
     assert!(child.try_wait().unwrap().is_none(), "SIGHUP must not stop the agent");
     // SIGTERM stops it cleanly without killing pods
-    // SAFETY: signalling our own child.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    podwarden::sys::kill(pid, libc::SIGTERM).unwrap();
     let mut status = None;
     wait_for("exit after SIGTERM", t, || {
         status = child.try_wait().unwrap();
@@ -177,8 +175,7 @@ fn under_systemd_log_lines_carry_their_syslog_priority() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(700));
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let _ = podwarden::sys::kill(child.id() as i32, libc::SIGTERM);
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success());
@@ -213,8 +210,7 @@ fn without_a_system_bus_graceful_shutdown_is_off_with_one_warning_and_pods_still
         .unwrap();
     wait_for("pod started anyway", Duration::from_secs(10), || pod_dirs(&d.0).len() == 1);
     std::thread::sleep(Duration::from_millis(2500)); // a few reconnect attempts
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let _ = podwarden::sys::kill(child.id() as i32, libc::SIGTERM);
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);

@@ -259,12 +259,9 @@ fn containerd_restarted_during_a_deletion_the_pod_still_finishes() {
     let uid = a.uid("survivor");
     wait_for("running", Duration::from_secs(30), || a.running(&uid) == 1);
     let pid = containerd_pid().expect("the e2e containerd's pid file");
-    // SAFETY: stopping the private containerd the e2e script started.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-    wait_for("containerd gone", Duration::from_secs(10), || {
-        // SAFETY: probing a pid.
-        unsafe { libc::kill(pid, 0) != 0 }
-    });
+    // stopping the private containerd the e2e script started.
+    podwarden::sys::kill(pid, libc::SIGKILL).unwrap();
+    wait_for("containerd gone", Duration::from_secs(10), || podwarden::sys::kill(pid, 0).is_err());
     a.remove("p.yaml");
     std::thread::sleep(Duration::from_secs(2)); // the termination fails meanwhile
     let out = Command::new("scripts/e2e-env.sh").arg("up").output().unwrap();

@@ -44,8 +44,7 @@ fn pod(name: &str, ns: &str) -> String {
 
 fn mkfifo(p: &Path) {
     let c = CString::new(p.as_os_str().as_bytes()).unwrap();
-    // SAFETY: a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0, "mkfifo {}", p.display());
+    podwarden::sys::mkfifo(&c, 0o666).unwrap_or_else(|e| panic!("mkfifo {}: {e}", p.display()));
 }
 
 fn free_port() -> u16 {

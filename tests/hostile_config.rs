@@ -146,8 +146,7 @@ fn oversized_and_binary_configs_are_refused_unparsed() {
     // a FIFO is refused at once, not waited on
     let fifo = d.0.join("fifo.yaml");
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    podwarden::sys::mkfifo(&c, 0o600).unwrap();
     let (code, err, took) = run_config(&fifo);
     assert_eq!(code, Some(1), "{err}");
     assert!(took < Duration::from_secs(5), "a FIFO config took {took:?}");
@@ -213,8 +212,7 @@ fn a_kubeadm_generated_config_loads_and_runs() {
     let pods = http_get(port, "/pods").unwrap();
     assert!(pods.contains("\"name\":\"web\""), "{pods}");
     assert!(child.try_wait().unwrap().is_none(), "still running");
-    // SAFETY: signalling our own child.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    podwarden::sys::kill(child.id() as i32, libc::SIGTERM).unwrap();
     let mut status = None;
     wait_for("exit after SIGTERM", t, || {
         status = child.try_wait().unwrap();

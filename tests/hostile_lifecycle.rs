@@ -128,7 +128,7 @@ fn a_pod_that_left_its_source_counts_for_admission_until_it_finished() {
         st.message.as_deref(),
         Some("Node didn't have enough resource: cpu, requested: 500, used: 800, capacity: 1000")
     );
-    assert!(h.fake.calls_for("new1", Op::RunSandbox).is_empty());
+    assert!(h.fake.calls_for("new1", Op::RunPodSandbox).is_empty());
     assert_eq!(h.phase("hog1"), Some(Phase::Terminating), "rejected while the hog still terminates");
 
     // once the hog is finished its CPU is free again
@@ -218,10 +218,10 @@ fn set_up_error_that_cannot_heal_fails_the_pod_without_retrying() {
     let h = Harness::with(Opts { pod_cache: true, ..Opts::default() }); // back-off 50 ms
     const MSG: &str =
         "failed to create pod log directory \"/var/log/pods/x\": mkdir /var/log/pods/x: file name too long";
-    h.fake.fail_with(Op::RunSandbox, Some("perm1"), 1000, MSG);
+    h.fake.fail_with(Op::RunPodSandbox, Some("perm1"), 1000, MSG);
     h.agent.apply_source(vec![arc(pod("perm", "perm1"))]);
     h.wait_phase("perm1", Phase::Finished, T);
-    assert_eq!(h.fake.calls_for("perm1", Op::RunSandbox).len(), 1, "not retried");
+    assert_eq!(h.fake.calls_for("perm1", Op::RunPodSandbox).len(), 1, "not retried");
     let st = h.statuses.get("perm1").unwrap();
     assert_eq!(st.phase.as_deref(), Some("Failed"));
     assert_eq!(st.reason.as_deref(), Some(podwarden::sync::REASON_SETUP_FAILED));
@@ -236,12 +236,12 @@ fn set_up_error_that_cannot_heal_fails_the_pod_without_retrying() {
     h.agent.housekeeping();
     h.agent.housekeeping();
     assert_eq!(h.phase("perm1"), Some(Phase::Finished));
-    assert_eq!(h.fake.calls_for("perm1", Op::RunSandbox).len(), 1);
+    assert_eq!(h.fake.calls_for("perm1", Op::RunPodSandbox).len(), 1);
     // an error that may heal is still retried until it does
-    h.fake.fail(Op::RunSandbox, Some("heal1"), 2);
+    h.fake.fail(Op::RunPodSandbox, Some("heal1"), 2);
     h.agent.apply_source(vec![arc(pod("perm", "perm1")), arc(pod("heal", "heal1"))]);
     wait_for("heal running after retries", T, || h.fake.live_containers("heal1") == 1);
-    assert_eq!(h.fake.calls_for("heal1", Op::RunSandbox).len(), 3);
+    assert_eq!(h.fake.calls_for("heal1", Op::RunPodSandbox).len(), 3);
 }
 
 /// Defect 13: a huge rescan period used to kill the manifest thread
@@ -278,7 +278,7 @@ fn a_panicking_thread_makes_the_agent_unhealthy() {
     let r = start_agent(&d.0, &fake);
     let within = Duration::from_secs(60);
     wait_for("healthy", T, || r.agent.health(within).is_ok());
-    fake.panic_on(Op::ListPods, None, 1);
+    fake.panic_on(Op::ListPodSandbox, None, 1);
     wait_for("unhealthy", T, || r.agent.health(within).is_err());
     let e = r.agent.health(within).unwrap_err();
     assert_eq!(e, "thread housekeeping panicked: injected panic in ListPodSandbox");

@@ -570,8 +570,7 @@ impl Daemon {
     }
 
     fn stop(&mut self) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = podwarden::sys::kill(self.child.id() as i32, libc::SIGTERM);
         let mut done = false;
         wait_for("the agent to exit", Duration::from_secs(10), || {
             done = self.child.try_wait().unwrap().is_some();

@@ -102,9 +102,9 @@ fn logind_restarted_the_lock_is_taken_again() {
     let h = Harness::new();
     let thread = start_thread(&h);
     let pid: i32 = std::fs::read_to_string("/run/podwarden-logind/logind.pid").unwrap().trim().parse().unwrap();
-    // SAFETY: stopping the private logind the test script started.
-    unsafe { libc::kill(pid, libc::SIGTERM) };
-    wait_for("logind gone", Duration::from_secs(5), || unsafe { libc::kill(pid, 0) != 0 });
+    // stopping the private logind the test script started.
+    let _ = podwarden::sys::kill(pid, libc::SIGTERM);
+    wait_for("logind gone", Duration::from_secs(5), || podwarden::sys::kill(pid, 0).is_err());
     let out = Command::new("scripts/logind-env.sh").arg("up").output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let t = Instant::now();

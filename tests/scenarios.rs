@@ -39,7 +39,7 @@ fn new_pod_is_recorded_and_started() {
     assert_eq!(h.phase("u1"), Some(Phase::Syncing));
     assert!(h.workers.could_have_running_containers("u1"));
     assert!(!h.workers.is_pod_termination_requested("u1"));
-    assert_eq!(h.fake.calls_for("u1", Op::RunSandbox).len(), 1);
+    assert_eq!(h.fake.calls_for("u1", Op::RunPodSandbox).len(), 1);
     let st = h.statuses.get("u1").unwrap();
     let cs = &st.container_statuses.as_ref().unwrap()[0];
     assert!(cs.ready);
@@ -121,7 +121,7 @@ fn pod_terminal_before_start_is_terminated_without_starting_containers() {
     let p = arc(p);
     create(&h, &p);
     h.wait_phase("ut", Phase::Finished, T);
-    assert!(h.fake.calls_for("ut", Op::RunSandbox).is_empty());
+    assert!(h.fake.calls_for("ut", Op::RunPodSandbox).is_empty());
     assert!(h.fake.calls_for("ut", Op::StartContainer).is_empty());
     assert!(!h.workers.should_pod_content_be_removed("ut"), "terminal, not deleted: content kept");
 }
@@ -209,13 +209,13 @@ fn only_one_static_pod_per_full_name_runs_and_waiters_start_in_order() {
     create(&h, &b);
     create(&h, &c);
     std::thread::sleep(Duration::from_millis(100));
-    assert!(h.fake.calls_for("b2", Op::RunSandbox).is_empty(), "b waits for a");
-    assert!(h.fake.calls_for("c3", Op::RunSandbox).is_empty(), "c waits for a");
+    assert!(h.fake.calls_for("b2", Op::RunPodSandbox).is_empty(), "b waits for a");
+    assert!(h.fake.calls_for("c3", Op::RunPodSandbox).is_empty(), "c waits for a");
     let done = kill(&h, &a, None);
     wait_for("b running", T, || h.fake.live_containers("b2") == 1);
     assert!(done.try_recv().is_ok(), "b started only after a was terminated");
     assert_eq!(h.fake.live_containers("a1"), 0);
-    assert!(h.fake.calls_for("c3", Op::RunSandbox).is_empty(), "c waits for b");
+    assert!(h.fake.calls_for("c3", Op::RunPodSandbox).is_empty(), "c waits for b");
     let b_done = kill(&h, &b, None);
     wait_for("c running", T, || h.fake.live_containers("c3") == 1);
     assert!(b_done.try_recv().is_ok());
@@ -269,7 +269,7 @@ fn runtime_errors_while_terminating_a_force_deleted_pod_are_retried_until_finish
     h.agent.apply_source(vec![p.clone()]);
     wait_for("running", T, || h.fake.live_containers("uf") == 1);
     h.fake.fail(Op::StopContainer, Some("uf"), 3);
-    h.fake.fail(Op::RemoveSandbox, Some("uf"), 2);
+    h.fake.fail(Op::RemovePodSandbox, Some("uf"), 2);
     h.agent.apply_source(vec![]);
     // housekeeping keeps running as it would every 2 s
     let end = Instant::now() + T;
@@ -403,7 +403,7 @@ fn admission_counts_terminal_pods_that_could_still_run_and_not_rejected_ones() {
     wait_for("job running", T, || h.fake.live_containers("j1") == 1);
     // the job ends; its sandbox stop hangs, so it stays terminating with a
     // terminal status
-    h.fake.hang(Op::StopSandbox, Some("j1"), 1);
+    h.fake.hang(Op::StopPodSandbox, Some("j1"), 1);
     assert!(h.fake.exit_container("j1", "c", 0));
     h.agent.housekeeping();
     wait_for("job terminal but terminating", T, || {
@@ -415,7 +415,7 @@ fn admission_counts_terminal_pods_that_could_still_run_and_not_rejected_ones() {
     assert_eq!(st.phase.as_deref(), Some("Failed"));
     assert_eq!(st.reason.as_deref(), Some("OutOfpods"));
     assert!(st.message.unwrap().contains("capacity: 1"));
-    assert!(h.fake.calls_for("s2", Op::RunSandbox).is_empty());
+    assert!(h.fake.calls_for("s2", Op::RunPodSandbox).is_empty());
     assert_eq!(h.phase("s2"), None, "rejected pods never reach a worker");
     // once the job is terminated it no longer counts, and the rejected pod
     // never counted
@@ -462,7 +462,7 @@ fn in_flight_sync_is_cancelled_by_a_kill_and_starts_nothing_after() {
     h.fake.set_latency(Op::ImageStatus, Duration::from_millis(300));
     let p = arc(pod("slowpull", "up"));
     create(&h, &p);
-    wait_for("pull in flight", T, || !h.fake.calls_for("up", Op::RunSandbox).is_empty());
+    wait_for("pull in flight", T, || !h.fake.calls_for("up", Op::RunPodSandbox).is_empty());
     std::thread::sleep(Duration::from_millis(50));
     let done = kill(&h, &p, None);
     done.recv_timeout(T).unwrap();
@@ -509,7 +509,7 @@ fn terminal_pod_seen_again_after_restart_gets_no_new_sandbox() {
     assert!(h.fake.exit_container("uo", "c", 0));
     h.workers.update_pod(UpdatePodOptions::new(UpdateType::Sync, p.clone()));
     h.wait_phase("uo", Phase::Finished, T);
-    assert_eq!(h.fake.calls_for("uo", Op::RunSandbox).len(), 1);
+    assert_eq!(h.fake.calls_for("uo", Op::RunPodSandbox).len(), 1);
     // a fresh agent (same runtime) sees the pod again
     let h2_workers = h.workers.clone();
     h2_workers.sync_known_pods(&HashSet::new()); // forget it, as a restart would
@@ -517,7 +517,7 @@ fn terminal_pod_seen_again_after_restart_gets_no_new_sandbox() {
     create(&h, &p);
     h.wait_phase("uo", Phase::Finished, T);
     assert_eq!(
-        h.fake.calls_for("uo", Op::RunSandbox).len(),
+        h.fake.calls_for("uo", Op::RunPodSandbox).len(),
         1,
         "no new sandbox for a finished pod: {:#?}",
         h.fake
@@ -709,14 +709,14 @@ fn resync_of_an_unchanged_pod_reuses_its_read_and_a_relisted_change_reads_afresh
         h.agent.relist();
         sync_passes(&h) >= passes + 3
     });
-    assert!(h.fake.calls_for("ui", Op::PodStatus).len() <= 1, "{:?}", h.fake.calls());
+    assert!(h.fake.calls_for("ui", Op::PodSandboxStatus).len() <= 1, "{:?}", h.fake.calls());
     assert_eq!(h.status_phase("ui").as_deref(), Some("Running"));
 
     // the container exits behind podwarden's back; the next relist sees it,
     // wakes the worker, and the pass reads afresh and restarts it
     assert!(h.fake.exit_container("ui", "c", 1));
     h.agent.relist();
-    wait_for("status read afresh", T, || !h.fake.calls_for("ui", Op::PodStatus).is_empty());
+    wait_for("status read afresh", T, || !h.fake.calls_for("ui", Op::PodSandboxStatus).is_empty());
     wait_for("restarted", T, || h.fake.live_containers("ui") == 1);
     wait_for("restart counted", T, || {
         h.statuses.get("ui").is_some_and(|s| s.container_statuses.as_ref().unwrap()[0].restart_count == 1)
@@ -732,5 +732,5 @@ fn resync_of_an_unchanged_pod_reuses_its_read_and_a_relisted_change_reads_afresh
         h.agent.relist();
         sync_passes(&h) >= passes + 3
     });
-    assert!(h.fake.calls_for("ui", Op::PodStatus).len() >= 3);
+    assert!(h.fake.calls_for("ui", Op::PodSandboxStatus).len() >= 3);
 }

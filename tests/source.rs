@@ -46,8 +46,7 @@ fn file_level_errors_name_the_file() {
     // a FIFO is rejected without blocking on it
     let fifo = dir.join("fifo.yaml");
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    podwarden::sys::mkfifo(&c, 0o600).unwrap();
     assert!(matches!(r("fifo.yaml"), Err(ManifestError::NotRegular { .. })));
 }
 

@@ -158,14 +158,14 @@ fn run(seed: u64) {
         }
     };
     let ops = [
-        Op::PodStatus,
-        Op::RunSandbox,
+        Op::PodSandboxStatus,
+        Op::RunPodSandbox,
         Op::CreateContainer,
         Op::StartContainer,
         Op::StopContainer,
-        Op::StopSandbox,
+        Op::StopPodSandbox,
         Op::RemoveContainer,
-        Op::RemoveSandbox,
+        Op::RemovePodSandbox,
         Op::ImageStatus,
     ];
     let mut counts: HashMap<&str, usize> = HashMap::new();
@@ -270,7 +270,7 @@ fn run(seed: u64) {
     let terminations = checker.terminations.lock().clone();
     let mut violations = checker.violations.lock().clone();
     let starts: Vec<_> =
-        fake.calls().into_iter().filter(|c| matches!(c.op, Op::StartContainer | Op::RunSandbox)).collect();
+        fake.calls().into_iter().filter(|c| matches!(c.op, Op::StartContainer | Op::RunPodSandbox)).collect();
     for s in &starts {
         let bad = terminations.iter().find(|(t, u)| {
             *u == s.uid && *t < s.seq && !removed_at.iter().any(|(r, ru)| *ru == s.uid && *t < *r && *r < s.seq)

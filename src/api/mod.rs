@@ -18,7 +18,6 @@
 pub mod client;
 pub mod logs;
 
-use std::os::fd::{AsRawFd, IntoRawFd};
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -83,19 +82,7 @@ pub fn group_id(name: &str) -> Option<u32> {
 
 /// The peer's uid, gid and pid.
 fn peer(s: &UnixStream) -> std::io::Result<libc::ucred> {
-    let mut cred = libc::ucred { pid: 0, uid: u32::MAX, gid: u32::MAX };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: SO_PEERCRED fills a ucred of the size we pass.
-    let r = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    if r == 0 { Ok(cred) } else { Err(std::io::Error::last_os_error()) }
+    crate::sys::peer_cred(s)
 }
 
 /// Supplementary groups of a process, from /proc.
@@ -303,9 +290,9 @@ impl ApiServer {
                 let _ = conn.set_nonblocking(true);
                 // root's connections to the root server, members' to the other
                 let srv = &srv[if root { 0 } else { 1 }];
-                // SAFETY: the descriptor is a connected socket we own; gRPC
-                // takes it over.
-                unsafe { srv.lock().add_channel_from_fd(conn.into_raw_fd()) };
+                if let Err(e) = crate::sys::grpc_serve_connection(&mut srv.lock(), conn) {
+                    log::warn!("local API: cannot serve a connection: {e}");
+                }
             }
         })?;
         Ok(ApiServer { stop, socket, join: Some(join), servers: Some(servers) })

@@ -24,11 +24,12 @@
 //! must be scalars and unique in their mapping.
 
 use std::collections::HashMap;
-use std::mem::MaybeUninit;
 
 use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 use thiserror::Error;
+
+use crate::sys::yaml::{ErrorAt, Event};
 
 /// Most nested collections (sequences and mappings) in one document.
 pub const MAX_DEPTH: usize = 100;
@@ -77,126 +78,43 @@ impl Budget {
     }
 }
 
-/// libyaml's parser, pinned on the heap (it points to itself) and freed on
-/// drop. It reads from `input`, which outlives it.
+/// libyaml's event parser (through `sys`), with errors as [`YamlError`]s
+/// at 1-based positions.
 struct Parser<'a> {
-    sys: Box<MaybeUninit<unsafe_libyaml::yaml_parser_t>>,
+    sys: crate::sys::yaml::Parser<'a>,
     input: &'a [u8],
-}
-
-/// One event, copied out of libyaml.
-enum Event {
-    StreamEnd,
-    DocumentStart,
-    DocumentEnd,
-    Alias(Vec<u8>),
-    Scalar { anchor: Option<Vec<u8>>, tag: Option<Vec<u8>>, value: Vec<u8>, plain: bool },
-    SequenceStart { anchor: Option<Vec<u8>>, tag: Option<Vec<u8>> },
-    SequenceEnd,
-    MappingStart { anchor: Option<Vec<u8>>, tag: Option<Vec<u8>> },
-    MappingEnd,
-    Other,
-}
-
-/// A NUL-terminated string from libyaml, copied.
-///
-/// # Safety
-/// `p` is null or points to a NUL-terminated string.
-unsafe fn c_bytes(p: *const u8) -> Option<Vec<u8>> {
-    if p.is_null() {
-        return None;
-    }
-    // SAFETY: non-null and NUL-terminated (the caller's contract).
-    Some(unsafe { std::ffi::CStr::from_ptr(p.cast()) }.to_bytes().to_vec())
 }
 
 impl<'a> Parser<'a> {
     fn new(input: &'a [u8]) -> Parser<'a> {
-        let mut sys = Box::new(MaybeUninit::<unsafe_libyaml::yaml_parser_t>::uninit());
-        // SAFETY: the parser is initialized in place, on the heap, before it
-        // is used; the input slice outlives the parser (the lifetime 'a).
-        unsafe {
-            let p = sys.as_mut_ptr();
-            if unsafe_libyaml::yaml_parser_initialize(p).fail {
-                // only on allocation failure, which aborts anyway
-                panic!("libyaml: cannot initialize a parser");
-            }
-            unsafe_libyaml::yaml_parser_set_encoding(p, unsafe_libyaml::YAML_UTF8_ENCODING);
-            unsafe_libyaml::yaml_parser_set_input_string(p, input.as_ptr(), input.len() as u64);
-        }
-        Parser { sys, input }
+        Parser { sys: crate::sys::yaml::Parser::new(input), input }
     }
 
-    fn error(&self) -> YamlError {
-        // SAFETY: the parser is initialized; problem and context are null or
-        // static NUL-terminated strings.
-        unsafe {
-            let p = &*self.sys.as_ptr();
-            let problem = c_bytes(p.problem.cast()).map(|b| String::from_utf8_lossy(&b).into_owned());
-            let context = c_bytes(p.context.cast()).map(|b| String::from_utf8_lossy(&b).into_owned());
-            let mut message = problem.unwrap_or_else(|| "libyaml failed without saying why".into());
-            if let Some(c) = context {
-                message = format!("{c}: {message}");
-            }
-            let (line, column) = if p.error == unsafe_libyaml::YAML_READER_ERROR {
+    fn error(&self, e: crate::sys::yaml::ParseError) -> YamlError {
+        let mut message = e.problem.unwrap_or_else(|| "libyaml failed without saying why".into());
+        if let Some(c) = e.context {
+            message = format!("{c}: {message}");
+        }
+        let (line, column) = match e.at {
+            ErrorAt::Offset(offset) => {
                 // the reader says where by byte offset, not by mark
-                let offset = (p.problem_offset as usize).min(self.input.len());
+                let offset = (offset as usize).min(self.input.len());
                 let before = &self.input[..offset];
                 let line = before.iter().filter(|b| **b == b'\n').count() as u64 + 1;
                 let column = (offset - before.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1)) as u64 + 1;
                 (line, column)
-            } else {
-                (p.problem_mark.line + 1, p.problem_mark.column + 1)
-            };
-            YamlError::Syntax { message, line, column }
-        }
+            }
+            ErrorAt::Mark { line, column } => (line + 1, column + 1),
+        };
+        YamlError::Syntax { message, line, column }
     }
 
     /// The next event and where it starts (1-based line and column).
     fn next(&mut self) -> Result<(Event, u64, u64), YamlError> {
-        let mut ev = MaybeUninit::<unsafe_libyaml::yaml_event_t>::uninit();
-        // SAFETY: the parser is initialized; a successful parse initializes
-        // the event, which is read and then deleted exactly once.
-        unsafe {
-            let p = self.sys.as_mut_ptr();
-            if unsafe_libyaml::yaml_parser_parse(p, ev.as_mut_ptr()).fail {
-                return Err(self.error());
-            }
-            let e = ev.as_mut_ptr();
-            let d = &(*e).data;
-            let out = match (*e).type_ {
-                unsafe_libyaml::YAML_STREAM_END_EVENT => Event::StreamEnd,
-                unsafe_libyaml::YAML_DOCUMENT_START_EVENT => Event::DocumentStart,
-                unsafe_libyaml::YAML_DOCUMENT_END_EVENT => Event::DocumentEnd,
-                unsafe_libyaml::YAML_ALIAS_EVENT => Event::Alias(c_bytes(d.alias.anchor).unwrap_or_default()),
-                unsafe_libyaml::YAML_SCALAR_EVENT => Event::Scalar {
-                    anchor: c_bytes(d.scalar.anchor),
-                    tag: c_bytes(d.scalar.tag),
-                    value: std::slice::from_raw_parts(d.scalar.value, d.scalar.length as usize).to_vec(),
-                    plain: d.scalar.style == unsafe_libyaml::YAML_PLAIN_SCALAR_STYLE,
-                },
-                unsafe_libyaml::YAML_SEQUENCE_START_EVENT => Event::SequenceStart {
-                    anchor: c_bytes(d.sequence_start.anchor),
-                    tag: c_bytes(d.sequence_start.tag),
-                },
-                unsafe_libyaml::YAML_SEQUENCE_END_EVENT => Event::SequenceEnd,
-                unsafe_libyaml::YAML_MAPPING_START_EVENT => {
-                    Event::MappingStart { anchor: c_bytes(d.mapping_start.anchor), tag: c_bytes(d.mapping_start.tag) }
-                }
-                unsafe_libyaml::YAML_MAPPING_END_EVENT => Event::MappingEnd,
-                _ => Event::Other,
-            };
-            let mark = (*e).start_mark;
-            unsafe_libyaml::yaml_event_delete(e);
-            Ok((out, mark.line + 1, mark.column + 1))
+        match self.sys.next() {
+            Ok((event, line, column)) => Ok((event, line + 1, column + 1)),
+            Err(e) => Err(self.error(e)),
         }
-    }
-}
-
-impl Drop for Parser<'_> {
-    fn drop(&mut self) {
-        // SAFETY: initialized in `new`, deleted once.
-        unsafe { unsafe_libyaml::yaml_parser_delete(self.sys.as_mut_ptr()) }
     }
 }
 

@@ -880,7 +880,9 @@ mod permanent_tests {
     #[test]
     fn errors_that_cannot_heal_are_told_from_the_others() {
         let io = |errno| SyncError::Io { what: "x".into(), source: std::io::Error::from_raw_os_error(errno) };
-        let failed = |m: &str| SyncError::Runtime(RuntimeError::Failed { op: "RunPodSandbox", message: m.into() });
+        let failed = |m: &str| {
+            SyncError::Runtime(RuntimeError::Failed { op: crate::runtime::Op::RunPodSandbox, message: m.into() })
+        };
         for e in [
             io(libc::ENAMETOOLONG),
             io(libc::EINVAL),
@@ -895,7 +897,7 @@ mod permanent_tests {
             io(libc::ENOSPC),
             failed("injected fault"),
             SyncError::Runtime(RuntimeError::Unavailable("down".into())),
-            SyncError::Runtime(RuntimeError::DeadlineExceeded { op: "StopContainer" }),
+            SyncError::Runtime(RuntimeError::DeadlineExceeded { op: crate::runtime::Op::StopContainer }),
             SyncError::Cancelled,
             SyncError::Other("hostPath /x is not a directory".into()),
         ] {

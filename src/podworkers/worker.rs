@@ -35,11 +35,7 @@ pub(super) struct WorkerHandle {
 fn set_thread_name(uid: &str) {
     let short: String = uid.chars().take(8).collect();
     if let Ok(name) = std::ffi::CString::new(format!("pod-{short}")) {
-        // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16
-        // bytes (longer names are truncated by the kernel).
-        unsafe {
-            libc::prctl(libc::PR_SET_NAME, name.as_ptr());
-        }
+        crate::sys::set_current_thread_name(&name);
     }
 }
 

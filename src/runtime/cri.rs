@@ -11,8 +11,8 @@ use crossbeam_channel::select;
 use grpcio::{CallOption, ChannelBuilder, Environment, RpcStatusCode};
 
 use super::{
-    CallCtx, ContainerConfig, ContainerInfo, ContainerState, LABEL_POD_UID, Result, Runtime, RuntimeError, RuntimePod,
-    SandboxConfig, SandboxInfo,
+    CallCtx, ContainerConfig, ContainerInfo, ContainerState, LABEL_POD_UID, Op, Result, Runtime, RuntimeError,
+    RuntimePod, SandboxConfig, SandboxInfo,
 };
 
 #[allow(clippy::all, clippy::pedantic, dead_code, unused_imports, unused_mut, unused_qualifications, missing_docs)]
@@ -53,7 +53,7 @@ fn socket_path(endpoint: &str) -> &str {
     endpoint.strip_prefix("unix://").unwrap_or(endpoint)
 }
 
-fn convert_err(op: &'static str, e: grpcio::Error) -> RuntimeError {
+fn convert_err(op: Op, e: grpcio::Error) -> RuntimeError {
     match e {
         grpcio::Error::RpcFailure(s) => match s.code() {
             RpcStatusCode::NOT_FOUND => RuntimeError::NotFound { what: format!("{op}: {}", s.message()) },
@@ -66,7 +66,7 @@ fn convert_err(op: &'static str, e: grpcio::Error) -> RuntimeError {
     }
 }
 
-fn opt(ctx: &CallCtx, op: &'static str) -> Result<CallOption> {
+fn opt(ctx: &CallCtx, op: Op) -> Result<CallOption> {
     if ctx.cancel.is_cancelled() {
         return Err(RuntimeError::Cancelled { op });
     }
@@ -75,6 +75,12 @@ fn opt(ctx: &CallCtx, op: &'static str) -> Result<CallOption> {
         return Err(RuntimeError::DeadlineExceeded { op });
     }
     Ok(CallOption::default().timeout(left))
+}
+
+/// One CRI call: `f` gets the call options (the deadline left, or the
+/// call is not made once cancelled or past it); its error is converted.
+fn call<T>(ctx: &CallCtx, op: Op, f: impl FnOnce(CallOption) -> grpcio::Result<T>) -> Result<T> {
+    f(opt(ctx, op)?).map_err(|e| convert_err(op, e))
 }
 
 fn from_map(m: &BTreeMap<String, String>) -> HashMap<String, String> {
@@ -137,7 +143,7 @@ impl CriRuntime {
             .map_err(|e| {
                 RuntimeError::Unavailable(format!(
                     "containerRuntimeEndpoint {endpoint}: the runtime does not answer the CRI {CRI_API_VERSION} API: {}",
-                    convert_err("Version", e)
+                    convert_err(Op::Version, e)
                 ))
             })?;
         if v.runtime_api_version != CRI_API_VERSION {
@@ -158,10 +164,7 @@ impl CriRuntime {
         let mut f = api::PodSandboxFilter::new();
         f.label_selector = uid_filter(uid);
         req.filter = protobuf::MessageField::some(f);
-        let r = self
-            .runtime
-            .list_pod_sandbox_opt(&req, opt(ctx, "ListPodSandbox")?)
-            .map_err(|e| convert_err("ListPodSandbox", e))?;
+        let r = call(ctx, Op::ListPodSandbox, |o| self.runtime.list_pod_sandbox_opt(&req, o))?;
         Ok(r.items.into_iter().filter(|s| s.labels.contains_key(LABEL_POD_UID)).collect())
     }
 
@@ -170,10 +173,7 @@ impl CriRuntime {
         let mut f = api::ContainerFilter::new();
         f.label_selector = uid_filter(uid);
         req.filter = protobuf::MessageField::some(f);
-        let r = self
-            .runtime
-            .list_containers_opt(&req, opt(ctx, "ListContainers")?)
-            .map_err(|e| convert_err("ListContainers", e))?;
+        let r = call(ctx, Op::ListContainers, |o| self.runtime.list_containers_opt(&req, o))?;
         Ok(r.containers.into_iter().filter(|c| c.labels.contains_key(LABEL_POD_UID)).collect())
     }
 
@@ -370,7 +370,7 @@ impl CriRuntime {
     fn container_status_into(&self, ctx: &CallCtx, c: &mut ContainerInfo) -> Result<bool> {
         let mut req = api::ContainerStatusRequest::new();
         req.container_id = c.id.clone();
-        match self.runtime.container_status_opt(&req, opt(ctx, "ContainerStatus")?) {
+        match call(ctx, Op::ContainerStatus, |o| self.runtime.container_status_opt(&req, o)) {
             Ok(r) => {
                 let st = r.status.get_or_default();
                 c.state = state_of(st.state);
@@ -384,10 +384,8 @@ impl CriRuntime {
                 }
                 Ok(true)
             }
-            Err(e) => match convert_err("ContainerStatus", e) {
-                RuntimeError::NotFound { .. } => Ok(false),
-                e => Err(e),
-            },
+            Err(RuntimeError::NotFound { .. }) => Ok(false),
+            Err(e) => Err(e),
         }
     }
 }
@@ -418,15 +416,13 @@ impl Runtime for CriRuntime {
         for s in sandboxes.iter_mut().filter(|s| s.ready) {
             let mut req = api::PodSandboxStatusRequest::new();
             req.pod_sandbox_id = s.id.clone();
-            match self.runtime.pod_sandbox_status_opt(&req, opt(ctx, "PodSandboxStatus")?) {
+            match call(ctx, Op::PodSandboxStatus, |o| self.runtime.pod_sandbox_status_opt(&req, o)) {
                 Ok(r) => {
                     let ip = &r.status.get_or_default().network.get_or_default().ip;
                     s.ip = (!ip.is_empty()).then(|| ip.clone());
                 }
-                Err(e) => match convert_err("PodSandboxStatus", e) {
-                    RuntimeError::NotFound { .. } => {}
-                    e => return Err(e),
-                },
+                Err(RuntimeError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
             }
         }
         let mut containers: Vec<_> =
@@ -444,8 +440,7 @@ impl Runtime for CriRuntime {
         spec.image = image.to_string();
         let mut req = api::ImageStatusRequest::new();
         req.image = protobuf::MessageField::some(spec);
-        let r =
-            self.images.image_status_opt(&req, opt(ctx, "ImageStatus")?).map_err(|e| convert_err("ImageStatus", e))?;
+        let r = call(ctx, Op::ImageStatus, |o| self.images.image_status_opt(&req, o))?;
         Ok(r.image.as_ref().map(|i| i.id.clone()))
     }
 
@@ -454,42 +449,33 @@ impl Runtime for CriRuntime {
         spec.image = image.to_string();
         let mut req = api::PullImageRequest::new();
         req.image = protobuf::MessageField::some(spec);
-        match self.images.pull_image_opt(&req, opt(ctx, "PullImage")?) {
+        match call(ctx, Op::PullImage, |o| self.images.pull_image_opt(&req, o)) {
             Ok(r) => Ok(r.image_ref),
-            Err(e) => Err(match convert_err("PullImage", e) {
-                RuntimeError::Failed { message, .. } | RuntimeError::NotFound { what: message } => {
-                    RuntimeError::ImagePull { image: image.into(), message }
-                }
-                other => other,
-            }),
+            Err(RuntimeError::Failed { message, .. } | RuntimeError::NotFound { what: message }) => {
+                Err(RuntimeError::ImagePull { image: image.into(), message })
+            }
+            Err(other) => Err(other),
         }
     }
 
     fn run_sandbox(&self, ctx: &CallCtx, config: &SandboxConfig) -> Result<String> {
         let mut req = api::RunPodSandboxRequest::new();
         req.config = protobuf::MessageField::some(Self::sandbox_config(config));
-        let r = self
-            .runtime
-            .run_pod_sandbox_opt(&req, opt(ctx, "RunPodSandbox")?)
-            .map_err(|e| convert_err("RunPodSandbox", e))?;
+        let r = call(ctx, Op::RunPodSandbox, |o| self.runtime.run_pod_sandbox_opt(&req, o))?;
         Ok(r.pod_sandbox_id)
     }
 
     fn stop_sandbox(&self, ctx: &CallCtx, id: &str) -> Result<()> {
         let mut req = api::StopPodSandboxRequest::new();
         req.pod_sandbox_id = id.to_string();
-        self.runtime
-            .stop_pod_sandbox_opt(&req, opt(ctx, "StopPodSandbox")?)
-            .map_err(|e| convert_err("StopPodSandbox", e))?;
+        call(ctx, Op::StopPodSandbox, |o| self.runtime.stop_pod_sandbox_opt(&req, o))?;
         Ok(())
     }
 
     fn remove_sandbox(&self, ctx: &CallCtx, id: &str) -> Result<()> {
         let mut req = api::RemovePodSandboxRequest::new();
         req.pod_sandbox_id = id.to_string();
-        self.runtime
-            .remove_pod_sandbox_opt(&req, opt(ctx, "RemovePodSandbox")?)
-            .map_err(|e| convert_err("RemovePodSandbox", e))?;
+        call(ctx, Op::RemovePodSandbox, |o| self.runtime.remove_pod_sandbox_opt(&req, o))?;
         Ok(())
     }
 
@@ -504,19 +490,14 @@ impl Runtime for CriRuntime {
         req.pod_sandbox_id = sandbox_id.to_string();
         req.config = protobuf::MessageField::some(Self::container_config(config, sandbox));
         req.sandbox_config = protobuf::MessageField::some(Self::sandbox_config(sandbox));
-        let r = self
-            .runtime
-            .create_container_opt(&req, opt(ctx, "CreateContainer")?)
-            .map_err(|e| convert_err("CreateContainer", e))?;
+        let r = call(ctx, Op::CreateContainer, |o| self.runtime.create_container_opt(&req, o))?;
         Ok(r.container_id)
     }
 
     fn start_container(&self, ctx: &CallCtx, id: &str) -> Result<()> {
         let mut req = api::StartContainerRequest::new();
         req.container_id = id.to_string();
-        self.runtime
-            .start_container_opt(&req, opt(ctx, "StartContainer")?)
-            .map_err(|e| convert_err("StartContainer", e))?;
+        call(ctx, Op::StartContainer, |o| self.runtime.start_container_opt(&req, o))?;
         Ok(())
     }
 
@@ -527,29 +508,27 @@ impl Runtime for CriRuntime {
         let mut req = api::StopContainerRequest::new();
         req.container_id = id.to_string();
         req.timeout = timeout.as_secs() as i64;
-        let call = opt(ctx, "StopContainer")?;
+        let call = opt(ctx, Op::StopContainer)?;
         let client = self.runtime.clone();
         let (tx, rx) = crossbeam_channel::bounded(1);
         crate::thread::spawn("cri-stop", Some(crate::thread::HELPER_STACK), move || {
             let _ = tx.send(client.stop_container_opt(&req, call));
         })
-        .map_err(|e| RuntimeError::Failed { op: "StopContainer", message: format!("cannot start a thread: {e}") })?;
+        .map_err(|e| RuntimeError::Failed { op: Op::StopContainer, message: format!("cannot start a thread: {e}") })?;
         select! {
             recv(rx) -> r => match r {
                 Ok(Ok(_)) => Ok(()),
-                Ok(Err(e)) => Err(convert_err("StopContainer", e)),
-                Err(_) => Err(RuntimeError::Failed { op: "StopContainer", message: "the call's thread ended without an answer".into() }),
+                Ok(Err(e)) => Err(convert_err(Op::StopContainer, e)),
+                Err(_) => Err(RuntimeError::Failed { op: Op::StopContainer, message: "the call's thread ended without an answer".into() }),
             },
-            recv(ctx.cancel.receiver()) -> _ => Err(RuntimeError::Cancelled { op: "StopContainer" }),
+            recv(ctx.cancel.receiver()) -> _ => Err(RuntimeError::Cancelled { op: Op::StopContainer }),
         }
     }
 
     fn remove_container(&self, ctx: &CallCtx, id: &str) -> Result<()> {
         let mut req = api::RemoveContainerRequest::new();
         req.container_id = id.to_string();
-        self.runtime
-            .remove_container_opt(&req, opt(ctx, "RemoveContainer")?)
-            .map_err(|e| convert_err("RemoveContainer", e))?;
+        call(ctx, Op::RemoveContainer, |o| self.runtime.remove_container_opt(&req, o))?;
         Ok(())
     }
 }

@@ -16,57 +16,10 @@ use super::{
     SandboxInfo,
 };
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Op {
-    ListPods,
-    PodStatus,
-    ImageStatus,
-    PullImage,
-    RunSandbox,
-    StopSandbox,
-    RemoveSandbox,
-    CreateContainer,
-    StartContainer,
-    StopContainer,
-    RemoveContainer,
-}
-
-impl Op {
-    pub const ALL: [Op; 11] = [
-        Op::ListPods,
-        Op::PodStatus,
-        Op::ImageStatus,
-        Op::PullImage,
-        Op::RunSandbox,
-        Op::StopSandbox,
-        Op::RemoveSandbox,
-        Op::CreateContainer,
-        Op::StartContainer,
-        Op::StopContainer,
-        Op::RemoveContainer,
-    ];
-
-    /// The op with this CRI name (`ListPodSandbox`, ...).
-    pub fn from_name(name: &str) -> Option<Op> {
-        Self::ALL.into_iter().find(|o| o.name() == name)
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Op::ListPods => "ListPodSandbox",
-            Op::PodStatus => "PodSandboxStatus",
-            Op::ImageStatus => "ImageStatus",
-            Op::PullImage => "PullImage",
-            Op::RunSandbox => "RunPodSandbox",
-            Op::StopSandbox => "StopPodSandbox",
-            Op::RemoveSandbox => "RemovePodSandbox",
-            Op::CreateContainer => "CreateContainer",
-            Op::StartContainer => "StartContainer",
-            Op::StopContainer => "StopContainer",
-            Op::RemoveContainer => "RemoveContainer",
-        }
-    }
-}
+/// The fake's operations are the CRI methods ([`super::Op`]); it serves
+/// all but `Version`, `ListContainers` and `ContainerStatus` (a list or a
+/// status is one call here).
+pub use super::Op;
 
 /// One recorded call. `seq` is a global order shared with [`FakeRuntime::seq_now`].
 #[derive(Debug, Clone)]
@@ -384,12 +337,12 @@ impl FakeRuntime {
         }
         match fault {
             None => Ok(()),
-            Some(FaultKind::Error) => Err(RuntimeError::Failed { op: op.name(), message: "injected fault".into() }),
-            Some(FaultKind::ErrorWith(message)) => Err(RuntimeError::Failed { op: op.name(), message: message.into() }),
+            Some(FaultKind::Error) => Err(RuntimeError::Failed { op, message: "injected fault".into() }),
+            Some(FaultKind::ErrorWith(message)) => Err(RuntimeError::Failed { op, message: message.into() }),
             Some(FaultKind::Panic) => panic!("injected panic in {}", op.name()),
             Some(FaultKind::Hang) => {
                 self.wait(ctx, op, ctx.deadline)?;
-                Err(RuntimeError::DeadlineExceeded { op: op.name() })
+                Err(RuntimeError::DeadlineExceeded { op })
             }
         }
     }
@@ -399,10 +352,10 @@ impl FakeRuntime {
     fn wait(&self, ctx: &CallCtx, op: Op, until: Instant) -> Result<()> {
         let end = until.min(ctx.deadline);
         if ctx.cancel.sleep_until(end) {
-            return Err(RuntimeError::Cancelled { op: op.name() });
+            return Err(RuntimeError::Cancelled { op });
         }
         if until > ctx.deadline {
-            return Err(RuntimeError::DeadlineExceeded { op: op.name() });
+            return Err(RuntimeError::DeadlineExceeded { op });
         }
         Ok(())
     }
@@ -467,12 +420,12 @@ impl Runtime for FakeRuntime {
     }
 
     fn list_pods(&self, ctx: &CallCtx) -> Result<Vec<RuntimePod>> {
-        self.enter(ctx, Op::ListPods, "", "")?;
+        self.enter(ctx, Op::ListPodSandbox, "", "")?;
         Ok(Self::pods(&self.state.lock(), None))
     }
 
     fn pod_status(&self, ctx: &CallCtx, uid: &str) -> Result<RuntimePod> {
-        self.enter(ctx, Op::PodStatus, uid, uid)?;
+        self.enter(ctx, Op::PodSandboxStatus, uid, uid)?;
         let st = self.state.lock();
         Ok(Self::pods(&st, Some(uid))
             .pop()
@@ -495,7 +448,7 @@ impl Runtime for FakeRuntime {
     }
 
     fn run_sandbox(&self, ctx: &CallCtx, config: &SandboxConfig) -> Result<String> {
-        self.enter(ctx, Op::RunSandbox, &config.uid, &config.name)?;
+        self.enter(ctx, Op::RunPodSandbox, &config.uid, &config.name)?;
         let mut st = self.state.lock();
         st.next_id += 1;
         let id = format!("sb-{}", st.next_id);
@@ -521,7 +474,7 @@ impl Runtime for FakeRuntime {
 
     fn stop_sandbox(&self, ctx: &CallCtx, id: &str) -> Result<()> {
         let uid = self.uid_of_sandbox(id);
-        self.enter(ctx, Op::StopSandbox, &uid, id)?;
+        self.enter(ctx, Op::StopPodSandbox, &uid, id)?;
         let mut st = self.state.lock();
         let t = now_ns();
         for c in st.containers.values_mut() {
@@ -540,11 +493,11 @@ impl Runtime for FakeRuntime {
 
     fn remove_sandbox(&self, ctx: &CallCtx, id: &str) -> Result<()> {
         let uid = self.uid_of_sandbox(id);
-        self.enter(ctx, Op::RemoveSandbox, &uid, id)?;
+        self.enter(ctx, Op::RemovePodSandbox, &uid, id)?;
         let mut st = self.state.lock();
         if st.sandboxes.get(id).is_some_and(|s| s.info.ready) {
             return Err(RuntimeError::Failed {
-                op: "RemovePodSandbox",
+                op: Op::RemovePodSandbox,
                 message: format!("sandbox {id} is still running"),
             });
         }
@@ -585,7 +538,7 @@ impl Runtime for FakeRuntime {
         if config.security.privileged && !sandbox.privileged {
             // as containerd's CRI plugin
             return Err(RuntimeError::Failed {
-                op: "CreateContainer",
+                op: Op::CreateContainer,
                 message: "no privileged container allowed in sandbox".into(),
             });
         }
@@ -624,7 +577,7 @@ impl Runtime for FakeRuntime {
         let c = st.containers.get_mut(id).ok_or_else(|| RuntimeError::NotFound { what: format!("container {id}") })?;
         if c.info.state != ContainerState::Created {
             return Err(RuntimeError::Failed {
-                op: "StartContainer",
+                op: Op::StartContainer,
                 message: format!("container {id} is not in created state"),
             });
         }
@@ -682,7 +635,10 @@ impl Runtime for FakeRuntime {
         self.enter(ctx, Op::RemoveContainer, &uid, id)?;
         let mut st = self.state.lock();
         if st.containers.get(id).is_some_and(|c| c.info.state == ContainerState::Running) {
-            return Err(RuntimeError::Failed { op: "RemoveContainer", message: format!("container {id} is running") });
+            return Err(RuntimeError::Failed {
+                op: Op::RemoveContainer,
+                message: format!("container {id} is running"),
+            });
         }
         if let Some(c) = st.containers.remove(id) {
             st.unindex(&c.uid, id);

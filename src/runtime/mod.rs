@@ -48,14 +48,106 @@ impl CallCtx {
     }
 }
 
+/// A CRI method podwarden calls: the one name of a runtime operation, used
+/// by the CRI client (its calls and errors), the fake runtime (fault
+/// injection, recorded calls) and the failed-call counter
+/// (`kubelet_runtime_operations_errors_total{operation_type}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Op {
+    Version,
+    ListPodSandbox,
+    PodSandboxStatus,
+    ListContainers,
+    ContainerStatus,
+    ImageStatus,
+    PullImage,
+    RunPodSandbox,
+    StopPodSandbox,
+    RemovePodSandbox,
+    CreateContainer,
+    StartContainer,
+    StopContainer,
+    RemoveContainer,
+}
+
+impl Op {
+    pub const ALL: [Op; 14] = [
+        Op::Version,
+        Op::ListPodSandbox,
+        Op::PodSandboxStatus,
+        Op::ListContainers,
+        Op::ContainerStatus,
+        Op::ImageStatus,
+        Op::PullImage,
+        Op::RunPodSandbox,
+        Op::StopPodSandbox,
+        Op::RemovePodSandbox,
+        Op::CreateContainer,
+        Op::StartContainer,
+        Op::StopContainer,
+        Op::RemoveContainer,
+    ];
+
+    /// The op with this CRI method name (`ListPodSandbox`, ...).
+    pub fn from_name(name: &str) -> Option<Op> {
+        Self::ALL.into_iter().find(|o| o.name() == name)
+    }
+
+    /// The CRI method name (`RunPodSandbox`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Version => "Version",
+            Op::ListPodSandbox => "ListPodSandbox",
+            Op::PodSandboxStatus => "PodSandboxStatus",
+            Op::ListContainers => "ListContainers",
+            Op::ContainerStatus => "ContainerStatus",
+            Op::ImageStatus => "ImageStatus",
+            Op::PullImage => "PullImage",
+            Op::RunPodSandbox => "RunPodSandbox",
+            Op::StopPodSandbox => "StopPodSandbox",
+            Op::RemovePodSandbox => "RemovePodSandbox",
+            Op::CreateContainer => "CreateContainer",
+            Op::StartContainer => "StartContainer",
+            Op::StopContainer => "StopContainer",
+            Op::RemoveContainer => "RemoveContainer",
+        }
+    }
+
+    /// The kubelet's `operation_type` label for it (`run_podsandbox`).
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            Op::Version => "version",
+            Op::ListPodSandbox => "list_podsandbox",
+            Op::PodSandboxStatus => "podsandbox_status",
+            Op::ListContainers => "list_containers",
+            Op::ContainerStatus => "container_status",
+            Op::ImageStatus => "image_status",
+            Op::PullImage => "pull_image",
+            Op::RunPodSandbox => "run_podsandbox",
+            Op::StopPodSandbox => "stop_podsandbox",
+            Op::RemovePodSandbox => "remove_podsandbox",
+            Op::CreateContainer => "create_container",
+            Op::StartContainer => "start_container",
+            Op::StopContainer => "stop_container",
+            Op::RemoveContainer => "remove_container",
+        }
+    }
+}
+
+impl std::fmt::Display for Op {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum RuntimeError {
     #[error("runtime unavailable: {0}")]
     Unavailable(String),
     #[error("{op} did not answer before its deadline")]
-    DeadlineExceeded { op: &'static str },
+    DeadlineExceeded { op: Op },
     #[error("{op} was cancelled")]
-    Cancelled { op: &'static str },
+    Cancelled { op: Op },
     #[error("{what} not found")]
     NotFound { what: String },
     #[error("image {image:?} not present and pull policy is Never")]
@@ -63,7 +155,7 @@ pub enum RuntimeError {
     #[error("pulling image {image:?} failed: {message}")]
     ImagePull { image: String, message: String },
     #[error("{op} failed: {message}")]
-    Failed { op: &'static str, message: String },
+    Failed { op: Op, message: String },
 }
 
 impl RuntimeError {
@@ -285,4 +377,56 @@ pub trait Runtime: Send + Sync {
     /// period is coming), even while the container is still stopping.
     fn stop_container(&self, ctx: &CallCtx, id: &str, timeout: Duration) -> Result<()>;
     fn remove_container(&self, ctx: &CallCtx, id: &str) -> Result<()>;
+}
+
+#[cfg(test)]
+mod op_tests {
+    use super::*;
+
+    #[test]
+    fn one_name_per_operation_everywhere() {
+        let mut names = std::collections::HashSet::new();
+        let mut labels = std::collections::HashSet::new();
+        for op in Op::ALL {
+            assert_eq!(Op::from_name(op.name()), Some(op), "{op:?}");
+            assert_eq!(op.to_string(), op.name());
+            assert!(names.insert(op.name()) && labels.insert(op.metric_label()), "{op:?} named twice");
+        }
+        assert_eq!(Op::from_name("ListPods"), None);
+        assert_eq!(Op::from_name("runpodsandbox"), None);
+        // the kubelet's operation_type labels
+        let kubelet: Vec<_> = [
+            Op::ListPodSandbox,
+            Op::PodSandboxStatus,
+            Op::ContainerStatus,
+            Op::RunPodSandbox,
+            Op::StopPodSandbox,
+            Op::RemovePodSandbox,
+            Op::PullImage,
+        ]
+        .map(Op::metric_label)
+        .into();
+        assert_eq!(
+            kubelet,
+            [
+                "list_podsandbox",
+                "podsandbox_status",
+                "container_status",
+                "run_podsandbox",
+                "stop_podsandbox",
+                "remove_podsandbox",
+                "pull_image"
+            ]
+        );
+        // errors name the CRI method
+        assert_eq!(
+            RuntimeError::DeadlineExceeded { op: Op::StopContainer }.to_string(),
+            "StopContainer did not answer before its deadline"
+        );
+        assert_eq!(
+            RuntimeError::Failed { op: Op::RunPodSandbox, message: "x".into() }.to_string(),
+            "RunPodSandbox failed: x"
+        );
+        assert_eq!(RuntimeError::Cancelled { op: Op::ListPodSandbox }.to_string(), "ListPodSandbox was cancelled");
+    }
 }

@@ -1,7 +1,9 @@
 //! The manifest watcher thread: inotify on `staticPodPath` plus a periodic
 //! rescan (`fileCheckFrequency`), and a rescan on demand (SIGHUP).
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -14,7 +16,7 @@ use std::sync::Arc;
 /// Owns the watcher thread. `rescan()` asks for a scan now; dropping the
 /// handle stops and joins the thread.
 pub struct SourceHandle {
-    wake: Arc<OwnedFd>,
+    wake: Arc<File>,
     cmd: crossbeam_channel::Sender<Cmd>,
     join: Option<JoinHandle<()>>,
 }
@@ -24,12 +26,11 @@ enum Cmd {
     Stop,
 }
 
-fn poke(fd: &OwnedFd) {
-    let one: u64 = 1;
-    // SAFETY: writing 8 bytes from a valid u64 to an eventfd we own.
-    unsafe {
-        libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8);
-    }
+/// Wake the watcher: add 1 to its eventfd's counter.
+fn poke(fd: &File) {
+    // never fails short of a counter at 2^64-1 (a non-blocking write then
+    // says EAGAIN): the watcher is awake anyway
+    let _ = (&*fd).write(&1u64.to_ne_bytes());
 }
 
 impl SourceHandle {
@@ -68,13 +69,7 @@ pub fn start_watcher(
     apply: impl Fn(Vec<Arc<Pod>>) + Send + 'static,
     report: impl Fn(&str, &str) + Send + 'static,
 ) -> std::io::Result<SourceHandle> {
-    // SAFETY: eventfd returns a new descriptor we own, or -1.
-    let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-    if raw < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `raw` is a valid descriptor owned by nobody else.
-    let wake = Arc::new(unsafe { OwnedFd::from_raw_fd(raw) });
+    let wake = Arc::new(File::from(crate::sys::eventfd(libc::EFD_CLOEXEC | libc::EFD_NONBLOCK)?));
     let (tx, rx) = crossbeam_channel::unbounded();
     let wake2 = wake.clone();
     let join = crate::thread::spawn("source-file", None, move || {
@@ -121,17 +116,12 @@ pub fn start_watcher(
                 fds.push(libc::pollfd { fd: ino.as_raw_fd(), events: libc::POLLIN, revents: 0 });
             }
             let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-            // SAFETY: `fds` is a valid array of pollfd for its length.
-            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms.max(1)) };
-            if n <= 0 {
+            if !matches!(crate::sys::poll(&mut fds, ms.max(1)), Ok(n) if n > 0) {
                 continue;
             }
             if fds[0].revents != 0 {
-                let mut v = 0u64;
-                // SAFETY: reading 8 bytes into a valid u64 from our eventfd.
-                unsafe {
-                    libc::read(wake2.as_raw_fd(), (&mut v as *mut u64).cast(), 8);
-                }
+                // reset the counter (8 bytes); the commands say what to do
+                let _ = (&*wake2).read(&mut [0u8; 8]);
                 for c in rx.try_iter() {
                     match c {
                         Cmd::Stop => return,

@@ -27,21 +27,7 @@ pub fn mount_tmpfs(p: &Path, limit: Option<i64>) -> Result<(), String> {
         _ => "mode=0777".into(),
     })
     .expect("no NUL");
-    let fstype = CString::new("tmpfs").expect("no NUL");
-    // SAFETY: all pointers are valid NUL-terminated strings for the call.
-    let rc = unsafe {
-        libc::mount(
-            fstype.as_ptr(),
-            target.as_ptr(),
-            fstype.as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV,
-            opts.as_ptr().cast(),
-        )
-    };
-    if rc != 0 {
-        return Err(format!("mounting tmpfs at {}: {}", p.display(), std::io::Error::last_os_error()));
-    }
-    Ok(())
+    crate::sys::mount_tmpfs(&target, &opts).map_err(|e| format!("mounting tmpfs at {}: {e}", p.display()))
 }
 
 /// Unmount every mount at or below `dir` (deepest first).
@@ -55,11 +41,10 @@ pub fn unmount_all_under(dir: &Path) {
         .collect();
     targets.sort_by_key(|t| std::cmp::Reverse(t.len()));
     for t in targets {
-        if let Ok(c) = CString::new(t) {
-            // SAFETY: a valid NUL-terminated path.
-            if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
-                log::warn!("cannot unmount {t}: {}", std::io::Error::last_os_error());
-            }
+        if let Ok(c) = CString::new(t)
+            && let Err(e) = crate::sys::unmount_detach(&c)
+        {
+            log::warn!("cannot unmount {t}: {e}");
         }
     }
 }

@@ -208,8 +208,7 @@ impl Agent {
 impl Drop for Agent {
     fn drop(&mut self) {
         if let Some(c) = self.child.as_mut() {
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let _ = podwarden::sys::kill(c.id() as i32, libc::SIGTERM);
             let end = Instant::now() + Duration::from_secs(5);
             while Instant::now() < end && c.try_wait().ok().flatten().is_none() {
                 std::thread::sleep(Duration::from_millis(50));

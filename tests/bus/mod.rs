@@ -22,6 +22,9 @@ pub fn bus() -> String {
     );
     let addr = format!("unix:path={SOCK}");
     // SAFETY: set once, before any thread of this test binary reads it.
+    // (podwarden's lib denies unsafe outside `sys`; this test helper needs
+    // the one thing `sys` cannot make safe: changing the environment)
+    #[allow(unsafe_code)]
     ENV.call_once(|| unsafe { std::env::set_var("DBUS_SYSTEM_BUS_ADDRESS", &addr) });
     addr
 }
@@ -109,6 +112,6 @@ pub fn reset_logind() {
 /// SIGHUP to the private logind: it reads its config and drop-ins again.
 pub fn reload_logind() {
     let pid: i32 = std::fs::read_to_string("/run/podwarden-logind/logind.pid").unwrap().trim().parse().unwrap();
-    // SAFETY: reloading the private logind the test script started.
-    unsafe { libc::kill(pid, libc::SIGHUP) };
+    // reloading the private logind the test script started.
+    let _ = podwarden::sys::kill(pid, libc::SIGHUP);
 }

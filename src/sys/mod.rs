@@ -1,0 +1,354 @@
+//! Every foreign call podwarden makes, behind safe functions.
+//!
+//! This is the one module allowed to use `unsafe` (`unsafe_code` is denied
+//! for the whole crate and allowed only on `mod sys` in lib.rs; clippy's
+//! `undocumented_unsafe_blocks` is denied too, so each block states why it is
+//! sound in a `// SAFETY:` comment). Each function here is safe for every
+//! input its signature admits: descriptors come in as `BorrowedFd`/`OwnedFd`
+//! (open, and owned where ownership moves), paths as `&CStr` (NUL-terminated,
+//! the callers convert and word their own errors), buffers as slices. Errors
+//! are `std::io::Error`s from `errno`, exactly as the calls reported them.
+//!
+//! - libc: files (`openat`, `fstat`, `renameat2`, `mkfifo`), mounts, the
+//!   eventfd, `poll`, the current thread's name, `_exit`, `kill`, network
+//!   interfaces, `uname`, peer credentials, glibc's allocator tuning;
+//! - grpcio: handing an accepted connection to a server;
+//! - [`yaml`]: libyaml's event parser (`unsafe-libyaml`) as a safe event
+//!   reader.
+//!
+//! Nothing here imports any other part of podwarden: it is a leaf.
+
+pub mod yaml;
+
+use std::ffi::CStr;
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+
+/// `Ok(())` if a libc call returned 0, the `errno` error otherwise.
+fn zero_or_errno(rc: libc::c_int) -> io::Result<()> {
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// A descriptor a libc call just returned (or -1 and `errno`), owned.
+///
+/// The caller passes only the return value of a call that creates a new
+/// descriptor nobody else holds (open, eventfd): that is what makes the
+/// `OwnedFd` sound.
+fn new_fd(fd: libc::c_int) -> io::Result<OwnedFd> {
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: every caller passes the result of a call that just created
+    // this descriptor (see above); it is open and owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+// ---------------------------------------------------------------- files
+
+/// `openat(dir, name, flags)`; `dir` `None` is the current directory
+/// (`AT_FDCWD`). The flags are passed as given (add `O_CLOEXEC` yourself);
+/// a mode of 0 is always passed, so flags with `O_CREAT`/`O_TMPFILE` create
+/// a file nobody may open again (podwarden never does that here).
+pub fn openat(dir: Option<BorrowedFd<'_>>, name: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
+    let at = dir.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
+    // SAFETY: `name` is a valid NUL-terminated string for the call; `at` is
+    // AT_FDCWD or a descriptor kept open by the borrow; the variadic mode
+    // argument is always supplied, so O_CREAT cannot read a missing one.
+    let fd = unsafe { libc::openat(at, name.as_ptr(), flags, 0 as libc::c_uint) };
+    new_fd(fd)
+}
+
+/// `fstat(fd)`.
+pub fn fstat(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
+    // SAFETY: `stat` is plain old data (integers only): all zeroes is a
+    // valid value, overwritten by the call below.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is open for the borrow; `st` is a valid, writable stat.
+    zero_or_errno(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    Ok(st)
+}
+
+/// `renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE)`: rename,
+/// failing with `EEXIST` (`AlreadyExists`) instead of replacing `to`.
+pub fn rename_noreplace(from: &CStr, to: &CStr) -> io::Result<()> {
+    // SAFETY: two valid NUL-terminated paths, relative to the cwd; the call
+    // reads nothing else.
+    zero_or_errno(unsafe {
+        libc::renameat2(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::RENAME_NOREPLACE)
+    })
+}
+
+/// `mkfifo(path, mode)` (tests use it to plant FIFOs).
+pub fn mkfifo(path: &CStr, mode: libc::mode_t) -> io::Result<()> {
+    // SAFETY: a valid NUL-terminated path; the call reads nothing else.
+    zero_or_errno(unsafe { libc::mkfifo(path.as_ptr(), mode) })
+}
+
+// --------------------------------------------------------------- mounts
+
+/// Mount a tmpfs at `target` with `MS_NOSUID | MS_NODEV` and the tmpfs
+/// options `options` (e.g. `mode=0777,size=1024`).
+pub fn mount_tmpfs(target: &CStr, options: &CStr) -> io::Result<()> {
+    let fstype = c"tmpfs";
+    // SAFETY: source, target and type are valid NUL-terminated strings;
+    // tmpfs reads its data argument as a NUL-terminated option string, which
+    // `options` is.
+    zero_or_errno(unsafe {
+        libc::mount(
+            fstype.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            options.as_ptr().cast(),
+        )
+    })
+}
+
+/// `umount2(target, MNT_DETACH)`: a lazy unmount.
+pub fn unmount_detach(target: &CStr) -> io::Result<()> {
+    // SAFETY: a valid NUL-terminated path; the call reads nothing else.
+    zero_or_errno(unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) })
+}
+
+// ---------------------------------------------------- events and polling
+
+/// A new eventfd (counter 0) with `flags` (`EFD_CLOEXEC`, `EFD_NONBLOCK`).
+/// Read and write it as a `File` (8-byte counter values).
+pub fn eventfd(flags: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: eventfd takes no pointers; it returns a new descriptor or -1.
+    new_fd(unsafe { libc::eventfd(0, flags) })
+}
+
+/// `poll(fds, timeout_ms)`: the number of entries with events; `revents`
+/// is filled in. A negative timeout waits for ever. Any descriptor numbers
+/// are sound (a closed one reports `POLLNVAL`); `EINTR` is an error of kind
+/// `Interrupted`.
+pub fn poll(fds: &mut [libc::pollfd], timeout_ms: libc::c_int) -> io::Result<usize> {
+    // SAFETY: `fds` is a valid, writable array of `fds.len()` pollfds for the
+    // duration of the call; poll writes only their `revents`.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
+}
+
+// ---------------------------------------------------- threads, processes
+
+/// Name the calling thread (`PR_SET_NAME`; the kernel keeps the first 15
+/// bytes). Best effort: an error is ignored, as a name is cosmetic.
+pub fn set_current_thread_name(name: &CStr) {
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string (at most 16 bytes,
+    // stopping at the NUL), which `name` is; the trailing arguments are
+    // unused by this option.
+    unsafe {
+        libc::prctl(libc::PR_SET_NAME, name.as_ptr());
+    }
+}
+
+/// End the process at once with `code`: no unwinding of other threads, no
+/// exit handlers or destructors of statics (grpc's C++ statics would run
+/// while its threads still do).
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit takes no pointers and only ends the process; skipping
+    // Rust destructors is sound (leaking is safe).
+    unsafe { libc::_exit(code) }
+}
+
+/// `kill(pid, signal)`; signal 0 only checks that `pid` exists and may be
+/// signalled.
+pub fn kill(pid: libc::pid_t, signal: libc::c_int) -> io::Result<()> {
+    // SAFETY: kill takes no pointers; sending a signal is not a memory
+    // safety matter for this process (a handler, if any, is the signalled
+    // program's own).
+    zero_or_errno(unsafe { libc::kill(pid, signal) })
+}
+
+/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`, the unit of
+/// `/proc/<pid>/stat` CPU times).
+pub fn clock_ticks_per_second() -> i64 {
+    // SAFETY: sysconf takes no pointers and only reads a constant.
+    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }) as i64
+}
+
+// ------------------------------------------------------------ allocator
+
+/// Cap glibc's malloc arenas at `n` (`mallopt(M_ARENA_MAX)`); a no-op on
+/// other C libraries. Call it before threads start allocating (`podwarden
+/// run` does so first thing): an allocation racing with it may see the old
+/// limit or the new one.
+pub fn limit_malloc_arenas(n: i32) {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt takes no pointers; it sets one of glibc's allocator
+    // tunables (under the main arena's lock). The limit only decides whether
+    // a thread gets a new arena or shares one; glibc itself reads it
+    // without a lock, so a concurrent allocation sees either value, both of
+    // which are valid.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, n);
+    }
+    #[cfg(not(target_env = "gnu"))]
+    let _ = n;
+}
+
+/// Give the pages of free heap memory back to the kernel (glibc's
+/// `malloc_trim(0)`); a no-op on other C libraries.
+pub fn malloc_trim() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim takes no pointers; it only releases free pages of
+    // the allocator's own arenas, under their locks (thread-safe).
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+// -------------------------------------------------------- host identity
+
+/// The kernel release and machine (`uname -r`, `uname -m`), or `None` if
+/// `uname` failed.
+pub fn uname() -> Option<(String, String)> {
+    // SAFETY: `utsname` is plain old data (byte arrays): all zeroes is valid.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid, writable utsname; uname fills it.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return None;
+    }
+    let s = |f: &[libc::c_char]| {
+        let bytes: Vec<u8> = f.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    Some((s(&u.release), s(&u.machine)))
+}
+
+/// The IPv4 address of the first interface (in `getifaddrs` order) that
+/// is not a loopback interface and has one; `None` if there is none or the
+/// call failed.
+pub fn first_ipv4_address() -> Option<Ipv4Addr> {
+    let mut addrs: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: `addrs` is a valid out pointer; on success getifaddrs stores a
+    // list that is freed exactly once below.
+    if unsafe { libc::getifaddrs(&mut addrs) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut cur = addrs;
+    while !cur.is_null() {
+        // SAFETY: `cur` is non-null and points into the list getifaddrs
+        // returned, which stays allocated until freeifaddrs below.
+        let ifa = unsafe { &*cur };
+        if !ifa.ifa_addr.is_null() && ifa.ifa_flags & libc::IFF_LOOPBACK as u32 == 0 {
+            // SAFETY: ifa_addr is non-null and points to a sockaddr of the
+            // list; every sockaddr starts with its family.
+            let fam = unsafe { (*ifa.ifa_addr).sa_family } as i32;
+            if fam == libc::AF_INET {
+                // SAFETY: an address of family AF_INET is a sockaddr_in.
+                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                found = Some(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
+                break;
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: `addrs` is the list getifaddrs allocated; no reference into it
+    // outlives this call (`found` is a copy).
+    unsafe { libc::freeifaddrs(addrs) };
+    found
+}
+
+// ---------------------------------------------------------------- sockets
+
+/// The peer's pid, uid and gid of a connected unix socket (`SO_PEERCRED`:
+/// as they were when it connected).
+pub fn peer_cred(s: &UnixStream) -> io::Result<libc::ucred> {
+    let mut cred = libc::ucred { pid: 0, uid: u32::MAX, gid: u32::MAX };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: the descriptor is open for the borrow of `s`; SO_PEERCRED
+    // writes at most `len` bytes (the size of `cred`) into `cred`, and `len`
+    // is a valid, writable socklen_t.
+    zero_or_errno(unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(cred)
+}
+
+/// Hand the connected socket `conn` to the gRPC server `server`, which
+/// serves it as one HTTP/2 channel and closes it when the channel ends.
+/// Fails (closing `conn`) if it is not a connected stream socket, which an
+/// accepted connection always is (a `UnixStream` can be made from any
+/// descriptor).
+pub fn grpc_serve_connection(server: &mut grpcio::Server, conn: UnixStream) -> io::Result<()> {
+    let mut kind: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: the descriptor is open for the borrow of `conn`; SO_TYPE
+    // writes at most `len` bytes (one c_int) into `kind`.
+    zero_or_errno(unsafe {
+        libc::getsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TYPE,
+            (&mut kind as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    })?;
+    if kind != libc::SOCK_STREAM {
+        return Err(io::Error::other("not a stream socket"));
+    }
+    conn.peer_addr()?; // ENOTCONN unless connected
+    let fd = conn.into_raw_fd();
+    // SAFETY: grpcio requires a connected stream socket that no other code
+    // touches afterwards: checked just above, and `into_raw_fd` gave up our
+    // ownership, so gRPC alone owns (and closes) the descriptor.
+    unsafe { server.add_channel_from_fd(fd) };
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_carry_errno() {
+        let e = openat(None, c"/nonexistent/podwarden-sys", libc::O_RDONLY | libc::O_CLOEXEC).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
+        // above any pid_max the kernel allows (4,194,304)
+        let e = kill(i32::MAX, 0).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ESRCH));
+        assert!(kill(std::process::id() as i32, 0).is_ok());
+    }
+
+    #[test]
+    fn files_eventfd_and_poll() {
+        use std::io::{Read, Write};
+        let dir = openat(None, c"/", libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC).unwrap();
+        let st = fstat(std::os::fd::AsFd::as_fd(&dir)).unwrap();
+        assert_eq!(st.st_mode & libc::S_IFMT, libc::S_IFDIR);
+        let ev = std::fs::File::from(eventfd(libc::EFD_CLOEXEC | libc::EFD_NONBLOCK).unwrap());
+        let mut fds = [libc::pollfd { fd: ev.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        assert_eq!(poll(&mut fds, 0).unwrap(), 0);
+        (&ev).write_all(&1u64.to_ne_bytes()).unwrap();
+        assert_eq!(poll(&mut fds, 0).unwrap(), 1);
+        assert_ne!(fds[0].revents & libc::POLLIN, 0);
+        let mut b = [0u8; 8];
+        (&ev).read_exact(&mut b).unwrap();
+        assert_eq!(u64::from_ne_bytes(b), 1);
+        // a descriptor number that is not open is reported, not undefined
+        let mut bad = [libc::pollfd { fd: i32::MAX, events: libc::POLLIN, revents: 0 }];
+        assert_eq!(poll(&mut bad, 0).unwrap(), 1);
+        assert_eq!(bad[0].revents, libc::POLLNVAL);
+    }
+
+    #[test]
+    fn host_identity_and_peer() {
+        let (release, machine) = uname().unwrap();
+        assert!(!release.is_empty() && !machine.is_empty());
+        let (a, _b) = UnixStream::pair().unwrap();
+        let cred = peer_cred(&a).unwrap();
+        assert_eq!(cred.pid, std::process::id() as i32);
+        assert!(clock_ticks_per_second() > 0);
+    }
+}
