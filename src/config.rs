@@ -9,16 +9,16 @@
 //! `apiGroup`'s gid) is resolved by the daemon at start.
 //!
 //! [`Config`] is deserialized by serde in two passes:
-//! - the field deserializers ([`de`]) check what each value is: its type and
+//! - the field deserializers (`de`) check what each value is: its type and
 //!   syntax (a duration, a quantity, an absolute path, a level), and for
 //!   integers the bounds their message names;
-//! - [`Config::validate`] checks what the values mean: ranges, the
+//! - `Config::validate` checks what the values mean: ranges, the
 //!   kubelet's "zero or empty means the default", combinations of fields.
 //!
 //! Adding a field: the struct field (with its doc and, unless a plain
 //! camelCase name and type do, a `deserialize_with`), its default in
 //! [`Config::default`] and in `packaging/config.yaml` (a test compares the
-//! two), and its checks in [`Config::validate`] if it has any.
+//! two), and its checks in `Config::validate` if it has any.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -121,7 +121,7 @@ pub struct Config {
     /// `systemReserved`.
     pub kube_reserved: Reserved,
     /// Reserved CPU in millicores and memory in bytes (system + kube):
-    /// computed by [`Config::validate`], not a field of the file.
+    /// computed by `Config::validate`, not a field of the file.
     #[serde(skip)]
     pub reserved_cpu_millis: i64,
     #[serde(skip)]
@@ -1191,6 +1191,10 @@ mod tests {
     #[test]
     fn the_defaults_pass_their_own_validation() {
         assert_eq!(Config::default().validate(), Ok(Config::default()));
+        // the known fields are serde's: every file field, not the computed sums
+        let names = field_names();
+        assert!(names.contains(&"kind") && names.contains(&"systemReserved") && names.contains(&"apiGroup"));
+        assert!(!names.contains(&"reservedCpuMillis"));
         assert_eq!(Config::parse("c.yaml", "").unwrap(), Config::default());
         assert_eq!(Config::parse("c.yaml", "# nothing\n---\n").unwrap(), Config::default());
     }
