@@ -2,16 +2,35 @@
 //! `KubeletConfiguration` (kubelet.config.k8s.io/v1beta1) names and formats
 //! for every field that means the same. Unknown fields get one warning each;
 //! invalid values are rejected naming the field, the value and what is
-//! allowed. Defaults live in [`Config::default`], and only there.
+//! allowed.
+//!
+//! Pure: parsing reads nothing but the text and looks nothing up. What the
+//! config leaves to the host (the node name when `nodeName` is not set,
+//! `apiGroup`'s gid) is resolved by the daemon at start.
+//!
+//! [`Config`] is deserialized by serde in two passes:
+//! - the field deserializers (`de`) check what each value is: its type and
+//!   syntax (a duration, a quantity, an absolute path, a level), and for
+//!   integers the bounds their message names;
+//! - `Config::validate` checks what the values mean: ranges, the
+//!   kubelet's "zero or empty means the default", combinations of fields.
+//!
+//! Adding a field: the struct field (with its doc and, unless a plain
+//! camelCase name and type do, a `deserialize_with`), its default in
+//! [`Config::default`] and in `packaging/config.yaml` (a test compares the
+//! two), and its checks in `Config::validate` if it has any.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use serde::Deserialize;
 use serde_json::Value;
 use thiserror::Error;
 
 use crate::model::quantity;
+use crate::pss::Level;
 
 #[derive(Debug, Error)]
 pub enum ConfigError {
@@ -36,58 +55,130 @@ pub struct PriorityGrace {
     pub shutdown_grace_period_seconds: i64,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+/// `systemReserved` or `kubeReserved`: what admission leaves to the system.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reserved {
+    /// `cpu`, in millicores.
+    pub cpu_millis: i64,
+    /// `memory`, in bytes.
+    pub memory_bytes: i64,
+    /// The keys given that podwarden accepts and does not enforce
+    /// (`ephemeral-storage`, `pid`), in order: each gets a warning.
+    pub not_enforced: Vec<String>,
+}
+
+/// The configuration. Each field's YAML name is its camelCase name; its
+/// default is in [`Config::default`].
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 pub struct Config {
+    /// `KubeletConfiguration`, the one kind a config may be.
+    #[serde(deserialize_with = "de::string")]
+    pub kind: String,
+    /// `kubelet.config.k8s.io/v1beta1`, the one version.
+    #[serde(deserialize_with = "de::string")]
+    pub api_version: String,
+    /// Static pod manifests: every `*.yaml`, `*.yml`, `*.json` here.
+    #[serde(deserialize_with = "de::path")]
     pub static_pod_path: PathBuf,
+    /// The CRI runtime: `unix:///path`, `/path`, or `fake://` (simulated).
+    /// Empty means the default (kubeadm writes `""`).
+    #[serde(deserialize_with = "de::string_or_empty")]
     pub container_runtime_endpoint: String,
+    /// The longest a runtime call may take; zero means the default.
+    #[serde(deserialize_with = "de::duration")]
     pub runtime_request_timeout: Duration,
+    /// How often each pod is synced; zero means the default.
+    #[serde(deserialize_with = "de::duration")]
     pub sync_frequency: Duration,
+    /// How often `staticPodPath` is rescanned; zero means the default.
+    #[serde(deserialize_with = "de::duration")]
     pub file_check_frequency: Duration,
+    /// How often housekeeping runs (podwarden-only); zero means the default.
+    #[serde(deserialize_with = "de::duration")]
     pub housekeeping_interval: Duration,
+    /// Graceful node shutdown's whole window; zero turns it off.
+    #[serde(deserialize_with = "de::duration")]
     pub shutdown_grace_period: Duration,
+    /// The part of `shutdownGracePeriod` kept for critical pods.
+    #[serde(deserialize_with = "de::duration")]
     pub shutdown_grace_period_critical_pods: Duration,
+    /// Grace per priority group, instead of the two periods above.
+    #[serde(deserialize_with = "de::priority_graces")]
     pub shutdown_grace_period_by_pod_priority: Vec<PriorityGrace>,
+    /// The read-only HTTP endpoint's IP address; empty means the default.
+    #[serde(deserialize_with = "de::string_or_empty")]
     pub address: String,
+    /// The read-only HTTP endpoint's port; 0 turns it off.
+    #[serde(deserialize_with = "de::int::<_, _, 0, 65535>")]
     pub read_only_port: u16,
+    /// Pods beyond this are rejected; 0 means the default.
+    #[serde(deserialize_with = "de::int::<_, _, 0, 10_000>")]
     pub max_pods: usize,
-    /// Reserved CPU in millicores and memory in bytes (system + kube).
+    /// Reserved for the system (cpu, memory).
+    pub system_reserved: Reserved,
+    /// Reserved for the kubelet (cpu, memory); podwarden adds it to
+    /// `systemReserved`.
+    pub kube_reserved: Reserved,
+    /// Reserved CPU in millicores and memory in bytes (system + kube):
+    /// computed by `Config::validate`, not a field of the file.
+    #[serde(skip)]
     pub reserved_cpu_millis: i64,
+    #[serde(skip)]
     pub reserved_memory_bytes: i64,
+    /// `systemd` or `cgroupfs`; empty means the default.
+    #[serde(deserialize_with = "de::string_or_empty")]
     pub cgroup_driver: String,
+    /// Pod data and the shutdown state file (podwarden-only).
+    #[serde(deserialize_with = "de::path")]
     pub root_dir: PathBuf,
+    /// The local API's socket (podwarden-only).
+    #[serde(deserialize_with = "de::path")]
     pub api_socket: PathBuf,
-    pub node_name: String,
+    /// The node's name; `None`: the host name, which the daemon reads at
+    /// start (`daemon::node_name`).
+    #[serde(deserialize_with = "de::some_string")]
+    pub node_name: Option<String>,
+    /// Container logs, in the kubelet's layout; empty means the default.
+    #[serde(deserialize_with = "de::path_or_empty")]
     pub pod_logs_dir: PathBuf,
+    /// `priorityClassName` to priority for pods that name a class.
+    #[serde(deserialize_with = "de::priority_classes")]
     pub priority_classes: BTreeMap<String, i32>,
     /// Containers may run privileged (podwarden-only; default false).
+    #[serde(deserialize_with = "de::boolean")]
     pub allow_privileged: bool,
     /// Where podwarden writes its logind drop-in when `shutdownGracePeriod`
     /// exceeds logind's `InhibitDelayMaxSec` (podwarden-only).
+    #[serde(deserialize_with = "de::path")]
     pub logind_drop_in_dir: PathBuf,
-    /// Group (name, gid) whose members may use the local API besides root
-    /// (podwarden-only; default none).
-    pub api_group: Option<(String, u32)>,
+    /// The group whose members may use the local API besides root
+    /// (podwarden-only; default none). Its gid is looked up at start by the
+    /// daemon, which refuses a group that does not exist.
+    #[serde(deserialize_with = "de::some_string")]
+    pub api_group: Option<String>,
     /// Serve env values on the read-only `/pods` (podwarden-only; default
     /// false: they are redacted, unlike the kubelet's).
+    #[serde(deserialize_with = "de::boolean")]
     pub read_only_port_shows_env: bool,
     /// Pod Security Standards level for manifests in `staticPodPath` (root's
     /// files) and pods applied through the API by root (podwarden-only;
     /// default privileged).
-    pub static_pod_security_level: crate::pss::Level,
+    #[serde(deserialize_with = "de::level")]
+    pub static_pod_security_level: Level,
     /// Pod Security Standards level for pods applied through the API by a
     /// non-root member of `apiGroup` (podwarden-only; default baseline).
-    pub api_group_pod_security_level: crate::pss::Level,
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_lowercase())
-        .unwrap_or_else(|_| "localhost".into())
+    #[serde(deserialize_with = "de::level")]
+    pub api_group_pod_security_level: Level,
 }
 
 impl Default for Config {
+    /// The defaults: the one place in the code they are written.
+    /// `packaging/config.yaml` shows them (a test compares the two).
     fn default() -> Self {
         Config {
+            kind: "KubeletConfiguration".into(),
+            api_version: "kubelet.config.k8s.io/v1beta1".into(),
             static_pod_path: "/etc/podwarden/manifests".into(),
             container_runtime_endpoint: "unix:///run/containerd/containerd.sock".into(),
             runtime_request_timeout: Duration::from_secs(120),
@@ -100,20 +191,22 @@ impl Default for Config {
             address: "127.0.0.1".into(),
             read_only_port: 10255,
             max_pods: 110,
+            system_reserved: Reserved::default(),
+            kube_reserved: Reserved::default(),
             reserved_cpu_millis: 0,
             reserved_memory_bytes: 0,
             cgroup_driver: "systemd".into(),
             root_dir: "/var/lib/podwarden".into(),
             api_socket: "/run/podwarden/podwarden.sock".into(),
-            node_name: hostname(),
+            node_name: None,
             pod_logs_dir: "/var/log/pods".into(),
             priority_classes: BTreeMap::new(),
             allow_privileged: false,
             logind_drop_in_dir: "/etc/systemd/logind.conf.d".into(),
             api_group: None,
             read_only_port_shows_env: false,
-            static_pod_security_level: crate::pss::Level::Privileged,
-            api_group_pod_security_level: crate::pss::Level::Baseline,
+            static_pod_security_level: Level::Privileged,
+            api_group_pod_security_level: Level::Baseline,
         }
     }
 }
@@ -221,135 +314,6 @@ pub fn format_duration(d: Duration) -> String {
     }
 }
 
-const KNOWN_KUBELET_IGNORED: &[&str] = &[
-    // Fields a real kubelet config carries that podwarden accepts and does
-    // not act on are warned about like any unknown field; see load().
-];
-
-struct Fields<'a> {
-    path: &'a str,
-    map: &'a serde_json::Map<String, Value>,
-}
-
-impl Fields<'_> {
-    fn bad(&self, field: &str, value: &Value, allowed: &str) -> ConfigError {
-        ConfigError::Invalid {
-            path: self.path.into(),
-            field: field.into(),
-            value: value.to_string(),
-            allowed: allowed.into(),
-        }
-    }
-
-    fn string(&self, field: &str) -> Result<Option<String>, ConfigError> {
-        match self.map.get(field) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) if !s.trim().is_empty() => Ok(Some(s.clone())),
-            Some(v) => Err(self.bad(field, v, "expected a non-empty string")),
-        }
-    }
-
-    fn path(&self, field: &str) -> Result<Option<PathBuf>, ConfigError> {
-        if let Some(v @ Value::String(s)) = self.map.get(field)
-            && s.trim().is_empty()
-        {
-            return Err(self.bad(field, v, "expected an absolute path"));
-        }
-        match self.string(field)? {
-            Some(s) if s.starts_with('/') => Ok(Some(s.into())),
-            Some(s) => Err(self.bad(field, &Value::String(s), "expected an absolute path")),
-            None => Ok(None),
-        }
-    }
-
-    /// A path field where an empty string means the default (kubelet).
-    fn path_or_default(&self, field: &str) -> Result<Option<PathBuf>, ConfigError> {
-        match self.map.get(field) {
-            Some(Value::String(s)) if s.is_empty() => Ok(None),
-            _ => self.path(field),
-        }
-    }
-
-    /// A string field where an empty string means the default, as the
-    /// kubelet defaults it (kubeadm writes `containerRuntimeEndpoint: ""`).
-    fn string_or_default(&self, field: &str) -> Result<Option<String>, ConfigError> {
-        match self.map.get(field) {
-            Some(Value::String(s)) if s.is_empty() => Ok(None),
-            _ => self.string(field),
-        }
-    }
-
-    /// A duration field, at most `max`. `0s` is returned as zero: callers
-    /// where zero means the default drop it (see [`Fields::period`]).
-    fn duration(&self, field: &str, max: Duration) -> Result<Option<Duration>, ConfigError> {
-        match self.map.get(field) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v @ Value::String(s)) => match parse_duration_checked(s) {
-                Ok(d) if d <= max => Ok(Some(d)),
-                Ok(_) | Err(DurationError::TooLarge) => {
-                    Err(self.bad(field, v, &format!("out of range: expected 0s to {}", format_duration(max))))
-                }
-                Err(DurationError::Negative) => Err(self.bad(field, v, "must not be negative")),
-                Err(DurationError::Syntax) => {
-                    Err(self.bad(field, v, "expected a duration such as 30s, 1m30s or 500ms"))
-                }
-            },
-            Some(v) => Err(self.bad(field, v, "expected a duration string such as 30s")),
-        }
-    }
-
-    /// A period or timeout: zero (`0s`, as kubeadm writes it) means the
-    /// default, as the kubelet's defaulting does; at most `max`.
-    fn period(&self, field: &str, max: Duration) -> Result<Option<Duration>, ConfigError> {
-        Ok(self.duration(field, max)?.filter(|d| !d.is_zero()))
-    }
-
-    fn int(&self, field: &str, min: i64, max: i64) -> Result<Option<i64>, ConfigError> {
-        match self.map.get(field) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v) => match v.as_i64() {
-                Some(n) if (min..=max).contains(&n) => Ok(Some(n)),
-                _ => Err(self.bad(field, v, &format!("expected an integer from {min} to {max}"))),
-            },
-        }
-    }
-
-    /// `systemReserved`/`kubeReserved`: cpu and memory quantities.
-    fn reserved(&self, field: &str) -> Result<(i64, i64), ConfigError> {
-        let Some(v) = self.map.get(field).filter(|v| !v.is_null()) else {
-            return Ok((0, 0));
-        };
-        let Some(m) = v.as_object() else {
-            return Err(self.bad(field, v, "expected a map such as {cpu: 100m, memory: 256Mi}"));
-        };
-        let mut cpu = 0;
-        let mut mem = 0;
-        for (k, q) in m {
-            let f = format!("{field}.{k}");
-            let s = q.as_str().ok_or_else(|| self.bad(&f, q, "expected a quantity string"))?;
-            match k.as_str() {
-                "cpu" => {
-                    cpu = quantity::cpu_millis(s).map_err(|e| self.bad(&f, q, &e.to_string()))?;
-                    if cpu > MAX_RESERVED_CPU_MILLIS {
-                        return Err(self.bad(&f, q, "out of range: expected at most 1M (cores)"));
-                    }
-                }
-                "memory" => {
-                    mem = quantity::bytes(s).map_err(|e| self.bad(&f, q, &e.to_string()))?;
-                    if mem > MAX_RESERVED_MEMORY_BYTES {
-                        return Err(self.bad(&f, q, "out of range: expected at most 1Ei"));
-                    }
-                }
-                "ephemeral-storage" | "pid" => {
-                    log::warn!("{}: {f} is accepted but not enforced by podwarden", self.path);
-                }
-                _ => return Err(self.bad(&f, q, "expected one of cpu, memory, ephemeral-storage, pid")),
-            }
-        }
-        Ok((cpu, mem))
-    }
-}
-
 /// A config file is read up to this size; a larger one is refused.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
@@ -364,36 +328,84 @@ const MAX_RESERVED_MEMORY_BYTES: i64 = 1 << 60;
 const MAX_PERIOD: Duration = Duration::from_secs(24 * 3600);
 const MAX_HOUSEKEEPING: Duration = Duration::from_secs(600);
 
-const FIELDS: &[&str] = &[
-    "kind",
-    "apiVersion",
-    "staticPodPath",
-    "containerRuntimeEndpoint",
-    "runtimeRequestTimeout",
-    "syncFrequency",
-    "fileCheckFrequency",
-    "housekeepingInterval",
-    "shutdownGracePeriod",
-    "shutdownGracePeriodCriticalPods",
-    "shutdownGracePeriodByPodPriority",
-    "address",
-    "readOnlyPort",
-    "maxPods",
-    "systemReserved",
-    "kubeReserved",
-    "cgroupDriver",
-    "rootDir",
-    "apiSocket",
-    "nodeName",
-    "podLogsDir",
-    "priorityClasses",
-    "allowPrivileged",
-    "logindDropInDir",
-    "apiGroup",
-    "readOnlyPortShowsEnv",
-    "staticPodSecurityLevel",
-    "apiGroupPodSecurityLevel",
-];
+/// What a `shutdownGracePeriodByPodPriority` entry must be.
+const PRIORITY_GRACE_ALLOWED: &str = "expected {priority: <int32>, shutdownGracePeriodSeconds: <0 to 86400>}";
+
+/// One step of a field's path: a map key or a list index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+/// A field's path as errors name it: `systemReserved.cpu`,
+/// `shutdownGracePeriodByPodPriority[0]`.
+struct FieldPath<'a>(&'a [Seg]);
+
+impl fmt::Display for FieldPath<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, s) in self.0.iter().enumerate() {
+            match s {
+                Seg::Key(k) if i == 0 => f.write_str(k)?,
+                Seg::Key(k) => write!(f, ".{k}")?,
+                Seg::Index(n) => write!(f, "[{n}]")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The value at `at` in the file as parsed (`null` if there is none).
+fn value_at<'a>(raw: &'a Value, at: &[Seg]) -> &'a Value {
+    at.iter()
+        .try_fold(raw, |v, s| match s {
+            Seg::Key(k) => v.get(k),
+            Seg::Index(n) => v.get(n),
+        })
+        .unwrap_or(&Value::Null)
+}
+
+/// A value [`Config::validate`] refuses: where, and what is allowed.
+#[derive(Debug, PartialEq, Eq)]
+struct Refused {
+    at: Vec<Seg>,
+    allowed: String,
+}
+
+fn refused(field: &str, allowed: impl Into<String>) -> Refused {
+    Refused { at: vec![Seg::Key(field.into())], allowed: allowed.into() }
+}
+
+/// The YAML names of `Config`'s fields, as serde's derive declares them
+/// (`deserialize_struct`'s field list): the known fields, for the
+/// unknown-field warnings.
+fn field_names() -> &'static [&'static str] {
+    use serde::de::{Deserializer, Error as _, Visitor};
+    type E = serde::de::value::Error;
+    struct Names<'a>(&'a mut &'static [&'static str]);
+    impl<'de> Deserializer<'de> for Names<'_> {
+        type Error = E;
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, E> {
+            Err(E::custom("not a struct"))
+        }
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, E> {
+            *self.0 = fields;
+            Err(E::custom("field names taken"))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option unit
+            unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+        }
+    }
+    let mut names: &'static [&'static str] = &[];
+    let _ = Config::deserialize(Names(&mut names));
+    names
+}
 
 impl Config {
     /// Load and validate a config file.
@@ -421,7 +433,20 @@ impl Config {
     }
 
     /// Parse and validate config text; `path` names the input in errors.
+    /// Warnings (unknown fields, values accepted and not enforced) are
+    /// logged.
     pub fn parse(path: &str, text: &str) -> Result<Self, ConfigError> {
+        let mut warnings = Vec::new();
+        let config = Self::parse_with_warnings(path, text, &mut warnings);
+        for w in warnings {
+            log::warn!("{w}");
+        }
+        config
+    }
+
+    /// [`Config::parse`], handing the warnings to the caller (in the order
+    /// found; those found before an error too).
+    pub fn parse_with_warnings(path: &str, text: &str, warnings: &mut Vec<String>) -> Result<Self, ConfigError> {
         // the manifests' bounded parser: alias expansion and nesting are
         // limited before any value is built
         let syntax = |message: String| ConfigError::Syntax { path: path.into(), message };
@@ -432,172 +457,363 @@ impl Config {
             1 => docs.pop().expect("one document"),
             n => return Err(syntax(format!("holds {n} documents; a config is one KubeletConfiguration"))),
         };
-        let Value::Object(map) = &v else {
-            return Err(ConfigError::Syntax { path: path.into(), message: "expected a mapping of fields".into() });
+        let Value::Object(mut map) = v else {
+            return Err(syntax("expected a mapping of fields".into()));
         };
-        let f = Fields { path, map };
-        let mut c = Config::default();
-        if let Some(k) = f.string("kind")?
-            && k != "KubeletConfiguration"
-        {
-            return Err(f.bad("kind", &Value::String(k), "expected KubeletConfiguration"));
+        let known = field_names();
+        for k in map.keys().filter(|k| !known.contains(&k.as_str())) {
+            warnings.push(format!("{path}: unknown field {k:?} ignored"));
         }
-        if let Some(a) = f.string("apiVersion")?
-            && a != "kubelet.config.k8s.io/v1beta1"
-        {
-            return Err(f.bad("apiVersion", &Value::String(a), "expected kubelet.config.k8s.io/v1beta1"));
-        }
-        for k in map.keys() {
-            if !FIELDS.contains(&k.as_str()) && !KNOWN_KUBELET_IGNORED.contains(&k.as_str()) {
-                log::warn!("{path}: unknown field {k:?} ignored");
+        // `field: null` (or `field:`) is not set, as an absent field
+        map.retain(|_, v| !v.is_null());
+        let raw = Value::Object(map);
+        let invalid = |at: &[Seg], allowed: String| ConfigError::Invalid {
+            path: path.into(),
+            field: FieldPath(at).to_string(),
+            value: value_at(&raw, at).to_string(),
+            allowed,
+        };
+        let config = serde_path_to_error::deserialize::<_, Config>(&raw).map_err(|e| {
+            let at: Vec<Seg> = e
+                .path()
+                .iter()
+                .filter_map(|s| match s {
+                    serde_path_to_error::Segment::Map { key } => Some(Seg::Key(key.clone())),
+                    serde_path_to_error::Segment::Seq { index } => Some(Seg::Index(*index)),
+                    _ => None,
+                })
+                .collect();
+            invalid(&at, e.into_inner().to_string())
+        })?;
+        let config = config.validate().map_err(|r| invalid(&r.at, r.allowed))?;
+        for (field, r) in [("systemReserved", &config.system_reserved), ("kubeReserved", &config.kube_reserved)] {
+            for k in &r.not_enforced {
+                warnings.push(format!("{path}: {field}.{k} is accepted but not enforced by podwarden"));
             }
         }
-        if let Some(p) = f.path("staticPodPath")? {
-            c.static_pod_path = p;
+        Ok(config)
+    }
+
+    /// What the field deserializers cannot check alone: ranges, zero and
+    /// empty values meaning the default (as the kubelet's defaulting makes
+    /// them), combinations of fields; and the reservations' sums.
+    fn validate(mut self) -> Result<Self, Refused> {
+        let d = Config::default();
+        if self.kind != d.kind {
+            return Err(refused("kind", format!("expected {}", d.kind)));
         }
-        if let Some(e) = f.string_or_default("containerRuntimeEndpoint")? {
-            if !(e.starts_with("unix://") || e.starts_with('/') || e == "fake://") {
-                return Err(f.bad("containerRuntimeEndpoint", &Value::String(e), "expected unix:///path/to/socket"));
-            }
-            c.container_runtime_endpoint = e;
+        if self.api_version != d.api_version {
+            return Err(refused("apiVersion", format!("expected {}", d.api_version)));
+        }
+        // kubeadm writes `containerRuntimeEndpoint: ""`; the kubelet defaults it
+        if self.container_runtime_endpoint.is_empty() {
+            self.container_runtime_endpoint = d.container_runtime_endpoint;
+        }
+        let e = &self.container_runtime_endpoint;
+        if !(e.starts_with("unix://") || e.starts_with('/') || e == "fake://") {
+            return Err(refused("containerRuntimeEndpoint", "expected unix:///path/to/socket"));
         }
         // Zero periods and timeouts mean the default, as in the kubelet
-        // (kubeadm writes `0s` for every duration it does not set).
-        if let Some(d) = f.period("runtimeRequestTimeout", MAX_PERIOD)? {
-            c.runtime_request_timeout = d;
+        // (kubeadm writes `0s` for every duration it does not set); zero
+        // shutdown periods mean "off", as in the kubelet.
+        for (field, value, default, max) in [
+            ("runtimeRequestTimeout", &mut self.runtime_request_timeout, Some(d.runtime_request_timeout), MAX_PERIOD),
+            ("syncFrequency", &mut self.sync_frequency, Some(d.sync_frequency), MAX_PERIOD),
+            ("fileCheckFrequency", &mut self.file_check_frequency, Some(d.file_check_frequency), MAX_PERIOD),
+            ("housekeepingInterval", &mut self.housekeeping_interval, Some(d.housekeeping_interval), MAX_HOUSEKEEPING),
+            ("shutdownGracePeriod", &mut self.shutdown_grace_period, None, MAX_PERIOD),
+            ("shutdownGracePeriodCriticalPods", &mut self.shutdown_grace_period_critical_pods, None, MAX_PERIOD),
+        ] {
+            if *value > max {
+                return Err(refused(field, format!("out of range: expected 0s to {}", format_duration(max))));
+            }
+            if let Some(default) = default
+                && value.is_zero()
+            {
+                *value = default;
+            }
         }
-        if let Some(d) = f.period("syncFrequency", MAX_PERIOD)? {
-            c.sync_frequency = d;
+        if self.shutdown_grace_period_critical_pods > self.shutdown_grace_period {
+            return Err(refused("shutdownGracePeriodCriticalPods", "must not exceed shutdownGracePeriod"));
         }
-        if let Some(d) = f.period("fileCheckFrequency", MAX_PERIOD)? {
-            c.file_check_frequency = d;
-        }
-        if let Some(d) = f.period("housekeepingInterval", MAX_HOUSEKEEPING)? {
-            c.housekeeping_interval = d;
-        }
-        // zero here means "off", as in the kubelet
-        if let Some(d) = f.duration("shutdownGracePeriod", MAX_PERIOD)? {
-            c.shutdown_grace_period = d;
-        }
-        if let Some(d) = f.duration("shutdownGracePeriodCriticalPods", MAX_PERIOD)? {
-            c.shutdown_grace_period_critical_pods = d;
-        }
-        if c.shutdown_grace_period_critical_pods > c.shutdown_grace_period {
-            return Err(f.bad(
-                "shutdownGracePeriodCriticalPods",
-                &map["shutdownGracePeriodCriticalPods"],
-                "must not exceed shutdownGracePeriod",
+        if !self.shutdown_grace_period.is_zero() && !self.shutdown_grace_period_by_pod_priority.is_empty() {
+            return Err(refused(
+                "shutdownGracePeriodByPodPriority",
+                "cannot be combined with shutdownGracePeriod/shutdownGracePeriodCriticalPods",
             ));
         }
-        if let Some(v) = map.get("shutdownGracePeriodByPodPriority").filter(|v| !v.is_null()) {
-            let field = "shutdownGracePeriodByPodPriority";
-            let list = v.as_array().ok_or_else(|| f.bad(field, v, "expected a list"))?;
-            for (i, e) in list.iter().enumerate() {
-                let fe = format!("{field}[{i}]");
-                let prio = e.get("priority").and_then(Value::as_i64);
-                let secs = e.get("shutdownGracePeriodSeconds").and_then(Value::as_i64);
-                match (prio, secs) {
-                    (Some(p), Some(s))
-                        if i32::try_from(p).is_ok() && (0..=MAX_PERIOD.as_secs() as i64).contains(&s) =>
-                    {
-                        c.shutdown_grace_period_by_pod_priority
-                            .push(PriorityGrace { priority: p as i32, shutdown_grace_period_seconds: s })
-                    }
-                    _ => {
-                        return Err(f.bad(
-                            &fe,
-                            e,
-                            "expected {priority: <int32>, shutdownGracePeriodSeconds: <0 to 86400>}",
-                        ));
-                    }
+        if self.address.is_empty() {
+            self.address = d.address;
+        }
+        if self.address.parse::<std::net::IpAddr>().is_err() {
+            return Err(refused("address", "expected an IP address"));
+        }
+        if self.max_pods == 0 {
+            self.max_pods = d.max_pods;
+        }
+        for (field, r) in [("systemReserved", &self.system_reserved), ("kubeReserved", &self.kube_reserved)] {
+            let at = |key: &str| vec![Seg::Key(field.into()), Seg::Key(key.into())];
+            if r.cpu_millis > MAX_RESERVED_CPU_MILLIS {
+                return Err(Refused { at: at("cpu"), allowed: "out of range: expected at most 1M (cores)".into() });
+            }
+            if r.memory_bytes > MAX_RESERVED_MEMORY_BYTES {
+                return Err(Refused { at: at("memory"), allowed: "out of range: expected at most 1Ei".into() });
+            }
+        }
+        self.reserved_cpu_millis = self.system_reserved.cpu_millis + self.kube_reserved.cpu_millis;
+        self.reserved_memory_bytes = self.system_reserved.memory_bytes + self.kube_reserved.memory_bytes;
+        if self.cgroup_driver.is_empty() {
+            self.cgroup_driver = d.cgroup_driver;
+        }
+        if self.cgroup_driver != "systemd" && self.cgroup_driver != "cgroupfs" {
+            return Err(refused("cgroupDriver", "expected systemd or cgroupfs"));
+        }
+        if let Some(n) = &self.node_name
+            && !crate::model::manifest::is_dns1123_subdomain(n)
+        {
+            return Err(refused("nodeName", "expected a DNS-1123 subdomain"));
+        }
+        if self.pod_logs_dir.as_os_str().is_empty() {
+            self.pod_logs_dir = d.pod_logs_dir;
+        }
+        Ok(self)
+    }
+}
+
+/// The field deserializers: each reads its value as JSON first, so a value
+/// of the wrong type gets the field's own message (what is allowed), not
+/// serde's "invalid type"; the message is an error's `allowed` part, and
+/// serde_path_to_error names the field.
+mod de {
+    use std::collections::BTreeMap;
+    use std::marker::PhantomData;
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use serde::Deserialize;
+    use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+    use serde_json::Value;
+
+    use super::{DurationError, PRIORITY_GRACE_ALLOWED, PriorityGrace, Reserved, parse_duration_checked, quantity};
+    use crate::pss::Level;
+
+    const NON_EMPTY: &str = "expected a non-empty string";
+
+    /// `check` applied to the value read as JSON; its error is the message.
+    fn checked<'de, D: Deserializer<'de>, T>(
+        d: D,
+        check: impl FnOnce(&Value) -> Result<T, String>,
+    ) -> Result<T, D::Error> {
+        let v = Value::deserialize(d)?;
+        check(&v).map_err(de::Error::custom)
+    }
+
+    /// The same as a seed, for an entry of a list or map (so the error's
+    /// path names the entry).
+    struct Checked<F>(F);
+
+    impl<'de, T, F: FnOnce(&Value) -> Result<T, String>> DeserializeSeed<'de> for Checked<F> {
+        type Value = T;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<T, D::Error> {
+            checked(d, self.0)
+        }
+    }
+
+    fn non_empty(v: &Value) -> Result<&str, String> {
+        v.as_str().filter(|s| !s.trim().is_empty()).ok_or_else(|| NON_EMPTY.into())
+    }
+
+    pub fn string<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        checked(d, |v| non_empty(v).map(String::from))
+    }
+
+    pub fn some_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+        string(d).map(Some)
+    }
+
+    /// A string, or `""` (which [`super::Config::validate`] makes the
+    /// default).
+    pub fn string_or_empty<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        checked(d, |v| match v {
+            Value::String(s) if s.is_empty() => Ok(String::new()),
+            v => non_empty(v).map(String::from),
+        })
+    }
+
+    fn absolute(v: &Value) -> Result<PathBuf, String> {
+        match v {
+            Value::String(s) if s.starts_with('/') => Ok(s.into()),
+            Value::String(_) => Err("expected an absolute path".into()),
+            _ => Err(NON_EMPTY.into()),
+        }
+    }
+
+    pub fn path<'de, D: Deserializer<'de>>(d: D) -> Result<PathBuf, D::Error> {
+        checked(d, absolute)
+    }
+
+    /// An absolute path, or `""` (which [`super::Config::validate`] makes
+    /// the default).
+    pub fn path_or_empty<'de, D: Deserializer<'de>>(d: D) -> Result<PathBuf, D::Error> {
+        checked(d, |v| match v {
+            Value::String(s) if s.is_empty() => Ok(PathBuf::new()),
+            v => absolute(v),
+        })
+    }
+
+    /// A Go duration string. One too large for a `Duration` saturates:
+    /// [`super::Config::validate`] refuses it as out of range.
+    pub fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        checked(d, |v| {
+            let s = v.as_str().ok_or("expected a duration string such as 30s")?;
+            match parse_duration_checked(s) {
+                Ok(d) => Ok(d),
+                Err(DurationError::TooLarge) => Ok(Duration::MAX),
+                Err(DurationError::Negative) => Err("must not be negative".into()),
+                Err(DurationError::Syntax) => Err("expected a duration such as 30s, 1m30s or 500ms".into()),
+            }
+        })
+    }
+
+    /// An integer from `MIN` to `MAX`.
+    pub fn int<'de, D: Deserializer<'de>, T: TryFrom<i64>, const MIN: i64, const MAX: i64>(
+        d: D,
+    ) -> Result<T, D::Error> {
+        checked(d, |v| {
+            v.as_i64()
+                .filter(|n| (MIN..=MAX).contains(n))
+                .and_then(|n| T::try_from(n).ok())
+                .ok_or_else(|| format!("expected an integer from {MIN} to {MAX}"))
+        })
+    }
+
+    pub fn boolean<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+        checked(d, |v| v.as_bool().ok_or_else(|| "expected true or false".into()))
+    }
+
+    pub fn level<'de, D: Deserializer<'de>>(d: D) -> Result<Level, D::Error> {
+        checked(d, |v| Level::parse(non_empty(v)?).ok_or_else(|| "expected privileged, baseline or restricted".into()))
+    }
+
+    /// Visitor methods refusing every value but the container the visitor
+    /// accepts, with its `allowed` message.
+    macro_rules! refuse_scalars {
+        () => {
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Err(E::custom(self.allowed))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Err(E::custom(self.allowed))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Err(E::custom(self.allowed))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Err(E::custom(self.allowed))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+                Err(E::custom(self.allowed))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Err(E::custom(self.allowed))
+            }
+        };
+    }
+
+    /// A map whose entries are checked one by one (errors name the entry:
+    /// `systemReserved.cpu`) and folded into a `T`.
+    struct MapOf<T> {
+        allowed: &'static str,
+        entry: fn(&mut T, &str, &Value) -> Result<(), String>,
+    }
+
+    impl<'de, T: Default> Visitor<'de> for MapOf<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.allowed)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<T, A::Error> {
+            let mut acc = T::default();
+            while let Some(key) = map.next_key::<String>()? {
+                map.next_value_seed(Checked(|v: &Value| (self.entry)(&mut acc, &key, v)))?;
+            }
+            Ok(acc)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<T, A::Error> {
+            Err(de::Error::custom(self.allowed))
+        }
+        refuse_scalars!();
+    }
+
+    /// A list whose items are checked one by one (errors name the item:
+    /// `shutdownGracePeriodByPodPriority[0]`).
+    struct ListOf<T> {
+        allowed: &'static str,
+        item: fn(&Value) -> Result<T, String>,
+        _t: PhantomData<T>,
+    }
+
+    impl<'de, T> Visitor<'de> for ListOf<T> {
+        type Value = Vec<T>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.allowed)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+            let mut out = Vec::new();
+            while let Some(x) = seq.next_element_seed(Checked(self.item))? {
+                out.push(x);
+            }
+            Ok(out)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<Vec<T>, A::Error> {
+            Err(de::Error::custom(self.allowed))
+        }
+        refuse_scalars!();
+    }
+
+    impl<'de> Deserialize<'de> for Reserved {
+        /// `{cpu: 100m, memory: 256Mi}`: quantities, in range of an i64
+        /// (saturating; [`super::Config::validate`] bounds them).
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            fn entry(r: &mut Reserved, key: &str, v: &Value) -> Result<(), String> {
+                let s = v.as_str().ok_or("expected a quantity string")?;
+                match key {
+                    "cpu" => r.cpu_millis = quantity::cpu_millis(s).map_err(|e| e.to_string())?,
+                    "memory" => r.memory_bytes = quantity::bytes(s).map_err(|e| e.to_string())?,
+                    "ephemeral-storage" | "pid" => r.not_enforced.push(key.into()),
+                    _ => return Err("expected one of cpu, memory, ephemeral-storage, pid".into()),
                 }
+                Ok(())
             }
-            if !c.shutdown_grace_period.is_zero() && !c.shutdown_grace_period_by_pod_priority.is_empty() {
-                return Err(f.bad(
-                    field,
-                    v,
-                    "cannot be combined with shutdownGracePeriod/shutdownGracePeriodCriticalPods",
-                ));
-            }
+            d.deserialize_any(MapOf { allowed: "expected a map such as {cpu: 100m, memory: 256Mi}", entry })
         }
-        if let Some(a) = f.string_or_default("address")? {
-            if a.parse::<std::net::IpAddr>().is_err() {
-                return Err(f.bad("address", &Value::String(a), "expected an IP address"));
-            }
-            c.address = a;
+    }
+
+    pub fn priority_classes<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, i32>, D::Error> {
+        fn entry(m: &mut BTreeMap<String, i32>, key: &str, v: &Value) -> Result<(), String> {
+            let n = v
+                .as_i64()
+                .and_then(|n| i32::try_from(n).ok())
+                .filter(|n| *n < 1_000_000_000)
+                .ok_or("expected an integer below 1000000000")?;
+            m.insert(key.into(), n);
+            Ok(())
         }
-        if let Some(p) = f.int("readOnlyPort", 0, 65535)? {
-            c.read_only_port = p as u16;
-        }
-        // 0 means the default (110), as in the kubelet
-        if let Some(n) = f.int("maxPods", 0, 10_000)?.filter(|n| *n > 0) {
-            c.max_pods = n as usize;
-        }
-        let (sc, sm) = f.reserved("systemReserved")?;
-        let (kc, km) = f.reserved("kubeReserved")?;
-        c.reserved_cpu_millis = sc + kc;
-        c.reserved_memory_bytes = sm + km;
-        if let Some(d) = f.string_or_default("cgroupDriver")? {
-            if d != "systemd" && d != "cgroupfs" {
-                return Err(f.bad("cgroupDriver", &Value::String(d), "expected systemd or cgroupfs"));
-            }
-            c.cgroup_driver = d;
-        }
-        if let Some(p) = f.path("rootDir")? {
-            c.root_dir = p;
-        }
-        if let Some(p) = f.path("apiSocket")? {
-            c.api_socket = p;
-        }
-        if let Some(n) = f.string("nodeName")? {
-            if !crate::model::manifest::is_dns1123_subdomain(&n) {
-                return Err(f.bad("nodeName", &Value::String(n), "expected a DNS-1123 subdomain"));
-            }
-            c.node_name = n;
-        }
-        if let Some(p) = f.path_or_default("podLogsDir")? {
-            c.pod_logs_dir = p;
-        }
-        if let Some(p) = f.path("logindDropInDir")? {
-            c.logind_drop_in_dir = p;
-        }
-        if let Some(g) = f.string("apiGroup")? {
-            let Some(gid) = crate::api::group_id(&g) else {
-                return Err(f.bad("apiGroup", &Value::String(g), "expected a group that exists in /etc/group"));
-            };
-            c.api_group = Some((g, gid));
-        }
-        match map.get("readOnlyPortShowsEnv") {
-            None | Some(Value::Null) => {}
-            Some(Value::Bool(b)) => c.read_only_port_shows_env = *b,
-            Some(v) => return Err(f.bad("readOnlyPortShowsEnv", v, "expected true or false")),
-        }
-        match map.get("allowPrivileged") {
-            None | Some(Value::Null) => {}
-            Some(Value::Bool(b)) => c.allow_privileged = *b,
-            Some(v) => return Err(f.bad("allowPrivileged", v, "expected true or false")),
-        }
-        for (field, level) in [
-            ("staticPodSecurityLevel", &mut c.static_pod_security_level),
-            ("apiGroupPodSecurityLevel", &mut c.api_group_pod_security_level),
-        ] {
-            if let Some(s) = f.string(field)? {
-                *level = crate::pss::Level::parse(&s)
-                    .ok_or_else(|| f.bad(field, &Value::String(s), "expected privileged, baseline or restricted"))?;
+        d.deserialize_any(MapOf { allowed: "expected a map of class name to integer", entry })
+    }
+
+    pub fn priority_graces<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PriorityGrace>, D::Error> {
+        fn item(v: &Value) -> Result<PriorityGrace, String> {
+            let priority = v.get("priority").and_then(Value::as_i64).and_then(|p| i32::try_from(p).ok());
+            let secs = v.get("shutdownGracePeriodSeconds").and_then(Value::as_i64);
+            match (priority, secs) {
+                (Some(priority), Some(s)) if (0..=super::MAX_PERIOD.as_secs() as i64).contains(&s) => {
+                    Ok(PriorityGrace { priority, shutdown_grace_period_seconds: s })
+                }
+                _ => Err(PRIORITY_GRACE_ALLOWED.into()),
             }
         }
-        if let Some(v) = map.get("priorityClasses").filter(|v| !v.is_null()) {
-            let m =
-                v.as_object().ok_or_else(|| f.bad("priorityClasses", v, "expected a map of class name to integer"))?;
-            for (k, p) in m {
-                let n = p
-                    .as_i64()
-                    .filter(|n| i32::try_from(*n).is_ok() && *n < 1_000_000_000)
-                    .ok_or_else(|| f.bad(&format!("priorityClasses.{k}"), p, "expected an integer below 1000000000"))?;
-                c.priority_classes.insert(k.clone(), n as i32);
-            }
-        }
-        Ok(c)
+        d.deserialize_any(ListOf { allowed: "expected a list", item, _t: PhantomData })
     }
 }
 
@@ -609,9 +825,12 @@ mod tests {
         let c = Config::load(std::path::Path::new(path)).expect("the packaged config loads");
         assert_eq!(c, Config::default(), "packaging/config.yaml must show every default");
         let text = std::fs::read_to_string(path).unwrap();
-        for field in FIELDS.iter().filter(|f| !["nodeName", "apiGroup", "shutdownGracePeriodByPodPriority"].contains(f))
-        {
-            assert!(text.contains(&format!("\n{field}:")), "packaging/config.yaml does not document {field}");
+        // every field is shown with its default value; the three without
+        // one to show are shown commented out
+        let commented = ["nodeName", "apiGroup", "shutdownGracePeriodByPodPriority"];
+        for field in field_names() {
+            let line = if commented.contains(field) { format!("\n# {field}:") } else { format!("\n{field}:") };
+            assert!(text.contains(&line), "packaging/config.yaml does not document {field}");
         }
     }
 
@@ -837,5 +1056,175 @@ mod tests {
         assert_eq!(field("staticPodSecurityLevel: Baseline"), "staticPodSecurityLevel");
         assert_eq!(field("apiGroupPodSecurityLevel: none"), "apiGroupPodSecurityLevel");
         assert!(matches!(Config::parse("c.yaml", "a: [b"), Err(ConfigError::Syntax { .. })));
+    }
+
+    /// Every refusal's whole message, as the hand-written parser before the
+    /// serde config gave it (checked against both).
+    #[test]
+    fn every_refusal_keeps_its_message() {
+        let cases: &[(&str, &str)] = &[
+            ("kind: \"  \"", "field kind: \"  \" is invalid: expected a non-empty string"),
+            ("apiVersion: v1", "field apiVersion: \"v1\" is invalid: expected kubelet.config.k8s.io/v1beta1"),
+            ("staticPodPath: 5", "field staticPodPath: 5 is invalid: expected a non-empty string"),
+            ("podLogsDir: relative", "field podLogsDir: \"relative\" is invalid: expected an absolute path"),
+            ("podLogsDir: \" \"", "field podLogsDir: \" \" is invalid: expected an absolute path"),
+            ("logindDropInDir: \"\"", "field logindDropInDir: \"\" is invalid: expected an absolute path"),
+            ("apiSocket: {a: 1}", "field apiSocket: {\"a\":1} is invalid: expected a non-empty string"),
+            (
+                "containerRuntimeEndpoint: \" \"",
+                "field containerRuntimeEndpoint: \" \" is invalid: expected a non-empty string",
+            ),
+            (
+                "containerRuntimeEndpoint: tcp://x",
+                "field containerRuntimeEndpoint: \"tcp://x\" is invalid: expected unix:///path/to/socket",
+            ),
+            ("address: [1]", "field address: [1] is invalid: expected a non-empty string"),
+            ("readOnlyPort: \"80\"", "field readOnlyPort: \"80\" is invalid: expected an integer from 0 to 65535"),
+            ("readOnlyPort: -1", "field readOnlyPort: -1 is invalid: expected an integer from 0 to 65535"),
+            ("maxPods: 1.0", "field maxPods: 1.0 is invalid: expected an integer from 0 to 10000"),
+            ("syncFrequency: 1.5", "field syncFrequency: 1.5 is invalid: expected a duration string such as 30s"),
+            ("syncFrequency: true", "field syncFrequency: true is invalid: expected a duration string such as 30s"),
+            (
+                "fileCheckFrequency: 24h0m1s",
+                "field fileCheckFrequency: \"24h0m1s\" is invalid: out of range: expected 0s to 24h0m0s",
+            ),
+            (
+                "shutdownGracePeriodCriticalPods: 1s",
+                "field shutdownGracePeriodCriticalPods: \"1s\" is invalid: must not exceed shutdownGracePeriod",
+            ),
+            (
+                "shutdownGracePeriodCriticalPods: 2s\nshutdownGracePeriod: 1500ms",
+                "field shutdownGracePeriodCriticalPods: \"2s\" is invalid: must not exceed shutdownGracePeriod",
+            ),
+            (
+                "shutdownGracePeriodByPodPriority: {a: 1}",
+                "field shutdownGracePeriodByPodPriority: {\"a\":1} is invalid: expected a list",
+            ),
+            (
+                "shutdownGracePeriodByPodPriority: 3",
+                "field shutdownGracePeriodByPodPriority: 3 is invalid: expected a list",
+            ),
+            (
+                "shutdownGracePeriodByPodPriority: [{priority: 1}]",
+                "field shutdownGracePeriodByPodPriority[0]: {\"priority\":1} is invalid: expected {priority: <int32>, shutdownGracePeriodSeconds: <0 to 86400>}",
+            ),
+            (
+                "shutdownGracePeriodByPodPriority: [{priority: 10, shutdownGracePeriodSeconds: 5}, 7]",
+                "field shutdownGracePeriodByPodPriority[1]: 7 is invalid: expected {priority: <int32>, shutdownGracePeriodSeconds: <0 to 86400>}",
+            ),
+            (
+                "shutdownGracePeriodByPodPriority: [{priority: 3000000000, shutdownGracePeriodSeconds: 5}]",
+                "field shutdownGracePeriodByPodPriority[0]: {\"priority\":3000000000,\"shutdownGracePeriodSeconds\":5} is invalid: expected {priority: <int32>, shutdownGracePeriodSeconds: <0 to 86400>}",
+            ),
+            (
+                "shutdownGracePeriodByPodPriority: [{priority: 1, shutdownGracePeriodSeconds: -1}]",
+                "field shutdownGracePeriodByPodPriority[0]: {\"priority\":1,\"shutdownGracePeriodSeconds\":-1} is invalid: expected {priority: <int32>, shutdownGracePeriodSeconds: <0 to 86400>}",
+            ),
+            (
+                "shutdownGracePeriod: 10s\nshutdownGracePeriodByPodPriority: [{priority: 1, shutdownGracePeriodSeconds: 5}]",
+                "field shutdownGracePeriodByPodPriority: [{\"priority\":1,\"shutdownGracePeriodSeconds\":5}] is invalid: cannot be combined with shutdownGracePeriod/shutdownGracePeriodCriticalPods",
+            ),
+            (
+                "systemReserved: 5",
+                "field systemReserved: 5 is invalid: expected a map such as {cpu: 100m, memory: 256Mi}",
+            ),
+            (
+                "systemReserved: [cpu]",
+                "field systemReserved: [\"cpu\"] is invalid: expected a map such as {cpu: 100m, memory: 256Mi}",
+            ),
+            (
+                "kubeReserved: {gpu: \"1\"}",
+                "field kubeReserved.gpu: \"1\" is invalid: expected one of cpu, memory, ephemeral-storage, pid",
+            ),
+            ("kubeReserved: {cpu: 1}", "field kubeReserved.cpu: 1 is invalid: expected a quantity string"),
+            ("kubeReserved: {pid: 100}", "field kubeReserved.pid: 100 is invalid: expected a quantity string"),
+            (
+                "systemReserved: {memory: lots}",
+                "field systemReserved.memory: \"lots\" is invalid: invalid quantity \"lots\": expected a number with an optional suffix (m, k, M, G, Ki, Mi, Gi, ...)",
+            ),
+            (
+                "kubeReserved: {memory: 1Ki, cpu: 2000000001m}",
+                "field kubeReserved.cpu: \"2000000001m\" is invalid: out of range: expected at most 1M (cores)",
+            ),
+            ("cgroupDriver: other", "field cgroupDriver: \"other\" is invalid: expected systemd or cgroupfs"),
+            ("nodeName: Node_1", "field nodeName: \"Node_1\" is invalid: expected a DNS-1123 subdomain"),
+            ("nodeName: \"\"", "field nodeName: \"\" is invalid: expected a non-empty string"),
+            ("apiGroup: 5", "field apiGroup: 5 is invalid: expected a non-empty string"),
+            ("readOnlyPortShowsEnv: 1", "field readOnlyPortShowsEnv: 1 is invalid: expected true or false"),
+            ("allowPrivileged: \"true\"", "field allowPrivileged: \"true\" is invalid: expected true or false"),
+            ("staticPodSecurityLevel: 3", "field staticPodSecurityLevel: 3 is invalid: expected a non-empty string"),
+            (
+                "priorityClasses: [a]",
+                "field priorityClasses: [\"a\"] is invalid: expected a map of class name to integer",
+            ),
+            (
+                "priorityClasses: {high: 1000000000}",
+                "field priorityClasses.high: 1000000000 is invalid: expected an integer below 1000000000",
+            ),
+            (
+                "priorityClasses: {a.b: x}",
+                "field priorityClasses.a.b: \"x\" is invalid: expected an integer below 1000000000",
+            ),
+            ("a: 1\n---\nb: 2\n", "cannot parse YAML: holds 2 documents; a config is one KubeletConfiguration"),
+            ("just text", "cannot parse YAML: expected a mapping of fields"),
+        ];
+        for (text, want) in cases {
+            match Config::parse("c.yaml", text) {
+                Err(e) => assert_eq!(e.to_string(), format!("c.yaml: {want}"), "{text:?}"),
+                Ok(_) => panic!("{text:?} loads"),
+            }
+        }
+    }
+
+    /// Parsing looks nothing up: an `apiGroup` no host has and an unset
+    /// `nodeName` load as written (the daemon resolves both at start).
+    #[test]
+    fn parsing_reads_nothing_of_the_host() {
+        let c = Config::parse("c.yaml", "apiGroup: no-such-group-on-any-host\n").unwrap();
+        assert_eq!(c.api_group.as_deref(), Some("no-such-group-on-any-host"));
+        assert_eq!(c.node_name, None);
+        assert_eq!(Config::default().node_name, None);
+        let c = Config::parse("c.yaml", "nodeName: edge-1\n").unwrap();
+        assert_eq!(c.node_name.as_deref(), Some("edge-1"));
+    }
+
+    #[test]
+    fn the_defaults_pass_their_own_validation() {
+        assert_eq!(Config::default().validate(), Ok(Config::default()));
+        // the known fields are serde's: every file field, not the computed sums
+        let names = field_names();
+        assert!(names.contains(&"kind") && names.contains(&"systemReserved") && names.contains(&"apiGroup"));
+        assert!(!names.contains(&"reservedCpuMillis"));
+        assert_eq!(Config::parse("c.yaml", "").unwrap(), Config::default());
+        assert_eq!(Config::parse("c.yaml", "# nothing\n---\n").unwrap(), Config::default());
+    }
+
+    /// One warning per unknown field (also when it is null), one per
+    /// reservation podwarden does not enforce; a null known field is unset.
+    #[test]
+    fn unknown_fields_and_unenforced_reservations_are_warned_about_once_each() {
+        let mut w = Vec::new();
+        let c = Config::parse_with_warnings(
+            "c.yaml",
+            "clusterDNS: [10.96.0.10]\nauthentication: {anonymous: {enabled: false}}\nresolvConf:\nmaxPods: null\nsyncFrequency:\nkubeReserved: {pid: \"100\", cpu: 100m}\nsystemReserved: {ephemeral-storage: 1Gi}\n",
+            &mut w,
+        )
+        .unwrap();
+        assert_eq!(
+            w,
+            [
+                "c.yaml: unknown field \"authentication\" ignored",
+                "c.yaml: unknown field \"clusterDNS\" ignored",
+                "c.yaml: unknown field \"resolvConf\" ignored",
+                "c.yaml: systemReserved.ephemeral-storage is accepted but not enforced by podwarden",
+                "c.yaml: kubeReserved.pid is accepted but not enforced by podwarden",
+            ]
+        );
+        assert_eq!((c.max_pods, c.sync_frequency), (110, Duration::from_secs(60)));
+        assert_eq!((c.reserved_cpu_millis, c.reserved_memory_bytes), (100, 0));
+        // the unknown fields are warned about even when a value is refused
+        let mut w = Vec::new();
+        assert!(Config::parse_with_warnings("c.yaml", "bogus: 1\nmaxPods: x\n", &mut w).is_err());
+        assert_eq!(w, ["c.yaml: unknown field \"bogus\" ignored"]);
     }
 }

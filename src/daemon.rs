@@ -27,6 +27,10 @@ use crate::sync::{PodSync, SyncConfig};
 pub enum DaemonError {
     #[error("containerRuntimeEndpoint {endpoint}: {message}")]
     Runtime { endpoint: String, message: String },
+    /// `apiGroup` names a group /etc/group does not have (the message is
+    /// the config's own: the caller prefixes the config file).
+    #[error("field apiGroup: {value} is invalid: expected a group that exists in /etc/group")]
+    ApiGroup { value: String },
     #[error("{what}: {source}")]
     Io {
         what: String,
@@ -38,6 +42,26 @@ pub enum DaemonError {
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> DaemonError {
     let what = what.into();
     move |source| DaemonError::Io { what, source }
+}
+
+/// The node's name: `nodeName`, else the host name (lowercased), as the
+/// kubelet takes it.
+pub fn node_name(config: &Config) -> String {
+    config.node_name.clone().unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_lowercase())
+            .unwrap_or_else(|_| "localhost".into())
+    })
+}
+
+/// `apiGroup` and its gid, looked up in /etc/group; an error if the group
+/// does not exist.
+pub fn api_group(config: &Config) -> Result<Option<(String, u32)>, DaemonError> {
+    let Some(name) = &config.api_group else { return Ok(None) };
+    match crate::api::group_id(name) {
+        Some(gid) => Ok(Some((name.clone(), gid))),
+        None => Err(DaemonError::ApiGroup { value: serde_json::Value::String(name.clone()).to_string() }),
+    }
 }
 
 fn connect_runtime(config: &Config) -> Result<Arc<dyn Runtime>, DaemonError> {
@@ -108,6 +132,8 @@ impl Running {
 
 /// Start every part of the agent on `runtime`.
 pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Result<Running, DaemonError> {
+    let node_name = node_name(config);
+    let api_group = api_group(config)?;
     std::fs::create_dir_all(config.root_dir.join("pods"))
         .map_err(io(format!("creating rootDir {}", config.root_dir.display())))?;
     let statuses = Arc::new(StatusManager::new());
@@ -137,7 +163,7 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
     let agent = Arc::new(
         Agent::new(
             AgentConfig {
-                node_name: config.node_name.clone(),
+                node_name: node_name.clone(),
                 root_dir: config.root_dir.clone(),
                 runtime_call_timeout: config.runtime_request_timeout.min(Duration::from_secs(10)),
             },
@@ -150,7 +176,7 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
         )
         .with_pod_cache(pod_cache),
     );
-    let source = FileSource::new(&config.static_pod_path, &config.node_name);
+    let source = FileSource::new(&config.static_pod_path, &node_name);
     let a = agent.clone();
     let source = start_watcher(
         source,
@@ -203,10 +229,10 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
     let api = {
         let cfg = crate::api::ApiConfig {
             socket: config.api_socket.clone(),
-            group: config.api_group.clone(),
+            group: api_group,
             static_pod_path: config.static_pod_path.clone(),
             pod_logs_dir: config.pod_logs_dir.clone(),
-            node_name: config.node_name.clone(),
+            node_name,
             healthy_within,
             rescan: source.rescanner(),
             root_pod_security: config.static_pod_security_level,
@@ -231,11 +257,13 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
     crate::thread::exit_on_panic(true);
     let mut signals =
         signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(io("installing signal handlers"))?;
+    // a config error before the runtime's: apiGroup is part of the config
+    api_group(&config)?;
     let runtime = connect_runtime(&config)?;
     log::info!(
         "podwarden {} starting: node {}, staticPodPath {}, rootDir {}",
         env!("CARGO_PKG_VERSION"),
-        config.node_name,
+        node_name(&config),
         config.static_pod_path.display(),
         config.root_dir.display()
     );

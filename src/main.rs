@@ -69,7 +69,12 @@ fn run(args: &[String]) -> Result<(), String> {
             if let Some(other) = rest.first() {
                 return Err(format!("run: unknown argument {other:?}\n\n{USAGE}"));
             }
-            podwarden::daemon::run(load_config(config_path)?).map_err(|e| e.to_string())
+            let file = config_file(config_path);
+            podwarden::daemon::run(load_config(file.clone())?).map_err(|e| match (e, file) {
+                // apiGroup is looked up at start; its error names the config
+                (e @ podwarden::daemon::DaemonError::ApiGroup { .. }, Some(f)) => format!("{}: {e}", f.display()),
+                (e, _) => e.to_string(),
+            })
         }
         Some("validate") => {
             let Some((config_path, files)) = config_args(&args[1..], VALIDATE_USAGE)? else {
@@ -81,11 +86,12 @@ fn run(args: &[String]) -> Result<(), String> {
             // the UID depends on the node name and on the path the agent
             // reads the file under: take both from the config the agent
             // would use
-            let config = load_config(config_path)?;
+            let config = load_config(config_file(config_path))?;
+            let node_name = podwarden::daemon::node_name(&config);
             let mut failed = false;
             for f in files {
                 let path = podwarden::model::manifest::source_path(f.as_ref(), &config.static_pod_path);
-                match podwarden::model::manifest::read_file(&path, &config.node_name) {
+                match podwarden::model::manifest::read_file(&path, &node_name) {
                     Ok(p) => {
                         for w in &p.warnings {
                             eprintln!("Warning: {f}: {w}");
@@ -139,13 +145,17 @@ fn config_args<'a>(args: &'a [String], usage: &str) -> Result<Option<ConfigArgs<
     Ok(Some((path, rest)))
 }
 
-/// The config at `path`, else `/etc/podwarden/config.yaml` if present, else
-/// the defaults.
-fn load_config(path: Option<PathBuf>) -> Result<Config, String> {
+/// The config file: `path`, else `/etc/podwarden/config.yaml` if present,
+/// else none (the defaults).
+fn config_file(path: Option<PathBuf>) -> Option<PathBuf> {
     let default = PathBuf::from("/etc/podwarden/config.yaml");
-    match path {
+    path.or_else(|| default.exists().then_some(default))
+}
+
+/// The config in `file`, else the defaults.
+fn load_config(file: Option<PathBuf>) -> Result<Config, String> {
+    match file {
         Some(p) => Config::load(&p).map_err(|e| e.to_string()),
-        None if default.exists() => Config::load(&default).map_err(|e| e.to_string()),
         None => Ok(Config::default()),
     }
 }

@@ -86,6 +86,11 @@ const CASES: &[(&str, &str, &str)] = &[
         "shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 20s\n",
         "field shutdownGracePeriodCriticalPods: \"20s\" is invalid: must not exceed shutdownGracePeriod",
     ),
+    (
+        "apiGroup no host has (looked up at start, not while parsing)",
+        "apiGroup: no-such-group-pw\n",
+        "field apiGroup: \"no-such-group-pw\" is invalid: expected a group that exists in /etc/group",
+    ),
     ("not a mapping", "- a\n- b\n", "cannot parse YAML: expected a mapping of fields"),
     ("another kind", "kind: Pod\n", "field kind: \"Pod\" is invalid: expected KubeletConfiguration"),
 ];
@@ -249,4 +254,30 @@ fn yaml_bombs_in_a_config_are_refused_before_they_expand() {
         assert_eq!(err.lines().last().unwrap_or_default(), format!("podwarden: {}: {want}", path.display()), "{name}");
         assert!(took < Duration::from_secs(2), "{name} took {took:?}");
     }
+}
+
+/// `validate` without `nodeName` derives UIDs with the host name, as `run`
+/// does (the config leaves it unset; the binary reads the host name).
+#[test]
+fn validate_without_a_node_name_takes_the_host_name() {
+    let d = TempDir::new("validatehost");
+    let config = d.0.join("c.yaml");
+    std::fs::write(&config, format!("staticPodPath: {}\n", d.0.join("manifests").display())).unwrap();
+    let pod = d.0.join("p.yaml");
+    std::fs::write(
+        &pod,
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n  - name: c\n    image: busybox:1\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["validate", "--config", config.to_str().unwrap(), pod.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_lowercase();
+    let want = podwarden::model::manifest::read_file(&pod, &host).unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(&format!("uid {}", podwarden::model::uid(&want))), "{stdout}");
+    let other = podwarden::model::manifest::read_file(&pod, "localhost-not-this-host").unwrap();
+    assert!(!stdout.contains(podwarden::model::uid(&other)), "{stdout}");
 }
