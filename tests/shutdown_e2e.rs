@@ -315,7 +315,11 @@ fn prepare_for_shutdown_broadcast_by_another_client_is_ignored() {
     let uids = start_pods(&a, &[("target", "", TRAPPING)]);
     let tl = Timeline::start(&uids);
     forge_prepare_for_shutdown();
-    std::thread::sleep(Duration::from_secs(2));
+    // the agent saw the broadcast and said why it ignores it
+    wait_for("the forged signal seen and ignored", Duration::from_secs(10), || {
+        a.log().contains("ignoring PrepareForShutdown(true) from ")
+    });
+    assert!(a.log().contains(": not logind ("), "{}", a.log());
     assert!(tl.gone(&uids[0]).is_none(), "a forged signal stopped a pod");
     assert_eq!(node(&a)["gracefulShutdown"]["shuttingDown"], false);
     assert_eq!(podwarden_inhibitors(), 1);
