@@ -33,6 +33,17 @@ fn uid_of(file: &std::path::Path) -> String {
     s.rsplit("uid ").next().unwrap().trim().to_string()
 }
 
+/// Prints the daemon's log file when the test fails.
+struct ShowOnPanic(std::path::PathBuf);
+
+impl Drop for ShowOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("---- podwarden log ----\n{}", std::fs::read_to_string(&self.0).unwrap_or_default());
+        }
+    }
+}
+
 #[test]
 fn run_follows_manifests_and_stops_cleanly_on_sigterm() {
     let d = TempDir::new("daemon");
@@ -42,7 +53,7 @@ fn run_follows_manifests_and_stops_cleanly_on_sigterm() {
     std::fs::write(
         &config,
         format!(
-            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\npodLogsDir: {}\nnodeName: node-a\nfileCheckFrequency: 1h\nhousekeepingInterval: 200ms\nsomeKubeletField: true\n",
+            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\npodLogsDir: {}\nnodeName: node-a\nfileCheckFrequency: 1h\nhousekeepingInterval: 200ms\nreadOnlyPort: 0\nsomeKubeletField: true\n",
             manifests.display(),
             d.0.join("root").display(),
             d.0.display(),
@@ -54,9 +65,10 @@ fn run_follows_manifests_and_stops_cleanly_on_sigterm() {
     let mut child = Command::new(BIN)
         .args(["run", "--config", config.to_str().unwrap()])
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(std::fs::File::create(d.0.join("stderr")).unwrap())
         .spawn()
         .unwrap();
+    let _show = ShowOnPanic(d.0.join("stderr"));
     let pid = child.id() as i32;
     let t = Duration::from_secs(10);
     wait_for("pod a's directory", t, || pod_dirs(&d.0).len() == 1);
@@ -94,9 +106,7 @@ fn run_follows_manifests_and_stops_cleanly_on_sigterm() {
     });
     assert!(status.unwrap().success());
     assert_eq!(pod_dirs(&d.0).len(), 2, "pods are left as they are");
-    let mut err = String::new();
-    use std::io::Read;
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let err = std::fs::read_to_string(d.0.join("stderr")).unwrap();
     assert!(err.contains("unknown field \"someKubeletField\" ignored"), "{err}");
     assert!(err.contains("pods keep running"), "{err}");
 }

@@ -136,6 +136,7 @@ fn run(seed: u64) {
                     }
                 }
                 samples += 1;
+                // the sampling period (not a wait for anything)
                 std::thread::sleep(Duration::from_millis(2));
             }
             samples
@@ -234,6 +235,7 @@ fn run(seed: u64) {
         };
         *counts.entry(what).or_default() += 1;
         if n % 64 == 0 {
+            // pacing: let the workers run between bursts (not a wait)
             std::thread::sleep(Duration::from_millis(1));
         }
     }
