@@ -275,7 +275,9 @@ fn containerd_restarted_during_a_deletion_the_pod_still_finishes() {
     wait_for("a failed termination pass", Duration::from_secs(30), || {
         a.log().lines().any(|l| l.contains(&format!("e2e/survivor {uid}: Terminating failed")))
     });
-    let out = Command::new("scripts/e2e-env.sh").arg("up").output().unwrap();
+    // in a session of its own: the restarted containerd is shared and must
+    // outlive this test's process group
+    let out = Command::new("setsid").args(["-w", "scripts/e2e-env.sh", "up"]).output().unwrap();
     assert!(out.status.success(), "restarting containerd: {}", String::from_utf8_lossy(&out.stderr));
     // the agent was not restarted; its worker retries until the pod is gone
     let cri = cri();

@@ -108,7 +108,9 @@ fn logind_restarted_the_lock_is_taken_again() {
     // SAFETY: stopping the private logind the test script started.
     unsafe { libc::kill(pid, libc::SIGTERM) };
     wait_for("logind gone", Duration::from_secs(5), || unsafe { libc::kill(pid, 0) != 0 });
-    let out = Command::new("scripts/logind-env.sh").arg("up").output().unwrap();
+    // in a session of its own: the restarted logind is shared and must
+    // outlive this test's process group
+    let out = Command::new("setsid").args(["-w", "scripts/logind-env.sh", "up"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let t = Instant::now();
     wait_for("lock re-taken", Duration::from_secs(5), || podwarden_inhibitors() == 1);

@@ -293,7 +293,9 @@ fn dbus_and_logind_restarted_lock_retaken_within_2s_and_a_shutdown_still_handled
     let mut a = start("shutdown-restart", "shutdownGracePeriod: 4s\nshutdownGracePeriodCriticalPods: 1s\n");
     let uids = start_pods(&a, &[("survivor", "", TRAPPING)]);
     for what in ["down", "up"] {
-        let out = std::process::Command::new("scripts/logind-env.sh").arg(what).output().unwrap();
+        // in a session of its own: the restarted bus and logind are shared
+        // and must outlive this test's process group
+        let out = std::process::Command::new("setsid").args(["-w", "scripts/logind-env.sh", what]).output().unwrap();
         assert!(out.status.success(), "logind-env.sh {what}: {}", String::from_utf8_lossy(&out.stderr));
     }
     let t = Instant::now();
