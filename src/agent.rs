@@ -325,6 +325,8 @@ impl Agent {
         self.metrics.retain_seen(|uid| desired_uids.contains(uid));
         self.refresh_metrics(&desired, &workers, runtime_pods.as_deref());
         *self.last_housekeeping.lock() = Some(Instant::now());
+        // read-only observation point: tests count passes by this line
+        log::debug!("housekeeping: pass done");
     }
 
     fn list_runtime_pods(&self) -> Result<Vec<RuntimePod>, crate::runtime::RuntimeError> {

@@ -11,6 +11,7 @@ mod common;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 
 use agent::*;
+use std::sync::Arc;
 
 /// Run the CLI against the agent's socket: (exit code, stdout, stderr).
 fn cli(a: &Agent, args: &[&str]) -> (i32, String, String) {
@@ -134,25 +135,36 @@ fn every_verb_and_output_format_against_the_daemon() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    // what -f printed so far, read as it comes
+    let followed = Arc::new(Mutex::new(String::new()));
+    let reader = {
+        let (mut out, followed) = (follow.stdout.take().unwrap(), followed.clone());
+        podwarden::thread::spawn("follow-reader", None, move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = out.read(&mut buf) {
+                followed.lock().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+        .unwrap()
+    };
+    let lines = || followed.lock().lines().count();
+    wait_for("logs -f printing", Duration::from_secs(10), || lines() > 0);
     let before = ok(&a, &["logs", "hello", "-n", "e2e"]).lines().count();
-    std::thread::sleep(Duration::from_millis(1000));
+    // the container writes a line every 200 ms: -f keeps printing them
+    wait_for("logs -f printing lines written after it started", Duration::from_secs(10), || lines() > before + 2);
     // delete with the default grace: the container exits on SIGTERM and -f ends
     assert_eq!(ok(&a, &["delete", "pod", "hello", "-n", "e2e"]), "pod \"hello\" deleted\n");
     assert!(!written.exists(), "the manifest is removed");
-    let t = Instant::now();
-    let status = loop {
-        if let Some(s) = follow.try_wait().unwrap() {
-            break s;
-        }
-        assert!(t.elapsed() < Duration::from_secs(15), "logs -f did not end after the container stopped");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(status.success());
-    let mut followed = String::new();
-    follow.stdout.take().unwrap().read_to_string(&mut followed).unwrap();
+    let mut status = None;
+    wait_for("logs -f ended after the container stopped", Duration::from_secs(15), || {
+        status = follow.try_wait().unwrap();
+        status.is_some()
+    });
+    assert!(status.unwrap().success());
+    reader.join().unwrap();
+    let followed = followed.lock().clone();
     let n = followed.lines().count();
-    assert!(n > before + 2, "-f kept printing: {n} lines, {before} before the last second");
+    assert!(n > before + 2, "-f kept printing: {n} lines, {before} when it had been running a while");
     assert!(followed.starts_with("line 0\n"));
     wait_for("hello gone", Duration::from_secs(30), || a.runtime_pod(&uid).sandboxes.is_empty());
     a.clean_up(&[&uid]);

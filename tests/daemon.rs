@@ -33,6 +33,17 @@ fn uid_of(file: &std::path::Path) -> String {
     s.rsplit("uid ").next().unwrap().trim().to_string()
 }
 
+/// Prints the daemon's log file when the test fails.
+struct ShowOnPanic(std::path::PathBuf);
+
+impl Drop for ShowOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("---- podwarden log ----\n{}", std::fs::read_to_string(&self.0).unwrap_or_default());
+        }
+    }
+}
+
 #[test]
 fn run_follows_manifests_and_stops_cleanly_on_sigterm() {
     let d = TempDir::new("daemon");
@@ -42,7 +53,7 @@ fn run_follows_manifests_and_stops_cleanly_on_sigterm() {
     std::fs::write(
         &config,
         format!(
-            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\npodLogsDir: {}\nnodeName: node-a\nfileCheckFrequency: 1h\nhousekeepingInterval: 200ms\nsomeKubeletField: true\n",
+            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\npodLogsDir: {}\nnodeName: node-a\nfileCheckFrequency: 1h\nhousekeepingInterval: 200ms\nreadOnlyPort: 0\nsomeKubeletField: true\n",
             manifests.display(),
             d.0.join("root").display(),
             d.0.display(),
@@ -54,9 +65,10 @@ fn run_follows_manifests_and_stops_cleanly_on_sigterm() {
     let mut child = Command::new(BIN)
         .args(["run", "--config", config.to_str().unwrap()])
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(std::fs::File::create(d.0.join("stderr")).unwrap())
         .spawn()
         .unwrap();
+    let _show = ShowOnPanic(d.0.join("stderr"));
     let pid = child.id() as i32;
     let t = Duration::from_secs(10);
     wait_for("pod a's directory", t, || pod_dirs(&d.0).len() == 1);
@@ -68,9 +80,20 @@ fn run_follows_manifests_and_stops_cleanly_on_sigterm() {
     // removal: the pod is killed, its directory cleaned up
     std::fs::remove_file(manifests.join("a.yaml")).unwrap();
     wait_for("pod a's directory removed", t, || pod_dirs(&d.0) == vec![b_uid.clone()]);
-    // SIGHUP rescans and does not stop the agent
+    // SIGHUP rescans and does not stop the agent. A manifest rewritten
+    // through a hard link outside staticPodPath raises no inotify event
+    // there, so with the 1 h rescan only SIGHUP can pick the change up.
+    let outside = d.0.join("c-outside.yaml");
+    std::fs::write(&outside, POD.replace("NAME", "c")).unwrap();
+    std::fs::hard_link(&outside, manifests.join("c.yaml")).unwrap();
+    wait_for("pod c's directory", t, || pod_dirs(&d.0).len() == 2);
+    let c_uid = pod_dirs(&d.0).into_iter().find(|u| *u != b_uid).unwrap();
+    std::fs::write(&outside, POD.replace("NAME", "c2")).unwrap(); // the same inode
     podwarden::sys::kill(pid, libc::SIGHUP).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    wait_for("the SIGHUP rescan replaced pod c by c2", t, || {
+        let dirs = pod_dirs(&d.0);
+        dirs.len() == 2 && dirs.contains(&b_uid) && !dirs.contains(&c_uid)
+    });
     assert!(child.try_wait().unwrap().is_none(), "SIGHUP must not stop the agent");
     // SIGTERM stops it cleanly without killing pods
     podwarden::sys::kill(pid, libc::SIGTERM).unwrap();
@@ -80,10 +103,8 @@ fn run_follows_manifests_and_stops_cleanly_on_sigterm() {
         status.is_some()
     });
     assert!(status.unwrap().success());
-    assert_eq!(pod_dirs(&d.0).len(), 1, "pods are left as they are");
-    let mut err = String::new();
-    use std::io::Read;
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert_eq!(pod_dirs(&d.0).len(), 2, "pods are left as they are");
+    let err = std::fs::read_to_string(d.0.join("stderr")).unwrap();
     assert!(err.contains("unknown field \"someKubeletField\" ignored"), "{err}");
     assert!(err.contains("pods keep running"), "{err}");
 }
@@ -168,17 +189,21 @@ fn under_systemd_log_lines_carry_their_syslog_priority() {
         ),
     )
     .unwrap();
-    let child = Command::new(BIN)
+    let stderr = d.0.join("stderr");
+    let mut child = Command::new(BIN)
         .args(["run", "--config", config.to_str().unwrap()])
         .env("JOURNAL_STREAM", "8:1234")
-        .stderr(Stdio::piped())
+        .stderr(std::fs::File::create(&stderr).unwrap())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(700));
+    // the local API is the last part started
+    wait_for("the agent started", Duration::from_secs(10), || {
+        std::fs::read_to_string(&stderr).is_ok_and(|e| e.contains("local API on"))
+    });
     let _ = podwarden::sys::kill(child.id() as i32, libc::SIGTERM);
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success());
+    let status = child.wait().unwrap();
+    let err = std::fs::read_to_string(&stderr).unwrap();
+    assert!(status.success(), "{err}");
     let lines: Vec<&str> = err.lines().collect();
     assert!(lines.iter().any(|l| l.starts_with("<4>") && l.contains("unknown field \"bogusField\"")), "{err}");
     assert!(lines.iter().any(|l| l.starts_with("<6>") && l.contains("starting")), "{err}");
@@ -202,17 +227,31 @@ fn without_a_system_bus_graceful_shutdown_is_off_with_one_warning_and_pods_still
         ),
     )
     .unwrap();
-    let child = Command::new(BIN)
+    let bus = d.0.join("system_bus_socket");
+    let stderr = d.0.join("stderr");
+    let log = || std::fs::read_to_string(&stderr).unwrap_or_default();
+    let mut child = Command::new(BIN)
         .args(["run", "--config", config.to_str().unwrap()])
-        .env("DBUS_SYSTEM_BUS_ADDRESS", "unix:path=/nonexistent/system_bus_socket")
-        .stderr(Stdio::piped())
+        .env("DBUS_SYSTEM_BUS_ADDRESS", format!("unix:path={}", bus.display()))
+        .stderr(std::fs::File::create(&stderr).unwrap())
         .spawn()
         .unwrap();
     wait_for("pod started anyway", Duration::from_secs(10), || pod_dirs(&d.0).len() == 1);
-    std::thread::sleep(Duration::from_millis(2500)); // a few reconnect attempts
+    wait_for("the warning", Duration::from_secs(10), || log().contains("graceful node shutdown unavailable"));
+    // from now on the socket exists but no bus answers on it: each
+    // reconnect attempt (one a second) shows as a connection, closed at once
+    let listener = std::os::unix::net::UnixListener::bind(&bus).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let mut attempts = 0;
+    wait_for("two more connection attempts", Duration::from_secs(10), || {
+        while let Ok((conn, _)) = listener.accept() {
+            drop(conn);
+            attempts += 1;
+        }
+        attempts >= 2
+    });
     let _ = podwarden::sys::kill(child.id() as i32, libc::SIGTERM);
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(child.wait().unwrap().success());
+    let err = log();
     assert_eq!(err.matches("graceful node shutdown unavailable").count(), 1, "one warning: {err}");
 }

@@ -192,7 +192,8 @@ fn edited_manifest_stops_the_old_pod_before_the_new_one_starts() {
 #[test]
 fn agent_killed_and_restarted_adopts_running_pods() {
     let _serial = SERIAL.lock();
-    let mut a = Agent::start("adopt");
+    // debug lines of the agent module: one per housekeeping pass
+    let mut a = Agent::start_with("adopt", "", &[("RUST_LOG", "info,podwarden::agent=debug")]);
     a.write("keep.yaml", &pod_yaml("keep", "", TRAPPING));
     a.write("drop.yaml", &pod_yaml("drop", "", TRAPPING));
     let keep = a.uid("keep");
@@ -209,7 +210,11 @@ fn agent_killed_and_restarted_adopts_running_pods() {
         let rp = a.runtime_pod(&drop_uid);
         rp.sandboxes.is_empty() && rp.containers.is_empty()
     });
-    std::thread::sleep(Duration::from_secs(2)); // a few housekeeping passes
+    // a few housekeeping passes (500 ms apart) after that: none touches the
+    // adopted pod
+    let passes = || a.log().matches("housekeeping: pass done").count();
+    let seen = passes();
+    wait_for("three more housekeeping passes", Duration::from_secs(20), || passes() >= seen + 3);
     let after = a.runtime_pod(&keep);
     assert_eq!(after.sandboxes.len(), 1, "no duplicate sandbox");
     assert_eq!(after.containers.len(), 1, "no second container");
@@ -263,8 +268,13 @@ fn containerd_restarted_during_a_deletion_the_pod_still_finishes() {
     podwarden::sys::kill(pid, libc::SIGKILL).unwrap();
     wait_for("containerd gone", Duration::from_secs(10), || podwarden::sys::kill(pid, 0).is_err());
     a.remove("p.yaml");
-    std::thread::sleep(Duration::from_secs(2)); // the termination fails meanwhile
-    let out = Command::new("scripts/e2e-env.sh").arg("up").output().unwrap();
+    // the termination fails meanwhile (and is retried after back-off)
+    wait_for("a failed termination pass", Duration::from_secs(30), || {
+        a.log().lines().any(|l| l.contains(&format!("e2e/survivor {uid}: Terminating failed")))
+    });
+    // in a session of its own: the restarted containerd is shared and must
+    // outlive this test's process group
+    let out = Command::new("setsid").args(["-w", "scripts/e2e-env.sh", "up"]).output().unwrap();
     assert!(out.status.success(), "restarting containerd: {}", String::from_utf8_lossy(&out.stderr));
     // the agent was not restarted; its worker retries until the pod is gone
     let cri = cri();
@@ -391,8 +401,21 @@ fn metrics_pass_promtool_and_count_pods_and_orphans_and_pods_redacts_env() {
     wait_for("orphan and removed pod gone", Duration::from_secs(30), || {
         a.runtime_pod("e2e-metrics-orphan").sandboxes.is_empty() && a.runtime_pod(&gone).sandboxes.is_empty()
     });
-    std::thread::sleep(Duration::from_secs(2)); // a housekeeping pass refreshes the gauges
-    let text = a.get("/metrics").expect("/metrics");
+    // a housekeeping pass after the removals refreshes the gauges: wait
+    // until they show one pod, then check everything on that text
+    let mut text = String::new();
+    poll_until(Duration::from_secs(20), || {
+        text = a.get("/metrics").unwrap_or_default();
+        [
+            "kubelet_desired_pods{static=\"true\"}",
+            "kubelet_active_pods{static=\"true\"}",
+            "kubelet_working_pods{config=\"desired\",lifecycle=\"sync\",static=\"true\"}",
+            "kubelet_running_pods",
+            "kubelet_running_containers{container_state=\"running\"}",
+        ]
+        .iter()
+        .all(|s| metric(&text, s) == Some(1.0))
+    });
     let mut check = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())

@@ -169,12 +169,10 @@ fn a_pod_started_again_after_a_cancelled_shutdown_has_a_running_status() {
     assert_eq!(st.message.as_deref(), Some(podwarden::shutdown::MESSAGE));
     logind.send(Event::PrepareForShutdown(false));
     wait_for("admission open again", T, || !h.agent.admission.is_shutting_down());
-    let end = Instant::now() + T;
-    while h.fake.live_containers("web1") == 0 && Instant::now() < end {
+    wait_for("web runs again", T, || {
         h.agent.housekeeping();
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(h.fake.live_containers("web1"), 1, "web runs again");
+        h.fake.live_containers("web1") == 1
+    });
     wait_for("web's status is Running", T, || h.status_phase("web1").as_deref() == Some("Running"));
     let st = h.statuses.get("web1").unwrap();
     assert_eq!(st.reason, None, "no shutdown reason on a running pod");
@@ -314,13 +312,7 @@ fn a_panicking_thread_ends_podwarden_run() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut status = None;
-    let end = Instant::now() + T;
-    while status.is_none() && Instant::now() < end {
-        status = child.try_wait().unwrap();
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let exited = status.is_some();
+    let exited = poll_until(T, || child.try_wait().unwrap().is_some());
     if !exited {
         let _ = child.kill();
     }

@@ -293,7 +293,9 @@ fn dbus_and_logind_restarted_lock_retaken_within_2s_and_a_shutdown_still_handled
     let mut a = start("shutdown-restart", "shutdownGracePeriod: 4s\nshutdownGracePeriodCriticalPods: 1s\n");
     let uids = start_pods(&a, &[("survivor", "", TRAPPING)]);
     for what in ["down", "up"] {
-        let out = std::process::Command::new("scripts/logind-env.sh").arg(what).output().unwrap();
+        // in a session of its own: the restarted bus and logind are shared
+        // and must outlive this test's process group
+        let out = std::process::Command::new("setsid").args(["-w", "scripts/logind-env.sh", what]).output().unwrap();
         assert!(out.status.success(), "logind-env.sh {what}: {}", String::from_utf8_lossy(&out.stderr));
     }
     let t = Instant::now();
@@ -315,7 +317,11 @@ fn prepare_for_shutdown_broadcast_by_another_client_is_ignored() {
     let uids = start_pods(&a, &[("target", "", TRAPPING)]);
     let tl = Timeline::start(&uids);
     forge_prepare_for_shutdown();
-    std::thread::sleep(Duration::from_secs(2));
+    // the agent saw the broadcast and said why it ignores it
+    wait_for("the forged signal seen and ignored", Duration::from_secs(10), || {
+        a.log().contains("ignoring PrepareForShutdown(true) from ")
+    });
+    assert!(a.log().contains(": not logind ("), "{}", a.log());
     assert!(tl.gone(&uids[0]).is_none(), "a forged signal stopped a pod");
     assert_eq!(node(&a)["gracefulShutdown"]["shuttingDown"], false);
     assert_eq!(podwarden_inhibitors(), 1);

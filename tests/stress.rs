@@ -9,7 +9,7 @@ mod common;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use podwarden::events::EventRecorder;
@@ -136,6 +136,7 @@ fn run(seed: u64) {
                     }
                 }
                 samples += 1;
+                // the sampling period (not a wait for anything)
                 std::thread::sleep(Duration::from_millis(2));
             }
             samples
@@ -234,6 +235,7 @@ fn run(seed: u64) {
         };
         *counts.entry(what).or_default() += 1;
         if n % 64 == 0 {
+            // pacing: let the workers run between bursts (not a wait)
             std::thread::sleep(Duration::from_millis(1));
         }
     }
@@ -245,22 +247,17 @@ fn run(seed: u64) {
     for p in &pods {
         workers.update_pod(UpdatePodOptions::kill(p.clone(), KillPodOptions::default()));
     }
-    let end = Instant::now() + Duration::from_secs(60);
-    loop {
+    // housekeeping's part: sync_known_pods removes the finished workers
+    common::poll_until(Duration::from_secs(60), || {
         sync_known(&workers, &desired, &mut removed_at);
-        if workers.snapshot().is_empty() || Instant::now() > end {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        workers.snapshot().is_empty()
+    });
     stop.store(true, Ordering::SeqCst);
     let samples = sampler.join().unwrap();
     let left: Vec<String> = workers.snapshot().into_iter().map(|w| format!("{} {:?}", w.uid, w.phase)).collect();
     assert!(left.is_empty(), "seed {seed}: pods never finished: {left:?}");
-    let end = Instant::now() + Duration::from_secs(5);
-    while workers.worker_threads() > 0 && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    // idle worker threads wait up to a second to be reused, then end
+    common::poll_until(Duration::from_secs(5), || workers.worker_threads() == 0);
     assert_eq!(workers.worker_threads(), 0, "seed {seed}: worker threads left behind");
     let live: usize = fake.live_by_uid().values().sum();
     assert_eq!(live, 0, "seed {seed}: live containers after every pod finished");

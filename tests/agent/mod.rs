@@ -8,7 +8,7 @@ pub use std::path::{Path, PathBuf};
 pub use std::process::{Child, Command, Stdio};
 pub use std::time::{Duration, Instant};
 
-pub use crate::common::{TempDir, wait_for};
+pub use crate::common::{TempDir, assert_holds_for, poll_until, wait_for};
 pub use parking_lot::Mutex;
 pub use podwarden::runtime::cri::CriRuntime;
 pub use podwarden::runtime::{CallCtx, ContainerState, Runtime, RuntimePod, SandboxConfig};
@@ -209,10 +209,8 @@ impl Drop for Agent {
     fn drop(&mut self) {
         if let Some(c) = self.child.as_mut() {
             let _ = podwarden::sys::kill(c.id() as i32, libc::SIGTERM);
-            let end = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < end && c.try_wait().ok().flatten().is_none() {
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            // a clean stop takes milliseconds; SIGKILL after 5 s (no panic in drop)
+            poll_until(Duration::from_secs(5), || c.try_wait().ok().flatten().is_some());
             let _ = c.kill();
             let _ = c.wait();
         }

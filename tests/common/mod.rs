@@ -194,3 +194,36 @@ pub fn with_policy(mut p: Pod, policy: &str) -> Pod {
 pub fn arc(p: Pod) -> Arc<Pod> {
     Arc::new(p)
 }
+
+// ---- waiting on conditions (added for issue 14; keep below the harness) ----
+
+/// Poll `cond` every 5 ms until it holds or `timeout` passes; whether it
+/// held. For callers that assert with their own message (or must not
+/// panic, as in `Drop`); [`wait_for`] is the asserting form.
+pub fn poll_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return cond();
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Assert that `cond` holds throughout `window`, checked every 5 ms. For a
+/// negative claim ("nothing starts while ...") that has no event to wait
+/// for: the window is what is tested, so it stays short, and a regression
+/// that acts within it fails the test.
+pub fn assert_holds_for(what: &str, window: Duration, mut cond: impl FnMut() -> bool) {
+    let end = Instant::now() + window;
+    loop {
+        assert!(cond(), "{what} stopped holding within {window:?}");
+        if Instant::now() >= end {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
