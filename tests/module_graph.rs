@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// Modules that import nothing of podwarden's running parts: only each other.
-const LEAVES: &[&str] = &["model", "config", "runtime", "cancel", "thread", "fsutil", "sys", "logging", "notify", "pss"];
+const LEAVES: &[&str] =
+    &["model", "config", "runtime", "cancel", "thread", "fsutil", "sys", "logging", "notify", "pss"];
 
 fn files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap() {
@@ -233,7 +234,9 @@ fn leaves_import_only_leaves() {
 
 #[test]
 fn the_reader_sees_groups_and_ignores_comments() {
-    let code = code_only("use crate::{agent, model::{Pod, Uid}};\n// crate::http\nlet s = \"crate::api\"; /* crate::cli */ crate::thread::spawn");
+    let code = code_only(
+        "use crate::{agent, model::{Pod, Uid}};\n// crate::http\nlet s = \"crate::api\"; /* crate::cli */ crate::thread::spawn",
+    );
     let r = referenced(&code);
     assert_eq!(r.into_iter().collect::<Vec<_>>(), ["agent", "model", "thread"]);
 }
