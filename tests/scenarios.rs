@@ -677,6 +677,85 @@ fn logind_thread_holds_the_lock_releases_it_after_the_pods_and_takes_it_again() 
     assert_eq!(logind.locks_held(), 0, "stopping the thread releases the lock");
 }
 
+/// A node shutdown with a 30 s window holding on a pod that ignores SIGTERM
+/// (grace 30 s) and a pod that exits at once, on the logind thread.
+/// Returns the thread and the fake logind once both pods are killed.
+fn logind_shutdown_in_progress(h: &Harness) -> (podwarden::logind::LogindThread, Arc<podwarden::logind::FakeLogind>) {
+    use podwarden::logind::{Event, FakeLogind, LogindThread, ShutdownConfig};
+    h.fake.set_term_delay("c", None); // "stubborn" ignores SIGTERM
+    let mut quick = pod("quick", "lq");
+    quick.spec.as_mut().unwrap().containers[0].name = "q".into(); // exits at SIGTERM
+    h.agent.apply_source(vec![arc(with_grace(pod("stubborn", "ls"), 30)), arc(quick)]);
+    for u in ["ls", "lq"] {
+        wait_for("running", T, || h.fake.live_containers(u) == 1);
+    }
+    let logind = Arc::new(FakeLogind::new(Duration::from_secs(30)));
+    let cfg = ShutdownConfig {
+        groups: podwarden::shutdown::groups_from_config(30, 0, &[]),
+        priority_classes: Default::default(),
+        root_dir: h.root.0.clone(),
+        dropin_dir: None,
+    };
+    let thread = LogindThread::start(logind.clone(), h.parts.shutdown_runner(), cfg).unwrap();
+    wait_for("lock taken", T, || logind.locks_held() == 1);
+    logind.send(Event::PrepareForShutdown(true));
+    wait_for("both pods told to stop", T, || {
+        !h.fake.calls_for("ls", Op::StopContainer).is_empty() && h.fake.live_containers("lq") == 0
+    });
+    assert!(h.admission.is_shutting_down());
+    assert_eq!(h.fake.live_containers("ls"), 1, "the stubborn pod holds the window");
+    assert_eq!(logind.locks_held(), 1, "the lock is held while the window runs");
+    (thread, logind)
+}
+
+/// Defect (issue 14): the logind thread ran the whole shutdown inline, so
+/// a `PrepareForShutdown(false)` waited for the window (here 30 s) to end.
+#[test]
+fn logind_cancel_during_a_shutdown_takes_effect_at_once_and_restarts_the_pods() {
+    use podwarden::logind::Event;
+    let h = Harness::new();
+    let (thread, logind) = logind_shutdown_in_progress(&h);
+    // a pod arriving during the shutdown is rejected
+    let late = arc(pod("late", "ll"));
+    let mut all = h.agent.desired().into_iter().map(|d| d.pod).collect::<Vec<_>>();
+    all.push(late);
+    h.agent.apply_source(all);
+    assert_eq!(h.statuses.get("ll").unwrap().reason.as_deref(), Some("NodeShutdown"));
+    let t = Instant::now();
+    logind.send(Event::PrepareForShutdown(false));
+    wait_for("admission open again", T, || !h.admission.is_shutting_down());
+    let took = t.elapsed();
+    assert!(took < Duration::from_secs(2), "the cancel took {took:?}: it waited for the 30 s window");
+    // re-admitted and restarted: the late pod and the pod that stopped run
+    wait_for("late pod and quick pod run", T, || {
+        h.agent.housekeeping();
+        h.fake.live_containers("ll") == 1 && h.fake.live_containers("lq") == 1
+    });
+    assert!(t.elapsed() < Duration::from_secs(5), "restarted only after {:?}", t.elapsed());
+    assert!(h.agent.desired_pod("ll").unwrap().rejected.is_none());
+    assert_eq!(logind.locks_held(), 1, "the lock stays held for the next shutdown");
+    let st = h.parts.shutdown.lock().clone();
+    assert!(st.lock_held && st.last_end.is_some(), "{st:?}");
+    // the logind thread still listens: a new shutdown is acted on
+    logind.send(Event::PrepareForShutdown(true));
+    wait_for("shutting down again", T, || h.admission.is_shutting_down());
+    drop(thread);
+}
+
+/// Stopping the agent during a shutdown window returns at once instead of
+/// waiting for the window; the lock is released.
+#[test]
+fn stopping_the_logind_thread_mid_shutdown_returns_promptly() {
+    let h = Harness::new();
+    let (thread, logind) = logind_shutdown_in_progress(&h);
+    let t = Instant::now();
+    drop(thread);
+    let took = t.elapsed();
+    assert!(took < Duration::from_secs(2), "stopping took {took:?}: it waited for the 30 s window");
+    assert_eq!(logind.locks_held(), 0, "stopping releases the lock");
+    assert!(!h.parts.shutdown.lock().lock_held);
+}
+
 fn sync_passes(h: &Harness) -> u64 {
     h.metrics.pod_worker_duration.lock().get("sync").map_or(0, |s| s.count)
 }
