@@ -19,12 +19,24 @@ use thiserror::Error;
 use crate::cancel::CancelToken;
 use crate::shutdown::{Report, Runner};
 
-#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[derive(Debug, Error)]
 pub enum LogindError {
+    /// Nothing to connect to, or not connected (no bus error behind it).
     #[error("no system bus or logind: {0}")]
     Unavailable(String),
-    #[error("logind call {call} failed: {message}")]
-    Call { call: &'static str, message: String },
+    /// The bus refused: `context` says what was asked (may be empty).
+    #[error("no system bus or logind: {context}{source}")]
+    Bus {
+        context: String,
+        #[source]
+        source: dbus::Error,
+    },
+    #[error("logind call {call} failed: {}", .source.message().unwrap_or("no message"))]
+    Call {
+        call: &'static str,
+        #[source]
+        source: dbus::Error,
+    },
 }
 
 /// What logind tells podwarden.
@@ -476,7 +488,7 @@ pub mod dbus_impl {
     }
 
     fn err(call: &'static str, e: dbus::Error) -> LogindError {
-        LogindError::Call { call, message: e.message().unwrap_or("no message").to_string() }
+        LogindError::Call { call, source: e }
     }
 
     impl DbusLogind {
@@ -495,12 +507,13 @@ pub mod dbus_impl {
 
     impl Logind for DbusLogind {
         fn connect(&self) -> Result<(), LogindError> {
-            let conn = Connection::new_system().map_err(|e| LogindError::Unavailable(e.to_string()))?;
+            let conn =
+                Connection::new_system().map_err(|source| LogindError::Bus { context: String::new(), source })?;
             let owner: String = conn
                 .with_proxy("org.freedesktop.DBus", "/org/freedesktop/DBus", CALL_TIMEOUT)
                 .method_call("org.freedesktop.DBus", "GetNameOwner", (DEST,))
                 .map(|(o,): (String,)| o)
-                .map_err(|e| LogindError::Unavailable(format!("{DEST} is not on the bus: {e}")))?;
+                .map_err(|source| LogindError::Bus { context: format!("{DEST} is not on the bus: "), source })?;
             self.events.lock().clear();
             let q = self.events.clone();
             // Filtered by the bus on interface, member and path; the sender is
