@@ -12,12 +12,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use podwarden::events::EventRecorder;
+use podwarden::config::Config;
+use podwarden::daemon::Tuning;
 use podwarden::model::{self, Container, ObjectMeta, Pod, PodSpec};
-use podwarden::podworkers::{self, KillPodOptions, Observer, Phase, PodWorkers, UpdatePodOptions, UpdateType};
+use podwarden::podworkers::{KillPodOptions, Observer, Phase, PodWorkers, UpdatePodOptions, UpdateType};
 use podwarden::runtime::fake::FakeRuntime;
-use podwarden::status::StatusManager;
-use podwarden::sync::{PodSync, SyncConfig};
 
 fn pod(i: usize, round: usize) -> Arc<Pod> {
     let mut ann = std::collections::BTreeMap::new();
@@ -73,16 +72,18 @@ fn setup() -> Setup {
     let _ = std::fs::remove_dir_all(&root);
     let fake = Arc::new(FakeRuntime::new());
     fake.set_recording(false);
-    let mut cfg = SyncConfig::new(root.join("root"), root.join("logs"));
-    cfg.call_timeout = Duration::from_secs(10);
-    let syncer =
-        Arc::new(PodSync::new(fake.clone(), Arc::new(StatusManager::new()), Arc::new(EventRecorder::new(16)), cfg));
     let finished = Arc::new(Finished::default());
-    let workers = PodWorkers::new(
-        syncer,
-        podworkers::Config { resync: Duration::from_secs(3600), ..Default::default() },
-        Some(finished.clone()),
-    );
+    // the production wiring; resync rare enough not to count
+    let config = Config {
+        container_runtime_endpoint: "fake://".into(),
+        root_dir: root.join("root"),
+        pod_logs_dir: root.join("logs"),
+        runtime_request_timeout: Duration::from_secs(10),
+        sync_frequency: Duration::from_secs(3600),
+        ..Config::default()
+    };
+    let tuning = Tuning { observer: Some(finished.clone()), ..Tuning::default() };
+    let workers = podwarden::daemon::assemble(&config, fake.clone(), "fake://", tuning).workers;
     Setup { fake, finished, workers, _root: root }
 }
 

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use thiserror::Error;
 
 use crate::admission::{Admission, Rejection};
 use crate::events::{EventRecorder, EventType, ObjectRef};
@@ -17,7 +18,7 @@ use crate::metrics::Metrics;
 use crate::model::{self, Pod, PodStatus, Uid};
 use crate::podworkers::{KillPodOptions, Phase, PodWorkers, UpdatePodOptions, UpdateType};
 use crate::runtime::cache::PodCache;
-use crate::runtime::{CallCtx, ContainerState, Runtime, RuntimePod};
+use crate::runtime::{CallCtx, ContainerState, Runtime, RuntimeError, RuntimePod};
 use crate::status::StatusManager;
 
 /// A pod from the source and its admission.
@@ -42,47 +43,68 @@ impl PodManager {
 /// Agent settings that are not the workers' or the phases'.
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
-    pub node_name: String,
     pub root_dir: PathBuf,
     pub runtime_call_timeout: Duration,
 }
 
-pub struct Agent {
-    pub config: AgentConfig,
+/// The services the agent uses, handed in by the wiring
+/// (`daemon::assemble`), which hands the same parts to whoever else needs
+/// them; nobody reaches them through the agent.
+pub struct AgentDeps {
     pub workers: PodWorkers,
     pub runtime: Arc<dyn Runtime>,
     pub statuses: Arc<StatusManager>,
     pub events: Arc<EventRecorder>,
     pub admission: Arc<Admission>,
     pub metrics: Arc<Metrics>,
+    /// What the last relist saw of each pod, shared with the sync phases.
+    pub pod_cache: Arc<PodCache>,
+}
+
+/// Why the agent is not healthy (`/healthz`, the node's Ready condition).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum HealthError {
+    #[error("thread {thread} panicked: {message}")]
+    ThreadPanicked { thread: String, message: String },
+    #[error("container runtime not answering: {source}")]
+    RuntimeFailing {
+        #[source]
+        source: RuntimeError,
+    },
+    #[error("container runtime has not answered for {}s", .within.as_secs())]
+    RuntimeSilent { within: Duration },
+    #[error("housekeeping has not run for {}s", .within.as_secs())]
+    HousekeepingStale { within: Duration },
+}
+
+/// The pod manager: desired pods and their admission, dispatch to the pod
+/// workers, housekeeping and relist.
+pub struct Agent {
+    config: AgentConfig,
+    workers: PodWorkers,
+    runtime: Arc<dyn Runtime>,
+    statuses: Arc<StatusManager>,
+    events: Arc<EventRecorder>,
+    admission: Arc<Admission>,
+    metrics: Arc<Metrics>,
     pods: Mutex<PodManager>,
     /// Serializes source updates with housekeeping.
     sync_lock: Mutex<()>,
     /// What the last relist saw of each pod (shared with the sync phases).
     pod_cache: Arc<PodCache>,
     /// When housekeeping last completed (for health checks).
-    pub last_housekeeping: Mutex<Option<Instant>>,
+    last_housekeeping: Mutex<Option<Instant>>,
     runtime_error_logged: Mutex<Option<Instant>>,
     /// When the runtime last answered a list, and its last error since.
-    runtime_answered: Mutex<(Option<Instant>, Option<String>)>,
+    runtime_answered: Mutex<(Option<Instant>, Option<RuntimeError>)>,
     /// The source delivered its first full set: until then housekeeping
     /// cannot tell an adopted pod from an orphan, so it does nothing.
     sources_ready: std::sync::atomic::AtomicBool,
-    /// Graceful node shutdown as the logind thread last left it; shown by
-    /// the node status.
-    pub shutdown: Mutex<crate::shutdown::State>,
 }
 
 impl Agent {
-    pub fn new(
-        config: AgentConfig,
-        workers: PodWorkers,
-        runtime: Arc<dyn Runtime>,
-        statuses: Arc<StatusManager>,
-        events: Arc<EventRecorder>,
-        admission: Arc<Admission>,
-        metrics: Arc<Metrics>,
-    ) -> Self {
+    pub fn new(config: AgentConfig, deps: AgentDeps) -> Self {
+        let AgentDeps { workers, runtime, statuses, events, admission, metrics, pod_cache } = deps;
         Agent {
             config,
             workers,
@@ -93,19 +115,17 @@ impl Agent {
             metrics,
             pods: Mutex::new(PodManager::default()),
             sync_lock: Mutex::new(()),
-            pod_cache: Arc::new(PodCache::new()),
+            pod_cache,
             last_housekeeping: Mutex::new(None),
             runtime_error_logged: Mutex::new(None),
             runtime_answered: Mutex::new((None, None)),
             sources_ready: std::sync::atomic::AtomicBool::new(false),
-            shutdown: Mutex::new(crate::shutdown::State::default()),
         }
     }
 
-    /// Share `cache` with the sync phases (`PodSync::with_pod_cache`).
-    pub fn with_pod_cache(mut self, cache: Arc<PodCache>) -> Self {
-        self.pod_cache = cache;
-        self
+    /// When the last housekeeping pass completed.
+    pub fn last_housekeeping(&self) -> Option<Instant> {
+        *self.last_housekeeping.lock()
     }
 
     /// Pods that count for admission (DESIGN.md, Admission): admitted pods
@@ -329,32 +349,32 @@ impl Agent {
         log::debug!("housekeeping: pass done");
     }
 
-    fn list_runtime_pods(&self) -> Result<Vec<RuntimePod>, crate::runtime::RuntimeError> {
+    fn list_runtime_pods(&self) -> Result<Vec<RuntimePod>, RuntimeError> {
         let r = self.runtime.list_pods(&CallCtx::background(self.config.runtime_call_timeout));
         let mut a = self.runtime_answered.lock();
         match &r {
             Ok(_) => *a = (Some(Instant::now()), None),
-            Err(e) => a.1 = Some(e.to_string()),
+            Err(e) => a.1 = Some(e.clone()),
         }
         r
     }
 
     /// Healthy: housekeeping ran and the runtime answered within `within`.
     /// Otherwise, what is wrong.
-    pub fn health(&self, within: Duration) -> Result<(), String> {
+    pub fn health(&self, within: Duration) -> Result<(), HealthError> {
         if let Some((thread, message)) = crate::thread::panicked() {
-            return Err(format!("thread {thread} panicked: {message}"));
+            return Err(HealthError::ThreadPanicked { thread, message });
         }
         let fresh = |t: Option<Instant>| t.is_some_and(|t| t.elapsed() < within);
         let (answered, err) = self.runtime_answered.lock().clone();
         if !fresh(answered) {
             return Err(match err {
-                Some(e) => format!("container runtime not answering: {e}"),
-                None => format!("container runtime has not answered for {}s", within.as_secs()),
+                Some(source) => HealthError::RuntimeFailing { source },
+                None => HealthError::RuntimeSilent { within },
             });
         }
         if !fresh(*self.last_housekeeping.lock()) {
-            return Err(format!("housekeeping has not run for {}s", within.as_secs()));
+            return Err(HealthError::HousekeepingStale { within });
         }
         Ok(())
     }
@@ -431,11 +451,7 @@ impl Agent {
         }
         g.working_pods.clear();
         for w in workers.values() {
-            let lifecycle = match w.phase {
-                Phase::Syncing => "sync",
-                Phase::Terminating => "terminating",
-                Phase::Terminated | Phase::Finished => "terminated",
-            };
+            let lifecycle = w.phase.label();
             let config = if !w.has_config {
                 "runtime_only"
             } else if w.orphan {

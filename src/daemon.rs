@@ -10,15 +10,17 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use thiserror::Error;
 
 use crate::admission::{Admission, Allocatable};
-use crate::agent::{Agent, AgentConfig};
+use crate::agent::{Agent, AgentConfig, AgentDeps};
 use crate::config::Config;
 use crate::events::{EventRecorder, EventType, ObjectRef};
 use crate::housekeeping::Housekeeping;
 use crate::metrics::Metrics;
-use crate::podworkers::{self, PodWorkers};
+use crate::parts::Parts;
+use crate::podworkers::{self, Observer, PodWorkers};
 use crate::runtime::Runtime;
 use crate::runtime::cri::CriRuntime;
 use crate::runtime::fake::FakeRuntime;
+use crate::shutdown::SharedState;
 use crate::source::{FileSource, start_watcher};
 use crate::status::StatusManager;
 use crate::sync::{PodSync, SyncConfig};
@@ -92,9 +94,132 @@ pub fn host_ip() -> String {
     crate::sys::first_ipv4_address().map_or_else(|| "127.0.0.1".into(), |ip| ip.to_string())
 }
 
-/// The assembled agent: everything `run` starts, for tests and tools too.
+/// Knobs that are not configuration. The defaults are production's
+/// (`podwarden run` uses `Tuning::default()`); tests and benches shorten
+/// the back-offs, fix the node's resources or watch the pod workers.
+#[derive(Clone)]
+pub struct Tuning {
+    /// A failed pod worker pass is retried after this (jittered).
+    pub worker_backoff: Duration,
+    /// The first container restart back-off (the kubelet's 10 s), doubled
+    /// up to `container_backoff_max` (the kubelet's 5 min).
+    pub container_backoff: Duration,
+    pub container_backoff_max: Duration,
+    /// How long a kill waits for a container start in flight.
+    pub start_gate_wait: Duration,
+    /// Told about the pod workers' transitions besides the metrics.
+    pub observer: Option<Arc<dyn Observer>>,
+    /// What the node gives to pods; `None`: the machine's capacity less
+    /// the configured reservations.
+    pub allocatable: Option<Allocatable>,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            worker_backoff: Duration::from_secs(10),
+            container_backoff: Duration::from_secs(10),
+            container_backoff_max: Duration::from_secs(300),
+            start_gate_wait: Duration::from_secs(5),
+            observer: None,
+            allocatable: None,
+        }
+    }
+}
+
+/// Both observers, in turn.
+struct Both(Arc<dyn Observer>, Arc<dyn Observer>);
+
+impl Observer for Both {
+    fn termination_requested(&self, uid: &str) {
+        self.0.termination_requested(uid);
+        self.1.termination_requested(uid);
+    }
+    fn phase_changed(&self, uid: &str, from: podworkers::Phase, to: podworkers::Phase) {
+        self.0.phase_changed(uid, from, to);
+        self.1.phase_changed(uid, from, to);
+    }
+    fn work_done(&self, kind: podworkers::WorkKind, took: Duration, failed: bool) {
+        self.0.work_done(kind, took, failed);
+        self.1.work_done(kind, took, failed);
+    }
+}
+
+/// Wire the agent's parts on `runtime` from `config` (and `tuning`): the
+/// one wiring, used by [`start`], the tests and the benches. No thread is
+/// started here besides the pod workers' own; [`start`] adds the source
+/// watcher, housekeeping, HTTP, logind and the API.
+pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tuning: Tuning) -> Parts {
+    let node_name = self::node_name(config);
+    let statuses = Arc::new(StatusManager::new());
+    let events = Arc::new(EventRecorder::new(1000));
+    let metrics = Arc::new(Metrics::new());
+    let runtime: Arc<dyn Runtime> = Arc::new(crate::runtime::metered::Metered::new(runtime, metrics.clone()));
+    let allocatable = tuning.allocatable.unwrap_or_else(|| {
+        Allocatable::detect(config.max_pods, config.reserved_cpu_millis, config.reserved_memory_bytes)
+    });
+    let admission = Arc::new(Admission::new(allocatable).with_pod_security(config.static_pod_security_level));
+    let sync_cfg = SyncConfig {
+        root_dir: config.root_dir.clone(),
+        pod_logs_dir: config.pod_logs_dir.clone(),
+        call_timeout: config.runtime_request_timeout,
+        backoff_initial: tuning.container_backoff,
+        backoff_max: tuning.container_backoff_max,
+        id_prefix: id_prefix.to_string(),
+        host_ip: Some(host_ip()),
+        allow_privileged: config.allow_privileged,
+    };
+    let pod_cache = Arc::new(crate::runtime::cache::PodCache::new());
+    let syncer = Arc::new(
+        PodSync::new(runtime.clone(), statuses.clone(), events.clone(), sync_cfg)
+            .with_metrics(metrics.clone())
+            .with_pod_cache(pod_cache.clone()),
+    );
+    let observer: Arc<dyn Observer> = match tuning.observer {
+        Some(o) => Arc::new(Both(metrics.clone(), o)),
+        None => metrics.clone(),
+    };
+    let workers = PodWorkers::new(
+        syncer,
+        podworkers::Config {
+            resync: config.sync_frequency,
+            backoff: tuning.worker_backoff,
+            start_gate_wait: tuning.start_gate_wait,
+        },
+        Some(observer),
+    );
+    let agent = Arc::new(Agent::new(
+        AgentConfig {
+            root_dir: config.root_dir.clone(),
+            runtime_call_timeout: config.runtime_request_timeout.min(Duration::from_secs(10)),
+        },
+        AgentDeps {
+            workers: workers.clone(),
+            runtime: runtime.clone(),
+            statuses: statuses.clone(),
+            events: events.clone(),
+            admission: admission.clone(),
+            metrics: metrics.clone(),
+            pod_cache: pod_cache.clone(),
+        },
+    ));
+    Parts {
+        agent,
+        workers,
+        runtime,
+        statuses,
+        events,
+        admission,
+        metrics,
+        pod_cache,
+        shutdown: SharedState::default(),
+        node_name,
+    }
+}
+
+/// The running agent: its parts and the threads `run` starts.
 pub struct Running {
-    pub agent: Arc<Agent>,
+    pub parts: Parts,
     source: Option<crate::source::SourceHandle>,
     housekeeping: Option<Housekeeping>,
     http: Option<crate::http::HttpServer>,
@@ -130,53 +255,16 @@ impl Running {
     }
 }
 
-/// Start every part of the agent on `runtime`.
+/// Start every part of the agent on `runtime`: [`assemble`] with
+/// production's tuning, then the threads.
 pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Result<Running, DaemonError> {
-    let node_name = node_name(config);
     let api_group = api_group(config)?;
     std::fs::create_dir_all(config.root_dir.join("pods"))
         .map_err(io(format!("creating rootDir {}", config.root_dir.display())))?;
-    let statuses = Arc::new(StatusManager::new());
-    let events = Arc::new(EventRecorder::new(1000));
-    let metrics = Arc::new(Metrics::new());
-    let runtime: Arc<dyn Runtime> = Arc::new(crate::runtime::metered::Metered::new(runtime, metrics.clone()));
-    let admission = Arc::new(
-        Admission::new(Allocatable::detect(config.max_pods, config.reserved_cpu_millis, config.reserved_memory_bytes))
-            .with_pod_security(config.static_pod_security_level),
-    );
-    let mut sync_cfg = SyncConfig::new(config.root_dir.clone(), config.pod_logs_dir.clone());
-    sync_cfg.call_timeout = config.runtime_request_timeout;
-    sync_cfg.id_prefix = id_prefix.to_string();
-    sync_cfg.host_ip = Some(host_ip());
-    sync_cfg.allow_privileged = config.allow_privileged;
-    let pod_cache = Arc::new(crate::runtime::cache::PodCache::new());
-    let syncer = Arc::new(
-        PodSync::new(runtime.clone(), statuses.clone(), events.clone(), sync_cfg)
-            .with_metrics(metrics.clone())
-            .with_pod_cache(pod_cache.clone()),
-    );
-    let workers = PodWorkers::new(
-        syncer,
-        podworkers::Config { resync: config.sync_frequency, ..Default::default() },
-        Some(metrics.clone()),
-    );
-    let agent = Arc::new(
-        Agent::new(
-            AgentConfig {
-                node_name: node_name.clone(),
-                root_dir: config.root_dir.clone(),
-                runtime_call_timeout: config.runtime_request_timeout.min(Duration::from_secs(10)),
-            },
-            workers,
-            runtime,
-            statuses,
-            events.clone(),
-            admission,
-            metrics,
-        )
-        .with_pod_cache(pod_cache),
-    );
-    let source = FileSource::new(&config.static_pod_path, &node_name);
+    let parts = assemble(config, runtime, id_prefix, Tuning::default());
+    let agent = parts.agent.clone();
+    let events = parts.events.clone();
+    let source = FileSource::new(&config.static_pod_path, &parts.node_name);
     let a = agent.clone();
     let source = start_watcher(
         source,
@@ -204,7 +292,7 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
         })?;
         let addr = std::net::SocketAddr::new(ip, config.read_only_port);
         let server =
-            crate::http::HttpServer::start(addr, agent.clone(), healthy_within, !config.read_only_port_shows_env)
+            crate::http::HttpServer::start(addr, parts.clone(), healthy_within, !config.read_only_port_shows_env)
                 .map_err(io(format!("listening on {addr} (address, readOnlyPort)")))?;
         log::info!("read-only HTTP on http://{}", server.local_addr());
         Some(server)
@@ -224,7 +312,10 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
             dropin_dir: Some(config.logind_drop_in_dir.clone()),
         };
         let logind = Arc::new(crate::logind::dbus_impl::DbusLogind::new());
-        Some(crate::logind::LogindThread::start(logind, agent.clone(), cfg).map_err(io("starting the logind thread"))?)
+        Some(
+            crate::logind::LogindThread::start(logind, parts.shutdown_runner(), cfg)
+                .map_err(io("starting the logind thread"))?,
+        )
     };
     let api = {
         let cfg = crate::api::ApiConfig {
@@ -232,18 +323,18 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
             group: api_group,
             static_pod_path: config.static_pod_path.clone(),
             pod_logs_dir: config.pod_logs_dir.clone(),
-            node_name,
+            node_name: parts.node_name.clone(),
             healthy_within,
             rescan: source.rescanner(),
             root_pod_security: config.static_pod_security_level,
             group_pod_security: config.api_group_pod_security_level,
         };
-        let server = crate::api::ApiServer::start(agent.clone(), cfg)
+        let server = crate::api::ApiServer::start(parts.clone(), cfg)
             .map_err(io(format!("serving the local API on {} (apiSocket)", config.api_socket.display())))?;
         log::info!("local API on {}", server.socket().display());
         Some(server)
     };
-    Ok(Running { agent, source: Some(source), housekeeping: Some(housekeeping), http, logind, api })
+    Ok(Running { parts, source: Some(source), housekeeping: Some(housekeeping), http, logind, api })
 }
 
 /// Run the daemon until SIGTERM or SIGINT.

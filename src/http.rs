@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use serde_json::json;
 
-use crate::agent::Agent;
 use crate::model::{self, Pod};
+use crate::parts::Parts;
 
 /// Connections open at once (reading, waiting for a worker, writing or
 /// draining); the next one is answered 503 and closed.
@@ -63,7 +63,7 @@ pub struct HttpServer {
 
 /// What the handlers need.
 struct Handler {
-    agent: Arc<Agent>,
+    parts: Parts,
     healthy_within: Duration,
     redact: bool,
 }
@@ -78,7 +78,7 @@ struct Job {
 impl HttpServer {
     /// Listen on `addr`; `/healthz` is ok while `Agent::health(healthy_within)`
     /// is; `/pods` redacts env values when `redact`.
-    pub fn start(addr: SocketAddr, agent: Arc<Agent>, healthy_within: Duration, redact: bool) -> std::io::Result<Self> {
+    pub fn start(addr: SocketAddr, parts: Parts, healthy_within: Duration, redact: bool) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
@@ -90,7 +90,7 @@ impl HttpServer {
         // a connection has at most one request in the pool: never full
         let (job_tx, job_rx) = crossbeam_channel::bounded::<Job>(MAX_CONNECTIONS);
         let (done_tx, done_rx) = crossbeam_channel::unbounded::<(u64, Vec<u8>)>();
-        let handler = Arc::new(Handler { agent, healthy_within, redact });
+        let handler = Arc::new(Handler { parts, healthy_within, redact });
         let mut workers = Vec::new();
         for i in 0..WORKERS {
             let (rx, tx, wake, handler) = (job_rx.clone(), done_tx.clone(), wake.clone(), handler.clone());
@@ -153,22 +153,22 @@ fn route(h: &Handler, method: &str, target: &str) -> Vec<u8> {
     if method != "GET" {
         return response(405, "Method Not Allowed", "text/plain", b"only GET\n");
     }
-    let agent = &*h.agent;
+    let parts = &h.parts;
     match target.split('?').next().unwrap_or("") {
-        "/healthz" => match agent.health(h.healthy_within) {
+        "/healthz" => match parts.agent.health(h.healthy_within) {
             Ok(()) => response(200, "OK", "text/plain", b"ok"),
-            Err(e) => response(500, "Internal Server Error", "text/plain", e.as_bytes()),
+            Err(e) => response(500, "Internal Server Error", "text/plain", e.to_string().as_bytes()),
         },
         "/node" => {
-            let report = crate::node::report(agent, h.healthy_within, &agent.runtime.version());
+            let report = crate::node::report(parts, h.healthy_within, &parts.runtime.version());
             response(200, "OK", "application/json", &serde_json::to_vec(&report).unwrap_or_default())
         }
         "/pods" | "/pods/" => {
-            let body = serde_json::to_vec(&pod_list(agent, h.redact)).unwrap_or_default();
+            let body = serde_json::to_vec(&pod_list(parts, h.redact)).unwrap_or_default();
             response(200, "OK", "application/json", &body)
         }
         "/metrics" => {
-            let body = crate::metrics::render(&agent.metrics);
+            let body = crate::metrics::render(&parts.metrics);
             response(200, "OK", "text/plain; version=0.0.4", body.as_bytes())
         }
         _ => response(404, "Not Found", "text/plain", b"not found\n"),
@@ -511,10 +511,10 @@ pub fn redact_env(pod: &mut Pod) {
 /// Every pod podwarden knows from its source, with its status, and the
 /// pods still terminating after their manifest went (with a
 /// `deletionTimestamp`, shown as Terminating), as a v1 PodList.
-pub fn pod_list(agent: &Agent, redact: bool) -> serde_json::Value {
-    let desired = agent.desired();
+pub fn pod_list(parts: &Parts, redact: bool) -> serde_json::Value {
+    let desired = parts.agent.desired();
     let wanted: std::collections::HashSet<String> = desired.iter().map(|d| model::uid(&d.pod).to_string()).collect();
-    let going = agent
+    let going = parts
         .workers
         .snapshot()
         .into_iter()
@@ -532,7 +532,7 @@ pub fn pod_list(agent: &Agent, redact: bool) -> serde_json::Value {
         .chain(going)
         .map(|p| {
             let mut pod = (*p).clone();
-            pod.status = agent.statuses.get(model::uid(&pod));
+            pod.status = parts.statuses.get(model::uid(&pod));
             if redact {
                 redact_env(&mut pod);
             }

@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod model;
 pub mod node;
 pub mod notify;
+pub mod parts;
 pub mod podworkers;
 pub mod pss;
 pub mod runtime;

@@ -1,7 +1,8 @@
 //! The logind side of graceful node shutdown: a small [`Logind`] trait
 //! (what podwarden asks of systemd-logind), a fake for tests, and the
 //! logind thread that holds a delay inhibitor lock and turns
-//! `PrepareForShutdown` into [`crate::shutdown::run`] / [`crate::shutdown::cancel`].
+//! `PrepareForShutdown` into a [`Runner::run`] on its own `shutdown`
+//! thread (so the logind thread keeps listening) / [`Runner::cancel`].
 //!
 //! The D-Bus implementation of the trait (dbus crate, system bus) is the
 //! next step; the thread's logic is tested here against the fake.
@@ -15,14 +16,27 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 use thiserror::Error;
 
-use crate::agent::Agent;
+use crate::cancel::CancelToken;
+use crate::shutdown::{Report, Runner};
 
-#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[derive(Debug, Error)]
 pub enum LogindError {
+    /// Nothing to connect to, or not connected (no bus error behind it).
     #[error("no system bus or logind: {0}")]
     Unavailable(String),
-    #[error("logind call {call} failed: {message}")]
-    Call { call: &'static str, message: String },
+    /// The bus refused: `context` says what was asked (may be empty).
+    #[error("no system bus or logind: {context}{source}")]
+    Bus {
+        context: String,
+        #[source]
+        source: dbus::Error,
+    },
+    #[error("logind call {call} failed: {}", .source.message().unwrap_or("no message"))]
+    Call {
+        call: &'static str,
+        #[source]
+        source: dbus::Error,
+    },
 }
 
 /// What logind tells podwarden.
@@ -141,6 +155,34 @@ pub const DROPIN: &str = "99-podwarden.conf";
 /// Directories logind reads drop-ins from, besides `/etc`'s.
 const OTHER_DROPIN_DIRS: &[&str] = &["/run/systemd/logind.conf.d", "/usr/lib/systemd/logind.conf.d"];
 
+/// Why logind's `InhibitDelayMaxSec` could not be raised to what
+/// podwarden needs.
+#[derive(Debug, Error)]
+pub enum InhibitDelayError {
+    #[error(transparent)]
+    Logind(#[from] LogindError),
+    #[error("logind's InhibitDelayMaxSec is {}s, below the {}s podwarden needs", .current.as_secs(), .want.as_secs())]
+    TooLow { current: Duration, want: Duration },
+    #[error("writing {}: {source}", .path.display())]
+    WriteDropIn {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "logind's InhibitDelayMaxSec is still {}s after writing {}: {file} is read after it and sets InhibitDelayMaxSec={value}",
+        .current.as_secs(),
+        .path.display()
+    )]
+    Overridden { current: Duration, path: std::path::PathBuf, file: String, value: String },
+    #[error(
+        "logind's InhibitDelayMaxSec is still {}s after writing {} and reloading logind",
+        .current.as_secs(),
+        .path.display()
+    )]
+    NotRaised { current: Duration, path: std::path::PathBuf },
+}
+
 /// Make logind's `InhibitDelayMaxSec` at least `want`: write a drop-in,
 /// reload logind, read the value back. On failure, say which later drop-in
 /// overrides ours.
@@ -148,17 +190,13 @@ pub fn ensure_inhibit_delay(
     logind: &dyn Logind,
     want: Duration,
     dropin_dir: Option<&std::path::Path>,
-) -> Result<Duration, String> {
-    let cur = logind.inhibit_delay_max().map_err(|e| e.to_string())?;
+) -> Result<Duration, InhibitDelayError> {
+    let cur = logind.inhibit_delay_max()?;
     if cur >= want {
         return Ok(cur);
     }
     let Some(dir) = dropin_dir else {
-        return Err(format!(
-            "logind's InhibitDelayMaxSec is {}s, below the {}s podwarden needs",
-            cur.as_secs(),
-            want.as_secs()
-        ));
+        return Err(InhibitDelayError::TooLow { current: cur, want });
     };
     let path = dir.join(DROPIN);
     std::fs::create_dir_all(dir)
@@ -174,30 +212,21 @@ pub fn ensure_inhibit_delay(
                 0o644,
             )
         })
-        .map_err(|e| format!("writing {}: {e}", path.display()))?;
-    logind.reload().map_err(|e| e.to_string())?;
+        .map_err(|source| InhibitDelayError::WriteDropIn { path: path.clone(), source })?;
+    logind.reload()?;
     let end = std::time::Instant::now() + Duration::from_secs(5);
     let mut now = cur;
     while std::time::Instant::now() < end {
-        now = logind.inhibit_delay_max().map_err(|e| e.to_string())?;
+        now = logind.inhibit_delay_max()?;
         if now >= want {
             log::info!("logind: InhibitDelayMaxSec raised to {}s through {}", now.as_secs(), path.display());
             return Ok(now);
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let culprit = later_override(dir);
-    Err(match culprit {
-        Some((file, v)) => format!(
-            "logind's InhibitDelayMaxSec is still {}s after writing {}: {file} is read after it and sets InhibitDelayMaxSec={v}",
-            now.as_secs(),
-            path.display()
-        ),
-        None => format!(
-            "logind's InhibitDelayMaxSec is still {}s after writing {} and reloading logind",
-            now.as_secs(),
-            path.display()
-        ),
+    Err(match later_override(dir) {
+        Some((file, value)) => InhibitDelayError::Overridden { current: now, path, file, value },
+        None => InhibitDelayError::NotRaised { current: now, path },
     })
 }
 
@@ -224,133 +253,208 @@ impl ShutdownConfig {
     }
 }
 
-/// Owns the logind thread; dropping it stops and joins the thread.
+/// Owns the logind thread; dropping it stops and joins the thread (a
+/// shutdown run in progress stops waiting at once).
 pub struct LogindThread {
-    stop: Arc<AtomicBool>,
+    stop: CancelToken,
     join: Option<JoinHandle<()>>,
 }
 
 impl LogindThread {
-    pub fn start(logind: Arc<dyn Logind>, agent: Arc<Agent>, cfg: ShutdownConfig) -> std::io::Result<Self> {
-        let stop = Arc::new(AtomicBool::new(false));
+    /// Start the logind thread; a node shutdown acts on `runner`'s parts
+    /// and shows itself in its shared state.
+    pub fn start(logind: Arc<dyn Logind>, runner: Runner, cfg: ShutdownConfig) -> std::io::Result<Self> {
+        let stop = CancelToken::new();
         let s = stop.clone();
-        let join = crate::thread::spawn("logind", None, move || run(&*logind, &agent, &cfg, &s))?;
+        let join = crate::thread::spawn("logind", None, move || run(&*logind, &runner, &cfg, &s))?;
         Ok(LogindThread { stop, join: Some(join) })
     }
 }
 
 impl Drop for LogindThread {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
+        self.stop.cancel();
         if let Some(j) = self.join.take() {
             let _ = j.join();
         }
     }
 }
 
-fn run(logind: &dyn Logind, agent: &Agent, cfg: &ShutdownConfig, stop: &AtomicBool) {
+/// A node shutdown running on its own `shutdown` thread, so the logind
+/// thread keeps polling logind (a cancel, a stop) while the windows run.
+struct InFlight {
+    cancel: CancelToken,
+    join: JoinHandle<Report>,
+    /// The delay inhibitor lock, released when the run is over.
+    lock: Option<Box<dyn InhibitLock>>,
+}
+
+impl InFlight {
+    fn start(runner: &Runner, cfg: &ShutdownConfig, lock: Option<Box<dyn InhibitLock>>) -> std::io::Result<Self> {
+        let cancel = CancelToken::new();
+        let (r, c, groups, classes, root) =
+            (runner.clone(), cancel.clone(), cfg.groups.clone(), cfg.priority_classes.clone(), cfg.root_dir.clone());
+        let join = crate::thread::spawn("shutdown", None, move || r.run(&groups, &classes, Some(&root), &c))?;
+        Ok(InFlight { cancel, join, lock })
+    }
+
+    /// Stop the run now and wait for it (it returns within a wait slice).
+    /// Returns what it did and its lock.
+    fn cancel(self) -> (Option<Report>, Option<Box<dyn InhibitLock>>) {
+        self.cancel.cancel();
+        (self.join.join().ok(), self.lock)
+    }
+}
+
+/// The run is over: note the pods it stopped, release its lock.
+fn finished(run: InFlight, runner: &Runner, stopped: &mut Vec<crate::model::Uid>) {
+    let InFlight { join, lock, .. } = run;
+    let report = join.join().ok();
+    drop(lock); // release: every pod is terminated or the window is over
+    runner.state.lock().lock_held = false;
+    let Some(report) = report else { return }; // it panicked (recorded, logged)
+    *stopped = report.killed;
+    log::info!(
+        "logind: {} pod(s) stopped{}; inhibitor lock released",
+        stopped.len(),
+        if report.timed_out { " (some at the end of their window)" } else { "" }
+    );
+}
+
+fn run(logind: &dyn Logind, runner: &Runner, cfg: &ShutdownConfig, stop: &CancelToken) {
     let poll = Duration::from_millis(200);
     let mut warned = false;
     let mut checked = false;
     // pods this shutdown stopped (kept across reconnects: `false` may come
     // from a restarted logind)
     let mut stopped: Vec<crate::model::Uid> = Vec::new();
-    agent.shutdown.lock().configured = true;
-    crate::shutdown::load_state(agent, &cfg.root_dir);
+    // the shutdown running now, and whether one was signalled and not
+    // cancelled (both kept across reconnects)
+    let mut in_flight: Option<InFlight> = None;
+    let mut shutting_down = false;
+    runner.state.lock().configured = true;
+    runner.load_state(&cfg.root_dir);
+    // what the node view shows: the problem, and whether a lock is held
+    // (by this thread or by a shutdown run)
     let problem = |p: Option<String>, held: bool| {
-        let mut st = agent.shutdown.lock();
+        let mut st = runner.state.lock();
         st.problem = p;
         st.lock_held = held;
     };
     // no bus or no logind (yet): warn once, show why, try again in a second
-    let unavailable = |e: LogindError, warned: &mut bool| {
+    let unavailable = |e: &dyn std::fmt::Display, warned: &mut bool, run_holds_lock: bool| {
         if !*warned {
             log::warn!("graceful node shutdown unavailable for now: {e}; retrying every second");
             *warned = true;
         }
-        problem(Some(e.to_string()), false);
-        std::thread::sleep(Duration::from_secs(1));
+        problem(Some(e.to_string()), run_holds_lock);
+        stop.sleep(Duration::from_secs(1));
     };
-    while !stop.load(Ordering::SeqCst) {
+    while !stop.is_cancelled() {
+        if in_flight.as_ref().is_some_and(|r| r.join.is_finished()) {
+            finished(in_flight.take().expect("checked"), runner, &mut stopped);
+        }
         if !checked {
             if let Err(e) = logind.connect() {
-                unavailable(e, &mut warned);
+                unavailable(&e, &mut warned, false);
                 continue;
             }
             match ensure_inhibit_delay(logind, cfg.total(), cfg.dropin_dir.as_deref()) {
                 Ok(_) => checked = true,
                 Err(e) => {
                     log::error!("graceful node shutdown is off: {e}");
-                    problem(Some(e), false);
+                    problem(Some(e.to_string()), false);
                     return;
                 }
             }
         }
-        // (Re)connect and take the delay lock; retry every second.
-        let lock = match logind.connect().and_then(|()| logind.inhibit("podwarden", "Kubernetes pods shutting down")) {
-            Ok(l) => l,
-            Err(e) => {
-                unavailable(e, &mut warned);
-                continue;
+        // (Re)connect and take the delay lock (unless a shutdown run holds
+        // one); retry every second.
+        let mut lock = None;
+        if let Err(e) = logind.connect() {
+            unavailable(&e, &mut warned, in_flight.is_some());
+            continue;
+        }
+        if in_flight.is_none() {
+            match logind.inhibit("podwarden", "Kubernetes pods shutting down") {
+                Ok(l) => lock = Some(l),
+                Err(e) => {
+                    unavailable(&e, &mut warned, false);
+                    continue;
+                }
             }
-        };
+        }
         if warned {
             log::info!("logind: inhibitor lock taken again");
         }
         warned = false;
         problem(None, true);
-        let mut lock = Some(lock);
         loop {
-            if stop.load(Ordering::SeqCst) {
-                return;
+            if stop.is_cancelled() {
+                break;
             }
-            match logind.next_event(poll) {
+            let event = logind.next_event(poll);
+            if in_flight.as_ref().is_some_and(|r| r.join.is_finished()) {
+                finished(in_flight.take().expect("checked"), runner, &mut stopped);
+            }
+            match event {
                 Ok(None) => {}
                 Ok(Some(Event::PrepareForShutdown(true))) => {
-                    if agent.admission.is_shutting_down() {
+                    if shutting_down {
                         continue; // a repeated signal during the same shutdown
                     }
                     log::info!("logind: shutdown coming; stopping pods within {:?}", cfg.total());
-                    let report = crate::shutdown::run(agent, &cfg.groups, &cfg.priority_classes, Some(&cfg.root_dir));
-                    stopped = report.killed;
-                    lock.take(); // release: every pod is terminated or the window is over
-                    agent.shutdown.lock().lock_held = false;
-                    log::info!(
-                        "logind: {} pod(s) stopped{}; inhibitor lock released",
-                        stopped.len(),
-                        if report.timed_out { " (some at the end of their window)" } else { "" }
-                    );
+                    match InFlight::start(runner, cfg, lock.take()) {
+                        Ok(run) => {
+                            in_flight = Some(run);
+                            shutting_down = true;
+                        }
+                        Err(e) => log::error!("logind: cannot start the shutdown thread: {e}"),
+                    }
                 }
                 Ok(Some(Event::PrepareForShutdown(false))) => {
-                    if !agent.admission.is_shutting_down() {
+                    if !shutting_down {
                         continue;
                     }
+                    shutting_down = false;
+                    if let Some(run) = in_flight.take() {
+                        log::info!("logind: shutdown cancelled while it ran; stopping it");
+                        let (report, run_lock) = run.cancel();
+                        if let Some(r) = report {
+                            stopped = r.killed;
+                        }
+                        lock = run_lock.or(lock);
+                    }
                     log::info!("logind: shutdown cancelled; reopening admission and restarting stopped pods");
-                    crate::shutdown::cancel(agent, &stopped);
+                    runner.cancel(&stopped);
                     stopped.clear();
                     if lock.is_none() {
                         match logind.inhibit("podwarden", "Kubernetes pods shutting down") {
-                            Ok(l) => {
-                                lock = Some(l);
-                                agent.shutdown.lock().lock_held = true;
-                            }
+                            Ok(l) => lock = Some(l),
                             Err(e) => {
                                 log::warn!("logind: cannot take the inhibitor lock again: {e}");
+                                runner.state.lock().lock_held = false;
                                 break;
                             }
                         }
                     }
+                    runner.state.lock().lock_held = true;
                 }
                 Ok(Some(Event::Lost)) | Err(_) => {
                     log::warn!("logind: connection lost; reconnecting");
-                    problem(Some("connection to logind lost; reconnecting".into()), false);
+                    problem(Some("connection to logind lost; reconnecting".into()), in_flight.is_some());
                     break;
                 }
             }
         }
         drop(lock);
     }
-    agent.shutdown.lock().lock_held = false;
+    // stopping: a run in progress stops waiting (its pods go on stopping)
+    if let Some(run) = in_flight.take() {
+        log::info!("logind: stopping while a node shutdown runs; it stops waiting");
+        drop(run.cancel());
+    }
+    runner.state.lock().lock_held = false;
 }
 
 /// logind over D-Bus (the system bus; `DBUS_SYSTEM_BUS_ADDRESS` is honoured).
@@ -384,7 +488,7 @@ pub mod dbus_impl {
     }
 
     fn err(call: &'static str, e: dbus::Error) -> LogindError {
-        LogindError::Call { call, message: e.message().unwrap_or("no message").to_string() }
+        LogindError::Call { call, source: e }
     }
 
     impl DbusLogind {
@@ -403,12 +507,13 @@ pub mod dbus_impl {
 
     impl Logind for DbusLogind {
         fn connect(&self) -> Result<(), LogindError> {
-            let conn = Connection::new_system().map_err(|e| LogindError::Unavailable(e.to_string()))?;
+            let conn =
+                Connection::new_system().map_err(|source| LogindError::Bus { context: String::new(), source })?;
             let owner: String = conn
                 .with_proxy("org.freedesktop.DBus", "/org/freedesktop/DBus", CALL_TIMEOUT)
                 .method_call("org.freedesktop.DBus", "GetNameOwner", (DEST,))
                 .map(|(o,): (String,)| o)
-                .map_err(|e| LogindError::Unavailable(format!("{DEST} is not on the bus: {e}")))?;
+                .map_err(|source| LogindError::Bus { context: format!("{DEST} is not on the bus: "), source })?;
             self.events.lock().clear();
             let q = self.events.clone();
             // Filtered by the bus on interface, member and path; the sender is

@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
 
-use crate::agent::Agent;
 use crate::model;
+use crate::parts::Parts;
 
 /// Format millicores as a Kubernetes CPU quantity (`2`, `1500m`).
 pub fn cpu_quantity(millis: i64) -> String {
@@ -44,32 +44,32 @@ fn go_arch(machine: &str) -> &str {
 }
 
 /// The Ready condition: `(status, reason, message)`.
-pub fn ready(agent: &Agent, healthy_within: Duration) -> (bool, &'static str, String) {
-    if agent.admission.is_shutting_down() {
+pub fn ready(parts: &Parts, healthy_within: Duration) -> (bool, &'static str, String) {
+    if parts.admission.is_shutting_down() {
         return (false, "KubeletNotReady", "node is shutting down".into());
     }
-    match agent.health(healthy_within) {
+    match parts.agent.health(healthy_within) {
         Ok(()) => (true, "KubeletReady", "podwarden is posting ready status".into()),
-        Err(e) => (false, "KubeletNotReady", e),
+        Err(e) => (false, "KubeletNotReady", e.to_string()),
     }
 }
 
 /// The node report: `{"node": <v1 Node>, "allocated": {...},
 /// "gracefulShutdown": {...}}`.
-pub fn report(agent: &Agent, healthy_within: Duration, runtime_version: &str) -> Value {
-    let a = agent.admission.allocatable();
-    let (cpu, mem, pods) = agent.allocated();
+pub fn report(parts: &Parts, healthy_within: Duration, runtime_version: &str) -> Value {
+    let a = parts.admission.allocatable();
+    let (cpu, mem, pods) = parts.agent.allocated();
     let (kernel, machine) = uname();
-    let (ok, reason, message) = ready(agent, healthy_within);
+    let (ok, reason, message) = ready(parts, healthy_within);
     let now = model::rfc3339(SystemTime::now());
     let arch = go_arch(&machine).to_string();
     let node = json!({
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
-            "name": agent.config.node_name,
+            "name": parts.node_name,
             "labels": {
-                "kubernetes.io/hostname": agent.config.node_name,
+                "kubernetes.io/hostname": parts.node_name,
                 "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": arch,
             },
@@ -106,14 +106,14 @@ pub fn report(agent: &Agent, healthy_within: Duration, runtime_version: &str) ->
             },
         },
     });
-    let st = agent.shutdown.lock().clone();
+    let st = parts.shutdown.lock().clone();
     json!({
         "node": node,
         "allocated": {"cpu": cpu_quantity(cpu), "memory": memory_quantity(mem), "pods": pods.to_string()},
         "gracefulShutdown": {
             "enabled": st.configured && st.problem.is_none(),
             "configured": st.configured,
-            "shuttingDown": agent.admission.is_shutting_down(),
+            "shuttingDown": parts.admission.is_shutting_down(),
             "inhibitorLockHeld": st.lock_held,
             "problem": st.problem,
             "lastStartTime": st.last_start.map(model::rfc3339),

@@ -1,7 +1,9 @@
 //! Graceful node shutdown: the plan of which pods stop when and with what
-//! grace period (pure, table-tested), carrying it out on the agent, the
-//! cancel, and the recorded state. The logind thread (`logind.rs`) decides
-//! when.
+//! grace period ([`plan`], pure, table-tested), the [`Runner`] that carries
+//! it out through the narrow parts it needs (pod workers, admission,
+//! metrics; the agent only to re-admit on a cancel), the cancel, and the
+//! recorded state. The logind thread (`logind.rs`) decides when, runs the
+//! plan on its own `shutdown` thread and owns the [`SharedState`].
 //!
 //! Pods are killed in priority groups, lowest priority first. Without
 //! `shutdownGracePeriodByPodPriority` there are two groups: non-critical pods
@@ -12,10 +14,17 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
+use parking_lot::Mutex;
+
+use crate::admission::Admission;
+use crate::agent::Agent;
+use crate::cancel::CancelToken;
 use crate::config::PriorityGrace;
+use crate::metrics::Metrics;
 use crate::model::{self, Pod};
+use crate::podworkers::{KillPodOptions, Phase, PodWorkers, UpdatePodOptions, UpdateType};
 
 /// One group of the plan: these pods, killed together, with this period.
 #[derive(Debug, Clone, PartialEq)]
@@ -140,6 +149,11 @@ pub struct State {
     pub last_end: Option<SystemTime>,
 }
 
+/// The graceful-shutdown [`State`]: written by the logind thread and the
+/// shutdown run, shown by the node view. The wiring creates one and hands
+/// it to both.
+pub type SharedState = Arc<Mutex<State>>;
+
 /// What one shutdown did.
 #[derive(Debug, Clone)]
 pub struct Report {
@@ -149,99 +163,161 @@ pub struct Report {
     pub killed: Vec<crate::model::Uid>,
     /// Some group did not terminate within its period.
     pub timed_out: bool,
+    /// The run was cancelled before its last group was over.
+    pub cancelled: bool,
 }
 
 fn unix_seconds(t: SystemTime) -> f64 {
     t.duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// Record a shutdown's start (`end` None) or end on the agent: status,
-/// metrics and, with a `root_dir`, the state file.
-fn record(agent: &crate::agent::Agent, root_dir: Option<&Path>, start: SystemTime, end: Option<SystemTime>) {
-    {
-        let mut st = agent.shutdown.lock();
-        st.last_start = Some(start);
-        st.last_end = end;
-    }
-    agent.metrics.set_shutdown_times(Some(unix_seconds(start)), end.map(unix_seconds));
-    if let Some(dir) = root_dir
-        && let Err(e) = write_state(dir, start, end)
-    {
-        log::warn!("cannot write {}: {e}", dir.join(STATE_FILE).display());
-    }
+/// How long a wait for a group looks at its cancel token at the latest:
+/// the pod workers' condvar wakes the wait for every phase change; a cancel
+/// is seen within this slice.
+const CANCEL_SLICE: Duration = Duration::from_millis(50);
+
+/// The parts a node shutdown acts on: the pod workers (kill, wait), the
+/// admission gate, the metrics and the shared state; the agent only to
+/// re-admit and restart pods when a shutdown is cancelled.
+#[derive(Clone)]
+pub struct Runner {
+    pub workers: PodWorkers,
+    pub admission: Arc<Admission>,
+    pub metrics: Arc<Metrics>,
+    pub agent: Arc<Agent>,
+    pub state: SharedState,
 }
 
-/// Carry out a node shutdown on `agent`: close admission, kill the running
-/// pods group by group (lowest priority first) through `update_pod(Kill)`,
-/// and wait (condvar) until each group is terminated or its period is over.
-/// The start and end are recorded (status, metrics, `<root_dir>/`[`STATE_FILE`]).
-pub fn run(
-    agent: &crate::agent::Agent,
-    groups: &[(i32, i64)],
-    classes: &BTreeMap<String, i32>,
-    root_dir: Option<&Path>,
-) -> Report {
-    use crate::podworkers::{KillPodOptions, Phase, UpdatePodOptions};
-    use std::time::Duration;
-
-    let started = SystemTime::now();
-    agent.admission.set_shutting_down(true);
-    record(agent, root_dir, started, None);
-    let running: Vec<Arc<Pod>> =
-        agent.workers.snapshot().into_iter().filter(|w| w.phase < Phase::Terminated).filter_map(|w| w.pod).collect();
-    let mut killed = Vec::new();
-    let mut timed_out = false;
-    for group in plan(groups, &running, classes) {
-        if group.pods.is_empty() {
-            continue;
-        }
-        let deadline = crate::cancel::deadline_in(Duration::from_secs(group.grace_seconds.max(0) as u64));
-        let mut uids = Vec::new();
-        for (pod, grace) in &group.pods {
-            let status_fn: crate::podworkers::StatusFn = Arc::new(|s: &mut crate::model::PodStatus| {
-                s.phase = Some(model::PHASE_FAILED.into());
-                s.reason = Some(REASON.into());
-                s.message = Some(MESSAGE.into());
-            });
-            let opts = KillPodOptions {
-                grace_period_override: Some(*grace),
-                status_fn: Some(status_fn),
-                ..Default::default()
-            };
-            log::info!("node shutdown: killing pod {} with grace {grace}s", model::pod_ref(pod));
-            agent.workers.update_pod(UpdatePodOptions::kill(pod.clone(), opts));
-            uids.push(model::uid(pod).to_string());
-        }
-        if !agent.workers.wait_terminated(&uids, deadline) {
-            log::warn!(
-                "node shutdown: priority group {} not terminated within {}s",
-                group.priority,
-                group.grace_seconds
-            );
-            timed_out = true;
-        }
-        killed.extend(uids);
-    }
-    let ended = SystemTime::now();
-    record(agent, root_dir, started, Some(ended));
-    Report { started, ended, killed, timed_out }
-}
-
-/// A cancelled shutdown: reopen admission, admit the pods rejected while it
-/// ran, and start again the static pods the shutdown stopped (the kubelet
-/// leaves them Failed; an edge node must not stay empty). Each is asked to
-/// restart; its worker starts it once its earlier incarnation has finished.
-pub fn cancel(agent: &crate::agent::Agent, killed: &[crate::model::Uid]) {
-    use crate::podworkers::{UpdatePodOptions, UpdateType};
-    agent.admission.set_shutting_down(false);
-    for uid in killed {
-        if let Some(d) = agent.desired_pod(uid)
-            && d.rejected.is_none()
+impl Runner {
+    /// Record a shutdown's start (`end` None) or end: status, metrics and,
+    /// with a `root_dir`, the state file.
+    fn record(&self, root_dir: Option<&Path>, start: SystemTime, end: Option<SystemTime>) {
         {
-            agent.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, d.pod));
+            let mut st = self.state.lock();
+            st.last_start = Some(start);
+            st.last_end = end;
+        }
+        self.metrics.set_shutdown_times(Some(unix_seconds(start)), end.map(unix_seconds));
+        if let Some(dir) = root_dir
+            && let Err(e) = write_state(dir, start, end)
+        {
+            log::warn!("cannot write {}: {e}", dir.join(STATE_FILE).display());
         }
     }
-    agent.readmit(crate::admission::REASON_NODE_SHUTDOWN);
+
+    /// Carry out a node shutdown: close admission, kill the running pods
+    /// group by group (lowest priority first, as [`plan`] says) through
+    /// `update_pod(Kill)`, and wait (the workers' condvar) until each group
+    /// is terminated or its period is over. `cancel` stops the run at once:
+    /// no further group is killed and the wait ends (the pods already told
+    /// to stop go on stopping; [`Runner::cancel`] restarts them). The start
+    /// and end are recorded (status, metrics, `<root_dir>/`[`STATE_FILE`]).
+    pub fn run(
+        &self,
+        groups: &[(i32, i64)],
+        classes: &BTreeMap<String, i32>,
+        root_dir: Option<&Path>,
+        cancel: &CancelToken,
+    ) -> Report {
+        let started = SystemTime::now();
+        self.admission.set_shutting_down(true);
+        self.record(root_dir, started, None);
+        let running: Vec<Arc<Pod>> =
+            self.workers.snapshot().into_iter().filter(|w| w.phase < Phase::Terminated).filter_map(|w| w.pod).collect();
+        let mut killed = Vec::new();
+        let mut timed_out = false;
+        for group in plan(groups, &running, classes) {
+            if group.pods.is_empty() {
+                continue;
+            }
+            if cancel.is_cancelled() {
+                break;
+            }
+            let deadline = crate::cancel::deadline_in(Duration::from_secs(group.grace_seconds.max(0) as u64));
+            let mut uids = Vec::new();
+            for (pod, grace) in &group.pods {
+                let status_fn: crate::podworkers::StatusFn = Arc::new(|s: &mut crate::model::PodStatus| {
+                    s.phase = Some(model::PHASE_FAILED.into());
+                    s.reason = Some(REASON.into());
+                    s.message = Some(MESSAGE.into());
+                });
+                let opts = KillPodOptions {
+                    grace_period_override: Some(*grace),
+                    status_fn: Some(status_fn),
+                    ..Default::default()
+                };
+                log::info!("node shutdown: killing pod {} with grace {grace}s", model::pod_ref(pod));
+                self.workers.update_pod(UpdatePodOptions::kill(pod.clone(), opts));
+                uids.push(model::uid(pod).to_string());
+            }
+            killed.extend(uids.iter().cloned());
+            match self.wait_terminated(&uids, deadline, cancel) {
+                Wait::Terminated => {}
+                Wait::Cancelled => break,
+                Wait::TimedOut => {
+                    log::warn!(
+                        "node shutdown: priority group {} not terminated within {}s",
+                        group.priority,
+                        group.grace_seconds
+                    );
+                    timed_out = true;
+                }
+            }
+        }
+        let cancelled = cancel.is_cancelled();
+        let ended = SystemTime::now();
+        self.record(root_dir, started, Some(ended));
+        Report { started, ended, killed, timed_out, cancelled }
+    }
+
+    /// Wait until each of `uids` is terminated, `deadline` passes or
+    /// `cancel` is cancelled.
+    fn wait_terminated(&self, uids: &[crate::model::Uid], deadline: Instant, cancel: &CancelToken) -> Wait {
+        loop {
+            if cancel.is_cancelled() {
+                return Wait::Cancelled;
+            }
+            let now = Instant::now();
+            let slice = deadline.min(crate::cancel::add_saturating(now, CANCEL_SLICE));
+            if self.workers.wait_terminated(uids, slice) {
+                return Wait::Terminated;
+            }
+            if Instant::now() >= deadline {
+                return if cancel.is_cancelled() { Wait::Cancelled } else { Wait::TimedOut };
+            }
+        }
+    }
+
+    /// A cancelled shutdown: reopen admission, admit the pods rejected
+    /// while it ran, and start again the static pods the shutdown stopped
+    /// (the kubelet leaves them Failed; an edge node must not stay empty).
+    /// Each is asked to restart; its worker starts it once its earlier
+    /// incarnation has finished.
+    pub fn cancel(&self, killed: &[crate::model::Uid]) {
+        self.admission.set_shutting_down(false);
+        for uid in killed {
+            if let Some(d) = self.agent.desired_pod(uid)
+                && d.rejected.is_none()
+            {
+                self.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, d.pod));
+            }
+        }
+        self.agent.readmit(crate::admission::REASON_NODE_SHUTDOWN);
+    }
+
+    /// At start-up: show the last shutdown recorded in the state file.
+    pub fn load_state(&self, root_dir: &Path) {
+        if let Some((start, end)) = read_state(root_dir) {
+            self.record(None, start, end);
+        }
+    }
+}
+
+/// How a wait for a group ended.
+enum Wait {
+    Terminated,
+    TimedOut,
+    Cancelled,
 }
 
 /// Name of the state file in `rootDir`.
@@ -271,12 +347,5 @@ pub fn read_state(root_dir: &Path) -> Option<(SystemTime, Option<SystemTime>)> {
             log::warn!("{}: not a graceful shutdown state file; ignored", path.display());
             None
         }
-    }
-}
-
-/// At start-up: show the last shutdown recorded in the state file.
-pub fn load_state(agent: &crate::agent::Agent, root_dir: &Path) {
-    if let Some((start, end)) = read_state(root_dir) {
-        record(agent, None, start, end);
     }
 }

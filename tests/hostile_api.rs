@@ -441,7 +441,11 @@ impl InProcess {
     }
 
     fn agent(&self) -> &podwarden::agent::Agent {
-        &self.running.as_ref().unwrap().agent
+        &self.running.as_ref().unwrap().parts.agent
+    }
+
+    fn parts(&self) -> &podwarden::parts::Parts {
+        &self.running.as_ref().unwrap().parts
     }
 
     fn uid(&self, name: &str) -> String {
@@ -518,7 +522,7 @@ fn a_2_gib_termination_log_moves_rss_by_less_than_1_mib() {
     let mut msg = String::new();
     wait_for("the termination message", Duration::from_secs(10), || {
         msg = a
-            .agent()
+            .parts()
             .statuses
             .get(&uid)
             .and_then(|s| s.container_statuses)

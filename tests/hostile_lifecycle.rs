@@ -45,7 +45,7 @@ fn start_agent(dir: &Path, fake: &Arc<FakeRuntime>) -> Running {
 }
 
 fn desired_by_name(r: &Running, name: &str) -> Option<Arc<Pod>> {
-    r.agent.desired().into_iter().map(|d| d.pod).find(|p| model::name(p) == name)
+    r.parts.agent.desired().into_iter().map(|d| d.pod).find(|p| model::name(p) == name)
 }
 
 const VICTIM: &str =
@@ -76,18 +76,18 @@ fn a_manifest_claiming_another_pods_uid_is_refused_and_the_first_pod_keeps_runni
         manifests.join("victim.yaml").display()
     );
     wait_for("the claim reported", T, || {
-        r.agent.events.list().iter().any(|e| e.reason == "InvalidManifest" && e.message == want)
+        r.parts.events.list().iter().any(|e| e.reason == "InvalidManifest" && e.message == want)
     });
-    let after_claim = r.agent.desired();
+    let after_claim = r.parts.agent.desired();
     assert_eq!(after_claim.len(), 1);
     assert_eq!(model::name(&after_claim[0].pod), "victim", "the UID stays with its first manifest");
-    assert_eq!(r.agent.workers.phase(&uid), Some(Phase::Syncing));
+    assert_eq!(r.parts.workers.phase(&uid), Some(Phase::Syncing));
 
     // rescans do not report it again
     r.rescan();
     std::fs::write(manifests.join("marker1.yaml"), VICTIM.replace("victim", "marker1")).unwrap();
     wait_for("marker1 desired", T, || desired_by_name(&r, "marker1").is_some());
-    assert_eq!(r.agent.events.list().iter().filter(|e| e.message == want).count(), 1, "reported once");
+    assert_eq!(r.parts.events.list().iter().filter(|e| e.message == want).count(), 1, "reported once");
 
     // removing the claimant changes nothing for the victim
     std::fs::remove_file(manifests.join("0-claim.yaml")).unwrap();
@@ -96,11 +96,11 @@ fn a_manifest_claiming_another_pods_uid_is_refused_and_the_first_pod_keeps_runni
     let victim_now = desired_by_name(&r, "victim").expect("victim still desired");
     assert_eq!(model::uid(&victim_now), uid);
     assert_eq!(victim_now.spec, victim.spec);
-    assert_eq!(r.agent.workers.phase(&uid), Some(Phase::Syncing));
+    assert_eq!(r.parts.workers.phase(&uid), Some(Phase::Syncing));
     assert_eq!(fake.live_containers(&uid), 1, "the victim keeps running");
     assert!(fake.calls_for(&uid, Op::StopContainer).is_empty(), "the victim was never stopped");
     wait_for("victim Running", T, || {
-        r.agent.statuses.get(&uid).is_some_and(|s| s.phase.as_deref() == Some("Running") && s.reason.is_none())
+        r.parts.statuses.get(&uid).is_some_and(|s| s.phase.as_deref() == Some("Running") && s.reason.is_none())
     });
     r.stop();
 }
@@ -110,7 +110,7 @@ fn a_manifest_claiming_another_pods_uid_is_refused_and_the_first_pod_keeps_runni
 /// onto it.
 #[test]
 fn a_pod_that_left_its_source_counts_for_admission_until_it_finished() {
-    let h = Harness::with(Opts { cpu_millis: 1000, pod_cache: true, ..Opts::default() });
+    let h = Harness::with(Opts { cpu_millis: 1000, ..Opts::default() });
     h.fake.set_term_delay("c", None); // ignores SIGTERM: killed at the end of its grace
     let hog = arc(with_grace(with_cpu(pod("hog", "hog1"), "800m"), 10));
     h.agent.apply_source(vec![hog.clone()]);
@@ -148,7 +148,7 @@ fn a_pod_that_left_its_source_counts_for_admission_until_it_finished() {
 #[test]
 fn a_pod_started_again_after_a_cancelled_shutdown_has_a_running_status() {
     use podwarden::logind::{Event, FakeLogind, LogindThread, ShutdownConfig};
-    let h = Harness::with(Opts { pod_cache: true, ..Opts::default() });
+    let h = Harness::new();
     h.fake.set_term_delay("c", Some(Duration::from_millis(100)));
     h.agent.apply_source(vec![arc(pod("web", "web1"))]);
     wait_for("web running", T, || h.fake.live_containers("web1") == 1);
@@ -159,7 +159,7 @@ fn a_pod_started_again_after_a_cancelled_shutdown_has_a_running_status() {
         root_dir: h.root.0.clone(),
         dropin_dir: None,
     };
-    let thread = LogindThread::start(logind.clone(), h.agent.clone(), cfg).unwrap();
+    let thread = LogindThread::start(logind.clone(), h.parts.shutdown_runner(), cfg).unwrap();
     wait_for("lock taken", T, || logind.locks_held() == 1);
     logind.send(Event::PrepareForShutdown(true));
     wait_for("web killed for the shutdown", T, || {
@@ -168,7 +168,7 @@ fn a_pod_started_again_after_a_cancelled_shutdown_has_a_running_status() {
     let st = h.statuses.get("web1").unwrap();
     assert_eq!(st.message.as_deref(), Some(podwarden::shutdown::MESSAGE));
     logind.send(Event::PrepareForShutdown(false));
-    wait_for("admission open again", T, || !h.agent.admission.is_shutting_down());
+    wait_for("admission open again", T, || !h.admission.is_shutting_down());
     wait_for("web runs again", T, || {
         h.agent.housekeeping();
         h.fake.live_containers("web1") == 1
@@ -187,7 +187,7 @@ fn a_pod_started_again_after_a_cancelled_shutdown_has_a_running_status() {
 /// retrying "File name too long" forever: reported once, the pod finishes.
 #[test]
 fn clean_up_that_cannot_heal_is_reported_once_and_the_pod_finishes() {
-    let h = Harness::with(Opts { pod_cache: true, ..Opts::default() });
+    let h = Harness::new();
     // podLogsDir exists on a real node (the kernel then reports the name,
     // not a missing parent)
     std::fs::create_dir_all(h.root.0.join("logs")).unwrap();
@@ -213,7 +213,7 @@ fn clean_up_that_cannot_heal_is_reported_once_and_the_pod_finishes() {
 /// and message, event) instead of a back-off loop; the worker finishes.
 #[test]
 fn set_up_error_that_cannot_heal_fails_the_pod_without_retrying() {
-    let h = Harness::with(Opts { pod_cache: true, ..Opts::default() }); // back-off 50 ms
+    let h = Harness::new(); // back-off 50 ms
     const MSG: &str =
         "failed to create pod log directory \"/var/log/pods/x\": mkdir /var/log/pods/x: file name too long";
     h.fake.fail_with(Op::RunPodSandbox, Some("perm1"), 1000, MSG);
@@ -275,12 +275,12 @@ fn a_panicking_thread_makes_the_agent_unhealthy() {
     let fake = Arc::new(FakeRuntime::new());
     let r = start_agent(&d.0, &fake);
     let within = Duration::from_secs(60);
-    wait_for("healthy", T, || r.agent.health(within).is_ok());
+    wait_for("healthy", T, || r.parts.agent.health(within).is_ok());
     fake.panic_on(Op::ListPodSandbox, None, 1);
-    wait_for("unhealthy", T, || r.agent.health(within).is_err());
-    let e = r.agent.health(within).unwrap_err();
+    wait_for("unhealthy", T, || r.parts.agent.health(within).is_err());
+    let e = r.parts.agent.health(within).unwrap_err().to_string();
     assert_eq!(e, "thread housekeeping panicked: injected panic in ListPodSandbox");
-    let (ready, _, message) = podwarden::node::ready(&r.agent, within);
+    let (ready, _, message) = podwarden::node::ready(&r.parts, within);
     assert!(!ready);
     assert_eq!(message, e);
     r.stop();

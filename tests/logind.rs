@@ -38,7 +38,7 @@ fn start_thread(h: &Harness) -> LogindThread {
         root_dir: h.root.0.clone(),
         dropin_dir: None,
     };
-    let thread = LogindThread::start(Arc::new(DbusLogind::new()), h.agent.clone(), cfg).unwrap();
+    let thread = LogindThread::start(Arc::new(DbusLogind::new()), h.parts.shutdown_runner(), cfg).unwrap();
     wait_for("lock taken", Duration::from_secs(5), || podwarden_inhibitors() == 1);
     thread
 }
@@ -86,7 +86,7 @@ fn logind_thread_stops_pods_on_a_real_shutdown_and_restarts_them_when_cancelled(
         h.fake.live_containers("ra") + h.fake.live_containers("rb") == 0
     });
     wait_for("lock released and taken again after the cancel", Duration::from_secs(6), || {
-        !h.agent.admission.is_shutting_down() && podwarden_inhibitors() == 1
+        !h.admission.is_shutting_down() && podwarden_inhibitors() == 1
     });
     assert!(t.elapsed() < Duration::from_secs(4), "took {:?}: the lock was held to the end of the window", t.elapsed());
     assert!(h.root.0.join("graceful_node_shutdown_state").exists());
@@ -133,7 +133,7 @@ fn inhibit_delay_is_raised_through_a_drop_in_and_a_later_drop_in_is_named() {
     assert!(std::fs::read_to_string(&ours).unwrap().contains("InhibitDelayMaxSec=30"));
     // a drop-in read after ours keeps the value low: a clear error naming it
     std::fs::write(&later, "[Login]\nInhibitDelayMaxSec=7\n").unwrap();
-    let err = ensure_inhibit_delay(&l, Duration::from_secs(60), Some(&dir)).unwrap_err();
+    let err = ensure_inhibit_delay(&l, Duration::from_secs(60), Some(&dir)).unwrap_err().to_string();
     assert!(err.contains("99-zz-later.conf") && err.contains("InhibitDelayMaxSec=7"), "{err}");
     // put logind back as the other tests expect it
     std::fs::remove_file(&later).unwrap();

@@ -444,7 +444,7 @@ fn admission_counts_terminal_pods_that_could_still_run_and_not_rejected_ones() {
 #[test]
 fn node_shutdown_gate_rejects_new_pods() {
     let h = Harness::new();
-    h.agent.admission.set_shutting_down(true);
+    h.admission.set_shutting_down(true);
     h.agent.apply_source(vec![arc(pod("late", "ul8"))]);
     let st = h.statuses.get("ul8").unwrap();
     assert_eq!(st.reason.as_deref(), Some("NodeShutdown"));
@@ -507,14 +507,14 @@ fn housekeeping_thread_runs_when_woken() {
     )
     .unwrap();
     // the first pass runs at once
-    wait_for("first pass", T, || h.agent.last_housekeeping.lock().is_some());
-    let first = h.agent.last_housekeeping.lock().unwrap();
+    wait_for("first pass", T, || h.agent.last_housekeeping().is_some());
+    let first = h.agent.last_housekeeping().unwrap();
     h.fake.add_running_pod("orphan-w", "ghost", "default", "c", None);
     hk.waker().wake();
     // the pass that killed the orphan records its end only after the kill
     // returned, which can be after the worker finished: wait for it
     h.wait_phase("orphan-w", Phase::Finished, T);
-    wait_for("the woken pass recorded", T, || h.agent.last_housekeeping.lock().unwrap() > first);
+    wait_for("the woken pass recorded", T, || h.agent.last_housekeeping().unwrap() > first);
     drop(hk); // stops and joins the thread
 }
 
@@ -551,21 +551,9 @@ fn terminal_pod_seen_again_after_restart_gets_no_new_sandbox() {
 
 #[test]
 fn housekeeping_before_the_first_manifest_scan_kills_nothing() {
-    let h = Harness::new();
     // a fresh agent whose source has not delivered anything yet
-    let fresh = podwarden::agent::Agent::new(
-        podwarden::agent::AgentConfig {
-            node_name: "n".into(),
-            root_dir: h.root.0.join("root2"),
-            runtime_call_timeout: Duration::from_secs(2),
-        },
-        h.workers.clone(),
-        h.fake.clone(),
-        h.statuses.clone(),
-        h.events.clone(),
-        h.agent.admission.clone(),
-        h.metrics.clone(),
-    );
+    let h = Harness::with(Opts { first_scan: false, ..Opts::default() });
+    let fresh = h.agent.clone();
     h.fake.add_running_pod("adopt-me", "keep", "default", "c", Some(30));
     fresh.housekeeping();
     assert_eq!(h.phase("adopt-me"), None, "not killed as an orphan");
@@ -596,16 +584,16 @@ fn node_shutdown_kills_normal_pods_before_critical_ones_and_cancel_restarts_them
     }
     // shutdownGracePeriod 3 s, critical 1 s: normal pods get 2 s
     let groups = podwarden::shutdown::groups_from_config(3, 1, &[]);
-    let agent = h.agent.clone();
+    let shutdown = h.parts.shutdown_runner();
     let state = h.root.0.join("state");
     let state_dir = state.clone();
     let t = Instant::now();
     let runner = podwarden::thread::spawn("test-shutdown", None, move || {
-        podwarden::shutdown::run(&agent, &groups, &Default::default(), Some(&state_dir))
+        shutdown.run(&groups, &Default::default(), Some(&state_dir), &podwarden::cancel::CancelToken::new())
     })
     .unwrap();
     // admission is closed while shutting down
-    wait_for("shutting down", T, || h.agent.admission.is_shutting_down());
+    wait_for("shutting down", T, || h.admission.is_shutting_down());
     let mut late = all.clone();
     late.push(arc(pod("late", "sl")));
     h.agent.apply_source(late);
@@ -615,7 +603,7 @@ fn node_shutdown_kills_normal_pods_before_critical_ones_and_cancel_restarts_them
     wait_for("state file written at the start", T, || file.exists());
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     assert!(v["startTime"].as_str().unwrap().ends_with('Z') && v["endTime"].is_null(), "{v}");
-    let node = podwarden::node::report(&h.agent, Duration::from_secs(60), "fake");
+    let node = podwarden::node::report(&h.parts, Duration::from_secs(60), "fake");
     assert_eq!(node["node"]["status"]["conditions"][0]["status"], "False");
     assert_eq!(node["node"]["status"]["conditions"][0]["message"], "node is shutting down");
     assert_eq!(node["gracefulShutdown"]["shuttingDown"], true);
@@ -646,8 +634,8 @@ fn node_shutdown_kills_normal_pods_before_critical_ones_and_cancel_restarts_them
     assert_eq!(podwarden::shutdown::read_state(&state).map(|(s, e)| (s, e.is_some())), Some((report.started, true)));
 
     // cancelled: admission reopens and the stopped static pods run again
-    podwarden::shutdown::cancel(&h.agent, &report.killed);
-    assert!(!h.agent.admission.is_shutting_down());
+    h.parts.shutdown_runner().cancel(&report.killed);
+    assert!(!h.admission.is_shutting_down());
     // housekeeping re-creates the stopped pods
     poll_until(T, || {
         h.agent.housekeeping();
@@ -678,7 +666,7 @@ fn logind_thread_holds_the_lock_releases_it_after_the_pods_and_takes_it_again() 
         root_dir: h.root.0.clone(),
         dropin_dir: None,
     };
-    let thread = LogindThread::start(logind.clone(), h.agent.clone(), cfg).unwrap();
+    let thread = LogindThread::start(logind.clone(), h.parts.shutdown_runner(), cfg).unwrap();
     wait_for("lock taken", T, || logind.locks_held() == 1);
     let t = Instant::now();
     logind.send(Event::PrepareForShutdown(true));
@@ -687,10 +675,10 @@ fn logind_thread_holds_the_lock_releases_it_after_the_pods_and_takes_it_again() 
     assert!(took < Duration::from_secs(3), "released {took:?} after the signal, not at the end of the 20 s window");
     assert_eq!(h.fake.live_containers("la") + h.fake.live_containers("lb"), 0);
     assert!(h.root.0.join("graceful_node_shutdown_state").exists());
-    assert!(h.agent.admission.is_shutting_down());
+    assert!(h.admission.is_shutting_down());
     logind.send(Event::PrepareForShutdown(false));
     wait_for("lock taken again", T, || logind.locks_held() == 1);
-    assert!(!h.agent.admission.is_shutting_down());
+    assert!(!h.admission.is_shutting_down());
     wait_for("pods run again", T, || {
         h.agent.housekeeping();
         h.fake.live_containers("la") + h.fake.live_containers("lb") == 2
@@ -705,13 +693,92 @@ fn logind_thread_holds_the_lock_releases_it_after_the_pods_and_takes_it_again() 
     assert_eq!(logind.locks_held(), 0, "stopping the thread releases the lock");
 }
 
+/// A node shutdown with a 30 s window holding on a pod that ignores SIGTERM
+/// (grace 30 s) and a pod that exits at once, on the logind thread.
+/// Returns the thread and the fake logind once both pods are killed.
+fn logind_shutdown_in_progress(h: &Harness) -> (podwarden::logind::LogindThread, Arc<podwarden::logind::FakeLogind>) {
+    use podwarden::logind::{Event, FakeLogind, LogindThread, ShutdownConfig};
+    h.fake.set_term_delay("c", None); // "stubborn" ignores SIGTERM
+    let mut quick = pod("quick", "lq");
+    quick.spec.as_mut().unwrap().containers[0].name = "q".into(); // exits at SIGTERM
+    h.agent.apply_source(vec![arc(with_grace(pod("stubborn", "ls"), 30)), arc(quick)]);
+    for u in ["ls", "lq"] {
+        wait_for("running", T, || h.fake.live_containers(u) == 1);
+    }
+    let logind = Arc::new(FakeLogind::new(Duration::from_secs(30)));
+    let cfg = ShutdownConfig {
+        groups: podwarden::shutdown::groups_from_config(30, 0, &[]),
+        priority_classes: Default::default(),
+        root_dir: h.root.0.clone(),
+        dropin_dir: None,
+    };
+    let thread = LogindThread::start(logind.clone(), h.parts.shutdown_runner(), cfg).unwrap();
+    wait_for("lock taken", T, || logind.locks_held() == 1);
+    logind.send(Event::PrepareForShutdown(true));
+    wait_for("both pods told to stop", T, || {
+        !h.fake.calls_for("ls", Op::StopContainer).is_empty() && h.fake.live_containers("lq") == 0
+    });
+    assert!(h.admission.is_shutting_down());
+    assert_eq!(h.fake.live_containers("ls"), 1, "the stubborn pod holds the window");
+    assert_eq!(logind.locks_held(), 1, "the lock is held while the window runs");
+    (thread, logind)
+}
+
+/// Defect (issue 14): the logind thread ran the whole shutdown inline, so
+/// a `PrepareForShutdown(false)` waited for the window (here 30 s) to end.
+#[test]
+fn logind_cancel_during_a_shutdown_takes_effect_at_once_and_restarts_the_pods() {
+    use podwarden::logind::Event;
+    let h = Harness::new();
+    let (thread, logind) = logind_shutdown_in_progress(&h);
+    // a pod arriving during the shutdown is rejected
+    let late = arc(pod("late", "ll"));
+    let mut all = h.agent.desired().into_iter().map(|d| d.pod).collect::<Vec<_>>();
+    all.push(late);
+    h.agent.apply_source(all);
+    assert_eq!(h.statuses.get("ll").unwrap().reason.as_deref(), Some("NodeShutdown"));
+    let t = Instant::now();
+    logind.send(Event::PrepareForShutdown(false));
+    wait_for("admission open again", T, || !h.admission.is_shutting_down());
+    let took = t.elapsed();
+    assert!(took < Duration::from_secs(2), "the cancel took {took:?}: it waited for the 30 s window");
+    // re-admitted and restarted: the late pod and the pod that stopped run
+    wait_for("late pod and quick pod run", T, || {
+        h.agent.housekeeping();
+        h.fake.live_containers("ll") == 1 && h.fake.live_containers("lq") == 1
+    });
+    assert!(t.elapsed() < Duration::from_secs(5), "restarted only after {:?}", t.elapsed());
+    assert!(h.agent.desired_pod("ll").unwrap().rejected.is_none());
+    assert_eq!(logind.locks_held(), 1, "the lock stays held for the next shutdown");
+    let st = h.parts.shutdown.lock().clone();
+    assert!(st.lock_held && st.last_end.is_some(), "{st:?}");
+    // the logind thread still listens: a new shutdown is acted on
+    logind.send(Event::PrepareForShutdown(true));
+    wait_for("shutting down again", T, || h.admission.is_shutting_down());
+    drop(thread);
+}
+
+/// Stopping the agent during a shutdown window returns at once instead of
+/// waiting for the window; the lock is released.
+#[test]
+fn stopping_the_logind_thread_mid_shutdown_returns_promptly() {
+    let h = Harness::new();
+    let (thread, logind) = logind_shutdown_in_progress(&h);
+    let t = Instant::now();
+    drop(thread);
+    let took = t.elapsed();
+    assert!(took < Duration::from_secs(2), "stopping took {took:?}: it waited for the 30 s window");
+    assert_eq!(logind.locks_held(), 0, "stopping releases the lock");
+    assert!(!h.parts.shutdown.lock().lock_held);
+}
+
 fn sync_passes(h: &Harness) -> u64 {
     h.metrics.pod_worker_duration.lock().get("sync").map_or(0, |s| s.count)
 }
 
 #[test]
 fn resync_of_an_unchanged_pod_reuses_its_read_and_a_relisted_change_reads_afresh() {
-    let h = Harness::with(Opts { pod_cache: true, ..Opts::default() }); // resync every 1 s
+    let h = Harness::new(); // resync every 1 s
     let p = arc(pod("idle", "ui"));
     h.agent.apply_source(vec![p.clone()]);
     wait_for("running", T, || h.fake.live_containers("ui") == 1);
@@ -738,15 +805,13 @@ fn resync_of_an_unchanged_pod_reuses_its_read_and_a_relisted_change_reads_afresh
         h.statuses.get("ui").is_some_and(|s| s.container_statuses.as_ref().unwrap()[0].restart_count == 1)
     });
 
-    // without a pod cache every resync reads the runtime
+    // without relists nothing tells a pass its last read is still good:
+    // every resync reads the runtime
     let h = Harness::new();
     h.agent.apply_source(vec![p.clone()]);
     wait_for("running", T, || h.fake.live_containers("ui") == 1);
     h.fake.clear_calls();
     let passes = sync_passes(&h);
-    wait_for("three resyncs", Duration::from_secs(6), || {
-        h.agent.relist();
-        sync_passes(&h) >= passes + 3
-    });
+    wait_for("three resyncs", Duration::from_secs(6), || sync_passes(&h) >= passes + 3);
     assert!(h.fake.calls_for("ui", Op::PodSandboxStatus).len() >= 3);
 }

@@ -12,12 +12,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use podwarden::events::EventRecorder;
+use podwarden::daemon::Tuning;
 use podwarden::model::{self, Pod};
-use podwarden::podworkers::{self, KillPodOptions, Observer, Phase, PodWorkers, UpdatePodOptions, UpdateType};
+use podwarden::podworkers::{KillPodOptions, Observer, Phase, PodWorkers, UpdatePodOptions, UpdateType};
 use podwarden::runtime::fake::{FakeRuntime, Op};
-use podwarden::status::StatusManager;
-use podwarden::sync::{PodSync, SyncConfig};
 
 const PODS: usize = 200;
 const NAMES: usize = 50; // four UIDs share each static full name
@@ -83,21 +81,21 @@ fn run(seed: u64) {
     fake.set_term_delay("side", Some(Duration::from_millis(15)));
     let checker =
         Arc::new(Checker { fake: fake.clone(), terminations: Mutex::default(), violations: Mutex::default() });
-    let statuses = Arc::new(StatusManager::new());
-    let mut cfg = SyncConfig::new(root.0.join("root"), root.0.join("logs"));
-    cfg.call_timeout = Duration::from_millis(150);
-    cfg.backoff_initial = Duration::from_millis(20);
-    cfg.backoff_max = Duration::from_millis(100);
-    let syncer = Arc::new(PodSync::new(fake.clone(), statuses, Arc::new(EventRecorder::new(64)), cfg));
-    let workers = PodWorkers::new(
-        syncer,
-        podworkers::Config {
-            resync: Duration::from_millis(200),
-            backoff: Duration::from_millis(20),
-            start_gate_wait: Duration::from_secs(2),
-        },
-        Some(checker.clone()),
-    );
+    // the production wiring with short deadlines and back-offs
+    let config = podwarden::config::Config {
+        runtime_request_timeout: Duration::from_millis(150),
+        sync_frequency: Duration::from_millis(200),
+        ..common::config(&root.0)
+    };
+    let tuning = Tuning {
+        worker_backoff: Duration::from_millis(20),
+        container_backoff: Duration::from_millis(20),
+        container_backoff_max: Duration::from_millis(100),
+        start_gate_wait: Duration::from_secs(2),
+        observer: Some(checker.clone()),
+        ..Tuning::default()
+    };
+    let workers = podwarden::daemon::assemble(&config, fake.clone(), "fake://", tuning).workers;
     let pods: Vec<Arc<Pod>> = (0..PODS).map(make_pod).collect();
     let generation: Arc<Vec<AtomicU64>> = Arc::new((0..PODS).map(|_| AtomicU64::new(0)).collect());
     let stop = Arc::new(AtomicBool::new(false));

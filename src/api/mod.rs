@@ -35,6 +35,7 @@ use serde_json::Value;
 use crate::agent::Agent;
 use crate::fsutil::{FileError, Links};
 use crate::model;
+use crate::parts::Parts;
 use crate::podworkers::KillPodOptions;
 
 #[allow(clippy::all, clippy::pedantic, dead_code, unused_imports, unused_mut, unused_qualifications, missing_docs)]
@@ -212,7 +213,7 @@ pub struct ApiServer {
 }
 
 impl ApiServer {
-    pub fn start(agent: Arc<Agent>, cfg: ApiConfig) -> std::io::Result<Self> {
+    pub fn start(parts: Parts, cfg: ApiConfig) -> std::io::Result<Self> {
         let socket = cfg.socket.clone();
         if let Some(dir) = socket.parent()
             && !dir.as_os_str().is_empty()
@@ -239,8 +240,8 @@ impl ApiServer {
             std::os::unix::fs::chown(&socket, Some(0), Some(*gid))?;
         }
         let env = api_env();
-        let h = Handlers { agent, cfg: Arc::new(cfg.clone()) };
-        let (w, a) = (h.clone(), h.agent.clone());
+        let h = Handlers { parts, cfg: Arc::new(cfg.clone()) };
+        let (w, a) = (h.clone(), h.parts.agent.clone());
         let work =
             Arc::new(OnDemand::new(WORK_QUEUE, "api-work", crate::thread::WORKER_STACK, move |rx| work_loop(&w, rx)));
         let kill =
@@ -316,10 +317,10 @@ impl Drop for ApiServer {
     }
 }
 
-/// What the handlers read: the agent and the API's configuration.
+/// What the handlers read: the agent's parts and the API's configuration.
 #[derive(Clone)]
 struct Handlers {
-    agent: Arc<Agent>,
+    parts: Parts,
     cfg: Arc<ApiConfig>,
 }
 
@@ -424,7 +425,7 @@ enum Holder {
 
 impl Handlers {
     fn pods(&self, namespace: &str) -> Value {
-        let mut list = crate::http::pod_list(&self.agent, false);
+        let mut list = crate::http::pod_list(&self.parts, false);
         if !namespace.is_empty()
             && let Some(items) = list["items"].as_array_mut()
         {
@@ -662,7 +663,7 @@ impl Service {
             Some(p) => p["metadata"]["uid"].as_str().unwrap_or_default().to_string(),
             None => self
                 .h
-                .agent
+                .parts
                 .workers
                 .snapshot()
                 .into_iter()
@@ -713,7 +714,7 @@ impl pb::api_grpc::PodWarden for Service {
     fn version(&mut self, ctx: RpcContext, _req: api::VersionRequest, sink: UnarySink<api::VersionResponse>) {
         let r = api::VersionResponse {
             version: env!("CARGO_PKG_VERSION").into(),
-            runtime_version: self.h.agent.runtime.version(),
+            runtime_version: self.h.parts.runtime.version(),
             cri_api_version: crate::runtime::cri::CRI_API_VERSION.into(),
             ..Default::default()
         };
@@ -740,7 +741,7 @@ impl pb::api_grpc::PodWarden for Service {
         let filter = req.pod.as_ref().map(|p| (p.namespace.clone(), p.name.clone()));
         let events = self
             .h
-            .agent
+            .parts
             .events
             .list()
             .into_iter()
@@ -771,7 +772,7 @@ impl pb::api_grpc::PodWarden for Service {
     }
 
     fn get_node(&mut self, ctx: RpcContext, _req: api::GetNodeRequest, sink: UnarySink<api::NodeResponse>) {
-        let report = crate::node::report(&self.h.agent, self.h.cfg.healthy_within, &self.h.agent.runtime.version());
+        let report = crate::node::report(&self.h.parts, self.h.cfg.healthy_within, &self.h.parts.runtime.version());
         let r = api::NodeResponse { node_json: serde_json::to_vec(&report).unwrap_or_default(), ..Default::default() };
         reply(&ctx, sink, Ok(r));
     }

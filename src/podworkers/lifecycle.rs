@@ -26,12 +26,13 @@ pub enum Phase {
 }
 
 impl Phase {
-    pub fn as_str(self) -> &'static str {
+    /// The kubelet's label for the phase (the `lifecycle` label of
+    /// `kubelet_working_pods`): a finished pod still counts as terminated.
+    pub fn label(self) -> &'static str {
         match self {
             Phase::Syncing => "sync",
             Phase::Terminating => "terminating",
-            Phase::Terminated => "terminated",
-            Phase::Finished => "finished",
+            Phase::Terminated | Phase::Finished => "terminated",
         }
     }
 }

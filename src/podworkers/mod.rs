@@ -216,6 +216,8 @@ pub trait Observer: Send + Sync {
     fn work_done(&self, _kind: WorkKind, _took: Duration, _failed: bool) {}
 }
 
+/// The pod workers' timing; built by the wiring (`daemon::assemble`) from
+/// the config (`syncFrequency`) and its tuning, which hold the defaults.
 #[derive(Debug, Clone, Copy)]
 pub struct Config {
     /// Successful syncs are repeated this often (jittered).
@@ -224,16 +226,6 @@ pub struct Config {
     pub backoff: Duration,
     /// How long a kill waits for a container start in flight.
     pub start_gate_wait: Duration,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            resync: Duration::from_secs(60),
-            backoff: Duration::from_secs(10),
-            start_gate_wait: Duration::from_secs(5),
-        }
-    }
 }
 
 /// One worker's state as `sync_known_pods` reports it.

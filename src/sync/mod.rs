@@ -24,6 +24,8 @@ use crate::runtime::cache::PodCache;
 use crate::runtime::{CallCtx, Runtime, RuntimePod};
 use crate::status::{StatusManager, Waiting};
 
+/// The phases' settings; built by the wiring (`daemon::assemble`) from the
+/// config and its tuning, which hold the defaults.
 #[derive(Debug, Clone)]
 pub struct SyncConfig {
     pub root_dir: PathBuf,
@@ -42,19 +44,6 @@ pub struct SyncConfig {
 }
 
 impl SyncConfig {
-    pub fn new(root_dir: PathBuf, pod_logs_dir: PathBuf) -> Self {
-        SyncConfig {
-            root_dir,
-            pod_logs_dir,
-            call_timeout: Duration::from_secs(120),
-            backoff_initial: Duration::from_secs(10),
-            backoff_max: Duration::from_secs(300),
-            id_prefix: "containerd://".into(),
-            host_ip: None,
-            allow_privileged: false,
-        }
-    }
-
     pub fn pod_dir(&self, uid: &str) -> PathBuf {
         self.root_dir.join("pods").join(uid)
     }

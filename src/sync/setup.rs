@@ -555,8 +555,16 @@ mod tests {
         )
         .unwrap();
         let sync = |allow: bool| {
-            let mut cfg = SyncConfig::new("/nonexistent/root".into(), "/nonexistent/logs".into());
-            cfg.allow_privileged = allow;
+            let cfg = SyncConfig {
+                root_dir: "/nonexistent/root".into(),
+                pod_logs_dir: "/nonexistent/logs".into(),
+                call_timeout: Duration::from_secs(1),
+                backoff_initial: Duration::from_secs(1),
+                backoff_max: Duration::from_secs(1),
+                id_prefix: "fake://".into(),
+                host_ip: None,
+                allow_privileged: allow,
+            };
             PodSync::new(
                 Arc::new(crate::runtime::fake::FakeRuntime::new()),
                 Arc::new(crate::status::StatusManager::new()),

@@ -1,5 +1,6 @@
-//! Shared test harness: the whole agent on the fake runtime, with short
-//! back-offs so scenarios run in milliseconds.
+//! Shared test harness: the whole agent, wired by `daemon::assemble` as
+//! `podwarden run` wires it, on the fake runtime, with short back-offs so
+//! scenarios run in milliseconds.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -8,14 +9,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use podwarden::admission::{Admission, Allocatable};
-use podwarden::agent::{Agent, AgentConfig};
+use podwarden::agent::Agent;
+use podwarden::config::Config;
+use podwarden::daemon::Tuning;
 use podwarden::events::EventRecorder;
 use podwarden::metrics::Metrics;
 use podwarden::model::{self, Container, ObjectMeta, Pod, PodSpec};
+use podwarden::parts::Parts;
 use podwarden::podworkers::{self, Observer, PodWorkers};
 use podwarden::runtime::fake::FakeRuntime;
 use podwarden::status::StatusManager;
-use podwarden::sync::{PodSync, SyncConfig};
 
 /// A fresh directory under the system temp dir, removed on drop.
 pub struct TempDir(pub PathBuf);
@@ -37,16 +40,23 @@ impl Drop for TempDir {
     }
 }
 
+/// The agent's parts as `podwarden run` wires them (`daemon::assemble`),
+/// on the fake runtime, without the threads: a test drives the source,
+/// relists and housekeeping passes by hand.
 pub struct Harness {
     pub fake: Arc<FakeRuntime>,
+    pub parts: Parts,
     pub agent: Arc<Agent>,
     pub workers: PodWorkers,
     pub statuses: Arc<StatusManager>,
     pub events: Arc<EventRecorder>,
     pub metrics: Arc<Metrics>,
+    pub admission: Arc<Admission>,
     pub root: TempDir,
 }
 
+/// The harness's settings: the node's resources and the tuning knobs
+/// (short back-offs so scenarios run in milliseconds, an observer).
 pub struct Opts {
     pub max_pods: usize,
     pub cpu_millis: i64,
@@ -54,9 +64,8 @@ pub struct Opts {
     pub observer: Option<Arc<dyn Observer>>,
     pub backoff: Duration,
     pub container_backoff: Duration,
-    /// Share a pod cache between the relist and the sync phases, as the
-    /// daemon does.
-    pub pod_cache: bool,
+    /// The static pod source delivered its first (empty) set.
+    pub first_scan: bool,
 }
 
 impl Default for Opts {
@@ -68,8 +77,23 @@ impl Default for Opts {
             observer: None,
             backoff: Duration::from_millis(50),
             container_backoff: Duration::from_millis(200),
-            pod_cache: false,
+            first_scan: true,
         }
+    }
+}
+
+/// The harness's config: everything under `root`, a 2 s runtime call
+/// deadline, a resync every second.
+pub fn config(root: &std::path::Path) -> Config {
+    Config {
+        static_pod_path: root.join("manifests"),
+        container_runtime_endpoint: "fake://".into(),
+        root_dir: root.join("root"),
+        pod_logs_dir: root.join("logs"),
+        api_socket: root.join("api.sock"),
+        runtime_request_timeout: Duration::from_secs(2),
+        sync_frequency: Duration::from_secs(1),
+        ..Config::default()
     }
 }
 
@@ -79,60 +103,42 @@ impl Harness {
     }
 
     pub fn with(o: Opts) -> Self {
+        Self::on(Arc::new(FakeRuntime::new()), o)
+    }
+
+    /// A harness on `fake` (another agent on the same runtime, as after a
+    /// restart).
+    pub fn on(fake: Arc<FakeRuntime>, o: Opts) -> Self {
         let root = TempDir::new("h");
-        let fake = Arc::new(FakeRuntime::new());
-        let statuses = Arc::new(StatusManager::new());
-        let events = Arc::new(EventRecorder::new(1000));
-        let metrics = Arc::new(Metrics::new());
-        let mut cfg = SyncConfig::new(root.0.join("root"), root.0.join("logs"));
-        cfg.call_timeout = Duration::from_secs(2);
-        cfg.backoff_initial = o.container_backoff;
-        cfg.backoff_max = o.container_backoff * 8;
-        cfg.id_prefix = "fake://".into();
-        let cache = Arc::new(podwarden::runtime::cache::PodCache::new());
-        let mut syncer = PodSync::new(fake.clone(), statuses.clone(), events.clone(), cfg);
-        if o.pod_cache {
-            syncer = syncer.with_pod_cache(cache.clone());
-        }
-        let syncer = Arc::new(syncer);
-        let observer: Arc<dyn Observer> = match o.observer {
-            Some(obs) => obs,
-            None => metrics.clone(),
+        let tuning = Tuning {
+            worker_backoff: o.backoff,
+            container_backoff: o.container_backoff,
+            container_backoff_max: o.container_backoff * 8,
+            observer: o.observer,
+            allocatable: Some(Allocatable {
+                cpu_millis: o.cpu_millis,
+                memory_bytes: o.memory_bytes,
+                pods: o.max_pods,
+                cpu_capacity_millis: o.cpu_millis,
+                memory_capacity_bytes: o.memory_bytes,
+            }),
+            ..Tuning::default()
         };
-        let workers = PodWorkers::new(
-            syncer,
-            podworkers::Config {
-                resync: Duration::from_secs(1),
-                backoff: o.backoff,
-                start_gate_wait: Duration::from_secs(5),
-            },
-            Some(observer),
-        );
-        let agent = Arc::new(
-            Agent::new(
-                AgentConfig {
-                    node_name: "node-1".into(),
-                    root_dir: root.0.join("root"),
-                    runtime_call_timeout: Duration::from_secs(5),
-                },
-                workers.clone(),
-                fake.clone(),
-                statuses.clone(),
-                events.clone(),
-                Arc::new(Admission::new(Allocatable {
-                    cpu_millis: o.cpu_millis,
-                    memory_bytes: o.memory_bytes,
-                    pods: o.max_pods,
-                    cpu_capacity_millis: o.cpu_millis,
-                    memory_capacity_bytes: o.memory_bytes,
-                })),
-                metrics.clone(),
-            )
-            .with_pod_cache(cache),
-        );
-        // the static pod source delivered its first (empty) set
-        agent.apply_source(Vec::new());
-        Harness { fake, agent, workers, statuses, events, metrics, root }
+        let parts = podwarden::daemon::assemble(&config(&root.0), fake.clone(), "fake://", tuning);
+        if o.first_scan {
+            parts.agent.apply_source(Vec::new());
+        }
+        Harness {
+            fake,
+            agent: parts.agent.clone(),
+            workers: parts.workers.clone(),
+            statuses: parts.statuses.clone(),
+            events: parts.events.clone(),
+            metrics: parts.metrics.clone(),
+            admission: parts.admission.clone(),
+            parts,
+            root,
+        }
     }
 
     pub fn phase(&self, uid: &str) -> Option<podworkers::Phase> {

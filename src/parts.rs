@@ -1,0 +1,50 @@
+//! The assembled parts of the agent, as `daemon::assemble` wires them (the
+//! one wiring, used by `podwarden run`, the tests and the benches). The
+//! edges (HTTP, the local API, the node view, the logind thread) are handed
+//! the parts they read from here; none reaches them through the [`Agent`].
+
+use std::sync::Arc;
+
+use crate::admission::Admission;
+use crate::agent::Agent;
+use crate::events::EventRecorder;
+use crate::metrics::Metrics;
+use crate::podworkers::PodWorkers;
+use crate::runtime::Runtime;
+use crate::runtime::cache::PodCache;
+use crate::shutdown::{Runner, SharedState};
+use crate::status::StatusManager;
+
+/// Every core part, connected: cheap to clone (shared handles).
+#[derive(Clone)]
+pub struct Parts {
+    /// The pod manager (desired pods, admission results, housekeeping).
+    pub agent: Arc<Agent>,
+    pub workers: PodWorkers,
+    /// The runtime as everything else calls it (metered).
+    pub runtime: Arc<dyn Runtime>,
+    pub statuses: Arc<StatusManager>,
+    pub events: Arc<EventRecorder>,
+    pub admission: Arc<Admission>,
+    pub metrics: Arc<Metrics>,
+    /// What the last relist saw, shared by the agent and the sync phases.
+    pub pod_cache: Arc<PodCache>,
+    /// Graceful node shutdown as the logind thread and the shutdown run
+    /// leave it; shown by the node view.
+    pub shutdown: SharedState,
+    /// The node's name (resolved: the host name unless configured).
+    pub node_name: String,
+}
+
+impl Parts {
+    /// The parts a node shutdown acts on.
+    pub fn shutdown_runner(&self) -> Runner {
+        Runner {
+            workers: self.workers.clone(),
+            admission: self.admission.clone(),
+            metrics: self.metrics.clone(),
+            agent: self.agent.clone(),
+            state: self.shutdown.clone(),
+        }
+    }
+}
