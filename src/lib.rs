@@ -16,7 +16,7 @@ pub mod logging;
 pub mod logind;
 pub mod metrics;
 pub mod model;
-pub mod node;
+
 pub mod notify;
 pub mod podworkers;
 pub mod pss;
@@ -26,3 +26,4 @@ pub mod source;
 pub mod status;
 pub mod sync;
 pub mod thread;
+pub mod view;

@@ -31,12 +31,12 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use grpcio::{RpcContext, RpcStatus, RpcStatusCode, UnarySink};
 use parking_lot::Mutex;
-use serde_json::Value;
 
 use crate::agent::Agent;
 use crate::fsutil::{FileError, Links};
-use crate::model;
+use crate::model::{self, Pod};
 use crate::podworkers::KillPodOptions;
+use crate::view::{self, PodList};
 
 #[allow(clippy::all, clippy::pedantic, dead_code, unused_imports, unused_mut, unused_qualifications, missing_docs)]
 #[allow(non_camel_case_types, non_snake_case, non_upper_case_globals, unreachable_pub, deprecated)]
@@ -436,38 +436,44 @@ enum Holder {
 }
 
 impl Handlers {
-    fn pods(&self, namespace: &str) -> Value {
-        let mut list = crate::http::pod_list(&self.agent, false);
-        if !namespace.is_empty()
-            && let Some(items) = list["items"].as_array_mut()
-        {
-            items.retain(|p| p["metadata"]["namespace"] == namespace);
-        }
-        list
+    /// The v1 PodList of `namespace` (all when empty).
+    fn pods(&self, namespace: &str) -> PodList {
+        let agent = &self.agent;
+        let desired: Vec<_> = agent.desired().into_iter().map(|d| d.pod).collect();
+        let workers = agent.workers.snapshot();
+        let src = view::PodSources { desired: &desired, workers: &workers, statuses: &agent.statuses };
+        view::in_namespace(view::pod_list(&src, false), namespace)
     }
 
-    fn find(&self, ns: &str, name: &str) -> Res<Value> {
-        let list = self.pods(ns);
-        list["items"].as_array().and_then(|i| i.iter().find(|p| p["metadata"]["name"] == name).cloned()).ok_or_else(
-            || {
-                status(
-                    RpcStatusCode::NOT_FOUND,
-                    format!(
-                        "pod {ns}/{name} not found (no manifest in {} defines it)",
-                        self.cfg.static_pod_path.display()
-                    ),
-                )
-            },
-        )
+    fn find(&self, ns: &str, name: &str) -> Res<Pod> {
+        self.pods(ns).items.into_iter().find(|p| model::name(p) == name).ok_or_else(|| {
+            status(
+                RpcStatusCode::NOT_FOUND,
+                format!("pod {ns}/{name} not found (no manifest in {} defines it)", self.cfg.static_pod_path.display()),
+            )
+        })
+    }
+
+    /// The node report.
+    fn node(&self) -> view::NodeReport {
+        let agent = &self.agent;
+        let (shutdown, host) = (agent.shutdown.lock().clone(), view::HostInfo::read());
+        view::node_report(view::NodeSources {
+            node_name: &agent.config.node_name,
+            allocatable: agent.admission.allocatable(),
+            allocated: agent.allocated(),
+            health: agent.health(self.cfg.healthy_within),
+            shutting_down: agent.admission.is_shutting_down(),
+            shutdown: &shutdown,
+            runtime_version: &agent.runtime.version(),
+            host: &host,
+        })
     }
 
     fn logs(&self, req: &api::LogsRequest) -> Res<api::LogsResponse> {
         let (ns, name) = pod_ref(req.pod.as_ref().unwrap_or_default())?;
         let pod = self.find(&ns, &name)?;
-        let names: Vec<String> = pod["spec"]["containers"]
-            .as_array()
-            .map(|cs| cs.iter().filter_map(|c| c["name"].as_str().map(str::to_string)).collect())
-            .unwrap_or_default();
+        let names: Vec<String> = pod.spec.iter().flat_map(|s| &s.containers).map(|c| c.name.clone()).collect();
         let container = if req.container.is_empty() {
             match names.as_slice() {
                 [one] => one.clone(),
@@ -486,7 +492,7 @@ impl Handlers {
                 format!("container {} is not in pod {ns}/{name} (it has {})", req.container, names.join(", ")),
             ));
         };
-        let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
+        let uid = model::uid(&pod);
         let pod_dir = format!("{ns}_{name}_{uid}");
         let dir = self.cfg.pod_logs_dir.join(&pod_dir).join(&container);
         let no_log = || {
@@ -517,17 +523,17 @@ impl Handlers {
                 ),
             })?;
         let running = !req.previous
-            && pod["status"]["containerStatuses"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|c| c["name"] == container.as_str() && c["state"]["running"].is_object());
+            && pod
+                .status
+                .iter()
+                .flat_map(|s| s.container_statuses.iter().flatten())
+                .any(|c| c.name == container && c.state.as_ref().is_some_and(|s| s.running.is_some()));
         Ok(api::LogsResponse { data, next_offset: next, running, container, ..Default::default() })
     }
 
     /// Where a pod's manifest is, if a manifest defines it.
-    fn manifest_of(pod: &Value) -> Option<PathBuf> {
-        pod["metadata"]["annotations"][model::CONFIG_FILE_ANNOTATION].as_str().map(PathBuf::from)
+    fn manifest_of(pod: &Pod) -> Option<PathBuf> {
+        view::manifest_path(pod).map(PathBuf::from)
     }
 
     /// What the file `path` in staticPodPath holds. `known` says the agent
@@ -672,7 +678,7 @@ impl Service {
         // a pod whose manifest is already gone may still be terminating
         let pod = self.h.find(&ns, &name).ok();
         let uid = match &pod {
-            Some(p) => p["metadata"]["uid"].as_str().unwrap_or_default().to_string(),
+            Some(p) => model::uid(p).to_string(),
             None => self
                 .h
                 .agent
@@ -735,15 +741,14 @@ impl pb::api_grpc::PodWarden for Service {
 
     fn list_pods(&mut self, ctx: RpcContext, req: api::ListPodsRequest, sink: UnarySink<api::PodListResponse>) {
         let list = self.h.pods(&req.namespace);
-        let r =
-            api::PodListResponse { pod_list_json: serde_json::to_vec(&list).unwrap_or_default(), ..Default::default() };
+        let r = api::PodListResponse { pod_list_json: view::to_json(&list), ..Default::default() };
         reply(&ctx, sink, Ok(r));
     }
 
     fn get_pod(&mut self, ctx: RpcContext, req: api::PodRef, sink: UnarySink<api::PodResponse>) {
         let r = pod_ref(&req).and_then(|(ns, name)| self.h.find(&ns, &name)).map(|p| api::PodResponse {
             manifest_path: Handlers::manifest_of(&p).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default(),
-            pod_json: serde_json::to_vec(&p).unwrap_or_default(),
+            pod_json: view::to_json(&p),
             ..Default::default()
         });
         reply(&ctx, sink, r);
@@ -784,8 +789,7 @@ impl pb::api_grpc::PodWarden for Service {
     }
 
     fn get_node(&mut self, ctx: RpcContext, _req: api::GetNodeRequest, sink: UnarySink<api::NodeResponse>) {
-        let report = crate::node::report(&self.h.agent, self.h.cfg.healthy_within, &self.h.agent.runtime.version());
-        let r = api::NodeResponse { node_json: serde_json::to_vec(&report).unwrap_or_default(), ..Default::default() };
+        let r = api::NodeResponse { node_json: view::to_json(&self.h.node()), ..Default::default() };
         reply(&ctx, sink, Ok(r));
     }
 
