@@ -164,7 +164,7 @@ fn route(h: &Handler, method: &str, target: &str) -> Vec<u8> {
                 node_name: &agent.config.node_name,
                 allocatable: agent.admission.allocatable(),
                 allocated: agent.allocated(),
-                health: agent.health(h.healthy_within),
+                unhealthy: agent.health(h.healthy_within).err(),
                 shutting_down: agent.admission.is_shutting_down(),
                 shutdown: &shutdown,
                 runtime_version: &agent.runtime.version(),

@@ -172,9 +172,9 @@ pub struct NodeSources<'a> {
     pub allocatable: Allocatable,
     /// What the active pods request: (cpu millicores, memory bytes, pods).
     pub allocated: (i64, i64, usize),
-    /// The agent's health ([`crate::agent::Agent::health`]): why it is not
-    /// ready, if it is not.
-    pub health: Result<(), String>,
+    /// Why the agent is not healthy ([`crate::agent::Agent::health`]), if
+    /// it is not: the node is then not ready.
+    pub unhealthy: Option<String>,
     /// A node shutdown runs (admission is closed).
     pub shutting_down: bool,
     /// The graceful-shutdown state (a copy taken under its lock).
@@ -185,13 +185,13 @@ pub struct NodeSources<'a> {
 }
 
 /// The Ready condition: `(status, reason, message)`.
-pub fn ready(shutting_down: bool, health: Result<(), String>) -> (bool, &'static str, String) {
+pub fn ready(shutting_down: bool, unhealthy: Option<String>) -> (bool, &'static str, String) {
     if shutting_down {
         return (false, "KubeletNotReady", "node is shutting down".into());
     }
-    match health {
-        Ok(()) => (true, "KubeletReady", "podwarden is posting ready status".into()),
-        Err(e) => (false, "KubeletNotReady", e),
+    match unhealthy {
+        None => (true, "KubeletReady", "podwarden is posting ready status".into()),
+        Some(why) => (false, "KubeletNotReady", why),
     }
 }
 
@@ -199,7 +199,7 @@ pub fn ready(shutting_down: bool, health: Result<(), String>) -> (bool, &'static
 pub fn node_report(src: NodeSources) -> NodeReport {
     let a = &src.allocatable;
     let (cpu, mem, pods) = src.allocated;
-    let (ok, reason, message) = ready(src.shutting_down, src.health);
+    let (ok, reason, message) = ready(src.shutting_down, src.unhealthy);
     let arch = go_arch(&src.host.machine).to_string();
     let resources = |cpu: i64, mem: i64, pods: usize| Resources {
         cpu: cpu_quantity(cpu),
@@ -431,7 +431,7 @@ mod tests {
             node_name: "edge-1",
             allocatable,
             allocated: (250, 64 << 20, 2),
-            health: Err("housekeeping has not run for 10s".into()),
+            unhealthy: Some("housekeeping has not run for 10s".into()),
             shutting_down: false,
             shutdown: &shutdown,
             runtime_version: "containerd 2.0",
@@ -447,8 +447,8 @@ mod tests {
         let back: NodeReport = serde_json::from_slice(&to_json(&report)).unwrap();
         assert_eq!(to_json(&back), to_json(&report));
         assert_eq!(back.graceful_shutdown, report.graceful_shutdown);
-        assert_eq!(ready(true, Ok(())), (false, "KubeletNotReady", "node is shutting down".to_string()));
-        assert_eq!(ready(false, Ok(())), (true, "KubeletReady", "podwarden is posting ready status".to_string()));
+        assert_eq!(ready(true, None), (false, "KubeletNotReady", "node is shutting down".to_string()));
+        assert_eq!(ready(false, None), (true, "KubeletReady", "podwarden is posting ready status".to_string()));
     }
 
     #[test]

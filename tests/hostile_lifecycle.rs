@@ -282,7 +282,8 @@ fn a_panicking_thread_makes_the_agent_unhealthy() {
     wait_for("unhealthy", T, || r.agent.health(within).is_err());
     let e = r.agent.health(within).unwrap_err();
     assert_eq!(e, "thread housekeeping panicked: injected panic in ListPodSandbox");
-    let (ready, _, message) = podwarden::view::ready(r.agent.admission.is_shutting_down(), r.agent.health(within));
+    let (ready, _, message) =
+        podwarden::view::ready(r.agent.admission.is_shutting_down(), r.agent.health(within).err());
     assert!(!ready);
     assert_eq!(message, e);
     r.stop();

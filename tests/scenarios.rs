@@ -602,7 +602,7 @@ fn node_shutdown_kills_normal_pods_before_critical_ones_and_cancel_restarts_them
         node_name: "node",
         allocatable: h.agent.admission.allocatable(),
         allocated: h.agent.allocated(),
-        health: h.agent.health(Duration::from_secs(60)),
+        unhealthy: h.agent.health(Duration::from_secs(60)).err(),
         shutting_down: h.agent.admission.is_shutting_down(),
         shutdown: &shutdown,
         runtime_version: "fake",

@@ -462,7 +462,7 @@ impl Handlers {
             node_name: &agent.config.node_name,
             allocatable: agent.admission.allocatable(),
             allocated: agent.allocated(),
-            health: agent.health(self.cfg.healthy_within),
+            unhealthy: agent.health(self.cfg.healthy_within).err(),
             shutting_down: agent.admission.is_shutting_down(),
             shutdown: &shutdown,
             runtime_version: &agent.runtime.version(),
