@@ -271,16 +271,19 @@ fn main() {
     let t = Instant::now();
     loop {
         let pods = client.list_pods("").unwrap();
-        let done = pods["items"].as_array().into_iter().flatten().any(|p| {
-            p["metadata"]["name"] == "termlog"
-                && p["status"]["containerStatuses"][0]["state"]["terminated"]["message"]
-                    .as_str()
-                    .is_some_and(|m| m.ends_with("the-end"))
+        let done = pods.items.iter().any(|p| {
+            podwarden::model::name(p) == "termlog"
+                && p.status.iter().flat_map(|s| s.container_statuses.iter().flatten()).take(1).any(|c| {
+                    c.state
+                        .as_ref()
+                        .and_then(|s| s.terminated.as_ref()?.message.as_deref())
+                        .is_some_and(|m| m.ends_with("the-end"))
+                })
         });
         if done {
             break;
         }
-        assert!(t.elapsed() < Duration::from_secs(120), "termlog pod did not fail with its message: {pods}");
+        assert!(t.elapsed() < Duration::from_secs(120), "termlog pod did not fail with its message: {pods:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
     out.insert("termination_log_2gib_rss_delta_kib", agent.peak_over(base).max(0) as f64);
@@ -291,7 +294,7 @@ fn main() {
 
 fn wait_no_pods(client: &Client) {
     let t = Instant::now();
-    while client.list_pods("").unwrap()["items"].as_array().is_some_and(|a| !a.is_empty()) {
+    while !client.list_pods("").unwrap().items.is_empty() {
         assert!(t.elapsed() < Duration::from_secs(120), "pods did not go away");
         std::thread::sleep(Duration::from_millis(100));
     }

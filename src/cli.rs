@@ -1,14 +1,21 @@
 //! The kubectl-like client verbs of the `podwarden` binary, on the local
 //! API: `get pods`, `describe pod`, `logs`, `events`, `node`, `apply`,
 //! `delete pod`, `version`. Output follows kubectl (aligned tables, `-o
-//! json|yaml|wide`); errors are returned as the message to print.
+//! json|yaml|wide`). The pods and the node are the typed views of
+//! [`crate::view`], as the daemon sent them; errors are [`CliError`]s, each
+//! with its exit status.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use serde_json::Value;
+use k8s_openapi::api::core::v1::{Container, ContainerState, ContainerStatus};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use thiserror::Error;
 
-use crate::api::client::{Client, default_socket};
+use crate::api::client::{Client, ClientError, FailureKind, default_socket};
+use crate::model::{Pod, Time};
+use crate::view;
 
 pub const VERBS: &[&str] = &["get", "describe", "logs", "events", "node", "apply", "delete"];
 
@@ -86,6 +93,67 @@ Usage:
   podwarden version [--socket PATH]
 ";
 
+/// Why a client verb failed. The CLI prints it (`podwarden: ...`) and exits
+/// with [`CliError::exit_code`].
+#[derive(Debug, Error)]
+pub enum CliError {
+    /// Bad arguments: the message names the argument and the fix.
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// Reading the manifest or writing the output.
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("apply: {file}: manifest is over the limit of {limit} bytes")]
+    TooLarge { file: String, limit: u64 },
+    #[error("formatting YAML: {0}")]
+    Yaml(#[source] serde_yaml_ng::Error),
+}
+
+/// The exit statuses of `podwarden` (sysexits.h names), as the man page's
+/// EXIT STATUS and `podwarden help` list them.
+pub mod exit {
+    /// Any other failure: a pod or container not found, an invalid
+    /// manifest or argument, a file in the way (kubectl's status for these).
+    pub const FAILURE: u8 = 1;
+    /// EX_UNAVAILABLE: `run` cannot reach the container runtime; a client
+    /// verb cannot reach the agent's API socket (or it does not answer).
+    pub const UNAVAILABLE: u8 = 69;
+    /// EX_SOFTWARE: a thread of `podwarden run` panicked
+    /// ([`crate::thread::PANIC_EXIT_CODE`]).
+    pub const SOFTWARE: u8 = 70;
+    /// EX_NOPERM: the agent refused the caller: not root and not in
+    /// `apiGroup`, the socket's mode, or a pod its Pod Security level forbids.
+    pub const NOPERM: u8 = 77;
+    /// EX_CONFIG: the config file cannot be read or is invalid.
+    pub const CONFIG: u8 = 78;
+}
+
+impl CliError {
+    /// The process's exit status for this error ([`exit`]).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Client(e) => match e.kind() {
+                FailureKind::Unavailable => exit::UNAVAILABLE,
+                FailureKind::Refused => exit::NOPERM,
+                FailureKind::Failed => exit::FAILURE,
+            },
+            _ => exit::FAILURE,
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, CliError>;
+
+fn usage(msg: impl Into<String>) -> CliError {
+    CliError::Usage(msg.into())
+}
+
 /// Parsed common flags and the remaining positional arguments.
 #[derive(Default)]
 struct Args {
@@ -103,7 +171,7 @@ struct Args {
     rest: Vec<String>,
 }
 
-fn parse(args: &[String], verb: &str) -> Result<Args, String> {
+fn parse(args: &[String], verb: &str) -> Result<Args> {
     let mut a = Args::default();
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -111,8 +179,8 @@ fn parse(args: &[String], verb: &str) -> Result<Args, String> {
             Some((f, v)) if f.starts_with('-') => (f, Some(v.to_string())),
             _ => (arg.as_str(), None),
         };
-        let mut value = |name: &str| -> Result<String, String> {
-            inline.clone().or_else(|| it.next().cloned()).ok_or_else(|| format!("{verb}: {name} needs a value"))
+        let mut value = |name: &str| -> Result<String> {
+            inline.clone().or_else(|| it.next().cloned()).ok_or_else(|| usage(format!("{verb}: {name} needs a value")))
         };
         match flag {
             "-h" | "--help" => a.help = true,
@@ -127,18 +195,19 @@ fn parse(args: &[String], verb: &str) -> Result<Args, String> {
             "-p" | "--previous" => a.previous = true,
             "--tail" => {
                 let v = value("--tail")?;
-                a.tail = Some(v.parse().map_err(|_| format!("{verb}: --tail {v:?}: expected a number of lines"))?);
+                a.tail =
+                    Some(v.parse().map_err(|_| usage(format!("{verb}: --tail {v:?}: expected a number of lines")))?);
             }
             "--grace-period" => {
                 let v = value("--grace-period")?;
-                let n: i64 = v.parse().map_err(|_| format!("{verb}: --grace-period {v:?}: expected seconds"))?;
+                let n: i64 = v.parse().map_err(|_| usage(format!("{verb}: --grace-period {v:?}: expected seconds")))?;
                 if n < 0 {
-                    return Err(format!("{verb}: --grace-period {n}: must not be negative"));
+                    return Err(usage(format!("{verb}: --grace-period {n}: must not be negative")));
                 }
                 a.grace = Some(n);
             }
             s if s.starts_with('-') && s != "-" => {
-                return Err(format!("{verb}: unknown flag {s:?} (see podwarden {verb} --help)"));
+                return Err(usage(format!("{verb}: unknown flag {s:?} (see podwarden {verb} --help)")));
             }
             _ => a.rest.push(arg.clone()),
         }
@@ -147,43 +216,48 @@ fn parse(args: &[String], verb: &str) -> Result<Args, String> {
 }
 
 impl Args {
-    fn client(&self) -> Result<Client, String> {
-        Client::connect(&self.socket.clone().unwrap_or_else(default_socket))
+    fn client(&self) -> Result<Client> {
+        Ok(Client::connect(&self.socket.clone().unwrap_or_else(default_socket))?)
     }
 
     fn ns(&self) -> String {
         self.namespace.clone().unwrap_or_else(|| "default".into())
     }
 
-    fn output(&self, allowed: &[&str], verb: &str) -> Result<&str, String> {
+    fn output(&self, allowed: &[&str], verb: &str) -> Result<&str> {
         match self.output.as_deref() {
             None => Ok(""),
             Some(o) if allowed.contains(&o) => Ok(o),
-            Some(o) => Err(format!("{verb}: output format {o:?} is not supported (use {})", allowed.join(", "))),
+            Some(o) => Err(usage(format!("{verb}: output format {o:?} is not supported (use {})", allowed.join(", ")))),
         }
     }
 
     /// The single resource name after an optional kind word (`pod`, `pods`, `po`).
-    fn kind_and_name(&self, verb: &str, need_name: bool) -> Result<Option<String>, String> {
+    fn kind_and_name(&self, verb: &str, need_name: bool) -> Result<Option<String>> {
         let mut rest = self.rest.iter();
         match rest.next().map(String::as_str) {
             Some("pod" | "pods" | "po") => {}
-            Some(other) => return Err(format!("{verb}: podwarden knows only pods, not {other:?}")),
-            None => return Err(format!("{verb}: name the kind: {verb} pod{}", if need_name { " NAME" } else { "s" })),
+            Some(other) => return Err(usage(format!("{verb}: podwarden knows only pods, not {other:?}"))),
+            None => {
+                return Err(usage(format!(
+                    "{verb}: name the kind: {verb} pod{}",
+                    if need_name { " NAME" } else { "s" }
+                )));
+            }
         }
         let name = rest.next().cloned();
         if let Some(extra) = rest.next() {
-            return Err(format!("{verb}: unexpected argument {extra:?}"));
+            return Err(usage(format!("{verb}: unexpected argument {extra:?}")));
         }
         if need_name && name.is_none() {
-            return Err(format!("{verb}: name the pod: {verb} pod NAME"));
+            return Err(usage(format!("{verb}: name the pod: {verb} pod NAME")));
         }
         Ok(name)
     }
 }
 
 /// Run a client verb. `args` are the words after the verb.
-pub fn run(verb: &str, args: &[String]) -> Result<(), String> {
+pub fn run(verb: &str, args: &[String]) -> Result<()> {
     let a = parse(args, verb)?;
     let help = match verb {
         "get" => GET_HELP,
@@ -194,7 +268,7 @@ pub fn run(verb: &str, args: &[String]) -> Result<(), String> {
         "apply" => APPLY_HELP,
         "delete" => DELETE_HELP,
         "version" => VERSION_HELP,
-        _ => return Err(format!("unknown command {verb:?}")),
+        _ => return Err(usage(format!("unknown command {verb:?}"))),
     };
     if a.help {
         print!("{help}");
@@ -211,15 +285,15 @@ pub fn run(verb: &str, args: &[String]) -> Result<(), String> {
         "delete" => delete(&a)?,
         _ => version(&a)?,
     };
-    out.write_all(text.as_bytes()).map_err(|e| format!("writing output: {e}"))
+    out.write_all(text.as_bytes()).map_err(writing)
 }
 
-fn json_text(v: &Value) -> String {
-    serde_json::to_string_pretty(v).unwrap_or_default() + "\n"
+fn writing(source: std::io::Error) -> CliError {
+    CliError::Io { what: "writing output".into(), source }
 }
 
-fn yaml_text(v: &Value) -> Result<String, String> {
-    serde_yaml_ng::to_string(v).map_err(|e| format!("formatting YAML: {e}"))
+fn yaml_text<T: serde::Serialize>(v: &T) -> Result<String> {
+    view::to_yaml(v).map_err(CliError::Yaml)
 }
 
 /// kubectl's short ages: `45s`, `3m20s`, `15m`, `4h5m`, `30h`, `3d4h`, `20d`, `2y100d`.
@@ -248,11 +322,14 @@ pub fn age(d: Duration) -> String {
     }
 }
 
-fn since(t: &Value) -> String {
-    t.as_str()
-        .and_then(|s| s.parse::<k8s_openapi::jiff::Timestamp>().ok())
-        .and_then(|t| SystemTime::now().duration_since(SystemTime::from(t)).ok())
-        .map_or_else(|| "<unknown>".into(), age)
+/// The age of a time the daemon sent as text (an event's), else `<unknown>`.
+fn since_text(t: &str) -> String {
+    t.parse::<k8s_openapi::jiff::Timestamp>().ok().map(Time).as_ref().map_or_else(|| "<unknown>".into(), since)
+}
+
+/// The age of `t`, else `<unknown>` (in the future).
+fn since(t: &Time) -> String {
+    view::age_of(t).map_or_else(|| "<unknown>".into(), age)
 }
 
 /// Columns separated by three spaces, each as wide as its widest cell.
@@ -276,60 +353,72 @@ pub fn table(rows: &[Vec<String>]) -> String {
     out
 }
 
+/// A pod's container statuses (none before its first status).
+fn container_statuses(p: &Pod) -> &[ContainerStatus] {
+    p.status.as_ref().and_then(|s| s.container_statuses.as_deref()).unwrap_or_default()
+}
+
+/// A pod's containers.
+fn containers(p: &Pod) -> &[Container] {
+    p.spec.as_ref().map_or(&[], |s| &s.containers)
+}
+
 /// The STATUS column as kubectl computes it.
-pub fn pod_status(p: &Value) -> String {
-    let st = &p["status"];
-    let mut reason = st["reason"].as_str().or(st["phase"].as_str()).unwrap_or("Unknown").to_string();
-    for c in st["containerStatuses"].as_array().into_iter().flatten() {
-        if let Some(r) = c["state"]["waiting"]["reason"].as_str().filter(|r| !r.is_empty()) {
-            reason = r.to_string();
-        } else if let Some(t) = c["state"]["terminated"].as_object() {
-            reason = match t.get("reason").and_then(Value::as_str).filter(|r| !r.is_empty()) {
+pub fn pod_status(p: &Pod) -> String {
+    let st = p.status.as_ref();
+    let mut reason =
+        st.and_then(|s| s.reason.clone().or_else(|| s.phase.clone())).unwrap_or_else(|| "Unknown".to_string());
+    for c in container_statuses(p) {
+        let state = c.state.as_ref();
+        if let Some(r) = state.and_then(|s| s.waiting.as_ref()?.reason.clone()).filter(|r| !r.is_empty()) {
+            reason = r;
+        } else if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
+            reason = match t.reason.as_deref().filter(|r| !r.is_empty()) {
                 Some(r) => r.to_string(),
-                None => match t.get("signal").and_then(Value::as_i64).filter(|s| *s != 0) {
+                None => match t.signal.filter(|s| *s != 0) {
                     Some(s) => format!("Signal:{s}"),
-                    None => format!("ExitCode:{}", t.get("exitCode").and_then(Value::as_i64).unwrap_or(0)),
+                    None => format!("ExitCode:{}", t.exit_code),
                 },
             };
         }
     }
-    if p["metadata"]["deletionTimestamp"].is_string() {
+    if p.metadata.deletion_timestamp.is_some() {
         reason = "Terminating".into();
     }
     reason
 }
 
-fn pod_row(p: &Value, wide: bool, with_ns: bool) -> Vec<String> {
-    let cs = p["status"]["containerStatuses"].as_array().cloned().unwrap_or_default();
-    let total = p["spec"]["containers"].as_array().map_or(0, Vec::len);
-    let ready = cs.iter().filter(|c| c["ready"] == true).count();
-    let restarts: i64 = cs.iter().filter_map(|c| c["restartCount"].as_i64()).sum();
+fn pod_row(p: &Pod, wide: bool, with_ns: bool) -> Vec<String> {
+    let cs = container_statuses(p);
+    let ready = cs.iter().filter(|c| c.ready).count();
+    let restarts: i64 = cs.iter().map(|c| i64::from(c.restart_count)).sum();
+    let st = p.status.as_ref();
     let mut row = Vec::new();
     if with_ns {
-        row.push(p["metadata"]["namespace"].as_str().unwrap_or("").to_string());
+        row.push(p.metadata.namespace.clone().unwrap_or_default());
     }
     row.extend([
-        p["metadata"]["name"].as_str().unwrap_or("").to_string(),
-        format!("{ready}/{total}"),
+        p.metadata.name.clone().unwrap_or_default(),
+        format!("{ready}/{}", containers(p).len()),
         pod_status(p),
         restarts.to_string(),
-        since(&p["status"]["startTime"]),
+        st.and_then(|s| s.start_time.as_ref()).map_or_else(|| "<unknown>".into(), since),
     ]);
     if wide {
-        row.push(p["status"]["podIP"].as_str().unwrap_or("<none>").to_string());
-        row.push(p["spec"]["nodeName"].as_str().unwrap_or("<none>").to_string());
+        row.push(st.and_then(|s| s.pod_ip.clone()).unwrap_or_else(|| "<none>".into()));
+        row.push(p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_else(|| "<none>".into()));
     }
     row
 }
 
-fn get(a: &Args) -> Result<String, String> {
+fn get(a: &Args) -> Result<String> {
     let name = a.kind_and_name("get", false)?;
     let fmt = a.output(&["wide", "json", "yaml"], "get")?;
     let c = a.client()?;
     if let Some(name) = name {
         let (pod, _) = c.get_pod(&a.ns(), &name)?;
         return match fmt {
-            "json" => Ok(json_text(&pod)),
+            "json" => Ok(view::to_json_pretty(&pod)),
             "yaml" => yaml_text(&pod),
             _ => {
                 let mut head = vec!["NAME", "READY", "STATUS", "RESTARTS", "AGE"];
@@ -343,11 +432,10 @@ fn get(a: &Args) -> Result<String, String> {
     let ns = if a.all { String::new() } else { a.ns() };
     let list = c.list_pods(&ns)?;
     match fmt {
-        "json" => Ok(json_text(&list)),
+        "json" => Ok(view::to_json_pretty(&list)),
         "yaml" => yaml_text(&list),
         _ => {
-            let items = list["items"].as_array().cloned().unwrap_or_default();
-            if items.is_empty() {
+            if list.items.is_empty() {
                 return Ok(if a.all {
                     "No resources found\n".into()
                 } else {
@@ -363,99 +451,115 @@ fn get(a: &Args) -> Result<String, String> {
                 head.extend(["IP", "NODE"]);
             }
             let mut rows = vec![head.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
-            rows.extend(items.iter().map(|p| pod_row(p, fmt == "wide", a.all)));
+            rows.extend(list.items.iter().map(|p| pod_row(p, fmt == "wide", a.all)));
             Ok(table(&rows))
         }
     }
 }
 
-fn kv_map(v: &Value) -> String {
-    match v.as_object() {
-        Some(m) if !m.is_empty() => m
-            .iter()
-            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-            .collect::<Vec<_>>()
-            .join("\n              "),
+fn kv_map(m: Option<&BTreeMap<String, String>>) -> String {
+    match m {
+        Some(m) if !m.is_empty() => {
+            m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("\n              ")
+        }
         _ => "<none>".into(),
     }
 }
 
-fn state_text(s: &Value, indent: &str) -> String {
-    let Some((name, body)) = s.as_object().and_then(|m| m.iter().next()) else {
+/// A container state as `kubectl describe` shows it; `<none>` when unset.
+fn state_text(s: Option<&ContainerState>, indent: &str) -> String {
+    let Some(s) = s else { return "<none>".into() };
+    let time = |t: &Option<Time>| t.as_ref().map(view::time_text);
+    // (name, reason, message, exit code, started, finished)
+    let (name, reason, message, exit_code, started, finished) = if let Some(r) = &s.running {
+        ("Running", None, None, None, time(&r.started_at), None)
+    } else if let Some(t) = &s.terminated {
+        (
+            "Terminated",
+            t.reason.clone(),
+            t.message.clone(),
+            Some(t.exit_code),
+            time(&t.started_at),
+            time(&t.finished_at),
+        )
+    } else if let Some(w) = &s.waiting {
+        ("Waiting", w.reason.clone(), w.message.clone(), None, None, None)
+    } else {
         return "<none>".into();
     };
-    let mut out = match name.as_str() {
-        "running" => "Running".to_string(),
-        "waiting" => "Waiting".to_string(),
-        _ => "Terminated".to_string(),
-    };
-    for (k, label) in [
-        ("reason", "Reason"),
-        ("message", "Message"),
-        ("exitCode", "Exit Code"),
-        ("startedAt", "Started"),
-        ("finishedAt", "Finished"),
+    let mut out = name.to_string();
+    for (label, v) in [
+        ("Reason", reason),
+        ("Message", message),
+        ("Exit Code", exit_code.map(|c| c.to_string())),
+        ("Started", started),
+        ("Finished", finished),
     ] {
-        if let Some(v) = body.get(k).filter(|v| !v.is_null()) {
-            let v = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+        if let Some(v) = v {
             out.push_str(&format!("\n{indent}  {:<14}{v}", format!("{label}:")));
         }
     }
     out
 }
 
-fn describe(a: &Args) -> Result<String, String> {
+/// A state with something in it (`lastState` is `{}` until a restart).
+fn state_is_set(s: Option<&ContainerState>) -> bool {
+    s.is_some_and(|s| s.running.is_some() || s.terminated.is_some() || s.waiting.is_some())
+}
+
+fn describe(a: &Args) -> Result<String> {
     let name = a.kind_and_name("describe", true)?.unwrap_or_default();
     let c = a.client()?;
     let (p, manifest) = c.get_pod(&a.ns(), &name)?;
     let events = c.events(Some((&a.ns(), &name)))?;
-    let (m, spec, st) = (&p["metadata"], &p["spec"], &p["status"]);
-    let s = |v: &Value| v.as_str().unwrap_or("").to_string();
+    let m = &p.metadata;
+    let spec = p.spec.clone().unwrap_or_default();
+    let st = p.status.clone().unwrap_or_default();
+    let s = |v: &Option<String>| v.clone().unwrap_or_default();
     let mut out = String::new();
     let mut line = |k: &str, v: String| out.push_str(&format!("{:<14}{v}\n", format!("{k}:")));
-    line("Name", s(&m["name"]));
-    line("Namespace", s(&m["namespace"]));
-    line("UID", s(&m["uid"]));
-    line("Priority", spec["priority"].as_i64().unwrap_or(0).to_string());
-    if let Some(pc) = spec["priorityClassName"].as_str() {
-        line("Priority Class", pc.to_string());
+    line("Name", s(&m.name));
+    line("Namespace", s(&m.namespace));
+    line("UID", s(&m.uid));
+    line("Priority", spec.priority.unwrap_or(0).to_string());
+    if let Some(pc) = &spec.priority_class_name {
+        line("Priority Class", pc.clone());
     }
     line("Manifest", manifest);
-    line("Start Time", st["startTime"].as_str().unwrap_or("<unset>").to_string());
-    line("Labels", kv_map(&m["labels"]));
+    line("Start Time", st.start_time.as_ref().map_or_else(|| "<unset>".into(), view::time_text));
+    line("Labels", kv_map(m.labels.as_ref()));
     line("Status", pod_status(&p));
-    if let Some(r) = st["reason"].as_str() {
-        line("Reason", r.to_string());
+    if let Some(r) = &st.reason {
+        line("Reason", r.clone());
     }
-    if let Some(msg) = st["message"].as_str() {
-        line("Message", msg.to_string());
+    if let Some(msg) = &st.message {
+        line("Message", msg.clone());
     }
-    line("IP", st["podIP"].as_str().unwrap_or("").to_string());
-    line("Grace Period", format!("{}s", spec["terminationGracePeriodSeconds"].as_i64().unwrap_or(30)));
+    line("IP", s(&st.pod_ip));
+    line("Grace Period", format!("{}s", spec.termination_grace_period_seconds.unwrap_or(30)));
     out.push_str("Containers:\n");
-    let statuses = st["containerStatuses"].as_array().cloned().unwrap_or_default();
-    for ctr in spec["containers"].as_array().into_iter().flatten() {
-        let cname = ctr["name"].as_str().unwrap_or("");
-        let cs = statuses.iter().find(|c| c["name"] == cname).cloned().unwrap_or(Value::Null);
-        out.push_str(&format!("  {cname}:\n"));
+    let statuses = st.container_statuses.clone().unwrap_or_default();
+    for ctr in &spec.containers {
+        let cs = statuses.iter().find(|c| c.name == ctr.name).cloned().unwrap_or_default();
+        out.push_str(&format!("  {}:\n", ctr.name));
         let mut cl = |k: &str, v: String| out.push_str(&format!("    {:<16}{v}\n", format!("{k}:")));
-        cl("Container ID", s(&cs["containerID"]));
-        cl("Image", s(&ctr["image"]));
-        cl("Image ID", s(&cs["imageID"]));
-        if let Some(cmd) = ctr["command"].as_array() {
-            cl("Command", cmd.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" "));
+        cl("Container ID", s(&cs.container_id));
+        cl("Image", s(&ctr.image));
+        cl("Image ID", cs.image_id.clone());
+        if let Some(cmd) = &ctr.command {
+            cl("Command", cmd.join(" "));
         }
-        cl("State", state_text(&cs["state"], "    "));
-        if cs["lastState"].as_object().is_some_and(|o| !o.is_empty()) {
-            cl("Last State", state_text(&cs["lastState"], "    "));
+        cl("State", state_text(cs.state.as_ref(), "    "));
+        if state_is_set(cs.last_state.as_ref()) {
+            cl("Last State", state_text(cs.last_state.as_ref(), "    "));
         }
-        cl("Ready", if cs["ready"] == true { "True".into() } else { "False".into() });
-        cl("Restart Count", cs["restartCount"].as_i64().unwrap_or(0).to_string());
+        cl("Ready", if cs.ready { "True".into() } else { "False".into() });
+        cl("Restart Count", cs.restart_count.to_string());
     }
     out.push_str("Conditions:\n");
     let mut rows = vec![vec!["  Type".to_string(), "Status".to_string()]];
-    for cond in st["conditions"].as_array().into_iter().flatten() {
-        rows.push(vec![format!("  {}", s(&cond["type"])), s(&cond["status"])]);
+    for cond in st.conditions.iter().flatten() {
+        rows.push(vec![format!("  {}", cond.type_), cond.status.clone()]);
     }
     out.push_str(&table(&rows));
     if events.is_empty() {
@@ -464,23 +568,18 @@ fn describe(a: &Args) -> Result<String, String> {
         out.push_str("Events:\n");
         let mut rows = vec![["  Type", "Reason", "Age", "Message"].iter().map(|s| s.to_string()).collect::<Vec<_>>()];
         for e in &events {
-            rows.push(vec![
-                format!("  {}", e.type_),
-                e.reason.clone(),
-                since(&Value::from(e.time.clone())),
-                e.message.clone(),
-            ]);
+            rows.push(vec![format!("  {}", e.type_), e.reason.clone(), since_text(&e.time), e.message.clone()]);
         }
         out.push_str(&table(&rows));
     }
     Ok(out)
 }
 
-fn logs(a: &Args, out: &mut impl Write) -> Result<(), String> {
+fn logs(a: &Args, out: &mut impl Write) -> Result<()> {
     let name = match a.rest.as_slice() {
         [n] => n.clone(),
-        [] => return Err("logs: name the pod: podwarden logs POD [-c CONTAINER]".into()),
-        [_, extra, ..] => return Err(format!("logs: unexpected argument {extra:?}")),
+        [] => return Err(usage("logs: name the pod: podwarden logs POD [-c CONTAINER]")),
+        [_, extra, ..] => return Err(usage(format!("logs: unexpected argument {extra:?}"))),
     };
     let c = a.client()?;
     let mut req = crate::api::pb::api::LogsRequest {
@@ -496,10 +595,10 @@ fn logs(a: &Args, out: &mut impl Write) -> Result<(), String> {
             Ok(r) => r,
             // followed to the end: the pod went away
             Err(_) if !first => return Ok(()),
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         };
         first = false;
-        out.write_all(&r.data).and_then(|()| out.flush()).map_err(|e| format!("writing output: {e}"))?;
+        out.write_all(&r.data).and_then(|()| out.flush()).map_err(writing)?;
         let more = r.next_offset > req.offset;
         req.offset = r.next_offset;
         req.tail_lines = 0;
@@ -512,7 +611,19 @@ fn logs(a: &Args, out: &mut impl Write) -> Result<(), String> {
     }
 }
 
-fn events(a: &Args) -> Result<String, String> {
+/// One event as `events -o json` prints it.
+#[derive(serde::Serialize)]
+struct EventView<'a> {
+    time: &'a str,
+    #[serde(rename = "type")]
+    type_: &'a str,
+    reason: &'a str,
+    object: &'a str,
+    uid: &'a str,
+    message: &'a str,
+}
+
+fn events(a: &Args) -> Result<String> {
     let fmt = a.output(&["json"], "events")?;
     let c = a.client()?;
     let mut evs = c.events(None)?;
@@ -520,14 +631,18 @@ fn events(a: &Args) -> Result<String, String> {
         evs.retain(|e| e.object.starts_with(&format!("pod/{ns}/")));
     }
     if fmt == "json" {
-        let items: Vec<Value> = evs
+        let items: Vec<EventView> = evs
             .iter()
-            .map(|e| {
-                serde_json::json!({"time": e.time, "type": e.type_, "reason": e.reason, "object": e.object,
-                                   "uid": e.uid, "message": e.message})
+            .map(|e| EventView {
+                time: &e.time,
+                type_: &e.type_,
+                reason: &e.reason,
+                object: &e.object,
+                uid: &e.uid,
+                message: &e.message,
             })
             .collect();
-        return Ok(json_text(&Value::from(items)));
+        return Ok(view::to_json_pretty(&items));
     }
     if evs.is_empty() {
         return Ok("No events found.\n".into());
@@ -535,66 +650,64 @@ fn events(a: &Args) -> Result<String, String> {
     let mut rows =
         vec![["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"].iter().map(|s| s.to_string()).collect::<Vec<_>>()];
     for e in &evs {
-        rows.push(vec![
-            since(&Value::from(e.time.clone())),
-            e.type_.clone(),
-            e.reason.clone(),
-            e.object.clone(),
-            e.message.clone(),
-        ]);
+        rows.push(vec![since_text(&e.time), e.type_.clone(), e.reason.clone(), e.object.clone(), e.message.clone()]);
     }
     Ok(table(&rows))
 }
 
-fn node(a: &Args) -> Result<String, String> {
+fn node(a: &Args) -> Result<String> {
     let fmt = a.output(&["json", "yaml"], "node")?;
     let r = a.client()?.node()?;
     match fmt {
-        "json" => return Ok(json_text(&r)),
+        "json" => return Ok(view::to_json_pretty(&r)),
         "yaml" => return yaml_text(&r),
         _ => {}
     }
-    let (n, gs) = (&r["node"], &r["gracefulShutdown"]);
-    let s = |v: &Value| v.as_str().map_or_else(|| v.to_string(), str::to_string);
-    let res = |v: &Value| format!("cpu {}, memory {}, pods {}", s(&v["cpu"]), s(&v["memory"]), s(&v["pods"]));
-    let cond = &n["status"]["conditions"][0];
-    let shutdown = if gs["configured"] != true {
+    let (n, gs) = (&r.node, &r.graceful_shutdown);
+    let status = n.status.clone().unwrap_or_default();
+    let info = status.node_info.clone().unwrap_or_default();
+    let res = |cpu: &str, memory: &str, pods: &str| format!("cpu {cpu}, memory {memory}, pods {pods}");
+    let quantities = |m: &Option<BTreeMap<String, Quantity>>| {
+        let q = |k: &str| m.as_ref().and_then(|m| m.get(k)).map_or("", |q| q.0.as_str()).to_string();
+        res(&q("cpu"), &q("memory"), &q("pods"))
+    };
+    let cond = status.conditions.as_ref().and_then(|c| c.first()).cloned().unwrap_or_default();
+    let shutdown = if !gs.configured {
         "not configured (shutdownGracePeriod is 0)".to_string()
-    } else if let Some(p) = gs["problem"].as_str() {
+    } else if let Some(p) = &gs.problem {
         format!("off: {p}")
-    } else if gs["inhibitorLockHeld"] == true {
+    } else if gs.inhibitor_lock_held {
         "enabled (inhibitor lock held)".to_string()
     } else {
         "enabled".to_string()
     };
-    let last = match (gs["lastStartTime"].as_str(), gs["lastEndTime"].as_str()) {
+    let last = match (&gs.last_start_time, &gs.last_end_time) {
         (Some(s), Some(e)) => format!("{s} to {e}"),
         (Some(s), None) => format!("{s} (still running)"),
         _ => "never".into(),
     };
+    let s = |v: &Option<String>| v.clone().unwrap_or_default();
     let rows = [
-        ("Name", s(&n["metadata"]["name"])),
-        ("Ready", format!("{} ({}: {})", s(&cond["status"]), s(&cond["reason"]), s(&cond["message"]))),
-        ("Runtime", s(&n["status"]["nodeInfo"]["containerRuntimeVersion"])),
-        ("Agent", s(&n["status"]["nodeInfo"]["kubeletVersion"])),
-        (
-            "OS",
-            format!("{} ({})", s(&n["status"]["nodeInfo"]["osImage"]), s(&n["status"]["nodeInfo"]["kernelVersion"])),
-        ),
-        ("Capacity", res(&n["status"]["capacity"])),
-        ("Allocatable", res(&n["status"]["allocatable"])),
-        ("Allocated", res(&r["allocated"])),
+        ("Name", s(&n.metadata.name)),
+        ("Ready", format!("{} ({}: {})", cond.status, s(&cond.reason), s(&cond.message))),
+        ("Runtime", info.container_runtime_version.clone()),
+        ("Agent", info.kubelet_version.clone()),
+        ("OS", format!("{} ({})", info.os_image, info.kernel_version)),
+        ("Capacity", quantities(&status.capacity)),
+        ("Allocatable", quantities(&status.allocatable)),
+        ("Allocated", res(&r.allocated.cpu, &r.allocated.memory, &r.allocated.pods)),
         ("Graceful shutdown", shutdown),
-        ("Shutting down", if gs["shuttingDown"] == true { "yes".into() } else { "no".into() }),
+        ("Shutting down", if gs.shutting_down { "yes".into() } else { "no".into() }),
         ("Last shutdown", last),
     ];
     Ok(rows.iter().map(|(k, v)| format!("{:<19}{v}\n", format!("{k}:"))).collect())
 }
 
-fn apply(a: &Args) -> Result<String, String> {
-    let file = a.file.clone().ok_or("apply: name the manifest with -f FILE (or -f - for standard input)")?;
+fn apply(a: &Args) -> Result<String> {
+    let file =
+        a.file.clone().ok_or_else(|| usage("apply: name the manifest with -f FILE (or -f - for standard input)"))?;
     if let Some(extra) = a.rest.first() {
-        return Err(format!("apply: unexpected argument {extra:?}"));
+        return Err(usage(format!("apply: unexpected argument {extra:?}")));
     }
     // at most one byte over the daemon's limit: it names the limit, and
     // `-f /dev/zero` cannot fill this process
@@ -604,14 +717,14 @@ fn apply(a: &Args) -> Result<String, String> {
         std::io::stdin()
             .take(max)
             .read_to_end(&mut bytes)
-            .map_err(|e| format!("apply: reading standard input: {e}"))?;
+            .map_err(|source| CliError::Io { what: "apply: reading standard input".into(), source })?;
     } else {
         std::fs::File::open(&file)
             .and_then(|f| f.take(max).read_to_end(&mut bytes))
-            .map_err(|e| format!("apply: {file}: {e}"))?;
+            .map_err(|source| CliError::Io { what: format!("apply: {file}"), source })?;
     }
     if bytes.len() as u64 >= max {
-        return Err(format!("apply: {file}: manifest is over the limit of {} bytes", max - 1));
+        return Err(CliError::TooLarge { file, limit: max - 1 });
     }
     let r = a.client()?.apply(bytes, &file)?;
     // kubectl's form: fields the daemon does not know, on stderr
@@ -621,13 +734,13 @@ fn apply(a: &Args) -> Result<String, String> {
     Ok(format!("pod/{} {}\n", r.name, r.result))
 }
 
-fn delete(a: &Args) -> Result<String, String> {
+fn delete(a: &Args) -> Result<String> {
     let name = a.kind_and_name("delete", true)?.unwrap_or_default();
     a.client()?.delete(&a.ns(), &name, a.grace)?;
     Ok(format!("pod \"{name}\" deleted\n"))
 }
 
-fn version(a: &Args) -> Result<String, String> {
+fn version(a: &Args) -> Result<String> {
     // the client's version shows even when the daemon cannot be reached
     println!("Client Version: podwarden {}", env!("CARGO_PKG_VERSION"));
     let v = a.client()?.version()?;
@@ -671,13 +784,62 @@ mod tests {
 
     #[test]
     fn status_column_prefers_container_reasons_like_kubectl() {
-        let p: Value = serde_json::json!({"status": {"phase": "Running", "containerStatuses": [
-            {"state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}});
+        let pod = |v: serde_json::Value| -> Pod { serde_json::from_value(v).unwrap() };
+        let p = pod(serde_json::json!({"status": {"phase": "Running", "containerStatuses": [
+            {"state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}}));
         assert_eq!(pod_status(&p), "CrashLoopBackOff");
-        let p: Value = serde_json::json!({"status": {"phase": "Failed", "reason": "NodeShutdown"}});
+        let p = pod(serde_json::json!({"status": {"phase": "Failed", "reason": "NodeShutdown"}}));
         assert_eq!(pod_status(&p), "NodeShutdown");
-        let p: Value = serde_json::json!({"status": {"phase": "Succeeded", "containerStatuses": [
-            {"state": {"terminated": {"reason": "Completed", "exitCode": 0}}}]}});
+        let p = pod(serde_json::json!({"status": {"phase": "Succeeded", "containerStatuses": [
+            {"state": {"terminated": {"reason": "Completed", "exitCode": 0}}}]}}));
         assert_eq!(pod_status(&p), "Completed");
+        let p = pod(serde_json::json!({"status": {"phase": "Running", "containerStatuses": [
+            {"state": {"terminated": {"exitCode": 0, "signal": 9}}}]}}));
+        assert_eq!(pod_status(&p), "Signal:9");
+        let p = pod(serde_json::json!({"status": {"phase": "Running", "containerStatuses": [
+            {"state": {"terminated": {"exitCode": 3}}}]}}));
+        assert_eq!(pod_status(&p), "ExitCode:3");
+        let p = pod(serde_json::json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"},
+            "status": {"phase": "Running"}}));
+        assert_eq!(pod_status(&p), "Terminating");
+        assert_eq!(pod_status(&pod(serde_json::json!({}))), "Unknown");
+    }
+
+    #[test]
+    fn container_states_read_like_kubectl_describe() {
+        let state = |v: serde_json::Value| -> ContainerState { serde_json::from_value(v).unwrap() };
+        assert_eq!(state_text(None, "  "), "<none>");
+        assert_eq!(state_text(Some(&state(serde_json::json!({}))), "  "), "<none>");
+        assert!(!state_is_set(Some(&state(serde_json::json!({})))));
+        let s = state(serde_json::json!({"terminated": {"reason": "Error", "exitCode": 2,
+            "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:05Z"}}));
+        assert_eq!(
+            state_text(Some(&s), "  "),
+            "Terminated\n    Reason:       Error\n    Exit Code:    2\n    Started:      2026-01-01T00:00:00Z\n    \
+             Finished:     2026-01-01T00:00:05Z"
+        );
+        let s = state(serde_json::json!({"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}}));
+        assert_eq!(state_text(Some(&s), ""), "Waiting\n  Reason:       CrashLoopBackOff\n  Message:      back-off");
+    }
+
+    #[test]
+    fn exit_codes_by_kind_of_failure() {
+        let rpc = |code| CliError::Client(ClientError::Call(grpcio::Error::RpcFailure(grpcio::RpcStatus::new(code))));
+        let io = || std::io::Error::from(std::io::ErrorKind::NotFound);
+        assert_eq!(CliError::Usage("x".into()).exit_code(), 1);
+        assert_eq!(CliError::Client(ClientError::NoSocket { socket: "s".into(), source: io() }).exit_code(), 69);
+        assert_eq!(CliError::Client(ClientError::NotListening { socket: "s".into(), source: io() }).exit_code(), 69);
+        assert_eq!(
+            CliError::Client(ClientError::SocketPermission { socket: "s".into(), source: io() }).exit_code(),
+            77
+        );
+        assert_eq!(CliError::Client(ClientError::Refused { reason: "r".into() }).exit_code(), 77);
+        assert_eq!(rpc(grpcio::RpcStatusCode::PERMISSION_DENIED).exit_code(), 77);
+        assert_eq!(rpc(grpcio::RpcStatusCode::UNAVAILABLE).exit_code(), 69);
+        assert_eq!(rpc(grpcio::RpcStatusCode::DEADLINE_EXCEEDED).exit_code(), 69);
+        assert_eq!(rpc(grpcio::RpcStatusCode::NOT_FOUND).exit_code(), 1, "kubectl's status for not found");
+        assert_eq!(rpc(grpcio::RpcStatusCode::INVALID_ARGUMENT).exit_code(), 1);
+        assert_eq!(rpc(grpcio::RpcStatusCode::ALREADY_EXISTS).exit_code(), 1);
+        assert_eq!(rpc(grpcio::RpcStatusCode::INTERNAL).exit_code(), 1);
     }
 }

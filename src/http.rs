@@ -29,10 +29,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use serde_json::json;
 
-use crate::model::{self, Pod};
 use crate::parts::Parts;
+use crate::view;
 
 /// Connections open at once (reading, waiting for a worker, writing or
 /// draining); the next one is answered 503 and closed.
@@ -159,14 +158,8 @@ fn route(h: &Handler, method: &str, target: &str) -> Vec<u8> {
             Ok(()) => response(200, "OK", "text/plain", b"ok"),
             Err(e) => response(500, "Internal Server Error", "text/plain", e.to_string().as_bytes()),
         },
-        "/node" => {
-            let report = crate::node::report(parts, h.healthy_within, &parts.runtime.version());
-            response(200, "OK", "application/json", &serde_json::to_vec(&report).unwrap_or_default())
-        }
-        "/pods" | "/pods/" => {
-            let body = serde_json::to_vec(&pod_list(parts, h.redact)).unwrap_or_default();
-            response(200, "OK", "application/json", &body)
-        }
+        "/node" => response(200, "OK", "application/json", &view::to_json(&view::node_of(parts, h.healthy_within))),
+        "/pods" | "/pods/" => response(200, "OK", "application/json", &view::to_json(&view::pods_of(parts, h.redact))),
         "/metrics" => {
             let body = crate::metrics::render(&parts.metrics);
             response(200, "OK", "text/plain; version=0.0.4", body.as_bytes())
@@ -492,59 +485,6 @@ fn drain(c: &mut Conn) -> bool {
             Err(_) => return false,
         }
     }
-}
-
-/// Replace every env value with a placeholder (the kubelet's read-only port
-/// shows them; secrets end up there).
-pub fn redact_env(pod: &mut Pod) {
-    if let Some(spec) = pod.spec.as_mut() {
-        for c in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
-            for e in c.env.iter_mut().flatten() {
-                if e.value.is_some() {
-                    e.value = Some("<redacted>".into());
-                }
-            }
-        }
-    }
-}
-
-/// Every pod podwarden knows from its source, with its status, and the
-/// pods still terminating after their manifest went (with a
-/// `deletionTimestamp`, shown as Terminating), as a v1 PodList.
-pub fn pod_list(parts: &Parts, redact: bool) -> serde_json::Value {
-    let desired = parts.agent.desired();
-    let wanted: std::collections::HashSet<String> = desired.iter().map(|d| model::uid(&d.pod).to_string()).collect();
-    let going = parts
-        .workers
-        .snapshot()
-        .into_iter()
-        .filter(|w| !wanted.contains(&w.uid) && w.phase < crate::podworkers::Phase::Terminated)
-        .filter_map(|w| w.pod)
-        .filter(|p| model::is_static(p)) // not orphaned runtime pods
-        .map(|p| {
-            let mut pod = (*p).clone();
-            pod.metadata.deletion_timestamp.get_or_insert_with(model::now_time);
-            std::sync::Arc::new(pod)
-        });
-    let items: Vec<serde_json::Value> = desired
-        .into_iter()
-        .map(|d| d.pod)
-        .chain(going)
-        .map(|p| {
-            let mut pod = (*p).clone();
-            pod.status = parts.statuses.get(model::uid(&pod));
-            if redact {
-                redact_env(&mut pod);
-            }
-            let mut v = serde_json::to_value(&pod).unwrap_or_default();
-            if let Some(o) = v.as_object_mut() {
-                o.insert("apiVersion".into(), json!("v1"));
-                o.insert("kind".into(), json!("Pod"));
-            }
-            v
-        })
-        .collect();
-    json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})
 }
 
 #[cfg(test)]

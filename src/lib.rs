@@ -16,7 +16,7 @@ pub mod logging;
 pub mod logind;
 pub mod metrics;
 pub mod model;
-pub mod node;
+
 pub mod notify;
 pub mod parts;
 pub mod podworkers;
@@ -30,3 +30,4 @@ pub mod sync;
 #[allow(unsafe_code)]
 pub mod sys;
 pub mod thread;
+pub mod view;

@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use podwarden::config::Config;
+use podwarden::cli::{CliError, exit};
+use podwarden::config::{Config, ConfigError};
+use podwarden::daemon::DaemonError;
 
 const USAGE: &str = "\
 podwarden: run Kubernetes pods on this machine through a CRI runtime
@@ -27,7 +29,16 @@ Client commands (talk to the running agent over its local API socket):
 
   podwarden help                    this text
 
-Exit status: 0 on success, 1 on an error (the message goes to stderr).
+Exit status (the error message goes to stderr):
+  0   success
+  1   any other error: a pod or container not found, an invalid manifest or
+      argument, a file in the way
+  69  the container runtime cannot be reached when `run` starts; a client
+      command cannot reach the agent's API socket, or the agent does not answer
+  70  a thread of `podwarden run` panicked (systemd restarts the agent)
+  77  the agent refused the caller: not root and not in apiGroup, or a pod
+      its Pod Security level forbids
+  78  the config file cannot be read or is invalid
 ";
 
 const RUN_USAGE: &str = "\
@@ -57,23 +68,61 @@ in staticPodPath, else its absolute path).
 Usage:
   podwarden validate [--config FILE] FILE...
 
-Exit status: 0 if every file is a valid pod, 1 otherwise.
+Exit status: 0 if every file is a valid pod, 78 if the config is bad, 1
+otherwise.
 ";
 
-fn run(args: &[String]) -> Result<(), String> {
+/// Why the command failed; each kind has its exit status.
+#[derive(Debug, thiserror::Error)]
+enum MainError {
+    /// Bad arguments (the message includes the usage).
+    #[error("{0}")]
+    Usage(String),
+    /// The config cannot be read or is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A config value that names something on the host that is not there
+    /// (`apiGroup`), found at start; the message names the config file.
+    #[error("{}{source}", file.as_ref().map(|f| format!("{}: ", f.display())).unwrap_or_default())]
+    ConfigValue {
+        file: Option<PathBuf>,
+        #[source]
+        source: DaemonError,
+    },
+    #[error(transparent)]
+    Daemon(#[from] DaemonError),
+    #[error(transparent)]
+    Cli(#[from] CliError),
+    /// `validate` printed each invalid manifest's error already.
+    #[error("some manifests are invalid")]
+    InvalidManifests,
+}
+
+impl MainError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            MainError::Config(_) | MainError::ConfigValue { .. } => exit::CONFIG,
+            MainError::Daemon(DaemonError::Runtime { .. }) => exit::UNAVAILABLE,
+            MainError::Cli(e) => e.exit_code(),
+            MainError::Usage(_) | MainError::Daemon(_) | MainError::InvalidManifests => exit::FAILURE,
+        }
+    }
+}
+
+fn run(args: &[String]) -> Result<(), MainError> {
     match args.first().map(String::as_str) {
         Some("run") => {
             let Some((config_path, rest)) = config_args(&args[1..], RUN_USAGE)? else {
                 return Ok(());
             };
             if let Some(other) = rest.first() {
-                return Err(format!("run: unknown argument {other:?}\n\n{USAGE}"));
+                return Err(MainError::Usage(format!("run: unknown argument {other:?}\n\n{USAGE}")));
             }
             let file = config_file(config_path);
-            podwarden::daemon::run(load_config(file.clone())?).map_err(|e| match (e, file) {
+            podwarden::daemon::run(load_config(file.clone())?).map_err(|e| match e {
                 // apiGroup is looked up at start; its error names the config
-                (e @ podwarden::daemon::DaemonError::ApiGroup { .. }, Some(f)) => format!("{}: {e}", f.display()),
-                (e, _) => e.to_string(),
+                e @ DaemonError::ApiGroup { .. } => MainError::ConfigValue { file, source: e },
+                e => MainError::Daemon(e),
             })
         }
         Some("validate") => {
@@ -81,7 +130,7 @@ fn run(args: &[String]) -> Result<(), String> {
                 return Ok(());
             };
             if files.is_empty() {
-                return Err(format!("validate: name at least one manifest file\n\n{VALIDATE_USAGE}"));
+                return Err(MainError::Usage(format!("validate: name at least one manifest file\n\n{VALIDATE_USAGE}")));
             }
             // the UID depends on the node name and on the path the agent
             // reads the file under: take both from the config the agent
@@ -104,20 +153,20 @@ fn run(args: &[String]) -> Result<(), String> {
                     }
                 }
             }
-            if failed { Err("some manifests are invalid".into()) } else { Ok(()) }
+            if failed { Err(MainError::InvalidManifests) } else { Ok(()) }
         }
         Some("--version") => {
             println!("podwarden {}", env!("CARGO_PKG_VERSION"));
             Ok(())
         }
         Some(verb) if verb == "version" || podwarden::cli::VERBS.contains(&verb) => {
-            podwarden::cli::run(verb, &args[1..])
+            Ok(podwarden::cli::run(verb, &args[1..])?)
         }
         Some("help") | Some("-h") | Some("--help") | None => {
             print!("{USAGE}");
             Ok(())
         }
-        Some(other) => Err(format!("unknown command {other:?}\n\n{USAGE}")),
+        Some(other) => Err(MainError::Usage(format!("unknown command {other:?}\n\n{USAGE}"))),
     }
 }
 
@@ -127,7 +176,7 @@ type ConfigArgs<'a> = (Option<PathBuf>, Vec<&'a String>);
 /// `--config FILE` (or `-c`, `--config=FILE`) and `--help` among `args`: the
 /// config file named and the other arguments, or `None` once `usage` is
 /// printed for `--help`.
-fn config_args<'a>(args: &'a [String], usage: &str) -> Result<Option<ConfigArgs<'a>>, String> {
+fn config_args<'a>(args: &'a [String], usage: &str) -> Result<Option<ConfigArgs<'a>>, MainError> {
     let mut path: Option<PathBuf> = None;
     let mut rest = Vec::new();
     let mut it = args.iter();
@@ -137,7 +186,9 @@ fn config_args<'a>(args: &'a [String], usage: &str) -> Result<Option<ConfigArgs<
                 print!("{usage}");
                 return Ok(None);
             }
-            "--config" | "-c" => path = Some(it.next().ok_or("--config needs a file")?.into()),
+            "--config" | "-c" => {
+                path = Some(it.next().ok_or_else(|| MainError::Usage("--config needs a file".into()))?.into())
+            }
             s if s.starts_with("--config=") => path = Some(s["--config=".len()..].into()),
             _ => rest.push(a),
         }
@@ -153,9 +204,9 @@ fn config_file(path: Option<PathBuf>) -> Option<PathBuf> {
 }
 
 /// The config in `file`, else the defaults.
-fn load_config(file: Option<PathBuf>) -> Result<Config, String> {
+fn load_config(file: Option<PathBuf>) -> Result<Config, ConfigError> {
     match file {
-        Some(p) => Config::load(&p).map_err(|e| e.to_string()),
+        Some(p) => Config::load(&p),
         None => Ok(Config::default()),
     }
 }
@@ -167,7 +218,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("podwarden: {e}");
-            ExitCode::FAILURE
+            ExitCode::from(e.exit_code())
         }
     }
 }

@@ -195,7 +195,7 @@ fn errors_name_the_input_and_exit_1() {
     assert!(err.contains("--grace-period"), "{err}");
     let out = Command::new(BIN).args(["get", "pods", "--socket", "/nonexistent/api.sock"]).output().unwrap();
     let (code, err) = (out.status.code(), String::from_utf8_lossy(&out.stderr));
-    assert_eq!(code, Some(1));
+    assert_eq!(code, Some(69), "EX_UNAVAILABLE");
     assert!(err.contains("/nonexistent/api.sock") && err.contains("does not exist"), "{err}");
     // --help for every verb
     for verb in ["run", "validate", "get", "describe", "logs", "events", "node", "apply", "delete", "version"] {
@@ -246,12 +246,12 @@ fn socket_is_0600_and_other_users_are_refused_unless_in_api_group() {
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
     let nobody = Some((65534, 65534));
     let (code, _, err) = cli_as(&a, nobody, &["get", "pods"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 77, "EX_NOPERM");
     assert!(err.contains("permission denied"), "{err}");
     // even with the file opened up, the peer check refuses it
     std::fs::set_permissions(a.api_socket(), std::fs::Permissions::from_mode(0o666)).unwrap();
     let (code, _, err) = cli_as(&a, nobody, &["get", "pods"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 77, "EX_NOPERM");
     assert!(err.contains("refused") && err.contains("uid 65534 is not root"), "{err}");
     assert!(a.log().contains("refused a connection"), "{}", a.log());
     a.kill9();
@@ -267,7 +267,7 @@ fn socket_is_0600_and_other_users_are_refused_unless_in_api_group() {
     assert!(out.contains("No resources found"), "{out}");
     std::fs::set_permissions(a.api_socket(), std::fs::Permissions::from_mode(0o666)).unwrap();
     let (code, _, err) = cli_as(&a, Some((65534, 1)), &["get", "pods"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 77, "EX_NOPERM");
     assert!(err.contains("not in group nogroup"), "{err}");
     a.clean_up(&[]);
 }

@@ -115,7 +115,7 @@ fn bad_config_and_missing_runtime_fail_at_start_naming_the_input() {
     let config = d.0.join("config.yaml");
     std::fs::write(&config, "syncFrequency: sometimes\n").unwrap();
     let out = Command::new(BIN).args(["run", "--config", config.to_str().unwrap()]).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(78), "EX_CONFIG");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("config.yaml: field syncFrequency: \"sometimes\" is invalid"), "{err}");
 
@@ -129,12 +129,12 @@ fn bad_config_and_missing_runtime_fail_at_start_naming_the_input() {
     )
     .unwrap();
     let out = Command::new(BIN).args(["run", "--config", config.to_str().unwrap()]).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(69), "EX_UNAVAILABLE");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("unix:///nonexistent.sock"), "{err}");
 
     let out = Command::new(BIN).args(["run", "--config", "/nonexistent/config.yaml"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(78), "EX_CONFIG");
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/config.yaml"));
 }
 
@@ -171,7 +171,7 @@ fn validate_reports_each_file() {
         .args(["validate", "--config", config.to_str().unwrap(), good.to_str().unwrap()])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(78), "EX_CONFIG");
     assert!(String::from_utf8_lossy(&out.stderr).contains("config.yaml"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 

@@ -239,7 +239,7 @@ fn missing_runtime_socket_is_a_clear_start_up_error() {
         )
         .unwrap();
         let out = Command::new(BIN).args(["run", "--config", config.to_str().unwrap()]).output().unwrap();
-        assert_eq!(out.status.code(), Some(1));
+        assert_eq!(out.status.code(), Some(69), "EX_UNAVAILABLE");
         String::from_utf8_lossy(&out.stderr).to_string()
     };
     let err = fail_with("unix:///run/podwarden-e2e-missing.sock");

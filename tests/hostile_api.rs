@@ -297,7 +297,7 @@ fn apply_over_the_size_limit_is_refused_by_the_client_and_the_server() {
     // past the client: the daemon names the limit too
     let c = podwarden::api::client::Client::connect(d.socket().to_str().unwrap()).unwrap();
     let t = Instant::now();
-    let e = c.apply(big.clone().into_bytes(), "big.yaml").unwrap_err();
+    let e = c.apply(big.clone().into_bytes(), "big.yaml").unwrap_err().to_string();
     assert!(t.elapsed() < AT_ONCE);
     assert_eq!(e, format!("big.yaml: manifest is {} bytes, over the limit of 1048576 bytes", big.len()));
     // /dev/zero as the file: the client reads one byte over the limit
@@ -598,7 +598,8 @@ fn delete_during_a_hanging_start_on_containerd() {
             .into(),
             ..Default::default()
         })
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(t.elapsed() < AT_ONCE);
     assert!(e.ends_with(&format!("{}: not a regular file (a FIFO); not read", fifo.display())), "{e}");
     assert!(fifo_writer_waiting(), "reading the logs opened the FIFO");

@@ -108,7 +108,7 @@ fn hostile_configs_stop_podwarden_run_at_once_naming_field_and_value() {
         let path = d.0.join(format!("config-{i}.yaml"));
         std::fs::write(&path, text).unwrap();
         let (code, err, took) = run_config(&path);
-        assert_eq!(code, Some(1), "{case}: {err}");
+        assert_eq!(code, Some(78), "{case}: {err}");
         assert!(took < Duration::from_secs(5), "{case}: took {took:?}");
         let last = err.lines().last().unwrap_or_default();
         assert_eq!(last, format!("podwarden: {}: {want}", path.display()), "{case}");
@@ -126,7 +126,7 @@ fn oversized_and_binary_configs_are_refused_unparsed() {
     }
     drop(f);
     let (code, err, took) = run_config(&big);
-    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(code, Some(78), "{err}");
     assert!(took < Duration::from_secs(5));
     assert_eq!(
         err.lines().last().unwrap(),
@@ -135,14 +135,14 @@ fn oversized_and_binary_configs_are_refused_unparsed() {
     let bin = d.0.join("latin1.yaml");
     std::fs::write(&bin, b"nodeName: caf\xe9\n").unwrap();
     let (code, err, _) = run_config(&bin);
-    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(code, Some(78), "{err}");
     assert_eq!(
         err.lines().last().unwrap(),
         format!("podwarden: {}: cannot parse YAML: not UTF-8 (invalid byte at offset 13)", bin.display())
     );
     // /dev/zero is not read without bound
     let (code, err, took) = run_config(std::path::Path::new("/dev/zero"));
-    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(code, Some(78), "{err}");
     assert!(took < Duration::from_secs(5));
     assert_eq!(
         err.lines().last().unwrap(),
@@ -153,7 +153,7 @@ fn oversized_and_binary_configs_are_refused_unparsed() {
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
     podwarden::sys::mkfifo(&c, 0o600).unwrap();
     let (code, err, took) = run_config(&fifo);
-    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(code, Some(78), "{err}");
     assert!(took < Duration::from_secs(5), "a FIFO config took {took:?}");
     let last = err.lines().last().unwrap_or_default();
     assert!(last.starts_with(&format!("podwarden: {}: ", fifo.display())), "{last}");
@@ -250,7 +250,7 @@ fn yaml_bombs_in_a_config_are_refused_before_they_expand() {
         let path = d.0.join(name);
         std::fs::write(&path, text).unwrap();
         let (code, err, took) = run_config(&path);
-        assert_eq!(code, Some(1), "{name}: {err}");
+        assert_eq!(code, Some(78), "{name}: {err}");
         assert_eq!(err.lines().last().unwrap_or_default(), format!("podwarden: {}: {want}", path.display()), "{name}");
         assert!(took < Duration::from_secs(2), "{name} took {took:?}");
     }

@@ -280,7 +280,10 @@ fn a_panicking_thread_makes_the_agent_unhealthy() {
     wait_for("unhealthy", T, || r.parts.agent.health(within).is_err());
     let e = r.parts.agent.health(within).unwrap_err().to_string();
     assert_eq!(e, "thread housekeeping panicked: injected panic in ListPodSandbox");
-    let (ready, _, message) = podwarden::node::ready(&r.parts, within);
+    let (ready, _, message) = podwarden::view::ready(
+        r.parts.admission.is_shutting_down(),
+        r.parts.agent.health(within).err().map(|e| e.to_string()),
+    );
     assert!(!ready);
     assert_eq!(message, e);
     r.stop();

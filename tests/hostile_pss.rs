@@ -183,7 +183,7 @@ fn an_api_group_member_is_held_to_baseline_and_root_is_not() {
     let mut refused = 0;
     for c in CASES {
         let (code, out, err) = cli_as(&a, Some(MEMBER), &["apply", "-f", file(c.name, "yaml").to_str().unwrap()]);
-        assert_eq!(code, 1, "{}: the member's apply must fail: {out}", c.name);
+        assert_eq!(code, 77, "{}: the member's apply must be refused (EX_NOPERM): {out}", c.name);
         assert_eq!(
             err,
             format!(
@@ -196,7 +196,7 @@ fn an_api_group_member_is_held_to_baseline_and_root_is_not() {
         refused += 1;
     }
     let (code, _, err) = cli_as(&a, Some(MEMBER), &["apply", "-f", file("json-host-pid", "json").to_str().unwrap()]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 77, "EX_NOPERM");
     assert_eq!(
         err,
         "podwarden: pods \"json-host-pid\" is forbidden: violates PodSecurity \"baseline:latest\": host namespaces (hostPID=true)\n"
@@ -274,7 +274,7 @@ fn the_static_pods_level_is_enforced_at_admission() {
     let f = a.dir.0.join("nosy2.yaml");
     std::fs::write(&f, manifest("nosy2", "  hostNetwork: true\n", "")).unwrap();
     let (code, _, err) = cli_as(&a, None, &["apply", "-f", f.to_str().unwrap()]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 77, "EX_NOPERM");
     assert_eq!(
         err,
         "podwarden: pods \"nosy2\" is forbidden: violates PodSecurity \"baseline:latest\": host namespaces (hostNetwork=true)\n"

@@ -603,10 +603,10 @@ fn node_shutdown_kills_normal_pods_before_critical_ones_and_cancel_restarts_them
     wait_for("state file written at the start", T, || file.exists());
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     assert!(v["startTime"].as_str().unwrap().ends_with('Z') && v["endTime"].is_null(), "{v}");
-    let node = podwarden::node::report(&h.parts, Duration::from_secs(60), "fake");
-    assert_eq!(node["node"]["status"]["conditions"][0]["status"], "False");
-    assert_eq!(node["node"]["status"]["conditions"][0]["message"], "node is shutting down");
-    assert_eq!(node["gracefulShutdown"]["shuttingDown"], true);
+    let node = podwarden::view::node_of(&h.parts, Duration::from_secs(60));
+    let ready = &node.node.status.as_ref().unwrap().conditions.as_ref().unwrap()[0];
+    assert_eq!((ready.status.as_str(), ready.message.as_deref()), ("False", Some("node is shutting down")));
+    assert!(node.graceful_shutdown.shutting_down);
     let report = runner.join().unwrap();
     let took = t.elapsed();
     // (the containers use their whole grace period, so a group may end a few

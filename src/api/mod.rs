@@ -30,13 +30,13 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use grpcio::{RpcContext, RpcStatus, RpcStatusCode, UnarySink};
 use parking_lot::Mutex;
-use serde_json::Value;
 
 use crate::agent::Agent;
 use crate::fsutil::{FileError, Links};
-use crate::model;
+use crate::model::{self, Pod};
 use crate::parts::Parts;
 use crate::podworkers::KillPodOptions;
+use crate::view::{self, PodList};
 
 #[allow(clippy::all, clippy::pedantic, dead_code, unused_imports, unused_mut, unused_qualifications, missing_docs)]
 #[allow(non_camel_case_types, non_snake_case, non_upper_case_globals, unreachable_pub, deprecated)]
@@ -424,38 +424,29 @@ enum Holder {
 }
 
 impl Handlers {
-    fn pods(&self, namespace: &str) -> Value {
-        let mut list = crate::http::pod_list(&self.parts, false);
-        if !namespace.is_empty()
-            && let Some(items) = list["items"].as_array_mut()
-        {
-            items.retain(|p| p["metadata"]["namespace"] == namespace);
-        }
-        list
+    /// The v1 PodList of `namespace` (all when empty).
+    fn pods(&self, namespace: &str) -> PodList {
+        view::in_namespace(view::pods_of(&self.parts, false), namespace)
     }
 
-    fn find(&self, ns: &str, name: &str) -> Res<Value> {
-        let list = self.pods(ns);
-        list["items"].as_array().and_then(|i| i.iter().find(|p| p["metadata"]["name"] == name).cloned()).ok_or_else(
-            || {
-                status(
-                    RpcStatusCode::NOT_FOUND,
-                    format!(
-                        "pod {ns}/{name} not found (no manifest in {} defines it)",
-                        self.cfg.static_pod_path.display()
-                    ),
-                )
-            },
-        )
+    fn find(&self, ns: &str, name: &str) -> Res<Pod> {
+        self.pods(ns).items.into_iter().find(|p| model::name(p) == name).ok_or_else(|| {
+            status(
+                RpcStatusCode::NOT_FOUND,
+                format!("pod {ns}/{name} not found (no manifest in {} defines it)", self.cfg.static_pod_path.display()),
+            )
+        })
+    }
+
+    /// The node report.
+    fn node(&self) -> view::NodeReport {
+        view::node_of(&self.parts, self.cfg.healthy_within)
     }
 
     fn logs(&self, req: &api::LogsRequest) -> Res<api::LogsResponse> {
         let (ns, name) = pod_ref(req.pod.as_ref().unwrap_or_default())?;
         let pod = self.find(&ns, &name)?;
-        let names: Vec<String> = pod["spec"]["containers"]
-            .as_array()
-            .map(|cs| cs.iter().filter_map(|c| c["name"].as_str().map(str::to_string)).collect())
-            .unwrap_or_default();
+        let names: Vec<String> = pod.spec.iter().flat_map(|s| &s.containers).map(|c| c.name.clone()).collect();
         let container = if req.container.is_empty() {
             match names.as_slice() {
                 [one] => one.clone(),
@@ -474,7 +465,7 @@ impl Handlers {
                 format!("container {} is not in pod {ns}/{name} (it has {})", req.container, names.join(", ")),
             ));
         };
-        let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
+        let uid = model::uid(&pod);
         let pod_dir = format!("{ns}_{name}_{uid}");
         let dir = self.cfg.pod_logs_dir.join(&pod_dir).join(&container);
         let no_log = || {
@@ -505,17 +496,17 @@ impl Handlers {
                 ),
             })?;
         let running = !req.previous
-            && pod["status"]["containerStatuses"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|c| c["name"] == container.as_str() && c["state"]["running"].is_object());
+            && pod
+                .status
+                .iter()
+                .flat_map(|s| s.container_statuses.iter().flatten())
+                .any(|c| c.name == container && c.state.as_ref().is_some_and(|s| s.running.is_some()));
         Ok(api::LogsResponse { data, next_offset: next, running, container, ..Default::default() })
     }
 
     /// Where a pod's manifest is, if a manifest defines it.
-    fn manifest_of(pod: &Value) -> Option<PathBuf> {
-        pod["metadata"]["annotations"][model::CONFIG_FILE_ANNOTATION].as_str().map(PathBuf::from)
+    fn manifest_of(pod: &Pod) -> Option<PathBuf> {
+        view::manifest_path(pod).map(PathBuf::from)
     }
 
     /// What the file `path` in staticPodPath holds. `known` says the agent
@@ -660,7 +651,7 @@ impl Service {
         // a pod whose manifest is already gone may still be terminating
         let pod = self.h.find(&ns, &name).ok();
         let uid = match &pod {
-            Some(p) => p["metadata"]["uid"].as_str().unwrap_or_default().to_string(),
+            Some(p) => model::uid(p).to_string(),
             None => self
                 .h
                 .parts
@@ -723,15 +714,14 @@ impl pb::api_grpc::PodWarden for Service {
 
     fn list_pods(&mut self, ctx: RpcContext, req: api::ListPodsRequest, sink: UnarySink<api::PodListResponse>) {
         let list = self.h.pods(&req.namespace);
-        let r =
-            api::PodListResponse { pod_list_json: serde_json::to_vec(&list).unwrap_or_default(), ..Default::default() };
+        let r = api::PodListResponse { pod_list_json: view::to_json(&list), ..Default::default() };
         reply(&ctx, sink, Ok(r));
     }
 
     fn get_pod(&mut self, ctx: RpcContext, req: api::PodRef, sink: UnarySink<api::PodResponse>) {
         let r = pod_ref(&req).and_then(|(ns, name)| self.h.find(&ns, &name)).map(|p| api::PodResponse {
             manifest_path: Handlers::manifest_of(&p).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default(),
-            pod_json: serde_json::to_vec(&p).unwrap_or_default(),
+            pod_json: view::to_json(&p),
             ..Default::default()
         });
         reply(&ctx, sink, r);
@@ -772,8 +762,7 @@ impl pb::api_grpc::PodWarden for Service {
     }
 
     fn get_node(&mut self, ctx: RpcContext, _req: api::GetNodeRequest, sink: UnarySink<api::NodeResponse>) {
-        let report = crate::node::report(&self.h.parts, self.h.cfg.healthy_within, &self.h.parts.runtime.version());
-        let r = api::NodeResponse { node_json: serde_json::to_vec(&report).unwrap_or_default(), ..Default::default() };
+        let r = api::NodeResponse { node_json: view::to_json(&self.h.node()), ..Default::default() };
         reply(&ctx, sink, Ok(r));
     }
 
