@@ -133,7 +133,7 @@ impl Admission {
             return Err(Rejection::new(REASON_NODE_SHUTDOWN, MESSAGE_NODE_SHUTDOWN.into()));
         }
         // a property of the pod itself: judged before what the node has left
-        crate::pss::enforce(self.pod_security, pod).map_err(|m| Rejection::new(crate::pss::REASON, m))?;
+        crate::pss::enforce(self.pod_security, pod).map_err(|v| Rejection::new(crate::pss::REASON, v.to_string()))?;
         let a = self.allocatable;
         let others: Vec<&Arc<Pod>> = active.iter().filter(|p| model::uid(p) != model::uid(pod)).collect();
         if others.len() + 1 > a.pods {

@@ -599,10 +599,33 @@ mod de {
 
     const NON_EMPTY: &str = "expected a non-empty string";
 
+    /// What a field allows, when its value is not that: the error of a
+    /// field check (serde's custom error, named by its path).
+    #[derive(Debug)]
+    struct Allowed(std::borrow::Cow<'static, str>);
+
+    impl std::fmt::Display for Allowed {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+
+    impl From<&'static str> for Allowed {
+        fn from(s: &'static str) -> Self {
+            Allowed(s.into())
+        }
+    }
+
+    impl From<String> for Allowed {
+        fn from(s: String) -> Self {
+            Allowed(s.into())
+        }
+    }
+
     /// `check` applied to the value read as JSON; its error is the message.
     fn checked<'de, D: Deserializer<'de>, T>(
         d: D,
-        check: impl FnOnce(&Value) -> Result<T, String>,
+        check: impl FnOnce(&Value) -> Result<T, Allowed>,
     ) -> Result<T, D::Error> {
         let v = Value::deserialize(d)?;
         check(&v).map_err(de::Error::custom)
@@ -612,14 +635,14 @@ mod de {
     /// path names the entry).
     struct Checked<F>(F);
 
-    impl<'de, T, F: FnOnce(&Value) -> Result<T, String>> DeserializeSeed<'de> for Checked<F> {
+    impl<'de, T, F: FnOnce(&Value) -> Result<T, Allowed>> DeserializeSeed<'de> for Checked<F> {
         type Value = T;
         fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<T, D::Error> {
             checked(d, self.0)
         }
     }
 
-    fn non_empty(v: &Value) -> Result<&str, String> {
+    fn non_empty(v: &Value) -> Result<&str, Allowed> {
         v.as_str().filter(|s| !s.trim().is_empty()).ok_or_else(|| NON_EMPTY.into())
     }
 
@@ -640,7 +663,7 @@ mod de {
         })
     }
 
-    fn absolute(v: &Value) -> Result<PathBuf, String> {
+    fn absolute(v: &Value) -> Result<PathBuf, Allowed> {
         match v {
             Value::String(s) if s.starts_with('/') => Ok(s.into()),
             Value::String(_) => Err("expected an absolute path".into()),
@@ -683,7 +706,7 @@ mod de {
             v.as_i64()
                 .filter(|n| (MIN..=MAX).contains(n))
                 .and_then(|n| T::try_from(n).ok())
-                .ok_or_else(|| format!("expected an integer from {MIN} to {MAX}"))
+                .ok_or_else(|| format!("expected an integer from {MIN} to {MAX}").into())
         })
     }
 
@@ -724,7 +747,7 @@ mod de {
     /// `systemReserved.cpu`) and folded into a `T`.
     struct MapOf<T> {
         allowed: &'static str,
-        entry: fn(&mut T, &str, &Value) -> Result<(), String>,
+        entry: fn(&mut T, &str, &Value) -> Result<(), Allowed>,
     }
 
     impl<'de, T: Default> Visitor<'de> for MapOf<T> {
@@ -749,7 +772,7 @@ mod de {
     /// `shutdownGracePeriodByPodPriority[0]`).
     struct ListOf<T> {
         allowed: &'static str,
-        item: fn(&Value) -> Result<T, String>,
+        item: fn(&Value) -> Result<T, Allowed>,
         _t: PhantomData<T>,
     }
 
@@ -775,7 +798,7 @@ mod de {
         /// `{cpu: 100m, memory: 256Mi}`: quantities, in range of an i64
         /// (saturating; [`super::Config::validate`] bounds them).
         fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            fn entry(r: &mut Reserved, key: &str, v: &Value) -> Result<(), String> {
+            fn entry(r: &mut Reserved, key: &str, v: &Value) -> Result<(), Allowed> {
                 let s = v.as_str().ok_or("expected a quantity string")?;
                 match key {
                     "cpu" => r.cpu_millis = quantity::cpu_millis(s).map_err(|e| e.to_string())?,
@@ -790,7 +813,7 @@ mod de {
     }
 
     pub fn priority_classes<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, i32>, D::Error> {
-        fn entry(m: &mut BTreeMap<String, i32>, key: &str, v: &Value) -> Result<(), String> {
+        fn entry(m: &mut BTreeMap<String, i32>, key: &str, v: &Value) -> Result<(), Allowed> {
             let n = v
                 .as_i64()
                 .and_then(|n| i32::try_from(n).ok())
@@ -803,7 +826,7 @@ mod de {
     }
 
     pub fn priority_graces<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PriorityGrace>, D::Error> {
-        fn item(v: &Value) -> Result<PriorityGrace, String> {
+        fn item(v: &Value) -> Result<PriorityGrace, Allowed> {
             let priority = v.get("priority").and_then(Value::as_i64).and_then(|p| i32::try_from(p).ok());
             let secs = v.get("shutdownGracePeriodSeconds").and_then(Value::as_i64);
             match (priority, secs) {

@@ -27,8 +27,12 @@ use crate::sync::{PodSync, SyncConfig};
 
 #[derive(Debug, Error)]
 pub enum DaemonError {
-    #[error("containerRuntimeEndpoint {endpoint}: {message}")]
-    Runtime { endpoint: String, message: String },
+    #[error("containerRuntimeEndpoint {endpoint}: {source}")]
+    Runtime {
+        endpoint: String,
+        #[source]
+        source: crate::runtime::RuntimeError,
+    },
     /// `apiGroup` names a group /etc/group does not have (the message is
     /// the config's own: the caller prefixes the config file).
     #[error("field apiGroup: {value} is invalid: expected a group that exists in /etc/group")]
@@ -83,7 +87,7 @@ fn connect_runtime(config: &Config) -> Result<Arc<dyn Runtime>, DaemonError> {
         return Ok(Arc::new(fake));
     }
     let cri = CriRuntime::connect(endpoint, Duration::from_secs(10))
-        .map_err(|e| DaemonError::Runtime { endpoint: endpoint.into(), message: e.to_string() })?;
+        .map_err(|source| DaemonError::Runtime { endpoint: endpoint.into(), source })?;
     log::info!("container runtime: {} at {endpoint}", cri.version);
     Ok(Arc::new(cri))
 }

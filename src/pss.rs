@@ -147,14 +147,23 @@ pub fn forbidden_detail(results: &[Forbidden]) -> String {
         .join(", ")
 }
 
-/// Ok, or the message the PodSecurity admission gives:
+/// A pod the level forbids; shown as the PodSecurity admission's message:
 /// `violates PodSecurity "baseline:latest": ...`.
-pub fn enforce(level: Level, pod: &Pod) -> Result<(), String> {
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("violates PodSecurity \"{level}:latest\": {detail}")]
+pub struct Violation {
+    pub level: Level,
+    /// Upstream's `ForbiddenDetail` ([`forbidden_detail`]).
+    pub detail: String,
+}
+
+/// Ok, or why `level` forbids `pod`.
+pub fn enforce(level: Level, pod: &Pod) -> Result<(), Violation> {
     let results = evaluate(level, pod);
     if results.is_empty() {
         return Ok(());
     }
-    Err(format!("violates PodSecurity \"{}:latest\": {}", level, forbidden_detail(&results)))
+    Err(Violation { level, detail: forbidden_detail(&results) })
 }
 
 // ---- helpers (upstream's joinQuote, pluralize, visitContainers) ----
@@ -997,14 +1006,14 @@ mod tests {
     fn the_aggregate_message_is_upstreams() {
         let p = with_spec("  hostNetwork: true\n  volumes:\n  - name: v\n    hostPath:\n      path: /\n");
         assert_eq!(
-            enforce(Level::Baseline, &p).unwrap_err(),
+            enforce(Level::Baseline, &p).unwrap_err().to_string(),
             r#"violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true), hostPath volumes (volume "v")"#
         );
         assert_eq!(enforce(Level::Privileged, &p), Ok(()));
         assert_eq!(enforce(Level::Baseline, &pod(PLAIN)), Ok(()));
         // restricted: the overriding check stands where restricted checks go
         assert_eq!(
-            enforce(Level::Restricted, &p).unwrap_err(),
+            enforce(Level::Restricted, &p).unwrap_err().to_string(),
             concat!(
                 r#"violates PodSecurity "restricted:latest": host namespaces (hostNetwork=true), "#,
                 r#"allowPrivilegeEscalation != false (container "c" must set securityContext.allowPrivilegeEscalation=false), "#,

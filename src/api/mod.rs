@@ -16,7 +16,6 @@
 //! full, a call fails at once with UNAVAILABLE.
 
 pub mod client;
-pub mod logs;
 
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::fs::PermissionsExt;
@@ -36,6 +35,7 @@ use crate::fsutil::{FileError, Links};
 use crate::model::{self, Pod};
 use crate::parts::Parts;
 use crate::podworkers::KillPodOptions;
+use crate::runtime::logs;
 use crate::view::{self, PodList};
 
 #[allow(clippy::all, clippy::pedantic, dead_code, unused_imports, unused_mut, unused_qualifications, missing_docs)]

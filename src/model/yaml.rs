@@ -226,7 +226,7 @@ impl Builder {
         self.budget.charge(1, value.len())?;
         let bytes = value.len();
         let text = String::from_utf8(value).map_err(|_| syntax("scalar is not valid UTF-8", at.0, at.1))?;
-        let v = resolve(&text, tag.as_deref(), plain).map_err(|m| syntax(m, at.0, at.1))?;
+        let v = resolve(&text, tag.as_deref(), plain).map_err(|e| syntax(e.to_string(), at.0, at.1))?;
         let node = Node { value: v, key: Some(text), nodes: 1, bytes, height: 0 };
         if let Some(a) = anchor {
             self.anchors.insert(a, node.clone());
@@ -312,13 +312,24 @@ pub fn parse_bounded(text: &str) -> Result<Vec<Value>, YamlError> {
     }
 }
 
+/// Why a scalar has no value; becomes the syntax error at its position.
+#[derive(Debug, thiserror::Error)]
+enum ScalarError {
+    #[error("{text:?} is not {what} (tag {tag})")]
+    NotTagged { text: String, what: &'static str, tag: String },
+    #[error("unsupported tag {0}")]
+    UnsupportedTag(String),
+    #[error("integer {0} is out of range")]
+    OutOfRange(String),
+}
+
 /// The value of a scalar: plain scalars by the core schema, quoted ones
 /// and `!!str` as strings, other core tags checked.
-fn resolve(text: &str, tag: Option<&[u8]>, plain: bool) -> Result<Value, String> {
+fn resolve(text: &str, tag: Option<&[u8]>, plain: bool) -> Result<Value, ScalarError> {
     let Some(tag) = tag else {
         return if plain { resolve_plain(text) } else { Ok(Value::String(text.to_string())) };
     };
-    let bad = |what: &str| Err(format!("{text:?} is not {what} (tag {})", tag_text(tag)));
+    let bad = |what: &'static str| Err(ScalarError::NotTagged { text: text.into(), what, tag: tag_text(tag) });
     match tag.strip_prefix(TAG_PREFIX) {
         Some(b"str") => Ok(Value::String(text.to_string())),
         Some(b"null") => {
@@ -335,11 +346,11 @@ fn resolve(text: &str, tag: Option<&[u8]>, plain: bool) -> Result<Value, String>
         Some(b"int") => parse_int(text).unwrap_or_else(|| bad("an integer")),
         Some(b"float") => parse_float(text).map_or_else(|| bad("a float"), Ok),
         _ if tag == b"!" => Ok(Value::String(text.to_string())),
-        _ => Err(format!("unsupported tag {}", tag_text(tag))),
+        _ => Err(ScalarError::UnsupportedTag(tag_text(tag))),
     }
 }
 
-fn resolve_plain(text: &str) -> Result<Value, String> {
+fn resolve_plain(text: &str) -> Result<Value, ScalarError> {
     if matches!(text, "" | "~" | "null" | "Null" | "NULL") {
         return Ok(Value::Null);
     }
@@ -367,8 +378,8 @@ fn parse_bool(text: &str) -> Option<bool> {
 
 /// Integers exactly as serde_yaml_ng reads them: optional sign, decimal
 /// (no leading zeros) or `0x`/`0o`/`0b`. `Some(Err)` past 64 bits.
-fn parse_int(text: &str) -> Option<Result<Value, String>> {
-    let range = || format!("integer {text} is out of range");
+fn parse_int(text: &str) -> Option<Result<Value, ScalarError>> {
+    let range = || ScalarError::OutOfRange(text.into());
     if let Some(u) = parse_unsigned(text) {
         return Some(u64::try_from(u).map(|u| Value::Number(u.into())).map_err(|_| range()));
     }

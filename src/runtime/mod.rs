@@ -8,6 +8,7 @@
 pub mod cache;
 pub mod cri;
 pub mod fake;
+pub mod logs;
 pub mod metered;
 
 use std::collections::BTreeMap;

@@ -203,7 +203,7 @@ impl PodSync {
                 && spec.termination_message_policy.as_deref() == Some("FallbackToLogsOnError")
             {
                 let rel = std::path::Path::new(&c.name).join(format!("{}.log", c.attempt));
-                msg = match crate::api::logs::termination_tail(&log_dir, &rel, 80, 2048) {
+                msg = match crate::runtime::logs::termination_tail(&log_dir, &rel, 80, 2048) {
                     Ok(m) => m.trim_end().to_string(),
                     Err(FileError::NotFound { .. }) => String::new(),
                     Err(e) => format!("Error on reading termination message from logs: {e}"),

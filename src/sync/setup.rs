@@ -347,7 +347,7 @@ impl PodSync {
         Ok(())
     }
 
-    fn failed_mount(&self, pod: &Pod, volume: &str, e: String) -> SyncError {
+    fn failed_mount(&self, pod: &Pod, volume: &str, e: super::volumes::VolumeError) -> SyncError {
         let msg = format!("volume {volume:?}: {e}");
         self.events.event(&ObjectRef::pod(pod), EventType::Warning, "FailedMount", &msg);
         SyncError::Other(msg)

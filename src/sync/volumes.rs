@@ -4,10 +4,48 @@
 
 use std::ffi::CString;
 use std::os::unix::fs::FileTypeExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-fn cstr(p: &Path) -> Result<CString, String> {
-    CString::new(p.as_os_str().as_encoded_bytes()).map_err(|_| format!("{} holds a NUL byte", p.display()))
+use thiserror::Error;
+
+/// Why a volume could not be set up (the pod's FailedMount event).
+#[derive(Debug, Error)]
+pub enum VolumeError {
+    #[error("{} holds a NUL byte", .0.display())]
+    NulInPath(PathBuf),
+    #[error("mounting tmpfs at {}: {source}", path.display())]
+    Mount {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("hostPath {path} is not {what} (type {kind})")]
+    WrongType { path: String, what: &'static str, kind: String },
+    #[error("creating {}: {source}", path.display())]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("creating hostPath {path}: {source}")]
+    CreateHostPath {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("hostPath {path} (type {kind}): {source}")]
+    Missing {
+        path: String,
+        kind: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("unknown hostPath type {0:?}")]
+    UnknownType(String),
+}
+
+fn cstr(p: &Path) -> Result<CString, VolumeError> {
+    CString::new(p.as_os_str().as_encoded_bytes()).map_err(|_| VolumeError::NulInPath(p.to_path_buf()))
 }
 
 fn is_mount_point(p: &Path) -> bool {
@@ -17,7 +55,7 @@ fn is_mount_point(p: &Path) -> bool {
 }
 
 /// Mount a tmpfs at `p` (once), limited to `limit` bytes if given.
-pub fn mount_tmpfs(p: &Path, limit: Option<i64>) -> Result<(), String> {
+pub fn mount_tmpfs(p: &Path, limit: Option<i64>) -> Result<(), VolumeError> {
     if is_mount_point(p) {
         return Ok(());
     }
@@ -27,7 +65,7 @@ pub fn mount_tmpfs(p: &Path, limit: Option<i64>) -> Result<(), String> {
         _ => "mode=0777".into(),
     })
     .expect("no NUL");
-    crate::sys::mount_tmpfs(&target, &opts).map_err(|e| format!("mounting tmpfs at {}: {e}", p.display()))
+    crate::sys::mount_tmpfs(&target, &opts).map_err(|source| VolumeError::Mount { path: p.to_path_buf(), source })
 }
 
 /// Unmount every mount at or below `dir` (deepest first).
@@ -50,24 +88,26 @@ pub fn unmount_all_under(dir: &Path) {
 }
 
 /// Check (or create) a hostPath volume by its `type`, as the kubelet does.
-pub fn check_host_path(path: &str, kind: &str) -> Result<(), String> {
+pub fn check_host_path(path: &str, kind: &str) -> Result<(), VolumeError> {
     let p = Path::new(path);
     let meta = std::fs::metadata(p);
-    let want = |ok: bool, what: &str| {
-        if ok { Ok(()) } else { Err(format!("hostPath {path} is not {what} (type {kind})")) }
+    let want = |ok: bool, what: &'static str| {
+        if ok { Ok(()) } else { Err(VolumeError::WrongType { path: path.into(), what, kind: kind.into() }) }
     };
+    let create_host_path = |source| VolumeError::CreateHostPath { path: path.into(), source };
     match kind {
         "" => Ok(()),
         "DirectoryOrCreate" => match meta {
             Ok(m) => want(m.is_dir(), "a directory"),
             // 0755 as the kubelet creates it (with its usual umask 022)
-            Err(_) => crate::fsutil::create_dir_mode(p, 0o755).map_err(|e| format!("creating hostPath {path}: {e}")),
+            Err(_) => crate::fsutil::create_dir_mode(p, 0o755).map_err(create_host_path),
         },
         "FileOrCreate" => match meta {
             Ok(m) => want(m.is_file(), "a file"),
             Err(_) => {
                 if let Some(parent) = p.parent() {
-                    std::fs::create_dir_all(parent).map_err(|e| format!("creating {}: {e}", parent.display()))?;
+                    std::fs::create_dir_all(parent)
+                        .map_err(|source| VolumeError::Create { path: parent.to_path_buf(), source })?;
                 }
                 // 0644 as the kubelet creates it (with its usual umask 022)
                 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -77,11 +117,11 @@ pub fn check_host_path(path: &str, kind: &str) -> Result<(), String> {
                     .mode(0o644)
                     .open(p)
                     .and_then(|f| f.set_permissions(std::fs::Permissions::from_mode(0o644)))
-                    .map_err(|e| format!("creating hostPath {path}: {e}"))
+                    .map_err(create_host_path)
             }
         },
         other => {
-            let m = meta.map_err(|e| format!("hostPath {path} (type {other}): {e}"))?;
+            let m = meta.map_err(|source| VolumeError::Missing { path: path.into(), kind: other.into(), source })?;
             let ft = m.file_type();
             match other {
                 "Directory" => want(ft.is_dir(), "a directory"),
@@ -89,7 +129,7 @@ pub fn check_host_path(path: &str, kind: &str) -> Result<(), String> {
                 "Socket" => want(ft.is_socket(), "a socket"),
                 "CharDevice" => want(ft.is_char_device(), "a character device"),
                 "BlockDevice" => want(ft.is_block_device(), "a block device"),
-                _ => Err(format!("unknown hostPath type {other:?}")),
+                _ => Err(VolumeError::UnknownType(other.into())),
             }
         }
     }
@@ -113,7 +153,8 @@ mod tests {
         assert!(check_host_path(f.to_str().unwrap(), "File").is_ok());
         assert!(check_host_path(f.to_str().unwrap(), "DirectoryOrCreate").is_err());
         assert!(check_host_path("/dev/null", "CharDevice").is_ok());
-        assert!(check_host_path("/dev/null", "Socket").is_err());
+        let e = check_host_path("/dev/null", "Socket").unwrap_err();
+        assert_eq!(e.to_string(), "hostPath /dev/null is not a socket (type Socket)");
         assert!(check_host_path("/anything", "").is_ok());
         assert!(check_host_path("/", "Weird").is_err());
         let _ = std::fs::remove_dir_all(&d);
