@@ -172,6 +172,8 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
         id_prefix: id_prefix.to_string(),
         host_ip: Some(host_ip()),
         allow_privileged: config.allow_privileged,
+        allocatable_cpu_millis: allocatable.cpu_millis,
+        allocatable_memory_bytes: allocatable.memory_bytes,
     };
     let pod_cache = Arc::new(crate::runtime::cache::PodCache::new());
     let syncer = Arc::new(

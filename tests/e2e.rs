@@ -460,3 +460,35 @@ fn metrics_pass_promtool_and_count_pods_and_orphans_and_pods_redacts_env() {
     assert_eq!(env["value"], "<redacted>");
     a.clean_up(&[&keep, &gone, &nopull]);
 }
+
+/// The downward API in env (`fieldRef`, `resourceFieldRef`) and `$(VAR)`
+/// expansion in env values and the command reach a real container.
+#[test]
+fn downward_api_env_and_expansion_reach_the_container() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("downward");
+    // after podwarden's expansion the shell sees `$(POD_NAME)` (from `$$`)
+    // and `$(UNKNOWN)` (left as written) in single quotes, so prints them
+    let script = "echo \"$(GREETING)|$POD_NAME|$NS|$APP|$POD_IP|$HOST_IP|$NODE|$MEM_MI|$CPU_M|\"'$$(POD_NAME)|$(UNKNOWN)' > /dev/termination-log";
+    a.write(
+        "dw.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: dw\n  namespace: e2e\n  labels: {{app: shop}}\nspec:\n  restartPolicy: Never\n  containers:\n  - name: main\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", {script:?}]\n    resources: {{limits: {{memory: 64Mi, cpu: 250m}}}}\n    env:\n    - {{name: POD_NAME, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}\n    - {{name: NS, valueFrom: {{fieldRef: {{fieldPath: metadata.namespace}}}}}}\n    - {{name: APP, valueFrom: {{fieldRef: {{fieldPath: \"metadata.labels['app']\"}}}}}}\n    - {{name: POD_IP, valueFrom: {{fieldRef: {{fieldPath: status.podIP}}}}}}\n    - {{name: HOST_IP, valueFrom: {{fieldRef: {{fieldPath: status.hostIP}}}}}}\n    - {{name: NODE, valueFrom: {{fieldRef: {{fieldPath: spec.nodeName}}}}}}\n    - {{name: MEM_MI, valueFrom: {{resourceFieldRef: {{resource: limits.memory, divisor: 1Mi}}}}}}\n    - {{name: CPU_M, valueFrom: {{resourceFieldRef: {{resource: limits.cpu, divisor: 1m}}}}}}\n    - {{name: GREETING, value: \"hi $(POD_NAME) in $(NS)\"}}\n"
+        ),
+    );
+    let uid = a.uid("dw");
+    wait_for("dw Succeeded", Duration::from_secs(30), || {
+        a.pod("dw").is_some_and(|p| p["status"]["phase"] == "Succeeded")
+    });
+    let p = a.pod("dw").unwrap();
+    let pod_ip = p["status"]["podIP"].as_str().unwrap().to_string();
+    let host_ip = p["status"]["hostIP"].as_str().unwrap().to_string();
+    let node = p["spec"]["nodeName"].as_str().unwrap().to_string();
+    assert!(!pod_ip.is_empty() && pod_ip != host_ip, "a CNI pod IP: {pod_ip}");
+    let message = p["status"]["containerStatuses"][0]["state"]["terminated"]["message"].as_str().unwrap().to_string();
+    assert_eq!(
+        message.trim_end(),
+        format!("hi dw in e2e|dw|e2e|shop|{pod_ip}|{host_ip}|{node}|64|250|$(POD_NAME)|$(UNKNOWN)")
+    );
+    a.clean_up(&[&uid]);
+}

@@ -178,11 +178,18 @@ fn corpus() -> Vec<(&'static str, &'static str, Vec<u8>, String)> {
             not_supported("spec.containers[0].lifecycle"),
         ),
         (
-            "env valueFrom fieldRef",
+            "env valueFrom secretKeyRef",
             "m.yaml",
-            with_container("    env:\n    - name: POD_NAME\n      valueFrom:\n        fieldRef:\n          fieldPath: metadata.name\n")
+            with_container("    env:\n    - name: PW\n      valueFrom:\n        secretKeyRef:\n          name: s\n          key: k\n")
                 .into_bytes(),
-            not_supported("spec.containers[0].env[0].valueFrom"),
+            not_supported("spec.containers[0].env[0].valueFrom.secretKeyRef"),
+        ),
+        (
+            "env valueFrom fieldRef outside the downward API",
+            "m.yaml",
+            with_container("    env:\n    - name: X\n      valueFrom:\n        fieldRef:\n          fieldPath: spec.hostNetwork\n")
+                .into_bytes(),
+            "m.yaml: field spec.containers[0].env[0].valueFrom.fieldRef.fieldPath: \"spec.hostNetwork\" is not one of metadata.name, metadata.namespace, metadata.uid, metadata.labels['<KEY>'], metadata.annotations['<KEY>'], spec.nodeName, spec.serviceAccountName, status.hostIP, status.hostIPs, status.podIP, status.podIPs".to_string(),
         ),
         (
             "envFrom",

@@ -63,7 +63,17 @@ pub const FIELDS: &[(&str, Support)] = &[
     ("spec.containers[].env", Supported),
     ("spec.containers[].env[].name", Supported),
     ("spec.containers[].env[].value", Supported),
-    ("spec.containers[].env[].valueFrom", Rejected),
+    ("spec.containers[].env[].valueFrom", Supported),
+    ("spec.containers[].env[].valueFrom.configMapKeyRef", Rejected),
+    ("spec.containers[].env[].valueFrom.fieldRef", Supported),
+    ("spec.containers[].env[].valueFrom.fieldRef.apiVersion", Only("\"v1\"")),
+    ("spec.containers[].env[].valueFrom.fieldRef.fieldPath", Supported),
+    ("spec.containers[].env[].valueFrom.fileKeyRef", Rejected),
+    ("spec.containers[].env[].valueFrom.resourceFieldRef", Supported),
+    ("spec.containers[].env[].valueFrom.resourceFieldRef.containerName", Supported),
+    ("spec.containers[].env[].valueFrom.resourceFieldRef.divisor", Supported),
+    ("spec.containers[].env[].valueFrom.resourceFieldRef.resource", Supported),
+    ("spec.containers[].env[].valueFrom.secretKeyRef", Rejected),
     ("spec.containers[].envFrom", Rejected),
     ("spec.containers[].image", Supported),
     ("spec.containers[].imagePullPolicy", Supported),
@@ -569,8 +579,21 @@ mod tests {
             e("spec.containers[0].readinessProbe")
         );
         assert_eq!(
-            reject(&["spec", "containers", "0", "env", "0", "valueFrom"], json!({"fieldRef": {"fieldPath": "x"}})),
-            e("spec.containers[0].env[0].valueFrom")
+            reject(
+                &["spec", "containers", "0", "env", "0", "valueFrom"],
+                json!({"secretKeyRef": {"name": "s", "key": "k"}})
+            ),
+            e("spec.containers[0].env[0].valueFrom.secretKeyRef")
+        );
+        assert_eq!(
+            reject(
+                &["spec", "containers", "0", "env", "0", "valueFrom"],
+                json!({"fieldRef": {"apiVersion": "v2", "fieldPath": "metadata.name"}})
+            ),
+            (
+                "spec.containers[0].env[0].valueFrom.fieldRef.apiVersion".to_string(),
+                "\"v2\" is not supported by podwarden (only \"v1\")".to_string()
+            )
         );
         assert_eq!(reject(&["spec", "volumes", "0", "configMap"], json!({})), e("spec.volumes[0].configMap"));
         assert_eq!(

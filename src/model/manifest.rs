@@ -386,6 +386,9 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
             if e.name.is_empty() {
                 return err(format!("{f}.env[{j}].name"), "missing; every environment variable needs a name");
             }
+            if let Some(from) = &e.value_from {
+                validate_value_from(&format!("{f}.env[{j}]"), e.value.as_deref(), from, &spec.containers)?;
+            }
         }
         validate_resources(&f, c)?;
         let mut mount_paths = HashSet::new();
@@ -435,6 +438,65 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
 /// the whole resolv.conf (what `None` means); without it the runtime uses
 /// the host's (what `Default` means, and `ClusterFirst` on a node without
 /// cluster DNS). It does not merge dnsConfig into the host's file.
+/// `env[].valueFrom`: one source, a downward-API path or resource an
+/// environment variable may read, as the API server's validation checks.
+fn validate_value_from(
+    f: &str,
+    value: Option<&str>,
+    from: &k8s_openapi::api::core::v1::EnvVarSource,
+    containers: &[super::Container],
+) -> Result<(), FieldError> {
+    use super::downward::{ENV_FIELD_PATHS, RESOURCES, divisor_allowed, subscript};
+    let vf = format!("{f}.valueFrom");
+    if value.is_some_and(|v| !v.is_empty()) {
+        return err(vf, "may not be specified when `value` is not empty");
+    }
+    match (&from.field_ref, &from.resource_field_ref) {
+        (Some(_), Some(_)) => err(vf, "may not have more than one field specified at a time"),
+        (None, None) => err(vf, "must specify one of: `fieldRef` or `resourceFieldRef`"),
+        (Some(fr), None) => {
+            let p = fr.field_path.as_str();
+            let known = ENV_FIELD_PATHS.contains(&p) || subscript(p).is_some_and(|(_, k)| !k.is_empty());
+            if known {
+                Ok(())
+            } else if p.is_empty() {
+                err(format!("{vf}.fieldRef.fieldPath"), "missing; a fieldRef needs a fieldPath")
+            } else {
+                err(format!("{vf}.fieldRef.fieldPath"), format!("{p:?} is not one of {}", ENV_FIELD_PATHS.join(", ")))
+            }
+        }
+        (None, Some(rf)) => {
+            let rff = format!("{vf}.resourceFieldRef");
+            if !RESOURCES.contains(&rf.resource.as_str()) {
+                return err(
+                    format!("{rff}.resource"),
+                    format!(
+                        "{:?} is not one of {} (podwarden accounts for cpu and memory)",
+                        rf.resource,
+                        RESOURCES.join(", ")
+                    ),
+                );
+            }
+            if let Some(name) = rf.container_name.as_deref().filter(|n| !n.is_empty())
+                && !containers.iter().any(|c| c.name == name)
+            {
+                return err(format!("{rff}.containerName"), format!("no container named {name:?} in this pod"));
+            }
+            if let Some(d) = &rf.divisor
+                && !divisor_allowed(&rf.resource, &d.0)
+            {
+                let allowed = if rf.resource.ends_with(".cpu") {
+                    "1m, 1"
+                } else {
+                    "1, 1k, 1M, 1G, 1T, 1P, 1E, 1Ki, 1Mi, 1Gi, 1Ti, 1Pi, 1Ei"
+                };
+                return err(format!("{rff}.divisor"), format!("{:?} is not one of {allowed}", d.0));
+            }
+            Ok(())
+        }
+    }
+}
+
 fn validate_dns(spec: &super::PodSpec) -> Result<(), FieldError> {
     let policy = spec.dns_policy.as_deref().unwrap_or("ClusterFirst");
     if !matches!(policy, "ClusterFirst" | "ClusterFirstWithHostNet" | "Default" | "None") {
@@ -633,6 +695,68 @@ mod tests {
         ];
         for (text, field) in cases {
             assert_eq!(&field_of(parse("m.yaml", text.as_bytes(), "n")), field, "manifest:\n{text}");
+        }
+    }
+
+    #[test]
+    fn value_from_is_checked_as_the_api_server_checks_it() {
+        let with_env = |env: &str| format!("{GOOD}    env:\n    - name: X\n{env}  - name: d\n    image: i\n");
+        let invalid = |env: &str| match parse("m.yaml", with_env(env).as_bytes(), "n") {
+            Err(ManifestError::Invalid { field, message, .. }) => (field, message),
+            other => panic!("expected a field error for {env:?}, got {other:?}"),
+        };
+        let ok = [
+            "      valueFrom: {fieldRef: {fieldPath: metadata.name}}\n",
+            "      valueFrom: {fieldRef: {apiVersion: v1, fieldPath: status.podIPs}}\n",
+            "      valueFrom: {fieldRef: {fieldPath: \"metadata.labels['app.kubernetes.io/name']\"}}\n",
+            "      value: \"\"\n      valueFrom: {fieldRef: {fieldPath: spec.nodeName}}\n",
+            "      valueFrom: {resourceFieldRef: {resource: limits.memory, divisor: 1Mi}}\n",
+            "      valueFrom: {resourceFieldRef: {containerName: d, resource: requests.cpu, divisor: 1m}}\n",
+        ];
+        for env in ok {
+            assert!(parse("m.yaml", with_env(env).as_bytes(), "n").is_ok(), "{env}");
+        }
+        let f = "spec.containers[0].env[0].valueFrom";
+        let cases = [
+            (
+                "      value: x\n      valueFrom: {fieldRef: {fieldPath: metadata.name}}\n",
+                f.to_string(),
+                "may not be specified when `value` is not empty",
+            ),
+            (
+                "      valueFrom: {fieldRef: {fieldPath: metadata.name}, resourceFieldRef: {resource: limits.cpu}}\n",
+                f.to_string(),
+                "may not have more than one field specified at a time",
+            ),
+            ("      valueFrom: {}\n", f.to_string(), "must specify one of: `fieldRef` or `resourceFieldRef`"),
+            (
+                "      valueFrom: {fieldRef: {fieldPath: metadata.labels}}\n",
+                format!("{f}.fieldRef.fieldPath"),
+                "\"metadata.labels\" is not one of metadata.name, metadata.namespace, metadata.uid, metadata.labels['<KEY>'], metadata.annotations['<KEY>'], spec.nodeName, spec.serviceAccountName, status.hostIP, status.hostIPs, status.podIP, status.podIPs",
+            ),
+            (
+                "      valueFrom: {resourceFieldRef: {resource: limits.ephemeral-storage}}\n",
+                format!("{f}.resourceFieldRef.resource"),
+                "\"limits.ephemeral-storage\" is not one of limits.cpu, limits.memory, requests.cpu, requests.memory (podwarden accounts for cpu and memory)",
+            ),
+            (
+                "      valueFrom: {resourceFieldRef: {resource: limits.cpu, containerName: nope}}\n",
+                format!("{f}.resourceFieldRef.containerName"),
+                "no container named \"nope\" in this pod",
+            ),
+            (
+                "      valueFrom: {resourceFieldRef: {resource: limits.cpu, divisor: 1Mi}}\n",
+                format!("{f}.resourceFieldRef.divisor"),
+                "\"1Mi\" is not one of 1m, 1",
+            ),
+            (
+                "      valueFrom: {resourceFieldRef: {resource: limits.memory, divisor: 3k}}\n",
+                format!("{f}.resourceFieldRef.divisor"),
+                "\"3k\" is not one of 1, 1k, 1M, 1G, 1T, 1P, 1E, 1Ki, 1Mi, 1Gi, 1Ti, 1Pi, 1Ei",
+            ),
+        ];
+        for (env, field, message) in cases {
+            assert_eq!(invalid(env), (field, message.to_string()), "{env}");
         }
     }
 

@@ -1,6 +1,7 @@
 //! The pod model: Kubernetes v1 types from k8s-openapi plus the few derived
 //! facts the rest of podwarden asks about a pod.
 
+pub mod downward;
 pub mod fields;
 pub mod manifest;
 pub mod quantity;

@@ -4,6 +4,7 @@
 //! and clean-up tolerates set-up never having run.
 
 mod backoff;
+pub mod env;
 mod setup;
 mod terminate;
 pub mod volumes;
@@ -41,6 +42,10 @@ pub struct SyncConfig {
     pub host_ip: Option<String>,
     /// Containers may run privileged (`allowPrivileged`).
     pub allow_privileged: bool,
+    /// What the node gives to pods (millicores, bytes): the limits the
+    /// downward API shows for a container without its own.
+    pub allocatable_cpu_millis: i64,
+    pub allocatable_memory_bytes: i64,
 }
 
 impl SyncConfig {

@@ -48,6 +48,15 @@ fn should_restart(policy: &str, code: i32) -> bool {
     }
 }
 
+/// The sandbox a container is started in.
+struct InSandbox<'a> {
+    id: &'a str,
+    config: &'a SandboxConfig,
+    /// The pod's IP (the node's for a host-network pod), for the downward
+    /// API.
+    pod_ip: Option<&'a str>,
+}
+
 impl PodSync {
     pub(super) fn setup(
         &self,
@@ -140,7 +149,9 @@ impl PodSync {
                 None => 0,
             };
             acted = true; // a start, after any removal above
-            if let Some(wait) = self.start_container(ctx, pod, c, &sandbox_id, &sandbox, attempt)? {
+            let ip = if model::host_network(pod) { self.cfg.host_ip.as_deref() } else { pod_ip.as_deref() };
+            let into = InSandbox { id: &sandbox_id, config: &sandbox, pod_ip: ip };
+            if let Some(wait) = self.start_container(ctx, pod, c, &into, attempt)? {
                 requeue_in(wait);
             }
         }
@@ -183,15 +194,14 @@ impl PodSync {
         });
     }
 
-    /// Pull (by policy), create and start one container. Start errors are
+    /// Pull (by policy), create and start one container in `sandbox`. Start errors are
     /// remembered as the container's Waiting reason; returns when to retry.
     fn start_container(
         &self,
         ctx: &SyncCtx,
         pod: &Pod,
         c: &Container,
-        sandbox_id: &str,
-        sandbox: &SandboxConfig,
+        sandbox: &InSandbox,
         attempt: u32,
     ) -> Result<Option<Duration>, SyncError> {
         let uid = model::uid(pod);
@@ -226,7 +236,17 @@ impl PodSync {
             self.events.event(&obj, EventType::Warning, "Failed", &format!("{reason}: {e}"));
             return Ok(Some(retry));
         }
-        let config = self.container_config(pod, c, attempt);
+        let config = match self.container_config(pod, c, sandbox.pod_ip, attempt) {
+            Ok(config) => config,
+            Err(e) => {
+                // as the kubelet: the container is not created; the pod
+                // shows why and the next pass tries again
+                let msg = e.to_string();
+                self.remember(ctx, &c.name, "CreateContainerConfigError", msg.clone());
+                self.events.event(&obj, EventType::Warning, "Failed", &format!("Error: {msg}"));
+                return Ok(Some(self.cfg.backoff_max));
+            }
+        };
         if config.security.privileged && !self.cfg.allow_privileged {
             let msg = format!(
                 "container {} asks for privileged mode, which this node does not allow (allowPrivileged: false)",
@@ -236,7 +256,7 @@ impl PodSync {
             self.events.event(&obj, EventType::Warning, "Failed", &msg);
             return Ok(Some(self.cfg.backoff_max));
         }
-        let id = match self.runtime.create_container(&self.call(ctx), sandbox_id, &config, sandbox) {
+        let id = match self.runtime.create_container(&self.call(ctx), sandbox.id, &config, sandbox.config) {
             Ok(id) => id,
             Err(RuntimeError::Cancelled { .. }) => return Err(SyncError::Cancelled),
             Err(e) => {
@@ -411,7 +431,21 @@ impl PodSync {
         }
     }
 
-    fn container_config(&self, pod: &Pod, c: &Container, attempt: u32) -> ContainerConfig {
+    fn container_config(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        pod_ip: Option<&str>,
+        attempt: u32,
+    ) -> Result<ContainerConfig, super::env::EnvError> {
+        let downward = super::env::Downward {
+            pod_ip,
+            host_ip: self.cfg.host_ip.as_deref(),
+            allocatable_cpu_millis: self.cfg.allocatable_cpu_millis,
+            allocatable_memory_bytes: self.cfg.allocatable_memory_bytes,
+        };
+        let env = super::env::environment(pod, c, &downward)?;
+        let (command, args) = super::env::command_and_args(c, &env);
         let mut labels = Self::pod_labels(pod);
         labels.insert(LABEL_CONTAINER_NAME.into(), c.name.clone());
         let mut annotations = BTreeMap::new();
@@ -458,13 +492,13 @@ impl PodSync {
                 readonly: false,
             });
         }
-        ContainerConfig {
+        Ok(ContainerConfig {
             name: c.name.clone(),
             attempt,
             image: c.image.clone().unwrap_or_default(),
-            command: c.command.clone().unwrap_or_default(),
-            args: c.args.clone().unwrap_or_default(),
-            env: c.env.iter().flatten().map(|e| (e.name.clone(), e.value.clone().unwrap_or_default())).collect(),
+            command,
+            args,
+            env,
             working_dir: c.working_dir.clone().unwrap_or_default(),
             log_path: format!("{}/{attempt}.log", c.name),
             mounts,
@@ -472,7 +506,7 @@ impl PodSync {
             security: security(pod, c),
             labels,
             annotations,
-        }
+        })
     }
 }
 
@@ -564,6 +598,8 @@ mod tests {
                 id_prefix: "fake://".into(),
                 host_ip: None,
                 allow_privileged: allow,
+                allocatable_cpu_millis: 1000,
+                allocatable_memory_bytes: 1 << 30,
             };
             PodSync::new(
                 Arc::new(crate::runtime::fake::FakeRuntime::new()),

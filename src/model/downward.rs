@@ -1,0 +1,47 @@
+//! The downward API's vocabulary, checked when a manifest is read and used
+//! when a container's environment is made (`sync::env`).
+
+use super::quantity;
+
+/// The paths `fieldRef` may name in an environment variable.
+pub const ENV_FIELD_PATHS: &[&str] = &[
+    "metadata.name",
+    "metadata.namespace",
+    "metadata.uid",
+    "metadata.labels['<KEY>']",
+    "metadata.annotations['<KEY>']",
+    "spec.nodeName",
+    "spec.serviceAccountName",
+    "status.hostIP",
+    "status.hostIPs",
+    "status.podIP",
+    "status.podIPs",
+];
+
+/// `metadata.labels['key']` → `("labels", "key")`.
+pub fn subscript(path: &str) -> Option<(&str, &str)> {
+    for map in ["labels", "annotations"] {
+        if let Some(rest) = path.strip_prefix("metadata.").and_then(|p| p.strip_prefix(map))
+            && let Some(key) = rest.strip_prefix("['").and_then(|r| r.strip_suffix("']"))
+        {
+            return Some((map, key));
+        }
+    }
+    None
+}
+
+/// The resources `resourceFieldRef` may name (podwarden accounts for cpu
+/// and memory only).
+pub const RESOURCES: &[&str] = &["limits.cpu", "limits.memory", "requests.cpu", "requests.memory"];
+
+/// Whether `divisor` (a quantity) is one the API allows for `resource`:
+/// `1m` or `1` for cpu; `1`, a decimal (`1k` … `1E`) or binary (`1Ki` …
+/// `1Ei`) unit for memory.
+pub fn divisor_allowed(resource: &str, divisor: &str) -> bool {
+    if resource.ends_with(".cpu") {
+        return matches!(quantity::cpu_millis(divisor), Ok(1 | 1000));
+    }
+    // a whole number of bytes (`1m` is a thousandth of one)
+    let Ok(v) = quantity::parse(divisor) else { return false };
+    (0..=6).any(|i| v == 1000f64.powi(i)) || (1..=6).any(|i| v == (1u64 << (10 * i)) as f64)
+}

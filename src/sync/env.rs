@@ -1,0 +1,334 @@
+//! A container's environment as the kubelet makes it: `env` in order, each
+//! `value` expanded against the variables before it (`$(VAR)`, `$$` for a
+//! literal `$`, unknown references left as written), each `valueFrom` read
+//! from the downward API (`fieldRef`, `resourceFieldRef`); then `command`
+//! and `args` expanded against the whole environment.
+
+use thiserror::Error;
+
+use crate::model::downward::subscript;
+use crate::model::{self, Container, Pod, quantity};
+
+/// What the downward API reads besides the pod.
+#[derive(Debug, Clone, Copy)]
+pub struct Downward<'a> {
+    /// The pod's IP (the node's for a host-network pod), once its sandbox
+    /// has one.
+    pub pod_ip: Option<&'a str>,
+    /// The node's address.
+    pub host_ip: Option<&'a str>,
+    /// What the node gives to pods: the limits a container without its own
+    /// are shown as (the kubelet's `defaultPodLimitsForDownwardAPI`).
+    pub allocatable_cpu_millis: i64,
+    pub allocatable_memory_bytes: i64,
+}
+
+/// An environment variable the container cannot be given; the container is
+/// not created (`CreateContainerConfigError`).
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum EnvError {
+    #[error("env {name}: fieldPath {path:?} is not supported")]
+    FieldPath { name: String, path: String },
+    #[error("env {name}: resource {resource:?} is not supported")]
+    Resource { name: String, resource: String },
+    #[error("env {name}: no container {container:?} in the pod")]
+    NoContainer { name: String, container: String },
+    #[error("env {name}: {what} {value:?} is not a quantity")]
+    Quantity { name: String, what: &'static str, value: String },
+}
+
+/// The environment variables podwarden gives the container (declaration
+/// order; a name set twice keeps its first place and its last value).
+pub fn environment(pod: &Pod, c: &Container, dw: &Downward) -> Result<Vec<(String, String)>, EnvError> {
+    let mut env: Vec<(String, String)> = Vec::new();
+    for e in c.env.iter().flatten() {
+        let value = match (&e.value, &e.value_from) {
+            (Some(v), _) if !v.is_empty() => expand(v, |name| lookup(&env, name)),
+            (_, Some(from)) => {
+                if let Some(f) = &from.field_ref {
+                    field_value(pod, &f.field_path, dw)
+                        .ok_or_else(|| EnvError::FieldPath { name: e.name.clone(), path: f.field_path.clone() })?
+                } else if let Some(r) = &from.resource_field_ref {
+                    resource_value(pod, c, &e.name, r, dw)?
+                } else {
+                    // configMapKeyRef, secretKeyRef and the rest are refused
+                    // by the field table before a pod gets here
+                    String::new()
+                }
+            }
+            _ => String::new(),
+        };
+        match env.iter_mut().find(|(n, _)| *n == e.name) {
+            Some(slot) => slot.1 = value,
+            None => env.push((e.name.clone(), value)),
+        }
+    }
+    Ok(env)
+}
+
+/// `command` and `args` with `$(VAR)` expanded against `env`.
+pub fn command_and_args(c: &Container, env: &[(String, String)]) -> (Vec<String>, Vec<String>) {
+    let all =
+        |v: &Option<Vec<String>>| v.iter().flatten().map(|s| expand(s, |name| lookup(env, name))).collect::<Vec<_>>();
+    (all(&c.command), all(&c.args))
+}
+
+fn lookup(env: &[(String, String)], name: &str) -> Option<String> {
+    env.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
+}
+
+/// Expand `$(NAME)` references in `input`: a known name becomes its value,
+/// an unknown one stays as written, `$$` is a literal `$`, and a `$` that
+/// starts no reference is kept (Kubernetes' expansion rules).
+pub fn expand(input: &str, lookup: impl Fn(&str) -> Option<String>) -> String {
+    let mut out = String::with_capacity(input.len());
+    let mut rest = input;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        match after.chars().next() {
+            // a `$` at the very end stays
+            None => {
+                out.push('$');
+                rest = after;
+            }
+            Some('$') => {
+                out.push('$');
+                rest = &after[1..];
+            }
+            Some('(') => match after.find(')') {
+                Some(close) => {
+                    let name = &after[1..close];
+                    match lookup(name) {
+                        Some(v) => out.push_str(&v),
+                        None => {
+                            out.push_str("$(");
+                            out.push_str(name);
+                            out.push(')');
+                        }
+                    }
+                    rest = &after[close + 1..];
+                }
+                // no closing parenthesis: `$(` is kept and scanning goes on
+                // after it
+                None => {
+                    out.push_str("$(");
+                    rest = &after[1..];
+                }
+            },
+            Some(ch) => {
+                out.push('$');
+                out.push(ch);
+                rest = &after[ch.len_utf8()..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The value of a downward-API field path for an environment variable, or
+/// `None` if the path is not one of [`ENV_FIELD_PATHS`].
+pub fn field_value(pod: &Pod, path: &str, dw: &Downward) -> Option<String> {
+    let spec = model::spec(pod);
+    let ip = |v: Option<&str>| v.unwrap_or_default().to_string();
+    Some(match path {
+        "metadata.name" => model::name(pod).to_string(),
+        "metadata.namespace" => model::namespace(pod).to_string(),
+        "metadata.uid" => model::uid(pod).to_string(),
+        "spec.nodeName" => spec.and_then(|s| s.node_name.clone()).unwrap_or_default(),
+        "spec.serviceAccountName" => spec.and_then(|s| s.service_account_name.clone()).unwrap_or_default(),
+        // one address each on this node: the lists are that address
+        "status.hostIP" | "status.hostIPs" => ip(dw.host_ip),
+        "status.podIP" | "status.podIPs" => ip(dw.pod_ip),
+        other => {
+            let (map, key) = subscript(other)?;
+            let m = if map == "labels" { &pod.metadata.labels } else { &pod.metadata.annotations };
+            m.as_ref().and_then(|m| m.get(key)).cloned().unwrap_or_default()
+        }
+    })
+}
+
+fn resource_value(
+    pod: &Pod,
+    c: &Container,
+    name: &str,
+    r: &k8s_openapi::api::core::v1::ResourceFieldSelector,
+    dw: &Downward,
+) -> Result<String, EnvError> {
+    let target = match r.container_name.as_deref() {
+        None | Some("") => c,
+        Some(other) => model::containers(pod)
+            .iter()
+            .find(|x| x.name == other)
+            .ok_or_else(|| EnvError::NoContainer { name: name.into(), container: other.into() })?,
+    };
+    let bad = |what: &'static str, value: &str| EnvError::Quantity { name: name.into(), what, value: value.into() };
+    let res = target.resources.as_ref();
+    let get = |kind: &str, key: &str| {
+        let m =
+            if kind == "limits" { res.and_then(|r| r.limits.as_ref()) } else { res.and_then(|r| r.requests.as_ref()) };
+        m.and_then(|m| m.get(key)).map(|q| q.0.clone())
+    };
+    let (kind, key) = r.resource.split_once('.').unwrap_or(("", ""));
+    // a request defaults to the limit (API defaulting); a limit to what the
+    // node gives to pods (the kubelet's defaulting for the downward API)
+    let set = if kind == "requests" { get("requests", key).or_else(|| get("limits", key)) } else { get("limits", key) };
+    let divisor = r.divisor.as_ref().map(|q| q.0.as_str()).unwrap_or("1");
+    match (kind, key) {
+        ("limits" | "requests", "cpu") => {
+            let millis = match set {
+                Some(q) => quantity::cpu_millis(&q).map_err(|_| bad("cpu", &q))?,
+                None if kind == "limits" => dw.allocatable_cpu_millis,
+                None => 0,
+            };
+            let per = quantity::cpu_millis(divisor).map_err(|_| bad("divisor", divisor))?.max(1);
+            Ok(ceil_div(millis, per).to_string())
+        }
+        ("limits" | "requests", "memory") => {
+            let bytes = match set {
+                Some(q) => quantity::bytes(&q).map_err(|_| bad("memory", &q))?,
+                None if kind == "limits" => dw.allocatable_memory_bytes,
+                None => 0,
+            };
+            let per = quantity::bytes(divisor).map_err(|_| bad("divisor", divisor))?.max(1);
+            Ok(ceil_div(bytes, per).to_string())
+        }
+        _ => Err(EnvError::Resource { name: name.into(), resource: r.resource.clone() }),
+    }
+}
+
+fn ceil_div(a: i64, b: i64) -> i64 {
+    if a <= 0 { a / b } else { (a - 1) / b + 1 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::downward::divisor_allowed;
+
+    fn map<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |n| pairs.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string())
+    }
+
+    #[test]
+    fn expansion_follows_kubernetes_rules() {
+        let m = map(&[("A", "a"), ("B", "b"), ("EMPTY", "")]);
+        let cases = [
+            ("$(A)", "a"),
+            ("x$(A)y$(B)z", "xaybz"),
+            ("$(MISSING)", "$(MISSING)"),
+            ("$$(A)", "$(A)"),
+            ("$$$(A)", "$a"),
+            ("$$$$", "$$"),
+            ("$(A", "$(A"),
+            ("$(A$(B)", "$(A$(B)"),
+            ("$A", "$A"),
+            ("$", "$"),
+            ("a$", "a$"),
+            ("$(EMPTY)x", "x"),
+            ("$()", "$()"),
+            ("ünï$(A)cødé", "ünïacødé"),
+            ("$ü", "$ü"),
+            ("", ""),
+        ];
+        for (input, want) in cases {
+            assert_eq!(expand(input, &m), want, "{input:?}");
+        }
+    }
+
+    fn pod(yaml: &str) -> Pod {
+        let v: serde_json::Value = serde_yaml_ng::from_str(yaml).unwrap();
+        serde_json::from_value(v).unwrap()
+    }
+
+    const DW: Downward = Downward {
+        pod_ip: Some("10.88.0.7"),
+        host_ip: Some("192.168.1.2"),
+        allocatable_cpu_millis: 2000,
+        allocatable_memory_bytes: 4 << 30,
+    };
+
+    #[test]
+    fn env_reads_the_downward_api_and_expands_in_order() {
+        let p = pod(r#"
+metadata: {name: web, namespace: edge, uid: u-1, labels: {app: shop}, annotations: {"team.io/owner": ops}}
+spec:
+  nodeName: node-a
+  containers:
+  - name: c
+    image: busybox
+    command: ["/bin/sh", "-c", "echo $(GREETING) $$(HOME) $(LATER)"]
+    args: ["$(POD_NAME)"]
+    resources: {limits: {cpu: 500m, memory: 64Mi}}
+    env:
+    - {name: EARLY, value: "$(POD_NAME)"}
+    - {name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
+    - {name: NS, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}
+    - {name: UID, valueFrom: {fieldRef: {fieldPath: metadata.uid}}}
+    - {name: APP, valueFrom: {fieldRef: {fieldPath: "metadata.labels['app']"}}}
+    - {name: OWNER, valueFrom: {fieldRef: {fieldPath: "metadata.annotations['team.io/owner']"}}}
+    - {name: NONE, valueFrom: {fieldRef: {fieldPath: "metadata.labels['none']"}}}
+    - {name: NODE, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}
+    - {name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}
+    - {name: POD_IPS, valueFrom: {fieldRef: {fieldPath: status.podIPs}}}
+    - {name: HOST_IP, valueFrom: {fieldRef: {fieldPath: status.hostIP}}}
+    - {name: GREETING, value: "hi $(POD_NAME) in $(NS)"}
+    - {name: CPU, valueFrom: {resourceFieldRef: {resource: limits.cpu, divisor: 1m}}}
+    - {name: MEM_MI, valueFrom: {resourceFieldRef: {resource: limits.memory, divisor: 1Mi}}}
+    - {name: CPU_REQ, valueFrom: {resourceFieldRef: {resource: requests.cpu}}}
+    - {name: OTHER_MEM, valueFrom: {resourceFieldRef: {containerName: d, resource: limits.memory}}}
+    - {name: EARLY, value: "again"}
+  - name: d
+    image: busybox
+    resources: {}
+"#);
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let env = environment(&p, c, &DW).unwrap();
+        let get = |n: &str| env.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str()).unwrap();
+        // a reference to a later variable stays as written; the name keeps
+        // its first place and takes its last value
+        assert_eq!(env[0], ("EARLY".to_string(), "again".to_string()));
+        assert_eq!(get("POD_NAME"), "web");
+        assert_eq!(get("NS"), "edge");
+        assert_eq!(get("UID"), "u-1");
+        assert_eq!(get("APP"), "shop");
+        assert_eq!(get("OWNER"), "ops");
+        assert_eq!(get("NONE"), "");
+        assert_eq!(get("NODE"), "node-a");
+        assert_eq!(get("POD_IP"), "10.88.0.7");
+        assert_eq!(get("POD_IPS"), "10.88.0.7");
+        assert_eq!(get("HOST_IP"), "192.168.1.2");
+        assert_eq!(get("GREETING"), "hi web in edge");
+        assert_eq!(get("CPU"), "500");
+        assert_eq!(get("MEM_MI"), "64");
+        // cpu 500m with divisor 1 rounds up; a request defaults to the limit
+        assert_eq!(get("CPU_REQ"), "1");
+        // d has no limit: the node's allocatable memory
+        assert_eq!(get("OTHER_MEM"), (4i64 << 30).to_string());
+        let (command, args) = command_and_args(c, &env);
+        assert_eq!(command, ["/bin/sh", "-c", "echo hi web in edge $(HOME) $(LATER)"]);
+        assert_eq!(args, ["web"]);
+        let first = pod(
+            "metadata: {name: a}\nspec: {containers: [{name: c, env: [{name: X, value: \"$(Y)\"}, {name: Y, value: y}]}]}\n",
+        );
+        let c = &first.spec.as_ref().unwrap().containers[0];
+        assert_eq!(environment(&first, c, &DW).unwrap()[0].1, "$(Y)", "only earlier variables are visible");
+    }
+
+    #[test]
+    fn divisors_and_rounding() {
+        assert!(divisor_allowed("limits.cpu", "1m") && divisor_allowed("requests.cpu", "1"));
+        assert!(!divisor_allowed("limits.cpu", "2") && !divisor_allowed("limits.cpu", "1k"));
+        for d in ["1", "1k", "1M", "1G", "1Ki", "1Mi", "1Gi", "1Ti"] {
+            assert!(divisor_allowed("limits.memory", d), "{d}");
+        }
+        assert!(!divisor_allowed("limits.memory", "2Mi") && !divisor_allowed("limits.memory", "1m"));
+        assert_eq!((ceil_div(1, 1000), ceil_div(1000, 1000), ceil_div(1001, 1000), ceil_div(0, 7)), (1, 1, 2, 0));
+        let p = pod(
+            "metadata: {name: a}\nspec: {containers: [{name: c, env: [{name: M, valueFrom: {resourceFieldRef: {resource: limits.memory, containerName: nope}}}]}]}\n",
+        );
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        assert_eq!(environment(&p, c, &DW).unwrap_err().to_string(), "env M: no container \"nope\" in the pod");
+    }
+}
