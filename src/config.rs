@@ -142,6 +142,11 @@ pub struct Config {
     /// Container logs, in the kubelet's layout; empty means the default.
     #[serde(deserialize_with = "de::path_or_empty")]
     pub pod_logs_dir: PathBuf,
+    /// The resolver config that pods with `dnsPolicy: Default` inherit (and
+    /// `ClusterFirst` ones: this node has no cluster DNS); empty means the
+    /// default.
+    #[serde(deserialize_with = "de::path_or_empty")]
+    pub resolv_conf: PathBuf,
     /// `priorityClassName` to priority for pods that name a class.
     #[serde(deserialize_with = "de::priority_classes")]
     pub priority_classes: BTreeMap<String, i32>,
@@ -200,6 +205,7 @@ impl Default for Config {
             api_socket: "/run/podwarden/podwarden.sock".into(),
             node_name: None,
             pod_logs_dir: "/var/log/pods".into(),
+            resolv_conf: "/etc/resolv.conf".into(),
             priority_classes: BTreeMap::new(),
             allow_privileged: false,
             logind_drop_in_dir: "/etc/systemd/logind.conf.d".into(),
@@ -575,6 +581,9 @@ impl Config {
         }
         if self.pod_logs_dir.as_os_str().is_empty() {
             self.pod_logs_dir = d.pod_logs_dir;
+        }
+        if self.resolv_conf.as_os_str().is_empty() {
+            self.resolv_conf = d.resolv_conf;
         }
         Ok(self)
     }
@@ -967,7 +976,9 @@ mod tests {
         assert_eq!(c.shutdown_grace_period, Duration::ZERO);
         assert_eq!(c.shutdown_grace_period_critical_pods, Duration::ZERO);
         assert_eq!(c.max_pods, 110);
-        assert_eq!(c, Config { static_pod_path: c.static_pod_path.clone(), ..d });
+        // kubeadm points pods at systemd-resolved's upstream servers
+        assert_eq!(c.resolv_conf, PathBuf::from("/run/systemd/resolve/resolv.conf"));
+        assert_eq!(c, Config { static_pod_path: c.static_pod_path.clone(), resolv_conf: c.resolv_conf.clone(), ..d });
     }
 
     #[test]
@@ -1238,7 +1249,6 @@ mod tests {
             [
                 "c.yaml: unknown field \"authentication\" ignored",
                 "c.yaml: unknown field \"clusterDNS\" ignored",
-                "c.yaml: unknown field \"resolvConf\" ignored",
                 "c.yaml: systemReserved.ephemeral-storage is accepted but not enforced by podwarden",
                 "c.yaml: kubeReserved.pid is accepted but not enforced by podwarden",
             ]

@@ -174,6 +174,7 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
         allow_privileged: config.allow_privileged,
         allocatable_cpu_millis: allocatable.cpu_millis,
         allocatable_memory_bytes: allocatable.memory_bytes,
+        resolv_conf: config.resolv_conf.clone(),
     };
     let pod_cache = Arc::new(crate::runtime::cache::PodCache::new());
     let syncer = Arc::new(

@@ -34,7 +34,10 @@ fn pods_start_with_cni_and_host_network_and_stop_cleanly_on_removal() {
     assert!(st["containerStatuses"][0]["containerID"].as_str().unwrap().starts_with("containerd://"));
     let hosts = std::fs::read_to_string(a.root().join("pods").join(&cni).join("etc-hosts")).unwrap();
     assert!(hosts.contains(&format!("{ip}\tcni")), "{hosts}");
-    assert!(!a.root().join("pods").join(&host).join("etc-hosts").exists(), "host-network pods use the host's file");
+    // a host-network pod gets the node's file under the kubelet's header
+    let host_hosts = std::fs::read_to_string(a.root().join("pods").join(&host).join("etc-hosts")).unwrap();
+    let node_hosts = std::fs::read_to_string("/etc/hosts").unwrap();
+    assert_eq!(host_hosts, format!("# Kubernetes-managed hosts file (host network).\n{node_hosts}"));
     // removal: a trapping container stops at once despite a 30 s grace period
     let t = Instant::now();
     a.remove("cni.yaml");
@@ -491,4 +494,56 @@ fn downward_api_env_and_expansion_reach_the_container() {
         format!("hi dw in e2e|dw|e2e|shop|{pod_ip}|{host_ip}|{node}|64|250|$(POD_NAME)|$(UNKNOWN)")
     );
     a.clean_up(&[&uid]);
+}
+
+/// Name resolution as the kubelet sets it up without cluster DNS: a
+/// ClusterFirst pod falls back to the node's resolver config (with the
+/// kubelet's MissingClusterDNS warning) and gets its dnsConfig merged in;
+/// hostAliases reach /etc/hosts, on the host network too.
+#[test]
+fn dns_config_is_merged_and_host_aliases_reach_host_network_pods() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("dns");
+    let show = "cat /etc/resolv.conf /etc/hosts > /dev/termination-log";
+    a.write(
+        "merged.yaml",
+        &(pod_yaml(
+            "merged",
+            "  restartPolicy: Never\n  dnsConfig:\n    nameservers: [192.0.2.53]\n    searches: [pods.example]\n    options: [{name: ndots, value: \"3\"}]\n  hostAliases:\n  - {ip: 192.0.2.10, hostnames: [db, db.local]}\n",
+            show,
+        )),
+    );
+    a.write(
+        "hostnet.yaml",
+        &pod_yaml(
+            "hostnet",
+            "  restartPolicy: Never\n  hostNetwork: true\n  hostAliases:\n  - {ip: 192.0.2.11, hostnames: [cache]}\n",
+            show,
+        ),
+    );
+    let merged = a.uid("merged");
+    let hostnet = a.uid("hostnet");
+    let message = |name: &str| {
+        a.pod(name).and_then(|p| {
+            p["status"]["containerStatuses"][0]["state"]["terminated"]["message"].as_str().map(String::from)
+        })
+    };
+    wait_for("both pods ran", Duration::from_secs(30), || message("merged").is_some() && message("hostnet").is_some());
+    let m = message("merged").unwrap();
+    let node = podwarden::sync::dns::host(std::path::Path::new("/etc/resolv.conf"));
+    for s in node.servers.iter().take(2) {
+        assert!(m.contains(&format!("nameserver {s}")), "the node's nameserver {s} is kept:\n{m}");
+    }
+    assert!(m.contains("nameserver 192.0.2.53"), "{m}");
+    assert!(m.contains("pods.example") && m.contains("ndots:3"), "{m}");
+    assert!(m.contains("# Entries added by HostAliases.\n192.0.2.10\tdb\tdb.local"), "{m}");
+    let h = message("hostnet").unwrap();
+    assert!(h.contains("# Kubernetes-managed hosts file (host network).\n"), "{h}");
+    assert!(h.contains("192.0.2.11\tcache"), "{h}");
+    // the kubelet's warning for the ClusterFirst pod, not for the
+    // host-network one (ClusterFirst means Default there)
+    let log = a.log();
+    assert!(log.contains("MissingClusterDNS") && log.contains(&format!("pod: \"merged_e2e({merged})\"")), "{log}");
+    assert!(!log.contains(&format!("hostnet_e2e({hostnet})\". kubelet does not have ClusterDNS")), "{log}");
+    a.clean_up(&[&merged, &hostnet]);
 }

@@ -310,10 +310,10 @@ fn corpus() -> Vec<(&'static str, &'static str, Vec<u8>, String)> {
             "m.yaml: field spec.volumes[0].emptyDir.sizeLimit: not supported by podwarden without medium: Memory (it sizes the tmpfs)".into(),
         ),
         (
-            "dnsConfig without dnsPolicy None",
+            "dnsConfig with more nameservers than a resolver uses",
             "m.yaml",
-            with_spec("  dnsConfig:\n    nameservers: [1.1.1.1]\n").into_bytes(),
-            "m.yaml: field spec.dnsConfig: not supported by podwarden with dnsPolicy ClusterFirst (it would be merged into the host's resolv.conf); use dnsPolicy: None for a resolv.conf made of dnsConfig alone".into(),
+            with_spec("  dnsConfig:\n    nameservers: [1.1.1.1, 1.0.0.1, 8.8.8.8, 9.9.9.9]\n").into_bytes(),
+            "m.yaml: field spec.dnsConfig.nameservers: 4 nameservers: must not have more than 3".into(),
         ),
         (
             "253-character pod name",

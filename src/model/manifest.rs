@@ -343,12 +343,6 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
         return err("spec.os.name", format!("{:?}: this node runs linux", os.name));
     }
     validate_dns(spec)?;
-    if spec.host_network == Some(true) && spec.host_aliases.as_ref().is_some_and(|a| !a.is_empty()) {
-        return err(
-            "spec.hostAliases",
-            "not supported by podwarden with hostNetwork: true (the pod uses the host's /etc/hosts)",
-        );
-    }
     let volumes: HashSet<&str> = spec.volumes.iter().flatten().map(|v| v.name.as_str()).collect();
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
         validate_volume(i, v)?;
@@ -434,10 +428,6 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
     Ok(())
 }
 
-/// dnsPolicy and dnsConfig: podwarden hands dnsConfig to the runtime as
-/// the whole resolv.conf (what `None` means); without it the runtime uses
-/// the host's (what `Default` means, and `ClusterFirst` on a node without
-/// cluster DNS). It does not merge dnsConfig into the host's file.
 /// `env[].valueFrom`: one source, a downward-API path or resource an
 /// environment variable may read, as the API server's validation checks.
 fn validate_value_from(
@@ -497,6 +487,9 @@ fn validate_value_from(
     }
 }
 
+/// dnsPolicy and dnsConfig, as the API server checks them: a known policy,
+/// dnsConfig required with `None`, at most 3 nameservers (`sync::dns` forms
+/// the resolver config from them).
 fn validate_dns(spec: &super::PodSpec) -> Result<(), FieldError> {
     let policy = spec.dns_policy.as_deref().unwrap_or("ClusterFirst");
     if !matches!(policy, "ClusterFirst" | "ClusterFirstWithHostNet" | "Default" | "None") {
@@ -513,14 +506,8 @@ fn validate_dns(spec: &super::PodSpec) -> Result<(), FieldError> {
     if policy == "None" && !has_config {
         return err("spec.dnsConfig", "required with dnsPolicy: None");
     }
-    if policy != "None" && has_config {
-        return err(
-            "spec.dnsConfig",
-            format!(
-                "not supported by podwarden with dnsPolicy {policy} (it would be merged into the host's \
-                 resolv.conf); use dnsPolicy: None for a resolv.conf made of dnsConfig alone"
-            ),
-        );
+    if let Some(n) = spec.dns_config.as_ref().and_then(|d| d.nameservers.as_ref()).filter(|n| n.len() > 3) {
+        return err("spec.dnsConfig.nameservers", format!("{} nameservers: must not have more than 3", n.len()));
     }
     Ok(())
 }

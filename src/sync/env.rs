@@ -173,7 +173,13 @@ fn resource_value(
     let (kind, key) = r.resource.split_once('.').unwrap_or(("", ""));
     // a request defaults to the limit (API defaulting); a limit to what the
     // node gives to pods (the kubelet's defaulting for the downward API)
-    let set = if kind == "requests" { get("requests", key).or_else(|| get("limits", key)) } else { get("limits", key) };
+    // (a zero limit counts as none, as in the kubelet)
+    let zero = |q: &String| quantity::parse(q).is_ok_and(|v| v == 0.0);
+    let set = if kind == "requests" {
+        get("requests", key).or_else(|| get("limits", key))
+    } else {
+        get("limits", key).filter(|q| !zero(q))
+    };
     let divisor = r.divisor.as_ref().map(|q| q.0.as_str()).unwrap_or("1");
     match (kind, key) {
         ("limits" | "requests", "cpu") => {
@@ -278,10 +284,11 @@ spec:
     - {name: MEM_MI, valueFrom: {resourceFieldRef: {resource: limits.memory, divisor: 1Mi}}}
     - {name: CPU_REQ, valueFrom: {resourceFieldRef: {resource: requests.cpu}}}
     - {name: OTHER_MEM, valueFrom: {resourceFieldRef: {containerName: d, resource: limits.memory}}}
+    - {name: ZERO_CPU, valueFrom: {resourceFieldRef: {containerName: d, resource: limits.cpu}}}
     - {name: EARLY, value: "again"}
   - name: d
     image: busybox
-    resources: {}
+    resources: {limits: {cpu: "0"}}
 "#);
         let c = &p.spec.as_ref().unwrap().containers[0];
         let env = environment(&p, c, &DW).unwrap();
@@ -306,6 +313,8 @@ spec:
         assert_eq!(get("CPU_REQ"), "1");
         // d has no limit: the node's allocatable memory
         assert_eq!(get("OTHER_MEM"), (4i64 << 30).to_string());
+        // a zero limit is no limit: the node's allocatable cpu, in cores
+        assert_eq!(get("ZERO_CPU"), "2");
         let (command, args) = command_and_args(c, &env);
         assert_eq!(command, ["/bin/sh", "-c", "echo hi web in edge $(HOME) $(LATER)"]);
         assert_eq!(args, ["web"]);

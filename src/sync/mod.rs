@@ -4,6 +4,7 @@
 //! and clean-up tolerates set-up never having run.
 
 mod backoff;
+pub mod dns;
 pub mod env;
 mod setup;
 mod terminate;
@@ -46,6 +47,8 @@ pub struct SyncConfig {
     /// downward API shows for a container without its own.
     pub allocatable_cpu_millis: i64,
     pub allocatable_memory_bytes: i64,
+    /// The host's resolver config (`resolvConf`).
+    pub resolv_conf: PathBuf,
 }
 
 impl SyncConfig {

@@ -12,9 +12,9 @@ use crate::model::quantity;
 use crate::model::{self, Container, Pod};
 use crate::podworkers::{SyncCtx, SyncError, SyncResult, UpdateType};
 use crate::runtime::{
-    ANNOTATION_GRACE, ANNOTATION_RESTART_COUNT, ContainerConfig, ContainerState, DnsConfig, LABEL_CONTAINER_NAME,
-    LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, Mount, PortMapping, Resources, RuntimeError, RuntimePod,
-    SandboxConfig, Security,
+    ANNOTATION_GRACE, ANNOTATION_RESTART_COUNT, ContainerConfig, ContainerState, LABEL_CONTAINER_NAME, LABEL_POD_NAME,
+    LABEL_POD_NAMESPACE, LABEL_POD_UID, Mount, PortMapping, Resources, RuntimeError, RuntimePod, SandboxConfig,
+    Security,
 };
 use crate::status::{GenerateInput, generate};
 
@@ -90,6 +90,11 @@ impl PodSync {
                 }
                 // `rp` keeps the old containers: restart counts continue.
                 acted = true;
+                // what the kubelet warns about when it forms a new
+                // sandbox's resolver config
+                for (reason, message) in super::dns::pod_dns(pod, &self.cfg.resolv_conf).1 {
+                    self.events.event(&ObjectRef::pod(pod), EventType::Warning, reason, &message);
+                }
                 let id = ctx.start(|| self.runtime.run_sandbox(&self.call(ctx), &sandbox))??;
                 let ip = if model::host_network(pod) {
                     None
@@ -100,9 +105,7 @@ impl PodSync {
                 (id, ip)
             }
         };
-        if !model::host_network(pod) {
-            self.write_etc_hosts(pod, pod_ip.as_deref())?;
-        }
+        self.write_etc_hosts(pod, pod_ip.as_deref())?;
         let policy = model::restart_policy(pod).to_string();
         let mut requeue: Option<Duration> = None;
         let mut requeue_in = |d: Duration| requeue = Some(requeue.map_or(d, |r: Duration| r.min(d)));
@@ -284,23 +287,32 @@ impl PodSync {
         self.cfg.pod_dir(model::uid(pod)).join("etc-hosts")
     }
 
-    /// The managed `/etc/hosts` of a pod: localhost, the pod's IP with its
-    /// hostname, and `hostAliases`. Rewritten only when it changes.
+    /// The managed `/etc/hosts` of a pod, as the kubelet writes it: for a
+    /// pod on the host network the node's own file, otherwise localhost and
+    /// the pod's IP with its hostname; then `hostAliases`. Rewritten only
+    /// when it changes.
     fn write_etc_hosts(&self, pod: &Pod, ip: Option<&str>) -> Result<(), SyncError> {
         let spec = model::spec(pod);
-        let hostname = spec.and_then(|s| s.hostname.clone()).unwrap_or_else(|| model::name(pod).to_string());
-        let mut text = String::from(
-            "# Kubernetes-managed hosts file (podwarden).\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n",
-        );
-        if let Some(ip) = ip {
-            text.push_str(&format!("{ip}\t{hostname}\n"));
-        }
-        for a in spec.and_then(|s| s.host_aliases.as_ref()).into_iter().flatten() {
-            text.push_str(&format!(
-                "\n# Entries added by HostAliases.\n{}\t{}\n",
-                a.ip,
-                a.hostnames.clone().unwrap_or_default().join("\t")
-            ));
+        let mut text = if model::host_network(pod) {
+            let mut t = String::from("# Kubernetes-managed hosts file (host network).\n");
+            t.push_str(&node_hosts_file());
+            t
+        } else {
+            let hostname = spec.and_then(|s| s.hostname.clone()).unwrap_or_else(|| model::name(pod).to_string());
+            let mut t = String::from(
+                "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n",
+            );
+            if let Some(ip) = ip {
+                t.push_str(&format!("{ip}\t{hostname}\n"));
+            }
+            t
+        };
+        let aliases = spec.and_then(|s| s.host_aliases.as_ref()).filter(|a| !a.is_empty());
+        if let Some(aliases) = aliases {
+            text.push_str("\n# Entries added by HostAliases.\n");
+            for a in aliases {
+                text.push_str(&format!("{}\t{}\n", a.ip, a.hostnames.clone().unwrap_or_default().join("\t")));
+            }
         }
         let path = self.etc_hosts_path(pod);
         // the container may write its /etc/hosts: read at most what it
@@ -413,19 +425,7 @@ impl PodSync {
                     host_ip: p.host_ip.clone().unwrap_or_default(),
                 })
                 .collect(),
-            dns: model::spec(pod).and_then(|s| s.dns_config.as_ref()).map(|d| DnsConfig {
-                servers: d.nameservers.clone().unwrap_or_default(),
-                searches: d.searches.clone().unwrap_or_default(),
-                options: d
-                    .options
-                    .iter()
-                    .flatten()
-                    .map(|o| match &o.value {
-                        Some(v) => format!("{}:{v}", o.name.clone().unwrap_or_default()),
-                        None => o.name.clone().unwrap_or_default(),
-                    })
-                    .collect(),
-            }),
+            dns: Some(super::dns::pod_dns(pod, &self.cfg.resolv_conf).0),
             labels: Self::pod_labels(pod),
             annotations: pod.metadata.annotations.clone().unwrap_or_default(),
         }
@@ -478,7 +478,7 @@ impl PodSync {
             })
             .collect();
         let mut mounts: Vec<Mount> = mounts;
-        if !model::host_network(pod) && !c.volume_mounts.iter().flatten().any(|m| m.mount_path == "/etc/hosts") {
+        if !c.volume_mounts.iter().flatten().any(|m| m.mount_path == "/etc/hosts") {
             mounts.push(Mount {
                 host_path: self.etc_hosts_path(pod).display().to_string(),
                 container_path: "/etc/hosts".into(),
@@ -563,6 +563,17 @@ pub fn is_terminal(pod: &Pod, rp: &RuntimePod) -> bool {
         })
 }
 
+/// The node's `/etc/hosts` (at most 1 MiB), for pods on the host network;
+/// empty if it cannot be read.
+fn node_hosts_file() -> String {
+    use std::io::Read;
+    let mut text = String::new();
+    if let Err(e) = std::fs::File::open("/etc/hosts").and_then(|f| f.take(1 << 20).read_to_string(&mut text)) {
+        log::warn!("/etc/hosts: {e}; host-network pods get only their hostAliases");
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -600,6 +611,7 @@ mod tests {
                 allow_privileged: allow,
                 allocatable_cpu_millis: 1000,
                 allocatable_memory_bytes: 1 << 30,
+                resolv_conf: "/etc/resolv.conf".into(),
             };
             PodSync::new(
                 Arc::new(crate::runtime::fake::FakeRuntime::new()),
