@@ -391,6 +391,23 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
             if !volumes.contains(m.name.as_str()) {
                 return err(format!("{mf}.name"), format!("no volume named {:?} in spec.volumes", m.name));
             }
+            let sub = m.sub_path.as_deref().filter(|s| !s.is_empty());
+            let expr = m.sub_path_expr.as_deref().filter(|s| !s.is_empty());
+            if sub.is_some() && expr.is_some() {
+                return err(format!("{mf}.subPathExpr"), "may not be specified when `subPath` is set");
+            }
+            for (field, p) in [("subPath", sub), ("subPathExpr", expr)] {
+                let Some(p) = p else { continue };
+                if p.starts_with('/') {
+                    return err(format!("{mf}.{field}"), format!("{p:?} must be a relative path"));
+                }
+                if p.split('/').any(|c| c == "..") {
+                    return err(format!("{mf}.{field}"), format!("{p:?} must not contain '..'"));
+                }
+                if p.contains('\0') {
+                    return err(format!("{mf}.{field}"), format!("{p:?} holds a NUL byte"));
+                }
+            }
             let mp = m.mount_path.as_str();
             if mp.is_empty() {
                 return err(format!("{mf}.mountPath"), "missing; a mount needs a path in the container");

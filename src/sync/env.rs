@@ -73,6 +73,33 @@ pub fn command_and_args(c: &Container, env: &[(String, String)]) -> (Vec<String>
     (all(&c.command), all(&c.args))
 }
 
+/// `subPathExpr` expanded against the container's environment, as the
+/// kubelet expands it: every reference must name a variable with a value,
+/// and the result must be a relative path without `..`.
+pub fn sub_path_expr(expr: &str, env: &[(String, String)]) -> Result<String, String> {
+    let missing = std::cell::RefCell::new(Vec::new());
+    let out = expand(expr, |name| match lookup(env, name) {
+        Some(v) if !v.is_empty() => Some(v),
+        _ => {
+            missing.borrow_mut().push(name.to_string());
+            Some(String::new())
+        }
+    });
+    let mut missing = missing.into_inner();
+    if !missing.is_empty() {
+        missing.sort();
+        missing.dedup();
+        return Err(format!("missing value for {}", missing.join(", ")));
+    }
+    if out.starts_with('/') {
+        return Err(format!("subPathExpr {expr:?} expands to an absolute path {out:?}"));
+    }
+    if out.split('/').any(|c| c == "..") {
+        return Err(format!("subPathExpr {expr:?} expands to {out:?}, which contains '..'"));
+    }
+    Ok(out)
+}
+
 fn lookup(env: &[(String, String)], name: &str) -> Option<String> {
     env.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
 }

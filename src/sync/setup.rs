@@ -48,6 +48,23 @@ fn should_restart(policy: &str, code: i32) -> bool {
     }
 }
 
+/// Why a container's config cannot be made: the container is not created
+/// (`CreateContainerConfigError`) and the next pass tries again.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(transparent)]
+    Env(#[from] super::env::EnvError),
+    #[error("failed to prepare subPath for volumeMount {mount:?} of container {container:?}: {source}")]
+    SubPath {
+        mount: String,
+        container: String,
+        #[source]
+        source: super::volumes::VolumeError,
+    },
+    #[error("failed to prepare subPath for volumeMount {mount:?} of container {container:?}: {message}")]
+    SubPathExpr { mount: String, container: String, message: String },
+}
+
 /// The sandbox a container is started in.
 struct InSandbox<'a> {
     id: &'a str,
@@ -437,7 +454,7 @@ impl PodSync {
         c: &Container,
         pod_ip: Option<&str>,
         attempt: u32,
-    ) -> Result<ContainerConfig, super::env::EnvError> {
+    ) -> Result<ContainerConfig, ConfigError> {
         let downward = super::env::Downward {
             pod_ip,
             host_ip: self.cfg.host_ip.as_deref(),
@@ -459,24 +476,51 @@ impl PodSync {
             model::spec_grace_seconds(pod).unwrap_or(model::DEFAULT_GRACE_SECONDS).to_string(),
         );
         let volumes = model::spec(pod).and_then(|s| s.volumes.as_ref());
-        let mounts: Vec<Mount> = c
-            .volume_mounts
-            .iter()
-            .flatten()
-            .filter_map(|m| {
-                let v = volumes?.iter().find(|v| v.name == m.name)?;
-                let host = if v.empty_dir.is_some() {
-                    self.empty_dir_path(pod, &v.name).display().to_string()
-                } else {
-                    v.host_path.as_ref()?.path.clone()
-                };
-                Some(Mount {
-                    host_path: host,
-                    container_path: m.mount_path.clone(),
-                    readonly: m.read_only.unwrap_or(false),
-                })
-            })
-            .collect();
+        let mut mounts: Vec<Mount> = Vec::new();
+        for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
+            let Some(v) = volumes.and_then(|vs| vs.iter().find(|v| v.name == m.name)) else { continue };
+            let host = if v.empty_dir.is_some() {
+                self.empty_dir_path(pod, &v.name)
+            } else if let Some(hp) = &v.host_path {
+                PathBuf::from(&hp.path)
+            } else {
+                continue;
+            };
+            let sub = match (m.sub_path.as_deref().filter(|s| !s.is_empty()), m.sub_path_expr.as_deref()) {
+                (Some(sub), _) => Some(sub.to_string()),
+                (None, Some(expr)) if !expr.is_empty() => {
+                    Some(super::env::sub_path_expr(expr, &env).map_err(|e| ConfigError::SubPathExpr {
+                        mount: m.name.clone(),
+                        container: c.name.clone(),
+                        message: e,
+                    })?)
+                }
+                _ => None,
+            };
+            let host = match sub {
+                None => host,
+                Some(sub) => {
+                    // pods/<uid>/volume-subpaths/<volume>/<container>/<index>,
+                    // the kubelet's layout
+                    let target = self
+                        .cfg
+                        .pod_dir(model::uid(pod))
+                        .join("volume-subpaths")
+                        .join(&m.name)
+                        .join(&c.name)
+                        .join(i.to_string());
+                    super::volumes::prepare_subpath(&host, &sub, &target).map_err(|source| {
+                        ConfigError::SubPath { mount: m.name.clone(), container: c.name.clone(), source }
+                    })?;
+                    target
+                }
+            };
+            mounts.push(Mount {
+                host_path: host.display().to_string(),
+                container_path: m.mount_path.clone(),
+                readonly: m.read_only.unwrap_or(false),
+            });
+        }
         let mut mounts: Vec<Mount> = mounts;
         if !c.volume_mounts.iter().flatten().any(|m| m.mount_path == "/etc/hosts") {
             mounts.push(Mount {

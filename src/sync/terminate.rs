@@ -164,6 +164,14 @@ impl PodSync {
         }
         self.remove_runtime_objects(ctx, &uid)?;
         super::volumes::unmount_all_under(&self.cfg.pod_dir(&uid));
+        if super::volumes::has_mounts_under(&self.cfg.pod_dir(&uid)) {
+            // removing the directory would reach into what is mounted in it
+            // (a subPath bind mount is a volume's own content)
+            return Err(SyncError::Other(format!(
+                "{} still has mounts below it; not removed",
+                self.cfg.pod_dir(&uid).display()
+            )));
+        }
         for dir in [self.cfg.pod_dir(&uid), self.cfg.pod_log_dir(pod)] {
             match std::fs::remove_dir_all(&dir) {
                 Ok(()) => {}

@@ -42,6 +42,22 @@ pub enum VolumeError {
     },
     #[error("unknown hostPath type {0:?}")]
     UnknownType(String),
+    /// The subPath resolves (through symlinks in the volume) to a place
+    /// outside the volume.
+    #[error("subPath {sub:?} resolves outside its volume ({})", resolved.display())]
+    SubPathOutside { sub: String, resolved: PathBuf },
+    #[error("bind-mounting the subPath at {}: {source}", path.display())]
+    Bind {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("subPath {sub:?}: {source}")]
+    SubPath {
+        sub: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 fn cstr(p: &Path) -> Result<CString, VolumeError> {
@@ -66,6 +82,91 @@ pub fn mount_tmpfs(p: &Path, limit: Option<i64>) -> Result<(), VolumeError> {
     })
     .expect("no NUL");
     crate::sys::mount_tmpfs(&target, &opts).map_err(|source| VolumeError::Mount { path: p.to_path_buf(), source })
+}
+
+/// Make `sub` (a relative path without `..`) of the volume at `volume`
+/// available at `target`, as the kubelet does for `subPath`: symlinks in
+/// the volume may be followed only while they stay inside it; the path is
+/// then opened component by component without following any link, and the
+/// opened object is bind-mounted onto `target` from its descriptor. A
+/// container that swaps a component for a symlink meanwhile gets an error,
+/// never a mount of something outside the volume. A missing subPath is
+/// created as a directory (0755). `target` is made (an empty file or
+/// directory) under the pod's directory; a mount already there is replaced.
+pub fn prepare_subpath(volume: &Path, sub: &str, target: &Path) -> Result<(), VolumeError> {
+    use std::os::fd::AsFd;
+    let io = |source| VolumeError::SubPath { sub: sub.into(), source };
+    let root = std::fs::canonicalize(volume).map_err(io)?;
+    // the existing part, resolved, must stay inside the volume
+    let full = root.join(sub);
+    let mut existing = full.clone();
+    while std::fs::symlink_metadata(&existing).is_err() && existing != root {
+        existing.pop();
+    }
+    let resolved = std::fs::canonicalize(&existing).map_err(io)?;
+    let Ok(inside) = resolved.strip_prefix(&root) else {
+        return Err(VolumeError::SubPathOutside { sub: sub.into(), resolved });
+    };
+    let missing = full.strip_prefix(&existing).map_err(|_| io(std::io::ErrorKind::InvalidInput.into()))?;
+    let name = |c: &std::ffi::OsStr| CString::new(c.as_encoded_bytes()).map_err(|_| VolumeError::NulInPath(full.clone()));
+    // walk the resolved path without following anything, creating what is
+    // missing as directories
+    let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    let root_c = cstr(&root)?;
+    let mut fd = crate::sys::openat(None, &root_c, flags | libc::O_DIRECTORY).map_err(io)?;
+    for c in inside.components().chain(missing.components()) {
+        let n = name(c.as_os_str())?;
+        fd = match crate::sys::openat(Some(fd.as_fd()), &n, flags) {
+            Ok(next) => next,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                crate::sys::mkdirat(fd.as_fd(), &n, 0o755).map_err(io)?;
+                let dir = crate::sys::openat(Some(fd.as_fd()), &n, libc::O_RDONLY | libc::O_DIRECTORY | flags & !libc::O_PATH)
+                    .map_err(io)?;
+                // 0755 whatever the umask, as the kubelet makes it
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::File::from(dir).set_permissions(std::fs::Permissions::from_mode(0o755)).map_err(io)?;
+                crate::sys::openat(Some(fd.as_fd()), &n, flags).map_err(io)?
+            }
+            Err(e) => return Err(io(e)),
+        };
+        let st = crate::sys::fstat(fd.as_fd()).map_err(io)?;
+        if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+            // a symlink where the resolved path had none: it changed
+            return Err(io(std::io::Error::from_raw_os_error(libc::ELOOP)));
+        }
+    }
+    let st = crate::sys::fstat(fd.as_fd()).map_err(io)?;
+    let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+    let create = |source| VolumeError::Create { path: target.to_path_buf(), source };
+    if is_mount_point(target) {
+        crate::sys::unmount_detach(&cstr(target)?).map_err(create)?;
+    }
+    if let Some(parent) = target.parent() {
+        std::fs::create_dir_all(parent).map_err(create)?;
+    }
+    match std::fs::symlink_metadata(target) {
+        Ok(m) if m.is_dir() == is_dir && !m.file_type().is_symlink() => {}
+        Ok(_) => {
+            return Err(create(std::io::Error::new(std::io::ErrorKind::AlreadyExists, "in the way")));
+        }
+        Err(_) if is_dir => std::fs::create_dir(target).map_err(create)?,
+        Err(_) => {
+            std::fs::OpenOptions::new().write(true).create_new(true).open(target).map_err(create)?;
+        }
+    }
+    crate::sys::bind_mount_fd(fd.as_fd(), &cstr(target)?)
+        .map_err(|source| VolumeError::Bind { path: target.to_path_buf(), source })
+}
+
+/// Whether anything is still mounted at or below `dir`: its content must
+/// then not be removed (it would reach into what is mounted there).
+pub fn has_mounts_under(dir: &Path) -> bool {
+    let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") else { return true };
+    let prefix = dir.display().to_string();
+    mounts
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .any(|m| m == prefix || m.starts_with(&format!("{prefix}/")))
 }
 
 /// Unmount every mount at or below `dir` (deepest first).

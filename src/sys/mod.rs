@@ -106,6 +106,27 @@ pub fn mount_tmpfs(target: &CStr, options: &CStr) -> io::Result<()> {
     })
 }
 
+/// Bind-mount the file or directory `fd` refers to onto `target`, through
+/// `/proc/self/fd/N`: the kernel mounts exactly the object the descriptor
+/// holds, so no path is resolved again (what a container could swap for a
+/// symlink between a check and the mount).
+pub fn bind_mount_fd(fd: BorrowedFd<'_>, target: &CStr) -> io::Result<()> {
+    let source = std::ffi::CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL in a number");
+    // SAFETY: source and target are valid NUL-terminated strings; a bind
+    // mount reads no filesystem type and no data (both null); `fd` stays
+    // open for the borrow, so the magic link names it during the call.
+    zero_or_errno(unsafe {
+        libc::mount(source.as_ptr(), target.as_ptr(), std::ptr::null(), libc::MS_BIND, std::ptr::null())
+    })
+}
+
+/// `mkdirat(dir, name, mode)` (the umask applies).
+pub fn mkdirat(dir: BorrowedFd<'_>, name: &CStr, mode: libc::mode_t) -> io::Result<()> {
+    // SAFETY: `name` is a valid NUL-terminated string; `dir` is open for
+    // the borrow.
+    zero_or_errno(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode) })
+}
+
 /// `umount2(target, MNT_DETACH)`: a lazy unmount.
 pub fn unmount_detach(target: &CStr) -> io::Result<()> {
     // SAFETY: a valid NUL-terminated path; the call reads nothing else.
