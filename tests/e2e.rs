@@ -547,3 +547,53 @@ fn dns_config_is_merged_and_host_aliases_reach_host_network_pods() {
     assert!(!log.contains(&format!("hostnet_e2e({hostnet})\". kubelet does not have ClusterDNS")), "{log}");
     a.clean_up(&[&merged, &hostnet]);
 }
+
+/// subPath and subPathExpr mount one file or directory of a volume; a
+/// subPath that a symlink in the volume leads outside it is refused
+/// (CreateContainerConfigError), and the pod's clean-up leaves the volume's
+/// content alone.
+#[test]
+fn sub_paths_mount_part_of_a_volume_and_never_outside_it() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("subpath");
+    let vol = a.root().parent().unwrap().join("hostvol");
+    std::fs::create_dir_all(vol.join("conf")).unwrap();
+    std::fs::write(vol.join("conf/app.ini"), "answer=42\n").unwrap();
+    std::os::unix::fs::symlink("/etc", vol.join("escape")).unwrap();
+    let volumes =
+        format!("  restartPolicy: Never\n  volumes:\n  - name: v\n    hostPath: {{path: {}}}\n", vol.display());
+    a.write(
+        "sub.yaml",
+        &(pod_yaml("sub", &volumes, "cat /app.ini > /dev/termination-log; echo hi > /out/from-$(POD)")
+            + "    env:\n    - {name: POD, valueFrom: {fieldRef: {fieldPath: metadata.name}}}\n    volumeMounts:\n    - {name: v, mountPath: /app.ini, subPath: conf/app.ini, readOnly: true}\n    - {name: v, mountPath: /out, subPathExpr: \"out/$(POD)\"}\n"),
+    );
+    a.write(
+        "esc.yaml",
+        &(pod_yaml("esc", &volumes, "cat /x/passwd")
+            + "    volumeMounts:\n    - {name: v, mountPath: /x, subPath: escape}\n"),
+    );
+    let sub = a.uid("sub");
+    let esc = a.uid("esc");
+    wait_for("sub Succeeded", Duration::from_secs(30), || {
+        a.pod("sub").is_some_and(|p| p["status"]["phase"] == "Succeeded")
+    });
+    let p = a.pod("sub").unwrap();
+    assert_eq!(p["status"]["containerStatuses"][0]["state"]["terminated"]["message"], "answer=42");
+    assert_eq!(std::fs::read_to_string(vol.join("out/sub/from-sub")).unwrap(), "hi\n");
+    let mut reason = String::new();
+    wait_for("esc refused", Duration::from_secs(30), || {
+        let w = a.pod("esc").map(|p| p["status"]["containerStatuses"][0]["state"]["waiting"].clone());
+        reason = w.as_ref().map(|w| format!("{} {}", w["reason"], w["message"])).unwrap_or_default();
+        reason.contains("CreateContainerConfigError")
+    });
+    assert!(
+        reason.contains("failed to prepare subPath for volumeMount \\\"v\\\" of container \\\"main\\\": subPath \\\"escape\\\" resolves outside its volume (/etc)"),
+        "{reason}"
+    );
+    assert_eq!(a.runtime_pod(&esc).containers.len(), 0, "no container was created");
+    a.clean_up(&[&sub, &esc]);
+    // the pods are gone; the volume's content is as it was
+    assert_eq!(std::fs::read_to_string(vol.join("conf/app.ini")).unwrap(), "answer=42\n");
+    assert!(vol.join("out/sub/from-sub").exists());
+    let _ = std::fs::remove_dir_all(&vol);
+}

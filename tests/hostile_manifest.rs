@@ -198,12 +198,12 @@ fn corpus() -> Vec<(&'static str, &'static str, Vec<u8>, String)> {
             not_supported("spec.containers[0].envFrom"),
         ),
         (
-            "subPath",
+            "subPath climbing out of its volume",
             "m.yaml",
             with_spec("  volumes:\n  - name: v\n    emptyDir: {}\n")
-                .add_container("    volumeMounts:\n    - name: v\n      mountPath: /v\n      subPath: a\n")
+                .add_container("    volumeMounts:\n    - name: v\n      mountPath: /v\n      subPath: a/../../etc\n")
                 .into_bytes(),
-            not_supported("spec.containers[0].volumeMounts[0].subPath"),
+            "m.yaml: field spec.containers[0].volumeMounts[0].subPath: \"a/../../etc\" must not contain '..'".into(),
         ),
         (
             "configMap volume",

@@ -353,6 +353,16 @@ spec:
     }
 
     #[test]
+    fn sub_path_expr_is_expanded_as_the_kubelet_does() {
+        let env = vec![("POD".to_string(), "web-1".to_string()), ("EMPTY".to_string(), String::new())];
+        assert_eq!(sub_path_expr("logs/$(POD)", &env).unwrap(), "logs/web-1");
+        assert_eq!(sub_path_expr("$(EMPTY)/$(NOPE)/$(POD)", &env).unwrap_err(), "missing value for EMPTY, NOPE");
+        assert!(sub_path_expr("/$(POD)", &env).unwrap_err().contains("absolute"));
+        let up = vec![("X".to_string(), "..".to_string())];
+        assert!(sub_path_expr("a/$(X)/b", &up).unwrap_err().contains("'..'"));
+    }
+
+    #[test]
     fn divisors_and_rounding() {
         assert!(divisor_allowed("limits.cpu", "1m") && divisor_allowed("requests.cpu", "1"));
         assert!(!divisor_allowed("limits.cpu", "2") && !divisor_allowed("limits.cpu", "1k"));

@@ -488,33 +488,30 @@ impl PodSync {
             };
             let sub = match (m.sub_path.as_deref().filter(|s| !s.is_empty()), m.sub_path_expr.as_deref()) {
                 (Some(sub), _) => Some(sub.to_string()),
-                (None, Some(expr)) if !expr.is_empty() => {
-                    Some(super::env::sub_path_expr(expr, &env).map_err(|e| ConfigError::SubPathExpr {
-                        mount: m.name.clone(),
-                        container: c.name.clone(),
-                        message: e,
-                    })?)
-                }
+                (None, Some(expr)) if !expr.is_empty() => Some(super::env::sub_path_expr(expr, &env).map_err(|e| {
+                    ConfigError::SubPathExpr { mount: m.name.clone(), container: c.name.clone(), message: e }
+                })?),
                 _ => None,
             };
-            let host = match sub {
-                None => host,
-                Some(sub) => {
-                    // pods/<uid>/volume-subpaths/<volume>/<container>/<index>,
-                    // the kubelet's layout
-                    let target = self
-                        .cfg
-                        .pod_dir(model::uid(pod))
-                        .join("volume-subpaths")
-                        .join(&m.name)
-                        .join(&c.name)
-                        .join(i.to_string());
-                    super::volumes::prepare_subpath(&host, &sub, &target).map_err(|source| {
-                        ConfigError::SubPath { mount: m.name.clone(), container: c.name.clone(), source }
-                    })?;
-                    target
-                }
-            };
+            let host =
+                match sub {
+                    None => host,
+                    Some(sub) => {
+                        // pods/<uid>/volume-subpaths/<volume>/<container>/<index>,
+                        // the kubelet's layout
+                        let target = self
+                            .cfg
+                            .pod_dir(model::uid(pod))
+                            .join("volume-subpaths")
+                            .join(&m.name)
+                            .join(&c.name)
+                            .join(i.to_string());
+                        super::volumes::prepare_subpath(&host, &sub, &target).map_err(|source| {
+                            ConfigError::SubPath { mount: m.name.clone(), container: c.name.clone(), source }
+                        })?;
+                        target
+                    }
+                };
             mounts.push(Mount {
                 host_path: host.display().to_string(),
                 container_path: m.mount_path.clone(),

@@ -108,7 +108,8 @@ pub fn prepare_subpath(volume: &Path, sub: &str, target: &Path) -> Result<(), Vo
         return Err(VolumeError::SubPathOutside { sub: sub.into(), resolved });
     };
     let missing = full.strip_prefix(&existing).map_err(|_| io(std::io::ErrorKind::InvalidInput.into()))?;
-    let name = |c: &std::ffi::OsStr| CString::new(c.as_encoded_bytes()).map_err(|_| VolumeError::NulInPath(full.clone()));
+    let name =
+        |c: &std::ffi::OsStr| CString::new(c.as_encoded_bytes()).map_err(|_| VolumeError::NulInPath(full.clone()));
     // walk the resolved path without following anything, creating what is
     // missing as directories
     let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
@@ -120,8 +121,12 @@ pub fn prepare_subpath(volume: &Path, sub: &str, target: &Path) -> Result<(), Vo
             Ok(next) => next,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 crate::sys::mkdirat(fd.as_fd(), &n, 0o755).map_err(io)?;
-                let dir = crate::sys::openat(Some(fd.as_fd()), &n, libc::O_RDONLY | libc::O_DIRECTORY | flags & !libc::O_PATH)
-                    .map_err(io)?;
+                let dir = crate::sys::openat(
+                    Some(fd.as_fd()),
+                    &n,
+                    libc::O_RDONLY | libc::O_DIRECTORY | flags & !libc::O_PATH,
+                )
+                .map_err(io)?;
                 // 0755 whatever the umask, as the kubelet makes it
                 use std::os::unix::fs::PermissionsExt;
                 std::fs::File::from(dir).set_permissions(std::fs::Permissions::from_mode(0o755)).map_err(io)?;
@@ -259,5 +264,46 @@ mod tests {
         assert!(check_host_path("/anything", "").is_ok());
         assert!(check_host_path("/", "Weird").is_err());
         let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// subPath as the kubelet prepares it (a real bind mount: needs root,
+    /// as the test script runs the suite).
+    #[test]
+    fn sub_paths_stay_inside_their_volume() {
+        let d = std::env::temp_dir().join(format!("pw-subpath-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let vol = d.join("vol");
+        std::fs::create_dir_all(vol.join("conf")).unwrap();
+        std::fs::write(vol.join("conf/app.ini"), "x=1\n").unwrap();
+        std::os::unix::fs::symlink("conf", vol.join("inside")).unwrap();
+        std::os::unix::fs::symlink("/etc", vol.join("escape")).unwrap();
+        std::os::unix::fs::symlink("../../..", vol.join("conf/up")).unwrap();
+        let t = |n: &str| d.join("targets").join(n);
+        // a file, through a symlink that stays inside
+        prepare_subpath(&vol, "inside/app.ini", &t("file")).unwrap();
+        assert_eq!(std::fs::read_to_string(t("file")).unwrap(), "x=1\n");
+        // prepared again (a container restart): the mount is replaced
+        prepare_subpath(&vol, "inside/app.ini", &t("file")).unwrap();
+        // a missing directory is made, 0755
+        prepare_subpath(&vol, "data/new", &t("dir")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(vol.join("data/new")).unwrap().permissions().mode() & 0o777, 0o755);
+        std::fs::write(t("dir").join("w"), "y").unwrap();
+        assert_eq!(std::fs::read_to_string(vol.join("data/new/w")).unwrap(), "y");
+        // symlinks that lead out are refused, naming where they lead
+        for sub in ["escape", "escape/passwd", "conf/up/etc"] {
+            let e = prepare_subpath(&vol, sub, &t("bad")).unwrap_err();
+            assert!(matches!(e, VolumeError::SubPathOutside { .. }), "{sub}: {e}");
+        }
+        assert_eq!(
+            prepare_subpath(&vol, "escape", &t("bad")).unwrap_err().to_string(),
+            "subPath \"escape\" resolves outside its volume (/etc)"
+        );
+        assert!(!is_mount_point(&t("bad")));
+        assert!(has_mounts_under(&d));
+        unmount_all_under(&d);
+        assert!(!has_mounts_under(&d));
+        std::fs::remove_dir_all(&d).unwrap();
+        // the volume's content was not touched by removing the targets
     }
 }
