@@ -106,6 +106,22 @@ pub fn create_dir_mode(dir: &Path, mode: u32) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Read a host file the administrator controls (`/etc/hosts`, the
+/// `resolvConf`), symlinks followed: a regular file only (opened
+/// `O_NONBLOCK`, so a FIFO put there cannot block the caller), at most
+/// `max` bytes of it, as text.
+pub fn read_host_file(path: &Path, max: u64) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"));
+    }
+    let mut text = String::new();
+    f.take(max).read_to_string(&mut text)?;
+    Ok(text)
+}
+
 /// How symlinks below the directory a file belongs to are treated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Links {

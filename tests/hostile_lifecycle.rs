@@ -147,19 +147,13 @@ fn a_pod_that_left_its_source_counts_for_admission_until_it_finished() {
 /// status of a running pod, not "Terminated" with the shutdown message.
 #[test]
 fn a_pod_started_again_after_a_cancelled_shutdown_has_a_running_status() {
-    use podwarden::logind::{Event, FakeLogind, LogindThread, ShutdownConfig};
+    use podwarden::logind::{Event, FakeLogind};
     let h = Harness::new();
     h.fake.set_term_delay("c", Some(Duration::from_millis(100)));
     h.agent.apply_source(vec![arc(pod("web", "web1"))]);
     wait_for("web running", T, || h.fake.live_containers("web1") == 1);
     let logind = Arc::new(FakeLogind::new(Duration::from_secs(30)));
-    let cfg = ShutdownConfig {
-        groups: podwarden::shutdown::groups_from_config(20, 10, &[]),
-        priority_classes: Default::default(),
-        root_dir: h.root.0.clone(),
-        dropin_dir: None,
-    };
-    let thread = LogindThread::start(logind.clone(), h.parts.shutdown_runner(), cfg).unwrap();
+    let thread = h.logind_thread(logind.clone(), 20, 10);
     wait_for("lock taken", T, || logind.locks_held() == 1);
     logind.send(Event::PrepareForShutdown(true));
     wait_for("web killed for the shutdown", T, || {

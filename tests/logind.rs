@@ -15,7 +15,7 @@ use bus::*;
 use common::*;
 use parking_lot::Mutex;
 use podwarden::logind::dbus_impl::DbusLogind;
-use podwarden::logind::{Event, Logind, LogindThread, ShutdownConfig};
+use podwarden::logind::{Event, Logind, LogindThread};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -32,13 +32,7 @@ fn next(l: &DbusLogind, within: Duration) -> Option<Event> {
 /// The logind thread on `h`'s agent (shutdownGracePeriod 4 s, critical
 /// 2 s), once it holds its lock.
 fn start_thread(h: &Harness) -> LogindThread {
-    let cfg = ShutdownConfig {
-        groups: podwarden::shutdown::groups_from_config(4, 2, &[]),
-        priority_classes: Default::default(),
-        root_dir: h.root.0.clone(),
-        dropin_dir: None,
-    };
-    let thread = LogindThread::start(Arc::new(DbusLogind::new()), h.parts.shutdown_runner(), cfg).unwrap();
+    let thread = h.logind_thread(Arc::new(DbusLogind::new()), 4, 2);
     wait_for("lock taken", Duration::from_secs(5), || podwarden_inhibitors() == 1);
     thread
 }

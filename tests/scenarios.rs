@@ -652,7 +652,7 @@ fn node_shutdown_kills_normal_pods_before_critical_ones_and_cancel_restarts_them
 
 #[test]
 fn logind_thread_holds_the_lock_releases_it_after_the_pods_and_takes_it_again() {
-    use podwarden::logind::{Event, FakeLogind, LogindThread, ShutdownConfig};
+    use podwarden::logind::{Event, FakeLogind};
     let h = Harness::new();
     h.fake.set_term_delay("c", Some(Duration::from_millis(200))); // trap SIGTERM, exit soon
     h.agent.apply_source(vec![arc(pod("a", "la")), arc(pod("b", "lb"))]);
@@ -660,13 +660,7 @@ fn logind_thread_holds_the_lock_releases_it_after_the_pods_and_takes_it_again() 
         wait_for("running", T, || h.fake.live_containers(u) == 1);
     }
     let logind = Arc::new(FakeLogind::new(Duration::from_secs(30)));
-    let cfg = ShutdownConfig {
-        groups: podwarden::shutdown::groups_from_config(20, 10, &[]),
-        priority_classes: Default::default(),
-        root_dir: h.root.0.clone(),
-        dropin_dir: None,
-    };
-    let thread = LogindThread::start(logind.clone(), h.parts.shutdown_runner(), cfg).unwrap();
+    let thread = h.logind_thread(logind.clone(), 20, 10);
     wait_for("lock taken", T, || logind.locks_held() == 1);
     let t = Instant::now();
     logind.send(Event::PrepareForShutdown(true));
@@ -697,7 +691,7 @@ fn logind_thread_holds_the_lock_releases_it_after_the_pods_and_takes_it_again() 
 /// (grace 30 s) and a pod that exits at once, on the logind thread.
 /// Returns the thread and the fake logind once both pods are killed.
 fn logind_shutdown_in_progress(h: &Harness) -> (podwarden::logind::LogindThread, Arc<podwarden::logind::FakeLogind>) {
-    use podwarden::logind::{Event, FakeLogind, LogindThread, ShutdownConfig};
+    use podwarden::logind::{Event, FakeLogind};
     h.fake.set_term_delay("c", None); // "stubborn" ignores SIGTERM
     let mut quick = pod("quick", "lq");
     quick.spec.as_mut().unwrap().containers[0].name = "q".into(); // exits at SIGTERM
@@ -706,13 +700,7 @@ fn logind_shutdown_in_progress(h: &Harness) -> (podwarden::logind::LogindThread,
         wait_for("running", T, || h.fake.live_containers(u) == 1);
     }
     let logind = Arc::new(FakeLogind::new(Duration::from_secs(30)));
-    let cfg = ShutdownConfig {
-        groups: podwarden::shutdown::groups_from_config(30, 0, &[]),
-        priority_classes: Default::default(),
-        root_dir: h.root.0.clone(),
-        dropin_dir: None,
-    };
-    let thread = LogindThread::start(logind.clone(), h.parts.shutdown_runner(), cfg).unwrap();
+    let thread = h.logind_thread(logind.clone(), 30, 0);
     wait_for("lock taken", T, || logind.locks_held() == 1);
     logind.send(Event::PrepareForShutdown(true));
     wait_for("both pods told to stop", T, || {

@@ -120,11 +120,7 @@ fn pod_text(pod: &Pod) -> String {
 /// (or `domain`) line, its `options`. An unreadable file gives nothing
 /// (logged): the pod then resolves only what its dnsConfig names.
 pub fn host(path: &Path) -> DnsConfig {
-    use std::io::Read;
-    let mut text = String::new();
-    let read =
-        std::fs::File::open(path).and_then(|f| f.take(MAX_RESOLV_CONF_BYTES).read_to_string(&mut text)).map(|_| text);
-    match read {
+    match crate::fsutil::read_host_file(path, MAX_RESOLV_CONF_BYTES) {
         Ok(text) => parse_resolv_conf(&text),
         Err(e) => {
             log::warn!("resolvConf {}: {e}; pods get no nameserver from the host", path.display());

@@ -2,7 +2,7 @@
 //! order, restarts by restartPolicy with back-off, terminal detection.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -92,7 +92,7 @@ impl PodSync {
             self.write_status(ctx, pod, &rp);
             return Ok(SyncResult { terminal: true, requeue_after: None });
         }
-        let sandbox = self.sandbox_config(pod, &rp);
+        let mut sandbox = self.sandbox_config(pod, &rp);
         // whether this pass changed anything in the runtime: if not, the
         // status comes from what was read at its start (a steady-state
         // resync then costs one pod status, not two)
@@ -107,11 +107,14 @@ impl PodSync {
                 }
                 // `rp` keeps the old containers: restart counts continue.
                 acted = true;
-                // what the kubelet warns about when it forms a new
-                // sandbox's resolver config
-                for (reason, message) in super::dns::pod_dns(pod, &self.cfg.resolv_conf).1 {
+                // the resolver config is formed (and `resolvConf` read) for
+                // a new sandbox only, with the kubelet's warnings about it;
+                // the runtime reads it nowhere else
+                let (dns, warnings) = super::dns::pod_dns(pod, &self.cfg.resolv_conf);
+                for (reason, message) in warnings {
                     self.events.event(&ObjectRef::pod(pod), EventType::Warning, reason, &message);
                 }
+                sandbox.dns = Some(dns);
                 let id = ctx.start(|| self.runtime.run_sandbox(&self.call(ctx), &sandbox))??;
                 let ip = if model::host_network(pod) {
                     None
@@ -442,7 +445,8 @@ impl PodSync {
                     host_ip: p.host_ip.clone().unwrap_or_default(),
                 })
                 .collect(),
-            dns: Some(super::dns::pod_dns(pod, &self.cfg.resolv_conf).0),
+            // formed when a sandbox is created (`sync_pod`)
+            dns: None,
             labels: Self::pod_labels(pod),
             annotations: pod.metadata.annotations.clone().unwrap_or_default(),
         }
@@ -607,12 +611,10 @@ pub fn is_terminal(pod: &Pod, rp: &RuntimePod) -> bool {
 /// The node's `/etc/hosts` (at most 1 MiB), for pods on the host network;
 /// empty if it cannot be read.
 fn node_hosts_file() -> String {
-    use std::io::Read;
-    let mut text = String::new();
-    if let Err(e) = std::fs::File::open("/etc/hosts").and_then(|f| f.take(1 << 20).read_to_string(&mut text)) {
+    crate::fsutil::read_host_file(Path::new("/etc/hosts"), 1 << 20).unwrap_or_else(|e| {
         log::warn!("/etc/hosts: {e}; host-network pods get only their hostAliases");
-    }
-    text
+        String::new()
+    })
 }
 
 #[cfg(test)]

@@ -64,10 +64,25 @@ fn cstr(p: &Path) -> Result<CString, VolumeError> {
     CString::new(p.as_os_str().as_encoded_bytes()).map_err(|_| VolumeError::NulInPath(p.to_path_buf()))
 }
 
+/// The mount points at or below `dir` (`None`: the mount table cannot be
+/// read).
+fn mounts_under(dir: &Path) -> Option<Vec<String>> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    let prefix = dir.display().to_string();
+    let below = format!("{prefix}/");
+    Some(
+        mounts
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .filter(|m| *m == prefix || m.starts_with(&below))
+            .map(String::from)
+            .collect(),
+    )
+}
+
 fn is_mount_point(p: &Path) -> bool {
-    let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") else { return false };
     let want = p.display().to_string();
-    mounts.lines().any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
+    mounts_under(p).is_some_and(|m| m.contains(&want))
 }
 
 /// Mount a tmpfs at `p` (once), limited to `limit` bytes if given.
@@ -166,26 +181,15 @@ pub fn prepare_subpath(volume: &Path, sub: &str, target: &Path) -> Result<(), Vo
 /// Whether anything is still mounted at or below `dir`: its content must
 /// then not be removed (it would reach into what is mounted there).
 pub fn has_mounts_under(dir: &Path) -> bool {
-    let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") else { return true };
-    let prefix = dir.display().to_string();
-    mounts
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(1))
-        .any(|m| m == prefix || m.starts_with(&format!("{prefix}/")))
+    mounts_under(dir).is_none_or(|m| !m.is_empty())
 }
 
 /// Unmount every mount at or below `dir` (deepest first).
 pub fn unmount_all_under(dir: &Path) {
-    let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") else { return };
-    let prefix = dir.display().to_string();
-    let mut targets: Vec<&str> = mounts
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(1))
-        .filter(|m| *m == prefix || m.starts_with(&format!("{prefix}/")))
-        .collect();
+    let Some(mut targets) = mounts_under(dir) else { return };
     targets.sort_by_key(|t| std::cmp::Reverse(t.len()));
     for t in targets {
-        if let Ok(c) = CString::new(t)
+        if let Ok(c) = CString::new(t.as_str())
             && let Err(e) = crate::sys::unmount_detach(&c)
         {
             log::warn!("cannot unmount {t}: {e}");

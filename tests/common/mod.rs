@@ -150,6 +150,24 @@ impl Harness {
         assert!(ok, "pod {uid} did not reach {phase:?} within {timeout:?}; it is {:?}", self.phase(uid));
     }
 
+    /// The logind thread on `logind` for these parts, as the daemon starts
+    /// it: a shutdown of `total` seconds, `critical` of them for critical
+    /// pods, its state file under the harness's root.
+    pub fn logind_thread(
+        &self,
+        logind: Arc<dyn podwarden::logind::Logind>,
+        total: i64,
+        critical: i64,
+    ) -> podwarden::logind::LogindThread {
+        let cfg = podwarden::logind::ShutdownConfig {
+            groups: podwarden::shutdown::groups_from_config(total, critical, &[]),
+            priority_classes: Default::default(),
+            root_dir: self.root.0.clone(),
+            dropin_dir: None,
+        };
+        podwarden::logind::LogindThread::start(logind, self.parts.shutdown_runner(), cfg).unwrap()
+    }
+
     pub fn status_phase(&self, uid: &str) -> Option<String> {
         self.statuses.get(uid).and_then(|s| s.phase)
     }
