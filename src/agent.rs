@@ -15,6 +15,7 @@ use thiserror::Error;
 use crate::admission::{Admission, Rejection};
 use crate::events::{EventRecorder, EventType, ObjectRef};
 use crate::metrics::Metrics;
+use crate::model::objects::{self, ObjectSet, ObjectStore};
 use crate::model::{self, Pod, PodStatus, Uid};
 use crate::podworkers::{KillPodOptions, Phase, PodWorkers, UpdatePodOptions, UpdateType};
 use crate::runtime::cache::PodCache;
@@ -59,6 +60,8 @@ pub struct AgentDeps {
     pub metrics: Arc<Metrics>,
     /// What the last relist saw of each pod, shared with the sync phases.
     pub pod_cache: Arc<PodCache>,
+    /// The local ConfigMaps and Secrets, shared with the sync phases.
+    pub objects: Arc<ObjectStore>,
 }
 
 /// Why the agent is not healthy (`/healthz`, the node's Ready condition).
@@ -92,6 +95,8 @@ pub struct Agent {
     sync_lock: Mutex<()>,
     /// What the last relist saw of each pod (shared with the sync phases).
     pod_cache: Arc<PodCache>,
+    /// The local ConfigMaps and Secrets (shared with the sync phases).
+    objects: Arc<ObjectStore>,
     /// When housekeeping last completed (for health checks).
     last_housekeeping: Mutex<Option<Instant>>,
     runtime_error_logged: Mutex<Option<Instant>>,
@@ -104,7 +109,7 @@ pub struct Agent {
 
 impl Agent {
     pub fn new(config: AgentConfig, deps: AgentDeps) -> Self {
-        let AgentDeps { workers, runtime, statuses, events, admission, metrics, pod_cache } = deps;
+        let AgentDeps { workers, runtime, statuses, events, admission, metrics, pod_cache, objects } = deps;
         Agent {
             config,
             workers,
@@ -116,6 +121,7 @@ impl Agent {
             pods: Mutex::new(PodManager::default()),
             sync_lock: Mutex::new(()),
             pod_cache,
+            objects,
             last_housekeeping: Mutex::new(None),
             runtime_error_logged: Mutex::new(None),
             runtime_answered: Mutex::new((None, None)),
@@ -214,6 +220,33 @@ impl Agent {
                     pm.by_uid.insert(uid, DesiredPod { pod, rejected });
                 }
             }
+        }
+    }
+
+    /// Install the source's ConfigMaps and Secrets. Every admitted pod
+    /// that uses one that was added, changed or removed gets a sync pass
+    /// now: its volumes are rewritten, and a container waiting for a
+    /// missing object (`CreateContainerConfigError`) is created. Call it
+    /// before [`Agent::apply_source`] with the same scan, so new pods see
+    /// their objects.
+    pub fn apply_objects(&self, objects: ObjectSet) {
+        let _serial = self.sync_lock.lock();
+        let changed = self.objects.replace(objects);
+        if changed.is_empty() {
+            return;
+        }
+        let users: Vec<Arc<Pod>> = self
+            .pods
+            .lock()
+            .by_uid
+            .values()
+            .filter(|d| d.rejected.is_none())
+            .filter(|d| objects::references(&d.pod).iter().any(|k| changed.contains(k)))
+            .map(|d| d.pod.clone())
+            .collect();
+        for pod in users {
+            log::info!("pod {}: an object it uses changed; syncing it", model::pod_ref(&pod));
+            self.workers.update_pod(UpdatePodOptions::new(UpdateType::Sync, pod));
         }
     }
 

@@ -177,10 +177,12 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
         resolv_conf: config.resolv_conf.clone(),
     };
     let pod_cache = Arc::new(crate::runtime::cache::PodCache::new());
+    let objects = Arc::new(crate::model::objects::ObjectStore::new());
     let syncer = Arc::new(
         PodSync::new(runtime.clone(), statuses.clone(), events.clone(), sync_cfg)
             .with_metrics(metrics.clone())
-            .with_pod_cache(pod_cache.clone()),
+            .with_pod_cache(pod_cache.clone())
+            .with_objects(objects.clone()),
     );
     let observer: Arc<dyn Observer> = match tuning.observer {
         Some(o) => Arc::new(Both(metrics.clone(), o)),
@@ -208,6 +210,7 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
             admission: admission.clone(),
             metrics: metrics.clone(),
             pod_cache: pod_cache.clone(),
+            objects: objects.clone(),
         },
     ));
     Parts {
@@ -219,6 +222,7 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
         admission,
         metrics,
         pod_cache,
+        objects,
         shutdown: SharedState::default(),
         node_name,
     }
@@ -276,7 +280,10 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
     let source = start_watcher(
         source,
         config.file_check_frequency,
-        move |pods| a.apply_source(pods),
+        move |pods, objects| {
+            a.apply_objects(objects);
+            a.apply_source(pods);
+        },
         move |file, msg| {
             events.event(&ObjectRef::file(file), EventType::Warning, "InvalidManifest", msg);
         },

@@ -140,12 +140,18 @@ fn run(args: &[String]) -> Result<(), MainError> {
             let mut failed = false;
             for f in files {
                 let path = podwarden::model::manifest::source_path(f.as_ref(), &config.static_pod_path);
-                match podwarden::model::manifest::read_file(&path, &node_name) {
-                    Ok(p) => {
-                        for w in &p.warnings {
+                match podwarden::model::manifest::read_file_all(&path, &node_name) {
+                    Ok(content) => {
+                        let pod_warnings = content.pod.iter().flat_map(|p| p.warnings.iter());
+                        for w in content.warnings.iter().chain(pod_warnings) {
                             eprintln!("Warning: {f}: {w}");
                         }
-                        println!("{f}: ok: pod {} uid {}", podwarden::model::full_name(&p), podwarden::model::uid(&p))
+                        if let Some(p) = &content.pod {
+                            println!("{f}: ok: pod {} uid {}", podwarden::model::full_name(p), podwarden::model::uid(p))
+                        }
+                        for o in &content.objects {
+                            println!("{f}: ok: {} ({} keys)", o.key, o.data.len())
+                        }
                     }
                     Err(e) => {
                         eprintln!("{e}");

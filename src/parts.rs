@@ -29,6 +29,8 @@ pub struct Parts {
     pub metrics: Arc<Metrics>,
     /// What the last relist saw, shared by the agent and the sync phases.
     pub pod_cache: Arc<PodCache>,
+    /// The local ConfigMaps and Secrets the source last read.
+    pub objects: Arc<crate::model::objects::ObjectStore>,
     /// Graceful node shutdown as the logind thread and the shutdown run
     /// leave it; shown by the node view.
     pub shutdown: SharedState,

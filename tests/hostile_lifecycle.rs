@@ -248,7 +248,7 @@ fn the_manifest_watcher_survives_a_huge_period() {
     let s2 = seen.clone();
     let source = podwarden::source::FileSource::new(&d.0, "node-a");
     let handle =
-        podwarden::source::start_watcher(source, Duration::MAX, move |pods| s2.lock().push(pods.len()), |_, _| {})
+        podwarden::source::start_watcher(source, Duration::MAX, move |pods, _| s2.lock().push(pods.len()), |_, _| {})
             .unwrap();
     wait_for("first scan", T, || seen.lock().first() == Some(&1));
     std::fs::write(d.0.join("b.yaml"), VICTIM.replace("victim", "b")).unwrap();

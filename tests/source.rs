@@ -138,7 +138,7 @@ fn watcher_picks_up_changes_through_inotify_long_before_the_rescan() {
     let handle = start_watcher(
         FileSource::new(&d.0, "node"),
         Duration::from_secs(3600), // the periodic rescan never comes
-        move |pods| s2.lock().push(names(&pods)),
+        move |pods, _| s2.lock().push(names(&pods)),
         move |file, msg| e2.lock().push(format!("{file}: {msg}")),
     )
     .unwrap();

@@ -18,6 +18,18 @@ pub const ENV_FIELD_PATHS: &[&str] = &[
     "status.podIPs",
 ];
 
+/// The paths `fieldRef` may name in a downwardAPI volume file (the whole
+/// label and annotation maps too; no spec or status fields).
+pub const VOLUME_FIELD_PATHS: &[&str] = &[
+    "metadata.name",
+    "metadata.namespace",
+    "metadata.uid",
+    "metadata.labels",
+    "metadata.annotations",
+    "metadata.labels['<KEY>']",
+    "metadata.annotations['<KEY>']",
+];
+
 /// `metadata.labels['key']` → `("labels", "key")`.
 pub fn subscript(path: &str) -> Option<(&str, &str)> {
     for map in ["labels", "annotations"] {

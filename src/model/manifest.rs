@@ -32,10 +32,12 @@ pub enum ManifestError {
     TooLarge { path: String, size: u64 },
     #[error("{path}: not valid UTF-8 (first bad byte at offset {offset})")]
     NotUtf8 { path: String, offset: usize },
-    #[error("{path}: holds {count} documents; a manifest must hold exactly one Pod")]
+    #[error("{path}: holds {count} Pods; a manifest holds at most one Pod (and any ConfigMaps and Secrets)")]
     MultiDocument { path: String, count: usize },
     #[error("{path}: empty manifest; expected one Pod")]
     Empty { path: String },
+    #[error("{path}: holds no Pod (only ConfigMaps and Secrets); expected one Pod")]
+    NoPod { path: String },
     #[error("{path}: cannot parse {format}: {message}")]
     Syntax { path: String, format: &'static str, message: String },
     #[error("{path}: field {field}: {message}")]
@@ -53,6 +55,7 @@ impl ManifestError {
             | ManifestError::NotUtf8 { path, .. }
             | ManifestError::MultiDocument { path, .. }
             | ManifestError::Empty { path }
+            | ManifestError::NoPod { path }
             | ManifestError::Syntax { path, .. }
             | ManifestError::Invalid { path, .. } => path,
         }
@@ -80,6 +83,11 @@ impl std::ops::Deref for Parsed {
 /// FIFO, a device or a link to `/dev/zero` or `/etc/shadow` is an error at
 /// once, never a hang or a read of something else.
 pub fn read_file(path: &Path, node_name: &str) -> Result<Parsed, ManifestError> {
+    read_file_all(path, node_name)?.pod.ok_or_else(|| ManifestError::NoPod { path: path.display().to_string() })
+}
+
+/// [`read_file`], for a file that may hold no Pod: everything in it.
+pub fn read_file_all(path: &Path, node_name: &str) -> Result<FileContent, ManifestError> {
     use crate::fsutil::{FileError, Links};
     let p = path.display().to_string();
     let dir = match path.parent() {
@@ -107,7 +115,7 @@ pub fn read_file(path: &Path, node_name: &str) -> Result<Parsed, ManifestError> 
                 source: std::io::Error::other(format!("{link} was replaced by a symlink while being read")),
             },
         })?;
-    parse_full(&p, &buf, node_name)
+    parse_all(&p, &buf, node_name)
 }
 
 /// The path under which the agent's file source reads `file`, which is part
@@ -136,44 +144,106 @@ fn is_json(path: &str) -> bool {
 
 /// Parse and validate manifest bytes. `path` names the input in errors and
 /// takes part in the derived UID; `.json` selects JSON, anything else YAML.
+/// The input must hold a Pod (and may hold ConfigMaps and Secrets too).
 pub fn parse(path: &str, bytes: &[u8], node_name: &str) -> Result<Pod, ManifestError> {
     parse_full(path, bytes, node_name).map(|p| p.pod)
 }
 
 /// [`parse`], with the warnings about the manifest.
+pub fn parse_full(path: &str, bytes: &[u8], node_name: &str) -> Result<Parsed, ManifestError> {
+    let content = parse_all(path, bytes, node_name)?;
+    content.pod.ok_or_else(|| ManifestError::NoPod { path: path.to_string() })
+}
+
+/// What one manifest file holds: at most one Pod, any number of ConfigMaps
+/// and Secrets (YAML documents separated by `---`, as `podman kube play`
+/// reads them; a JSON file holds one object).
+#[derive(Debug, Clone, Default)]
+pub struct FileContent {
+    pub pod: Option<Parsed>,
+    pub objects: Vec<super::objects::LocalObject>,
+    /// Warnings about the objects (the pod's are in `pod`).
+    pub warnings: Vec<String>,
+}
+
+/// Parse and validate every document of a manifest file.
 ///
 /// Bounded whatever the input: at most [`MAX_MANIFEST_BYTES`], parsed
 /// within [`yaml`]'s depth, node and byte budget (aliases counted expanded)
 /// before any value is built.
-pub fn parse_full(path: &str, bytes: &[u8], node_name: &str) -> Result<Parsed, ManifestError> {
+pub fn parse_all(path: &str, bytes: &[u8], node_name: &str) -> Result<FileContent, ManifestError> {
+    use super::objects::{self, Kind};
     let path_s = path.to_string();
     if bytes.len() as u64 > MAX_MANIFEST_BYTES {
         return Err(ManifestError::TooLarge { path: path_s, size: bytes.len() as u64 });
     }
     let text = std::str::from_utf8(bytes)
         .map_err(|e| ManifestError::NotUtf8 { path: path_s.clone(), offset: e.valid_up_to() })?;
-    let value = to_value(path, text)?;
-    let (pod, warnings) = to_pod(path, value)?;
-    let mut pod = finish(path, pod, node_name)?;
-    validate(&pod).map_err(|(field, message)| ManifestError::Invalid { path: path_s, field, message })?;
-    pod.status = None;
-    Ok(Parsed { pod, warnings })
+    let docs = to_values(path, text)?;
+    let many = docs.len() > 1;
+    let pods = docs.iter().filter(|d| d.get("kind").and_then(Value::as_str) == Some("Pod")).count();
+    if pods > 1 {
+        return Err(ManifestError::MultiDocument { path: path_s, count: pods });
+    }
+    let mut content = FileContent::default();
+    let mut seen = HashSet::new();
+    for (i, doc) in docs.into_iter().enumerate() {
+        // in a file of several documents, a field is named with its
+        // document: `documents[1].data["a b"]`
+        let at = |field: &str| if many { format!("documents[{i}].{field}") } else { field.to_string() };
+        let invalid = |field: &str, message: String| ManifestError::Invalid {
+            path: path_s.clone(),
+            field: at(field),
+            message,
+        };
+        let kind = match doc.get("kind").and_then(Value::as_str) {
+            Some("ConfigMap") => Kind::ConfigMap,
+            Some("Secret") => Kind::Secret,
+            Some("Pod") => {
+                let (pod, warnings) = to_pod(path, doc).map_err(|e| match e {
+                    ManifestError::Invalid { field, message, .. } => invalid(&field, message),
+                    other => other,
+                })?;
+                let mut pod = finish(path, pod, node_name)?;
+                validate(&pod).map_err(|(field, message)| invalid(&field, message))?;
+                pod.status = None;
+                content.pod = Some(Parsed { pod, warnings: warnings.into_iter().map(|w| at_warning(many, i, w)).collect() });
+                continue;
+            }
+            Some(other) => {
+                return Err(invalid("kind", format!("is {other:?}; a manifest holds a Pod, ConfigMaps and Secrets")));
+            }
+            None if !doc.is_object() => return Err(invalid("(top level)", "expected a Pod object".into())),
+            None => return Err(invalid("kind", "missing; expected \"Pod\"".into())),
+        };
+        let (obj, warnings) = objects::from_value(kind, path, doc).map_err(|(field, message)| invalid(&field, message))?;
+        if !seen.insert(obj.key.clone()) {
+            return Err(invalid("metadata.name", format!("{} is defined twice in this file", obj.key)));
+        }
+        content.warnings.extend(warnings.into_iter().map(|w| at_warning(many, i, w)));
+        content.objects.push(obj);
+    }
+    Ok(content)
 }
 
-fn to_value(path: &str, text: &str) -> Result<Value, ManifestError> {
+/// A warning about document `i` of a file of several documents.
+fn at_warning(many: bool, i: usize, w: String) -> String {
+    if many { format!("documents[{i}]: {w}") } else { w }
+}
+
+fn to_values(path: &str, text: &str) -> Result<Vec<Value>, ManifestError> {
     let syntax =
         |format, e: yaml::YamlError| ManifestError::Syntax { path: path.to_string(), format, message: e.to_string() };
-    let mut docs: Vec<Value> = if is_json(path) {
+    let docs: Vec<Value> = if is_json(path) {
         yaml::parse_json_bounded(text).map_err(|e| syntax("JSON", e))?
     } else {
         let all = yaml::parse_bounded(text).map_err(|e| syntax("YAML", e))?;
         all.into_iter().filter(|v| !v.is_null()).collect()
     };
-    match docs.len() {
-        0 => Err(ManifestError::Empty { path: path.to_string() }),
-        1 => Ok(docs.pop().expect("one document")),
-        count => Err(ManifestError::MultiDocument { path: path.to_string(), count }),
+    if docs.is_empty() {
+        return Err(ManifestError::Empty { path: path.to_string() });
     }
+    Ok(docs)
 }
 
 fn to_pod(path: &str, mut value: Value) -> Result<(Pod, Vec<String>), ManifestError> {
@@ -345,7 +415,7 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
     validate_dns(spec)?;
     let volumes: HashSet<&str> = spec.volumes.iter().flatten().map(|v| v.name.as_str()).collect();
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
-        validate_volume(i, v)?;
+        validate_volume(i, v, &spec.containers)?;
     }
     if volumes.len() != spec.volumes.as_ref().map_or(0, Vec::len) {
         return err("spec.volumes", "volume names must be unique");
@@ -382,6 +452,29 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
             }
             if let Some(from) = &e.value_from {
                 validate_value_from(&format!("{f}.env[{j}]"), e.value.as_deref(), from, &spec.containers)?;
+            }
+        }
+        for (j, ef) in c.env_from.iter().flatten().enumerate() {
+            let ff = format!("{f}.envFrom[{j}]");
+            let name = match (&ef.config_map_ref, &ef.secret_ref) {
+                (Some(_), Some(_)) => return err(ff, "may not have more than one field specified at a time"),
+                (None, None) => return err(ff, "must specify one of: `configMapRef` or `secretRef`"),
+                (Some(r), None) => (format!("{ff}.configMapRef.name"), r.name.as_str()),
+                (None, Some(r)) => (format!("{ff}.secretRef.name"), r.name.as_str()),
+            };
+            if name.1.is_empty() {
+                return err(name.0, "missing; name the object");
+            }
+            if !is_dns1123_subdomain(name.1) {
+                return err(name.0, format!("{:?} is not a valid DNS-1123 subdomain", name.1));
+            }
+            if let Some(p) = ef.prefix.as_deref()
+                && let Some(bad) = p.chars().find(|ch| *ch == '=' || !(' '..='~').contains(ch))
+            {
+                return err(
+                    format!("{ff}.prefix"),
+                    format!("{p:?}: {bad:?} is not allowed (printable ASCII characters other than '=' are)"),
+                );
             }
         }
         validate_resources(&f, c)?;
@@ -458,9 +551,39 @@ fn validate_value_from(
     if value.is_some_and(|v| !v.is_empty()) {
         return err(vf, "may not be specified when `value` is not empty");
     }
+    let sources = [
+        from.field_ref.is_some(),
+        from.resource_field_ref.is_some(),
+        from.config_map_key_ref.is_some(),
+        from.secret_key_ref.is_some(),
+    ];
+    match sources.iter().filter(|s| **s).count() {
+        0 => {
+            return err(
+                vf,
+                "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or `secretKeyRef`",
+            );
+        }
+        1 => {}
+        _ => return err(vf, "may not have more than one field specified at a time"),
+    }
+    let key_ref = |field: &str, name: &str, key: &str| -> Result<(), FieldError> {
+        if name.is_empty() {
+            return err(format!("{vf}.{field}.name"), "missing; name the object");
+        }
+        if !is_dns1123_subdomain(name) {
+            return err(format!("{vf}.{field}.name"), format!("{name:?} is not a valid DNS-1123 subdomain"));
+        }
+        super::objects::check_key(key).map_err(|m| (format!("{vf}.{field}.key"), m))
+    };
+    if let Some(r) = &from.config_map_key_ref {
+        return key_ref("configMapKeyRef", &r.name, &r.key);
+    }
+    if let Some(r) = &from.secret_key_ref {
+        return key_ref("secretKeyRef", &r.name, &r.key);
+    }
     match (&from.field_ref, &from.resource_field_ref) {
-        (Some(_), Some(_)) => err(vf, "may not have more than one field specified at a time"),
-        (None, None) => err(vf, "must specify one of: `fieldRef` or `resourceFieldRef`"),
+        (Some(_), Some(_)) | (None, None) => unreachable!("one source, counted above"),
         (Some(fr), None) => {
             let p = fr.field_path.as_str();
             let known = ENV_FIELD_PATHS.contains(&p) || subscript(p).is_some_and(|(_, k)| !k.is_empty());
@@ -531,14 +654,38 @@ fn validate_dns(spec: &super::PodSpec) -> Result<(), FieldError> {
 
 /// A volume: exactly one source, emptyDir or hostPath, with values
 /// podwarden implements.
-fn validate_volume(i: usize, v: &k8s_openapi::api::core::v1::Volume) -> Result<(), FieldError> {
+fn validate_volume(
+    i: usize,
+    v: &k8s_openapi::api::core::v1::Volume,
+    containers: &[super::Container],
+) -> Result<(), FieldError> {
     let f = format!("spec.volumes[{i}]");
     if !is_dns1123_label(&v.name) {
         return err(format!("{f}.name"), format!("{:?} is not a valid DNS-1123 label", v.name));
     }
+    let sources: Vec<&str> = [
+        ("emptyDir", v.empty_dir.is_some()),
+        ("hostPath", v.host_path.is_some()),
+        ("configMap", v.config_map.is_some()),
+        ("secret", v.secret.is_some()),
+        ("downwardAPI", v.downward_api.is_some()),
+        ("projected", v.projected.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(n, set)| set.then_some(n))
+    .collect();
+    if sources.len() > 1 {
+        return err(f, format!("more than one volume source ({})", sources.join(", ")));
+    }
+    if v.config_map.is_some() || v.secret.is_some() || v.downward_api.is_some() || v.projected.is_some() {
+        return validate_projection(&f, v, containers);
+    }
     match (&v.empty_dir, &v.host_path) {
-        (Some(_), Some(_)) => err(f, "more than one volume source (emptyDir and hostPath)"),
-        (None, None) => err(f, "no volume source; podwarden supports emptyDir and hostPath"),
+        (Some(_), Some(_)) => unreachable!("counted above"),
+        (None, None) => err(
+            f,
+            "no volume source; podwarden supports emptyDir, hostPath, configMap, secret, downwardAPI and projected",
+        ),
         (Some(ed), None) => {
             let medium = ed.medium.as_deref().unwrap_or("");
             if !matches!(medium, "" | "Memory") {
@@ -593,6 +740,173 @@ fn validate_volume(i: usize, v: &k8s_openapi::api::core::v1::Volume) -> Result<(
             Ok(())
         }
     }
+}
+
+/// A mode, as the API server checks it.
+fn check_mode(field: String, m: Option<i32>) -> Result<(), FieldError> {
+    match m {
+        Some(m) if !(0..=0o777).contains(&m) => {
+            err(field, format!("{m}: must be a number between 0 and 0777 (octal), both inclusive"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A file path in a volume podwarden writes (the atomic writer's rules).
+fn check_item_path(field: String, p: &str, paths: &mut HashSet<String>) -> Result<(), FieldError> {
+    if p.is_empty() {
+        return err(field, "missing; an item needs a path");
+    }
+    if p.starts_with('/') {
+        return err(field, format!("{p:?} must be a relative path"));
+    }
+    if p.contains('\0') {
+        return err(field, format!("{p:?} holds a NUL byte"));
+    }
+    let parts: Vec<&str> = p.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+    if parts.contains(&"..") {
+        return err(field, format!("{p:?} must not contain '..'"));
+    }
+    if parts.first().is_some_and(|c| c.starts_with("..")) {
+        return err(field, format!("{p:?} must not start with '..'"));
+    }
+    if parts.is_empty() {
+        return err(field, format!("{p:?} names no file"));
+    }
+    if parts.iter().any(|c| c.len() > NAME_MAX) || p.len() > 4096 {
+        return err(field, format!("{p:?} is too long (4096 bytes, {NAME_MAX} per file name)"));
+    }
+    if !paths.insert(parts.join("/")) {
+        return err(field, format!("{p:?}: conflicting duplicate paths"));
+    }
+    Ok(())
+}
+
+/// `items` of a configMap or secret volume (or projected source).
+fn check_key_items(
+    f: &str,
+    items: &Option<Vec<k8s_openapi::api::core::v1::KeyToPath>>,
+    paths: &mut HashSet<String>,
+) -> Result<(), FieldError> {
+    for (j, it) in items.iter().flatten().enumerate() {
+        let itf = format!("{f}.items[{j}]");
+        super::objects::check_key(&it.key).map_err(|m| (format!("{itf}.key"), m))?;
+        check_item_path(format!("{itf}.path"), &it.path, paths)?;
+        check_mode(format!("{itf}.mode"), it.mode)?;
+    }
+    Ok(())
+}
+
+/// `items` of a downwardAPI volume (or projected source): the paths a
+/// volume may show (whole label and annotation maps too), resources of a
+/// named container.
+fn check_downward_items(
+    f: &str,
+    items: &Option<Vec<k8s_openapi::api::core::v1::DownwardAPIVolumeFile>>,
+    containers: &[super::Container],
+    paths: &mut HashSet<String>,
+) -> Result<(), FieldError> {
+    use super::downward::{RESOURCES, VOLUME_FIELD_PATHS, divisor_allowed, subscript};
+    for (j, it) in items.iter().flatten().enumerate() {
+        let itf = format!("{f}.items[{j}]");
+        check_item_path(format!("{itf}.path"), &it.path, paths)?;
+        check_mode(format!("{itf}.mode"), it.mode)?;
+        match (&it.field_ref, &it.resource_field_ref) {
+            (Some(_), Some(_)) => return err(itf, "fieldRef and resourceFieldRef can not be specified simultaneously"),
+            (None, None) => return err(itf, "must specify one of: `fieldRef` or `resourceFieldRef`"),
+            (Some(fr), None) => {
+                let p = fr.field_path.as_str();
+                if !(VOLUME_FIELD_PATHS.contains(&p) || subscript(p).is_some_and(|(_, k)| !k.is_empty())) {
+                    return err(
+                        format!("{itf}.fieldRef.fieldPath"),
+                        format!("{p:?} is not one of {}", VOLUME_FIELD_PATHS.join(", ")),
+                    );
+                }
+            }
+            (None, Some(rf)) => {
+                let rff = format!("{itf}.resourceFieldRef");
+                let name = rf.container_name.as_deref().unwrap_or("");
+                if name.is_empty() {
+                    return err(format!("{rff}.containerName"), "must specify container name");
+                }
+                if !containers.iter().any(|c| c.name == name) {
+                    return err(format!("{rff}.containerName"), format!("no container named {name:?} in this pod"));
+                }
+                if !RESOURCES.contains(&rf.resource.as_str()) {
+                    return err(
+                        format!("{rff}.resource"),
+                        format!("{:?} is not one of {}", rf.resource, RESOURCES.join(", ")),
+                    );
+                }
+                if let Some(d) = &rf.divisor
+                    && !divisor_allowed(&rf.resource, &d.0)
+                {
+                    return err(format!("{rff}.divisor"), format!("{:?} is not an allowed divisor", d.0));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// configMap, secret, downwardAPI and projected volumes.
+fn validate_projection(
+    f: &str,
+    v: &k8s_openapi::api::core::v1::Volume,
+    containers: &[super::Container],
+) -> Result<(), FieldError> {
+    let mut paths = HashSet::new();
+    let object_name = |field: String, name: &str| -> Result<(), FieldError> {
+        if name.is_empty() {
+            return err(field, "missing; name the object");
+        }
+        if !is_dns1123_subdomain(name) {
+            return err(field, format!("{name:?} is not a valid DNS-1123 subdomain"));
+        }
+        Ok(())
+    };
+    if let Some(cm) = &v.config_map {
+        let cf = format!("{f}.configMap");
+        object_name(format!("{cf}.name"), &cm.name)?;
+        check_mode(format!("{cf}.defaultMode"), cm.default_mode)?;
+        check_key_items(&cf, &cm.items, &mut paths)?;
+    }
+    if let Some(sec) = &v.secret {
+        let sf = format!("{f}.secret");
+        object_name(format!("{sf}.secretName"), sec.secret_name.as_deref().unwrap_or(""))?;
+        check_mode(format!("{sf}.defaultMode"), sec.default_mode)?;
+        check_key_items(&sf, &sec.items, &mut paths)?;
+    }
+    if let Some(d) = &v.downward_api {
+        let df = format!("{f}.downwardAPI");
+        check_mode(format!("{df}.defaultMode"), d.default_mode)?;
+        check_downward_items(&df, &d.items, containers, &mut paths)?;
+    }
+    if let Some(p) = &v.projected {
+        let pf = format!("{f}.projected");
+        check_mode(format!("{pf}.defaultMode"), p.default_mode)?;
+        for (j, src) in p.sources.iter().flatten().enumerate() {
+            let sf = format!("{pf}.sources[{j}]");
+            let set = [src.config_map.is_some(), src.secret.is_some(), src.downward_api.is_some()];
+            match set.iter().filter(|b| **b).count() {
+                0 => return err(sf, "must specify one of: `configMap`, `secret` or `downwardAPI`"),
+                1 => {}
+                _ => return err(sf, "may not specify more than 1 volume type per source"),
+            }
+            if let Some(cm) = &src.config_map {
+                object_name(format!("{sf}.configMap.name"), &cm.name)?;
+                check_key_items(&format!("{sf}.configMap"), &cm.items, &mut paths)?;
+            }
+            if let Some(s) = &src.secret {
+                object_name(format!("{sf}.secret.name"), &s.name)?;
+                check_key_items(&format!("{sf}.secret"), &s.items, &mut paths)?;
+            }
+            if let Some(d) = &src.downward_api {
+                check_downward_items(&format!("{sf}.downwardAPI"), &d.items, containers, &mut paths)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Requests and limits: cpu and memory only (the others would be dropped),

@@ -4,6 +4,7 @@
 pub mod downward;
 pub mod fields;
 pub mod manifest;
+pub mod objects;
 pub mod quantity;
 pub mod yaml;
 

@@ -1,19 +1,27 @@
 //! Scanning `staticPodPath`: every `*.yaml`, `*.yml`, `*.json` (dotfiles,
-//! which editors use for swap files, are skipped) holds one Pod.
+//! which editors use for swap files, are skipped) holds at most one Pod and
+//! any number of ConfigMaps and Secrets.
 //!
 //! A manifest that was valid and turns invalid (a half-written edit) keeps
-//! its last valid pod until the file is fixed or removed.
+//! its last valid content (pod and objects) until the file is fixed or
+//! removed.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::model::objects::{LocalObject, ObjKey, ObjectSet};
 use crate::model::{self, Pod, manifest};
 
 #[derive(Default)]
 struct FileEntry {
+    /// Whether the file has ever been read valid (then `pod` and `objects`
+    /// are its last valid content).
+    valid: bool,
     /// The last valid pod read from the file.
     pod: Option<Arc<Pod>>,
+    /// The ConfigMaps and Secrets last read valid from the file.
+    objects: Vec<Arc<LocalObject>>,
     /// The last error reported for the file (reported once per change).
     reported: Option<String>,
     /// The warnings last logged for the file (logged once per change).
@@ -21,6 +29,8 @@ struct FileEntry {
     /// The UID conflict last reported for the file (reported once while
     /// it lasts).
     conflict: Option<String>,
+    /// The object conflicts last reported for the file.
+    object_conflicts: Vec<String>,
 }
 
 /// What one scan found.
@@ -29,6 +39,8 @@ pub struct ScanReport {
     /// The desired pods, ordered by file name. `None` when the directory
     /// could not be read: keep the pods as they are.
     pub pods: Option<Vec<Arc<Pod>>>,
+    /// The ConfigMaps and Secrets (`None` with `pods`).
+    pub objects: Option<ObjectSet>,
     /// Newly seen problems: (file, message). Each is reported once until
     /// the file changes.
     pub errors: Vec<(String, String)>,
@@ -42,6 +54,8 @@ pub struct FileSource {
     /// UID -> the file whose pod holds it. A UID stays with the file that
     /// held it first for as long as that file holds a pod with it.
     uid_owner: HashMap<String, PathBuf>,
+    /// Object -> the file that holds it, by the same rule as UIDs.
+    object_owner: HashMap<ObjKey, PathBuf>,
 }
 
 fn is_manifest_name(p: &Path) -> bool {
@@ -59,6 +73,7 @@ impl FileSource {
             files: BTreeMap::new(),
             dir_error: None,
             uid_owner: HashMap::new(),
+            object_owner: HashMap::new(),
         }
     }
 
@@ -87,27 +102,69 @@ impl FileSource {
         let mut vanished = Vec::new();
         for path in &present {
             let entry = self.files.entry(path.clone()).or_default();
-            match manifest::read_file(path, &self.node_name) {
-                Ok(manifest::Parsed { pod, warnings }) => {
+            match manifest::read_file_all(path, &self.node_name) {
+                Ok(content) => {
                     entry.reported = None;
+                    entry.valid = true;
+                    let mut warnings = content.warnings;
+                    if let Some(p) = &content.pod {
+                        warnings.extend(p.warnings.iter().cloned());
+                    }
                     if entry.warned != warnings {
                         for w in &warnings {
                             log::warn!("{}: {w}", path.display());
                         }
                         entry.warned = warnings;
                     }
-                    let same =
-                        entry.pod.as_ref().is_some_and(|old| old.metadata == pod.metadata && old.spec == pod.spec);
-                    if !same {
-                        entry.pod = Some(Arc::new(pod));
+                    match content.pod {
+                        None => entry.pod = None,
+                        Some(manifest::Parsed { pod, .. }) => {
+                            let same = entry
+                                .pod
+                                .as_ref()
+                                .is_some_and(|old| old.metadata == pod.metadata && old.spec == pod.spec);
+                            if !same {
+                                entry.pod = Some(Arc::new(pod));
+                            }
+                        }
+                    }
+                    // an unchanged object keeps its Arc; an immutable one
+                    // keeps its first version (the API server refuses the
+                    // change; removing the object and adding it again is
+                    // how it changes)
+                    let old = std::mem::take(&mut entry.objects);
+                    let mut immutable_changed = Vec::new();
+                    entry.objects = content
+                        .objects
+                        .into_iter()
+                        .map(|o| match old.iter().find(|x| x.key == o.key) {
+                            Some(x) if **x == o => x.clone(),
+                            Some(x) if x.immutable => {
+                                immutable_changed.push(format!(
+                                    "{}: {} is immutable: the change is ignored (remove it and add it again to \
+                                     change it)",
+                                    path.display(),
+                                    o.key
+                                ));
+                                x.clone()
+                            }
+                            _ => Arc::new(o),
+                        })
+                        .collect();
+                    if !immutable_changed.is_empty() {
+                        let msg = immutable_changed.join("; ");
+                        if entry.reported.as_deref() != Some(&msg) {
+                            report.errors.push((path.display().to_string(), msg.clone()));
+                        }
+                        entry.reported = Some(msg);
                     }
                 }
                 // removed between listing and reading: gone, not broken
                 Err(_) if std::fs::symlink_metadata(path).is_err() => vanished.push(path.clone()),
                 Err(e) => {
                     let mut msg = e.to_string();
-                    if entry.pod.is_some() {
-                        msg.push_str("; keeping the last valid version of this pod");
+                    if entry.valid {
+                        msg.push_str("; keeping the last valid version of this file");
                     }
                     if entry.reported.as_deref() != Some(&msg) {
                         report.errors.push((path.display().to_string(), msg.clone()));
@@ -158,6 +215,49 @@ impl FileSource {
             }
         }
         report.pods = Some(pods);
+        report.objects = Some(self.objects(&mut report));
         report
+    }
+
+    /// The objects of every file; an object defined in two files stays
+    /// with the file that held it first (the other file's copy is reported
+    /// and ignored), so a new file cannot take over an object in use.
+    fn objects(&mut self, report: &mut ScanReport) -> ObjectSet {
+        let mut claims: HashMap<ObjKey, Vec<PathBuf>> = HashMap::new();
+        for (path, entry) in &self.files {
+            for o in &entry.objects {
+                claims.entry(o.key.clone()).or_default().push(path.clone());
+            }
+        }
+        let mut owner: HashMap<ObjKey, PathBuf> = HashMap::new();
+        for (key, paths) in claims {
+            let keep = self.object_owner.get(&key).filter(|o| paths.contains(o)).unwrap_or(&paths[0]).clone();
+            owner.insert(key, keep);
+        }
+        self.object_owner = owner;
+        let mut set = ObjectSet::new();
+        for (path, entry) in &mut self.files {
+            let mut conflicts = Vec::new();
+            for o in &entry.objects {
+                match self.object_owner.get(&o.key) {
+                    Some(first) if first != path => conflicts.push(format!(
+                        "{}: {} is already defined in {}; ignoring this definition",
+                        path.display(),
+                        o.key,
+                        first.display()
+                    )),
+                    _ => {
+                        set.insert(o.key.clone(), o.clone());
+                    }
+                }
+            }
+            for c in &conflicts {
+                if !entry.object_conflicts.contains(c) {
+                    report.errors.push((path.display().to_string(), c.clone()));
+                }
+            }
+            entry.object_conflicts = conflicts;
+        }
+        set
     }
 }

@@ -11,6 +11,7 @@ use inotify::{Inotify, WatchMask};
 
 use super::FileSource;
 use crate::model::Pod;
+use crate::model::objects::ObjectSet;
 use std::sync::Arc;
 
 /// Owns the watcher thread. `rescan()` asks for a scan now; dropping the
@@ -61,12 +62,13 @@ impl Drop for SourceHandle {
     }
 }
 
-/// Start watching. `apply` gets every scan's full pod list; `report` every
-/// newly found problem as (file, message).
+/// Start watching. `apply` gets every scan's full pod list and objects
+/// (ConfigMaps, Secrets); `report` every newly found problem as (file,
+/// message).
 pub fn start_watcher(
     mut source: FileSource,
     period: Duration,
-    apply: impl Fn(Vec<Arc<Pod>>) + Send + 'static,
+    apply: impl Fn(Vec<Arc<Pod>>, ObjectSet) + Send + 'static,
     report: impl Fn(&str, &str) + Send + 'static,
 ) -> std::io::Result<SourceHandle> {
     let wake = Arc::new(File::from(crate::sys::eventfd(libc::EFD_CLOEXEC | libc::EFD_NONBLOCK)?));
@@ -103,8 +105,8 @@ pub fn start_watcher(
                 // empty source: nothing is desired); later, an unreadable
                 // directory keeps the pods as they are.
                 match r.pods {
-                    Some(pods) => apply(pods),
-                    None if first => apply(Vec::new()),
+                    Some(pods) => apply(pods, r.objects.unwrap_or_default()),
+                    None if first => apply(Vec::new(), ObjectSet::new()),
                     None => {}
                 }
                 first = false;

@@ -1,12 +1,15 @@
 //! A container's environment as the kubelet makes it: `env` in order, each
 //! `value` expanded against the variables before it (`$(VAR)`, `$$` for a
 //! literal `$`, unknown references left as written), each `valueFrom` read
-//! from the downward API (`fieldRef`, `resourceFieldRef`); then `command`
-//! and `args` expanded against the whole environment.
+//! from the downward API (`fieldRef`, `resourceFieldRef`) or a local
+//! ConfigMap or Secret (`configMapKeyRef`, `secretKeyRef`), after the keys
+//! of `envFrom`; then `command` and `args` expanded against the whole
+//! environment.
 
 use thiserror::Error;
 
 use crate::model::downward::subscript;
+use crate::model::objects::{Kind, LocalObject, ObjKey, ObjectSet};
 use crate::model::{self, Container, Pod, quantity};
 
 /// What the downward API reads besides the pod.
@@ -21,6 +24,8 @@ pub struct Downward<'a> {
     /// are shown as (the kubelet's `defaultPodLimitsForDownwardAPI`).
     pub allocatable_cpu_millis: i64,
     pub allocatable_memory_bytes: i64,
+    /// The local ConfigMaps and Secrets.
+    pub objects: &'a ObjectSet,
 }
 
 /// An environment variable the container cannot be given; the container is
@@ -35,12 +40,53 @@ pub enum EnvError {
     NoContainer { name: String, container: String },
     #[error("env {name}: {what} {value:?} is not a quantity")]
     Quantity { name: String, what: &'static str, value: String },
+    /// The kubelet's text for a missing object (`configmap "app" not
+    /// found`).
+    #[error("{} {:?} not found", .0.kind.resource(), .0.name)]
+    NotFound(ObjKey),
+    /// The kubelet's text for a missing key.
+    #[error("couldn't find key {key} in {} {}/{}", .object.kind.as_str(), .object.namespace, .object.name)]
+    MissingKey { object: ObjKey, key: String },
+    /// A value the runtime cannot take as an environment variable (the
+    /// value itself is never shown: it may be a secret).
+    #[error("env {name}: key {key} of {object} {why}")]
+    BadValue { name: String, object: ObjKey, key: String, why: &'static str },
 }
 
-/// The environment variables podwarden gives the container (declaration
-/// order; a name set twice keeps its first place and its last value).
+/// The environment variables podwarden gives the container: the keys of
+/// `envFrom` (in order, a later source overriding an earlier one), then
+/// `env` (declaration order; a name set twice keeps its first place and its
+/// last value).
 pub fn environment(pod: &Pod, c: &Container, dw: &Downward) -> Result<Vec<(String, String)>, EnvError> {
+    let ns = model::namespace(pod);
     let mut env: Vec<(String, String)> = Vec::new();
+    let set = |env: &mut Vec<(String, String)>, name: &str, value: String| match env
+        .iter_mut()
+        .find(|(n, _)| n == name)
+    {
+        Some(slot) => slot.1 = value,
+        None => env.push((name.to_string(), value)),
+    };
+    for ef in c.env_from.iter().flatten() {
+        let prefix = ef.prefix.as_deref().unwrap_or("");
+        let (kind, name, optional) = match (&ef.config_map_ref, &ef.secret_ref) {
+            (Some(r), _) => (Kind::ConfigMap, r.name.as_str(), r.optional.unwrap_or(false)),
+            (None, Some(r)) => (Kind::Secret, r.name.as_str(), r.optional.unwrap_or(false)),
+            (None, None) => continue,
+        };
+        let key = ObjKey::new(kind, ns, name);
+        let Some(obj) = dw.objects.get(&key) else {
+            if optional {
+                continue;
+            }
+            return Err(EnvError::NotFound(key));
+        };
+        for k in obj.env_keys() {
+            let var = format!("{prefix}{k}");
+            let value = text(&var, obj, k)?;
+            set(&mut env, &var, value);
+        }
+    }
     for e in c.env.iter().flatten() {
         let value = match (&e.value, &e.value_from) {
             (Some(v), _) if !v.is_empty() => expand(v, |name| lookup(&env, name)),
@@ -51,19 +97,47 @@ pub fn environment(pod: &Pod, c: &Container, dw: &Downward) -> Result<Vec<(Strin
                 } else if let Some(r) = &from.resource_field_ref {
                     resource_value(pod, c, &e.name, r, dw)?
                 } else {
-                    // configMapKeyRef, secretKeyRef and the rest are refused
-                    // by the field table before a pod gets here
-                    String::new()
+                    let (kind, name, key, optional) = match (&from.config_map_key_ref, &from.secret_key_ref) {
+                        (Some(r), _) => (Kind::ConfigMap, &r.name, &r.key, r.optional.unwrap_or(false)),
+                        (None, Some(r)) => (Kind::Secret, &r.name, &r.key, r.optional.unwrap_or(false)),
+                        // the field table refuses every other source
+                        (None, None) => continue,
+                    };
+                    let object = ObjKey::new(kind, ns, name);
+                    // optional and missing: the variable is not set at all
+                    // (a value from envFrom or an earlier entry stays), as
+                    // in the kubelet
+                    let Some(obj) = dw.objects.get(&object) else {
+                        if optional {
+                            continue;
+                        }
+                        return Err(EnvError::NotFound(object));
+                    };
+                    if obj.env_value(key).is_none() {
+                        if optional {
+                            continue;
+                        }
+                        return Err(EnvError::MissingKey { object, key: key.clone() });
+                    }
+                    text(&e.name, obj, key)?
                 }
             }
             _ => String::new(),
         };
-        match env.iter_mut().find(|(n, _)| *n == e.name) {
-            Some(slot) => slot.1 = value,
-            None => env.push((e.name.clone(), value)),
-        }
+        set(&mut env, &e.name, value);
     }
     Ok(env)
+}
+
+/// The value of `key` of `obj` as an environment variable's text.
+fn text(name: &str, obj: &LocalObject, key: &str) -> Result<String, EnvError> {
+    let bad = |why| EnvError::BadValue { name: name.to_string(), object: obj.key.clone(), key: key.to_string(), why };
+    let bytes = obj.env_value(key).unwrap_or_default();
+    let s = std::str::from_utf8(bytes).map_err(|_| bad("is not valid UTF-8"))?;
+    if s.contains('\0') {
+        return Err(bad("holds a NUL byte, which an environment variable cannot"));
+    }
+    Ok(s.to_string())
 }
 
 /// `command` and `args` with `$(VAR)` expanded against `env`.
@@ -176,7 +250,7 @@ pub fn field_value(pod: &Pod, path: &str, dw: &Downward) -> Option<String> {
     })
 }
 
-fn resource_value(
+pub(super) fn resource_value(
     pod: &Pod,
     c: &Container,
     name: &str,
@@ -275,12 +349,106 @@ mod tests {
         serde_json::from_value(v).unwrap()
     }
 
+    static NO_OBJECTS: ObjectSet = ObjectSet::new();
+
     const DW: Downward = Downward {
         pod_ip: Some("10.88.0.7"),
         host_ip: Some("192.168.1.2"),
         allocatable_cpu_millis: 2000,
         allocatable_memory_bytes: 4 << 30,
+        objects: &NO_OBJECTS,
     };
+
+    fn objects(docs: &[serde_json::Value]) -> ObjectSet {
+        docs.iter()
+            .map(|d| {
+                let kind = if d["kind"] == "Secret" { Kind::Secret } else { Kind::ConfigMap };
+                let (o, _) = crate::model::objects::from_value(kind, "f", d.clone()).unwrap();
+                (o.key.clone(), std::sync::Arc::new(o))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn env_from_config_maps_and_secrets_as_the_kubelet() {
+        use serde_json::json;
+        let set = objects(&[
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": "edge"},
+                "data": {"MODE": "fast", "PATH": "/cfg", "shared": "from-cm"}, "binaryData": {"blob": "AAE="}}),
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "sec", "namespace": "edge"},
+                "stringData": {"token": "s3cr3t", "shared": "from-secret"}}),
+        ]);
+        let dw = Downward { objects: &set, ..DW };
+        let p = pod(r#"
+metadata: {name: web, namespace: edge}
+spec:
+  containers:
+  - name: c
+    image: busybox
+    envFrom:
+    - configMapRef: {name: cfg}
+    - prefix: S_
+      secretRef: {name: sec, optional: true}
+    - configMapRef: {name: gone, optional: true}
+    env:
+    - {name: PATH, value: "$(PATH):/bin"}
+    - {name: TOKEN, valueFrom: {secretKeyRef: {name: sec, key: token}}}
+    - {name: MODE, valueFrom: {configMapKeyRef: {name: cfg, key: nope, optional: true}}}
+    - {name: GONE, valueFrom: {configMapKeyRef: {name: gone, key: x, optional: true}}}
+"#);
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let env = environment(&p, c, &dw).unwrap();
+        let get = |n: &str| env.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
+        assert_eq!(get("MODE"), Some("fast"), "optional missing key leaves the envFrom value");
+        assert_eq!(get("PATH"), Some("/cfg:/bin"), "env expands against envFrom");
+        assert_eq!(get("shared"), Some("from-cm"));
+        assert_eq!(get("S_shared"), Some("from-secret"));
+        assert_eq!(get("S_token"), Some("s3cr3t"));
+        assert_eq!(get("TOKEN"), Some("s3cr3t"));
+        assert_eq!(get("blob"), None, "binaryData never reaches the environment");
+        assert_eq!(get("GONE"), None, "optional missing object: not set at all");
+        // S_bin is not UTF-8: refused by name, the value never shown
+        let set2 = objects(&[json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "sec", "namespace":
+            "edge"}, "data": {"bin": "/w=="}})]);
+        let p2 = pod(r#"
+metadata: {name: web, namespace: edge}
+spec:
+  containers:
+  - {name: c, image: busybox, envFrom: [{secretRef: {name: sec}}]}
+"#);
+        let e = environment(&p2, &p2.spec.as_ref().unwrap().containers[0], &Downward { objects: &set2, ..DW });
+        assert_eq!(e.unwrap_err().to_string(), "env bin: key bin of Secret edge/sec is not valid UTF-8");
+    }
+
+    #[test]
+    fn missing_objects_and_keys_give_the_kubelet_messages() {
+        use serde_json::json;
+        let set = objects(&[json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"},
+            "data": {"a": "1"}})]);
+        let dw = Downward { objects: &set, ..DW };
+        let run = |env_yaml: &str| {
+            let p = pod(&format!(
+                "metadata: {{name: web}}\nspec:\n  containers:\n  - name: c\n    image: b\n{env_yaml}"
+            ));
+            environment(&p, &p.spec.as_ref().unwrap().containers[0], &dw).map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            run("    env: [{name: X, valueFrom: {configMapKeyRef: {name: other, key: a}}}]").unwrap_err(),
+            "configmap \"other\" not found"
+        );
+        assert_eq!(
+            run("    env: [{name: X, valueFrom: {secretKeyRef: {name: s, key: a}}}]").unwrap_err(),
+            "secret \"s\" not found"
+        );
+        assert_eq!(
+            run("    env: [{name: X, valueFrom: {configMapKeyRef: {name: cfg, key: b}}}]").unwrap_err(),
+            "couldn't find key b in ConfigMap default/cfg"
+        );
+        assert_eq!(run("    envFrom: [{configMapRef: {name: nope}}]").unwrap_err(), "configmap \"nope\" not found");
+        // another namespace's object is not visible
+        let p = pod("metadata: {name: web, namespace: x}\nspec:\n  containers:\n  - name: c\n    image: b\n    envFrom: [{configMapRef: {name: cfg}}]\n");
+        assert!(environment(&p, &p.spec.as_ref().unwrap().containers[0], &dw).is_err());
+    }
 
     #[test]
     fn env_reads_the_downward_api_and_expands_in_order() {

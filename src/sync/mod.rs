@@ -3,9 +3,11 @@
 //! up). Effects are idempotent: running a phase twice equals running it once,
 //! and clean-up tolerates set-up never having run.
 
+pub mod atomic_writer;
 mod backoff;
 pub mod dns;
 pub mod env;
+pub mod projection;
 mod setup;
 mod terminate;
 pub mod volumes;
@@ -83,6 +85,8 @@ pub struct PodSync {
     pod_cache: Option<Arc<PodCache>>,
     /// Each syncing pod's last status read and when it began.
     reads: Mutex<HashMap<Uid, (Instant, RuntimePod)>>,
+    /// The local ConfigMaps and Secrets (environment, volumes).
+    objects: Arc<crate::model::objects::ObjectStore>,
 }
 
 impl PodSync {
@@ -103,7 +107,14 @@ impl PodSync {
             metrics: None,
             pod_cache: None,
             reads: Mutex::new(HashMap::new()),
+            objects: Arc::new(crate::model::objects::ObjectStore::new()),
         }
+    }
+
+    /// Read ConfigMaps and Secrets from `store` (the one the source fills).
+    pub fn with_objects(mut self, store: Arc<crate::model::objects::ObjectStore>) -> Self {
+        self.objects = store;
+        self
     }
 
     /// Reuse status reads the relist in `cache` saw unchanged since.

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::PodSync;
+use super::projection::{self, Node, Plugin};
 use crate::events::{EventType, ObjectRef};
 use crate::model::quantity;
 use crate::model::{self, Container, Pod};
@@ -389,14 +390,52 @@ impl PodSync {
                 crate::fsutil::create_dir_mode(&p, 0o777).map_err(io_err(format!("creating {}", p.display())))?;
                 if ed.medium.as_deref() == Some("Memory") {
                     let limit = ed.size_limit.as_ref().and_then(|q| quantity::bytes(&q.0).ok());
-                    super::volumes::mount_tmpfs(&p, limit).map_err(|e| self.failed_mount(pod, &v.name, e))?;
+                    super::volumes::mount_tmpfs(&p, limit, 0o777).map_err(|e| self.failed_mount(pod, &v.name, e))?;
                 }
             } else if let Some(hp) = &v.host_path {
                 super::volumes::check_host_path(&hp.path, hp.type_.as_deref().unwrap_or(""))
                     .map_err(|e| self.failed_mount(pod, &v.name, e))?;
+            } else if let Some(plugin) = Plugin::of(v) {
+                self.write_projection(pod, v, plugin)?;
             }
         }
         Ok(())
+    }
+
+    /// A configMap, secret, downwardAPI or projected volume: its files
+    /// made from the objects as they are now and written atomically (a
+    /// pass that finds them unchanged writes nothing). Secrets and the
+    /// downward API live on a tmpfs of their own, as in the kubelet.
+    fn write_projection(&self, pod: &Pod, v: &k8s_openapi::api::core::v1::Volume, plugin: Plugin) -> Result<(), SyncError> {
+        let dir = self.projection_path(pod, &v.name, plugin);
+        let setup_failed = |message: String| {
+            // the kubelet's FailedMount text
+            let msg = format!("MountVolume.SetUp failed for volume {:?} : {message}", v.name);
+            self.events.event(&ObjectRef::pod(pod), EventType::Warning, "FailedMount", &msg);
+            SyncError::Other(msg)
+        };
+        crate::fsutil::create_dir_mode(&dir, 0o755).map_err(|e| setup_failed(format!("creating {}: {e}", dir.display())))?;
+        if plugin.in_memory() {
+            super::volumes::mount_tmpfs(&dir, None, 0o755).map_err(|e| setup_failed(e.to_string()))?;
+        }
+        let objects = self.objects.snapshot();
+        let node = Node {
+            allocatable_cpu_millis: self.cfg.allocatable_cpu_millis,
+            allocatable_memory_bytes: self.cfg.allocatable_memory_bytes,
+        };
+        let payload = projection::payload(pod, v, &objects, node)
+            .unwrap_or_else(|| Ok(Default::default()))
+            .map_err(|e| setup_failed(e.to_string()))?;
+        match super::atomic_writer::write(&dir, &payload) {
+            Ok(true) => log::info!("pod {}: volume {:?} written ({} files)", model::pod_ref(pod), v.name, payload.len()),
+            Ok(false) => {}
+            Err(e) => return Err(setup_failed(format!("writing {}: {e}", dir.display()))),
+        }
+        Ok(())
+    }
+
+    fn projection_path(&self, pod: &Pod, volume: &str, plugin: Plugin) -> PathBuf {
+        self.cfg.pod_dir(model::uid(pod)).join("volumes").join(plugin.dir()).join(volume)
     }
 
     fn failed_mount(&self, pod: &Pod, volume: &str, e: super::volumes::VolumeError) -> SyncError {
@@ -459,11 +498,13 @@ impl PodSync {
         pod_ip: Option<&str>,
         attempt: u32,
     ) -> Result<ContainerConfig, ConfigError> {
+        let objects = self.objects.snapshot();
         let downward = super::env::Downward {
             pod_ip,
             host_ip: self.cfg.host_ip.as_deref(),
             allocatable_cpu_millis: self.cfg.allocatable_cpu_millis,
             allocatable_memory_bytes: self.cfg.allocatable_memory_bytes,
+            objects: &objects,
         };
         let env = super::env::environment(pod, c, &downward)?;
         let (command, args) = super::env::command_and_args(c, &env);
@@ -483,10 +524,16 @@ impl PodSync {
         let mut mounts: Vec<Mount> = Vec::new();
         for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
             let Some(v) = volumes.and_then(|vs| vs.iter().find(|v| v.name == m.name)) else { continue };
+            // the volumes whose files podwarden writes are read-only in
+            // every container, as in the kubelet
+            let mut read_only = m.read_only.unwrap_or(false);
             let host = if v.empty_dir.is_some() {
                 self.empty_dir_path(pod, &v.name)
             } else if let Some(hp) = &v.host_path {
                 PathBuf::from(&hp.path)
+            } else if let Some(plugin) = Plugin::of(v) {
+                read_only = true;
+                self.projection_path(pod, &v.name, plugin)
             } else {
                 continue;
             };
@@ -519,7 +566,7 @@ impl PodSync {
             mounts.push(Mount {
                 host_path: host.display().to_string(),
                 container_path: m.mount_path.clone(),
-                readonly: m.read_only.unwrap_or(false),
+                readonly: read_only,
             });
         }
         let mut mounts: Vec<Mount> = mounts;

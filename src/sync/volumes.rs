@@ -85,15 +85,16 @@ fn is_mount_point(p: &Path) -> bool {
     mounts_under(p).is_some_and(|m| m.contains(&want))
 }
 
-/// Mount a tmpfs at `p` (once), limited to `limit` bytes if given.
-pub fn mount_tmpfs(p: &Path, limit: Option<i64>) -> Result<(), VolumeError> {
+/// Mount a tmpfs at `p` (once), limited to `limit` bytes if given, its
+/// root directory with `mode`.
+pub fn mount_tmpfs(p: &Path, limit: Option<i64>, mode: u32) -> Result<(), VolumeError> {
     if is_mount_point(p) {
         return Ok(());
     }
     let target = cstr(p)?;
     let opts = CString::new(match limit {
-        Some(b) if b > 0 => format!("mode=0777,size={b}"),
-        _ => "mode=0777".into(),
+        Some(b) if b > 0 => format!("mode={mode:04o},size={b}"),
+        _ => format!("mode={mode:04o}"),
     })
     .expect("no NUL");
     crate::sys::mount_tmpfs(&target, &opts).map_err(|source| VolumeError::Mount { path: p.to_path_buf(), source })
