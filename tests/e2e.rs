@@ -597,3 +597,101 @@ fn sub_paths_mount_part_of_a_volume_and_never_outside_it() {
     assert!(vol.join("out/sub/from-sub").exists());
     let _ = std::fs::remove_dir_all(&vol);
 }
+
+/// Local ConfigMaps and Secrets reach a container through env, envFrom, a
+/// volume, a subPath and a tmpfs-backed 0400 Secret file; a ConfigMap edit
+/// reaches the mounted file without a restart (the subPath keeps the old
+/// version, as in the kubelet); a missing ConfigMap is
+/// CreateContainerConfigError until its file is written; no secret value
+/// shows on /pods or in the log.
+#[test]
+fn config_maps_and_secrets_reach_the_container_and_follow_edits() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("config");
+    let out = a.root().parent().unwrap().join("cfg-out");
+    std::fs::create_dir_all(&out).unwrap();
+    let config_map = |answer: u32| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: app, namespace: e2e}}\ndata:\n  greeting: hello\n  app.ini: \"answer={answer}\\n\"\n"
+        )
+    };
+    a.write("app-config.yaml", &config_map(1));
+    // the container records what it sees, and keeps copying the mounted
+    // file (atomically) so the test sees what the container sees
+    let script = "echo \"$GREETING|$CM_greeting|$PASSWORD|$(stat -L -c %a /secret/password)|$(cat /secret/password)|$(cat /podinfo/name)|$(cat /podinfo/labels)\" > /out/env; cat /etc/app.ini > /out/sub; while :; do cat /cfg/app.ini > /out/.ini && mv /out/.ini /out/ini; sleep 0.1; done";
+    let pod = format!(
+        "{}    env:\n    - {{name: GREETING, valueFrom: {{configMapKeyRef: {{name: app, key: greeting}}}}}}\n    - {{name: PASSWORD, valueFrom: {{secretKeyRef: {{name: creds, key: password}}}}}}\n    envFrom:\n    - {{prefix: CM_, configMapRef: {{name: app}}}}\n    volumeMounts:\n    - {{name: cfg, mountPath: /cfg}}\n    - {{name: cfg, mountPath: /etc/app.ini, subPath: app.ini}}\n    - {{name: secret, mountPath: /secret}}\n    - {{name: podinfo, mountPath: /podinfo}}\n    - {{name: out, mountPath: /out}}\n---\napiVersion: v1\nkind: Secret\nmetadata: {{name: creds, namespace: e2e}}\nstringData: {{password: s3cr3t-pw}}\n",
+        pod_yaml(
+            "cfg",
+            &format!(
+                "  terminationGracePeriodSeconds: 1\n  volumes:\n  - {{name: cfg, configMap: {{name: app}}}}\n  - {{name: secret, secret: {{secretName: creds}}}}\n  - name: podinfo\n    downwardAPI:\n      items:\n      - {{path: name, fieldRef: {{fieldPath: metadata.name}}}}\n      - {{path: labels, fieldRef: {{fieldPath: metadata.labels}}}}\n  - {{name: out, hostPath: {{path: {}}}}}\n",
+                out.display()
+            ),
+            script
+        )
+        .replace("  namespace: e2e\n", "  namespace: e2e\n  labels: {app: shop, tier: \"a b\"}\n")
+    );
+    a.write("cfg.yaml", &pod);
+    let uid = a.uid("cfg");
+    wait_for("the container's report", Duration::from_secs(30), || out.join("ini").exists());
+    assert_eq!(
+        std::fs::read_to_string(out.join("env")).unwrap().trim_end(),
+        "hello|hello|s3cr3t-pw|400|s3cr3t-pw|cfg|app=\"shop\"\ntier=\"a b\""
+    );
+    assert_eq!(std::fs::read_to_string(out.join("ini")).unwrap(), "answer=1\n");
+    assert_eq!(std::fs::read_to_string(out.join("sub")).unwrap(), "answer=1\n");
+    // the Secret lives on a tmpfs of its own under rootDir, 0400
+    let secret_dir = a.root().join(format!("pods/{uid}/volumes/kubernetes.io~secret/secret"));
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(
+        mounts.lines().any(|l| l.starts_with("tmpfs ") && l.split(' ').nth(1) == Some(secret_dir.to_str().unwrap())),
+        "the Secret volume is a tmpfs: {mounts}"
+    );
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(secret_dir.join("password")).unwrap().mode() & 0o777, 0o400);
+    // an edit reaches the mounted file, without a restart
+    a.write("app-config.yaml", &config_map(2));
+    wait_for("the edit in the container", Duration::from_secs(10), || {
+        std::fs::read_to_string(out.join("ini")).is_ok_and(|s| s == "answer=2\n")
+    });
+    let p = a.pod("cfg").unwrap();
+    assert_eq!(p["status"]["containerStatuses"][0]["restartCount"], 0);
+    assert_eq!(p["status"]["containerStatuses"][0]["state"]["running"].is_object(), true);
+    // no secret value on /pods or in the log
+    let pods = a.get("/pods").unwrap();
+    assert!(!pods.contains("s3cr3t-pw"), "/pods shows a secret value");
+    assert!(!a.log().contains("s3cr3t-pw"), "the log shows a secret value");
+
+    // a missing ConfigMap: CreateContainerConfigError with the kubelet's
+    // message, and the pod starts once it is written
+    a.write(
+        "late.yaml",
+        &(pod_yaml("late", "  restartPolicy: Never\n", "echo $LATE > /dev/termination-log")
+            + "    env:\n    - {name: LATE, valueFrom: {configMapKeyRef: {name: late-config, key: v}}}\n"),
+    );
+    let late = a.uid("late");
+    let mut waiting = String::new();
+    wait_for("late waits for its ConfigMap", Duration::from_secs(30), || {
+        let w = a.pod("late").map(|p| p["status"]["containerStatuses"][0]["state"]["waiting"].clone());
+        waiting = w.as_ref().map(|w| format!("{} {}", w["reason"], w["message"])).unwrap_or_default();
+        waiting.contains("CreateContainerConfigError")
+    });
+    assert!(waiting.contains("configmap \\\"late-config\\\" not found"), "{waiting}");
+    assert_eq!(a.runtime_pod(&late).containers.len(), 0, "no container was created");
+    a.write(
+        "late-config.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: late-config, namespace: e2e}\ndata: {v: arrived}\n",
+    );
+    wait_for("late Succeeded", Duration::from_secs(30), || {
+        a.pod("late").is_some_and(|p| p["status"]["phase"] == "Succeeded")
+    });
+    assert_eq!(a.pod("late").unwrap()["status"]["containerStatuses"][0]["state"]["terminated"]["message"], "arrived");
+    a.clean_up(&[&uid, &late]);
+    // the pod's directory, and the tmpfs in it, are gone
+    assert!(!mounts_now().contains(&uid), "a mount of the pod is left");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+fn mounts_now() -> String {
+    std::fs::read_to_string("/proc/self/mounts").unwrap()
+}

@@ -665,8 +665,11 @@ mod tests {
         );
         assert_eq!(reject(&["spec", "volumes", "0", "nfs"], json!({})), e("spec.volumes[0].nfs"));
         assert_eq!(
-            reject(&["spec", "volumes", "0", "projected"], json!({"sources": [{"configMap": {"name": "a"}},
-                {"serviceAccountToken": {"path": "token"}}]})),
+            reject(
+                &["spec", "volumes", "0", "projected"],
+                json!({"sources": [{"configMap": {"name": "a"}},
+                {"serviceAccountToken": {"path": "token"}}]})
+            ),
             e("spec.volumes[0].projected.sources[1].serviceAccountToken")
         );
         assert_eq!(

@@ -191,11 +191,8 @@ pub fn parse_all(path: &str, bytes: &[u8], node_name: &str) -> Result<FileConten
         // in a file of several documents, a field is named with its
         // document: `documents[1].data["a b"]`
         let at = |field: &str| if many { format!("documents[{i}].{field}") } else { field.to_string() };
-        let invalid = |field: &str, message: String| ManifestError::Invalid {
-            path: path_s.clone(),
-            field: at(field),
-            message,
-        };
+        let invalid =
+            |field: &str, message: String| ManifestError::Invalid { path: path_s.clone(), field: at(field), message };
         let kind = match doc.get("kind").and_then(Value::as_str) {
             Some("ConfigMap") => Kind::ConfigMap,
             Some("Secret") => Kind::Secret,
@@ -207,7 +204,8 @@ pub fn parse_all(path: &str, bytes: &[u8], node_name: &str) -> Result<FileConten
                 let mut pod = finish(path, pod, node_name)?;
                 validate(&pod).map_err(|(field, message)| invalid(&field, message))?;
                 pod.status = None;
-                content.pod = Some(Parsed { pod, warnings: warnings.into_iter().map(|w| at_warning(many, i, w)).collect() });
+                content.pod =
+                    Some(Parsed { pod, warnings: warnings.into_iter().map(|w| at_warning(many, i, w)).collect() });
                 continue;
             }
             Some(other) => {
@@ -216,7 +214,8 @@ pub fn parse_all(path: &str, bytes: &[u8], node_name: &str) -> Result<FileConten
             None if !doc.is_object() => return Err(invalid("(top level)", "expected a Pod object".into())),
             None => return Err(invalid("kind", "missing; expected \"Pod\"".into())),
         };
-        let (obj, warnings) = objects::from_value(kind, path, doc).map_err(|(field, message)| invalid(&field, message))?;
+        let (obj, warnings) =
+            objects::from_value(kind, path, doc).map_err(|(field, message)| invalid(&field, message))?;
         if !seen.insert(obj.key.clone()) {
             return Err(invalid("metadata.name", format!("{} is defined twice in this file", obj.key)));
         }
@@ -272,11 +271,40 @@ fn to_pod(path: &str, mut value: Value) -> Result<(Pod, Vec<String>), ManifestEr
     if let Value::Object(map) = &mut value {
         map.remove("status");
     }
+    if let Some(volumes) = value.pointer_mut("/spec/volumes") {
+        octal_modes(volumes);
+    }
     let pod = serde_path_to_error::deserialize::<_, Pod>(value).map_err(|e| {
         let field = e.path().to_string();
         invalid(&field, e.into_inner().to_string())
     })?;
     Ok((pod, warnings))
+}
+
+/// File modes written the YAML 1.1 way (`defaultMode: 0400`), which is how
+/// kubectl reads manifests: podwarden's YAML is 1.2, where `0400` is not a
+/// number, so a volume's `defaultMode` or `mode` made only of octal digits
+/// after a leading 0 is read as the octal number it means.
+fn octal_modes(v: &mut Value) {
+    match v {
+        Value::Array(items) => items.iter_mut().for_each(octal_modes),
+        Value::Object(map) => {
+            for (k, v) in map.iter_mut() {
+                if let (true, Value::String(s)) = (k == "defaultMode" || k == "mode", &*v) {
+                    if s.len() > 1
+                        && s.starts_with('0')
+                        && s.bytes().all(|b| (b'0'..=b'7').contains(&b))
+                        && let Ok(n) = i64::from_str_radix(&s[1..], 8)
+                    {
+                        *v = Value::Number(n.into());
+                    }
+                } else {
+                    octal_modes(v);
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Defaults and identity: namespace, source annotations, derived UID.
@@ -559,10 +587,7 @@ fn validate_value_from(
     ];
     match sources.iter().filter(|s| **s).count() {
         0 => {
-            return err(
-                vf,
-                "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or `secretKeyRef`",
-            );
+            return err(vf, "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or `secretKeyRef`");
         }
         1 => {}
         _ => return err(vf, "may not have more than one field specified at a time"),
@@ -1046,7 +1071,11 @@ mod tests {
                 f.to_string(),
                 "may not have more than one field specified at a time",
             ),
-            ("      valueFrom: {}\n", f.to_string(), "must specify one of: `fieldRef` or `resourceFieldRef`"),
+            (
+                "      valueFrom: {}\n",
+                f.to_string(),
+                "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or `secretKeyRef`",
+            ),
             (
                 "      valueFrom: {fieldRef: {fieldPath: metadata.labels}}\n",
                 format!("{f}.fieldRef.fieldPath"),
@@ -1281,5 +1310,99 @@ mod tests {
                 prop_assert_eq!(&got.pod.spec.as_ref().unwrap().restart_policy, &p.spec.as_ref().unwrap().restart_policy);
             }
         }
+    }
+    #[test]
+    fn a_file_holds_a_pod_and_its_config_maps_and_secrets() {
+        let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg}\ndata: {a: '1'}\n---\n\
+                    apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c, image: b}]\n---\n\
+                    apiVersion: v1\nkind: Secret\nmetadata: {name: s, namespace: x}\nstringData: {k: v}\n";
+        let c = parse_all("/m/p.yaml", yaml.as_bytes(), "n").unwrap();
+        assert_eq!(super::super::name(&c.pod.unwrap()), "p");
+        let keys: Vec<String> = c.objects.iter().map(|o| o.key.to_string()).collect();
+        assert_eq!(keys, vec!["ConfigMap default/cfg", "Secret x/s"]);
+        // the pod's UID does not depend on the objects beside it
+        let alone = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c, image: b}]\n";
+        let p1 = parse("/m/p.yaml", alone.as_bytes(), "n").unwrap();
+        let p2 = parse("/m/p.yaml", yaml.as_bytes(), "n").unwrap();
+        assert_eq!(super::super::uid(&p1), super::super::uid(&p2));
+        // objects only: fine for the source, not a pod
+        let only = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg}\n";
+        assert!(parse_all("/m/c.yaml", only.as_bytes(), "n").unwrap().pod.is_none());
+        assert!(matches!(parse("/m/c.yaml", only.as_bytes(), "n"), Err(ManifestError::NoPod { .. })));
+        // a bad document is named by its index
+        let bad = format!("{alone}---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cfg}}\ndata: {{'a b': x}}\n");
+        let e = parse_all("/m/p.yaml", bad.as_bytes(), "n").unwrap_err().to_string();
+        assert_eq!(
+            e.split(':').take(2).collect::<Vec<_>>().join(":"),
+            "/m/p.yaml: field documents[1].data[\"a b\"]",
+            "{e}"
+        );
+        let twice = format!("{alone}---\n{alone}");
+        assert!(matches!(
+            parse_all("/m/p.yaml", twice.as_bytes(), "n"),
+            Err(ManifestError::MultiDocument { count: 2, .. })
+        ));
+        let dup = format!("{only}---\n{only}");
+        assert!(parse_all("/m/c.yaml", dup.as_bytes(), "n").unwrap_err().to_string().contains("defined twice"));
+        let other = "apiVersion: v1\nkind: Service\nmetadata: {name: s}\n";
+        assert!(parse_all("/m/s.yaml", other.as_bytes(), "n").unwrap_err().to_string().contains("\"Service\""));
+    }
+
+    #[test]
+    fn config_volumes_and_env_from_are_checked() {
+        let invalid = |spec_tail: &str| {
+            let y = format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n  containers:\n  - name: c\n    image: b\n{spec_tail}"
+            );
+            match parse("/m/p.yaml", y.as_bytes(), "n").unwrap_err() {
+                ManifestError::Invalid { field, message, .. } => (field, message),
+                e => panic!("{e}"),
+            }
+        };
+        let (f, m) = invalid("  volumes: [{name: v, configMap: {}}]\n");
+        assert_eq!((f.as_str(), m.as_str()), ("spec.volumes[0].configMap.name", "missing; name the object"));
+        let (f, m) = invalid("  volumes: [{name: v, secret: {secretName: s, defaultMode: 4095}}]\n");
+        assert_eq!(f, "spec.volumes[0].secret.defaultMode");
+        assert!(m.contains("between 0 and 0777"), "{m}");
+        let (f, m) = invalid("  volumes: [{name: v, configMap: {name: c, items: [{key: a, path: ../x}]}}]\n");
+        assert_eq!(f, "spec.volumes[0].configMap.items[0].path");
+        assert!(m.contains("'..'"), "{m}");
+        let (f, _) = invalid("  volumes: [{name: v, configMap: {name: c, items: [{key: a, path: /x}]}}]\n");
+        assert_eq!(f, "spec.volumes[0].configMap.items[0].path");
+        let (f, m) = invalid(
+            "  volumes: [{name: v, projected: {sources: [{configMap: {name: c, items: [{key: a, path: x}]}}, \
+             {secret: {name: s, items: [{key: b, path: x}]}}]}}]\n",
+        );
+        assert_eq!(f, "spec.volumes[0].projected.sources[1].secret.items[0].path");
+        assert!(m.contains("conflicting duplicate paths"), "{m}");
+        let (f, m) =
+            invalid("  volumes: [{name: v, downwardAPI: {items: [{path: x, fieldRef: {fieldPath: status.podIP}}]}}]\n");
+        assert_eq!(f, "spec.volumes[0].downwardAPI.items[0].fieldRef.fieldPath");
+        assert!(m.contains("metadata.labels"), "{m}");
+        let (f, m) = invalid(
+            "  volumes: [{name: v, downwardAPI: {items: [{path: x, resourceFieldRef: {resource: limits.cpu}}]}}]\n",
+        );
+        assert_eq!(
+            (f.as_str(), m.as_str()),
+            ("spec.volumes[0].downwardAPI.items[0].resourceFieldRef.containerName", "must specify container name")
+        );
+        let (f, _) = invalid("  volumes: [{name: v, configMap: {name: c}, emptyDir: {}}]\n");
+        assert_eq!(f, "spec.volumes[0]");
+        let (f, m) = invalid("    envFrom: [{prefix: 'A=', configMapRef: {name: c}}]\n");
+        assert_eq!(f, "spec.containers[0].envFrom[0].prefix");
+        assert!(m.contains("'='"), "{m}");
+        let (f, _) = invalid("    envFrom: [{configMapRef: {name: c}, secretRef: {name: s}}]\n");
+        assert_eq!(f, "spec.containers[0].envFrom[0]");
+        let (f, m) = invalid("    env: [{name: X, valueFrom: {secretKeyRef: {name: s, key: 'a/b'}}}]\n");
+        assert_eq!(f, "spec.containers[0].env[0].valueFrom.secretKeyRef.key");
+        assert!(m.contains("[-._a-zA-Z0-9]+"), "{m}");
+        let ok = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    image: b\n\
+                  \x20   envFrom: [{prefix: P_, configMapRef: {name: c, optional: true}}]\n\
+                  \x20 volumes:\n  - {name: a, configMap: {name: c, defaultMode: 0400}}\n\
+                  \x20 - {name: b, projected: {sources: [{secret: {name: s}}, {downwardAPI: {items: [{path: l, \
+                  fieldRef: {fieldPath: metadata.labels}}]}}]}}\n";
+        let p = parse("/m/p.yaml", ok.as_bytes(), "n").unwrap();
+        let v = &p.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0];
+        assert_eq!(v.config_map.as_ref().unwrap().default_mode, Some(0o400), "0400 is octal, as kubectl reads it");
     }
 }

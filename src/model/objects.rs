@@ -415,11 +415,17 @@ mod tests {
         assert!(e.1.contains("duplicate"), "{}", e.1);
         let e = bad(Kind::Secret, json!({"apiVersion": "v1", "metadata": {"name": "a"}, "data": {"k": "not base64!"}}));
         assert!(e.0.contains("data"), "{e:?}");
-        let e = bad(Kind::Secret, json!({"apiVersion": "v1", "metadata": {"name": "a"}, "type": "kubernetes.io/tls",
-            "stringData": {"tls.crt": "x"}}));
+        let e = bad(
+            Kind::Secret,
+            json!({"apiVersion": "v1", "metadata": {"name": "a"}, "type": "kubernetes.io/tls",
+            "stringData": {"tls.crt": "x"}}),
+        );
         assert!(e.1.contains("tls.key"), "{}", e.1);
-        let e = bad(Kind::Secret, json!({"apiVersion": "v1", "metadata": {"name": "a"},
-            "type": "kubernetes.io/service-account-token"}));
+        let e = bad(
+            Kind::Secret,
+            json!({"apiVersion": "v1", "metadata": {"name": "a"},
+            "type": "kubernetes.io/service-account-token"}),
+        );
         assert_eq!(e.0, "type");
         let e = bad(Kind::Secret, json!({"apiVersion": "v1", "metadata": {"name": "a", "ownerReferences": [{}]}}));
         assert_eq!(e.0, "metadata.ownerReferences");

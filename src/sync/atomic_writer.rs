@@ -258,7 +258,7 @@ mod tests {
         write(&d, &payload(&[("k", &big('a'), 0o644)])).unwrap();
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (d2, stop2) = (d.clone(), stop.clone());
-        let reader = std::thread::spawn(move || {
+        let reader = crate::thread::spawn("torn-reader", None, move || {
             let mut reads = 0;
             while !stop2.load(Ordering::Relaxed) {
                 if let Ok(s) = std::fs::read_to_string(d2.join("k")) {
@@ -268,7 +268,8 @@ mod tests {
                 }
             }
             reads
-        });
+        })
+        .unwrap();
         for i in 0..200 {
             write(&d, &payload(&[("k", &big(if i % 2 == 0 { 'b' } else { 'c' }), 0o644)])).unwrap();
         }

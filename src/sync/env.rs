@@ -60,9 +60,7 @@ pub enum EnvError {
 pub fn environment(pod: &Pod, c: &Container, dw: &Downward) -> Result<Vec<(String, String)>, EnvError> {
     let ns = model::namespace(pod);
     let mut env: Vec<(String, String)> = Vec::new();
-    let set = |env: &mut Vec<(String, String)>, name: &str, value: String| match env
-        .iter_mut()
-        .find(|(n, _)| n == name)
+    let set = |env: &mut Vec<(String, String)>, name: &str, value: String| match env.iter_mut().find(|(n, _)| n == name)
     {
         Some(slot) => slot.1 = value,
         None => env.push((name.to_string(), value)),
@@ -427,9 +425,8 @@ spec:
             "data": {"a": "1"}})]);
         let dw = Downward { objects: &set, ..DW };
         let run = |env_yaml: &str| {
-            let p = pod(&format!(
-                "metadata: {{name: web}}\nspec:\n  containers:\n  - name: c\n    image: b\n{env_yaml}"
-            ));
+            let p =
+                pod(&format!("metadata: {{name: web}}\nspec:\n  containers:\n  - name: c\n    image: b\n{env_yaml}"));
             environment(&p, &p.spec.as_ref().unwrap().containers[0], &dw).map_err(|e| e.to_string())
         };
         assert_eq!(
@@ -446,7 +443,9 @@ spec:
         );
         assert_eq!(run("    envFrom: [{configMapRef: {name: nope}}]").unwrap_err(), "configmap \"nope\" not found");
         // another namespace's object is not visible
-        let p = pod("metadata: {name: web, namespace: x}\nspec:\n  containers:\n  - name: c\n    image: b\n    envFrom: [{configMapRef: {name: cfg}}]\n");
+        let p = pod(
+            "metadata: {name: web, namespace: x}\nspec:\n  containers:\n  - name: c\n    image: b\n    envFrom: [{configMapRef: {name: cfg}}]\n",
+        );
         assert!(environment(&p, &p.spec.as_ref().unwrap().containers[0], &dw).is_err());
     }
 

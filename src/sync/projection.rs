@@ -10,8 +10,8 @@ use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, KeyToPath, Pod, Volume};
 use thiserror::Error;
 
 use super::atomic_writer::{FileData, Payload, check_path, clean};
-use crate::model::objects::{Kind, ObjKey, ObjectSet};
 use crate::model;
+use crate::model::objects::{Kind, ObjKey, ObjectSet};
 
 /// The defaults of the API: every volume's files are 0644, except a
 /// Secret's, which podwarden writes 0400 (readable by the container's root
@@ -250,7 +250,8 @@ fn resource_file(
     node: Node,
 ) -> Result<String, String> {
     let name = r.container_name.as_deref().unwrap_or("");
-    let c = model::containers(pod).iter().find(|c| c.name == name).ok_or_else(|| format!("container {name} not found"))?;
+    let c =
+        model::containers(pod).iter().find(|c| c.name == name).ok_or_else(|| format!("container {name} not found"))?;
     let objects = ObjectSet::new();
     let dw = super::env::Downward {
         pod_ip: None,
@@ -309,7 +310,10 @@ mod tests {
             {"name": "optkey", "configMap": {"name": "cm", "optional": true, "items": [{"key": "zz", "path": "z"}]}},
             {"name": "sbad", "secret": {"secretName": "s", "items": [{"key": "zz", "path": "z"}]}},
         ]}}));
-        assert_eq!(files(&p, 0, &objs).unwrap(), vec![("a".into(), "1".into(), 0o644), ("b".into(), "2".into(), 0o644)]);
+        assert_eq!(
+            files(&p, 0, &objs).unwrap(),
+            vec![("a".into(), "1".into(), 0o644), ("b".into(), "2".into(), 0o644)]
+        );
         assert_eq!(
             files(&p, 1, &objs).unwrap(),
             vec![("a".into(), "1".into(), 0o600), ("dir/b.conf".into(), "2".into(), 0o640)]

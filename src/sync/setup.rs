@@ -406,7 +406,12 @@ impl PodSync {
     /// made from the objects as they are now and written atomically (a
     /// pass that finds them unchanged writes nothing). Secrets and the
     /// downward API live on a tmpfs of their own, as in the kubelet.
-    fn write_projection(&self, pod: &Pod, v: &k8s_openapi::api::core::v1::Volume, plugin: Plugin) -> Result<(), SyncError> {
+    fn write_projection(
+        &self,
+        pod: &Pod,
+        v: &k8s_openapi::api::core::v1::Volume,
+        plugin: Plugin,
+    ) -> Result<(), SyncError> {
         let dir = self.projection_path(pod, &v.name, plugin);
         let setup_failed = |message: String| {
             // the kubelet's FailedMount text
@@ -414,7 +419,8 @@ impl PodSync {
             self.events.event(&ObjectRef::pod(pod), EventType::Warning, "FailedMount", &msg);
             SyncError::Other(msg)
         };
-        crate::fsutil::create_dir_mode(&dir, 0o755).map_err(|e| setup_failed(format!("creating {}: {e}", dir.display())))?;
+        crate::fsutil::create_dir_mode(&dir, 0o755)
+            .map_err(|e| setup_failed(format!("creating {}: {e}", dir.display())))?;
         if plugin.in_memory() {
             super::volumes::mount_tmpfs(&dir, None, 0o755).map_err(|e| setup_failed(e.to_string()))?;
         }
@@ -427,7 +433,9 @@ impl PodSync {
             .unwrap_or_else(|| Ok(Default::default()))
             .map_err(|e| setup_failed(e.to_string()))?;
         match super::atomic_writer::write(&dir, &payload) {
-            Ok(true) => log::info!("pod {}: volume {:?} written ({} files)", model::pod_ref(pod), v.name, payload.len()),
+            Ok(true) => {
+                log::info!("pod {}: volume {:?} written ({} files)", model::pod_ref(pod), v.name, payload.len())
+            }
             Ok(false) => {}
             Err(e) => return Err(setup_failed(format!("writing {}: {e}", dir.display()))),
         }
