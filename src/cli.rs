@@ -20,10 +20,11 @@ use crate::view;
 pub const VERBS: &[&str] = &["get", "describe", "logs", "events", "node", "apply", "delete"];
 
 const GET_HELP: &str = "\
-Show pods.
+Show pods, or the local ConfigMaps and Secrets (a Secret's values are never shown).
 
 Usage:
   podwarden get pods [NAME] [-o wide|json|yaml] [-n NAMESPACE | -A] [--socket PATH]
+  podwarden get configmaps|secrets [NAME] [-o json|yaml] [-n NAMESPACE | -A] [--socket PATH]
 
 Options:
   -o, --output FORMAT     wide (adds IP and NODE), json (a v1 PodList, or a Pod with NAME) or yaml
@@ -113,6 +114,9 @@ pub enum CliError {
     TooLarge { file: String, limit: u64 },
     #[error("formatting YAML: {0}")]
     Yaml(#[source] serde_yaml_ng::Error),
+    /// A named ConfigMap or Secret that does not exist (kubectl's text).
+    #[error("{0}")]
+    NotFound(String),
 }
 
 /// The exit statuses of `podwarden` (sysexits.h names), as the man page's
@@ -411,7 +415,76 @@ fn pod_row(p: &Pod, wide: bool, with_ns: bool) -> Vec<String> {
     row
 }
 
+/// `get configmaps|secrets`: NAME, (TYPE,) DATA and the file each comes
+/// from; a Secret's values never reach the client.
+fn get_objects(a: &Args, kind: &str) -> Result<String> {
+    let mut rest = a.rest.iter().skip(1);
+    let name = rest.next().cloned();
+    if let Some(extra) = rest.next() {
+        return Err(usage(format!("get: unexpected argument {extra:?}")));
+    }
+    let fmt = a.output(&["json", "yaml"], "get")?;
+    let ns = if a.all { String::new() } else { a.ns() };
+    let mut list = a.client()?.list_objects(kind, &ns)?;
+    if let Some(name) = &name {
+        let items = list["items"].as_array().cloned().unwrap_or_default();
+        let Some(one) = items.into_iter().find(|o| o["metadata"]["name"] == name.as_str()) else {
+            let resource = if kind == "Secret" { "secrets" } else { "configmaps" };
+            return Err(CliError::NotFound(format!("{resource} \"{name}\" not found")));
+        };
+        list = one;
+    }
+    match fmt {
+        "json" => Ok(format!("{}\n", serde_json::to_string_pretty(&list).unwrap_or_default())),
+        "yaml" => yaml_text(&list),
+        _ => {
+            let items: Vec<serde_json::Value> = match list["items"].as_array() {
+                Some(items) => items.clone(),
+                None => vec![list.clone()],
+            };
+            if items.is_empty() {
+                return Ok(if a.all {
+                    "No resources found\n".into()
+                } else {
+                    format!("No resources found in {} namespace.\n", a.ns())
+                });
+            }
+            let mut head = Vec::new();
+            if a.all {
+                head.push("NAMESPACE");
+            }
+            head.push("NAME");
+            if kind == "Secret" {
+                head.push("TYPE");
+            }
+            head.extend(["DATA", "FILE"]);
+            let mut rows = vec![head.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
+            for o in &items {
+                let text = |v: &serde_json::Value| v.as_str().unwrap_or("").to_string();
+                let count = |v: &serde_json::Value| v.as_object().map_or(0, |m| m.len());
+                let mut row = Vec::new();
+                if a.all {
+                    row.push(text(&o["metadata"]["namespace"]));
+                }
+                row.push(text(&o["metadata"]["name"]));
+                if kind == "Secret" {
+                    row.push(text(&o["type"]));
+                }
+                row.push((count(&o["data"]) + count(&o["binaryData"])).to_string());
+                row.push(text(&o["metadata"]["annotations"][crate::model::CONFIG_FILE_ANNOTATION]));
+                rows.push(row);
+            }
+            Ok(table(&rows))
+        }
+    }
+}
+
 fn get(a: &Args) -> Result<String> {
+    match a.rest.first().map(String::as_str) {
+        Some("configmaps" | "configmap" | "cm") => return get_objects(a, "ConfigMap"),
+        Some("secrets" | "secret") => return get_objects(a, "Secret"),
+        _ => {}
+    }
     let name = a.kind_and_name("get", false)?;
     let fmt = a.output(&["wide", "json", "yaml"], "get")?;
     let c = a.client()?;

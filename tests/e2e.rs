@@ -657,6 +657,25 @@ fn config_maps_and_secrets_reach_the_container_and_follow_edits() {
     let p = a.pod("cfg").unwrap();
     assert_eq!(p["status"]["containerStatuses"][0]["restartCount"], 0);
     assert_eq!(p["status"]["containerStatuses"][0]["state"]["running"].is_object(), true);
+    // `podwarden get configmaps|secrets`: names, counts, never a secret value
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(BIN)
+            .args(args)
+            .args(["-n", "e2e", "--socket", a.api_socket().to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let cms = cli(&["get", "configmaps"]);
+    assert!(cms.lines().next().unwrap().starts_with("NAME"), "{cms}");
+    assert!(cms.lines().any(|l| l.split_whitespace().take(2).eq(["app", "2"])), "{cms}");
+    let secrets = cli(&["get", "secrets"]);
+    assert!(secrets.lines().any(|l| l.split_whitespace().take(3).eq(["creds", "Opaque", "1"])), "{secrets}");
+    for args in [&["get", "secrets", "-o", "yaml"][..], &["get", "secret", "creds", "-o", "json"]] {
+        let text = cli(args);
+        assert!(text.contains("password") && !text.contains("s3cr3t") && !text.contains("czNjcjN0"), "{text}");
+    }
     // no secret value on /pods or in the log
     let pods = a.get("/pods").unwrap();
     assert!(!pods.contains("s3cr3t-pw"), "/pods shows a secret value");

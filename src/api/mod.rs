@@ -778,4 +778,26 @@ impl pb::api_grpc::PodWarden for Service {
         let r = Service::delete(self, &req);
         reply(&ctx, sink, r);
     }
+
+    fn list_objects(
+        &mut self,
+        ctx: RpcContext,
+        req: api::ListObjectsRequest,
+        sink: UnarySink<api::ObjectListResponse>,
+    ) {
+        use crate::model::objects::Kind;
+        let kind = match req.kind.as_str() {
+            "ConfigMap" => Ok(Kind::ConfigMap),
+            "Secret" => Ok(Kind::Secret),
+            other => Err(status(
+                RpcStatusCode::INVALID_ARGUMENT,
+                format!("kind {other:?}: podwarden keeps ConfigMaps and Secrets"),
+            )),
+        };
+        let r = kind.map(|kind| api::ObjectListResponse {
+            list_json: serde_json::to_vec(&view::objects_of(&self.h.parts, kind, &req.namespace)).unwrap_or_default(),
+            ..Default::default()
+        });
+        reply(&ctx, sink, r);
+    }
 }
