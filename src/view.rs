@@ -347,6 +347,82 @@ fn go_arch(machine: &str) -> &str {
     }
 }
 
+/// Annotation on a Secret in [`objects_of`]'s list: its values were left
+/// out.
+pub const REDACTED_ANNOTATION: &str = "podwarden.io/data-redacted";
+
+/// The local ConfigMaps or Secrets in `namespace` (every namespace if
+/// empty) as a v1 List, as `podwarden get configmaps|secrets` shows them.
+/// A Secret's values never leave the daemon: each key is listed with an
+/// empty value and the object carries [`REDACTED_ANNOTATION`]. The file an
+/// object comes from is the `podwarden.io/config.file` annotation.
+pub fn objects_of(parts: &Parts, kind: crate::model::objects::Kind, namespace: &str) -> serde_json::Value {
+    use crate::model::objects::Kind;
+    let set = parts.objects.snapshot();
+    let items: Vec<serde_json::Value> = set
+        .values()
+        .filter(|o| o.key.kind == kind && (namespace.is_empty() || o.key.namespace == namespace))
+        .map(|o| {
+            let mut meta = serde_json::json!({
+                "name": o.key.name,
+                "namespace": o.key.namespace,
+                "annotations": {crate::model::CONFIG_FILE_ANNOTATION: o.file},
+            });
+            if !o.labels.is_empty() {
+                meta["labels"] = serde_json::json!(o.labels);
+            }
+            match kind {
+                Kind::ConfigMap => {
+                    let text = |k: &String| !o.binary_keys.contains(k);
+                    let data: BTreeMap<&String, String> = o
+                        .data
+                        .iter()
+                        .filter(|(k, _)| text(k))
+                        .map(|(k, v)| (k, String::from_utf8_lossy(v).into_owned()))
+                        .collect();
+                    let binary: BTreeMap<&String, String> = o
+                        .data
+                        .iter()
+                        .filter(|(k, _)| !text(k))
+                        .map(|(k, v)| (k, k8s_openapi::ByteString(v.clone())))
+                        .map(|(k, b)| {
+                            (
+                                k,
+                                serde_json::to_value(b)
+                                    .ok()
+                                    .and_then(|v| v.as_str().map(String::from))
+                                    .unwrap_or_default(),
+                            )
+                        })
+                        .collect();
+                    let mut v = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta});
+                    if !data.is_empty() {
+                        v["data"] = serde_json::json!(data);
+                    }
+                    if !binary.is_empty() {
+                        v["binaryData"] = serde_json::json!(binary);
+                    }
+                    if o.immutable {
+                        v["immutable"] = true.into();
+                    }
+                    v
+                }
+                Kind::Secret => {
+                    meta["annotations"][REDACTED_ANNOTATION] = "true".into();
+                    let data: BTreeMap<&String, &str> = o.data.keys().map(|k| (k, "")).collect();
+                    let mut v = serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": meta,
+                        "type": o.type_.clone().unwrap_or_else(|| "Opaque".into()), "data": data});
+                    if o.immutable {
+                        v["immutable"] = true.into();
+                    }
+                    v
+                }
+            }
+        })
+        .collect();
+    serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -470,80 +546,4 @@ mod tests {
         assert_eq!(memory_quantity(256 * 1024 * 1024), "262144Ki");
         assert_eq!(memory_quantity(1000), "1000");
     }
-}
-
-/// Annotation on a Secret in [`objects_of`]'s list: its values were left
-/// out.
-pub const REDACTED_ANNOTATION: &str = "podwarden.io/data-redacted";
-
-/// The local ConfigMaps or Secrets in `namespace` (every namespace if
-/// empty) as a v1 List, as `podwarden get configmaps|secrets` shows them.
-/// A Secret's values never leave the daemon: each key is listed with an
-/// empty value and the object carries [`REDACTED_ANNOTATION`]. The file an
-/// object comes from is the `podwarden.io/config.file` annotation.
-pub fn objects_of(parts: &Parts, kind: crate::model::objects::Kind, namespace: &str) -> serde_json::Value {
-    use crate::model::objects::Kind;
-    let set = parts.objects.snapshot();
-    let items: Vec<serde_json::Value> = set
-        .values()
-        .filter(|o| o.key.kind == kind && (namespace.is_empty() || o.key.namespace == namespace))
-        .map(|o| {
-            let mut meta = serde_json::json!({
-                "name": o.key.name,
-                "namespace": o.key.namespace,
-                "annotations": {crate::model::CONFIG_FILE_ANNOTATION: o.file},
-            });
-            if !o.labels.is_empty() {
-                meta["labels"] = serde_json::json!(o.labels);
-            }
-            match kind {
-                Kind::ConfigMap => {
-                    let text = |k: &String| !o.binary_keys.contains(k);
-                    let data: BTreeMap<&String, String> = o
-                        .data
-                        .iter()
-                        .filter(|(k, _)| text(k))
-                        .map(|(k, v)| (k, String::from_utf8_lossy(v).into_owned()))
-                        .collect();
-                    let binary: BTreeMap<&String, String> = o
-                        .data
-                        .iter()
-                        .filter(|(k, _)| !text(k))
-                        .map(|(k, v)| (k, k8s_openapi::ByteString(v.clone())))
-                        .map(|(k, b)| {
-                            (
-                                k,
-                                serde_json::to_value(b)
-                                    .ok()
-                                    .and_then(|v| v.as_str().map(String::from))
-                                    .unwrap_or_default(),
-                            )
-                        })
-                        .collect();
-                    let mut v = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta});
-                    if !data.is_empty() {
-                        v["data"] = serde_json::json!(data);
-                    }
-                    if !binary.is_empty() {
-                        v["binaryData"] = serde_json::json!(binary);
-                    }
-                    if o.immutable {
-                        v["immutable"] = true.into();
-                    }
-                    v
-                }
-                Kind::Secret => {
-                    meta["annotations"][REDACTED_ANNOTATION] = "true".into();
-                    let data: BTreeMap<&String, &str> = o.data.keys().map(|k| (k, "")).collect();
-                    let mut v = serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": meta,
-                        "type": o.type_.clone().unwrap_or_else(|| "Opaque".into()), "data": data});
-                    if o.immutable {
-                        v["immutable"] = true.into();
-                    }
-                    v
-                }
-            }
-        })
-        .collect();
-    serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items})
 }
