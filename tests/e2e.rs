@@ -656,7 +656,7 @@ fn config_maps_and_secrets_reach_the_container_and_follow_edits() {
     });
     let p = a.pod("cfg").unwrap();
     assert_eq!(p["status"]["containerStatuses"][0]["restartCount"], 0);
-    assert_eq!(p["status"]["containerStatuses"][0]["state"]["running"].is_object(), true);
+    assert!(p["status"]["containerStatuses"][0]["state"]["running"].is_object());
     // `podwarden get configmaps|secrets`: names, counts, never a secret value
     let cli = |args: &[&str]| {
         let out = std::process::Command::new(BIN)
