@@ -8,6 +8,7 @@ pub mod dns;
 pub mod env;
 mod setup;
 mod terminate;
+pub mod usage;
 pub mod volumes;
 
 use std::collections::HashMap;
