@@ -105,11 +105,14 @@ pub struct Agent {
     /// The source delivered its first full set: until then housekeeping
     /// cannot tell an adopted pod from an orphan, so it does nothing.
     sources_ready: std::sync::atomic::AtomicBool,
+    /// Disk-backed emptyDir usage, measured by housekeeping.
+    empty_dirs: Mutex<crate::sync::usage::EmptyDirs>,
 }
 
 impl Agent {
     pub fn new(config: AgentConfig, deps: AgentDeps) -> Self {
         let AgentDeps { workers, runtime, statuses, events, admission, metrics, pod_cache, objects } = deps;
+        let empty_dirs = Mutex::new(crate::sync::usage::EmptyDirs::new(config.root_dir.clone()));
         Agent {
             config,
             workers,
@@ -126,6 +129,7 @@ impl Agent {
             runtime_error_logged: Mutex::new(None),
             runtime_answered: Mutex::new((None, None)),
             sources_ready: std::sync::atomic::AtomicBool::new(false),
+            empty_dirs,
         }
     }
 
@@ -315,7 +319,7 @@ impl Agent {
 
     /// One housekeeping pass (see DESIGN.md "Housekeeping").
     pub fn housekeeping(&self) {
-        let _serial = self.sync_lock.lock();
+        let serial = self.sync_lock.lock();
         if !self.sources_ready() {
             log::debug!("housekeeping: waiting for the first manifest scan");
             return;
@@ -377,6 +381,12 @@ impl Agent {
         self.statuses.retain(|uid| desired_uids.contains(uid) || workers.contains_key(uid));
         self.metrics.retain_seen(|uid| desired_uids.contains(uid));
         self.refresh_metrics(&desired, &workers, runtime_pods.as_deref());
+        drop(serial);
+        // disk-backed emptyDir usage (bounded walks, each volume at most
+        // every 10 s), outside the source lock: a walk never delays a
+        // manifest change
+        let admitted: Vec<Arc<Pod>> = desired.iter().filter(|d| d.rejected.is_none()).map(|d| d.pod.clone()).collect();
+        self.empty_dirs.lock().pass(&admitted, &self.events, &self.metrics);
         *self.last_housekeeping.lock() = Some(Instant::now());
         // read-only observation point: tests count passes by this line
         log::debug!("housekeeping: pass done");

@@ -50,6 +50,20 @@ pub struct Gauges {
     pub running_containers: BTreeMap<String, i64>,
 }
 
+/// One disk-backed emptyDir's measured usage (housekeeping,
+/// `sync::usage`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EmptyDirUsage {
+    pub namespace: String,
+    pub pod: String,
+    pub volume: String,
+    /// Allocated bytes, as `du` counts them (a lower bound when the walk
+    /// was capped).
+    pub used_bytes: u64,
+    /// Its `sizeLimit`, if it has one.
+    pub limit_bytes: Option<u64>,
+}
+
 #[derive(Default)]
 pub struct Metrics {
     /// `kubelet_restarted_pods_total{static}`.
@@ -67,6 +81,8 @@ pub struct Metrics {
     first_seen: Mutex<std::collections::HashMap<String, std::time::Instant>>,
     /// `kubelet_runtime_operations_errors_total{operation_type}`.
     runtime_errors: Mutex<BTreeMap<&'static str, u64>>,
+    /// `podwarden_emptydir_{used,limit}_bytes{namespace,pod,volume}`.
+    empty_dirs: Mutex<Vec<EmptyDirUsage>>,
 }
 
 impl Metrics {
@@ -131,6 +147,15 @@ impl Metrics {
 
     pub fn gauges(&self) -> Gauges {
         self.gauges.lock().clone()
+    }
+
+    /// Replace the disk-backed emptyDirs' usage (every volume measured).
+    pub fn set_empty_dirs(&self, usage: Vec<EmptyDirUsage>) {
+        *self.empty_dirs.lock() = usage;
+    }
+
+    pub fn empty_dirs(&self) -> Vec<EmptyDirUsage> {
+        self.empty_dirs.lock().clone()
     }
 }
 
@@ -268,7 +293,32 @@ pub fn render(m: &Metrics) -> String {
         "Last graceful shutdown end time since unix epoch in seconds",
     );
     let _ = writeln!(out, "kubelet_graceful_shutdown_end_time_seconds {}", end.unwrap_or(0.0));
+    let mut dirs = m.empty_dirs();
+    dirs.sort_by(|a, b| (&a.namespace, &a.pod, &a.volume).cmp(&(&b.namespace, &b.pod, &b.volume)));
+    let labels = |u: &EmptyDirUsage| {
+        format!("namespace=\"{}\",pod=\"{}\",volume=\"{}\"", escape(&u.namespace), escape(&u.pod), escape(&u.volume))
+    };
+    head(
+        &mut out,
+        "podwarden_emptydir_used_bytes",
+        "gauge",
+        "Bytes allocated in a disk-backed emptyDir volume, as du counts them, measured by housekeeping (a lower bound when the walk reached its caps).",
+    );
+    for u in &dirs {
+        let _ = writeln!(out, "podwarden_emptydir_used_bytes{{{}}} {}", labels(u), u.used_bytes);
+    }
+    head(&mut out, "podwarden_emptydir_limit_bytes", "gauge", "The sizeLimit of a disk-backed emptyDir volume.");
+    for u in &dirs {
+        if let Some(l) = u.limit_bytes {
+            let _ = writeln!(out, "podwarden_emptydir_limit_bytes{{{}}} {l}", labels(u));
+        }
+    }
     out
+}
+
+/// A label value in the text format: backslash, quote and newline escaped.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 #[cfg(test)]

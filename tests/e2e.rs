@@ -714,3 +714,110 @@ fn config_maps_and_secrets_reach_the_container_and_follow_edits() {
 fn mounts_now() -> String {
     std::fs::read_to_string("/proc/self/mounts").unwrap()
 }
+
+/// Mount points a test made in its own temp dir, unmounted (recursively,
+/// lazily) when it ends, whatever happened.
+struct Mounts(Vec<PathBuf>);
+
+impl Mounts {
+    fn run(args: &[&str]) {
+        let out = Command::new(args[0]).args(&args[1..]).output().expect("run mount");
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// Make `dir` a mount point of its own with `propagation`
+    /// (`--make-rshared`, `--make-private`), as an administrator would.
+    fn bind_self(&mut self, dir: &Path, propagation: &str) {
+        std::fs::create_dir_all(dir).unwrap();
+        let d = dir.to_str().unwrap();
+        Self::run(&["mount", "--bind", d, d]);
+        self.0.push(dir.to_path_buf());
+        Self::run(&["mount", propagation, d]);
+    }
+}
+
+impl Drop for Mounts {
+    fn drop(&mut self) {
+        for d in self.0.iter().rev() {
+            let _ = Command::new("umount").args(["-R", "-l"]).arg(d).output();
+        }
+    }
+}
+
+/// `mountPropagation` on containerd. containerd requires the source of a
+/// HostToContainer mount to be on a shared or slave mount, and of a
+/// Bidirectional one on a shared mount (its CRI plugin checks the mount
+/// holding the source); on a private one the container is refused with
+/// containerd's "is not a shared or slave mount" (CreateContainerError).
+/// systemd makes `/` shared at boot, so on a usual host any hostPath
+/// qualifies; this test's environment mounts `/` private, so the test makes
+/// its host directory a shared mount point of its own (`mount --bind` and
+/// `--make-rshared`). With HostToContainer a tmpfs the host mounts below
+/// the hostPath after the container started is seen inside it; with
+/// Bidirectional a privileged container's tmpfs below the hostPath is seen
+/// on the host.
+#[test]
+fn mount_propagation_host_to_container_and_bidirectional_on_containerd() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start_with("propagation", "allowPrivileged: true\n", &[]);
+    let mut mounts = Mounts(Vec::new());
+    let shared = a.dir.0.join("shared");
+    let private = a.dir.0.join("private");
+    let out = a.dir.0.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    mounts.bind_self(&shared, "--make-rshared");
+    mounts.bind_self(&private, "--make-private");
+    let volumes = |path: &Path| {
+        format!(
+            "  volumes:\n  - {{name: h, hostPath: {{path: {}}}}}\n  - {{name: out, hostPath: {{path: {}}}}}\n",
+            path.display(),
+            out.display()
+        )
+    };
+    // the container copies what it sees below the hostPath to `out`
+    let watcher = |name: &str, path: &Path| {
+        pod_yaml(
+            name,
+            &volumes(path),
+            &format!(
+                "trap 'exit 0' TERM; while :; do cat /h/sub/marker > /out/{name}.tmp 2>/dev/null && mv /out/{name}.tmp /out/{name}; sleep 0.2; done"
+            ),
+        ) + "    volumeMounts:\n    - {name: h, mountPath: /h, mountPropagation: HostToContainer}\n    - {name: out, mountPath: /out}\n"
+    };
+    a.write("h2c.yaml", &watcher("h2c", &shared));
+    a.write("refused.yaml", &watcher("refused", &private));
+    let bidi = pod_yaml(
+        "bidi",
+        &volumes(&shared),
+        "mkdir -p /h/fromc && mount -t tmpfs tmpfs /h/fromc && echo inside > /h/fromc/m; trap 'exit 0' TERM; while :; do sleep 1; done",
+    ) + "    securityContext: {privileged: true}\n    volumeMounts:\n    - {name: h, mountPath: /h, mountPropagation: Bidirectional}\n";
+    a.write("bidi.yaml", &bidi);
+    let h2c = a.uid("h2c");
+    let refused = a.uid("refused");
+    let bidi = a.uid("bidi");
+    wait_for("h2c running", Duration::from_secs(30), || a.running(&h2c) == 1);
+    // a mount the host makes after the container started reaches it
+    let sub = shared.join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    Mounts::run(&["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", sub.to_str().unwrap()]);
+    std::fs::write(sub.join("marker"), "from the host\n").unwrap();
+    wait_for("the container sees the host's new mount", Duration::from_secs(10), || {
+        std::fs::read_to_string(out.join("h2c")).is_ok_and(|s| s == "from the host\n")
+    });
+    // the privileged container's mount reaches the host
+    wait_for("the host sees the container's mount", Duration::from_secs(30), || {
+        std::fs::read_to_string(shared.join("fromc/m")).is_ok_and(|s| s == "inside\n")
+    });
+    assert_eq!(a.running(&bidi), 1);
+    // on a private mount containerd refuses HostToContainer
+    let mut waiting = String::new();
+    wait_for("refused on a private mount", Duration::from_secs(30), || {
+        let w = a.pod("refused").map(|p| p["status"]["containerStatuses"][0]["state"]["waiting"].clone());
+        waiting = w.map(|w| format!("{} {}", w["reason"], w["message"])).unwrap_or_default();
+        waiting.contains("CreateContainerError")
+    });
+    assert!(waiting.contains("is not a shared or slave mount"), "{waiting}");
+    assert_eq!(a.running(&refused), 0);
+    a.clean_up(&[&h2c, &refused, &bidi]);
+    drop(mounts);
+}

@@ -304,10 +304,12 @@ fn corpus() -> Vec<(&'static str, &'static str, Vec<u8>, String)> {
             "m.yaml: field spec.volumes[0]: no volume source; podwarden supports emptyDir and hostPath".into(),
         ),
         (
-            "emptyDir sizeLimit on disk",
+            "Bidirectional mount propagation in an unprivileged container",
             "m.yaml",
-            with_spec("  volumes:\n  - name: v\n    emptyDir:\n      sizeLimit: 1Gi\n").into_bytes(),
-            "m.yaml: field spec.volumes[0].emptyDir.sizeLimit: not supported by podwarden without medium: Memory (it sizes the tmpfs)".into(),
+            with_spec("  volumes:\n  - name: v\n    hostPath: {path: /mnt}\n")
+                .add_container("    volumeMounts:\n    - {name: v, mountPath: /mnt, mountPropagation: Bidirectional}\n")
+                .into_bytes(),
+            "m.yaml: field spec.containers[0].volumeMounts[0].mountPropagation: Bidirectional mount propagation is available only to privileged containers".into(),
         ),
         (
             "dnsConfig with more nameservers than a resolver uses",

@@ -803,3 +803,95 @@ fn resync_of_an_unchanged_pod_reuses_its_read_and_a_relisted_change_reads_afresh
     wait_for("three resyncs", Duration::from_secs(6), || sync_passes(&h) >= passes + 3);
     assert!(h.fake.calls_for("ui", Op::PodSandboxStatus).len() >= 3);
 }
+
+fn parsed(yaml: &str) -> Arc<model::Pod> {
+    Arc::new(model::manifest::parse("p.yaml", yaml.as_bytes(), "node").expect("a valid manifest"))
+}
+
+/// `mountPropagation` reaches the runtime's mount (CRI
+/// `Mount.propagation`); a privileged container with `Bidirectional` on a
+/// node that does not allow privileged containers is refused as any
+/// privileged container is there (as the kubelet refuses the pod).
+#[test]
+fn mount_propagation_reaches_the_runtime_and_privileged_is_still_refused() {
+    use podwarden::runtime::Propagation;
+    let h = Harness::new();
+    let p = parsed(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: prop, uid: up1}\nspec:\n  containers:\n  - name: c\n    image: i\n    volumeMounts:\n    - {name: h, mountPath: /a, mountPropagation: HostToContainer}\n    - {name: h, mountPath: /b, mountPropagation: None}\n    - {name: h, mountPath: /c}\n  volumes:\n  - {name: h, hostPath: {path: /tmp}}\n",
+    );
+    h.agent.apply_source(vec![p]);
+    wait_for("container running", T, || h.fake.live_containers("up1") == 1);
+    let got: Vec<_> = h
+        .fake
+        .mounts_of("up1", "c")
+        .into_iter()
+        .filter(|m| m.host_path == "/tmp")
+        .map(|m| (m.container_path, m.propagation))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("/a".to_string(), Propagation::HostToContainer),
+            ("/b".to_string(), Propagation::Private),
+            ("/c".to_string(), Propagation::Private)
+        ]
+    );
+    let b = parsed(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: bidi, uid: up2}\nspec:\n  containers:\n  - name: c\n    image: i\n    securityContext: {privileged: true}\n    volumeMounts:\n    - {name: h, mountPath: /a, mountPropagation: Bidirectional}\n  volumes:\n  - {name: h, hostPath: {path: /tmp}}\n",
+    );
+    h.agent.apply_source(vec![b]);
+    wait_for("refused: the node allows no privileged container", T, || {
+        h.events.list().iter().any(|e| {
+            e.involved_object.uid == "up2"
+                && e.message.contains("which this node does not allow (allowPrivileged: false)")
+        })
+    });
+    assert_eq!(h.fake.live_containers("up2"), 0);
+}
+
+/// A disk-backed emptyDir's usage is measured by housekeeping and shown on
+/// /metrics with its limit; going over the limit is a Warning event with the
+/// kubelet's eviction text, once (nothing is evicted).
+#[test]
+fn disk_empty_dir_usage_is_reported_and_over_its_limit_warned_once() {
+    let h = Harness::new();
+    let p = parsed(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: du, namespace: ns, uid: ud1}\nspec:\n  containers:\n  - name: c\n    image: i\n    volumeMounts:\n    - {name: scratch, mountPath: /s}\n  volumes:\n  - {name: scratch, emptyDir: {sizeLimit: 64Ki}}\n",
+    );
+    h.agent.apply_source(vec![p]);
+    wait_for("container running", T, || h.fake.live_containers("ud1") == 1);
+    let vol = h.root.0.join("root/pods/ud1/volumes/kubernetes.io~empty-dir/scratch");
+    assert!(vol.is_dir(), "{} made by set-up", vol.display());
+    // what the container writes
+    std::fs::write(vol.join("fill"), vec![1u8; 300_000]).unwrap();
+    h.agent.housekeeping();
+    let text = podwarden::metrics::render(&h.metrics);
+    let used = text
+        .lines()
+        .find_map(|l| l.strip_prefix("podwarden_emptydir_used_bytes{namespace=\"ns\",pod=\"du\",volume=\"scratch\"} "))
+        .and_then(|v| v.parse::<u64>().ok());
+    assert!(used.is_some_and(|u| u >= 300_000), "{text}");
+    assert!(
+        text.contains("podwarden_emptydir_limit_bytes{namespace=\"ns\",pod=\"du\",volume=\"scratch\"} 65536\n"),
+        "{text}"
+    );
+    let over = |h: &Harness| {
+        h.events.list().into_iter().filter(|e| e.reason == "EmptyDirSizeLimitExceeded").collect::<Vec<_>>()
+    };
+    let ev = over(&h);
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(ev[0].involved_object.uid, "ud1");
+    assert!(
+        ev[0].message.starts_with("Usage of EmptyDir volume \"scratch\" exceeds the limit \"64Ki\". "),
+        "{}",
+        ev[0].message
+    );
+    assert!(ev[0].message.contains("not evicted"), "{}", ev[0].message);
+    h.agent.housekeeping();
+    assert_eq!(over(&h).len(), 1, "one event while it stays over");
+    assert_eq!(h.fake.live_containers("ud1"), 1, "nothing is evicted");
+    // the pod gone: its series go
+    h.agent.apply_source(vec![]);
+    h.agent.housekeeping();
+    assert!(!podwarden::metrics::render(&h.metrics).contains("volume=\"scratch\""));
+}

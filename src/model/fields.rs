@@ -131,7 +131,7 @@ pub const FIELDS: &[(&str, Support)] = &[
     ("spec.containers[].volumeDevices", Rejected),
     ("spec.containers[].volumeMounts", Supported),
     ("spec.containers[].volumeMounts[].mountPath", Supported),
-    ("spec.containers[].volumeMounts[].mountPropagation", Rejected),
+    ("spec.containers[].volumeMounts[].mountPropagation", Supported),
     ("spec.containers[].volumeMounts[].name", Supported),
     ("spec.containers[].volumeMounts[].readOnly", Supported),
     ("spec.containers[].volumeMounts[].recursiveReadOnly", Rejected),

@@ -512,6 +512,23 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
             if !volumes.contains(m.name.as_str()) {
                 return err(format!("{mf}.name"), format!("no volume named {:?} in spec.volumes", m.name));
             }
+            if let Some(p) = m.mount_propagation.as_deref() {
+                // the API server's validateMountPropagation, its messages
+                if !matches!(p, "Bidirectional" | "HostToContainer" | "None") {
+                    return err(
+                        format!("{mf}.mountPropagation"),
+                        format!(
+                            "Unsupported value: {p:?}: supported values: \"Bidirectional\", \"HostToContainer\", \"None\""
+                        ),
+                    );
+                }
+                if p == "Bidirectional" && !c.security_context.as_ref().and_then(|s| s.privileged).unwrap_or(false) {
+                    return err(
+                        format!("{mf}.mountPropagation"),
+                        "Bidirectional mount propagation is available only to privileged containers",
+                    );
+                }
+            }
             let sub = m.sub_path.as_deref().filter(|s| !s.is_empty());
             let expr = m.sub_path_expr.as_deref().filter(|s| !s.is_empty());
             if sub.is_some() && expr.is_some() {
@@ -720,12 +737,8 @@ fn validate_volume(
                 );
             }
             if let Some(q) = &ed.size_limit {
-                if medium != "Memory" {
-                    return err(
-                        format!("{f}.emptyDir.sizeLimit"),
-                        "not supported by podwarden without medium: Memory (it sizes the tmpfs)",
-                    );
-                }
+                // Memory: it sizes the tmpfs; on disk, usage is measured
+                // and reported against it (housekeeping)
                 if super::quantity::bytes(&q.0).is_err() {
                     return err(format!("{f}.emptyDir.sizeLimit"), format!("{:?} is not a quantity", q.0));
                 }
@@ -1104,6 +1117,54 @@ mod tests {
         ];
         for (env, field, message) in cases {
             assert_eq!(invalid(env), (field, message.to_string()), "{env}");
+        }
+    }
+
+    #[test]
+    fn mount_propagation_is_checked_as_the_api_server_checks_it() {
+        let pod = |mode: &str, privileged: bool| {
+            format!(
+                "{GOOD}    securityContext: {{privileged: {privileged}}}\n    volumeMounts:\n    - {{name: v, mountPath: /v, mountPropagation: {mode:?}}}\n  volumes:\n  - {{name: v, hostPath: {{path: /srv}}}}\n"
+            )
+        };
+        let result = |mode: &str, privileged: bool| match parse("m.yaml", pod(mode, privileged).as_bytes(), "n") {
+            Ok(_) => Ok(()),
+            Err(ManifestError::Invalid { field, message, .. }) => Err((field, message)),
+            Err(e) => panic!("{e}"),
+        };
+        for (mode, privileged) in
+            [("None", false), ("HostToContainer", false), ("HostToContainer", true), ("Bidirectional", true)]
+        {
+            assert_eq!(result(mode, privileged), Ok(()), "{mode} privileged: {privileged}");
+        }
+        let f = "spec.containers[0].volumeMounts[0].mountPropagation".to_string();
+        assert_eq!(
+            result("Bidirectional", false),
+            Err((f.clone(), "Bidirectional mount propagation is available only to privileged containers".into()))
+        );
+        for bad in ["rshared", "", "hostToContainer"] {
+            assert_eq!(
+                result(bad, true),
+                Err((
+                    f.clone(),
+                    format!(
+                        "Unsupported value: {bad:?}: supported values: \"Bidirectional\", \"HostToContainer\", \"None\""
+                    )
+                )),
+            );
+        }
+    }
+
+    #[test]
+    fn empty_dir_size_limit_on_disk_or_memory_is_a_quantity() {
+        for medium in ["", "Memory"] {
+            let m = format!("{GOOD}  volumes:\n  - name: v\n    emptyDir: {{medium: {medium:?}, sizeLimit: 1Gi}}\n");
+            assert!(parse("m.yaml", m.as_bytes(), "n").is_ok(), "{m}");
+            let bad = m.replace("1Gi", "lots");
+            match parse("m.yaml", bad.as_bytes(), "n") {
+                Err(ManifestError::Invalid { field, .. }) => assert_eq!(field, "spec.volumes[0].emptyDir.sizeLimit"),
+                other => panic!("{other:?}"),
+            }
         }
     }
 

@@ -11,8 +11,8 @@ use crossbeam_channel::select;
 use grpcio::{CallOption, ChannelBuilder, Environment, RpcStatusCode};
 
 use super::{
-    CallCtx, ContainerConfig, ContainerInfo, ContainerState, LABEL_POD_UID, Op, Result, Runtime, RuntimeError,
-    RuntimePod, SandboxConfig, SandboxInfo,
+    CallCtx, ContainerConfig, ContainerInfo, ContainerState, LABEL_POD_UID, Op, Propagation, Result, Runtime,
+    RuntimeError, RuntimePod, SandboxConfig, SandboxInfo,
 };
 
 #[allow(clippy::all, clippy::pedantic, dead_code, unused_imports, unused_mut, unused_qualifications, missing_docs)]
@@ -324,6 +324,11 @@ impl CriRuntime {
                 x.container_path = m.container_path.clone();
                 x.host_path = m.host_path.clone();
                 x.readonly = m.readonly;
+                x.propagation = protobuf::EnumOrUnknown::new(match m.propagation {
+                    Propagation::Private => api::MountPropagation::PROPAGATION_PRIVATE,
+                    Propagation::HostToContainer => api::MountPropagation::PROPAGATION_HOST_TO_CONTAINER,
+                    Propagation::Bidirectional => api::MountPropagation::PROPAGATION_BIDIRECTIONAL,
+                });
                 x
             })
             .collect();
@@ -530,5 +535,35 @@ impl Runtime for CriRuntime {
         req.container_id = id.to_string();
         call(ctx, Op::RemoveContainer, |o| self.runtime.remove_container_opt(&req, o))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::Mount;
+
+    #[test]
+    fn mount_propagation_reaches_the_cri_mount() {
+        let mount =
+            |propagation| Mount { host_path: "/h".into(), container_path: "/c".into(), readonly: true, propagation };
+        let c = ContainerConfig {
+            mounts: vec![
+                mount(Propagation::Private),
+                mount(Propagation::HostToContainer),
+                mount(Propagation::Bidirectional),
+            ],
+            ..ContainerConfig::default()
+        };
+        let cfg = CriRuntime::container_config(&c, &SandboxConfig::default());
+        let got: Vec<_> = cfg.mounts.iter().map(|m| (m.propagation.enum_value_or_default(), m.readonly)).collect();
+        assert_eq!(
+            got,
+            [
+                (api::MountPropagation::PROPAGATION_PRIVATE, true),
+                (api::MountPropagation::PROPAGATION_HOST_TO_CONTAINER, true),
+                (api::MountPropagation::PROPAGATION_BIDIRECTIONAL, true),
+            ]
+        );
     }
 }

@@ -61,6 +61,9 @@ struct FakeSandbox {
 struct FakeContainer {
     info: ContainerInfo,
     uid: String,
+    /// The mounts it was created with (propagation included), as the
+    /// runtime would set them up.
+    mounts: Vec<super::Mount>,
 }
 
 #[derive(Default)]
@@ -238,6 +241,18 @@ impl FakeRuntime {
             .count()
     }
 
+    /// The mounts of the newest container named `name` of pod `uid`, as it
+    /// was created (empty when there is none).
+    pub fn mounts_of(&self, uid: &str, name: &str) -> Vec<super::Mount> {
+        let st = self.state.lock();
+        st.containers
+            .values()
+            .filter(|c| c.uid == uid && c.info.name == name)
+            .max_by_key(|c| (c.info.attempt, c.info.created_at_ns))
+            .map(|c| c.mounts.clone())
+            .unwrap_or_default()
+    }
+
     /// Live (running or created) containers per pod UID, read atomically.
     pub fn live_by_uid(&self) -> HashMap<String, usize> {
         let mut m = HashMap::new();
@@ -304,6 +319,7 @@ impl FakeRuntime {
                     message: String::new(),
                     grace,
                 },
+                mounts: Vec::new(),
             },
         );
     }
@@ -565,6 +581,7 @@ impl Runtime for FakeRuntime {
                     message: String::new(),
                     grace: config.annotations.get(super::ANNOTATION_GRACE).and_then(|g| g.parse().ok()),
                 },
+                mounts: config.mounts.clone(),
             },
         );
         Ok(id)

@@ -193,6 +193,26 @@ pub struct Mount {
     pub host_path: String,
     pub container_path: String,
     pub readonly: bool,
+    /// How mounts below it propagate (CRI `Mount.propagation`).
+    pub propagation: Propagation,
+}
+
+/// A mount's propagation, CRI `MountPropagation`: from a volumeMount's
+/// `mountPropagation` as the kubelet translates it (unset and `None`:
+/// private).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Propagation {
+    /// No propagation either way (`PROPAGATION_PRIVATE`, rprivate).
+    #[default]
+    Private,
+    /// Mounts the host makes below the source later appear in the
+    /// container (`PROPAGATION_HOST_TO_CONTAINER`, rslave). The runtime
+    /// needs the source on a shared or slave mount.
+    HostToContainer,
+    /// Both ways: the container's mounts below it appear on the host too
+    /// (`PROPAGATION_BIDIRECTIONAL`, rshared); privileged containers only.
+    /// The runtime needs the source on a shared mount.
+    Bidirectional,
 }
 
 /// A host port mapping of a sandbox.

@@ -10,6 +10,7 @@ pub mod env;
 pub mod projection;
 mod setup;
 mod terminate;
+pub mod usage;
 pub mod volumes;
 
 use std::collections::HashMap;

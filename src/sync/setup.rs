@@ -14,8 +14,8 @@ use crate::model::{self, Container, Pod};
 use crate::podworkers::{SyncCtx, SyncError, SyncResult, UpdateType};
 use crate::runtime::{
     ANNOTATION_GRACE, ANNOTATION_RESTART_COUNT, ContainerConfig, ContainerState, LABEL_CONTAINER_NAME, LABEL_POD_NAME,
-    LABEL_POD_NAMESPACE, LABEL_POD_UID, Mount, PortMapping, Resources, RuntimeError, RuntimePod, SandboxConfig,
-    Security,
+    LABEL_POD_NAMESPACE, LABEL_POD_UID, Mount, PortMapping, Propagation, Resources, RuntimeError, RuntimePod,
+    SandboxConfig, Security,
 };
 use crate::status::{GenerateInput, generate};
 
@@ -64,6 +64,10 @@ pub enum ConfigError {
     },
     #[error("failed to prepare subPath for volumeMount {mount:?} of container {container:?}: {message}")]
     SubPathExpr { mount: String, container: String, message: String },
+    /// The kubelet's `translateMountPropagation` error (validation keeps
+    /// such a value out).
+    #[error("invalid MountPropagation mode: {0:?}")]
+    Propagation(String),
 }
 
 /// The sandbox a container is started in.
@@ -575,6 +579,7 @@ impl PodSync {
                 host_path: host.display().to_string(),
                 container_path: m.mount_path.clone(),
                 readonly: read_only,
+                propagation: propagation(m.mount_propagation.as_deref())?,
             });
         }
         let mut mounts: Vec<Mount> = mounts;
@@ -583,6 +588,7 @@ impl PodSync {
                 host_path: self.etc_hosts_path(pod).display().to_string(),
                 container_path: "/etc/hosts".into(),
                 readonly: false,
+                propagation: Propagation::Private,
             });
         }
         if let Some(log) = self.termination_log_path(pod, c, attempt) {
@@ -590,6 +596,7 @@ impl PodSync {
                 host_path: log.display().to_string(),
                 container_path: c.termination_message_path.clone().unwrap_or_else(|| "/dev/termination-log".into()),
                 readonly: false,
+                propagation: Propagation::Private,
             });
         }
         Ok(ContainerConfig {
@@ -607,6 +614,18 @@ impl PodSync {
             labels,
             annotations,
         })
+    }
+}
+
+/// A volumeMount's `mountPropagation` as the kubelet translates it for the
+/// runtime: unset and `None` are private, `HostToContainer` rslave,
+/// `Bidirectional` rshared.
+fn propagation(mode: Option<&str>) -> Result<Propagation, ConfigError> {
+    match mode {
+        None | Some("None") => Ok(Propagation::Private),
+        Some("HostToContainer") => Ok(Propagation::HostToContainer),
+        Some("Bidirectional") => Ok(Propagation::Bidirectional),
+        Some(other) => Err(ConfigError::Propagation(other.to_string())),
     }
 }
 
