@@ -161,3 +161,60 @@ fn watcher_picks_up_changes_through_inotify_long_before_the_rescan() {
     wait_for("rescan", Duration::from_secs(2), || seen.lock().len() > before);
     drop(handle); // stops and joins the thread
 }
+
+fn cm(name: &str, value: &str, extra: &str) -> String {
+    format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\n{extra}data: {{k: \"{value}\"}}\n")
+}
+
+fn object_values(r: &podwarden::source::ScanReport) -> Vec<(String, String)> {
+    r.objects
+        .as_ref()
+        .unwrap()
+        .values()
+        .map(|o| (o.key.name.clone(), String::from_utf8_lossy(&o.data["k"]).into_owned()))
+        .collect()
+}
+
+#[test]
+fn config_maps_in_files_of_their_own_or_beside_a_pod() {
+    let d = TempDir::new("objects");
+    std::fs::write(d.0.join("a.yaml"), cm("app", "1", "")).unwrap();
+    std::fs::write(d.0.join("p.yaml"), format!("{}---\n{}", pod_yaml("p"), cm("side", "s", ""))).unwrap();
+    let mut s = FileSource::new(&d.0, "node");
+    let r = s.scan();
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.pods.as_ref().unwrap().len(), 1);
+    assert_eq!(object_values(&r), vec![("app".into(), "1".into()), ("side".into(), "s".into())]);
+    // a second file defining the same object: the first keeps it, reported once
+    std::fs::write(d.0.join("0-dup.yaml"), cm("app", "dup", "")).unwrap();
+    let r = s.scan();
+    assert_eq!(object_values(&r)[0], ("app".into(), "1".into()));
+    assert!(r.errors.iter().any(|(f, m)| f.ends_with("0-dup.yaml") && m.contains("already defined")), "{:?}", r.errors);
+    assert!(s.scan().errors.is_empty(), "reported once");
+    std::fs::remove_file(d.0.join("0-dup.yaml")).unwrap();
+    // a broken edit keeps the last valid version and touches nothing else
+    std::fs::write(d.0.join("a.yaml"), cm("app", "2", "").replace("data: {k:", "data: {'bad key':")).unwrap();
+    let r = s.scan();
+    assert_eq!(object_values(&r), vec![("app".into(), "1".into()), ("side".into(), "s".into())]);
+    assert!(
+        r.errors.iter().any(|(f, m)| f.ends_with("a.yaml") && m.contains("keeping the last valid")),
+        "{:?}",
+        r.errors
+    );
+    assert_eq!(r.pods.as_ref().unwrap().len(), 1);
+    // a valid edit replaces it
+    std::fs::write(d.0.join("a.yaml"), cm("app", "2", "")).unwrap();
+    assert_eq!(object_values(&s.scan())[0], ("app".into(), "2".into()));
+    // an immutable object keeps its first version
+    std::fs::write(d.0.join("i.yaml"), cm("frozen", "1", "immutable: true\n")).unwrap();
+    s.scan();
+    std::fs::write(d.0.join("i.yaml"), cm("frozen", "2", "immutable: true\n")).unwrap();
+    let r = s.scan();
+    assert!(object_values(&r).contains(&("frozen".into(), "1".into())));
+    assert!(r.errors.iter().any(|(_, m)| m.contains("immutable")), "{:?}", r.errors);
+    // removed with its file
+    std::fs::remove_file(d.0.join("p.yaml")).unwrap();
+    let r = s.scan();
+    assert!(r.pods.unwrap().is_empty());
+    assert!(!object_values(&s.scan()).iter().any(|(n, _)| n == "side"));
+}
