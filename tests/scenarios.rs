@@ -895,3 +895,45 @@ fn disk_empty_dir_usage_is_reported_and_over_its_limit_warned_once() {
     h.agent.housekeeping();
     assert!(!podwarden::metrics::render(&h.metrics).contains("volume=\"scratch\""));
 }
+
+/// A pod whose ConfigMap volume names a missing object waits (FailedMount
+/// with the kubelet's text, no container) and starts as soon as the object
+/// is applied; an edit rewrites the file without a restart.
+/// Secret gets it on a tmpfs, 0400.
+#[test]
+fn a_config_map_volume_waits_for_its_object_and_follows_edits() {
+    use podwarden::model::objects::{Kind, ObjectSet, from_value};
+    let h = Harness::new();
+    let mut p = pod("cfg", "cfg-uid");
+    let v: k8s_openapi::api::core::v1::Volume =
+        serde_json::from_value(serde_json::json!({"name": "conf", "configMap": {"name": "app"}})).unwrap();
+    p.spec.as_mut().unwrap().volumes = Some(vec![v]);
+    h.agent.apply_source(vec![arc(p)]);
+    wait_for("FailedMount", Duration::from_secs(5), || {
+        h.events.list().iter().any(|e| {
+            e.reason == "FailedMount"
+                && e.message == "MountVolume.SetUp failed for volume \"conf\" : configmap \"app\" not found"
+        })
+    });
+    assert_eq!(h.fake.live_containers("cfg-uid"), 0);
+    let objects = |value: &str| -> ObjectSet {
+        let (o, _) = from_value(
+            Kind::ConfigMap,
+            "app.yaml",
+            serde_json::json!({"apiVersion": "v1", "metadata": {"name": "app"}, "data": {"k": value}}),
+        )
+        .unwrap();
+        [(o.key.clone(), Arc::new(o))].into_iter().collect()
+    };
+    let file = h.root.0.join("root/pods/cfg-uid/volumes/kubernetes.io~configmap/conf/k");
+    let t = Instant::now();
+    h.agent.apply_objects(objects("1"));
+    wait_for("the container", Duration::from_secs(5), || h.fake.live_containers("cfg-uid") == 1);
+    // well before the worker's 50 ms back-off would have ended many times,
+    // but the point is: it did not wait for a resync (1 s)
+    assert!(t.elapsed() < Duration::from_secs(1), "started {:?} after the object", t.elapsed());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "1");
+    h.agent.apply_objects(objects("2"));
+    wait_for("the edit", Duration::from_secs(2), || std::fs::read_to_string(&file).is_ok_and(|s| s == "2"));
+    assert_eq!(h.fake.live_containers("cfg-uid"), 1, "no restart for a volume edit");
+}
