@@ -131,6 +131,19 @@ impl Default for Tuning {
     }
 }
 
+/// Ephemeral storage for pods as the kubelet computes it with its defaults:
+/// the capacity of `rootDir`'s filesystem (of its nearest existing
+/// ancestor before it is made) less the default hard eviction threshold
+/// `nodefs.available<10%`.
+fn ephemeral_allocatable(root_dir: &std::path::Path) -> i64 {
+    let bytes = root_dir
+        .ancestors()
+        .filter_map(|p| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).ok())
+        .find_map(|p| crate::sys::filesystem_bytes(&p).ok())
+        .unwrap_or(0);
+    (bytes - bytes / 10).min(i64::MAX as u64) as i64
+}
+
 /// Both observers, in turn.
 struct Both(Arc<dyn Observer>, Arc<dyn Observer>);
 
@@ -174,6 +187,7 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
         allow_privileged: config.allow_privileged,
         allocatable_cpu_millis: allocatable.cpu_millis,
         allocatable_memory_bytes: allocatable.memory_bytes,
+        allocatable_ephemeral_bytes: ephemeral_allocatable(&config.root_dir),
         resolv_conf: config.resolv_conf.clone(),
     };
     let pod_cache = Arc::new(crate::runtime::cache::PodCache::new());

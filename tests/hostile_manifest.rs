@@ -178,11 +178,11 @@ fn corpus() -> Vec<(&'static str, &'static str, Vec<u8>, String)> {
             not_supported("spec.containers[0].lifecycle"),
         ),
         (
-            "env valueFrom secretKeyRef",
+            "env valueFrom secretKeyRef with a path for a key",
             "m.yaml",
-            with_container("    env:\n    - name: PW\n      valueFrom:\n        secretKeyRef:\n          name: s\n          key: k\n")
+            with_container("    env:\n    - name: PW\n      valueFrom:\n        secretKeyRef:\n          name: s\n          key: ../k\n")
                 .into_bytes(),
-            not_supported("spec.containers[0].env[0].valueFrom.secretKeyRef"),
+            "m.yaml: field spec.containers[0].env[0].valueFrom.secretKeyRef.key: \"../k\": a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')".into(),
         ),
         (
             "env valueFrom fieldRef outside the downward API",
@@ -192,10 +192,10 @@ fn corpus() -> Vec<(&'static str, &'static str, Vec<u8>, String)> {
             "m.yaml: field spec.containers[0].env[0].valueFrom.fieldRef.fieldPath: \"spec.hostNetwork\" is not one of metadata.name, metadata.namespace, metadata.uid, metadata.labels['<KEY>'], metadata.annotations['<KEY>'], spec.nodeName, spec.serviceAccountName, status.hostIP, status.hostIPs, status.podIP, status.podIPs".to_string(),
         ),
         (
-            "envFrom",
+            "envFrom without a source",
             "m.yaml",
-            with_container("    envFrom:\n    - configMapRef:\n        name: cm\n").into_bytes(),
-            not_supported("spec.containers[0].envFrom"),
+            with_container("    envFrom:\n    - prefix: X_\n").into_bytes(),
+            "m.yaml: field spec.containers[0].envFrom[0]: must specify one of: `configMapRef` or `secretRef`".into(),
         ),
         (
             "subPath climbing out of its volume",
@@ -206,28 +206,28 @@ fn corpus() -> Vec<(&'static str, &'static str, Vec<u8>, String)> {
             "m.yaml: field spec.containers[0].volumeMounts[0].subPath: \"a/../../etc\" must not contain '..'".into(),
         ),
         (
-            "configMap volume",
+            "configMap volume item with an absolute path",
             "m.yaml",
-            with_spec("  volumes:\n  - name: v\n    configMap:\n      name: cm\n").into_bytes(),
-            not_supported("spec.volumes[0].configMap"),
+            with_spec("  volumes:\n  - name: v\n    configMap:\n      name: cm\n      items: [{key: a, path: /etc/passwd}]\n").into_bytes(),
+            "m.yaml: field spec.volumes[0].configMap.items[0].path: \"/etc/passwd\" must be a relative path".into(),
         ),
         (
-            "secret volume",
+            "secret volume with a setuid mode",
             "m.yaml",
-            with_spec("  volumes:\n  - name: v\n    secret:\n      secretName: s\n").into_bytes(),
-            not_supported("spec.volumes[0].secret"),
+            with_spec("  volumes:\n  - name: v\n    secret:\n      secretName: s\n      defaultMode: 04755\n").into_bytes(),
+            "m.yaml: field spec.volumes[0].secret.defaultMode: 2541: must be a number between 0 and 0777 (octal), both inclusive".into(),
         ),
         (
-            "projected volume, empty",
+            "projected service account token",
             "m.yaml",
-            with_spec("  volumes:\n  - name: v\n    projected: {}\n").into_bytes(),
-            not_supported("spec.volumes[0].projected"),
+            with_spec("  volumes:\n  - name: v\n    projected:\n      sources:\n      - serviceAccountToken: {path: token}\n").into_bytes(),
+            not_supported("spec.volumes[0].projected.sources[0].serviceAccountToken"),
         ),
         (
-            "downwardAPI volume",
+            "downwardAPI volume with a status field",
             "m.yaml",
-            with_spec("  volumes:\n  - name: v\n    downwardAPI:\n      items: []\n").into_bytes(),
-            not_supported("spec.volumes[0].downwardAPI"),
+            with_spec("  volumes:\n  - name: v\n    downwardAPI:\n      items: [{path: ip, fieldRef: {fieldPath: status.podIP}}]\n").into_bytes(),
+            "m.yaml: field spec.volumes[0].downwardAPI.items[0].fieldRef.fieldPath: \"status.podIP\" is not one of metadata.name, metadata.namespace, metadata.uid, metadata.labels, metadata.annotations, metadata.labels['<KEY>'], metadata.annotations['<KEY>']".into(),
         ),
         (
             "seccompProfile",
@@ -301,7 +301,7 @@ fn corpus() -> Vec<(&'static str, &'static str, Vec<u8>, String)> {
             "volume without a source",
             "m.yaml",
             with_spec("  volumes:\n  - name: v\n").into_bytes(),
-            "m.yaml: field spec.volumes[0]: no volume source; podwarden supports emptyDir and hostPath".into(),
+            "m.yaml: field spec.volumes[0]: no volume source; podwarden supports emptyDir, hostPath, configMap, secret, downwardAPI and projected".into(),
         ),
         (
             "Bidirectional mount propagation in an unprivileged container",
@@ -324,10 +324,10 @@ fn corpus() -> Vec<(&'static str, &'static str, Vec<u8>, String)> {
             "m.yaml: field metadata.name: the pod's log directory name (<namespace>_<name>_<uid>, here 7 + 253 + 32 bytes and 2 separators) would be 294 bytes, over the 255-byte limit of a file name; use a shorter name".into(),
         ),
         (
-            "two documents",
+            "two pods",
             "m.yaml",
             format!("{GOOD}---\n{GOOD}").into_bytes(),
-            "m.yaml: holds 2 documents; a manifest must hold exactly one Pod".into(),
+            "m.yaml: holds 2 Pods; a manifest holds at most one Pod (and any ConfigMaps and Secrets)".into(),
         ),
         (
             "NUL byte in the text",

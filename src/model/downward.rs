@@ -42,9 +42,16 @@ pub fn subscript(path: &str) -> Option<(&str, &str)> {
     None
 }
 
-/// The resources `resourceFieldRef` may name (podwarden accounts for cpu
-/// and memory only).
-pub const RESOURCES: &[&str] = &["limits.cpu", "limits.memory", "requests.cpu", "requests.memory"];
+/// The resources `resourceFieldRef` may name (no hugepages: podwarden does
+/// not account for them).
+pub const RESOURCES: &[&str] = &[
+    "limits.cpu",
+    "limits.memory",
+    "limits.ephemeral-storage",
+    "requests.cpu",
+    "requests.memory",
+    "requests.ephemeral-storage",
+];
 
 /// Whether `divisor` (a quantity) is one the API allows for `resource`:
 /// `1m` or `1` for cpu; `1`, a decimal (`1k` … `1E`) or binary (`1Ki` …

@@ -643,7 +643,7 @@ fn validate_value_from(
                 return err(
                     format!("{rff}.resource"),
                     format!(
-                        "{:?} is not one of {} (podwarden accounts for cpu and memory)",
+                        "{:?} is not one of {} (podwarden accounts for cpu, memory and ephemeral storage)",
                         rf.resource,
                         RESOURCES.join(", ")
                     ),
@@ -1095,9 +1095,9 @@ mod tests {
                 "\"metadata.labels\" is not one of metadata.name, metadata.namespace, metadata.uid, metadata.labels['<KEY>'], metadata.annotations['<KEY>'], spec.nodeName, spec.serviceAccountName, status.hostIP, status.hostIPs, status.podIP, status.podIPs",
             ),
             (
-                "      valueFrom: {resourceFieldRef: {resource: limits.ephemeral-storage}}\n",
+                "      valueFrom: {resourceFieldRef: {resource: limits.hugepages-2Mi}}\n",
                 format!("{f}.resourceFieldRef.resource"),
-                "\"limits.ephemeral-storage\" is not one of limits.cpu, limits.memory, requests.cpu, requests.memory (podwarden accounts for cpu and memory)",
+                "\"limits.hugepages-2Mi\" is not one of limits.cpu, limits.memory, limits.ephemeral-storage, requests.cpu, requests.memory, requests.ephemeral-storage (podwarden accounts for cpu, memory and ephemeral storage)",
             ),
             (
                 "      valueFrom: {resourceFieldRef: {resource: limits.cpu, containerName: nope}}\n",

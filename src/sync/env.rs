@@ -24,6 +24,7 @@ pub struct Downward<'a> {
     /// are shown as (the kubelet's `defaultPodLimitsForDownwardAPI`).
     pub allocatable_cpu_millis: i64,
     pub allocatable_memory_bytes: i64,
+    pub allocatable_ephemeral_bytes: i64,
     /// The local ConfigMaps and Secrets.
     pub objects: &'a ObjectSet,
 }
@@ -290,10 +291,12 @@ pub(super) fn resource_value(
             let per = quantity::cpu_millis(divisor).map_err(|_| bad("divisor", divisor))?.max(1);
             Ok(ceil_div(millis, per).to_string())
         }
-        ("limits" | "requests", "memory") => {
+        ("limits" | "requests", "memory" | "ephemeral-storage") => {
+            let allocatable =
+                if key == "memory" { dw.allocatable_memory_bytes } else { dw.allocatable_ephemeral_bytes };
             let bytes = match set {
                 Some(q) => quantity::bytes(&q).map_err(|_| bad("memory", &q))?,
-                None if kind == "limits" => dw.allocatable_memory_bytes,
+                None if kind == "limits" => allocatable,
                 None => 0,
             };
             let per = quantity::bytes(divisor).map_err(|_| bad("divisor", divisor))?.max(1);
@@ -354,6 +357,7 @@ mod tests {
         host_ip: Some("192.168.1.2"),
         allocatable_cpu_millis: 2000,
         allocatable_memory_bytes: 4 << 30,
+        allocatable_ephemeral_bytes: 100 << 30,
         objects: &NO_OBJECTS,
     };
 
@@ -416,6 +420,22 @@ spec:
 "#);
         let e = environment(&p2, &p2.spec.as_ref().unwrap().containers[0], &Downward { objects: &set2, ..DW });
         assert_eq!(e.unwrap_err().to_string(), "env bin: key bin of Secret edge/sec is not valid UTF-8");
+    }
+
+    #[test]
+    fn ephemeral_storage_reads_as_allocatable_or_zero() {
+        let p = pod(r#"
+metadata: {name: web}
+spec:
+  containers:
+  - name: c
+    image: busybox
+    env:
+    - {name: L, valueFrom: {resourceFieldRef: {resource: limits.ephemeral-storage, divisor: 1Gi}}}
+    - {name: R, valueFrom: {resourceFieldRef: {resource: requests.ephemeral-storage}}}
+"#);
+        let env = environment(&p, &p.spec.as_ref().unwrap().containers[0], &DW).unwrap();
+        assert_eq!(env, vec![("L".to_string(), "100".to_string()), ("R".to_string(), "0".to_string())]);
     }
 
     #[test]

@@ -50,6 +50,9 @@ pub struct SyncConfig {
     /// downward API shows for a container without its own.
     pub allocatable_cpu_millis: i64,
     pub allocatable_memory_bytes: i64,
+    /// Ephemeral storage the node gives to pods (`rootDir`'s filesystem
+    /// less the default 10% eviction threshold), for the downward API.
+    pub allocatable_ephemeral_bytes: i64,
     /// The host's resolver config (`resolvConf`).
     pub resolv_conf: PathBuf,
 }

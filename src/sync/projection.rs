@@ -82,6 +82,7 @@ pub enum PayloadError {
 pub struct Node {
     pub allocatable_cpu_millis: i64,
     pub allocatable_memory_bytes: i64,
+    pub allocatable_ephemeral_bytes: i64,
 }
 
 /// The files of volume `v` of `pod`, or `None` if it is not a volume kind
@@ -258,6 +259,7 @@ fn resource_file(
         host_ip: None,
         allocatable_cpu_millis: node.allocatable_cpu_millis,
         allocatable_memory_bytes: node.allocatable_memory_bytes,
+        allocatable_ephemeral_bytes: node.allocatable_ephemeral_bytes,
         objects: &objects,
     };
     super::env::resource_value(pod, c, &r.resource, r, &dw).map_err(|e| e.to_string())
@@ -283,7 +285,8 @@ mod tests {
             .collect()
     }
 
-    const NODE: Node = Node { allocatable_cpu_millis: 2000, allocatable_memory_bytes: 1 << 30 };
+    const NODE: Node =
+        Node { allocatable_cpu_millis: 2000, allocatable_memory_bytes: 1 << 30, allocatable_ephemeral_bytes: 10 << 30 };
 
     fn files(p: &Pod, i: usize, objs: &ObjectSet) -> Result<Vec<(String, String, u32)>, PayloadError> {
         let v = &p.spec.as_ref().unwrap().volumes.as_ref().unwrap()[i];

@@ -432,6 +432,7 @@ impl PodSync {
         let node = Node {
             allocatable_cpu_millis: self.cfg.allocatable_cpu_millis,
             allocatable_memory_bytes: self.cfg.allocatable_memory_bytes,
+            allocatable_ephemeral_bytes: self.cfg.allocatable_ephemeral_bytes,
         };
         let payload = projection::payload(pod, v, &objects, node)
             .unwrap_or_else(|| Ok(Default::default()))
@@ -516,6 +517,7 @@ impl PodSync {
             host_ip: self.cfg.host_ip.as_deref(),
             allocatable_cpu_millis: self.cfg.allocatable_cpu_millis,
             allocatable_memory_bytes: self.cfg.allocatable_memory_bytes,
+            allocatable_ephemeral_bytes: self.cfg.allocatable_ephemeral_bytes,
             objects: &objects,
         };
         let env = super::env::environment(pod, c, &downward)?;
@@ -728,6 +730,7 @@ mod tests {
                 allow_privileged: allow,
                 allocatable_cpu_millis: 1000,
                 allocatable_memory_bytes: 1 << 30,
+                allocatable_ephemeral_bytes: 10 << 30,
                 resolv_conf: "/etc/resolv.conf".into(),
             };
             PodSync::new(
