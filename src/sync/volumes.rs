@@ -85,10 +85,22 @@ fn is_mount_point(p: &Path) -> bool {
     mounts_under(p).is_some_and(|m| m.contains(&want))
 }
 
+/// Whether `p` is on another device than its parent (a mount of another
+/// filesystem there).
+fn has_own_device(p: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::symlink_metadata(p), p.parent().map(std::fs::symlink_metadata)) {
+        (Ok(a), Some(Ok(b))) => a.dev() != b.dev(),
+        _ => false,
+    }
+}
+
 /// Mount a tmpfs at `p` (once), limited to `limit` bytes if given, its
 /// root directory with `mode`.
 pub fn mount_tmpfs(p: &Path, limit: Option<i64>, mode: u32) -> Result<(), VolumeError> {
-    if is_mount_point(p) {
+    // every set-up pass asks: a tmpfs has a device of its own, so two stats
+    // answer (the mount table, read for bind mounts, grows with the pods)
+    if has_own_device(p) {
         return Ok(());
     }
     let target = cstr(p)?;
