@@ -470,6 +470,15 @@ impl Agent {
             if desired.contains(&uid) || !self.workers.should_pod_content_be_removed(&uid) {
                 continue;
             }
+            // a directory left by a pod this agent no longer knows (it was
+            // stopped while the pod ran) may still hold its tmpfs volumes
+            // and subPath bind mounts: removing it would reach into them (a
+            // bind mount is a volume's own content, a hostPath's files)
+            crate::sync::volumes::unmount_all_under(&e.path());
+            if crate::sync::volumes::has_mounts_under(&e.path()) {
+                log::warn!("pod {uid}: {} still has mounts below it; not removed", e.path().display());
+                continue;
+            }
             match std::fs::remove_dir_all(e.path()) {
                 Ok(()) => log::info!("pod {uid}: removed its directory {}", e.path().display()),
                 Err(err) => log::warn!("pod {uid}: cannot remove {}: {err}", e.path().display()),

@@ -937,3 +937,31 @@ fn a_config_map_volume_waits_for_its_object_and_follows_edits() {
     wait_for("the edit", Duration::from_secs(2), || std::fs::read_to_string(&file).is_ok_and(|s| s == "2"));
     assert_eq!(h.fake.live_containers("cfg-uid"), 1, "no restart for a volume edit");
 }
+
+/// The directory of a pod the agent no longer knows (it was stopped while
+/// the pod ran) is removed only after what is mounted in it is unmounted:
+/// a subPath bind mount's source (a hostPath's files) is never reached.
+#[test]
+fn an_orphan_pod_directory_is_unmounted_before_it_is_removed() {
+    let h = Harness::new();
+    let host = h.root.0.join("hostpath");
+    std::fs::create_dir_all(&host).unwrap();
+    std::fs::write(host.join("keep"), "user data").unwrap();
+    let pod_dir = h.root.0.join("root/pods/orphan-uid");
+    let sub = pod_dir.join("volume-subpaths/v/c/0");
+    let tmpfs = pod_dir.join("volumes/kubernetes.io~secret/s");
+    std::fs::create_dir_all(&sub).unwrap();
+    std::fs::create_dir_all(&tmpfs).unwrap();
+    let run = |args: &[&str]| assert!(std::process::Command::new("mount").args(args).status().unwrap().success());
+    run(&["--bind", host.to_str().unwrap(), sub.to_str().unwrap()]);
+    run(&["-t", "tmpfs", "tmpfs", tmpfs.to_str().unwrap()]);
+    std::fs::write(tmpfs.join("token"), "x").unwrap();
+    h.agent.housekeeping();
+    wait_for("the orphan's directory removed", Duration::from_secs(5), || {
+        h.agent.housekeeping();
+        !pod_dir.exists()
+    });
+    assert_eq!(std::fs::read_to_string(host.join("keep")).unwrap(), "user data", "the bind mount's source survives");
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(!mounts.contains(pod_dir.to_str().unwrap()), "nothing left mounted");
+}
