@@ -201,6 +201,11 @@ impl Agent {
                     rp.sandboxes.is_empty() && rp.containers.is_empty()
                 })
             });
+            // the pod directories go right after (their mounts first): an
+            // agent stopped before that leaves mounts in the temp dir
+            wait_for("the pods' directories removed", Duration::from_secs(30), || {
+                uids.iter().all(|u| !self.root().join("pods").join(u).exists())
+            });
         }
     }
 }
