@@ -32,8 +32,11 @@ impl Waker {
     }
 }
 
-/// How often free heap memory goes back to the kernel.
-const TRIM_PERIOD: Duration = Duration::from_secs(30);
+/// How often free heap memory goes back to the kernel: soon enough that a
+/// burst (110 pods starting: 1.5 MiB) does not linger in the RSS, rarely
+/// enough that the trim's walk over the free chunks costs nothing
+/// measurable (`scripts/bench.sh footprint`'s CPU figure).
+const TRIM_PERIOD: Duration = Duration::from_secs(5);
 
 /// Give the pages of free heap memory back to the kernel. glibc keeps what
 /// freed chunks cover resident (only the top of each arena is trimmed by

@@ -118,6 +118,11 @@ fn run(args: &[String]) -> Result<(), MainError> {
             if let Some(other) = rest.first() {
                 return Err(MainError::Usage(format!("run: unknown argument {other:?}\n\n{USAGE}")));
             }
+            // one thread per pod: glibc's per-thread caches off before the
+            // first thread starts (returns only if that cannot be done)
+            if let Some(e) = podwarden::sys::reexec_with_malloc_tunables() {
+                log::warn!("could not re-execute with GLIBC_TUNABLES={}: {e}", podwarden::sys::MALLOC_TUNABLES);
+            }
             let file = config_file(config_path);
             podwarden::daemon::run(load_config(file.clone())?).map_err(|e| match e {
                 // apiGroup is looked up at start; its error names the config

@@ -72,6 +72,11 @@ fn run_follows_manifests_and_stops_cleanly_on_sigterm() {
     let pid = child.id() as i32;
     let t = Duration::from_secs(10);
     wait_for("pod a's directory", t, || pod_dirs(&d.0).len() == 1);
+    // the same process (PID) runs again with glibc's per-thread caches off
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let environ = String::from_utf8_lossy(&environ);
+    assert!(environ.split('\0').any(|v| v == "PODWARDEN_MALLOC_TUNED=1"), "{environ}");
+    assert!(environ.contains("GLIBC_TUNABLES=glibc.malloc.tcache_count=0"), "{environ}");
     let a_uid = pod_dirs(&d.0).remove(0);
     // inotify: a new manifest is picked up without waiting for the 1 h rescan
     std::fs::write(manifests.join("b.yaml"), POD.replace("NAME", "b")).unwrap();
@@ -254,4 +259,33 @@ fn without_a_system_bus_graceful_shutdown_is_off_with_one_warning_and_pods_still
     assert!(child.wait().unwrap().success());
     let err = log();
     assert_eq!(err.matches("graceful node shutdown unavailable").count(), 1, "one warning: {err}");
+}
+
+#[test]
+fn a_users_own_tcache_tunable_is_kept_and_run_does_not_execute_again() {
+    let d = TempDir::new("daemon-tunables");
+    let config = d.0.join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "staticPodPath: {0}/manifests\ncontainerRuntimeEndpoint: fake://\nrootDir: {0}/root\napiSocket: {0}/api.sock\npodLogsDir: {0}/logs\nreadOnlyPort: 0\n",
+            d.0.display()
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir_all(d.0.join("manifests")).unwrap();
+    let mut child = Command::new(BIN)
+        .args(["run", "--config", config.to_str().unwrap()])
+        .env("GLIBC_TUNABLES", "glibc.malloc.tcache_count=3")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    wait_for("the API socket", Duration::from_secs(10), || d.0.join("api.sock").exists());
+    let environ = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/environ")).unwrap()).into_owned();
+    podwarden::sys::kill(pid, libc::SIGTERM).unwrap();
+    let _ = child.wait();
+    assert!(environ.split('\0').any(|v| v == "GLIBC_TUNABLES=glibc.malloc.tcache_count=3"), "{environ}");
+    assert!(!environ.contains("PODWARDEN_MALLOC_TUNED"), "{environ}");
 }

@@ -165,6 +165,58 @@ pub fn poll(fds: &mut [libc::pollfd], timeout_ms: libc::c_int) -> io::Result<usi
     if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
 }
 
+/// Start a TCP connection to `addr` without waiting for it: the socket is
+/// non-blocking and close-on-exec; the connect may still be in progress
+/// (poll for `POLLOUT`, then `TcpStream::take_error` says how it ended).
+/// An error the connect reports at once (an unreachable network) is
+/// returned.
+pub fn tcp_connect_nonblocking(addr: std::net::SocketAddr) -> io::Result<std::net::TcpStream> {
+    let (family, storage, len) = sockaddr_of(addr);
+    // SAFETY: socket takes no pointers; it returns a new descriptor or -1.
+    let fd = new_fd(unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: `storage` is a sockaddr_storage holding a sockaddr_in or
+    // sockaddr_in6 of `len` bytes, valid for the call; `fd` is open.
+    let r = unsafe { libc::connect(fd.as_raw_fd(), (&raw const storage).cast::<libc::sockaddr>(), len) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINPROGRESS) {
+            return Err(e);
+        }
+    }
+    Ok(std::net::TcpStream::from(fd))
+}
+
+fn sockaddr_of(addr: std::net::SocketAddr) -> (libc::c_int, libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain old data; all zeroes is a valid value.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    match addr {
+        std::net::SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for
+            // sockaddr_in; the write stays inside `storage`.
+            unsafe { std::ptr::write((&raw mut storage).cast::<libc::sockaddr_in>(), sin) };
+            (libc::AF_INET, storage, std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t)
+        }
+        std::net::SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: as above, for sockaddr_in6.
+            unsafe { std::ptr::write((&raw mut storage).cast::<libc::sockaddr_in6>(), sin6) };
+            (libc::AF_INET6, storage, std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t)
+        }
+    }
+}
+
 // ---------------------------------------------------- threads, processes
 
 /// Name the calling thread (`PR_SET_NAME`; the kernel keeps the first 15
@@ -204,6 +256,61 @@ pub fn clock_ticks_per_second() -> i64 {
 }
 
 // ------------------------------------------------------------ allocator
+
+/// The glibc tunables `podwarden run` runs under: no per-thread cache
+/// (tcache) and two malloc arenas. With a thread per pod, each thread's
+/// tcache keeps up to seven freed chunks of every small size for itself,
+/// about 20 KiB per idle worker that no other thread can use and
+/// `malloc_trim` cannot return (2 MiB with 110 pods, measured by
+/// `scripts/bench.sh config`); the agent mostly waits, so the arena lock
+/// those caches avoid is not contended.
+pub const MALLOC_TUNABLES: &str = "glibc.malloc.tcache_count=0:glibc.malloc.arena_max=2";
+
+/// Set in the environment of the second pass of [`reexec_with_malloc_tunables`].
+pub const REEXEC_MARK: &str = "PODWARDEN_MALLOC_TUNED";
+
+/// Execute this binary again, same PID and arguments, with
+/// [`MALLOC_TUNABLES`] added to `GLIBC_TUNABLES`: glibc reads tunables only
+/// when a program starts and has no call to turn the tcache off later.
+/// Returns without executing when tunables for the tcache are already set
+/// (by an earlier pass or by the user, whose setting wins) or on other C
+/// libraries; returns the error when the exec fails, and the caller goes on
+/// with the default allocator. Call it before any thread starts.
+pub fn reexec_with_malloc_tunables() -> Option<std::io::Error> {
+    #[cfg(target_env = "gnu")]
+    {
+        use std::os::unix::process::CommandExt;
+        // ld.so rewrites GLIBC_TUNABLES in place as it parses it (what a
+        // process sees of it afterwards can be cut short), so the second pass
+        // is recognised by a variable of its own
+        if std::env::var_os(REEXEC_MARK).is_some() {
+            return None;
+        }
+        let current = std::env::var_os("GLIBC_TUNABLES").unwrap_or_default();
+        if current.to_string_lossy().contains("glibc.malloc.tcache_count") {
+            return None;
+        }
+        // the user's own tunables last: a later setting of the same name wins
+        let mut tunables = std::ffi::OsString::from(MALLOC_TUNABLES);
+        if !current.is_empty() {
+            tunables.push(":");
+            tunables.push(current);
+        }
+        let mut args = std::env::args_os();
+        let arg0 = args.next().unwrap_or_else(|| "podwarden".into());
+        // /proc/self/exe is the running binary even when a package upgrade
+        // has replaced the file
+        let e = std::process::Command::new("/proc/self/exe")
+            .arg0(arg0)
+            .args(args)
+            .env("GLIBC_TUNABLES", tunables)
+            .env(REEXEC_MARK, "1")
+            .exec();
+        Some(e)
+    }
+    #[cfg(not(target_env = "gnu"))]
+    None
+}
 
 /// Cap glibc's malloc arenas at `n` (`mallopt(M_ARENA_MAX)`); a no-op on
 /// other C libraries. Call it before threads start allocating (`podwarden
