@@ -192,11 +192,18 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
     };
     let pod_cache = Arc::new(crate::runtime::cache::PodCache::new());
     let objects = Arc::new(crate::model::objects::ObjectStore::new());
+    let prober = crate::prober::Prober::start(crate::prober::ProberDeps {
+        runtime: runtime.clone(),
+        events: events.clone(),
+        metrics: Some(metrics.clone()),
+    })
+    .unwrap_or_else(|e| panic!("cannot start the prober thread: {e}"));
     let syncer = Arc::new(
         PodSync::new(runtime.clone(), statuses.clone(), events.clone(), sync_cfg)
             .with_metrics(metrics.clone())
             .with_pod_cache(pod_cache.clone())
-            .with_objects(objects.clone()),
+            .with_objects(objects.clone())
+            .with_prober(prober.clone()),
     );
     let observer: Arc<dyn Observer> = match tuning.observer {
         Some(o) => Arc::new(Both(metrics.clone(), o)),
@@ -211,6 +218,14 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
         },
         Some(observer),
     );
+    // probe results that matter (readiness, startup, a liveness failure)
+    // ask the pod's worker for a pass; weak: the workers own the prober
+    let weak = workers.downgrade();
+    prober.set_resync(Box::new(move |pod| {
+        if let Some(w) = weak.upgrade() {
+            w.update_pod(podworkers::UpdatePodOptions::new(podworkers::UpdateType::Sync, pod));
+        }
+    }));
     let agent = Arc::new(Agent::new(
         AgentConfig {
             root_dir: config.root_dir.clone(),

@@ -20,6 +20,7 @@ pub mod model;
 pub mod notify;
 pub mod parts;
 pub mod podworkers;
+pub mod prober;
 pub mod pss;
 pub mod runtime;
 pub mod shutdown;

@@ -83,6 +83,35 @@ pub struct Metrics {
     runtime_errors: Mutex<BTreeMap<&'static str, u64>>,
     /// `podwarden_emptydir_{used,limit}_bytes{namespace,pod,volume}`.
     empty_dirs: Mutex<Vec<EmptyDirUsage>>,
+    /// `prober_probe_total` and `prober_probe_duration_seconds` by probe.
+    probes: Mutex<BTreeMap<ProbeSeries, ProbeCounts>>,
+}
+
+/// The labels of one probe's series.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ProbeSeries {
+    /// `Liveness`, `Readiness`, `Startup`.
+    pub probe_type: &'static str,
+    pub container: String,
+    pub pod: String,
+    pub namespace: String,
+    pub pod_uid: String,
+}
+
+/// Results by `result` label and the duration histogram of one probe.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProbeCounts {
+    /// successful, failed, unknown
+    pub results: [u64; 3],
+    pub duration: Histogram,
+}
+
+/// A probe's result as `prober_probe_total` labels it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeResult {
+    Successful = 0,
+    Failed = 1,
+    Unknown = 2,
 }
 
 impl Metrics {
@@ -152,6 +181,27 @@ impl Metrics {
     /// Replace the disk-backed emptyDirs' usage (every volume measured).
     pub fn set_empty_dirs(&self, usage: Vec<EmptyDirUsage>) {
         *self.empty_dirs.lock() = usage;
+    }
+
+    /// One probe run: counted by result; its duration is observed for
+    /// successes and unknowns only, as the kubelet does.
+    pub fn probe_done(&self, series: &ProbeSeries, result: ProbeResult, seconds: f64) {
+        let mut probes = self.probes.lock();
+        let c = probes.entry(series.clone()).or_default();
+        c.results[result as usize] += 1;
+        if result != ProbeResult::Failed {
+            c.duration.observe(seconds);
+        }
+    }
+
+    /// Drop the series of probes that are gone (the kubelet deletes them
+    /// with their worker).
+    pub fn retain_probes(&self, keep: impl Fn(&ProbeSeries) -> bool) {
+        self.probes.lock().retain(|s, _| keep(s));
+    }
+
+    pub fn probes(&self) -> BTreeMap<ProbeSeries, ProbeCounts> {
+        self.probes.lock().clone()
     }
 
     pub fn empty_dirs(&self) -> Vec<EmptyDirUsage> {
@@ -311,6 +361,41 @@ pub fn render(m: &Metrics) -> String {
     for u in &dirs {
         if let Some(l) = u.limit_bytes {
             let _ = writeln!(out, "podwarden_emptydir_limit_bytes{{{}}} {l}", labels(u));
+        }
+    }
+    let probes = m.probes();
+    let series = |s: &ProbeSeries| {
+        format!(
+            "container=\"{}\",namespace=\"{}\",pod=\"{}\",probe_type=\"{}\"",
+            escape(&s.container),
+            escape(&s.namespace),
+            escape(&s.pod),
+            s.probe_type
+        )
+    };
+    head(
+        &mut out,
+        "prober_probe_total",
+        "counter",
+        "Cumulative number of a liveness, readiness or startup probe for a container by result.",
+    );
+    for (s, c) in &probes {
+        for (i, result) in ["successful", "failed", "unknown"].iter().enumerate() {
+            if c.results[i] > 0 {
+                let _ = writeln!(
+                    out,
+                    "prober_probe_total{{{},pod_uid=\"{}\",result=\"{result}\"}} {}",
+                    series(s),
+                    escape(&s.pod_uid),
+                    c.results[i]
+                );
+            }
+        }
+    }
+    head(&mut out, "prober_probe_duration_seconds", "histogram", "Duration in seconds for a probe response.");
+    for (s, c) in &probes {
+        if c.duration.count > 0 {
+            histogram(&mut out, "prober_probe_duration_seconds", &format!("{},", series(s)), &c.duration);
         }
     }
     out

@@ -106,8 +106,10 @@ fn container_status(
     spec: &model::Container,
     rp: &RuntimePod,
     waiting: Option<&Waiting>,
-    id_prefix: &str,
+    input: &GenerateInput,
+    uid: &str,
 ) -> ContainerStatus {
+    let id_prefix = input.id_prefix;
     let latest = rp.latest(&spec.name);
     let previous = latest.and_then(|l| {
         rp.containers.iter().filter(|c| c.name == spec.name && c.attempt < l.attempt).max_by_key(|c| c.attempt)
@@ -129,8 +131,14 @@ fn container_status(
                 running: Some(ContainerStateRunning { started_at: time(l.started_at_ns) }),
                 ..Default::default()
             });
-            st.ready = true;
-            st.started = Some(true);
+            // started: no startup probe, or it passed; ready: started and
+            // the readiness probe (if any) passed last
+            let (started, ready) = match input.probes {
+                Some(p) => (p.started(uid, spec, &l.id), p.ready(uid, spec, &l.id)),
+                None => (true, true),
+            };
+            st.ready = ready;
+            st.started = Some(started);
             st.last_state = previous.map(|p| terminated_state(p, id_prefix));
         }
         Some(l) if l.state == ContainerState::Exited => {
@@ -215,6 +223,9 @@ pub struct GenerateInput<'a> {
     pub id_prefix: &'a str,
     /// The node's address, the pod IP of host-network pods.
     pub host_ip: Option<&'a str>,
+    /// Probe results (started, ready); without them a running container
+    /// is started and ready.
+    pub probes: Option<&'a crate::prober::Results>,
 }
 
 /// Build the v1 PodStatus.
@@ -222,7 +233,7 @@ pub fn generate(pod: &Pod, rp: &RuntimePod, input: &GenerateInput) -> PodStatus 
     let now = model::now_time();
     let statuses: Vec<ContainerStatus> = model::containers(pod)
         .iter()
-        .map(|c| container_status(c, rp, input.waiting.get(&c.name), input.id_prefix))
+        .map(|c| container_status(c, rp, input.waiting.get(&c.name), input, model::uid(pod)))
         .collect();
     let phase = input.terminal_phase.unwrap_or_else(|| phase_of(pod, &statuses)).to_string();
     let terminal = model::is_terminal_phase(Some(&phase));
@@ -303,7 +314,14 @@ mod tests {
         let s = generate(
             &p,
             &rp,
-            &GenerateInput { old: None, waiting: &w, terminal_phase: None, id_prefix: "fake://", host_ip: None },
+            &GenerateInput {
+                old: None,
+                waiting: &w,
+                terminal_phase: None,
+                id_prefix: "fake://",
+                host_ip: None,
+                probes: None,
+            },
         );
         (s.phase.unwrap(), s.container_statuses.unwrap().remove(0))
     }
@@ -335,7 +353,14 @@ mod tests {
         };
         let make = |terminal_phase| {
             let w = HashMap::new();
-            let input = GenerateInput { old: Some(&old), waiting: &w, terminal_phase, id_prefix: "", host_ip: None };
+            let input = GenerateInput {
+                old: Some(&old),
+                waiting: &w,
+                terminal_phase,
+                id_prefix: "",
+                host_ip: None,
+                probes: None,
+            };
             let s = generate(&p, &rp, &input);
             (s.phase.unwrap(), s.reason, s.message)
         };

@@ -821,3 +821,78 @@ fn mount_propagation_host_to_container_and_bidirectional_on_containerd() {
     a.clean_up(&[&h2c, &refused, &bidi]);
     drop(mounts);
 }
+
+/// Probes on containerd: an httpGet readiness probe (busybox httpd on the
+/// pod IP, files the test controls through a hostPath) flips Ready both
+/// ways; a tcpSocket liveness probe on a named port keeps the container; an
+/// exec startup and liveness probe hold back and then restart the other
+/// container with the probe's grace period.
+#[test]
+fn probes_of_each_handler_drive_ready_and_restarts_on_containerd() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("probes");
+    let www = a.root().parent().unwrap().join("probe-www");
+    let state = a.root().parent().unwrap().join("probe-state");
+    std::fs::create_dir_all(&www).unwrap();
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(www.join("index.html"), "up\n").unwrap();
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: probed, namespace: e2e}}\nspec:\n  terminationGracePeriodSeconds: 30\n  volumes:\n  - {{name: www, hostPath: {{path: {www}}}}}\n  - {{name: state, hostPath: {{path: {state}}}}}\n  containers:\n  - name: web\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"trap 'exit 0' TERM; httpd -f -p 8080 -h /www & while :; do sleep 1; done\"]\n    ports: [{{name: http, containerPort: 8080}}]\n    volumeMounts: [{{name: www, mountPath: /www}}]\n    readinessProbe:\n      httpGet: {{path: /ready.html, port: http}}\n      periodSeconds: 1\n      failureThreshold: 1\n    livenessProbe:\n      tcpSocket: {{port: http}}\n      periodSeconds: 1\n  - name: worker\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"touch /state/healthy; echo $$ >> /state/starts; trap '' TERM; while :; do sleep 1; done\"]\n    volumeMounts: [{{name: state, mountPath: /state}}]\n    startupProbe:\n      exec: {{command: [test, -f, /state/healthy]}}\n      periodSeconds: 1\n    livenessProbe:\n      exec: {{command: [cat, /state/healthy]}}\n      periodSeconds: 1\n      failureThreshold: 2\n      terminationGracePeriodSeconds: 2\n",
+        www = www.display(),
+        state = state.display(),
+    );
+    a.write("probed.yaml", &pod);
+    let uid = a.uid("probed");
+    let status = |name: &str| {
+        a.pod("probed").and_then(|p| {
+            p["status"]["containerStatuses"].as_array()?.iter().find(|c| c["name"] == name).cloned()
+        })
+    };
+    let condition = |kind: &str| {
+        a.pod("probed").and_then(|p| {
+            p["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == kind).map(|c| c["status"].clone())
+        })
+    };
+    wait_for("both running", Duration::from_secs(30), || a.running(&uid) == 2);
+    // web: running, not ready (404 for /ready.html); worker started and ready
+    wait_for("the readiness failure event", Duration::from_secs(10), || {
+        a.log().contains("Readiness probe failed: HTTP probe failed with statuscode: 404")
+    });
+    wait_for("worker started and ready", Duration::from_secs(10), || {
+        status("worker").is_some_and(|c| c["started"] == true && c["ready"] == true)
+    });
+    assert_eq!(status("web").unwrap()["ready"], false);
+    assert_eq!(condition("Ready"), Some(serde_json::json!("False")));
+    // the page appears: ready within a period or two
+    let t = std::time::Instant::now();
+    std::fs::write(www.join("ready.html"), "ok\n").unwrap();
+    wait_for("web ready", Duration::from_secs(5), || status("web").is_some_and(|c| c["ready"] == true));
+    wait_for("pod Ready", Duration::from_secs(5), || condition("Ready") == Some(serde_json::json!("True")));
+    eprintln!("ready after {:?}", t.elapsed());
+    // and goes: not ready again, the container is never restarted for it
+    std::fs::remove_file(www.join("ready.html")).unwrap();
+    wait_for("web not ready", Duration::from_secs(5), || status("web").is_some_and(|c| c["ready"] == false));
+    assert_eq!(status("web").unwrap()["restartCount"], 0, "readiness and a passing tcp liveness never restart");
+    // the worker's liveness fails twice: killed with the probe's 2 s grace
+    // (it ignores SIGTERM) and started again, which recreates the file
+    std::fs::remove_file(state.join("healthy")).unwrap();
+    let t = std::time::Instant::now();
+    wait_for("worker restarted", Duration::from_secs(20), || {
+        status("worker").is_some_and(|c| c["restartCount"] == 1 && c["state"]["running"].is_object())
+    });
+    let took = t.elapsed();
+    assert!(took < Duration::from_secs(10), "two failures, a 2 s grace, a restart: {took:?}");
+    assert!(a.log().contains("Container worker failed liveness probe, will be restarted"), "{}", a.log());
+    assert!(a.log().contains("Liveness probe failed: cat: can't open '/state/healthy': No such file or directory"));
+    assert_eq!(std::fs::read_to_string(state.join("starts")).unwrap().lines().count(), 2);
+    let metrics = a.get("/metrics").unwrap();
+    for series in [
+        "prober_probe_total{container=\"web\",namespace=\"e2e\",pod=\"probed\",probe_type=\"Readiness\"",
+        "prober_probe_total{container=\"web\",namespace=\"e2e\",pod=\"probed\",probe_type=\"Liveness\"",
+        "prober_probe_total{container=\"worker\",namespace=\"e2e\",pod=\"probed\",probe_type=\"Startup\"",
+        "prober_probe_duration_seconds_count{container=\"worker\",namespace=\"e2e\",pod=\"probed\",probe_type=\"Liveness\"}",
+    ] {
+        assert!(metrics.lines().any(|l| l.starts_with(series)), "{series} in:\n{metrics}");
+    }
+    a.clean_up(&[&uid]);
+}

@@ -160,16 +160,46 @@ fn corpus() -> Vec<(&'static str, &'static str, Vec<u8>, String)> {
             "ok; warnings: unknown field \"extra\"; unknown field \"spec.contaners\"".into(),
         ),
         (
-            "readinessProbe exec false",
+            "readinessProbe grpc",
             "m.yaml",
-            with_container("    readinessProbe:\n      exec:\n        command: [\"false\"]\n").into_bytes(),
-            not_supported("spec.containers[0].readinessProbe"),
+            with_container("    readinessProbe:\n      grpc:\n        port: 9000\n").into_bytes(),
+            not_supported("spec.containers[0].readinessProbe.grpc"),
         ),
         (
-            "livenessProbe on a closed port",
+            "livenessProbe on a host name",
             "m.yaml",
-            with_container("    livenessProbe:\n      tcpSocket:\n        port: 1\n").into_bytes(),
-            not_supported("spec.containers[0].livenessProbe"),
+            with_container("    livenessProbe:\n      tcpSocket:\n        host: db.local\n        port: 1\n").into_bytes(),
+            "m.yaml: field spec.containers[0].livenessProbe.tcpSocket.host: \"db.local\" is not an IP address; podwarden probes an address, it resolves no host names".into(),
+        ),
+        (
+            "livenessProbe with two handlers",
+            "m.yaml",
+            with_container("    livenessProbe:\n      tcpSocket: {port: 1}\n      exec: {command: [\"true\"]}\n").into_bytes(),
+            "m.yaml: field spec.containers[0].livenessProbe: may not specify more than 1 handler type".into(),
+        ),
+        (
+            "startupProbe successThreshold 2",
+            "m.yaml",
+            with_container("    startupProbe:\n      exec: {command: [\"true\"]}\n      successThreshold: 2\n").into_bytes(),
+            "m.yaml: field spec.containers[0].startupProbe.successThreshold: must be 1".into(),
+        ),
+        (
+            "readinessProbe with a grace period",
+            "m.yaml",
+            with_container("    readinessProbe:\n      exec: {command: [\"true\"]}\n      terminationGracePeriodSeconds: 5\n").into_bytes(),
+            "m.yaml: field spec.containers[0].readinessProbe.terminationGracePeriodSeconds: must not be set for readinessProbes".into(),
+        ),
+        (
+            "httpGet on a port name the container lacks",
+            "m.yaml",
+            with_container("    readinessProbe:\n      httpGet: {port: web}\n").into_bytes(),
+            "m.yaml: field spec.containers[0].readinessProbe.httpGet.port: \"web\" is not the name of one of this container's ports".into(),
+        ),
+        (
+            "httpGet over HTTPS",
+            "m.yaml",
+            with_container("    readinessProbe:\n      httpGet: {port: 443, scheme: HTTPS}\n").into_bytes(),
+            "m.yaml: field spec.containers[0].readinessProbe.httpGet.scheme: \"HTTPS\" is not supported by podwarden (only \"HTTP\")".into(),
         ),
         (
             "lifecycle preStop",
@@ -444,7 +474,7 @@ fn validate_rejects_hostile_files_and_prints_warnings() {
     let files = [
         ("bomb.yaml", bomb_1m()),
         ("deep.yaml", deep_flow(80_000)),
-        ("probe.yaml", with_container("    readinessProbe:\n      exec:\n        command: [\"false\"]\n")),
+        ("probe.yaml", with_container("    readinessProbe:\n      grpc:\n        port: 9000\n")),
         ("typo.yaml", with_spec("  contaners: []\n")),
     ];
     for (f, text) in &files {
@@ -465,7 +495,7 @@ fn validate_rejects_hostile_files_and_prints_warnings() {
     for line in [
         format!("{}: cannot parse YAML: alias expansion exceeds 65536 nodes", abs("bomb.yaml")),
         format!("{}: cannot parse YAML: nesting deeper than 100 levels at line 9 column 106", abs("deep.yaml")),
-        format!("{}: field spec.containers[0].readinessProbe: not supported by podwarden", abs("probe.yaml")),
+        format!("{}: field spec.containers[0].readinessProbe.grpc: not supported by podwarden", abs("probe.yaml")),
         "Warning: typo.yaml: unknown field \"spec.contaners\"".to_string(),
     ] {
         assert!(err.lines().any(|l| l == line), "missing {line:?} in:\n{err}");
@@ -624,9 +654,9 @@ fn agent_stays_healthy_beside_hostile_manifests() {
         ),
         (
             "probe.yaml",
-            with_container("    readinessProbe:\n      exec:\n        command: [\"false\"]\n")
+            with_container("    readinessProbe:\n      grpc:\n        port: 9000\n")
                 .replace("name: web", "name: probe"),
-            "field spec.containers[0].readinessProbe: not supported by podwarden",
+            "field spec.containers[0].readinessProbe.grpc: not supported by podwarden",
         ),
         (
             "relhp.yaml",

@@ -15,7 +15,7 @@ use std::path::Path;
 /// edge. A new module must be given its layer here.
 const LAYERS: &[(&str, &[&str])] = &[
     ("leaf", &["model", "config", "runtime", "cancel", "thread", "fsutil", "sys", "logging", "notify", "pss"]),
-    ("core", &["podworkers", "sync", "admission", "status", "events", "metrics"]),
+    ("core", &["podworkers", "sync", "prober", "admission", "status", "events", "metrics"]),
     ("orchestration", &["agent", "housekeeping", "shutdown", "parts"]),
     ("view", &["view"]),
     ("edge", &["http", "api", "logind", "source", "cli", "daemon"]),

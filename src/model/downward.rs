@@ -64,3 +64,53 @@ pub fn divisor_allowed(resource: &str, divisor: &str) -> bool {
     let Ok(v) = quantity::parse(divisor) else { return false };
     (0..=6).any(|i| v == 1000f64.powi(i)) || (1..=6).any(|i| v == (1u64 << (10 * i)) as f64)
 }
+
+/// Expand `$(NAME)` references in `input`: a known name becomes its value,
+/// an unknown one stays as written, `$$` is a literal `$`, and a `$` that
+/// starts no reference is kept (Kubernetes' expansion rules).
+pub fn expand(input: &str, lookup: impl Fn(&str) -> Option<String>) -> String {
+    let mut out = String::with_capacity(input.len());
+    let mut rest = input;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        match after.chars().next() {
+            // a `$` at the very end stays
+            None => {
+                out.push('$');
+                rest = after;
+            }
+            Some('$') => {
+                out.push('$');
+                rest = &after[1..];
+            }
+            Some('(') => match after.find(')') {
+                Some(close) => {
+                    let name = &after[1..close];
+                    match lookup(name) {
+                        Some(v) => out.push_str(&v),
+                        None => {
+                            out.push_str("$(");
+                            out.push_str(name);
+                            out.push(')');
+                        }
+                    }
+                    rest = &after[close + 1..];
+                }
+                // no closing parenthesis: `$(` is kept and scanning goes on
+                // after it
+                None => {
+                    out.push_str("$(");
+                    rest = &after[1..];
+                }
+            },
+            Some(ch) => {
+                out.push('$');
+                out.push(ch);
+                rest = &after[ch.len_utf8()..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}

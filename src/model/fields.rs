@@ -91,7 +91,27 @@ pub const FIELDS: &[(&str, Support)] = &[
     ("spec.containers[].image", Supported),
     ("spec.containers[].imagePullPolicy", Supported),
     ("spec.containers[].lifecycle", Rejected),
-    ("spec.containers[].livenessProbe", Rejected),
+    ("spec.containers[].livenessProbe", Supported),
+    ("spec.containers[].livenessProbe.exec", Supported),
+    ("spec.containers[].livenessProbe.exec.command", Supported),
+    ("spec.containers[].livenessProbe.failureThreshold", Supported),
+    ("spec.containers[].livenessProbe.grpc", Rejected),
+    ("spec.containers[].livenessProbe.httpGet", Supported),
+    ("spec.containers[].livenessProbe.httpGet.host", Supported),
+    ("spec.containers[].livenessProbe.httpGet.httpHeaders", Supported),
+    ("spec.containers[].livenessProbe.httpGet.httpHeaders[].name", Supported),
+    ("spec.containers[].livenessProbe.httpGet.httpHeaders[].value", Supported),
+    ("spec.containers[].livenessProbe.httpGet.path", Supported),
+    ("spec.containers[].livenessProbe.httpGet.port", Supported),
+    ("spec.containers[].livenessProbe.httpGet.scheme", Only("\"HTTP\"")),
+    ("spec.containers[].livenessProbe.initialDelaySeconds", Supported),
+    ("spec.containers[].livenessProbe.periodSeconds", Supported),
+    ("spec.containers[].livenessProbe.successThreshold", Supported),
+    ("spec.containers[].livenessProbe.tcpSocket", Supported),
+    ("spec.containers[].livenessProbe.tcpSocket.host", Supported),
+    ("spec.containers[].livenessProbe.tcpSocket.port", Supported),
+    ("spec.containers[].livenessProbe.terminationGracePeriodSeconds", Supported),
+    ("spec.containers[].livenessProbe.timeoutSeconds", Supported),
     ("spec.containers[].name", Supported),
     ("spec.containers[].ports", Supported),
     ("spec.containers[].ports[].containerPort", Supported),
@@ -99,7 +119,27 @@ pub const FIELDS: &[(&str, Support)] = &[
     ("spec.containers[].ports[].hostPort", Supported),
     ("spec.containers[].ports[].name", Supported),
     ("spec.containers[].ports[].protocol", Supported),
-    ("spec.containers[].readinessProbe", Rejected),
+    ("spec.containers[].readinessProbe", Supported),
+    ("spec.containers[].readinessProbe.exec", Supported),
+    ("spec.containers[].readinessProbe.exec.command", Supported),
+    ("spec.containers[].readinessProbe.failureThreshold", Supported),
+    ("spec.containers[].readinessProbe.grpc", Rejected),
+    ("spec.containers[].readinessProbe.httpGet", Supported),
+    ("spec.containers[].readinessProbe.httpGet.host", Supported),
+    ("spec.containers[].readinessProbe.httpGet.httpHeaders", Supported),
+    ("spec.containers[].readinessProbe.httpGet.httpHeaders[].name", Supported),
+    ("spec.containers[].readinessProbe.httpGet.httpHeaders[].value", Supported),
+    ("spec.containers[].readinessProbe.httpGet.path", Supported),
+    ("spec.containers[].readinessProbe.httpGet.port", Supported),
+    ("spec.containers[].readinessProbe.httpGet.scheme", Only("\"HTTP\"")),
+    ("spec.containers[].readinessProbe.initialDelaySeconds", Supported),
+    ("spec.containers[].readinessProbe.periodSeconds", Supported),
+    ("spec.containers[].readinessProbe.successThreshold", Supported),
+    ("spec.containers[].readinessProbe.tcpSocket", Supported),
+    ("spec.containers[].readinessProbe.tcpSocket.host", Supported),
+    ("spec.containers[].readinessProbe.tcpSocket.port", Supported),
+    ("spec.containers[].readinessProbe.terminationGracePeriodSeconds", Supported),
+    ("spec.containers[].readinessProbe.timeoutSeconds", Supported),
     ("spec.containers[].resizePolicy", Rejected),
     ("spec.containers[].resources", Supported),
     ("spec.containers[].resources.claims", Rejected),
@@ -122,7 +162,27 @@ pub const FIELDS: &[(&str, Support)] = &[
     ("spec.containers[].securityContext.seLinuxOptions", Rejected),
     ("spec.containers[].securityContext.seccompProfile", Rejected),
     ("spec.containers[].securityContext.windowsOptions", Rejected),
-    ("spec.containers[].startupProbe", Rejected),
+    ("spec.containers[].startupProbe", Supported),
+    ("spec.containers[].startupProbe.exec", Supported),
+    ("spec.containers[].startupProbe.exec.command", Supported),
+    ("spec.containers[].startupProbe.failureThreshold", Supported),
+    ("spec.containers[].startupProbe.grpc", Rejected),
+    ("spec.containers[].startupProbe.httpGet", Supported),
+    ("spec.containers[].startupProbe.httpGet.host", Supported),
+    ("spec.containers[].startupProbe.httpGet.httpHeaders", Supported),
+    ("spec.containers[].startupProbe.httpGet.httpHeaders[].name", Supported),
+    ("spec.containers[].startupProbe.httpGet.httpHeaders[].value", Supported),
+    ("spec.containers[].startupProbe.httpGet.path", Supported),
+    ("spec.containers[].startupProbe.httpGet.port", Supported),
+    ("spec.containers[].startupProbe.httpGet.scheme", Only("\"HTTP\"")),
+    ("spec.containers[].startupProbe.initialDelaySeconds", Supported),
+    ("spec.containers[].startupProbe.periodSeconds", Supported),
+    ("spec.containers[].startupProbe.successThreshold", Supported),
+    ("spec.containers[].startupProbe.tcpSocket", Supported),
+    ("spec.containers[].startupProbe.tcpSocket.host", Supported),
+    ("spec.containers[].startupProbe.tcpSocket.port", Supported),
+    ("spec.containers[].startupProbe.terminationGracePeriodSeconds", Supported),
+    ("spec.containers[].startupProbe.timeoutSeconds", Supported),
     ("spec.containers[].stdin", Only("false")),
     ("spec.containers[].stdinOnce", Only("false")),
     ("spec.containers[].terminationMessagePath", Supported),
@@ -643,8 +703,8 @@ mod tests {
         };
         let e = |f: &str| (f.to_string(), NOT_SUPPORTED.to_string());
         assert_eq!(
-            reject(&["spec", "containers", "0", "readinessProbe"], json!({"exec": {"command": ["false"]}})),
-            e("spec.containers[0].readinessProbe")
+            reject(&["spec", "containers", "0", "readinessProbe"], json!({"grpc": {"port": 9000}})),
+            e("spec.containers[0].readinessProbe.grpc")
         );
         assert_eq!(
             reject(
@@ -684,7 +744,7 @@ mod tests {
         // zero values say nothing
         for zero in [json!(null), json!([]), json!({}), json!("")] {
             let mut p = pod.clone();
-            p["spec"]["containers"][0]["readinessProbe"] = zero.clone();
+            p["spec"]["containers"][0]["lifecycle"] = zero.clone();
             p["spec"]["containers"][0]["envFrom"] = zero.clone();
             assert!(check(&p).is_ok(), "{zero}");
         }

@@ -579,6 +579,121 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
                 }
             }
         }
+        for (name, probe, kind) in [
+            ("livenessProbe", &c.liveness_probe, ProbeKind::Liveness),
+            ("readinessProbe", &c.readiness_probe, ProbeKind::Readiness),
+            ("startupProbe", &c.startup_probe, ProbeKind::Startup),
+        ] {
+            if let Some(p) = probe {
+                validate_probe(&format!("{f}.{name}"), p, kind, c)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ProbeKind {
+    Liveness,
+    Readiness,
+    Startup,
+}
+
+/// A port a probe names: a number in 1-65535 or the name of a container
+/// port (an IANA service name).
+fn validate_probe_port(
+    field: String,
+    port: &k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
+    c: &super::Container,
+) -> Result<(), FieldError> {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    match port {
+        IntOrString::Int(n) if (1..=65535).contains(n) => Ok(()),
+        IntOrString::Int(n) => err(field, format!("{n} must be between 1 and 65535, inclusive")),
+        IntOrString::String(s) if c.ports.iter().flatten().any(|p| p.name.as_deref() == Some(s.as_str())) => Ok(()),
+        IntOrString::String(s) => err(field, format!("{s:?} is not the name of one of this container's ports")),
+    }
+}
+
+/// A probe as the API server validates it (one handler, non-negative
+/// timings, `successThreshold` 1 for liveness and startup,
+/// `terminationGracePeriodSeconds` positive and not on readiness), plus
+/// what podwarden needs: a `host` is an IP address (podwarden resolves no
+/// names on the prober thread).
+fn validate_probe(
+    f: &str,
+    p: &k8s_openapi::api::core::v1::Probe,
+    kind: ProbeKind,
+    c: &super::Container,
+) -> Result<(), FieldError> {
+    let handlers = [p.exec.is_some(), p.http_get.is_some(), p.tcp_socket.is_some(), p.grpc.is_some()];
+    match handlers.iter().filter(|h| **h).count() {
+        0 => return err(f.to_string(), "must specify a handler type (exec, httpGet or tcpSocket)"),
+        1 => {}
+        _ => return err(f.to_string(), "may not specify more than 1 handler type"),
+    }
+    for (name, v) in [
+        ("initialDelaySeconds", p.initial_delay_seconds),
+        ("timeoutSeconds", p.timeout_seconds),
+        ("periodSeconds", p.period_seconds),
+        ("successThreshold", p.success_threshold),
+        ("failureThreshold", p.failure_threshold),
+    ] {
+        if let Some(v) = v
+            && v < 0
+        {
+            return err(format!("{f}.{name}"), format!("{v} must be greater than or equal to 0"));
+        }
+    }
+    if kind != ProbeKind::Readiness && p.success_threshold.is_some_and(|v| v > 1) {
+        return err(format!("{f}.successThreshold"), "must be 1");
+    }
+    if let Some(g) = p.termination_grace_period_seconds {
+        if kind == ProbeKind::Readiness {
+            return err(format!("{f}.terminationGracePeriodSeconds"), "must not be set for readinessProbes");
+        }
+        if g <= 0 {
+            return err(format!("{f}.terminationGracePeriodSeconds"), format!("{g} must be greater than 0"));
+        }
+    }
+    let ip_host = |field: String, host: &Option<String>| -> Result<(), FieldError> {
+        match host.as_deref() {
+            None | Some("") => Ok(()),
+            Some(h) if h.parse::<std::net::IpAddr>().is_ok() => Ok(()),
+            Some(h) => err(
+                field,
+                format!("{h:?} is not an IP address; podwarden probes an address, it resolves no host names"),
+            ),
+        }
+    };
+    if let Some(e) = &p.exec
+        && e.command.as_ref().is_none_or(|c| c.is_empty())
+    {
+        return err(format!("{f}.exec.command"), "must have at least one element");
+    }
+    if let Some(h) = &p.http_get {
+        validate_probe_port(format!("{f}.httpGet.port"), &h.port, c)?;
+        ip_host(format!("{f}.httpGet.host"), &h.host)?;
+        for (i, hh) in h.http_headers.iter().flatten().enumerate() {
+            let ok = !hh.name.is_empty()
+                && hh.name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+            if !ok {
+                return err(
+                    format!("{f}.httpGet.httpHeaders[{i}].name"),
+                    format!("{:?} is not a valid HTTP header name", hh.name),
+                );
+            }
+            if hh.value.contains(['\r', '\n']) {
+                return err(format!("{f}.httpGet.httpHeaders[{i}].value"), "must not contain a line break");
+            }
+        }
+        if h.path.as_deref().is_some_and(|p| p.contains([' ', '\r', '\n'])) {
+            return err(format!("{f}.httpGet.path"), "must not contain spaces or line breaks");
+        }
+    }
+    if let Some(t) = &p.tcp_socket {
+        validate_probe_port(format!("{f}.tcpSocket.port"), &t.port, c)?;
+        ip_host(format!("{f}.tcpSocket.host"), &t.host)?;
     }
     Ok(())
 }

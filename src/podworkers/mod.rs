@@ -332,11 +332,26 @@ pub struct PodWorkers {
     inner: Arc<Inner>,
 }
 
+/// A handle on the pod workers that does not keep them alive (for parts
+/// the workers own, such as the prober).
+#[derive(Clone)]
+pub struct WeakPodWorkers(std::sync::Weak<Inner>);
+
+impl WeakPodWorkers {
+    pub fn upgrade(&self) -> Option<PodWorkers> {
+        self.0.upgrade().map(|inner| PodWorkers { inner })
+    }
+}
+
 fn signal_done(tx: Sender<()>) {
     let _ = tx.try_send(());
 }
 
 impl PodWorkers {
+    pub fn downgrade(&self) -> WeakPodWorkers {
+        WeakPodWorkers(Arc::downgrade(&self.inner))
+    }
+
     pub fn new(syncer: Arc<dyn PodSyncer>, config: Config, observer: Option<Arc<dyn Observer>>) -> Self {
         PodWorkers {
             inner: Arc::new(Inner {

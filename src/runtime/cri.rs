@@ -536,6 +536,27 @@ impl Runtime for CriRuntime {
         call(ctx, Op::RemoveContainer, |o| self.runtime.remove_container_opt(&req, o))?;
         Ok(())
     }
+
+    fn exec_sync(&self, id: &str, cmd: &[String], timeout: Duration, done: super::ExecDone) {
+        let mut req = api::ExecSyncRequest::new();
+        req.container_id = id.to_string();
+        req.cmd = cmd.to_vec();
+        req.timeout = timeout.as_secs().max(1) as i64;
+        // the runtime ends the command at `timeout`; the call's own deadline
+        // leaves it time to say so
+        let opt = CallOption::default().timeout(timeout + Duration::from_secs(10));
+        match self.runtime.exec_sync_async_opt(&req, opt) {
+            Err(e) => done(Err(convert_err(Op::ExecSync, e))),
+            // completed on the gRPC completion-queue thread: `done` only
+            // hands the result on
+            Ok(receiver) => self.runtime.spawn(async move {
+                done(match receiver.await {
+                    Ok(r) => Ok(super::ExecResult { exit_code: r.exit_code, stdout: r.stdout, stderr: r.stderr }),
+                    Err(e) => Err(convert_err(Op::ExecSync, e)),
+                })
+            }),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -81,6 +81,9 @@ struct State {
     term_delay: HashMap<String, Option<Duration>>,
     /// Container name -> exit code on SIGTERM (default 0: a trapping shell).
     term_exit: HashMap<String, i32>,
+    /// Container name -> what an exec in it returns (default: exit 0, no
+    /// output); `None` hangs until the exec's timeout.
+    exec: HashMap<String, Option<super::ExecResult>>,
     next_id: u64,
 }
 
@@ -211,6 +214,12 @@ impl FakeRuntime {
     }
 
     /// Pulls of this image fail and it is not present.
+    /// What an exec in containers named `name` returns from now on;
+    /// `None`: it hangs until its timeout.
+    pub fn set_exec_result(&self, name: &str, result: Option<super::ExecResult>) {
+        self.state.lock().exec.insert(name.to_string(), result);
+    }
+
     pub fn remove_image(&self, image: &str) {
         self.state.lock().missing_images.insert(image.to_string());
     }
@@ -661,5 +670,35 @@ impl Runtime for FakeRuntime {
             st.unindex(&c.uid, id);
         }
         Ok(())
+    }
+
+    fn exec_sync(&self, id: &str, cmd: &[String], timeout: Duration, done: super::ExecDone) {
+        let uid = self.uid_of_container(id);
+        if let Err(e) = self.enter(&CallCtx::background(timeout), Op::ExecSync, &uid, &cmd.join(" ")) {
+            return done(Err(e));
+        }
+        let script = {
+            let st = self.state.lock();
+            match st.containers.get(id) {
+                Some(c) if c.info.state == ContainerState::Running => {
+                    Ok(st.exec.get(&c.info.name).cloned().unwrap_or(Some(super::ExecResult::default())))
+                }
+                _ => Err(RuntimeError::Failed { op: Op::ExecSync, message: format!("container {id} is not running") }),
+            }
+        };
+        match script {
+            Err(e) => done(Err(e)),
+            Ok(Some(r)) => done(Ok(r)),
+            Ok(None) => {
+                // a hung command: the runtime gives up at the timeout
+                let spawned = crate::thread::spawn("fake-exec", None, move || {
+                    std::thread::sleep(timeout);
+                    done(Err(RuntimeError::DeadlineExceeded { op: Op::ExecSync }));
+                });
+                if let Err(e) = spawned {
+                    log::warn!("fake runtime: exec timer: {e}");
+                }
+            }
+        }
     }
 }

@@ -93,4 +93,21 @@ impl Runtime for Metered {
     fn remove_container(&self, ctx: &CallCtx, id: &str) -> Result<()> {
         self.count(Op::RemoveContainer, self.inner.remove_container(ctx, id))
     }
+
+    fn exec_sync(&self, id: &str, cmd: &[String], timeout: Duration, done: super::ExecDone) {
+        let failed = self.failed.clone();
+        self.inner.exec_sync(
+            id,
+            cmd,
+            timeout,
+            Box::new(move |r| {
+                if let Err(e) = &r
+                    && !matches!(e, RuntimeError::Cancelled { .. })
+                {
+                    failed.failed(Op::ExecSync);
+                }
+                done(r)
+            }),
+        )
+    }
 }

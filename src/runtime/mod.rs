@@ -69,10 +69,11 @@ pub enum Op {
     StartContainer,
     StopContainer,
     RemoveContainer,
+    ExecSync,
 }
 
 impl Op {
-    pub const ALL: [Op; 14] = [
+    pub const ALL: [Op; 15] = [
         Op::Version,
         Op::ListPodSandbox,
         Op::PodSandboxStatus,
@@ -87,6 +88,7 @@ impl Op {
         Op::StartContainer,
         Op::StopContainer,
         Op::RemoveContainer,
+        Op::ExecSync,
     ];
 
     /// The op with this CRI method name (`ListPodSandbox`, ...).
@@ -111,6 +113,7 @@ impl Op {
             Op::StartContainer => "StartContainer",
             Op::StopContainer => "StopContainer",
             Op::RemoveContainer => "RemoveContainer",
+            Op::ExecSync => "ExecSync",
         }
     }
 
@@ -131,6 +134,7 @@ impl Op {
             Op::StartContainer => "start_container",
             Op::StopContainer => "stop_container",
             Op::RemoveContainer => "remove_container",
+            Op::ExecSync => "exec_sync",
         }
     }
 }
@@ -398,7 +402,24 @@ pub trait Runtime: Send + Sync {
     /// period is coming), even while the container is still stopping.
     fn stop_container(&self, ctx: &CallCtx, id: &str, timeout: Duration) -> Result<()>;
     fn remove_container(&self, ctx: &CallCtx, id: &str) -> Result<()>;
+    /// CRI `ExecSync` without blocking the caller: run `cmd` in container
+    /// `id`, for at most `timeout` (the runtime kills it then). `done` gets
+    /// the result exactly once: on the runtime's completion thread, or at
+    /// once on the caller's when the call cannot be made. `done` must not
+    /// block.
+    fn exec_sync(&self, id: &str, cmd: &[String], timeout: Duration, done: ExecDone);
 }
+
+/// What [`Runtime::exec_sync`] found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ExecResult {
+    pub exit_code: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+/// The completion of [`Runtime::exec_sync`].
+pub type ExecDone = Box<dyn FnOnce(Result<ExecResult>) + Send>;
 
 #[cfg(test)]
 mod op_tests {

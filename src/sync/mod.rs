@@ -91,6 +91,8 @@ pub struct PodSync {
     reads: Mutex<HashMap<Uid, (Instant, RuntimePod)>>,
     /// The local ConfigMaps and Secrets (environment, volumes).
     objects: Arc<crate::model::objects::ObjectStore>,
+    /// Runs the pods' probes; told what each pass saw.
+    prober: Option<Arc<crate::prober::Prober>>,
 }
 
 impl PodSync {
@@ -112,7 +114,15 @@ impl PodSync {
             pod_cache: None,
             reads: Mutex::new(HashMap::new()),
             objects: Arc::new(crate::model::objects::ObjectStore::new()),
+            prober: None,
         }
+    }
+
+    /// Run probes through `prober` (without one, containers with probes
+    /// are taken as started and ready when running).
+    pub fn with_prober(mut self, prober: Arc<crate::prober::Prober>) -> Self {
+        self.prober = Some(prober);
+        self
     }
 
     /// Read ConfigMaps and Secrets from `store` (the one the source fills).
@@ -277,6 +287,9 @@ impl PodSyncer for PodSync {
         grace: i64,
         status_fns: &[StatusFn],
     ) -> Result<(), SyncError> {
+        if let Some(p) = &self.prober {
+            p.stop_liveness_and_startup(model::uid(pod));
+        }
         self.terminating(ctx, pod, grace, status_fns)
     }
 
@@ -285,6 +298,9 @@ impl PodSyncer for PodSync {
     }
 
     fn sync_terminated_pod(&self, ctx: &SyncCtx, pod: &Arc<Pod>, remove_content: bool) -> Result<(), SyncError> {
+        if let Some(p) = &self.prober {
+            p.remove(model::uid(pod));
+        }
         self.terminated(ctx, pod, remove_content)
     }
 }

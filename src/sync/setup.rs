@@ -132,6 +132,15 @@ impl PodSync {
         };
         self.write_etc_hosts(pod, pod_ip.as_deref())?;
         let policy = model::restart_policy(pod).to_string();
+        // a container whose liveness or startup probe failed is killed
+        // (with the probe's grace period, if it has one) and, read again
+        // as exited, restarted below by the restart policy
+        let rp = if self.kill_unhealthy(ctx, pod, &rp, &policy)? {
+            acted = true;
+            self.fresh_status(ctx, &uid)?
+        } else {
+            rp
+        };
         let mut requeue: Option<Duration> = None;
         let mut requeue_in = |d: Duration| requeue = Some(requeue.map_or(d, |r: Duration| r.min(d)));
         for c in model::containers(pod) {
@@ -190,9 +199,48 @@ impl PodSync {
         Ok(SyncResult { terminal, requeue_after: requeue })
     }
 
+    /// Kill the running containers whose liveness or startup probe failed,
+    /// as the kubelet does: the `Killing` event with its message, the
+    /// probe's `terminationGracePeriodSeconds` if set, else the pod's.
+    /// Returns whether it killed any.
+    fn kill_unhealthy(&self, ctx: &SyncCtx, pod: &Pod, rp: &RuntimePod, policy: &str) -> Result<bool, SyncError> {
+        let Some(prober) = &self.prober else { return Ok(false) };
+        let uid = model::uid(pod);
+        let mut killed = false;
+        for c in model::containers(pod) {
+            let Some(l) = rp.latest(&c.name).filter(|l| l.state == ContainerState::Running) else { continue };
+            let Some(kind) = prober.results().failed(uid, c, &l.id) else { continue };
+            let probe = crate::prober::probe_of(c, kind);
+            let grace = probe
+                .and_then(|p| p.termination_grace_period_seconds)
+                .or_else(|| model::spec_grace_seconds(pod))
+                .unwrap_or(30)
+                .max(0);
+            let what = kind.label().to_lowercase();
+            let message = if policy == "Never" {
+                format!("Container {} failed {what} probe", c.name)
+            } else {
+                format!("Container {} failed {what} probe, will be restarted", c.name)
+            };
+            self.events.event(&ObjectRef::pod(pod), EventType::Normal, "Killing", &message);
+            log::info!("pod {}: {message} (grace {grace}s)", model::pod_ref(pod));
+            ctx.check()?;
+            // the stop returns on cancellation: a pod deletion during it
+            // takes over at once
+            let grace_d = Duration::from_secs(grace.max(1) as u64);
+            let call = crate::runtime::CallCtx::new(grace_d + self.cfg.call_timeout, &ctx.cancel);
+            match self.runtime.stop_container(&call, &l.id, grace_d) {
+                Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+            killed = true;
+        }
+        Ok(killed)
+    }
+
     /// Store the pod's status from the runtime's view, unless termination
     /// was requested meanwhile (the terminating phase writes that status).
-    fn write_status(&self, ctx: &SyncCtx, pod: &Pod, rp: &RuntimePod) {
+    fn write_status(&self, ctx: &SyncCtx, pod: &Arc<Pod>, rp: &RuntimePod) {
         if let Some(m) = &self.metrics
             && !model::containers(pod).is_empty()
             && model::containers(pod)
@@ -200,6 +248,27 @@ impl PodSync {
                 .all(|c| rp.latest(&c.name).is_some_and(|l| l.state == crate::runtime::ContainerState::Running))
         {
             m.pod_running(model::uid(pod));
+        }
+        if let Some(prober) = &self.prober
+            && crate::prober::has_probes(pod)
+            && !ctx.termination_requested()
+        {
+            let ip = if model::host_network(pod) {
+                self.cfg.host_ip.clone()
+            } else {
+                rp.ready_sandbox().and_then(|s| s.ip.clone())
+            };
+            let seen = model::containers(pod)
+                .iter()
+                .filter_map(|c| rp.latest(&c.name))
+                .map(|l| crate::prober::Seen {
+                    name: l.name.clone(),
+                    id: l.id.clone(),
+                    running: l.state == ContainerState::Running,
+                    started_at_ns: l.started_at_ns,
+                })
+                .collect();
+            prober.observe(pod, ip.as_deref(), seen);
         }
         let waiting = self.reasons_for(model::uid(pod));
         let mut rp = rp.clone();
@@ -216,6 +285,7 @@ impl PodSync {
                         terminal_phase: None,
                         id_prefix: &self.cfg.id_prefix,
                         host_ip: self.cfg.host_ip.as_deref(),
+                        probes: self.prober.as_ref().map(|p| &**p.results()),
                     },
                 )
             })

@@ -117,6 +117,7 @@ impl PodSync {
                     terminal_phase: Some(phase),
                     id_prefix: &self.cfg.id_prefix,
                     host_ip: self.cfg.host_ip.as_deref(),
+                    probes: self.prober.as_ref().map(|p| &**p.results()),
                 },
             );
             for f in status_fns {

@@ -1,0 +1,486 @@
+//! `tcpSocket` and `httpGet` probes and hooks as non-blocking state
+//! machines: the prober thread polls many at once, each bounded by its
+//! deadline, so no probe has a thread and none can hold another up.
+//!
+//! Behaviour and texts are the kubelet's (`pkg/probe/tcp`, `pkg/probe/http`):
+//! a TCP probe succeeds when the connection is established and closes it at
+//! once; an HTTP probe sends a `GET` with `User-Agent: kube-probe/M.m` and
+//! `Accept: */*` unless the probe's headers set them, no keep-alive, and
+//! succeeds on a status from 200 to 399. A redirect to the same host is
+//! followed (at most 10), one to another host is a success with a warning.
+//! Failures read as Go's dialer and HTTP client word them
+//! (`dial tcp 10.0.0.5:80: connect: connection refused`,
+//! `HTTP probe failed with statuscode: 503`).
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::Instant;
+
+use super::state::Outcome;
+
+/// The `User-Agent` of probes (the kubelet's, with the Kubernetes version
+/// whose API podwarden implements).
+pub const PROBE_USER_AGENT: &str = "kube-probe/1.34";
+/// The `User-Agent` of lifecycle hooks.
+pub const HOOK_USER_AGENT: &str = "kube-lifecycle/1.34";
+/// Response bytes read at most (the kubelet reads 10 KiB of a body); a
+/// response head must fit in it too.
+pub const MAX_RESPONSE: usize = 10 * 1024 + 8 * 1024;
+/// Same-host redirects followed at most.
+pub const MAX_REDIRECTS: u32 = 10;
+
+/// An HTTP GET to make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpGet {
+    pub addr: SocketAddr,
+    /// The host as written in the URL (the probe's `host` or the pod IP).
+    pub host: String,
+    /// Path and query, starting with `/`.
+    pub path: String,
+    /// The probe's headers in order (`Host` replaces the request's host).
+    pub headers: Vec<(String, String)>,
+    pub user_agent: &'static str,
+}
+
+impl HttpGet {
+    fn url(&self) -> String {
+        format!("http://{}{}", host_port(&self.host, self.addr.port()), self.path)
+    }
+
+    fn request(&self) -> Vec<u8> {
+        let mut host = host_port(&self.host, self.addr.port());
+        let mut lines = Vec::new();
+        let (mut agent, mut accept) = (Some(self.user_agent.to_string()), Some("*/*".to_string()));
+        for (name, value) in &self.headers {
+            if name.eq_ignore_ascii_case("host") {
+                host = value.clone();
+            } else if name.eq_ignore_ascii_case("user-agent") {
+                agent = None;
+                lines.push(format!("{name}: {value}"));
+            } else if name.eq_ignore_ascii_case("accept") {
+                // an empty Accept removes the header, as the kubelet does
+                accept = None;
+                if !value.is_empty() {
+                    lines.push(format!("{name}: {value}"));
+                }
+            } else if name.eq_ignore_ascii_case("connection") {
+                continue;
+            } else {
+                lines.push(format!("{name}: {value}"));
+            }
+        }
+        let mut req = format!("GET {} HTTP/1.1\r\nHost: {host}\r\n", self.path);
+        if let Some(a) = agent {
+            req.push_str(&format!("User-Agent: {a}\r\n"));
+        }
+        if let Some(a) = accept {
+            req.push_str(&format!("Accept: {a}\r\n"));
+        }
+        for l in lines {
+            req.push_str(&l);
+            req.push_str("\r\n");
+        }
+        req.push_str("Connection: close\r\n\r\n");
+        req.into_bytes()
+    }
+}
+
+/// `host:port`, IPv6 in brackets (Go's `net.JoinHostPort`).
+pub fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }
+}
+
+/// An errno as Go's `syscall.Errno` prints it ("connection refused").
+fn errno_text(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    let s = s.split(" (os error").next().unwrap_or(&s).to_string();
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_lowercase().chain(c).collect(),
+        None => s,
+    }
+}
+
+fn dial_error(addr: SocketAddr, e: &std::io::Error) -> String {
+    format!("dial tcp {addr}: connect: {}", errno_text(e))
+}
+
+#[derive(Debug)]
+enum Step {
+    Connecting,
+    Writing { request: Vec<u8>, written: usize },
+    Reading { buf: Vec<u8> },
+}
+
+#[derive(Debug)]
+enum What {
+    Tcp,
+    Http { get: HttpGet, redirects: u32 },
+}
+
+/// One probe or hook in flight.
+#[derive(Debug)]
+pub struct NetProbe {
+    stream: TcpStream,
+    addr: SocketAddr,
+    step: Step,
+    what: What,
+    pub deadline: Instant,
+}
+
+/// A non-blocking connect to `addr`.
+fn connect(addr: SocketAddr) -> std::io::Result<TcpStream> {
+    crate::sys::tcp_connect_nonblocking(addr)
+}
+
+impl NetProbe {
+    /// Start a TCP probe; an immediate failure is the outcome at once.
+    pub fn tcp(addr: SocketAddr, deadline: Instant) -> Result<NetProbe, Outcome> {
+        let stream = connect(addr).map_err(|e| Outcome::Failure(dial_error(addr, &e)))?;
+        Ok(NetProbe { stream, addr, step: Step::Connecting, what: What::Tcp, deadline })
+    }
+
+    /// Start an HTTP GET.
+    pub fn http(get: HttpGet, deadline: Instant) -> Result<NetProbe, Outcome> {
+        Self::http_hop(get, 0, deadline)
+    }
+
+    fn http_hop(get: HttpGet, redirects: u32, deadline: Instant) -> Result<NetProbe, Outcome> {
+        let stream = connect(get.addr)
+            .map_err(|e| Outcome::Failure(format!("Get {:?}: {}", get.url(), dial_error(get.addr, &e))))?;
+        let addr = get.addr;
+        Ok(NetProbe { stream, addr, step: Step::Connecting, what: What::Http { get, redirects }, deadline })
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.stream.as_raw_fd()
+    }
+
+    /// The poll events this probe waits for.
+    pub fn events(&self) -> i16 {
+        match self.step {
+            Step::Connecting | Step::Writing { .. } => libc::POLLOUT,
+            Step::Reading { .. } => libc::POLLIN,
+        }
+    }
+
+    /// The deadline passed: the outcome, in the kubelet's words.
+    pub fn timed_out(&self) -> Outcome {
+        match (&self.what, &self.step) {
+            (What::Tcp, _) => Outcome::Failure(format!("dial tcp {}: i/o timeout", self.addr)),
+            (What::Http { get, .. }, Step::Connecting) => Outcome::Failure(format!(
+                "Get {:?}: context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
+                get.url()
+            )),
+            (What::Http { get, .. }, _) => Outcome::Failure(format!(
+                "Get {:?}: context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
+                get.url()
+            )),
+        }
+    }
+
+    /// Go on after poll said the socket is ready; `Some` when done.
+    pub fn advance(&mut self) -> Option<Outcome> {
+        loop {
+            match &mut self.step {
+                Step::Connecting => {
+                    let err = match self.stream.take_error() {
+                        Ok(None) => None,
+                        Ok(Some(e)) | Err(e) => Some(e),
+                    };
+                    // poll reported writability; SO_ERROR says whether the
+                    // connect succeeded
+                    if let Some(e) = err {
+                        let dial = dial_error(self.addr, &e);
+                        return Some(Outcome::Failure(match &self.what {
+                            What::Tcp => dial,
+                            What::Http { get, .. } => format!("Get {:?}: {dial}", get.url()),
+                        }));
+                    }
+                    match self.stream.peer_addr() {
+                        Ok(_) => {}
+                        Err(e) if e.kind() == ErrorKind::NotConnected => return None, // not yet
+                        Err(e) => return Some(Outcome::Failure(errno_text(&e))),
+                    }
+                    match &self.what {
+                        What::Tcp => return Some(Outcome::Success),
+                        What::Http { get, .. } => {
+                            self.step = Step::Writing { request: get.request(), written: 0 };
+                        }
+                    }
+                }
+                Step::Writing { request, written } => {
+                    match self.stream.write(&request[*written..]) {
+                        Ok(n) => *written += n,
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => return None,
+                        Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                        Err(e) => return Some(self.http_failure(&e)),
+                    }
+                    if *written == request.len() {
+                        self.step = Step::Reading { buf: Vec::with_capacity(1024) };
+                    }
+                }
+                Step::Reading { buf } => {
+                    let mut chunk = [0u8; 4096];
+                    let room = MAX_RESPONSE - buf.len();
+                    let eof = match self.stream.read(&mut chunk[..room.min(4096)]) {
+                        Ok(0) => true,
+                        Ok(n) => {
+                            buf.extend_from_slice(&chunk[..n]);
+                            buf.len() >= MAX_RESPONSE
+                        }
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => return None,
+                        Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                        Err(e) => return Some(self.http_failure(&e)),
+                    };
+                    let buf = std::mem::take(buf);
+                    match self.response(&buf, eof) {
+                        Some(done) => return done,
+                        None => self.step = Step::Reading { buf },
+                    }
+                    if eof {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    fn http_failure(&self, e: &std::io::Error) -> Outcome {
+        match &self.what {
+            What::Http { get, .. } => {
+                Outcome::Failure(format!("Get {:?}: read tcp {}: {}", get.url(), get.addr, errno_text(e)))
+            }
+            What::Tcp => Outcome::Failure(errno_text(e)),
+        }
+    }
+
+    /// The response so far: `Some(Some(outcome))` when decided,
+    /// `Some(None)` after a redirect was followed (a new hop is in
+    /// flight), `None` to read on.
+    fn response(&mut self, buf: &[u8], eof: bool) -> Option<Option<Outcome>> {
+        let What::Http { get, redirects } = &self.what else { return Some(Some(Outcome::Success)) };
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut resp = httparse::Response::new(&mut headers);
+        let head_len = match resp.parse(buf) {
+            Ok(httparse::Status::Complete(n)) => n,
+            Ok(httparse::Status::Partial) if !eof && buf.len() < MAX_RESPONSE => return None,
+            Ok(httparse::Status::Partial) => {
+                return Some(Some(Outcome::Failure(format!("Get {:?}: EOF", get.url()))));
+            }
+            Err(e) => {
+                return Some(Some(Outcome::Failure(format!(
+                    "Get {:?}: net/http: HTTP/1.x transport connection broken: malformed HTTP response: {e}",
+                    get.url()
+                ))));
+            }
+        };
+        let code = resp.code.unwrap_or(0);
+        if (200..300).contains(&code) {
+            return Some(Some(Outcome::Success));
+        }
+        if (300..400).contains(&code) {
+            let location = resp
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("location"))
+                .map(|h| String::from_utf8_lossy(h.value).into_owned());
+            let body = String::from_utf8_lossy(&buf[head_len..]).into_owned();
+            let Some(location) = location else {
+                // nothing to follow: the 3xx itself is the answer
+                return Some(Some(Outcome::Success));
+            };
+            match same_host_target(get, &location) {
+                Some(path) if *redirects >= MAX_REDIRECTS - 1 => {
+                    let _ = path;
+                    return Some(Some(Outcome::Failure(format!("Get {:?}: stopped after 10 redirects", get.url()))));
+                }
+                Some(path) => {
+                    let mut next = get.clone();
+                    next.path = path;
+                    return match Self::http_hop(next, redirects + 1, self.deadline) {
+                        Ok(p) => {
+                            *self = p;
+                            Some(None)
+                        }
+                        Err(o) => Some(Some(o)),
+                    };
+                }
+                None => {
+                    return Some(Some(Outcome::Warning(format!("Probe terminated redirects, Response body: {body}"))));
+                }
+            }
+        }
+        Some(Some(Outcome::Failure(format!("HTTP probe failed with statuscode: {code}"))))
+    }
+}
+
+/// Where a redirect leads when it stays on the same host (by name, as Go's
+/// redirect check compares `Hostname()`): the new path; `None` for another
+/// host or scheme.
+fn same_host_target(get: &HttpGet, location: &str) -> Option<String> {
+    if location.starts_with('/') && !location.starts_with("//") {
+        return Some(location.to_string());
+    }
+    let rest = location.strip_prefix("http://")?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let hostname = if let Some(v6) = authority.strip_prefix('[') {
+        v6.split(']').next().unwrap_or("")
+    } else {
+        authority.split(':').next().unwrap_or("")
+    };
+    let port = authority.rsplit_once(':').filter(|(h, _)| !h.ends_with(']') || authority.starts_with('['));
+    let port_ok = match port.and_then(|(_, p)| p.parse::<u16>().ok()) {
+        Some(p) => p == get.addr.port(),
+        None => get.addr.port() == 80,
+    };
+    (hostname == get.host && port_ok).then(|| path.to_string())
+}
+
+/// The address to probe: `host` (an IP literal; a name is resolved by the
+/// caller) and port.
+pub fn socket_addr(ip: &str, port: u16) -> Option<SocketAddr> {
+    ip.parse::<IpAddr>().ok().map(|ip| SocketAddr::new(ip, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::time::Duration;
+
+    fn run(mut p: NetProbe) -> Outcome {
+        loop {
+            let mut fds = [libc::pollfd { fd: p.fd(), events: p.events(), revents: 0 }];
+            let left = p.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return p.timed_out();
+            }
+            crate::sys::poll(&mut fds, left.as_millis().max(1) as i32).unwrap();
+            if fds[0].revents != 0
+                && let Some(o) = p.advance()
+            {
+                return o;
+            }
+        }
+    }
+
+    fn deadline() -> Instant {
+        Instant::now() + Duration::from_secs(2)
+    }
+
+    fn get(addr: SocketAddr, path: &str) -> HttpGet {
+        HttpGet { addr, host: addr.ip().to_string(), path: path.into(), headers: vec![], user_agent: PROBE_USER_AGENT }
+    }
+
+    /// A one-connection-at-a-time server answering each request with
+    /// `answer(path)`; returns its address and the requests it saw.
+    fn serve(answer: impl Fn(&str) -> String + Send + 'static) -> (SocketAddr, crossbeam_channel::Receiver<String>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        crate::thread::spawn("test-http", None, move || {
+            for conn in l.incoming() {
+                let Ok(mut c) = conn else { return };
+                let mut buf = vec![0u8; 4096];
+                let mut n = 0;
+                while !buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                    match c.read(&mut buf[n..]) {
+                        Ok(0) | Err(_) => break,
+                        Ok(k) => n += k,
+                    }
+                }
+                let req = String::from_utf8_lossy(&buf[..n]).into_owned();
+                let path = req.split(' ').nth(1).unwrap_or("").to_string();
+                let _ = tx.send(req);
+                let _ = c.write_all(answer(&path).as_bytes());
+            }
+        })
+        .unwrap();
+        (addr, rx)
+    }
+
+    #[test]
+    fn tcp_succeeds_on_a_listener_and_fails_as_go_says_on_a_closed_port() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        assert_eq!(run(NetProbe::tcp(addr, deadline()).unwrap()), Outcome::Success);
+        drop(l);
+        let o = match NetProbe::tcp(addr, deadline()) {
+            Ok(p) => run(p),
+            Err(o) => o,
+        };
+        assert_eq!(o, Outcome::Failure(format!("dial tcp {addr}: connect: connection refused")));
+    }
+
+    #[test]
+    fn http_status_codes_decide_and_the_request_is_the_kubelets() {
+        let (addr, seen) = serve(|path| match path {
+            "/ok" => "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".into(),
+            "/moved" => "HTTP/1.1 302 Found\r\nLocation: /ok\r\nContent-Length: 0\r\n\r\n".into(),
+            "/away" => {
+                "HTTP/1.1 301 Moved\r\nLocation: http://example.invalid/\r\nContent-Length: 4\r\n\r\nbody".into()
+            }
+            "/loop" => "HTTP/1.1 302 Found\r\nLocation: /loop\r\nContent-Length: 0\r\n\r\n".into(),
+            _ => "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\ndown".into(),
+        });
+        assert_eq!(run(NetProbe::http(get(addr, "/ok"), deadline()).unwrap()), Outcome::Success);
+        let req = seen.recv().unwrap();
+        assert!(req.starts_with(&format!("GET /ok HTTP/1.1\r\nHost: {addr}\r\n")), "{req}");
+        assert!(req.contains("User-Agent: kube-probe/1.34\r\n") && req.contains("Accept: */*\r\n"), "{req}");
+        assert_eq!(
+            run(NetProbe::http(get(addr, "/bad"), deadline()).unwrap()),
+            Outcome::Failure("HTTP probe failed with statuscode: 503".into())
+        );
+        assert_eq!(run(NetProbe::http(get(addr, "/moved"), deadline()).unwrap()), Outcome::Success);
+        assert_eq!(
+            run(NetProbe::http(get(addr, "/away"), deadline()).unwrap()),
+            Outcome::Warning("Probe terminated redirects, Response body: body".into())
+        );
+        assert_eq!(
+            run(NetProbe::http(get(addr, "/loop"), deadline()).unwrap()),
+            Outcome::Failure(format!("Get \"http://{addr}/loop\": stopped after 10 redirects"))
+        );
+        // the probe's headers: Host replaces the host, User-Agent the default
+        while seen.try_recv().is_ok() {}
+        let mut g = get(addr, "/ok");
+        g.headers =
+            vec![("Host".into(), "app.local".into()), ("User-Agent".into(), "me".into()), ("X-A".into(), "1".into())];
+        run(NetProbe::http(g, deadline()).unwrap());
+        let req = seen.recv().unwrap();
+        assert!(req.contains("Host: app.local\r\n") && req.contains("User-Agent: me\r\n"), "{req}");
+        assert!(!req.contains("kube-probe") && req.contains("X-A: 1\r\n"), "{req}");
+    }
+
+    #[test]
+    fn a_silent_server_times_out_in_the_http_clients_words() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let p = NetProbe::http(get(addr, "/"), Instant::now() + Duration::from_millis(200)).unwrap();
+        let t = Instant::now();
+        let o = run(p);
+        assert!(t.elapsed() < Duration::from_secs(1));
+        assert_eq!(
+            o,
+            Outcome::Failure(format!(
+                "Get \"http://{addr}/\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
+            ))
+        );
+        drop(l);
+    }
+
+    #[test]
+    fn same_host_redirects_only() {
+        let g = get("10.0.0.5:8080".parse().unwrap(), "/");
+        assert_eq!(same_host_target(&g, "/x?y=1").as_deref(), Some("/x?y=1"));
+        assert_eq!(same_host_target(&g, "http://10.0.0.5:8080/z").as_deref(), Some("/z"));
+        assert_eq!(same_host_target(&g, "http://10.0.0.6:8080/z"), None);
+        assert_eq!(same_host_target(&g, "https://10.0.0.5:8080/z"), None);
+        assert_eq!(same_host_target(&g, "//evil/z"), None);
+        assert_eq!(host_port("fd00::1", 80), "[fd00::1]:80");
+    }
+}

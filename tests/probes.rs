@@ -1,0 +1,166 @@
+//! Probe rules on the fake runtime: readiness drives `ready` and the
+//! conditions, a liveness failure kills and restarts with the probe's
+//! grace, a startup probe holds the others back, a hung probe delays no
+//! kill.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use podwarden::model;
+use podwarden::podworkers::{KillPodOptions, Phase, UpdatePodOptions, UpdateType};
+use podwarden::runtime::ExecResult;
+use podwarden::runtime::fake::Op;
+
+const T: Duration = Duration::from_secs(10);
+
+fn parsed(yaml: &str) -> Arc<model::Pod> {
+    Arc::new(model::manifest::parse("p.yaml", yaml.as_bytes(), "node").expect("a valid manifest"))
+}
+
+fn probed(name: &str, probes: &str) -> Arc<model::Pod> {
+    parsed(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  terminationGracePeriodSeconds: 20\n  containers:\n  - name: c\n    image: busybox:1\n{probes}"
+    ))
+}
+
+fn exit(code: i32, out: &str) -> Option<ExecResult> {
+    Some(ExecResult { exit_code: code, stdout: out.as_bytes().to_vec(), stderr: vec![] })
+}
+
+fn container(h: &Harness, uid: &str) -> Option<k8s_openapi::api::core::v1::ContainerStatus> {
+    h.statuses.get(uid)?.container_statuses?.into_iter().next()
+}
+
+fn condition(h: &Harness, uid: &str, kind: &str) -> Option<String> {
+    h.statuses.get(uid)?.conditions?.into_iter().find(|c| c.type_ == kind).map(|c| c.status)
+}
+
+fn events(h: &Harness, reason: &str) -> Vec<String> {
+    h.events.list().into_iter().filter(|e| e.reason == reason).map(|e| e.message).collect()
+}
+
+#[test]
+fn readiness_decides_ready_and_the_conditions() {
+    let h = Harness::new();
+    h.fake.set_exec_result("c", exit(1, "nope"));
+    let p = probed("r", "    readinessProbe:\n      exec: {command: [check]}\n      periodSeconds: 1\n");
+    let uid = model::uid(&p).to_string();
+    h.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, p.clone()));
+    wait_for("running", T, || h.fake.live_containers(&uid) == 1);
+    wait_for("a failed readiness probe", T, || !events(&h, "Unhealthy").is_empty());
+    let st = container(&h, &uid).unwrap();
+    assert!(st.state.unwrap().running.is_some());
+    assert!(!st.ready, "running but not ready before the first success");
+    assert_eq!(st.started, Some(true));
+    assert_eq!(condition(&h, &uid, "Ready").as_deref(), Some("False"));
+    assert_eq!(events(&h, "Unhealthy")[0], "Readiness probe failed: nope");
+    // the probe passes: ready within a period
+    h.fake.set_exec_result("c", exit(0, ""));
+    wait_for("ready", T, || container(&h, &uid).is_some_and(|c| c.ready));
+    assert_eq!(condition(&h, &uid, "Ready").as_deref(), Some("True"));
+    assert_eq!(condition(&h, &uid, "ContainersReady").as_deref(), Some("True"));
+    // failing again (failureThreshold 3): not ready after three failures
+    h.fake.set_exec_result("c", exit(1, "down"));
+    wait_for("not ready again", T, || container(&h, &uid).is_some_and(|c| !c.ready));
+    assert_eq!(h.fake.live_containers(&uid), 1, "readiness never kills");
+    assert_eq!(container(&h, &uid).unwrap().restart_count, 0);
+    let m = podwarden::metrics::render(&h.metrics);
+    assert!(
+        m.lines().any(|l| l.starts_with(
+            "prober_probe_total{container=\"c\",namespace=\"default\",pod=\"r\",probe_type=\"Readiness\""
+        ) && l.contains("result=\"failed\"")),
+        "{m}"
+    );
+}
+
+#[test]
+fn a_liveness_failure_kills_with_the_probes_grace_and_restarts() {
+    let h = Harness::new();
+    h.fake.set_exec_result("c", exit(0, ""));
+    let p = probed(
+        "l",
+        "    livenessProbe:\n      exec: {command: [alive]}\n      periodSeconds: 1\n      failureThreshold: 2\n      terminationGracePeriodSeconds: 3\n",
+    );
+    let uid = model::uid(&p).to_string();
+    h.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, p.clone()));
+    wait_for("running", T, || h.fake.live_containers(&uid) == 1);
+    wait_for("a liveness probe ran", T, || !h.fake.calls_for(&uid, Op::ExecSync).is_empty());
+    assert!(container(&h, &uid).unwrap().ready, "no readiness probe: ready once started");
+    let t = Instant::now();
+    h.fake.set_exec_result("c", exit(1, "stuck"));
+    wait_for("restarted", T, || {
+        container(&h, &uid).is_some_and(|c| c.restart_count == 1 && c.state.as_ref().unwrap().running.is_some())
+    });
+    assert!(t.elapsed() >= Duration::from_millis(900), "two failures a period apart");
+    assert_eq!(events(&h, "Killing"), ["Container c failed liveness probe, will be restarted"]);
+    assert_eq!(events(&h, "Unhealthy")[..2], ["Liveness probe failed: stuck", "Liveness probe failed: stuck"]);
+    let stops: Vec<u64> =
+        h.fake.calls_for(&uid, Op::StopContainer).iter().filter_map(|c| c.timeout.map(|t| t.as_secs())).collect();
+    assert_eq!(stops, [3], "the probe's terminationGracePeriodSeconds, not the pod's 20");
+    // the new instance starts from scratch: healthy until proven otherwise
+    h.fake.set_exec_result("c", exit(0, ""));
+    assert_holds_for("the new container stays", Duration::from_secs(2), || {
+        container(&h, &uid).is_some_and(|c| c.restart_count == 1)
+    });
+}
+
+#[test]
+fn under_restart_policy_never_a_liveness_failure_ends_the_container() {
+    let h = Harness::new();
+    h.fake.set_exec_result("c", exit(1, ""));
+    h.fake.set_term_exit_code("c", 143); // a process that dies of SIGTERM
+    let p = parsed(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: n, namespace: default}\nspec:\n  restartPolicy: Never\n  containers:\n  - name: c\n    image: busybox:1\n    livenessProbe:\n      exec: {command: [alive]}\n      periodSeconds: 1\n      failureThreshold: 1\n",
+    );
+    let uid = model::uid(&p).to_string();
+    h.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, p.clone()));
+    wait_for("failed", T, || h.status_phase(&uid).as_deref() == Some("Failed"));
+    assert_eq!(events(&h, "Killing"), ["Container c failed liveness probe"]);
+    assert_eq!(h.fake.calls_for(&uid, Op::StartContainer).len(), 1);
+}
+
+#[test]
+fn a_startup_probe_holds_liveness_and_readiness_back() {
+    let h = Harness::new();
+    h.fake.set_exec_result("c", exit(1, "warming"));
+    let p = probed(
+        "s",
+        "    startupProbe:\n      exec: {command: [started]}\n      periodSeconds: 1\n      failureThreshold: 30\n    livenessProbe:\n      exec: {command: [alive]}\n      periodSeconds: 1\n      failureThreshold: 1\n",
+    );
+    let uid = model::uid(&p).to_string();
+    h.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, p.clone()));
+    wait_for("running", T, || h.fake.live_containers(&uid) == 1);
+    wait_for("two startup probes", T, || h.fake.calls_for(&uid, Op::ExecSync).len() >= 2);
+    let targets: Vec<String> = h.fake.calls_for(&uid, Op::ExecSync).into_iter().map(|c| c.target).collect();
+    assert!(targets.iter().all(|t| t == "started"), "liveness waits for startup: {targets:?}");
+    let st = container(&h, &uid).unwrap();
+    assert_eq!(st.started, Some(false));
+    assert!(!st.ready, "not started, not ready");
+    assert_eq!(h.fake.live_containers(&uid), 1, "a liveness failure would have killed it");
+    h.fake.set_exec_result("c", exit(0, ""));
+    wait_for("started", T, || container(&h, &uid).is_some_and(|c| c.started == Some(true) && c.ready));
+    wait_for("liveness runs now", T, || h.fake.calls_for(&uid, Op::ExecSync).iter().any(|c| c.target == "alive"));
+}
+
+#[test]
+fn a_hung_exec_probe_does_not_delay_a_kill() {
+    let h = Harness::new();
+    h.fake.set_exec_result("c", None);
+    let p = probed(
+        "k",
+        "    livenessProbe:\n      exec: {command: [hang]}\n      periodSeconds: 1\n      timeoutSeconds: 30\n",
+    );
+    let uid = model::uid(&p).to_string();
+    h.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, p.clone()));
+    wait_for("a probe in flight", T, || !h.fake.calls_for(&uid, Op::ExecSync).is_empty());
+    let (mut opts, done) = KillPodOptions::with_completion();
+    opts.grace_period_override = Some(1);
+    let t = Instant::now();
+    h.workers.update_pod(UpdatePodOptions::kill(p.clone(), opts));
+    done.recv_timeout(T).expect("terminated");
+    assert!(t.elapsed() < Duration::from_millis(500), "the kill took {:?}", t.elapsed());
+    h.wait_phase(&uid, Phase::Finished, T);
+}
