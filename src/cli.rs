@@ -540,6 +540,39 @@ fn kv_map(m: Option<&BTreeMap<String, String>>) -> String {
 }
 
 /// A container state as `kubectl describe` shows it; `<none>` when unset.
+/// A probe as `kubectl describe` shows it: the handler, then the timing.
+fn probe_text(p: &k8s_openapi::api::core::v1::Probe) -> String {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    let port = |p: &IntOrString| match p {
+        IntOrString::Int(n) => n.to_string(),
+        IntOrString::String(s) => s.clone(),
+    };
+    let handler = if let Some(e) = &p.exec {
+        format!("exec [{}]", e.command.clone().unwrap_or_default().join(" "))
+    } else if let Some(h) = &p.http_get {
+        format!(
+            "http-get {}://{}:{}{}",
+            h.scheme.as_deref().unwrap_or("HTTP").to_lowercase(),
+            h.host.as_deref().unwrap_or(""),
+            port(&h.port),
+            h.path.as_deref().unwrap_or("")
+        )
+    } else if let Some(t) = &p.tcp_socket {
+        format!("tcp-socket {}:{}", t.host.as_deref().unwrap_or(""), port(&t.port))
+    } else {
+        "unknown".to_string()
+    };
+    let t = crate::prober::Timing::of(p);
+    format!(
+        "{handler} delay={}s timeout={}s period={}s #success={} #failure={}",
+        t.initial_delay.as_secs(),
+        t.timeout.as_secs(),
+        t.period.as_secs(),
+        t.success_threshold,
+        t.failure_threshold
+    )
+}
+
 fn state_text(s: Option<&ContainerState>, indent: &str) -> String {
     let Some(s) = s else { return "<none>".into() };
     let time = |t: &Option<Time>| t.as_ref().map(view::time_text);
@@ -628,6 +661,13 @@ fn describe(a: &Args) -> Result<String> {
         }
         cl("Ready", if cs.ready { "True".into() } else { "False".into() });
         cl("Restart Count", cs.restart_count.to_string());
+        for (label, probe) in
+            [("Liveness", &ctr.liveness_probe), ("Readiness", &ctr.readiness_probe), ("Startup", &ctr.startup_probe)]
+        {
+            if let Some(p) = probe {
+                cl(label, probe_text(p));
+            }
+        }
     }
     out.push_str("Conditions:\n");
     let mut rows = vec![vec!["  Type".to_string(), "Status".to_string()]];

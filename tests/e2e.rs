@@ -894,5 +894,19 @@ fn probes_of_each_handler_drive_ready_and_restarts_on_containerd() {
     ] {
         assert!(metrics.lines().any(|l| l.starts_with(series)), "{series} in:\n{metrics}");
     }
+    // describe shows each container's probes and the probe events
+    let out = std::process::Command::new(BIN)
+        .args(["describe", "pod", "probed", "-n", "e2e", "--socket", a.api_socket().to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    for line in [
+        "    Readiness:      http-get http://:http/ready.html delay=0s timeout=1s period=1s #success=1 #failure=1",
+        "    Liveness:       tcp-socket :http delay=0s timeout=1s period=1s #success=1 #failure=3",
+        "    Startup:        exec [test -f /state/healthy] delay=0s timeout=1s period=1s #success=1 #failure=3",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line:?} in:\n{text}");
+    }
+    assert!(text.contains("Unhealthy") && text.contains("Killing"), "{text}");
     a.clean_up(&[&uid]);
 }
