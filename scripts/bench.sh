@@ -6,6 +6,8 @@
 #   scripts/bench.sh footprint installed binary idle with 0/110 pods: RSS, threads, CPU; size; CLI latency
 #   scripts/bench.sh config    110 pods each mounting a ConfigMap and a Secret: RSS; ConfigMap edit -> mounted
 #                              file latency over 20 edits (installed binary, private containerd)
+#   scripts/bench.sh probes    110 pods with an httpGet readiness and a tcpSocket liveness probe: CPU, RSS,
+#                              threads against the same pods without; readiness flip; kill with a hung probe
 #   scripts/bench.sh hostile   alias bombs, deep nesting, slow HTTP clients, delete during start, a 2 GiB
 #                              termination-log (private containerd; the ci profile the tests build)
 set -euo pipefail
@@ -36,12 +38,18 @@ case "$name" in
     dpkg -i "${pkgs[0]}" >/dev/null
     PODWARDEN_BIN=/usr/bin/podwarden cargo bench --bench config --quiet 2>/dev/null | tail -n 3
     ;;
+  probes)
+    scripts/e2e-env.sh up >/dev/null
+    mapfile -t pkgs < <(scripts/package.sh)
+    dpkg -i "${pkgs[0]}" >/dev/null
+    PODWARDEN_BIN=/usr/bin/podwarden cargo bench --bench probes --quiet 2>/dev/null | tail -n 6
+    ;;
   hostile)
     scripts/e2e-env.sh up >/dev/null
     cargo bench --profile ci --bench hostile --quiet 2>/dev/null | tail -n 1
     ;;
   *)
-    echo "usage: scripts/bench.sh core|start|shutdown|footprint|config|hostile" >&2
+    echo "usage: scripts/bench.sh core|start|shutdown|footprint|config|probes|hostile" >&2
     exit 2
     ;;
 esac

@@ -844,9 +844,8 @@ fn probes_of_each_handler_drive_ready_and_restarts_on_containerd() {
     a.write("probed.yaml", &pod);
     let uid = a.uid("probed");
     let status = |name: &str| {
-        a.pod("probed").and_then(|p| {
-            p["status"]["containerStatuses"].as_array()?.iter().find(|c| c["name"] == name).cloned()
-        })
+        a.pod("probed")
+            .and_then(|p| p["status"]["containerStatuses"].as_array()?.iter().find(|c| c["name"] == name).cloned())
     };
     let condition = |kind: &str| {
         a.pod("probed").and_then(|p| {
