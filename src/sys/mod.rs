@@ -264,7 +264,13 @@ pub fn clock_ticks_per_second() -> i64 {
 /// `malloc_trim` cannot return (2 MiB with 110 pods, measured by
 /// `scripts/bench.sh config`); the agent mostly waits, so the arena lock
 /// those caches avoid is not contended.
-pub const MALLOC_TUNABLES: &str = "glibc.malloc.tcache_count=0:glibc.malloc.arena_max=2";
+///
+/// Nor does it keep the stacks of threads that ended
+/// (`glibc.pthread.stack_cache_size=0`): glibc caches up to 40 MiB of them
+/// for reuse, and a cached stack keeps the pages its thread touched, so
+/// every 110 pods that came and went left about 2 MiB resident.
+pub const MALLOC_TUNABLES: &str =
+    "glibc.malloc.tcache_count=0:glibc.malloc.arena_max=2:glibc.pthread.stack_cache_size=0";
 
 /// Set in the environment of the second pass of [`reexec_with_malloc_tunables`].
 pub const REEXEC_MARK: &str = "PODWARDEN_MALLOC_TUNED";
