@@ -909,3 +909,32 @@ fn probes_of_each_handler_drive_ready_and_restarts_on_containerd() {
     assert!(text.contains("Unhealthy") && text.contains("Killing"), "{text}");
     a.clean_up(&[&uid]);
 }
+
+/// Lifecycle hooks on containerd: postStart runs in the started
+/// container; preStop runs before the stop signal when the manifest goes.
+#[test]
+fn post_start_and_pre_stop_hooks_run_in_the_container_on_containerd() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("hooks");
+    let state = a.root().parent().unwrap().join("hook-state");
+    std::fs::create_dir_all(&state).unwrap();
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: hooked, namespace: e2e}}\nspec:\n  terminationGracePeriodSeconds: 10\n  volumes: [{{name: state, hostPath: {{path: {}}}}}]\n  containers:\n  - name: main\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"trap 'echo term >> /state/log; exit 0' TERM; while :; do sleep 0.2; done\"]\n    volumeMounts: [{{name: state, mountPath: /state}}]\n    lifecycle:\n      postStart:\n        exec: {{command: [sh, -c, \"echo post >> /state/log\"]}}\n      preStop:\n        exec: {{command: [sh, -c, \"echo pre >> /state/log; sleep 1\"]}}\n",
+        state.display()
+    );
+    a.write("hooked.yaml", &pod);
+    let uid = a.uid("hooked");
+    wait_for("running", Duration::from_secs(30), || a.running(&uid) == 1);
+    wait_for("the postStart hook's line", Duration::from_secs(10), || {
+        std::fs::read_to_string(state.join("log")).is_ok_and(|s| s.contains("post"))
+    });
+    let t = std::time::Instant::now();
+    a.remove("hooked.yaml");
+    wait_for("stopped", Duration::from_secs(30), || a.running(&uid) == 0);
+    let took = t.elapsed();
+    let log = std::fs::read_to_string(state.join("log")).unwrap();
+    assert_eq!(log, "post\npre\nterm\n", "preStop before the stop signal");
+    assert!(took >= Duration::from_secs(1), "the hook's sleep ran before the stop: {took:?}");
+    assert!(took < Duration::from_secs(8), "{took:?}");
+    a.clean_up(&[&uid]);
+}

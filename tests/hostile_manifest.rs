@@ -202,10 +202,16 @@ fn corpus() -> Vec<(&'static str, &'static str, Vec<u8>, String)> {
             "m.yaml: field spec.containers[0].readinessProbe.httpGet.scheme: \"HTTPS\" is not supported by podwarden (only \"HTTP\")".into(),
         ),
         (
-            "lifecycle preStop",
+            "lifecycle preStop tcpSocket",
             "m.yaml",
-            with_container("    lifecycle:\n      preStop:\n        exec:\n          command: [sleep, \"1\"]\n").into_bytes(),
-            not_supported("spec.containers[0].lifecycle"),
+            with_container("    lifecycle:\n      preStop:\n        tcpSocket:\n          port: 80\n").into_bytes(),
+            not_supported("spec.containers[0].lifecycle.preStop.tcpSocket"),
+        ),
+        (
+            "lifecycle postStart without a handler",
+            "m.yaml",
+            with_container("    lifecycle:\n      postStart: {sleep: null}\n").into_bytes(),
+            "m.yaml: field spec.containers[0].lifecycle.postStart: must specify a handler type (exec, httpGet or sleep)".into(),
         ),
         (
             "env valueFrom secretKeyRef with a path for a key",

@@ -164,3 +164,64 @@ fn a_hung_exec_probe_does_not_delay_a_kill() {
     assert!(t.elapsed() < Duration::from_millis(500), "the kill took {:?}", t.elapsed());
     h.wait_phase(&uid, Phase::Finished, T);
 }
+
+#[test]
+fn post_start_runs_after_the_start_and_its_failure_kills_and_restarts() {
+    let h = Harness::new();
+    h.fake.set_exec_result("c", exit(0, ""));
+    let p = probed("h", "    lifecycle:\n      postStart:\n        exec: {command: [setup]}\n");
+    let uid = model::uid(&p).to_string();
+    h.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, p.clone()));
+    wait_for("running", T, || h.status_phase(&uid).as_deref() == Some("Running"));
+    let calls = h.fake.calls_for(&uid, Op::ExecSync);
+    assert_eq!(calls.len(), 1);
+    let started = h.fake.calls_for(&uid, Op::StartContainer)[0].seq;
+    assert!(calls[0].seq > started, "postStart runs after StartContainer");
+    assert_eq!(calls[0].target, "setup");
+    // a failing hook: FailedPostStartHook, the container killed, started again
+    let h2 = Harness::new();
+    h2.fake.set_exec_result("c", exit(3, "no config"));
+    h2.fake.set_term_exit_code("c", 143);
+    let p = probed("h2", "    lifecycle:\n      postStart:\n        exec: {command: [setup]}\n");
+    let uid = model::uid(&p).to_string();
+    h2.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, p.clone()));
+    wait_for("two starts", T, || h2.fake.calls_for(&uid, Op::StartContainer).len() >= 2);
+    assert!(events(&h2, "FailedPostStartHook").iter().all(|m| m == "PostStartHook failed"));
+    assert!(events(&h2, "Killing").iter().any(|m| m == "FailedPostStartHook"));
+    assert!(!h2.fake.calls_for(&uid, Op::StopContainer).is_empty());
+}
+
+#[test]
+fn pre_stop_runs_before_the_stop_and_its_time_comes_off_the_grace_period() {
+    let h = Harness::new();
+    let p = probed("ps", "    lifecycle:\n      preStop:\n        sleep: {seconds: 2}\n");
+    let uid = model::uid(&p).to_string();
+    h.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, p.clone()));
+    wait_for("running", T, || h.fake.live_containers(&uid) == 1);
+    let (mut opts, done) = KillPodOptions::with_completion();
+    opts.grace_period_override = Some(10);
+    let t = Instant::now();
+    h.workers.update_pod(UpdatePodOptions::kill(p.clone(), opts));
+    done.recv_timeout(T).expect("terminated");
+    assert!(t.elapsed() >= Duration::from_secs(2), "the sleep hook ran first: {:?}", t.elapsed());
+    let stops: Vec<u64> =
+        h.fake.calls_for(&uid, Op::StopContainer).iter().filter_map(|c| c.timeout.map(|t| t.as_secs())).collect();
+    assert_eq!(stops, [8], "10 s less the hook's 2 s");
+    // an exec preStop hook that fails: an event, and the stop goes on with
+    // at least the kubelet's 2 s
+    let h = Harness::new();
+    h.fake.set_exec_result("c", exit(1, "drain failed"));
+    let p = probed("pe", "    lifecycle:\n      preStop:\n        exec: {command: [drain]}\n");
+    let uid = model::uid(&p).to_string();
+    h.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, p.clone()));
+    wait_for("running", T, || h.fake.live_containers(&uid) == 1);
+    let (mut opts, done) = KillPodOptions::with_completion();
+    opts.grace_period_override = Some(1);
+    h.workers.update_pod(UpdatePodOptions::kill(p.clone(), opts));
+    done.recv_timeout(T).expect("terminated");
+    assert_eq!(events(&h, "FailedPreStopHook"), ["PreStopHook failed"]);
+    let stops: Vec<u64> =
+        h.fake.calls_for(&uid, Op::StopContainer).iter().filter_map(|c| c.timeout.map(|t| t.as_secs())).collect();
+    assert_eq!(stops, [2], "the kubelet's minimum after a preStop hook");
+    assert_eq!(h.fake.calls_for(&uid, Op::ExecSync).iter().map(|c| c.target.clone()).collect::<Vec<_>>(), ["drain"]);
+}

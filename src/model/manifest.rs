@@ -579,6 +579,14 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
                 }
             }
         }
+        if let Some(l) = &c.lifecycle {
+            if let Some(h) = &l.post_start {
+                validate_hook(&format!("{f}.lifecycle.postStart"), h, c)?;
+            }
+            if let Some(h) = &l.pre_stop {
+                validate_hook(&format!("{f}.lifecycle.preStop"), h, c)?;
+            }
+        }
         for (name, probe, kind) in [
             ("livenessProbe", &c.liveness_probe, ProbeKind::Liveness),
             ("readinessProbe", &c.readiness_probe, ProbeKind::Readiness),
@@ -656,44 +664,85 @@ fn validate_probe(
             return err(format!("{f}.terminationGracePeriodSeconds"), format!("{g} must be greater than 0"));
         }
     }
-    let ip_host = |field: String, host: &Option<String>| -> Result<(), FieldError> {
-        match host.as_deref() {
-            None | Some("") => Ok(()),
-            Some(h) if h.parse::<std::net::IpAddr>().is_ok() => Ok(()),
-            Some(h) => err(
-                field,
-                format!("{h:?} is not an IP address; podwarden probes an address, it resolves no host names"),
-            ),
-        }
-    };
     if let Some(e) = &p.exec
         && e.command.as_ref().is_none_or(|c| c.is_empty())
     {
         return err(format!("{f}.exec.command"), "must have at least one element");
     }
     if let Some(h) = &p.http_get {
-        validate_probe_port(format!("{f}.httpGet.port"), &h.port, c)?;
-        ip_host(format!("{f}.httpGet.host"), &h.host)?;
-        for (i, hh) in h.http_headers.iter().flatten().enumerate() {
-            let ok = !hh.name.is_empty()
-                && hh.name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-            if !ok {
-                return err(
-                    format!("{f}.httpGet.httpHeaders[{i}].name"),
-                    format!("{:?} is not a valid HTTP header name", hh.name),
-                );
-            }
-            if hh.value.contains(['\r', '\n']) {
-                return err(format!("{f}.httpGet.httpHeaders[{i}].value"), "must not contain a line break");
-            }
-        }
-        if h.path.as_deref().is_some_and(|p| p.contains([' ', '\r', '\n'])) {
-            return err(format!("{f}.httpGet.path"), "must not contain spaces or line breaks");
-        }
+        validate_http_get(&format!("{f}.httpGet"), h, c)?;
     }
     if let Some(t) = &p.tcp_socket {
         validate_probe_port(format!("{f}.tcpSocket.port"), &t.port, c)?;
         ip_host(format!("{f}.tcpSocket.host"), &t.host)?;
+    }
+    Ok(())
+}
+
+/// A host a probe or hook names: an IP address (podwarden resolves no
+/// names on the threads that run them).
+fn ip_host(field: String, host: &Option<String>) -> Result<(), FieldError> {
+    match host.as_deref() {
+        None | Some("") => Ok(()),
+        Some(h) if h.parse::<std::net::IpAddr>().is_ok() => Ok(()),
+        Some(h) => {
+            err(field, format!("{h:?} is not an IP address; podwarden probes an address, it resolves no host names"))
+        }
+    }
+}
+
+/// `httpGet` of a probe or hook: its port, an IP host, headers and path
+/// that fit in a request line.
+fn validate_http_get(
+    f: &str,
+    h: &k8s_openapi::api::core::v1::HTTPGetAction,
+    c: &super::Container,
+) -> Result<(), FieldError> {
+    validate_probe_port(format!("{f}.port"), &h.port, c)?;
+    ip_host(format!("{f}.host"), &h.host)?;
+    for (i, hh) in h.http_headers.iter().flatten().enumerate() {
+        let ok = !hh.name.is_empty()
+            && hh.name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        if !ok {
+            return err(format!("{f}.httpHeaders[{i}].name"), format!("{:?} is not a valid HTTP header name", hh.name));
+        }
+        if hh.value.contains(['\r', '\n']) {
+            return err(format!("{f}.httpHeaders[{i}].value"), "must not contain a line break");
+        }
+    }
+    if h.path.as_deref().is_some_and(|p| p.contains([' ', '\r', '\n'])) {
+        return err(format!("{f}.path"), "must not contain spaces or line breaks");
+    }
+    Ok(())
+}
+
+/// A lifecycle hook: one handler (`exec`, `httpGet`, `sleep`).
+fn validate_hook(
+    f: &str,
+    h: &k8s_openapi::api::core::v1::LifecycleHandler,
+    c: &super::Container,
+) -> Result<(), FieldError> {
+    match [h.exec.is_some(), h.http_get.is_some(), h.sleep.is_some(), h.tcp_socket.is_some()]
+        .iter()
+        .filter(|x| **x)
+        .count()
+    {
+        0 => return err(f.to_string(), "must specify a handler type (exec, httpGet or sleep)"),
+        1 => {}
+        _ => return err(f.to_string(), "may not specify more than 1 handler type"),
+    }
+    if let Some(e) = &h.exec
+        && e.command.as_ref().is_none_or(|c| c.is_empty())
+    {
+        return err(format!("{f}.exec.command"), "must have at least one element");
+    }
+    if let Some(s) = &h.sleep
+        && s.seconds < 0
+    {
+        return err(format!("{f}.sleep.seconds"), format!("{} must be greater than or equal to 0", s.seconds));
+    }
+    if let Some(g) = &h.http_get {
+        validate_http_get(&format!("{f}.httpGet"), g, c)?;
     }
     Ok(())
 }

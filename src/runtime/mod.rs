@@ -183,11 +183,12 @@ impl RuntimeError {
 
 pub type Result<T> = std::result::Result<T, RuntimeError>;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub enum ContainerState {
     Created,
     Running,
     Exited,
+    #[default]
     Unknown,
 }
 
@@ -309,7 +310,7 @@ pub struct SandboxInfo {
     pub ip: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct ContainerInfo {
     pub id: String,
     pub sandbox_id: String,

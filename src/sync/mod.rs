@@ -7,6 +7,7 @@ pub mod atomic_writer;
 mod backoff;
 pub mod dns;
 pub mod env;
+pub mod hooks;
 pub mod projection;
 mod setup;
 mod terminate;
@@ -93,6 +94,56 @@ pub struct PodSync {
     objects: Arc<crate::model::objects::ObjectStore>,
     /// Runs the pods' probes; told what each pass saw.
     prober: Option<Arc<crate::prober::Prober>>,
+    /// Container instances whose preStop hook has run (once per instance,
+    /// however many termination passes stop it).
+    pre_stop_ran: Arc<Mutex<std::collections::HashSet<String>>>,
+}
+
+/// What stopping one container takes, for the stop helper threads: its
+/// preStop hook, then `StopContainer` with the grace period left.
+#[derive(Clone)]
+pub(crate) struct Stopper {
+    runtime: Arc<dyn Runtime>,
+    events: Arc<EventRecorder>,
+    call_timeout: Duration,
+    pre_stop_ran: Arc<Mutex<std::collections::HashSet<String>>>,
+}
+
+impl Stopper {
+    /// Run `c`'s preStop hook (its spec from `pod`; once per container
+    /// instance; not with a zero grace period), take the whole seconds it
+    /// used off `grace` (2 s at least remain, as in the kubelet), then stop
+    /// the container. A failed hook is an event and the stop goes on.
+    pub(crate) fn stop(
+        &self,
+        cancel: &crate::cancel::CancelToken,
+        pod: Option<&Pod>,
+        pod_ip: Option<&str>,
+        c: &crate::runtime::ContainerInfo,
+        grace: i64,
+    ) -> Result<(), crate::runtime::RuntimeError> {
+        let mut grace = grace;
+        let spec = pod.and_then(|p| model::containers(p).iter().find(|s| s.name == c.name));
+        let hook = spec.and_then(|s| s.lifecycle.as_ref()).and_then(|l| l.pre_stop.as_ref());
+        if let (Some(pod), Some(spec), Some(hook)) = (pod, spec, hook)
+            && grace > 0
+            && self.pre_stop_ran.lock().insert(c.id.clone())
+        {
+            let t = Instant::now();
+            let deadline = crate::cancel::add_saturating(t, Duration::from_secs(grace as u64));
+            if let Err(m) = hooks::run(&*self.runtime, cancel, pod, spec, &c.id, hook, pod_ip, deadline) {
+                log::warn!("pod {}: {m}", model::pod_ref(pod));
+                self.events.event(&ObjectRef::pod(pod), EventType::Warning, "FailedPreStopHook", "PreStopHook failed");
+            }
+            if cancel.is_cancelled() {
+                return Err(crate::runtime::RuntimeError::Cancelled { op: crate::runtime::Op::StopContainer });
+            }
+            grace = hooks::grace_after_pre_stop(grace, t.elapsed());
+        }
+        let grace_d = Duration::from_secs(grace.max(1) as u64);
+        let call = CallCtx::new(grace_d + self.call_timeout, cancel);
+        self.runtime.stop_container(&call, &c.id, grace_d)
+    }
 }
 
 impl PodSync {
@@ -115,7 +166,23 @@ impl PodSync {
             reads: Mutex::new(HashMap::new()),
             objects: Arc::new(crate::model::objects::ObjectStore::new()),
             prober: None,
+            pre_stop_ran: Arc::new(Mutex::new(std::collections::HashSet::new())),
         }
+    }
+
+    pub(crate) fn stopper(&self) -> Stopper {
+        Stopper {
+            runtime: self.runtime.clone(),
+            events: self.events.clone(),
+            call_timeout: self.cfg.call_timeout,
+            pre_stop_ran: self.pre_stop_ran.clone(),
+        }
+    }
+
+    /// The address a hook's or probe's `httpGet` goes to without a host:
+    /// the pod's IP, the node's for a host-network pod.
+    fn hook_ip(&self, pod: &Pod, rp: &RuntimePod) -> Option<String> {
+        if model::host_network(pod) { self.cfg.host_ip.clone() } else { rp.ready_sandbox().and_then(|s| s.ip.clone()) }
     }
 
     /// Run probes through `prober` (without one, containers with probes

@@ -225,11 +225,10 @@ impl PodSync {
             self.events.event(&ObjectRef::pod(pod), EventType::Normal, "Killing", &message);
             log::info!("pod {}: {message} (grace {grace}s)", model::pod_ref(pod));
             ctx.check()?;
-            // the stop returns on cancellation: a pod deletion during it
-            // takes over at once
-            let grace_d = Duration::from_secs(grace.max(1) as u64);
-            let call = crate::runtime::CallCtx::new(grace_d + self.cfg.call_timeout, &ctx.cancel);
-            match self.runtime.stop_container(&call, &l.id, grace_d) {
+            // preStop first; the stop returns on cancellation: a pod
+            // deletion during it takes over at once
+            let ip = self.hook_ip(pod, rp);
+            match self.stopper().stop(&ctx.cancel, Some(pod), ip.as_deref(), l, grace) {
                 Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
@@ -367,7 +366,7 @@ impl PodSync {
             Ok(()) => {
                 self.forget(uid, &c.name);
                 self.events.event(&obj, EventType::Normal, "Started", &format!("Started container {}", c.name));
-                Ok(None)
+                self.post_start(ctx, pod, c, &id, sandbox.pod_ip)
             }
             Err(RuntimeError::Cancelled { .. }) => Err(SyncError::Cancelled),
             Err(e) => {
@@ -376,6 +375,39 @@ impl PodSync {
                 Ok(Some(self.cfg.backoff_initial))
             }
         }
+    }
+
+    /// The container's postStart hook, right after it started: the pass
+    /// waits for it (bounded by the runtime request timeout). A failure is
+    /// the kubelet's: `FailedPostStartHook`, the container killed (its
+    /// preStop hook runs) and restarted by the restart policy, its status
+    /// `PostStartHookError` with the hook's message until then.
+    fn post_start(
+        &self,
+        ctx: &SyncCtx,
+        pod: &Pod,
+        c: &Container,
+        id: &str,
+        pod_ip: Option<&str>,
+    ) -> Result<Option<Duration>, SyncError> {
+        let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) else { return Ok(None) };
+        let deadline = crate::cancel::deadline_in(self.cfg.call_timeout);
+        let Err(message) = super::hooks::run(&*self.runtime, &ctx.cancel, pod, c, id, hook, pod_ip, deadline) else {
+            return Ok(None);
+        };
+        ctx.check()?;
+        let obj = ObjectRef::pod(pod);
+        log::warn!("pod {}: {message}", model::pod_ref(pod));
+        self.events.event(&obj, EventType::Warning, "FailedPostStartHook", "PostStartHook failed");
+        self.events.event(&obj, EventType::Normal, "Killing", "FailedPostStartHook");
+        let grace = model::spec_grace_seconds(pod).unwrap_or(30).max(0);
+        let info = crate::runtime::ContainerInfo { id: id.to_string(), name: c.name.clone(), ..Default::default() };
+        match self.stopper().stop(&ctx.cancel, Some(pod), pod_ip, &info, grace) {
+            Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.remember(ctx, &c.name, "PostStartHookError", message);
+        Ok(Some(self.cfg.backoff_initial))
     }
 
     fn etc_hosts_path(&self, pod: &Pod) -> PathBuf {

@@ -2,7 +2,6 @@
 //! period, then the sandbox) and `sync_terminated_pod` (clean up).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crossbeam_channel::select;
 
@@ -15,10 +14,11 @@ use crate::status::{GenerateInput, generate};
 
 impl PodSync {
     /// Stop the live containers of `rp` in parallel, each with `grace`
-    /// seconds, then its sandboxes. Interrupted by cancellation (a shorter
-    /// grace period or a newer update); stops in flight finish on their own.
-    fn stop_all(&self, ctx: &SyncCtx, rp: &RuntimePod, grace: i64, pod: Option<&Pod>) -> Result<(), SyncError> {
-        let grace_d = Duration::from_secs(grace.max(1) as u64);
+    /// seconds (a container's preStop hook first, its time taken off the
+    /// grace period), then its sandboxes. Interrupted by cancellation (a
+    /// shorter grace period or a newer update); stops in flight finish on
+    /// their own.
+    fn stop_all(&self, ctx: &SyncCtx, rp: &RuntimePod, grace: i64, pod: Option<&Arc<Pod>>) -> Result<(), SyncError> {
         let live: Vec<_> = rp.live_containers().cloned().collect();
         if let Some(p) = pod {
             for c in &live {
@@ -30,24 +30,26 @@ impl PodSync {
                 );
             }
         }
+        let pod_ip = pod.and_then(|p| self.hook_ip(p, rp));
         if let [c] = live.as_slice() {
             // One container: stop it on this thread (stop_container returns
             // on cancellation by contract).
-            let call = CallCtx::new(grace_d + self.cfg.call_timeout, &ctx.cancel);
-            match self.runtime.stop_container(&call, &c.id, grace_d) {
+            match self.stopper().stop(&ctx.cancel, pod.map(|p| &**p), pod_ip.as_deref(), c, grace) {
                 Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
         } else if !live.is_empty() {
             let (tx, rx) = crossbeam_channel::bounded(live.len());
             for c in &live {
-                let runtime = self.runtime.clone();
-                let call = CallCtx::new(grace_d + self.cfg.call_timeout, &ctx.cancel);
-                let id = c.id.clone();
+                let stopper = self.stopper();
+                let cancel = ctx.cancel.clone();
+                let pod = pod.cloned();
+                let ip = pod_ip.clone();
+                let info = c.clone();
                 let tx = tx.clone();
                 let short: String = ctx.uid.chars().take(8).collect();
                 crate::thread::spawn(format!("stop-{short}"), Some(crate::thread::HELPER_STACK), move || {
-                    let _ = tx.send(runtime.stop_container(&call, &id, grace_d));
+                    let _ = tx.send(stopper.stop(&cancel, pod.as_deref(), ip.as_deref(), &info, grace));
                 })
                 .map_err(|e| SyncError::Other(format!("cannot start a thread to stop container {}: {e}", c.id)))?;
             }
