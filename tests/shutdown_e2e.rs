@@ -330,6 +330,37 @@ fn prepare_for_shutdown_broadcast_by_another_client_is_ignored() {
 }
 
 /// Puts logind back at its 5 s when a test ends (pass or fail).
+/// A preStop hook runs during a graceful node shutdown, before the stop
+/// signal, inside the pod's window (the shutdown's grace period caps the
+/// pod's 30 s; the hook's 2 s come out of it).
+#[test]
+fn pre_stop_hooks_run_before_the_stop_signal_during_a_node_shutdown() {
+    let _serial = SERIAL.lock();
+    let _logind = Reset;
+    let mut a = start("shutdown-prestop", "shutdownGracePeriod: 8s\n");
+    let state = a.root().parent().unwrap().join("prestop-state");
+    std::fs::create_dir_all(&state).unwrap();
+    let spec = format!(
+        "  terminationGracePeriodSeconds: 30\n  volumes: [{{name: state, hostPath: {{path: {}}}}}]\n",
+        state.display()
+    );
+    let command = "trap 'echo term >> /state/log; exit 0' TERM; while :; do sleep 0.2; done";
+    let yaml = pod_yaml("drained", &spec, command).replace(
+        "    command:",
+        "    volumeMounts: [{name: state, mountPath: /state}]\n    lifecycle:\n      preStop:\n        exec: {command: [sh, -c, \"echo pre >> /state/log; sleep 2\"]}\n    command:",
+    );
+    a.write("drained.yaml", &yaml);
+    let uid = a.uid("drained");
+    wait_for("running", Duration::from_secs(60), || a.running(&uid) == 1);
+    let tl = Timeline::start(std::slice::from_ref(&uid));
+    power_off();
+    let gone = tl.wait_gone(&uid, Duration::from_secs(15));
+    assert_eq!(std::fs::read_to_string(state.join("log")).unwrap(), "pre\nterm\n", "preStop, then the signal");
+    assert!(gone >= Duration::from_secs(2) && gone < Duration::from_secs(8), "inside the 8 s window: {gone:?}");
+    wait_for("lock taken again after the cancel", Duration::from_secs(10), || podwarden_inhibitors() == 1);
+    a.clean_up(&[&uid]);
+}
+
 struct Reset;
 
 impl Drop for Reset {
