@@ -938,3 +938,31 @@ fn post_start_and_pre_stop_hooks_run_in_the_container_on_containerd() {
     assert!(took < Duration::from_secs(8), "{took:?}");
     a.clean_up(&[&uid]);
 }
+
+/// A gRPC readiness probe on containerd: `grpc.health.v1.Health/Check`
+/// against a health server on the node (a host-network pod's IP is the
+/// node's), Ready following SERVING and NOT_SERVING.
+#[test]
+fn grpc_probe_follows_the_health_service_on_containerd() {
+    let _serial = SERIAL.lock();
+    let server = podwarden::prober::grpc::test_server::HealthServer::start("0.0.0.0", 0).unwrap();
+    server.set_serving(false);
+    let mut a = Agent::start("grpc-probe");
+    let pod = pod_yaml("grpcd", "  hostNetwork: true\n  terminationGracePeriodSeconds: 1\n", TRAPPING).replace(
+        "    command:",
+        &format!("    readinessProbe:\n      grpc: {{port: {}}}\n      periodSeconds: 1\n      failureThreshold: 1\n    command:", server.port),
+    );
+    a.write("grpcd.yaml", &pod);
+    let uid = a.uid("grpcd");
+    wait_for("running", Duration::from_secs(30), || a.running(&uid) == 1);
+    wait_for("the NOT_SERVING event", Duration::from_secs(10), || {
+        a.log().contains("Readiness probe failed: service unhealthy (responded with \"NOT_SERVING\")")
+    });
+    let ready = || a.pod("grpcd").map(|p| p["status"]["containerStatuses"][0]["ready"].clone());
+    assert_eq!(ready(), Some(serde_json::json!(false)));
+    server.set_serving(true);
+    wait_for("ready once SERVING", Duration::from_secs(5), || ready() == Some(serde_json::json!(true)));
+    server.set_serving(false);
+    wait_for("not ready again", Duration::from_secs(5), || ready() == Some(serde_json::json!(false)));
+    a.clean_up(&[&uid]);
+}

@@ -160,10 +160,16 @@ fn corpus() -> Vec<(&'static str, &'static str, Vec<u8>, String)> {
             "ok; warnings: unknown field \"extra\"; unknown field \"spec.contaners\"".into(),
         ),
         (
-            "readinessProbe grpc",
+            "lifecycle stopSignal",
             "m.yaml",
-            with_container("    readinessProbe:\n      grpc:\n        port: 9000\n").into_bytes(),
-            not_supported("spec.containers[0].readinessProbe.grpc"),
+            with_container("    lifecycle:\n      stopSignal: SIGUSR1\n").into_bytes(),
+            not_supported("spec.containers[0].lifecycle.stopSignal"),
+        ),
+        (
+            "grpc probe on port 0",
+            "m.yaml",
+            with_container("    readinessProbe:\n      grpc:\n        port: 0\n").into_bytes(),
+            "m.yaml: field spec.containers[0].readinessProbe.grpc.port: 0 must be between 1 and 65535, inclusive".into(),
         ),
         (
             "livenessProbe on a host name",
@@ -480,7 +486,7 @@ fn validate_rejects_hostile_files_and_prints_warnings() {
     let files = [
         ("bomb.yaml", bomb_1m()),
         ("deep.yaml", deep_flow(80_000)),
-        ("probe.yaml", with_container("    readinessProbe:\n      grpc:\n        port: 9000\n")),
+        ("probe.yaml", with_container("    lifecycle:\n      stopSignal: SIGUSR1\n")),
         ("typo.yaml", with_spec("  contaners: []\n")),
     ];
     for (f, text) in &files {
@@ -501,7 +507,7 @@ fn validate_rejects_hostile_files_and_prints_warnings() {
     for line in [
         format!("{}: cannot parse YAML: alias expansion exceeds 65536 nodes", abs("bomb.yaml")),
         format!("{}: cannot parse YAML: nesting deeper than 100 levels at line 9 column 106", abs("deep.yaml")),
-        format!("{}: field spec.containers[0].readinessProbe.grpc: not supported by podwarden", abs("probe.yaml")),
+        format!("{}: field spec.containers[0].lifecycle.stopSignal: not supported by podwarden", abs("probe.yaml")),
         "Warning: typo.yaml: unknown field \"spec.contaners\"".to_string(),
     ] {
         assert!(err.lines().any(|l| l == line), "missing {line:?} in:\n{err}");
@@ -660,9 +666,8 @@ fn agent_stays_healthy_beside_hostile_manifests() {
         ),
         (
             "probe.yaml",
-            with_container("    readinessProbe:\n      grpc:\n        port: 9000\n")
-                .replace("name: web", "name: probe"),
-            "field spec.containers[0].readinessProbe.grpc: not supported by podwarden",
+            with_container("    lifecycle:\n      stopSignal: SIGUSR1\n").replace("name: web", "name: probe"),
+            "field spec.containers[0].lifecycle.stopSignal: not supported by podwarden",
         ),
         (
             "relhp.yaml",

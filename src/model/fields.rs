@@ -124,7 +124,9 @@ pub const FIELDS: &[(&str, Support)] = &[
     ("spec.containers[].livenessProbe.exec", Supported),
     ("spec.containers[].livenessProbe.exec.command", Supported),
     ("spec.containers[].livenessProbe.failureThreshold", Supported),
-    ("spec.containers[].livenessProbe.grpc", Rejected),
+    ("spec.containers[].livenessProbe.grpc", Supported),
+    ("spec.containers[].livenessProbe.grpc.port", Supported),
+    ("spec.containers[].livenessProbe.grpc.service", Supported),
     ("spec.containers[].livenessProbe.httpGet", Supported),
     ("spec.containers[].livenessProbe.httpGet.host", Supported),
     ("spec.containers[].livenessProbe.httpGet.httpHeaders", Supported),
@@ -152,7 +154,9 @@ pub const FIELDS: &[(&str, Support)] = &[
     ("spec.containers[].readinessProbe.exec", Supported),
     ("spec.containers[].readinessProbe.exec.command", Supported),
     ("spec.containers[].readinessProbe.failureThreshold", Supported),
-    ("spec.containers[].readinessProbe.grpc", Rejected),
+    ("spec.containers[].readinessProbe.grpc", Supported),
+    ("spec.containers[].readinessProbe.grpc.port", Supported),
+    ("spec.containers[].readinessProbe.grpc.service", Supported),
     ("spec.containers[].readinessProbe.httpGet", Supported),
     ("spec.containers[].readinessProbe.httpGet.host", Supported),
     ("spec.containers[].readinessProbe.httpGet.httpHeaders", Supported),
@@ -195,7 +199,9 @@ pub const FIELDS: &[(&str, Support)] = &[
     ("spec.containers[].startupProbe.exec", Supported),
     ("spec.containers[].startupProbe.exec.command", Supported),
     ("spec.containers[].startupProbe.failureThreshold", Supported),
-    ("spec.containers[].startupProbe.grpc", Rejected),
+    ("spec.containers[].startupProbe.grpc", Supported),
+    ("spec.containers[].startupProbe.grpc.port", Supported),
+    ("spec.containers[].startupProbe.grpc.service", Supported),
     ("spec.containers[].startupProbe.httpGet", Supported),
     ("spec.containers[].startupProbe.httpGet.host", Supported),
     ("spec.containers[].startupProbe.httpGet.httpHeaders", Supported),
@@ -732,8 +738,8 @@ mod tests {
         };
         let e = |f: &str| (f.to_string(), NOT_SUPPORTED.to_string());
         assert_eq!(
-            reject(&["spec", "containers", "0", "readinessProbe"], json!({"grpc": {"port": 9000}})),
-            e("spec.containers[0].readinessProbe.grpc")
+            reject(&["spec", "containers", "0", "lifecycle"], json!({"stopSignal": "SIGUSR1"})),
+            e("spec.containers[0].lifecycle.stopSignal")
         );
         assert_eq!(
             reject(

@@ -636,7 +636,7 @@ fn validate_probe(
 ) -> Result<(), FieldError> {
     let handlers = [p.exec.is_some(), p.http_get.is_some(), p.tcp_socket.is_some(), p.grpc.is_some()];
     match handlers.iter().filter(|h| **h).count() {
-        0 => return err(f.to_string(), "must specify a handler type (exec, httpGet or tcpSocket)"),
+        0 => return err(f.to_string(), "must specify a handler type (exec, httpGet, tcpSocket or grpc)"),
         1 => {}
         _ => return err(f.to_string(), "may not specify more than 1 handler type"),
     }
@@ -675,6 +675,11 @@ fn validate_probe(
     if let Some(t) = &p.tcp_socket {
         validate_probe_port(format!("{f}.tcpSocket.port"), &t.port, c)?;
         ip_host(format!("{f}.tcpSocket.host"), &t.host)?;
+    }
+    if let Some(g) = &p.grpc
+        && !(1..=65535).contains(&g.port)
+    {
+        return err(format!("{f}.grpc.port"), format!("{} must be between 1 and 65535, inclusive", g.port));
     }
     Ok(())
 }

@@ -11,7 +11,8 @@
 //!   probes that are due and waits, in one `poll`, for the earliest
 //!   deadline, its queue (an eventfd) and every TCP/HTTP probe in flight
 //!   ([`net`]: non-blocking sockets). Exec probes are CRI `ExecSync` calls
-//!   that do not block ([`crate::runtime::Runtime::exec_sync`]): the gRPC
+//!   that do not block ([`crate::runtime::Runtime::exec_sync`]) and gRPC
+//!   probes asynchronous `Health/Check` calls ([`grpc`]): the gRPC
 //!   completion thread queues their result. Nothing a probe does can stop
 //!   another probe or a pod worker: a hung probe costs its timeout, on no
 //!   thread.
@@ -22,6 +23,7 @@
 //!   for a probe, and a probe result for a container that is gone is
 //!   dropped.
 
+pub mod grpc;
 pub mod net;
 pub mod state;
 
@@ -485,6 +487,31 @@ impl Loop {
                 }),
             );
             return;
+        } else if let Some(g) = &probe.grpc {
+            // the pod's IP, never a host of its own (the field has none)
+            let port = u16::try_from(g.port).unwrap_or(0);
+            match p.pod_ip.as_deref().and_then(|ip| net::socket_addr(ip, port)) {
+                None => Err(Outcome::Error("the pod has no IP address yet".into())),
+                Some(addr) => {
+                    let tx = self.tx.clone();
+                    let waker = self.wake.clone();
+                    self.inflight.insert(token, flight);
+                    if let Some(f) = self.inflight.get_mut(&token) {
+                        f.deadline = crate::cancel::add_saturating(now, timeout + Duration::from_secs(5));
+                    }
+                    grpc::check(
+                        addr,
+                        g.service.as_deref().unwrap_or(""),
+                        timeout,
+                        Box::new(move |outcome| {
+                            if tx.send(Cmd::Done { token, outcome }).is_ok() {
+                                wake(&waker);
+                            }
+                        }),
+                    );
+                    return;
+                }
+            }
         } else if let Some(t) = &probe.tcp_socket {
             match target(p.pod_ip.as_deref(), t.host.as_deref(), &t.port, c) {
                 Ok(addr) => net::NetProbe::tcp(addr, deadline),
