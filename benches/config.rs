@@ -9,15 +9,14 @@
 //! measured. The last line is one JSON object.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use podwarden::runtime::cri::CriRuntime;
 use podwarden::runtime::{CallCtx, ContainerState, Runtime};
 
 mod support;
-use support::{IMAGE, proc_status, socket};
+use support::{Agent, IMAGE, proc_status, socket, write_atomically};
 
 const PODS: usize = 110;
 const EDITS: usize = 20;
@@ -28,36 +27,11 @@ fn window() -> Duration {
     Duration::from_secs(std::env::var("CONFIG_WINDOW_S").ok().and_then(|s| s.parse().ok()).unwrap_or(60))
 }
 
-fn bin() -> String {
-    let b = std::env::var("PODWARDEN_BIN").unwrap_or_else(|_| "/usr/bin/podwarden".into());
-    assert!(Path::new(&b).exists(), "{b} is missing: install the package first (scripts/bench.sh config does)");
-    b
-}
-
-struct Agent {
-    dir: PathBuf,
-    child: Child,
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// Pod `name` with its ConfigMap (`value` under key `app.conf`) and Secret.
 fn manifest(name: &str, value: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: bench\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 5\n  containers:\n  - name: main\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"trap 'exit 0' TERM; while :; do sleep 60 & wait; done\"]\n    volumeMounts:\n    - {{name: config, mountPath: /etc/app}}\n    - {{name: creds, mountPath: /run/creds}}\n  volumes:\n  - {{name: config, configMap: {{name: {name}-config}}}}\n  - {{name: creds, secret: {{secretName: {name}-creds}}}}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}-config, namespace: bench}}\ndata:\n  app.conf: \"{value}\"\n---\napiVersion: v1\nkind: Secret\nmetadata: {{name: {name}-creds, namespace: bench}}\nstringData: {{token: bench-token-{name}}}\n"
     )
-}
-
-fn write_atomically(dir: &Path, file: &str, text: &str) {
-    let tmp = dir.join(format!(".{file}.tmp"));
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, dir.join("manifests").join(file)).unwrap();
 }
 
 fn running(cri: &CriRuntime) -> usize {
@@ -71,7 +45,7 @@ fn running(cri: &CriRuntime) -> usize {
 
 fn main() {
     let cri = CriRuntime::connect(&format!("unix://{}", socket()), Duration::from_secs(10)).unwrap();
-    let bin = bin();
+    let bin = support::bin("config");
     let dir = std::env::temp_dir().join(format!("podwarden-bench-config-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("manifests")).unwrap();

@@ -6,36 +6,19 @@
 //! one JSON object.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use podwarden::runtime::cri::CriRuntime;
 use podwarden::runtime::{CallCtx, ContainerState, Runtime};
 
 mod support;
-use support::{IMAGE, proc_status, socket};
+use support::{Agent, IMAGE, cpu_ticks, proc_status, socket};
 
 const PODS: usize = 110;
 
 fn window() -> Duration {
     Duration::from_secs(std::env::var("FOOTPRINT_WINDOW_S").ok().and_then(|s| s.parse().ok()).unwrap_or(60))
-}
-
-fn bin() -> String {
-    let b = std::env::var("PODWARDEN_BIN").unwrap_or_else(|_| "/usr/bin/podwarden".into());
-    assert!(Path::new(&b).exists(), "{b} is missing: install the package first (scripts/bench.sh footprint does)");
-    b
-}
-
-/// utime + stime of a process, in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // fields after the command (which may hold spaces) in parentheses
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    get(11) + get(12) // utime, stime (fields 14 and 15 of stat)
 }
 
 struct Sample {
@@ -74,19 +57,6 @@ fn idle(pid: u32) -> Sample {
     }
 }
 
-struct Agent {
-    dir: PathBuf,
-    child: Child,
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 fn manifest(name: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: bench\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 5\n  containers:\n  - name: main\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"trap 'exit 0' TERM; while :; do sleep 60 & wait; done\"]\n"
@@ -104,7 +74,7 @@ fn running(cri: &CriRuntime) -> usize {
 
 fn main() {
     let cri = CriRuntime::connect(&format!("unix://{}", socket()), Duration::from_secs(10)).unwrap();
-    let bin = bin();
+    let bin = support::bin("footprint");
     let dir = std::env::temp_dir().join(format!("podwarden-bench-footprint-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("manifests")).unwrap();

@@ -16,15 +16,15 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use podwarden::runtime::cri::CriRuntime;
 use podwarden::runtime::{CallCtx, ContainerState, Runtime};
 
 mod support;
-use support::{IMAGE, proc_status, socket};
+use support::{Agent, IMAGE, cpu_ticks, proc_status, socket, write_atomically};
 
 const PODS: usize = 110;
 const BASE_PORT: u16 = 21000;
@@ -32,33 +32,6 @@ const PERIOD: Duration = Duration::from_secs(10);
 
 fn window() -> Duration {
     Duration::from_secs(std::env::var("PROBES_WINDOW_S").ok().and_then(|s| s.parse().ok()).unwrap_or(30))
-}
-
-fn bin() -> String {
-    let b = std::env::var("PODWARDEN_BIN").unwrap_or_else(|_| "/usr/bin/podwarden".into());
-    assert!(Path::new(&b).exists(), "{b} is missing: install the package first (scripts/bench.sh probes does)");
-    b
-}
-
-struct Agent {
-    dir: PathBuf,
-    child: Child,
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    get(11) + get(12)
 }
 
 /// RSS median (KiB), threads max, CPU (cores) over the window.
@@ -120,12 +93,6 @@ fn kill_manifest(name: &str, hung: bool) -> String {
     )
 }
 
-fn write_atomically(dir: &Path, file: &str, text: &str) {
-    let tmp = dir.join(format!(".{file}.tmp"));
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, dir.join("manifests").join(file)).unwrap();
-}
-
 fn running_named(cri: &CriRuntime, prefix: &str) -> usize {
     cri.list_pods(&CallCtx::background(Duration::from_secs(30)))
         .unwrap_or_default()
@@ -133,6 +100,22 @@ fn running_named(cri: &CriRuntime, prefix: &str) -> usize {
         .filter(|p| p.name.starts_with(prefix))
         .filter(|p| p.containers.iter().any(|c| c.state == ContainerState::Running))
         .count()
+}
+
+/// Wait until containerd holds no pod whose name starts with `prefix`
+/// (sandboxes included); whether that happened within `timeout`.
+fn all_gone(cri: &CriRuntime, prefix: &str, timeout: Duration) -> bool {
+    let t = Instant::now();
+    loop {
+        let pods = cri.list_pods(&CallCtx::background(Duration::from_secs(30))).unwrap_or_default();
+        if !pods.iter().any(|p| p.name.starts_with(prefix)) {
+            return true;
+        }
+        if t.elapsed() >= timeout {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 fn pods_json(addr: SocketAddr) -> serde_json::Value {
@@ -164,7 +147,7 @@ fn readiness(addr: SocketAddr) -> BTreeMap<String, bool> {
 
 fn main() {
     let cri = CriRuntime::connect(&format!("unix://{}", socket()), Duration::from_secs(10)).unwrap();
-    let bin = bin();
+    let bin = support::bin("probes");
     let dir = std::env::temp_dir().join(format!("podwarden-bench-probes-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("manifests")).unwrap();
@@ -214,16 +197,7 @@ fn main() {
     for i in 0..PODS {
         std::fs::remove_file(dir.join("manifests").join(format!("p-{i}.yaml"))).unwrap();
     }
-    let t = Instant::now();
-    while cri
-        .list_pods(&CallCtx::background(Duration::from_secs(30)))
-        .unwrap_or_default()
-        .iter()
-        .any(|p| p.name.starts_with("p-"))
-    {
-        assert!(t.elapsed() < Duration::from_secs(120), "the pods without probes are not gone");
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    assert!(all_gone(&cri, "p-", Duration::from_secs(120)), "the pods without probes are not gone");
     std::thread::sleep(Duration::from_secs(3));
     for i in 0..PODS {
         write_atomically(&dir, &format!("p-{i}.yaml"), &manifest(i, true, &dir));
@@ -283,16 +257,7 @@ fn main() {
         }
         let ms = t.elapsed().as_secs_f64() * 1000.0;
         // its sandbox gone too before the next round
-        let t2 = Instant::now();
-        while cri
-            .list_pods(&CallCtx::background(Duration::from_secs(30)))
-            .unwrap_or_default()
-            .iter()
-            .any(|p| p.name == name)
-            && t2.elapsed() < Duration::from_secs(30)
-        {
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        all_gone(&cri, name, Duration::from_secs(30));
         ms
     };
     let mut extra = Vec::new();
@@ -308,16 +273,7 @@ fn main() {
     for e in std::fs::read_dir(dir.join("manifests")).unwrap().flatten() {
         std::fs::remove_file(e.path()).unwrap();
     }
-    let t = Instant::now();
-    while cri
-        .list_pods(&CallCtx::background(Duration::from_secs(30)))
-        .unwrap_or_default()
-        .iter()
-        .any(|p| p.name.starts_with("p-"))
-        && t.elapsed() < Duration::from_secs(120)
-    {
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    all_gone(&cri, "p-", Duration::from_secs(120));
     drop(agent);
 
     let mut out: BTreeMap<&str, f64> = BTreeMap::new();

@@ -4,7 +4,8 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Child;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use podwarden::runtime::CallCtx;
@@ -45,4 +46,45 @@ pub fn print_json(out: &BTreeMap<&str, f64>, decimals: usize) {
         .map(|(k, v)| if v.fract() == 0.0 { format!("\"{k}\":{v:.0}") } else { format!("\"{k}\":{v:.decimals$}") })
         .collect();
     println!("{{{}}}", fields.join(","));
+}
+
+/// The podwarden binary a bench runs: `$PODWARDEN_BIN`, else the installed
+/// one; fails with how to get it (`bench`: the name for scripts/bench.sh).
+pub fn bin(bench: &str) -> String {
+    let b = std::env::var("PODWARDEN_BIN").unwrap_or_else(|_| "/usr/bin/podwarden".into());
+    assert!(Path::new(&b).exists(), "{b} is missing: install the package first (scripts/bench.sh {bench} does)");
+    b
+}
+
+/// utime + stime of a process, in clock ticks.
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // fields after the command (which may hold spaces) in parentheses
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    get(11) + get(12) // utime, stime (fields 14 and 15 of stat)
+}
+
+/// A `podwarden run` the bench started in its own directory: killed and
+/// the directory removed when dropped.
+pub struct Agent {
+    pub dir: PathBuf,
+    pub child: Child,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Write `dir/manifests/file` as editors and `apply` do: a temporary file
+/// renamed over it.
+pub fn write_atomically(dir: &Path, file: &str, text: &str) {
+    let tmp = dir.join(format!(".{file}.tmp"));
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, dir.join("manifests").join(file)).unwrap();
 }

@@ -31,6 +31,8 @@ pub fn check(addr: SocketAddr, service: &str, timeout: Duration, done: Box<dyn F
     let target = addr.to_string();
     let channel = ChannelBuilder::new(crate::runtime::cri::grpc_env())
         .primary_user_agent(super::net::PROBE_USER_AGENT)
+        // a health answer is a few bytes: the pod may send no more than this
+        .max_receive_message_len(4096)
         .connect(&target);
     let client = pb::api_grpc::HealthClient::new(channel);
     let mut req = HealthCheckRequest::new();

@@ -466,49 +466,20 @@ impl Loop {
         let mut flight = InFlight { uid, container: name, kind, id: id.clone(), started: now, net: None, deadline };
         let immediate = if let Some(exec) = &probe.exec {
             let cmd = exec_command(c, exec.command.as_deref().unwrap_or_default());
-            let tx = self.tx.clone();
-            let waker = self.wake.clone();
             let shown = cmd.join(" ");
-            self.inflight.insert(token, flight);
             // the exec's own timeout ends it; the deadline here is only a
             // backstop for a runtime that never answers
-            if let Some(f) = self.inflight.get_mut(&token) {
-                f.deadline = crate::cancel::add_saturating(now, timeout + Duration::from_secs(15));
-            }
-            self.deps.runtime.exec_sync(
-                &id,
-                &cmd,
-                timeout,
-                Box::new(move |r| {
-                    let outcome = exec_outcome(&shown, r);
-                    if tx.send(Cmd::Done { token, outcome }).is_ok() {
-                        wake(&waker);
-                    }
-                }),
-            );
+            let done = self.in_flight_elsewhere(token, flight, now, timeout + Duration::from_secs(15));
+            self.deps.runtime.exec_sync(&id, &cmd, timeout, Box::new(move |r| done(exec_outcome(&shown, r))));
             return;
         } else if let Some(g) = &probe.grpc {
             // the pod's IP, never a host of its own (the field has none)
             let port = u16::try_from(g.port).unwrap_or(0);
             match p.pod_ip.as_deref().and_then(|ip| net::socket_addr(ip, port)) {
-                None => Err(Outcome::Error("the pod has no IP address yet".into())),
+                None => Err(Outcome::Error(NO_POD_IP.into())),
                 Some(addr) => {
-                    let tx = self.tx.clone();
-                    let waker = self.wake.clone();
-                    self.inflight.insert(token, flight);
-                    if let Some(f) = self.inflight.get_mut(&token) {
-                        f.deadline = crate::cancel::add_saturating(now, timeout + Duration::from_secs(5));
-                    }
-                    grpc::check(
-                        addr,
-                        g.service.as_deref().unwrap_or(""),
-                        timeout,
-                        Box::new(move |outcome| {
-                            if tx.send(Cmd::Done { token, outcome }).is_ok() {
-                                wake(&waker);
-                            }
-                        }),
-                    );
+                    let done = self.in_flight_elsewhere(token, flight, now, timeout + Duration::from_secs(5));
+                    grpc::check(addr, g.service.as_deref().unwrap_or(""), timeout, done);
                     return;
                 }
             }
@@ -518,21 +489,8 @@ impl Loop {
                 Err(e) => Err(Outcome::Error(e)),
             }
         } else if let Some(h) = &probe.http_get {
-            match target(p.pod_ip.as_deref(), h.host.as_deref(), &h.port, c) {
-                Ok(addr) => {
-                    let host = h.host.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| addr.ip().to_string());
-                    let path = match h.path.as_deref() {
-                        None | Some("") => "/".to_string(),
-                        Some(p) if p.starts_with('/') => p.to_string(),
-                        Some(p) => format!("/{p}"),
-                    };
-                    let headers =
-                        h.http_headers.iter().flatten().map(|hh| (hh.name.clone(), hh.value.clone())).collect();
-                    net::NetProbe::http(
-                        net::HttpGet { addr, host, path, headers, user_agent: net::PROBE_USER_AGENT },
-                        deadline,
-                    )
-                }
+            match net::HttpGet::of(h, p.pod_ip.as_deref(), c, net::PROBE_USER_AGENT) {
+                Ok(get) => net::NetProbe::http(get, deadline),
                 Err(e) => Err(Outcome::Error(e)),
             }
         } else {
@@ -548,6 +506,27 @@ impl Loop {
                 self.finish(token, outcome);
             }
         }
+    }
+
+    /// Record a probe whose result another thread delivers (an exec or
+    /// gRPC call completed on the gRPC completion-queue thread), with a
+    /// backstop deadline `backstop` from `now`; the returned completion
+    /// queues the outcome and wakes the loop.
+    fn in_flight_elsewhere(
+        &mut self,
+        token: u64,
+        mut flight: InFlight,
+        now: Instant,
+        backstop: Duration,
+    ) -> Box<dyn FnOnce(Outcome) + Send> {
+        flight.deadline = crate::cancel::add_saturating(now, backstop);
+        self.inflight.insert(token, flight);
+        let (tx, waker) = (self.tx.clone(), self.wake.clone());
+        Box::new(move |outcome| {
+            if tx.send(Cmd::Done { token, outcome }).is_ok() {
+                wake(&waker);
+            }
+        })
     }
 
     fn expire(&mut self, now: Instant) {
@@ -652,15 +631,29 @@ pub fn resolve_port(
     u16::try_from(n).ok().filter(|p| *p > 0).ok_or_else(|| format!("invalid port number: {n}"))
 }
 
-fn target(
+const NO_POD_IP: &str = "the pod has no IP address yet";
+
+/// Where a probe or hook connects: its `host` (an IP address) or the pod's
+/// IP, and its port (by number or by the container's port name).
+pub(crate) fn target(
     pod_ip: Option<&str>,
     host: Option<&str>,
     port: &k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
     c: &Container,
 ) -> Result<std::net::SocketAddr, String> {
     let port = resolve_port(port, c)?;
-    let host = host.filter(|h| !h.is_empty()).or(pod_ip).ok_or_else(|| "the pod has no IP address yet".to_string())?;
+    let host = host.filter(|h| !h.is_empty()).or(pod_ip).ok_or_else(|| NO_POD_IP.to_string())?;
     net::socket_addr(host, port).ok_or_else(|| format!("{host:?} is not an IP address"))
+}
+
+/// What an exec wrote, as probes and hooks report it: stdout then stderr,
+/// [`MAX_EXEC_OUTPUT`] bytes at most.
+pub(crate) fn exec_output(r: &crate::runtime::ExecResult) -> String {
+    let mut out = Vec::with_capacity((r.stdout.len() + r.stderr.len()).min(MAX_EXEC_OUTPUT));
+    out.extend_from_slice(&r.stdout);
+    out.extend_from_slice(&r.stderr);
+    out.truncate(MAX_EXEC_OUTPUT);
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// An exec probe's command with `$(VAR)` expanded from the container's
@@ -682,13 +675,8 @@ pub fn exec_command(c: &Container, cmd: &[String]) -> Vec<String> {
 /// an error (counted for neither threshold).
 pub fn exec_outcome(cmd: &str, r: Result<crate::runtime::ExecResult, RuntimeError>) -> Outcome {
     match r {
-        Ok(r) => {
-            let mut out = r.stdout;
-            out.extend_from_slice(&r.stderr);
-            out.truncate(MAX_EXEC_OUTPUT);
-            let text = String::from_utf8_lossy(&out).into_owned();
-            if r.exit_code == 0 { Outcome::Success } else { Outcome::Failure(text) }
-        }
+        Ok(r) if r.exit_code == 0 => Outcome::Success,
+        Ok(r) => Outcome::Failure(exec_output(&r)),
         Err(RuntimeError::DeadlineExceeded { .. }) => Outcome::Failure(format!("command {cmd:?} timed out")),
         Err(RuntimeError::Failed { message, .. }) if message.contains("timeout") && message.contains("exceeded") => {
             Outcome::Failure(format!("command {cmd:?} timed out"))

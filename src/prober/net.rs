@@ -44,6 +44,26 @@ pub struct HttpGet {
 }
 
 impl HttpGet {
+    /// The GET a probe's or hook's `httpGet` makes for container `c` of a
+    /// pod at `pod_ip`: its host or the pod's IP, its port, its path with a
+    /// leading `/`, its headers.
+    pub fn of(
+        h: &k8s_openapi::api::core::v1::HTTPGetAction,
+        pod_ip: Option<&str>,
+        c: &k8s_openapi::api::core::v1::Container,
+        user_agent: &'static str,
+    ) -> Result<HttpGet, String> {
+        let addr = super::target(pod_ip, h.host.as_deref(), &h.port, c)?;
+        let host = h.host.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| addr.ip().to_string());
+        let path = match h.path.as_deref() {
+            None | Some("") => "/".to_string(),
+            Some(p) if p.starts_with('/') => p.to_string(),
+            Some(p) => format!("/{p}"),
+        };
+        let headers = h.http_headers.iter().flatten().map(|hh| (hh.name.clone(), hh.value.clone())).collect();
+        Ok(HttpGet { addr, host, path, headers, user_agent })
+    }
+
     fn url(&self) -> String {
         format!("http://{}{}", host_port(&self.host, self.addr.port()), self.path)
     }
@@ -167,13 +187,9 @@ impl NetProbe {
 
     /// The deadline passed: the outcome, in the kubelet's words.
     pub fn timed_out(&self) -> Outcome {
-        match (&self.what, &self.step) {
-            (What::Tcp, _) => Outcome::Failure(format!("dial tcp {}: i/o timeout", self.addr)),
-            (What::Http { get, .. }, Step::Connecting) => Outcome::Failure(format!(
-                "Get {:?}: context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
-                get.url()
-            )),
-            (What::Http { get, .. }, _) => Outcome::Failure(format!(
+        match &self.what {
+            What::Tcp => Outcome::Failure(format!("dial tcp {}: i/o timeout", self.addr)),
+            What::Http { get, .. } => Outcome::Failure(format!(
                 "Get {:?}: context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
                 get.url()
             )),
@@ -292,8 +308,7 @@ impl NetProbe {
                 return Some(Some(Outcome::Success));
             };
             match same_host_target(get, &location) {
-                Some(path) if *redirects >= MAX_REDIRECTS - 1 => {
-                    let _ = path;
+                Some(_) if *redirects >= MAX_REDIRECTS - 1 => {
                     return Some(Some(Outcome::Failure(format!("Get {:?}: stopped after 10 redirects", get.url()))));
                 }
                 Some(path) => {

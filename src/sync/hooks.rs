@@ -56,10 +56,7 @@ pub fn run(
             recv(rx) -> r => match r {
                 Ok(Ok(r)) if r.exit_code == 0 => Ok(()),
                 Ok(Ok(r)) => {
-                    let mut out = r.stdout.clone();
-                    out.extend_from_slice(&r.stderr);
-                    out.truncate(crate::prober::MAX_EXEC_OUTPUT);
-                    let out = String::from_utf8_lossy(&out).into_owned();
+                    let out = crate::prober::exec_output(&r);
                     let stderr = String::from_utf8_lossy(&r.stderr).into_owned();
                     Err(fail(format!("command '{}' exited with {}: {stderr}", cmd.join(" "), r.exit_code), &out))
                 }
@@ -70,11 +67,7 @@ pub fn run(
             default(deadline.saturating_duration_since(Instant::now())) => Err(fail(format!("command {:?} timed out", cmd.join(" ")), "")),
         }
     } else if let Some(g) = &h.http_get {
-        let path = match g.path.as_deref() {
-            None | Some("") => "/".to_string(),
-            Some(p) if p.starts_with('/') => p.to_string(),
-            Some(p) => format!("/{p}"),
-        };
+        let path = g.path.clone().unwrap_or_default();
         let fail = |err: String| {
             format!(
                 "HTTP lifecycle hook ({path}) for Container {:?} in Pod {:?} failed - error: {err}",
@@ -82,17 +75,7 @@ pub fn run(
                 pod_text(pod)
             )
         };
-        let port = crate::prober::resolve_port(&g.port, c).map_err(fail)?;
-        let host = g
-            .host
-            .as_deref()
-            .filter(|h| !h.is_empty())
-            .or(pod_ip)
-            .ok_or_else(|| fail("the pod has no IP address".into()))?;
-        let addr = net::socket_addr(host, port).ok_or_else(|| fail(format!("{host:?} is not an IP address")))?;
-        let headers = g.http_headers.iter().flatten().map(|h| (h.name.clone(), h.value.clone())).collect();
-        let get =
-            HttpGet { addr, host: host.to_string(), path: path.clone(), headers, user_agent: net::HOOK_USER_AGENT };
+        let get = HttpGet::of(g, pod_ip, c, net::HOOK_USER_AGENT).map_err(fail)?;
         let mut p = match NetProbe::http(get, deadline) {
             Ok(p) => p,
             Err(o) => return outcome(o).map_err(fail),

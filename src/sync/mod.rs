@@ -179,7 +179,7 @@ impl PodSync {
         }
     }
 
-    /// The address a hook's or probe's `httpGet` goes to without a host:
+    /// The address a probe or a hook's `httpGet` goes to without a host:
     /// the pod's IP, the node's for a host-network pod.
     fn hook_ip(&self, pod: &Pod, rp: &RuntimePod) -> Option<String> {
         if model::host_network(pod) { self.cfg.host_ip.clone() } else { rp.ready_sandbox().and_then(|s| s.ip.clone()) }

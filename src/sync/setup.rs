@@ -252,11 +252,7 @@ impl PodSync {
             && crate::prober::has_probes(pod)
             && !ctx.termination_requested()
         {
-            let ip = if model::host_network(pod) {
-                self.cfg.host_ip.clone()
-            } else {
-                rp.ready_sandbox().and_then(|s| s.ip.clone())
-            };
+            let ip = self.hook_ip(pod, rp);
             let seen = model::containers(pod)
                 .iter()
                 .filter_map(|c| rp.latest(&c.name))
