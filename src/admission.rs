@@ -56,31 +56,50 @@ impl Rejection {
     }
 }
 
-/// A pod's CPU (millicores) and memory (bytes) requests: per container the
-/// request, else the limit (as the API server defaults it), summed.
+/// One container's CPU (millicores) and memory (bytes) requests: the
+/// request, else the limit (as the API server defaults it).
+fn container_requests(c: &model::Container) -> (i64, i64) {
+    let Some(r) = c.resources.as_ref() else { return (0, 0) };
+    let get = |name: &str| {
+        r.requests
+            .as_ref()
+            .and_then(|m| m.get(name))
+            .or_else(|| r.limits.as_ref().and_then(|m| m.get(name)))
+            .map(|q| q.0.as_str())
+    };
+    (
+        get("cpu").and_then(|q| quantity::cpu_millis(q).ok()).unwrap_or(0),
+        get("memory").and_then(|q| quantity::bytes(q).ok()).unwrap_or(0),
+    )
+}
+
+/// A pod's CPU (millicores) and memory (bytes) requests, as the kubelet
+/// sums them: the app containers and the sidecars together, or, if more,
+/// what initialization needs at its peak (each init container with the
+/// sidecars started before it).
 pub fn requests(pod: &Pod) -> (i64, i64) {
-    let mut cpu = 0;
-    let mut mem = 0;
-    for c in model::containers(pod) {
-        let Some(r) = c.resources.as_ref() else { continue };
-        let get = |name: &str| {
-            r.requests
-                .as_ref()
-                .and_then(|m| m.get(name))
-                .or_else(|| r.limits.as_ref().and_then(|m| m.get(name)))
-                .map(|q| q.0.as_str())
+    // saturating: a pod asking for 8Ei must not overflow the sums
+    let add = |a: (i64, i64), b: (i64, i64)| (a.0.saturating_add(b.0), a.1.saturating_add(b.1));
+    let mut sum = model::containers(pod).iter().map(container_requests).fold((0, 0), add);
+    let mut sidecars = (0, 0);
+    let mut peak = (0i64, 0i64);
+    for c in model::init_containers(pod) {
+        let r = container_requests(c);
+        let now = if model::is_sidecar(c) {
+            sum = add(sum, r);
+            sidecars = add(sidecars, r);
+            sidecars
+        } else {
+            add(sidecars, r)
         };
-        // saturating: a pod asking for 8Ei must not overflow the sums
-        cpu = get("cpu").and_then(|q| quantity::cpu_millis(q).ok()).unwrap_or(0).saturating_add(cpu);
-        mem = get("memory").and_then(|q| quantity::bytes(q).ok()).unwrap_or(0).saturating_add(mem);
+        peak = (peak.0.max(now.0), peak.1.max(now.1));
     }
-    (cpu, mem)
+    (sum.0.max(peak.0), sum.1.max(peak.1))
 }
 
 /// Host ports a pod asks for: (port, protocol, host IP).
 fn host_ports(pod: &Pod) -> Vec<(i32, String, String)> {
-    model::containers(pod)
-        .iter()
+    model::long_running(pod)
         .flat_map(|c| c.ports.iter().flatten())
         .filter_map(|p| {
             let hp = p.host_port.filter(|h| *h > 0)?;

@@ -369,33 +369,108 @@ fn containers(p: &Pod) -> &[Container] {
 
 /// The STATUS column as kubectl computes it.
 pub fn pod_status(p: &Pod) -> String {
+    pod_summary(p).status
+}
+
+/// What `get pods` shows of a pod: READY (`ready`/`total`), STATUS and
+/// RESTARTS, as kubectl's printPod computes them. Init containers first:
+/// the first one not done decides the STATUS (`Init:1/2`,
+/// `Init:CrashLoopBackOff`, `Init:Error`); sidecars count in READY. Then,
+/// once initialized, the app containers: the first one (in spec order)
+/// waiting or terminated with a reason decides.
+struct Summary {
+    ready: usize,
+    total: usize,
+    status: String,
+    restarts: i64,
+}
+
+fn pod_summary(p: &Pod) -> Summary {
     let st = p.status.as_ref();
     let mut reason =
         st.and_then(|s| s.reason.clone().or_else(|| s.phase.clone())).unwrap_or_else(|| "Unknown".to_string());
-    for c in container_statuses(p) {
+    let inits = p.spec.as_ref().and_then(|s| s.init_containers.as_deref()).unwrap_or_default();
+    let sidecar = |name: &str| inits.iter().any(|c| c.name == name && crate::model::is_sidecar(c));
+    let total = containers(p).len() + inits.iter().filter(|c| crate::model::is_sidecar(c)).count();
+    let mut ready = 0;
+    let mut restarts: i64 = 0;
+    let terminated_text = |t: &k8s_openapi::api::core::v1::ContainerStateTerminated| match t
+        .reason
+        .as_deref()
+        .filter(|r| !r.is_empty())
+    {
+        Some(r) => r.to_string(),
+        None => match t.signal.filter(|s| *s != 0) {
+            Some(s) => format!("Signal:{s}"),
+            None => format!("ExitCode:{}", t.exit_code),
+        },
+    };
+    let init_statuses = st.and_then(|s| s.init_container_statuses.as_deref()).unwrap_or_default();
+    let mut initializing = false;
+    for (i, c) in init_statuses.iter().enumerate() {
+        restarts += i64::from(c.restart_count);
         let state = c.state.as_ref();
-        if let Some(r) = state.and_then(|s| s.waiting.as_ref()?.reason.clone()).filter(|r| !r.is_empty()) {
-            reason = r;
-        } else if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
-            reason = match t.reason.as_deref().filter(|r| !r.is_empty()) {
-                Some(r) => r.to_string(),
-                None => match t.signal.filter(|s| *s != 0) {
-                    Some(s) => format!("Signal:{s}"),
-                    None => format!("ExitCode:{}", t.exit_code),
-                },
-            };
+        let terminated = state.and_then(|s| s.terminated.as_ref());
+        let waiting = state.and_then(|s| s.waiting.as_ref()).and_then(|w| w.reason.as_deref()).unwrap_or("");
+        if terminated.is_some_and(|t| t.exit_code == 0) {
+            continue;
+        }
+        if sidecar(&c.name) && c.started == Some(true) {
+            if c.ready {
+                ready += 1;
+            }
+            continue;
+        }
+        initializing = true;
+        reason = if let Some(t) = terminated {
+            format!("Init:{}", terminated_text(t))
+        } else if !waiting.is_empty() && waiting != "PodInitializing" {
+            format!("Init:{waiting}")
+        } else {
+            format!("Init:{i}/{}", inits.len())
+        };
+        break;
+    }
+    let initialized = st
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Initialized" && c.status == "True"));
+    if !initializing || initialized {
+        // regular init containers' restarts no longer count
+        restarts = init_statuses.iter().filter(|c| sidecar(&c.name)).map(|c| i64::from(c.restart_count)).sum();
+        let mut running = false;
+        for c in container_statuses(p).iter().rev() {
+            restarts += i64::from(c.restart_count);
+            let state = c.state.as_ref();
+            if let Some(r) = state.and_then(|s| s.waiting.as_ref()?.reason.clone()).filter(|r| !r.is_empty()) {
+                reason = r;
+            } else if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
+                reason = terminated_text(t);
+            } else if c.ready && state.is_some_and(|s| s.running.is_some()) {
+                running = true;
+                ready += 1;
+            }
+        }
+        if reason == "Completed" && running {
+            let pod_ready = st
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            reason = if pod_ready { "Running" } else { "NotReady" }.into();
         }
     }
     if p.metadata.deletion_timestamp.is_some() {
         reason = "Terminating".into();
     }
-    reason
+    Summary { ready, total, status: reason, restarts }
+}
+
+/// The READY, STATUS and RESTARTS columns of `get pods` for `p`.
+pub fn pod_columns(p: &Pod) -> (String, String, i64) {
+    let s = pod_summary(p);
+    (format!("{}/{}", s.ready, s.total), s.status, s.restarts)
 }
 
 fn pod_row(p: &Pod, wide: bool, with_ns: bool) -> Vec<String> {
-    let cs = container_statuses(p);
-    let ready = cs.iter().filter(|c| c.ready).count();
-    let restarts: i64 = cs.iter().map(|c| i64::from(c.restart_count)).sum();
+    let sum = pod_summary(p);
     let st = p.status.as_ref();
     let mut row = Vec::new();
     if with_ns {
@@ -403,9 +478,9 @@ fn pod_row(p: &Pod, wide: bool, with_ns: bool) -> Vec<String> {
     }
     row.extend([
         p.metadata.name.clone().unwrap_or_default(),
-        format!("{ready}/{}", containers(p).len()),
-        pod_status(p),
-        restarts.to_string(),
+        format!("{}/{}", sum.ready, sum.total),
+        sum.status,
+        sum.restarts.to_string(),
         st.and_then(|s| s.start_time.as_ref()).map_or_else(|| "<unknown>".into(), since),
     ]);
     if wide {
@@ -613,6 +688,72 @@ fn state_is_set(s: Option<&ContainerState>) -> bool {
     s.is_some_and(|s| s.running.is_some() || s.terminated.is_some() || s.waiting.is_some())
 }
 
+/// A lifecycle hook as `describe` shows it.
+fn hook_text(h: &k8s_openapi::api::core::v1::LifecycleHandler) -> String {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    if let Some(e) = &h.exec {
+        format!("exec [{}]", e.command.clone().unwrap_or_default().join(" "))
+    } else if let Some(g) = &h.http_get {
+        let port = match &g.port {
+            IntOrString::Int(n) => n.to_string(),
+            IntOrString::String(s) => s.clone(),
+        };
+        format!("http-get http://{}:{port}{}", g.host.as_deref().unwrap_or(""), g.path.as_deref().unwrap_or(""))
+    } else if let Some(s) = &h.sleep {
+        format!("sleep {}s", s.seconds)
+    } else {
+        "unknown".to_string()
+    }
+}
+
+/// One container's part of `describe pod`: its status, probes, hooks and
+/// its last failed probe (from the events, which name the container).
+fn describe_container(
+    out: &mut String,
+    ctr: &Container,
+    statuses: &[ContainerStatus],
+    events: &[crate::api::pb::api::Event],
+) {
+    let s = |v: &Option<String>| v.clone().unwrap_or_default();
+    let cs = statuses.iter().find(|c| c.name == ctr.name).cloned().unwrap_or_default();
+    out.push_str(&format!("  {}:\n", ctr.name));
+    let mut cl = |k: &str, v: String| out.push_str(&format!("    {:<15} {v}\n", format!("{k}:")));
+    cl("Container ID", s(&cs.container_id));
+    cl("Image", s(&ctr.image));
+    cl("Image ID", cs.image_id.clone());
+    if let Some(cmd) = &ctr.command {
+        cl("Command", cmd.join(" "));
+    }
+    if let Some(p) = &ctr.restart_policy {
+        cl("Restart Policy", p.clone());
+    }
+    cl("State", state_text(cs.state.as_ref(), "    "));
+    if state_is_set(cs.last_state.as_ref()) {
+        cl("Last State", state_text(cs.last_state.as_ref(), "    "));
+    }
+    cl("Ready", if cs.ready { "True".into() } else { "False".into() });
+    cl("Restart Count", cs.restart_count.to_string());
+    for (label, probe) in
+        [("Liveness", &ctr.liveness_probe), ("Readiness", &ctr.readiness_probe), ("Startup", &ctr.startup_probe)]
+    {
+        if let Some(p) = probe {
+            cl(label, probe_text(p));
+        }
+    }
+    if let Some(l) = &ctr.lifecycle {
+        if let Some(h) = &l.post_start {
+            cl("Post Start Hook", hook_text(h));
+        }
+        if let Some(h) = &l.pre_stop {
+            cl("Pre Stop Hook", hook_text(h));
+        }
+    }
+    let suffix = format!("{{{}}}", ctr.name);
+    if let Some(e) = events.iter().rev().find(|e| e.reason == "Unhealthy" && e.field_path.ends_with(&suffix)) {
+        cl("Last Probe Failure", format!("{} ({} ago)", e.message, since_text(&e.time)));
+    }
+}
+
 fn describe(a: &Args) -> Result<String> {
     let name = a.kind_and_name("describe", true)?.unwrap_or_default();
     let c = a.client()?;
@@ -643,31 +784,18 @@ fn describe(a: &Args) -> Result<String> {
     }
     line("IP", s(&st.pod_ip));
     line("Grace Period", format!("{}s", spec.termination_grace_period_seconds.unwrap_or(30)));
+    let inits = spec.init_containers.clone().unwrap_or_default();
+    if !inits.is_empty() {
+        out.push_str("Init Containers:\n");
+        let statuses = st.init_container_statuses.clone().unwrap_or_default();
+        for ctr in &inits {
+            describe_container(&mut out, ctr, &statuses, &events);
+        }
+    }
     out.push_str("Containers:\n");
     let statuses = st.container_statuses.clone().unwrap_or_default();
     for ctr in &spec.containers {
-        let cs = statuses.iter().find(|c| c.name == ctr.name).cloned().unwrap_or_default();
-        out.push_str(&format!("  {}:\n", ctr.name));
-        let mut cl = |k: &str, v: String| out.push_str(&format!("    {:<16}{v}\n", format!("{k}:")));
-        cl("Container ID", s(&cs.container_id));
-        cl("Image", s(&ctr.image));
-        cl("Image ID", cs.image_id.clone());
-        if let Some(cmd) = &ctr.command {
-            cl("Command", cmd.join(" "));
-        }
-        cl("State", state_text(cs.state.as_ref(), "    "));
-        if state_is_set(cs.last_state.as_ref()) {
-            cl("Last State", state_text(cs.last_state.as_ref(), "    "));
-        }
-        cl("Ready", if cs.ready { "True".into() } else { "False".into() });
-        cl("Restart Count", cs.restart_count.to_string());
-        for (label, probe) in
-            [("Liveness", &ctr.liveness_probe), ("Readiness", &ctr.readiness_probe), ("Startup", &ctr.startup_probe)]
-        {
-            if let Some(p) = probe {
-                cl(label, probe_text(p));
-            }
-        }
+        describe_container(&mut out, ctr, &statuses, &events);
     }
     out.push_str("Conditions:\n");
     let mut rows = vec![vec!["  Type".to_string(), "Status".to_string()]];

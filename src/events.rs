@@ -21,6 +21,10 @@ pub struct ObjectRef {
     pub namespace: String,
     pub name: String,
     pub uid: String,
+    /// The part of the object: `spec.containers{web}`, as the kubelet
+    /// names a container in its events' `involvedObject.fieldPath`.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub field_path: String,
 }
 
 impl ObjectRef {
@@ -30,15 +34,38 @@ impl ObjectRef {
             namespace: crate::model::namespace(pod).into(),
             name: crate::model::name(pod).into(),
             uid: crate::model::uid(pod).into(),
+            field_path: String::new(),
         }
     }
 
+    /// A container of `pod` (init or app).
+    pub fn container(pod: &crate::model::Pod, name: &str) -> Self {
+        let list = if crate::model::init_containers(pod).iter().any(|c| c.name == name) {
+            "initContainers"
+        } else {
+            "containers"
+        };
+        ObjectRef { field_path: format!("spec.{list}{{{name}}}"), ..Self::pod(pod) }
+    }
+
     pub fn file(path: &str) -> Self {
-        ObjectRef { kind: "File".into(), namespace: String::new(), name: path.into(), uid: String::new() }
+        ObjectRef {
+            kind: "File".into(),
+            namespace: String::new(),
+            name: path.into(),
+            uid: String::new(),
+            field_path: String::new(),
+        }
     }
 
     pub fn node(name: &str) -> Self {
-        ObjectRef { kind: "Node".into(), namespace: String::new(), name: name.into(), uid: String::new() }
+        ObjectRef {
+            kind: "Node".into(),
+            namespace: String::new(),
+            name: name.into(),
+            uid: String::new(),
+            field_path: String::new(),
+        }
     }
 }
 

@@ -101,13 +101,25 @@ fn waiting_state(reason: &str, message: Option<&str>) -> KState {
     }
 }
 
-/// The status of one container from its newest and previous instances.
+/// Which list a container is in, for its status.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    App,
+    /// A regular init container: ready once it exited 0.
+    Init,
+    Sidecar,
+}
+
+/// The status of one container from its newest and previous instances;
+/// before its first instance it waits with `default_waiting`.
 fn container_status(
     spec: &model::Container,
     rp: &RuntimePod,
     waiting: Option<&Waiting>,
     input: &GenerateInput,
     uid: &str,
+    role: Role,
+    default_waiting: &str,
 ) -> ContainerStatus {
     let id_prefix = input.id_prefix;
     let latest = rp.latest(&spec.name);
@@ -137,7 +149,7 @@ fn container_status(
                 Some(p) => (p.started(uid, spec, &l.id), p.ready(uid, spec, &l.id)),
                 None => (true, true),
             };
-            st.ready = ready;
+            st.ready = ready && role != Role::Init;
             st.started = Some(started);
             st.last_state = previous.map(|p| terminated_state(p, id_prefix));
         }
@@ -149,23 +161,79 @@ fn container_status(
             } else {
                 st.state = Some(terminated_state(l, id_prefix));
                 st.last_state = previous.map(|p| terminated_state(p, id_prefix));
+                st.ready = role == Role::Init && l.exit_code == 0;
             }
         }
         Some(_) => {
             st.state = Some(waiting_state(
-                waiting.map_or("ContainerCreating", |w| w.reason.as_str()),
+                waiting.map_or(default_waiting, |w| w.reason.as_str()),
                 waiting.map(|w| w.message.as_str()),
             ));
             st.last_state = previous.map(|p| terminated_state(p, id_prefix));
         }
         None => {
             st.state = Some(waiting_state(
-                waiting.map_or("ContainerCreating", |w| w.reason.as_str()),
+                waiting.map_or(default_waiting, |w| w.reason.as_str()),
                 waiting.map(|w| w.message.as_str()),
             ));
         }
     }
     st
+}
+
+fn is_running(s: &ContainerStatus) -> bool {
+    s.state.as_ref().is_some_and(|x| x.running.is_some())
+}
+
+fn terminated_code(s: &ContainerStatus) -> Option<i32> {
+    s.state.as_ref().and_then(|x| x.terminated.as_ref()).map(|t| t.exit_code)
+}
+
+/// Whether an init container is done for initialization: a regular one
+/// exited 0, a sidecar runs and has started.
+fn init_done(spec: &model::Container, s: &ContainerStatus) -> bool {
+    if model::is_sidecar(spec) { is_running(s) && s.started == Some(true) } else { terminated_code(s) == Some(0) }
+}
+
+/// Whether an app container has run (runs, or ran to an end): the pod was
+/// initialized.
+fn any_app_started(statuses: &[ContainerStatus]) -> bool {
+    statuses.iter().any(|s| is_running(s) || terminated_code(s).is_some())
+}
+
+/// The pod phase, as the kubelet's getPhase: Failed when an init container
+/// failed and the pod never restarts; Pending while initializing (no app
+/// container has run yet); else from the app containers (sidecars do not
+/// count).
+fn phase_with_init(
+    pod: &Pod,
+    inits: &[(&model::Container, &ContainerStatus)],
+    statuses: &[ContainerStatus],
+) -> &'static str {
+    let mut pending = 0;
+    let mut failed = 0;
+    for (spec, s) in inits {
+        if model::is_sidecar(spec) {
+            if !init_done(spec, s) {
+                pending += 1;
+            }
+            continue;
+        }
+        let last_failed = s.last_state.as_ref().and_then(|l| l.terminated.as_ref()).is_some_and(|t| t.exit_code != 0);
+        match terminated_code(s) {
+            Some(0) => {}
+            Some(_) => failed += 1,
+            None if !is_running(s) && last_failed => failed += 1,
+            None => pending += 1,
+        }
+    }
+    if failed > 0 && model::restart_policy(pod) == "Never" {
+        return model::PHASE_FAILED;
+    }
+    if (pending > 0 || failed > 0) && !any_app_started(statuses) {
+        return model::PHASE_PENDING;
+    }
+    phase_of(pod, statuses)
 }
 
 /// The pod phase from container states, as the kubelet computes it.
@@ -202,6 +270,18 @@ pub fn phase_of(pod: &Pod, statuses: &[ContainerStatus]) -> &'static str {
 }
 
 fn condition(type_: &str, ok: bool, old: Option<&PodStatus>, now: &Time) -> PodCondition {
+    condition_why(type_, ok, None, old, now)
+}
+
+/// A condition with the kubelet's reason and message (`ContainersNotReady`,
+/// `containers with unready status: [a b]`).
+fn condition_why(
+    type_: &str,
+    ok: bool,
+    why: Option<(&str, String)>,
+    old: Option<&PodStatus>,
+    now: &Time,
+) -> PodCondition {
     let status = if ok { "True" } else { "False" }.to_string();
     let since = old
         .and_then(|o| o.conditions.as_ref())
@@ -209,7 +289,23 @@ fn condition(type_: &str, ok: bool, old: Option<&PodStatus>, now: &Time) -> PodC
         .filter(|c| c.status == status)
         .and_then(|c| c.last_transition_time.clone())
         .unwrap_or_else(|| now.clone());
-    PodCondition { type_: type_.to_string(), status, last_transition_time: Some(since), ..Default::default() }
+    let (reason, message) = match why {
+        Some((r, m)) => (Some(r.to_string()), (!m.is_empty()).then_some(m)),
+        None => (None, None),
+    };
+    PodCondition {
+        type_: type_.to_string(),
+        status,
+        last_transition_time: Some(since),
+        reason,
+        message,
+        ..Default::default()
+    }
+}
+
+/// Names as Go prints a `[]string`: `[a b]`.
+fn go_list(names: &[&str]) -> String {
+    format!("[{}]", names.join(" "))
 }
 
 /// Inputs to [`generate`] beyond the pod and the runtime's view.
@@ -231,13 +327,46 @@ pub struct GenerateInput<'a> {
 /// Build the v1 PodStatus.
 pub fn generate(pod: &Pod, rp: &RuntimePod, input: &GenerateInput) -> PodStatus {
     let now = model::now_time();
-    let statuses: Vec<ContainerStatus> = model::containers(pod)
-        .iter()
-        .map(|c| container_status(c, rp, input.waiting.get(&c.name), input, model::uid(pod)))
-        .collect();
-    let phase = input.terminal_phase.unwrap_or_else(|| phase_of(pod, &statuses)).to_string();
+    let uid = model::uid(pod);
+    let inits = model::init_containers(pod);
+    // containers not created yet wait for initialization, as the kubelet
+    // shows them, in a pod that has init containers
+    let default_waiting = if inits.is_empty() { "ContainerCreating" } else { "PodInitializing" };
+    let status_of = |c: &model::Container, role: Role| {
+        container_status(c, rp, input.waiting.get(&c.name), input, uid, role, default_waiting)
+    };
+    let init_statuses: Vec<ContainerStatus> =
+        inits.iter().map(|c| status_of(c, if model::is_sidecar(c) { Role::Sidecar } else { Role::Init })).collect();
+    let statuses: Vec<ContainerStatus> = model::containers(pod).iter().map(|c| status_of(c, Role::App)).collect();
+    let paired: Vec<(&model::Container, &ContainerStatus)> = inits.iter().zip(&init_statuses).collect();
+    let phase = input.terminal_phase.unwrap_or_else(|| phase_with_init(pod, &paired, &statuses)).to_string();
     let terminal = model::is_terminal_phase(Some(&phase));
-    let all_ready = !statuses.is_empty() && statuses.iter().all(|s| s.ready) && !terminal;
+    // readiness: the app containers and the sidecars
+    let unready: Vec<&str> = paired
+        .iter()
+        .filter(|(c, _)| model::is_sidecar(c))
+        .map(|(_, s)| *s)
+        .chain(&statuses)
+        .filter(|s| !s.ready)
+        .map(|s| s.name.as_str())
+        .collect();
+    let all_ready = !statuses.is_empty() && unready.is_empty() && !terminal;
+    let ready_why = if all_ready {
+        None
+    } else if phase == model::PHASE_SUCCEEDED {
+        Some(("PodCompleted", String::new()))
+    } else {
+        Some(("ContainersNotReady", format!("containers with unready status: {}", go_list(&unready))))
+    };
+    let incomplete: Vec<&str> = paired.iter().filter(|(c, s)| !init_done(c, s)).map(|(c, _)| c.name.as_str()).collect();
+    let init_why = if phase == model::PHASE_SUCCEEDED && !inits.is_empty() {
+        Some(("PodCompleted", String::new()))
+    } else if incomplete.is_empty() || any_app_started(&statuses) {
+        None
+    } else {
+        Some(("ContainersNotInitialized", format!("containers with incomplete status: {}", go_list(&incomplete))))
+    };
+    let initialized = init_why.as_ref().is_none_or(|(r, _)| *r == "PodCompleted");
     let pod_ip = if model::host_network(pod) {
         input.host_ip.map(str::to_string)
     } else {
@@ -253,15 +382,16 @@ pub fn generate(pod: &Pod, rp: &RuntimePod, input: &GenerateInput) -> PodStatus 
         phase: Some(phase),
         conditions: Some(vec![
             condition("PodScheduled", true, input.old, &now),
-            condition("Initialized", true, input.old, &now),
-            condition("ContainersReady", all_ready, input.old, &now),
-            condition("Ready", all_ready, input.old, &now),
+            condition_why("Initialized", initialized, init_why, input.old, &now),
+            condition_why("ContainersReady", all_ready, ready_why.clone(), input.old, &now),
+            condition_why("Ready", all_ready, ready_why, input.old, &now),
         ]),
         pod_ips: pod_ip.clone().map(|ip| vec![PodIP { ip }]),
         pod_ip,
         host_ip: input.host_ip.map(str::to_string),
         start_time: Some(input.old.and_then(|o| o.start_time.clone()).unwrap_or(now)),
         container_statuses: Some(statuses),
+        init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
         qos_class: input.old.and_then(|o| o.qos_class.clone()),
         reason: same_phase.and_then(|o| o.reason.clone()),
         message: same_phase.and_then(|o| o.message.clone()),

@@ -754,6 +754,7 @@ impl pb::api_grpc::PodWarden for Service {
                     },
                     message: if e.count > 1 { format!("{} (x{})", e.message, e.count) } else { e.message },
                     uid: o.uid.clone(),
+                    field_path: o.field_path.clone(),
                     ..Default::default()
                 }
             })

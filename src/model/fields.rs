@@ -252,7 +252,7 @@ pub const FIELDS: &[(&str, Support)] = &[
     ("spec.hostname", Supported),
     ("spec.hostnameOverride", Rejected),
     ("spec.imagePullSecrets", Rejected),
-    ("spec.initContainers", Rejected),
+    ("spec.initContainers", Supported),
     ("spec.nodeName", Supported),
     ("spec.nodeSelector", Rejected),
     ("spec.os", Supported),
@@ -384,6 +384,20 @@ pub const FIELDS: &[(&str, Support)] = &[
     ("status", Ignored),
 ];
 
+/// `spec.initContainers[]` holds the fields of `spec.containers[]` and
+/// podwarden treats them alike, except in these rows (checked first).
+/// What only validation can tell (hooks and probes only on a sidecar) is
+/// checked there.
+pub const INIT_CONTAINER_ROWS: &[(&str, Support)] = &[("spec.initContainers[].restartPolicy", Only("\"Always\""))];
+
+const INIT: &str = "spec.initContainers[]";
+const APP: &str = "spec.containers[]";
+
+/// An init container's path as the app container's row it shares.
+fn app_row(path: &str) -> Option<String> {
+    path.strip_prefix("spec.initContainers").map(|rest| format!("spec.containers{rest}"))
+}
+
 /// The message for a set field that podwarden does not implement.
 pub const NOT_SUPPORTED: &str = "not supported by podwarden";
 
@@ -411,7 +425,21 @@ static INDEX: LazyLock<Index> = LazyLock::new(|| {
 /// What podwarden does with the field at `path` (table notation); `None`
 /// when it is not in the table.
 pub fn support(path: &str) -> Option<Support> {
-    INDEX.support.get(path).copied()
+    if let Some(s) = INIT_CONTAINER_ROWS.iter().find(|(p, _)| *p == path) {
+        return Some(s.1);
+    }
+    match app_row(path).filter(|_| path.starts_with(INIT)) {
+        Some(app) => INDEX.support.get(app.as_str()).copied(),
+        None => INDEX.support.get(path).copied(),
+    }
+}
+
+/// Whether fields are listed under `path` (an object to walk into).
+fn is_parent(path: &str) -> bool {
+    match app_row(path) {
+        Some(app) => INDEX.parents.contains(&app),
+        None => INDEX.parents.contains(path),
+    }
 }
 
 /// Whether a value counts as set: null, `""`, `[]` and `{}` say nothing
@@ -479,13 +507,13 @@ fn walk(
                 }
             }
             Some(Supported) => match value {
-                Value::Array(items) if INDEX.parents.contains(&t) => {
+                Value::Array(items) if is_parent(&t) => {
                     let item = format!("{t}[]");
                     for (i, it) in items.iter().enumerate() {
                         walk(it, &item, &format!("{s}[{i}]"), warnings, unknown)?;
                     }
                 }
-                Value::Object(_) if INDEX.parents.contains(&t) => walk(value, &t, &s, warnings, unknown)?,
+                Value::Object(_) if is_parent(&t) => walk(value, &t, &s, warnings, unknown)?,
                 _ => {}
             },
         }
@@ -506,7 +534,8 @@ fn shorten(s: &str) -> String {
 /// The README table: one row per field, in table order.
 pub fn markdown_table() -> String {
     let mut out = String::from("| field | podwarden |\n| --- | --- |\n");
-    for (path, s) in FIELDS {
+    out.push_str(&format!("| `{INIT}.*` | as `{APP}.*`, except the rows below |\n"));
+    for (path, s) in INIT_CONTAINER_ROWS.iter().chain(FIELDS) {
         let what = match s {
             Supported => "supported".to_string(),
             Rejected => "rejected".to_string(),
@@ -691,7 +720,12 @@ mod tests {
         };
         let missing: Vec<&String> = all.iter().filter(|p| needs_row(p) && support(p).is_none()).collect();
         assert!(missing.is_empty(), "fields of v1 Pod missing from model::fields::FIELDS: {missing:#?}");
-        let stale: Vec<&str> = FIELDS.iter().map(|(p, _)| *p).filter(|p| !all.contains(*p) || !needs_row(p)).collect();
+        let stale: Vec<&str> = FIELDS
+            .iter()
+            .chain(INIT_CONTAINER_ROWS)
+            .map(|(p, _)| *p)
+            .filter(|p| !all.contains(*p) || !needs_row(p))
+            .collect();
         assert!(stale.is_empty(), "rows of model::fields::FIELDS that are not fields to list: {stale:?}");
         assert_eq!(INDEX.support.len(), FIELDS.len(), "a path is listed twice in model::fields::FIELDS");
         for (p, s) in FIELDS {

@@ -413,9 +413,6 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
     if spec.containers.is_empty() {
         return err("spec.containers", "a pod needs at least one container");
     }
-    if spec.init_containers.as_ref().is_some_and(|c| !c.is_empty()) {
-        return err("spec.initContainers", "init containers are not supported by podwarden yet");
-    }
     if spec.ephemeral_containers.as_ref().is_some_and(|c| !c.is_empty()) {
         return err("spec.ephemeralContainers", "ephemeral containers cannot be set in a manifest");
     }
@@ -441,17 +438,25 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
         return err("spec.os.name", format!("{:?}: this node runs linux", os.name));
     }
     validate_dns(spec)?;
+    // init containers (sidecars among them), then app containers: names
+    // unique across both, as the API server checks
+    let all: Vec<&super::Container> = spec.init_containers.iter().flatten().chain(&spec.containers).collect();
     let volumes: HashSet<&str> = spec.volumes.iter().flatten().map(|v| v.name.as_str()).collect();
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
-        validate_volume(i, v, &spec.containers)?;
+        validate_volume(i, v, &all)?;
     }
     if volumes.len() != spec.volumes.as_ref().map_or(0, Vec::len) {
         return err("spec.volumes", "volume names must be unique");
     }
     let mut names = HashSet::new();
     let mut host_ports: HashSet<(i32, String, String)> = HashSet::new();
-    for (i, c) in spec.containers.iter().enumerate() {
-        let f = format!("spec.containers[{i}]");
+    let listed = (spec.init_containers.iter().flatten().enumerate())
+        .map(|(i, c)| (format!("spec.initContainers[{i}]"), c, true))
+        .chain(spec.containers.iter().enumerate().map(|(i, c)| (format!("spec.containers[{i}]"), c, false)));
+    for (f, c, init) in listed {
+        if init {
+            validate_init_container(&f, c)?;
+        }
         if !is_dns1123_label(&c.name) {
             return err(format!("{f}.name"), format!("{:?} is not a valid DNS-1123 label", c.name));
         }
@@ -479,7 +484,7 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
                 return err(format!("{f}.env[{j}].name"), "missing; every environment variable needs a name");
             }
             if let Some(from) = &e.value_from {
-                validate_value_from(&format!("{f}.env[{j}]"), e.value.as_deref(), from, &spec.containers)?;
+                validate_value_from(&format!("{f}.env[{j}]"), e.value.as_deref(), from, &all)?;
             }
         }
         for (j, ef) in c.env_from.iter().flatten().enumerate() {
@@ -595,6 +600,35 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
             if let Some(p) = probe {
                 validate_probe(&format!("{f}.{name}"), p, kind, c)?;
             }
+        }
+    }
+    Ok(())
+}
+
+/// What the API server allows an init container: `restartPolicy` only
+/// `Always` (a sidecar); lifecycle hooks and probes only on a sidecar (a
+/// regular init container runs to completion before anything probes it).
+fn validate_init_container(f: &str, c: &super::Container) -> Result<(), FieldError> {
+    match c.restart_policy.as_deref() {
+        None | Some("Always") => {}
+        Some(p) => {
+            return err(
+                format!("{f}.restartPolicy"),
+                format!("Unsupported value: {p:?}: supported values: \"Always\""),
+            );
+        }
+    }
+    if super::is_sidecar(c) {
+        return Ok(());
+    }
+    for (name, set) in [
+        ("lifecycle", c.lifecycle.as_ref().is_some_and(|l| l.post_start.is_some() || l.pre_stop.is_some())),
+        ("livenessProbe", c.liveness_probe.is_some()),
+        ("readinessProbe", c.readiness_probe.is_some()),
+        ("startupProbe", c.startup_probe.is_some()),
+    ] {
+        if set {
+            return err(format!("{f}.{name}"), "may not be set for init containers without restartPolicy=Always");
         }
     }
     Ok(())
@@ -758,7 +792,7 @@ fn validate_value_from(
     f: &str,
     value: Option<&str>,
     from: &k8s_openapi::api::core::v1::EnvVarSource,
-    containers: &[super::Container],
+    containers: &[&super::Container],
 ) -> Result<(), FieldError> {
     use super::downward::{ENV_FIELD_PATHS, RESOURCES, divisor_allowed, subscript};
     let vf = format!("{f}.valueFrom");
@@ -868,7 +902,7 @@ fn validate_dns(spec: &super::PodSpec) -> Result<(), FieldError> {
 fn validate_volume(
     i: usize,
     v: &k8s_openapi::api::core::v1::Volume,
-    containers: &[super::Container],
+    containers: &[&super::Container],
 ) -> Result<(), FieldError> {
     let f = format!("spec.volumes[{i}]");
     if !is_dns1123_label(&v.name) {
@@ -1010,7 +1044,7 @@ fn check_key_items(
 fn check_downward_items(
     f: &str,
     items: &Option<Vec<k8s_openapi::api::core::v1::DownwardAPIVolumeFile>>,
-    containers: &[super::Container],
+    containers: &[&super::Container],
     paths: &mut HashSet<String>,
 ) -> Result<(), FieldError> {
     use super::downward::{RESOURCES, VOLUME_FIELD_PATHS, divisor_allowed, subscript};
@@ -1060,7 +1094,7 @@ fn check_downward_items(
 fn validate_projection(
     f: &str,
     v: &k8s_openapi::api::core::v1::Volume,
-    containers: &[super::Container],
+    containers: &[&super::Container],
 ) -> Result<(), FieldError> {
     let mut paths = HashSet::new();
     let object_name = |field: String, name: &str| -> Result<(), FieldError> {

@@ -74,8 +74,37 @@ pub fn spec(pod: &Pod) -> Option<&PodSpec> {
     pod.spec.as_ref()
 }
 
+/// The app containers (`spec.containers`).
 pub fn containers(pod: &Pod) -> &[Container] {
     spec(pod).map(|s| s.containers.as_slice()).unwrap_or(&[])
+}
+
+/// The init containers (`spec.initContainers`), sidecars among them.
+pub fn init_containers(pod: &Pod) -> &[Container] {
+    spec(pod).and_then(|s| s.init_containers.as_deref()).unwrap_or(&[])
+}
+
+/// A sidecar: an init container with `restartPolicy: Always`, which runs
+/// for the pod's life (KEP-753).
+pub fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+/// Every container of the pod: init containers in order, then the app
+/// containers. Names are unique across both lists.
+pub fn all_containers(pod: &Pod) -> impl Iterator<Item = &Container> {
+    init_containers(pod).iter().chain(containers(pod))
+}
+
+/// The containers that run alongside the app containers and count for
+/// readiness: the sidecars, then the app containers.
+pub fn long_running(pod: &Pod) -> impl Iterator<Item = &Container> {
+    init_containers(pod).iter().filter(|c| is_sidecar(c)).chain(containers(pod))
+}
+
+/// The container named `name`, init or app.
+pub fn find_container<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
+    all_containers(pod).find(|c| c.name == name)
 }
 
 /// `Always` (the default), `OnFailure` or `Never`.

@@ -137,7 +137,7 @@ pub fn probe_of(c: &Container, kind: Kind) -> Option<&Probe> {
 
 /// Whether the pod has any probe (only those pods are sent to the prober).
 pub fn has_probes(pod: &Pod) -> bool {
-    model::containers(pod).iter().any(|c| Kind::ALL.iter().any(|k| probe_of(c, *k).is_some()))
+    model::long_running(pod).any(|c| Kind::ALL.iter().any(|k| probe_of(c, *k).is_some()))
 }
 
 /// Called with a pod whose probe results changed in a way its worker must
@@ -378,7 +378,7 @@ impl Loop {
         entry.pod = pod.clone();
         entry.pod_ip = pod_ip;
         let mut changed = false;
-        for c in model::containers(&pod) {
+        for c in model::long_running(&pod) {
             let kinds: Vec<Kind> = Kind::ALL.into_iter().filter(|k| probe_of(c, *k).is_some()).collect();
             if kinds.is_empty() {
                 entry.containers.remove(&c.name);
@@ -458,7 +458,7 @@ impl Loop {
     fn start(&mut self, uid: String, name: String, kind: Kind, id: String, timeout: Duration, now: Instant) {
         let Some(p) = self.pods.get(&uid) else { return };
         let pod = p.pod.clone();
-        let Some(c) = model::containers(&pod).iter().find(|c| c.name == name) else { return };
+        let Some(c) = model::find_container(&pod, &name) else { return };
         let Some(probe) = probe_of(c, kind) else { return };
         let token = self.next_token;
         self.next_token += 1;
@@ -563,7 +563,7 @@ impl Loop {
             namespace: model::namespace(&pod).to_string(),
             pod_uid: f.uid.clone(),
         };
-        let obj = ObjectRef::pod(&pod);
+        let obj = ObjectRef::container(&pod, &f.container);
         let label = f.kind.label();
         match &outcome {
             Outcome::Success => {}

@@ -361,6 +361,14 @@ impl RuntimePod {
         self.containers.iter().filter(|c| c.name == name).max_by_key(|c| (c.attempt, c.created_at_ns))
     }
 
+    /// The newest instance of the named container in sandbox `sandbox_id`.
+    pub fn latest_in(&self, name: &str, sandbox_id: &str) -> Option<&ContainerInfo> {
+        self.containers
+            .iter()
+            .filter(|c| c.name == name && c.sandbox_id == sandbox_id)
+            .max_by_key(|c| (c.attempt, c.created_at_ns))
+    }
+
     /// The grace period recorded on the pod's containers at creation.
     pub fn recorded_grace(&self) -> Option<i64> {
         self.containers.iter().filter_map(|c| c.grace).min()

@@ -210,9 +210,7 @@ pub(super) fn resource_value(
 ) -> Result<String, EnvError> {
     let target = match r.container_name.as_deref() {
         None | Some("") => c,
-        Some(other) => model::containers(pod)
-            .iter()
-            .find(|x| x.name == other)
+        Some(other) => model::find_container(pod, other)
             .ok_or_else(|| EnvError::NoContainer { name: name.into(), container: other.into() })?,
     };
     let bad = |what: &'static str, value: &str| EnvError::Quantity { name: name.into(), what, value: value.into() };

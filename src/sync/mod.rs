@@ -122,24 +122,50 @@ impl Stopper {
         c: &crate::runtime::ContainerInfo,
         grace: i64,
     ) -> Result<(), crate::runtime::RuntimeError> {
-        let mut grace = grace;
-        let spec = pod.and_then(|p| model::containers(p).iter().find(|s| s.name == c.name));
+        let grace = self.pre_stop(cancel, pod, pod_ip, c, grace)?;
+        self.stop_now(cancel, c, grace)
+    }
+
+    /// The preStop half of [`Stopper::stop`]: returns the grace period
+    /// left for the stop.
+    pub(crate) fn pre_stop(
+        &self,
+        cancel: &crate::cancel::CancelToken,
+        pod: Option<&Pod>,
+        pod_ip: Option<&str>,
+        c: &crate::runtime::ContainerInfo,
+        grace: i64,
+    ) -> Result<i64, crate::runtime::RuntimeError> {
+        let spec = pod.and_then(|p| model::find_container(p, &c.name));
         let hook = spec.and_then(|s| s.lifecycle.as_ref()).and_then(|l| l.pre_stop.as_ref());
-        if let (Some(pod), Some(spec), Some(hook)) = (pod, spec, hook)
-            && grace > 0
-            && self.pre_stop_ran.lock().insert(c.id.clone())
-        {
-            let t = Instant::now();
-            let deadline = crate::cancel::add_saturating(t, Duration::from_secs(grace as u64));
-            if let Err(m) = hooks::run(&*self.runtime, cancel, pod, spec, &c.id, hook, pod_ip, deadline) {
-                log::warn!("pod {}: {m}", model::pod_ref(pod));
-                self.events.event(&ObjectRef::pod(pod), EventType::Warning, "FailedPreStopHook", "PreStopHook failed");
-            }
-            if cancel.is_cancelled() {
-                return Err(crate::runtime::RuntimeError::Cancelled { op: crate::runtime::Op::StopContainer });
-            }
-            grace = hooks::grace_after_pre_stop(grace, t.elapsed());
+        let (Some(pod), Some(spec), Some(hook)) = (pod, spec, hook) else { return Ok(grace) };
+        if grace <= 0 || !self.pre_stop_ran.lock().insert(c.id.clone()) {
+            return Ok(grace);
         }
+        let t = Instant::now();
+        let deadline = crate::cancel::add_saturating(t, Duration::from_secs(grace as u64));
+        if let Err(m) = hooks::run(&*self.runtime, cancel, pod, spec, &c.id, hook, pod_ip, deadline) {
+            log::warn!("pod {}: {m}", model::pod_ref(pod));
+            self.events.event(
+                &ObjectRef::container(pod, &c.name),
+                EventType::Warning,
+                "FailedPreStopHook",
+                "PreStopHook failed",
+            );
+        }
+        if cancel.is_cancelled() {
+            return Err(crate::runtime::RuntimeError::Cancelled { op: crate::runtime::Op::StopContainer });
+        }
+        Ok(hooks::grace_after_pre_stop(grace, t.elapsed()))
+    }
+
+    /// `StopContainer` with `grace` seconds (1 at least).
+    pub(crate) fn stop_now(
+        &self,
+        cancel: &crate::cancel::CancelToken,
+        c: &crate::runtime::ContainerInfo,
+        grace: i64,
+    ) -> Result<(), crate::runtime::RuntimeError> {
         let grace_d = Duration::from_secs(grace.max(1) as u64);
         let call = CallCtx::new(grace_d + self.call_timeout, cancel);
         self.runtime.stop_container(&call, &c.id, grace_d)
@@ -289,7 +315,7 @@ impl PodSync {
         let pod_dir = self.cfg.pod_dir(model::uid(pod));
         let log_dir = self.cfg.pod_log_dir(pod);
         for c in rp.containers.iter_mut().filter(|c| c.state == crate::runtime::ContainerState::Exited) {
-            let Some(spec) = model::containers(pod).iter().find(|s| s.name == c.name) else { continue };
+            let Some(spec) = model::find_container(pod, &c.name) else { continue };
             let rel =
                 std::path::Path::new("containers").join(&c.name).join(c.attempt.to_string()).join("termination-log");
             let mut msg = match crate::fsutil::read_tail_in(&pod_dir, &rel, Links::Refuse, MAX) {

@@ -251,8 +251,7 @@ fn resource_file(
     node: Node,
 ) -> Result<String, String> {
     let name = r.container_name.as_deref().unwrap_or("");
-    let c =
-        model::containers(pod).iter().find(|c| c.name == name).ok_or_else(|| format!("container {name} not found"))?;
+    let c = model::find_container(pod, name).ok_or_else(|| format!("container {name} not found"))?;
     let objects = ObjectSet::new();
     let dw = super::env::Downward {
         pod_ip: None,

@@ -79,6 +79,38 @@ struct InSandbox<'a> {
     pod_ip: Option<&'a str>,
 }
 
+/// Where a pod's initialization stands after a pass.
+enum Init {
+    /// Every init container done (or the app containers already run).
+    Done,
+    /// Waiting for an init container; `acted` if this pass started one.
+    Waiting { acted: bool, retry: Option<Duration> },
+}
+
+/// What a pass did with one container.
+enum Step {
+    /// Running (or in an unknown state): nothing to do.
+    Running,
+    /// Exited, and not to run again.
+    Done,
+    /// Started now (or tried to); try again after this long if given.
+    Started(Option<Duration>),
+    /// Waiting out its restart back-off for this long.
+    BackOff(Duration),
+}
+
+/// Whether an app container was created or runs: the pod was initialized
+/// (the kubelet's test, which an agent restart adopting a running pod
+/// passes; exited app containers do not count, so after a reboot the init
+/// containers run again).
+fn app_started(pod: &Pod, rp: &RuntimePod) -> bool {
+    model::containers(pod).iter().any(|c| {
+        rp.latest(&c.name).is_some_and(|l| {
+            matches!(l.state, ContainerState::Running | ContainerState::Created | ContainerState::Unknown)
+        })
+    })
+}
+
 impl PodSync {
     pub(super) fn setup(
         &self,
@@ -89,7 +121,7 @@ impl PodSync {
         ctx.check()?;
         let uid = model::uid(pod).to_string();
         self.make_dirs(pod)?;
-        let rp = self.status(ctx, &uid)?;
+        let mut rp = self.status(ctx, &uid)?;
         ctx.check()?;
         if is_terminal(pod, &rp) {
             // Every container is done and none may run again (seen, for
@@ -110,7 +142,15 @@ impl PodSync {
                 for c in rp.live_containers() {
                     self.runtime.stop_container(&self.call(ctx), &c.id, Duration::from_secs(1))?;
                 }
-                // `rp` keeps the old containers: restart counts continue.
+                // init containers run again in the new sandbox: their old
+                // instances go (the kubelet's purge; restart counts go on
+                // from the log files)
+                for c in rp.containers.iter().filter(|c| model::init_containers(pod).iter().any(|i| i.name == c.name)) {
+                    match self.runtime.remove_container(&self.call(ctx), &c.id) {
+                        Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
                 acted = true;
                 // the resolver config is formed (and `resolvConf` read) for
                 // a new sandbox only, with the kubelet's warnings about it;
@@ -121,11 +161,13 @@ impl PodSync {
                 }
                 sandbox.dns = Some(dns);
                 let id = ctx.start(|| self.runtime.run_sandbox(&self.call(ctx), &sandbox))??;
+                // the old containers, now exited, stay: restart counts
+                // and lastState go on
+                rp = self.fresh_status(ctx, &uid)?;
                 let ip = if model::host_network(pod) {
                     None
                 } else {
-                    let fresh = self.runtime.pod_status(&self.call(ctx), &uid)?;
-                    fresh.sandboxes.iter().find(|s| s.id == id).and_then(|s| s.ip.clone())
+                    rp.sandboxes.iter().find(|s| s.id == id).and_then(|s| s.ip.clone())
                 };
                 (id, ip)
             }
@@ -143,53 +185,50 @@ impl PodSync {
         };
         let mut requeue: Option<Duration> = None;
         let mut requeue_in = |d: Duration| requeue = Some(requeue.map_or(d, |r: Duration| r.min(d)));
-        for c in model::containers(pod) {
-            ctx.check()?;
-            let latest = rp.latest(&c.name).cloned();
-            let attempt = match &latest {
-                Some(l) if matches!(l.state, ContainerState::Running | ContainerState::Unknown) => continue,
-                Some(l) if l.state == ContainerState::Created => {
-                    // created but never started (a start that failed): retry it
-                    self.runtime.remove_container(&self.call(ctx), &l.id)?;
-                    l.attempt
+        let ip = if model::host_network(pod) { self.cfg.host_ip.as_deref() } else { pod_ip.as_deref() };
+        let into = InSandbox { id: &sandbox_id, config: &sandbox, pod_ip: ip };
+        // Init containers first, one at a time, in order; then the app
+        // containers (the kubelet's computeInitContainerActions).
+        let init_done = match self.initialize(ctx, pod, &rp, &policy, &into)? {
+            Init::Done => true,
+            Init::Waiting { acted: a, retry } => {
+                acted |= a;
+                if let Some(d) = retry {
+                    requeue_in(d);
                 }
-                Some(l) => {
-                    if !should_restart(&policy, l.exit_code) {
-                        continue;
+                false
+            }
+        };
+        if init_done {
+            // sidecars run for the pod's life: restarted whenever they
+            // exit, whatever the pod's restartPolicy
+            for c in model::init_containers(pod).iter().filter(|c| model::is_sidecar(c)) {
+                ctx.check()?;
+                let latest = rp.latest_in(&c.name, &sandbox_id);
+                match self.step(ctx, pod, c, &rp, latest, |_| true, &into)? {
+                    Step::Started(retry) => {
+                        acted = true;
+                        if let Some(d) = retry {
+                            requeue_in(d);
+                        }
                     }
-                    if let Err((left, delay)) = self.backoff.try_restart(&uid, &c.name, Instant::now()) {
-                        self.remember(
-                            ctx,
-                            &c.name,
-                            "CrashLoopBackOff",
-                            format!(
-                                "back-off {}s restarting failed container={} pod={}",
-                                delay.as_secs(),
-                                c.name,
-                                model::name(pod)
-                            ),
-                        );
-                        requeue_in(left);
-                        continue;
-                    }
-                    // keep the newest exited instance (for lastState and
-                    // `logs --previous`), remove older ones
-                    for old in rp
-                        .containers
-                        .iter()
-                        .filter(|o| o.name == c.name && o.id != l.id && o.state == ContainerState::Exited)
-                    {
-                        self.runtime.remove_container(&self.call(ctx), &old.id)?;
-                    }
-                    l.attempt + 1
+                    Step::BackOff(d) => requeue_in(d),
+                    Step::Running | Step::Done => {}
                 }
-                None => 0,
-            };
-            acted = true; // a start, after any removal above
-            let ip = if model::host_network(pod) { self.cfg.host_ip.as_deref() } else { pod_ip.as_deref() };
-            let into = InSandbox { id: &sandbox_id, config: &sandbox, pod_ip: ip };
-            if let Some(wait) = self.start_container(ctx, pod, c, &into, attempt)? {
-                requeue_in(wait);
+            }
+            for c in model::containers(pod) {
+                ctx.check()?;
+                let latest = rp.latest(&c.name);
+                match self.step(ctx, pod, c, &rp, latest, |code| should_restart(&policy, code), &into)? {
+                    Step::Started(retry) => {
+                        acted = true;
+                        if let Some(d) = retry {
+                            requeue_in(d);
+                        }
+                    }
+                    Step::BackOff(d) => requeue_in(d),
+                    Step::Running | Step::Done => {}
+                }
             }
         }
         ctx.check()?;
@@ -197,6 +236,150 @@ impl PodSync {
         let terminal = is_terminal(pod, &rp);
         self.write_status(ctx, pod, &rp);
         Ok(SyncResult { terminal, requeue_after: requeue })
+    }
+
+    /// Run the init containers: the first one not done yet is started (or
+    /// restarted, with back-off, after a failure its restartPolicy
+    /// retries) and the pass waits for it; a sidecar is done once running
+    /// and started (its postStart returned, its startup probe passed).
+    /// A pod whose app containers already run (an agent restart adopting
+    /// it) was initialized: nothing re-runs. Only instances in the current
+    /// sandbox count, so a new sandbox runs them all again.
+    fn initialize(
+        &self,
+        ctx: &SyncCtx,
+        pod: &Pod,
+        rp: &RuntimePod,
+        policy: &str,
+        into: &InSandbox,
+    ) -> Result<Init, SyncError> {
+        let inits = model::init_containers(pod);
+        if inits.is_empty() || app_started(pod, rp) {
+            return Ok(Init::Done);
+        }
+        for c in inits {
+            ctx.check()?;
+            let latest = rp.latest_in(&c.name, into.id);
+            let sidecar = model::is_sidecar(c);
+            match latest {
+                Some(l) if l.state == ContainerState::Running => {
+                    if sidecar && self.started(pod, c, &l.id) {
+                        continue;
+                    }
+                    return Ok(Init::Waiting { acted: false, retry: None });
+                }
+                Some(l) if l.state == ContainerState::Exited && l.exit_code == 0 && !sidecar => continue,
+                Some(l) if l.state == ContainerState::Unknown => {
+                    return Ok(Init::Waiting { acted: false, retry: None });
+                }
+                _ => {}
+            }
+            // regular init containers retry unless the pod never restarts
+            // (then it fails: see is_terminal); sidecars always
+            let restart = |code: i32| sidecar || (code != 0 && policy != "Never");
+            return Ok(match self.step(ctx, pod, c, rp, latest, restart, into)? {
+                Step::Started(retry) => Init::Waiting { acted: true, retry },
+                Step::BackOff(d) => Init::Waiting { acted: false, retry: Some(d) },
+                Step::Running | Step::Done => Init::Waiting { acted: false, retry: None },
+            });
+        }
+        Ok(Init::Done)
+    }
+
+    /// One past the highest `<n>.log` in the container's log directory
+    /// (0 without one).
+    fn attempt_from_logs(&self, pod: &Pod, name: &str) -> u32 {
+        let dir = self.cfg.pod_log_dir(pod).join(name);
+        let Ok(entries) = std::fs::read_dir(&dir) else { return 0 };
+        entries
+            .flatten()
+            .take(10_000)
+            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".log")?.parse::<u32>().ok())
+            .max()
+            .map_or(0, |n| n.saturating_add(1))
+    }
+
+    /// Whether the running instance `id` of `c` counts as started: no
+    /// startup probe, or it passed.
+    fn started(&self, pod: &Pod, c: &Container, id: &str) -> bool {
+        match &self.prober {
+            Some(p) => p.results().started(model::uid(pod), c, id),
+            None => true,
+        }
+    }
+
+    /// Bring one container to what it should be: running, or exited for
+    /// good. `latest` is its newest instance that counts; `restart` says
+    /// whether an exit code runs it again (after the restart back-off).
+    #[allow(clippy::too_many_arguments)]
+    fn step(
+        &self,
+        ctx: &SyncCtx,
+        pod: &Pod,
+        c: &Container,
+        rp: &RuntimePod,
+        latest: Option<&crate::runtime::ContainerInfo>,
+        restart: impl Fn(i32) -> bool,
+        into: &InSandbox,
+    ) -> Result<Step, SyncError> {
+        let uid = model::uid(pod);
+        let attempt = match latest {
+            Some(l) if matches!(l.state, ContainerState::Running | ContainerState::Unknown) => {
+                return Ok(Step::Running);
+            }
+            Some(l) if l.state == ContainerState::Created => {
+                // created but never started (a start that failed): retry it
+                self.runtime.remove_container(&self.call(ctx), &l.id)?;
+                l.attempt
+            }
+            Some(l) => {
+                if !restart(l.exit_code) {
+                    return Ok(Step::Done);
+                }
+                if let Err((left, delay)) = self.backoff.try_restart(uid, &c.name, Instant::now()) {
+                    self.events.event(
+                        &ObjectRef::container(pod, &c.name),
+                        EventType::Warning,
+                        "BackOff",
+                        &format!(
+                            "Back-off restarting failed container {} in pod {}_{}({uid})",
+                            c.name,
+                            model::name(pod),
+                            model::namespace(pod)
+                        ),
+                    );
+                    self.remember(
+                        ctx,
+                        &c.name,
+                        "CrashLoopBackOff",
+                        format!(
+                            "back-off {}s restarting failed container={} pod={}_{}({uid})",
+                            delay.as_secs(),
+                            c.name,
+                            model::name(pod),
+                            model::namespace(pod),
+                        ),
+                    );
+                    return Ok(Step::BackOff(left));
+                }
+                // keep the newest exited instance (for lastState and
+                // `logs --previous`), remove older ones
+                for old in rp
+                    .containers
+                    .iter()
+                    .filter(|o| o.name == c.name && o.id != l.id && o.state == ContainerState::Exited)
+                {
+                    self.runtime.remove_container(&self.call(ctx), &old.id)?;
+                }
+                l.attempt + 1
+            }
+            // restart counts go on across sandboxes; where the runtime
+            // forgot the old instances (a purge, a wiped runtime), from
+            // the log files, as the kubelet does: a new instance never
+            // writes into an old one's log
+            None => rp.latest(&c.name).map_or_else(|| self.attempt_from_logs(pod, &c.name), |l| l.attempt + 1),
+        };
+        Ok(Step::Started(self.start_container(ctx, pod, c, into, attempt)?))
     }
 
     /// Kill the running containers whose liveness or startup probe failed,
@@ -207,7 +390,7 @@ impl PodSync {
         let Some(prober) = &self.prober else { return Ok(false) };
         let uid = model::uid(pod);
         let mut killed = false;
-        for c in model::containers(pod) {
+        for c in model::long_running(pod) {
             let Some(l) = rp.latest(&c.name).filter(|l| l.state == ContainerState::Running) else { continue };
             let Some(kind) = prober.results().failed(uid, c, &l.id) else { continue };
             let probe = crate::prober::probe_of(c, kind);
@@ -217,12 +400,15 @@ impl PodSync {
                 .unwrap_or(30)
                 .max(0);
             let what = kind.label().to_lowercase();
-            let message = if policy == "Never" {
+            // the kubelet's texts; a sidecar always restarts
+            let message = if model::is_sidecar(c) {
+                format!("Init container {} failed {what} probe", c.name)
+            } else if policy == "Never" {
                 format!("Container {} failed {what} probe", c.name)
             } else {
                 format!("Container {} failed {what} probe, will be restarted", c.name)
             };
-            self.events.event(&ObjectRef::pod(pod), EventType::Normal, "Killing", &message);
+            self.events.event(&ObjectRef::container(pod, &c.name), EventType::Normal, "Killing", &message);
             log::info!("pod {}: {message} (grace {grace}s)", model::pod_ref(pod));
             ctx.check()?;
             // preStop first; the stop returns on cancellation: a pod
@@ -253,8 +439,7 @@ impl PodSync {
             && !ctx.termination_requested()
         {
             let ip = self.hook_ip(pod, rp);
-            let seen = model::containers(pod)
-                .iter()
+            let seen = model::long_running(pod)
                 .filter_map(|c| rp.latest(&c.name))
                 .map(|l| crate::prober::Seen {
                     name: l.name.clone(),
@@ -298,7 +483,7 @@ impl PodSync {
         attempt: u32,
     ) -> Result<Option<Duration>, SyncError> {
         let uid = model::uid(pod);
-        let obj = ObjectRef::pod(pod);
+        let obj = ObjectRef::container(pod, &c.name);
         let image = c.image.clone().unwrap_or_default();
         let pulled = match pull_policy(c) {
             "Never" => match self.runtime.image_status(&self.call(ctx), &image)? {
@@ -392,7 +577,7 @@ impl PodSync {
             return Ok(None);
         };
         ctx.check()?;
-        let obj = ObjectRef::pod(pod);
+        let obj = ObjectRef::container(pod, &c.name);
         log::warn!("pod {}: {message}", model::pod_ref(pod));
         self.events.event(&obj, EventType::Warning, "FailedPostStartHook", "PostStartHook failed");
         self.events.event(&obj, EventType::Normal, "Killing", "FailedPostStartHook");
@@ -583,9 +768,9 @@ impl PodSync {
             host_ipc: model::spec(pod).and_then(|s| s.host_ipc).unwrap_or(false),
             // as the kubelet: privileged when any container is (and only
             // where privileged containers may run at all)
-            privileged: self.cfg.allow_privileged && model::containers(pod).iter().any(|c| security(pod, c).privileged),
-            port_mappings: model::containers(pod)
-                .iter()
+            privileged: self.cfg.allow_privileged && model::all_containers(pod).any(|c| security(pod, c).privileged),
+            // the app containers' and the sidecars' (which serve as long)
+            port_mappings: model::long_running(pod)
                 .flat_map(|c| c.ports.iter().flatten())
                 .filter(|p| p.host_port.is_some_and(|h| h > 0))
                 .map(|p| PortMapping {
@@ -768,11 +953,22 @@ pub fn security(pod: &Pod, c: &Container) -> Security {
     }
 }
 
-/// Terminal: restartPolicy will never run a container of this pod again.
+/// Terminal: restartPolicy will never run an app container of this pod
+/// again: every app container exited for good (running sidecars do not
+/// hold the pod), or, under `Never`, an init container failed.
 pub fn is_terminal(pod: &Pod, rp: &RuntimePod) -> bool {
     let policy = model::restart_policy(pod);
     if policy == "Always" {
         return false;
+    }
+    if policy == "Never"
+        && !app_started(pod, rp)
+        && model::init_containers(pod)
+            .iter()
+            .filter(|c| !model::is_sidecar(c))
+            .any(|c| rp.latest(&c.name).is_some_and(|l| l.state == ContainerState::Exited && l.exit_code != 0))
+    {
+        return true;
     }
     let cs = model::containers(pod);
     !cs.is_empty()

@@ -23,7 +23,7 @@ impl PodSync {
         if let Some(p) = pod {
             for c in &live {
                 self.events.event(
-                    &ObjectRef::pod(p),
+                    &ObjectRef::container(p, &c.name),
                     EventType::Normal,
                     "Killing",
                     &format!("Stopping container {} with grace period {grace}s", c.name),
@@ -39,8 +39,29 @@ impl PodSync {
                 Err(e) => return Err(e.into()),
             }
         } else if !live.is_empty() {
+            // Every container on a helper thread of its own. Sidecars stop
+            // last, in reverse spec order (the kubelet's termination
+            // ordering): each one's preStop hook starts at once, its stop
+            // waits until the app containers and the sidecars after it
+            // are down, at most its grace period, and the wait comes off
+            // that period (2 s at least remain).
+            let spec_index = |name: &str| {
+                pod.and_then(|p| model::init_containers(p).iter().position(|c| c.name == name && model::is_sidecar(c)))
+            };
+            let mut sidecars: Vec<(usize, usize)> =
+                live.iter().enumerate().filter_map(|(i, c)| spec_index(&c.name).map(|k| (k, i))).collect();
+            sidecars.sort_by(|a, b| b.cmp(a));
+            let is_sidecar: Vec<bool> = (0..live.len()).map(|i| sidecars.iter().any(|(_, j)| *j == i)).collect();
+            let mut turns: Vec<Option<crossbeam_channel::Sender<()>>> = vec![None; live.len()];
             let (tx, rx) = crossbeam_channel::bounded(live.len());
-            for c in &live {
+            for (i, c) in live.iter().enumerate() {
+                let turn = if is_sidecar[i] {
+                    let (go, wait) = crossbeam_channel::bounded(1);
+                    turns[i] = Some(go);
+                    Some(wait)
+                } else {
+                    None
+                };
                 let stopper = self.stopper();
                 let cancel = ctx.cancel.clone();
                 let pod = pod.cloned();
@@ -49,19 +70,50 @@ impl PodSync {
                 let tx = tx.clone();
                 let short: String = ctx.uid.chars().take(8).collect();
                 crate::thread::spawn(format!("stop-{short}"), Some(crate::thread::HELPER_STACK), move || {
-                    let _ = tx.send(stopper.stop(&cancel, pod.as_deref(), ip.as_deref(), &info, grace));
+                    let r = match turn {
+                        None => stopper.stop(&cancel, pod.as_deref(), ip.as_deref(), &info, grace),
+                        Some(wait) => {
+                            stop_in_turn(&stopper, &cancel, pod.as_deref(), ip.as_deref(), &info, grace, &wait)
+                        }
+                    };
+                    let _ = tx.send((i, r));
                 })
                 .map_err(|e| SyncError::Other(format!("cannot start a thread to stop container {}: {e}", c.id)))?;
             }
             drop(tx);
+            // whose turn comes next: the sidecars from the last in spec
+            // order, once no app container is left
+            let mut apps_left = live.len() - sidecars.len();
+            let mut next = 0;
+            let mut release = |apps_left: usize, next: &mut usize, done: Option<usize>| {
+                if let Some(d) = done
+                    && sidecars.get(*next).is_some_and(|(_, j)| *j == d)
+                {
+                    *next += 1;
+                }
+                if apps_left == 0
+                    && let Some((_, j)) = sidecars.get(*next)
+                    && let Some(go) = turns[*j].take()
+                {
+                    let _ = go.send(());
+                }
+            };
+            release(apps_left, &mut next, None);
             let mut first_err = None;
             for _ in 0..live.len() {
                 select! {
                     recv(rx) -> r => match r {
-                        Ok(Ok(())) => {}
-                        Ok(Err(RuntimeError::NotFound { .. })) => {}
-                        Ok(Err(RuntimeError::Cancelled { .. })) => return Err(SyncError::Cancelled),
-                        Ok(Err(e)) => { first_err.get_or_insert(e); }
+                        Ok((i, r)) => {
+                            if !is_sidecar[i] {
+                                apps_left -= 1;
+                            }
+                            release(apps_left, &mut next, Some(i));
+                            match r {
+                                Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
+                                Err(RuntimeError::Cancelled { .. }) => return Err(SyncError::Cancelled),
+                                Err(e) => { first_err.get_or_insert(e); }
+                            }
+                        }
                         Err(_) => break,
                     },
                     recv(ctx.cancel.receiver()) -> _ => return Err(SyncError::Cancelled),
@@ -194,4 +246,28 @@ impl PodSync {
         }
         Ok(())
     }
+}
+
+/// Stop a sidecar in its turn: its preStop hook now, then wait for `turn`
+/// (at most the grace period left), then the stop with what is left of
+/// the grace period after the wait (2 s at least, as in the kubelet).
+fn stop_in_turn(
+    stopper: &super::Stopper,
+    cancel: &crate::cancel::CancelToken,
+    pod: Option<&Pod>,
+    ip: Option<&str>,
+    c: &crate::runtime::ContainerInfo,
+    grace: i64,
+    turn: &crossbeam_channel::Receiver<()>,
+) -> Result<(), RuntimeError> {
+    let left = stopper.pre_stop(cancel, pod, ip, c, grace)?;
+    let t = std::time::Instant::now();
+    select! {
+        recv(turn) -> _ => {}
+        recv(cancel.receiver()) -> _ => return Err(RuntimeError::Cancelled { op: crate::runtime::Op::StopContainer }),
+        default(std::time::Duration::from_secs(left.max(0) as u64)) => {}
+    }
+    let waited = t.elapsed();
+    let left = if waited.as_secs() > 0 { super::hooks::grace_after_pre_stop(left, waited) } else { left };
+    stopper.stop_now(cancel, c, left)
 }
