@@ -287,13 +287,15 @@ impl PodSync {
     }
 
     /// One past the highest `<n>.log` in the container's log directory
-    /// (0 without one).
+    /// (0 without one). Only regular files count: what a container's log
+    /// was (a FIFO or a link put there is no earlier instance's log).
     fn attempt_from_logs(&self, pod: &Pod, name: &str) -> u32 {
         let dir = self.cfg.pod_log_dir(pod).join(name);
         let Ok(entries) = std::fs::read_dir(&dir) else { return 0 };
         entries
             .flatten()
             .take(10_000)
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
             .filter_map(|e| e.file_name().to_str()?.strip_suffix(".log")?.parse::<u32>().ok())
             .max()
             .map_or(0, |n| n.saturating_add(1))
