@@ -966,3 +966,135 @@ fn grpc_probe_follows_the_health_service_on_containerd() {
     wait_for("not ready again", Duration::from_secs(5), || ready() == Some(serde_json::json!(false)));
     a.clean_up(&[&uid]);
 }
+
+/// `podwarden get pods` for one pod: its READY, STATUS and RESTARTS.
+fn get_pod_columns(a: &Agent, name: &str) -> Vec<String> {
+    let out = std::process::Command::new(BIN)
+        .args(["get", "pods", name, "-n", "e2e", "--socket"])
+        .arg(a.api_socket())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines().nth(1).map(|l| l.split_whitespace().skip(1).take(3).map(str::to_string).collect()).unwrap_or_default()
+}
+
+/// Init containers on containerd: one at a time in order before the app
+/// container, a failed one retried, statuses as the kubelet's; an agent
+/// restart adopting the running pod runs none again; a new sandbox (the
+/// old one stopped behind the agent's back) runs them all again before
+/// the app, restart counts going on.
+#[test]
+fn init_containers_run_in_order_and_again_in_a_new_sandbox_on_containerd() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("init");
+    let state = a.root().parent().unwrap().join("init-state");
+    std::fs::create_dir_all(&state).unwrap();
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: initd, namespace: e2e}}\nspec:\n  terminationGracePeriodSeconds: 2\n  volumes: [{{name: state, hostPath: {{path: {}}}}}]\n  initContainers:\n  - name: first\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [sh, -c, \"echo first >> /state/log\"]\n    volumeMounts: [{{name: state, mountPath: /state}}]\n  - name: second\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [sh, -c, \"if [ -e /state/failed-once ]; then echo second >> /state/log; else touch /state/failed-once; echo second-failed >> /state/log; exit 1; fi\"]\n    volumeMounts: [{{name: state, mountPath: /state}}]\n  containers:\n  - name: main\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [sh, -c, \"echo main >> /state/log; trap 'exit 0' TERM; while :; do sleep 0.2; done\"]\n    volumeMounts: [{{name: state, mountPath: /state}}]\n",
+        state.display()
+    );
+    let log = || std::fs::read_to_string(state.join("log")).unwrap_or_default();
+    a.write("initd.yaml", &pod);
+    let uid = a.uid("initd");
+    wait_for("main runs", Duration::from_secs(60), || log().contains("main"));
+    assert_eq!(log(), "first\nsecond-failed\nsecond\nmain\n", "in order, the failed one again, then the app");
+    wait_for("the status says Running", Duration::from_secs(10), || {
+        get_pod_columns(&a, "initd")[..2] == ["1/1", "Running"]
+    });
+    let p = a.pod("initd").unwrap();
+    let st = &p["status"];
+    let inits = st["initContainerStatuses"].as_array().unwrap();
+    assert_eq!(inits[0]["name"], "first");
+    assert_eq!(inits[0]["state"]["terminated"]["reason"], "Completed");
+    assert_eq!(inits[0]["ready"], true);
+    assert_eq!(inits[1]["restartCount"], 1);
+    assert_eq!(inits[1]["lastState"]["terminated"]["exitCode"], 1);
+    let cond =
+        |t: &str| st["conditions"].as_array().unwrap().iter().find(|c| c["type"] == t).unwrap()["status"].clone();
+    assert_eq!(cond("Initialized"), "True");
+    assert_eq!(cond("Ready"), "True");
+
+    // an agent restart adopts the running pod: nothing runs again
+    a.kill9();
+    a.spawn();
+    assert_holds_for("no init container runs on adoption", Duration::from_secs(4), || {
+        log() == "first\nsecond-failed\nsecond\nmain\n"
+    });
+    assert_eq!(a.pod("initd").unwrap()["status"]["phase"], "Running");
+
+    // the sandbox dies: a new one, the init containers first again
+    let sandbox = a.runtime_pod(&uid).ready_sandbox().unwrap().id.clone();
+    a.cri.stop_sandbox(&call(), &sandbox).unwrap();
+    wait_for("main runs in the new sandbox", Duration::from_secs(60), || log().matches("main").count() == 2);
+    assert_eq!(log(), "first\nsecond-failed\nsecond\nmain\nfirst\nsecond\nmain\n");
+    wait_for("Running again", Duration::from_secs(10), || get_pod_columns(&a, "initd")[..2] == ["1/1", "Running"]);
+    let p = a.pod("initd").unwrap();
+    let inits = p["status"]["initContainerStatuses"].as_array().unwrap().clone();
+    assert_eq!(inits[0]["restartCount"], 1, "counts go on in the new sandbox: {inits:?}");
+    assert_eq!(inits[1]["restartCount"], 2, "{inits:?}");
+    let logs_dir = a.root().parent().unwrap().join("logs").join(format!("e2e_initd_{uid}")).join("first");
+    assert!(logs_dir.join("0.log").is_file() && logs_dir.join("1.log").is_file(), "one log per run of first");
+    a.clean_up(&[&uid]);
+}
+
+/// Under restartPolicy Never a failed init container fails the pod:
+/// `Init:Error`, nothing after it runs.
+#[test]
+fn a_failed_init_container_fails_a_never_pod_on_containerd() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("init-never");
+    let pod = pod_yaml("doomed", "  restartPolicy: Never\n  terminationGracePeriodSeconds: 1\n", TRAPPING).replace(
+        "  containers:\n",
+        &format!("  initContainers:\n  - name: bad\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [sh, -c, \"exit 3\"]\n  - name: never\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [\"true\"]\n  containers:\n"),
+    );
+    a.write("doomed.yaml", &pod);
+    let uid = a.uid("doomed");
+    wait_for("failed", Duration::from_secs(60), || a.pod("doomed").is_some_and(|p| p["status"]["phase"] == "Failed"));
+    assert_eq!(get_pod_columns(&a, "doomed"), ["0/1", "Init:Error", "0"]);
+    let p = a.pod("doomed").unwrap();
+    assert_eq!(p["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"], 3);
+    let names: Vec<String> = a.runtime_pod(&uid).containers.iter().map(|c| c.name.clone()).collect();
+    assert_eq!(names, ["bad"], "neither the second init container nor the app ran");
+    a.clean_up(&[&uid]);
+}
+
+/// Sidecars on containerd: each started (its startup probe passed) before
+/// the next init container; one that exits is started again; the app
+/// completing finishes the pod (Succeeded) though sidecars run; they stop
+/// after the app, in reverse order.
+#[test]
+fn sidecars_start_in_turn_restart_and_stop_last_on_containerd() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("sidecars");
+    let state = a.root().parent().unwrap().join("sidecar-state");
+    std::fs::create_dir_all(&state).unwrap();
+    let mount = "    volumeMounts: [{name: state, mountPath: /state}]\n";
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: sided, namespace: e2e}}\nspec:\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 10\n  volumes: [{{name: state, hostPath: {{path: {}}}}}]\n  initContainers:\n  - name: proxy\n    image: {IMAGE}\n    imagePullPolicy: Never\n    restartPolicy: Always\n    command: [sh, -c, \"trap 'echo proxy-term >> /state/log; exit 0' TERM; sleep 2; touch /tmp/up; echo proxy-up >> /state/log; while :; do sleep 0.2; done\"]\n    startupProbe:\n      exec: {{command: [test, -e, /tmp/up]}}\n      periodSeconds: 1\n      failureThreshold: 30\n{mount}  - name: setup\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [sh, -c, \"echo setup >> /state/log\"]\n{mount}  - name: logger\n    image: {IMAGE}\n    imagePullPolicy: Never\n    restartPolicy: Always\n    command: [sh, -c, \"trap 'echo logger-term >> /state/log; exit 0' TERM; echo logger >> /state/log; while [ ! -e /state/stop-logger ]; do sleep 0.2; done; rm /state/stop-logger; echo logger-exit >> /state/log; exit 1\"]\n{mount}  containers:\n  - name: main\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [sh, -c, \"echo main >> /state/log; while [ ! -e /state/stop-main ]; do sleep 0.2; done; echo main-done >> /state/log\"]\n{mount}",
+        state.display()
+    );
+    let log = || std::fs::read_to_string(state.join("log")).unwrap_or_default();
+    a.write("sided.yaml", &pod);
+    let uid = a.uid("sided");
+    wait_for("main runs", Duration::from_secs(60), || log().contains("main"));
+    assert_eq!(log(), "proxy-up\nsetup\nlogger\nmain\n", "each init container in turn, the proxy once started");
+    wait_for("3/3 Running", Duration::from_secs(10), || get_pod_columns(&a, "sided")[..2] == ["3/3", "Running"]);
+    // a sidecar that exits is started again (the pod's policy is Never)
+    std::fs::write(state.join("stop-logger"), "").unwrap();
+    wait_for("logger again", Duration::from_secs(30), || log().ends_with("logger-exit\nlogger\n"));
+    wait_for("logger's restart counted", Duration::from_secs(10), || {
+        a.pod("sided").is_some_and(|p| p["status"]["initContainerStatuses"][2]["restartCount"] == 1)
+    });
+    // the app completes: the sidecars stop after it, the last one first
+    std::fs::write(state.join("stop-main"), "").unwrap();
+    wait_for("succeeded", Duration::from_secs(60), || {
+        a.pod("sided").is_some_and(|p| p["status"]["phase"] == "Succeeded")
+    });
+    wait_for("all stopped", Duration::from_secs(30), || a.running(&uid) == 0);
+    assert_eq!(
+        log(),
+        "proxy-up\nsetup\nlogger\nmain\nlogger-exit\nlogger\nmain-done\nlogger-term\nproxy-term\n",
+        "the sidecars stop after the app, in reverse order"
+    );
+    a.clean_up(&[&uid]);
+}
