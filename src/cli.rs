@@ -698,7 +698,12 @@ fn hook_text(h: &k8s_openapi::api::core::v1::LifecycleHandler) -> String {
             IntOrString::Int(n) => n.to_string(),
             IntOrString::String(s) => s.clone(),
         };
-        format!("http-get http://{}:{port}{}", g.host.as_deref().unwrap_or(""), g.path.as_deref().unwrap_or(""))
+        format!(
+            "http-get {}://{}:{port}{}",
+            g.scheme.as_deref().unwrap_or("HTTP").to_lowercase(),
+            g.host.as_deref().unwrap_or(""),
+            g.path.as_deref().unwrap_or("")
+        )
     } else if let Some(s) = &h.sleep {
         format!("sleep {}s", s.seconds)
     } else {

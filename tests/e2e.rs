@@ -1098,3 +1098,35 @@ fn sidecars_start_in_turn_restart_and_stop_last_on_containerd() {
     );
     a.clean_up(&[&uid]);
 }
+
+/// An HTTPS readiness probe on containerd: a host-network pod probing an
+/// HTTPS server on the node whose certificate is self-signed for another
+/// name (no certificate checks, as the kubelet); Ready follows its status.
+#[test]
+fn https_probe_skips_certificate_checks_on_containerd() {
+    let _serial = SERIAL.lock();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls");
+    let server =
+        podwarden::prober::net::test_tls::HttpsServer::start("0.0.0.0", &dir.join("cert.pem"), &dir.join("key.pem"))
+            .unwrap();
+    server.set_status(503);
+    let mut a = Agent::start("https-probe");
+    let pod = pod_yaml("tlsd", "  hostNetwork: true\n  terminationGracePeriodSeconds: 1\n", TRAPPING).replace(
+        "    command:",
+        &format!(
+            "    readinessProbe:\n      httpGet: {{port: {}, scheme: HTTPS, path: /healthz}}\n      periodSeconds: 1\n      failureThreshold: 1\n    command:",
+            server.port
+        ),
+    );
+    a.write("tlsd.yaml", &pod);
+    let uid = a.uid("tlsd");
+    wait_for("running", Duration::from_secs(30), || a.running(&uid) == 1);
+    wait_for("the 503 event", Duration::from_secs(10), || {
+        a.log().contains("Readiness probe failed: HTTP probe failed with statuscode: 503")
+    });
+    let ready = || a.pod("tlsd").map(|p| p["status"]["containerStatuses"][0]["ready"].clone());
+    assert_eq!(ready(), Some(serde_json::json!(false)));
+    server.set_status(200);
+    wait_for("ready once it answers 200", Duration::from_secs(5), || ready() == Some(serde_json::json!(true)));
+    a.clean_up(&[&uid]);
+}

@@ -202,10 +202,10 @@ fn corpus() -> Vec<(&'static str, &'static str, Vec<u8>, String)> {
             "m.yaml: field spec.containers[0].readinessProbe.httpGet.port: \"web\" is not the name of one of this container's ports".into(),
         ),
         (
-            "httpGet over HTTPS",
+            "httpGet over a scheme that is neither HTTP nor HTTPS",
             "m.yaml",
-            with_container("    readinessProbe:\n      httpGet: {port: 443, scheme: HTTPS}\n").into_bytes(),
-            "m.yaml: field spec.containers[0].readinessProbe.httpGet.scheme: \"HTTPS\" is not supported by podwarden (only \"HTTP\")".into(),
+            with_container("    readinessProbe:\n      httpGet: {port: 443, scheme: FTP}\n").into_bytes(),
+            "m.yaml: field spec.containers[0].readinessProbe.httpGet.scheme: Unsupported value: \"FTP\": supported values: \"HTTP\", \"HTTPS\"".into(),
         ),
         (
             "lifecycle preStop tcpSocket",

@@ -739,6 +739,14 @@ fn validate_http_get(
 ) -> Result<(), FieldError> {
     validate_probe_port(format!("{f}.port"), &h.port, c)?;
     ip_host(format!("{f}.host"), &h.host)?;
+    if let Some(sch) = h.scheme.as_deref()
+        && !matches!(sch, "HTTP" | "HTTPS")
+    {
+        return err(
+            format!("{f}.scheme"),
+            format!("Unsupported value: {sch:?}: supported values: \"HTTP\", \"HTTPS\""),
+        );
+    }
     for (i, hh) in h.http_headers.iter().flatten().enumerate() {
         let ok = !hh.name.is_empty()
             && hh.name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));

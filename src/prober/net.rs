@@ -11,10 +11,16 @@
 //! Failures read as Go's dialer and HTTP client word them
 //! (`dial tcp 10.0.0.5:80: connect: connection refused`,
 //! `HTTP probe failed with statuscode: 503`).
+//!
+//! `scheme: HTTPS` speaks TLS (rustls, driven over the same non-blocking
+//! socket) without checking the server's certificate, as the kubelet's
+//! `InsecureSkipVerify`: the handshake's signatures are still verified
+//! against the certificate the server sent.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
 use super::state::Outcome;
@@ -41,6 +47,8 @@ pub struct HttpGet {
     /// The probe's headers in order (`Host` replaces the request's host).
     pub headers: Vec<(String, String)>,
     pub user_agent: &'static str,
+    /// `scheme: HTTPS`.
+    pub tls: bool,
 }
 
 impl HttpGet {
@@ -61,11 +69,13 @@ impl HttpGet {
             Some(p) => format!("/{p}"),
         };
         let headers = h.http_headers.iter().flatten().map(|hh| (hh.name.clone(), hh.value.clone())).collect();
-        Ok(HttpGet { addr, host, path, headers, user_agent })
+        let tls = h.scheme.as_deref() == Some("HTTPS");
+        Ok(HttpGet { addr, host, path, headers, user_agent, tls })
     }
 
     fn url(&self) -> String {
-        format!("http://{}{}", host_port(&self.host, self.addr.port()), self.path)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}{}", host_port(&self.host, self.addr.port()), self.path)
     }
 
     fn request(&self) -> Vec<u8> {
@@ -129,8 +139,81 @@ fn dial_error(addr: SocketAddr, e: &std::io::Error) -> String {
 #[derive(Debug)]
 enum Step {
     Connecting,
-    Writing { request: Vec<u8>, written: usize },
-    Reading { buf: Vec<u8> },
+    Writing {
+        request: Vec<u8>,
+        written: usize,
+    },
+    Reading {
+        buf: Vec<u8>,
+    },
+    /// HTTPS: the request went into the TLS session; its records go out
+    /// and the response comes in through it.
+    Tls {
+        conn: Box<rustls::ClientConnection>,
+        buf: Vec<u8>,
+    },
+}
+
+/// Accepts any server certificate (the kubelet's `InsecureSkipVerify`);
+/// the handshake signatures are still checked with the certificate's key.
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// The TLS client settings of every HTTPS probe and hook (built once).
+static TLS: LazyLock<Result<Arc<rustls::ClientConfig>, String>> = LazyLock::new(|| {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+});
+
+/// A TLS session to `get`'s host holding the request, ready to go out.
+fn tls_session(get: &HttpGet) -> Result<Box<rustls::ClientConnection>, String> {
+    let config = TLS.as_ref().map_err(Clone::clone)?.clone();
+    // an IP address sends no SNI, a name does (Go's rules)
+    let name = rustls::pki_types::ServerName::try_from(get.host.clone()).map_err(|e| e.to_string())?;
+    let mut conn = rustls::ClientConnection::new(config, name).map_err(|e| e.to_string())?;
+    conn.writer().write_all(&get.request()).map_err(|e| e.to_string())?;
+    Ok(Box::new(conn))
 }
 
 #[derive(Debug)]
@@ -179,9 +262,11 @@ impl NetProbe {
 
     /// The poll events this probe waits for.
     pub fn events(&self) -> i16 {
-        match self.step {
+        match &self.step {
             Step::Connecting | Step::Writing { .. } => libc::POLLOUT,
             Step::Reading { .. } => libc::POLLIN,
+            Step::Tls { conn, .. } if conn.wants_write() => libc::POLLOUT,
+            Step::Tls { .. } => libc::POLLIN,
         }
     }
 
@@ -221,6 +306,10 @@ impl NetProbe {
                     }
                     match &self.what {
                         What::Tcp => return Some(Outcome::Success),
+                        What::Http { get, .. } if get.tls => match tls_session(get) {
+                            Ok(conn) => self.step = Step::Tls { conn, buf: Vec::with_capacity(1024) },
+                            Err(e) => return Some(Outcome::Failure(format!("Get {:?}: {e}", get.url()))),
+                        },
                         What::Http { get, .. } => {
                             self.step = Step::Writing { request: get.request(), written: 0 };
                         }
@@ -259,11 +348,39 @@ impl NetProbe {
                         return None;
                     }
                 }
+                Step::Tls { conn, buf } => {
+                    let eof = match tls_step(conn, &mut self.stream, buf) {
+                        Ok(Some(eof)) => eof,
+                        Ok(None) => return None,
+                        Err(TlsError::Io(e)) => return Some(self.http_failure(&e)),
+                        Err(TlsError::Tls(e)) => return Some(self.tls_failure(&e)),
+                    };
+                    let Step::Tls { conn, buf } = std::mem::replace(&mut self.step, Step::Connecting) else {
+                        unreachable!("in the TLS step")
+                    };
+                    match self.response(&buf, eof) {
+                        Some(done) => return done,
+                        None => self.step = Step::Tls { conn, buf },
+                    }
+                    if eof {
+                        return None;
+                    }
+                }
             }
         }
     }
 
+    fn tls_failure(&self, e: &rustls::Error) -> Outcome {
+        match &self.what {
+            What::Http { get, .. } => Outcome::Failure(format!("Get {:?}: remote error: tls: {e}", get.url())),
+            What::Tcp => Outcome::Failure(e.to_string()),
+        }
+    }
+
     fn http_failure(&self, e: &std::io::Error) -> Outcome {
+        if let Some(tls) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+            return self.tls_failure(tls);
+        }
         match &self.what {
             What::Http { get, .. } => {
                 Outcome::Failure(format!("Get {:?}: read tcp {}: {}", get.url(), get.addr, errno_text(e)))
@@ -311,9 +428,11 @@ impl NetProbe {
                 Some(_) if *redirects >= MAX_REDIRECTS - 1 => {
                     return Some(Some(Outcome::Failure(format!("Get {:?}: stopped after 10 redirects", get.url()))));
                 }
-                Some(path) => {
+                Some((path, tls, port)) => {
                     let mut next = get.clone();
                     next.path = path;
+                    next.tls = tls;
+                    next.addr.set_port(port);
                     return match Self::http_hop(next, redirects + 1, self.deadline) {
                         Ok(p) => {
                             *self = p;
@@ -331,14 +450,65 @@ impl NetProbe {
     }
 }
 
-/// Where a redirect leads when it stays on the same host (by name, as Go's
-/// redirect check compares `Hostname()`): the new path; `None` for another
-/// host or scheme.
-fn same_host_target(get: &HttpGet, location: &str) -> Option<String> {
-    if location.starts_with('/') && !location.starts_with("//") {
-        return Some(location.to_string());
+enum TlsError {
+    Io(std::io::Error),
+    Tls(rustls::Error),
+}
+
+/// Move a TLS session on: send what it has, take in what came, append the
+/// plaintext to `buf`. `Ok(None)`: wait for the socket; `Ok(Some(eof))`:
+/// new plaintext (or the end) to look at.
+fn tls_step(
+    conn: &mut rustls::ClientConnection,
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+) -> Result<Option<bool>, TlsError> {
+    loop {
+        while conn.wants_write() {
+            match conn.write_tls(stream) {
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(TlsError::Io(e)),
+            }
+        }
+        let mut chunk = [0u8; 4096];
+        let room = MAX_RESPONSE - buf.len();
+        match conn.reader().read(&mut chunk[..room.min(4096)]) {
+            // the server closed the session
+            Ok(0) => return Ok(Some(true)),
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                return Ok(Some(buf.len() >= MAX_RESPONSE));
+            }
+            // closed without close_notify: the end, as Go's client takes it
+            Err(e) if e.kind() == ErrorKind::UnexpectedEof => return Ok(Some(true)),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => return Err(TlsError::Io(e)),
+        }
+        match conn.read_tls(stream) {
+            Ok(0) => return Ok(Some(true)),
+            Ok(_) => {
+                conn.process_new_packets().map_err(TlsError::Tls)?;
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(TlsError::Io(e)),
+        }
     }
-    let rest = location.strip_prefix("http://")?;
+}
+
+/// Where a redirect leads when it stays on the same host (by name, as Go's
+/// redirect check compares `Hostname()`): the new path, whether it is
+/// HTTPS, and the port; `None` for another host.
+fn same_host_target(get: &HttpGet, location: &str) -> Option<(String, bool, u16)> {
+    if location.starts_with('/') && !location.starts_with("//") {
+        return Some((location.to_string(), get.tls, get.addr.port()));
+    }
+    let (tls, rest) = match location.strip_prefix("http://") {
+        Some(rest) => (false, rest),
+        None => (true, location.strip_prefix("https://")?),
+    };
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
@@ -349,17 +519,89 @@ fn same_host_target(get: &HttpGet, location: &str) -> Option<String> {
         authority.split(':').next().unwrap_or("")
     };
     let port = authority.rsplit_once(':').filter(|(h, _)| !h.ends_with(']') || authority.starts_with('['));
-    let port_ok = match port.and_then(|(_, p)| p.parse::<u16>().ok()) {
-        Some(p) => p == get.addr.port(),
-        None => get.addr.port() == 80,
+    let port = match port {
+        Some((_, p)) => p.parse::<u16>().ok()?,
+        None if tls => 443,
+        None => 80,
     };
-    (hostname == get.host && port_ok).then(|| path.to_string())
+    (hostname == get.host).then(|| (path.to_string(), tls, port))
 }
 
 /// The address to probe: `host` (an IP literal; a name is resolved by the
 /// caller) and port.
 pub fn socket_addr(ip: &str, port: u16) -> Option<SocketAddr> {
     ip.parse::<IpAddr>().ok().map(|ip| SocketAddr::new(ip, port))
+}
+
+/// An HTTPS server for tests (unit and end-to-end): answers every request
+/// with the status it is told, over TLS with the certificate it is given.
+#[doc(hidden)]
+pub mod test_tls {
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU16, Ordering};
+
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    /// A running server; it runs until the process ends.
+    pub struct HttpsServer {
+        pub port: u16,
+        status: Arc<AtomicU16>,
+    }
+
+    impl HttpsServer {
+        /// Listen on `ip` (port 0: any) with the PEM files `cert` and `key`.
+        pub fn start(ip: &str, cert: &std::path::Path, key: &std::path::Path) -> std::io::Result<HttpsServer> {
+            let bad = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+                .map_err(|e| bad(e.to_string()))?
+                .collect::<Result<_, _>>()
+                .map_err(|e| bad(e.to_string()))?;
+            let key = PrivateKeyDer::from_pem_file(key).map_err(|e| bad(e.to_string()))?;
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ServerConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map_err(|e| bad(e.to_string()))?
+                .with_no_client_auth()
+                .with_single_cert(certs, key)
+                .map_err(|e| bad(e.to_string()))?;
+            let config = Arc::new(config);
+            let l = TcpListener::bind((ip, 0))?;
+            let port = l.local_addr()?.port();
+            let status = Arc::new(AtomicU16::new(200));
+            let st = status.clone();
+            crate::thread::spawn("test-https", None, move || {
+                for conn in l.incoming() {
+                    let Ok(mut tcp) = conn else { return };
+                    let Ok(mut tls) = rustls::ServerConnection::new(config.clone()) else { continue };
+                    let code = st.load(Ordering::SeqCst);
+                    let _ = tcp.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+                    let mut s = rustls::Stream::new(&mut tls, &mut tcp);
+                    let mut buf = [0u8; 4096];
+                    let mut seen = Vec::new();
+                    while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match s.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => seen.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let body = if code < 400 { "ok" } else { "down" };
+                    let _ = write!(s, "HTTP/1.1 {code} X\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+                    let _ = s.flush();
+                    tls.send_close_notify();
+                    let _ = tls.write_tls(&mut tcp);
+                }
+            })?;
+            Ok(HttpsServer { port, status })
+        }
+
+        /// The status every later answer has.
+        pub fn set_status(&self, code: u16) {
+            self.status.store(code, Ordering::SeqCst);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -389,7 +631,14 @@ mod tests {
     }
 
     fn get(addr: SocketAddr, path: &str) -> HttpGet {
-        HttpGet { addr, host: addr.ip().to_string(), path: path.into(), headers: vec![], user_agent: PROBE_USER_AGENT }
+        HttpGet {
+            addr,
+            host: addr.ip().to_string(),
+            path: path.into(),
+            headers: vec![],
+            user_agent: PROBE_USER_AGENT,
+            tls: false,
+        }
     }
 
     /// A one-connection-at-a-time server answering each request with
@@ -489,12 +738,48 @@ mod tests {
     }
 
     #[test]
+    fn https_without_certificate_checks_as_the_kubelet() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls");
+        let server = test_tls::HttpsServer::start("127.0.0.1", &dir.join("cert.pem"), &dir.join("key.pem")).unwrap();
+        let addr: SocketAddr = format!("127.0.0.1:{}", server.port).parse().unwrap();
+        let mut g = get(addr, "/healthz");
+        g.tls = true;
+        // a self-signed certificate for another name: accepted
+        assert_eq!(run(NetProbe::http(g.clone(), deadline()).unwrap()), Outcome::Success);
+        server.set_status(503);
+        assert_eq!(
+            run(NetProbe::http(g.clone(), deadline()).unwrap()),
+            Outcome::Failure("HTTP probe failed with statuscode: 503".into())
+        );
+        // HTTPS to a plain HTTP server: a TLS error naming the URL
+        let (plain, _) = serve(|_| "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n".into());
+        let mut g = get(plain, "/");
+        g.tls = true;
+        match run(NetProbe::http(g, deadline()).unwrap()) {
+            Outcome::Failure(m) => assert!(m.starts_with(&format!("Get \"https://{plain}/\": ")), "{m}"),
+            o => panic!("{o:?}"),
+        }
+        // a TLS server that never answers: the probe's timeout
+        let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut g = get(silent.local_addr().unwrap(), "/");
+        g.tls = true;
+        let o = run(NetProbe::http(g, Instant::now() + Duration::from_millis(200)).unwrap());
+        assert!(matches!(&o, Outcome::Failure(m) if m.contains("context deadline exceeded")), "{o:?}");
+    }
+
+    #[test]
     fn same_host_redirects_only() {
         let g = get("10.0.0.5:8080".parse().unwrap(), "/");
-        assert_eq!(same_host_target(&g, "/x?y=1").as_deref(), Some("/x?y=1"));
-        assert_eq!(same_host_target(&g, "http://10.0.0.5:8080/z").as_deref(), Some("/z"));
+        let to = |p: &str, tls, port| Some((p.to_string(), tls, port));
+        assert_eq!(same_host_target(&g, "/x?y=1"), to("/x?y=1", false, 8080));
+        assert_eq!(same_host_target(&g, "http://10.0.0.5:8080/z"), to("/z", false, 8080));
         assert_eq!(same_host_target(&g, "http://10.0.0.6:8080/z"), None);
-        assert_eq!(same_host_target(&g, "https://10.0.0.5:8080/z"), None);
+        // Go compares host names only: another scheme or port on the same
+        // host is followed
+        assert_eq!(same_host_target(&g, "https://10.0.0.5:8443/z"), to("/z", true, 8443));
+        assert_eq!(same_host_target(&g, "https://10.0.0.5/z"), to("/z", true, 443));
+        assert_eq!(same_host_target(&g, "http://10.0.0.5/"), to("/", false, 80));
+        assert_eq!(same_host_target(&g, "ftp://10.0.0.5/z"), None);
         assert_eq!(same_host_target(&g, "//evil/z"), None);
         assert_eq!(host_port("fd00::1", 80), "[fd00::1]:80");
     }
