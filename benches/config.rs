@@ -9,7 +9,7 @@
 //! measured. The last line is one JSON object.
 
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use podwarden::runtime::cri::CriRuntime;
@@ -45,29 +45,8 @@ fn running(cri: &CriRuntime) -> usize {
 
 fn main() {
     let cri = CriRuntime::connect(&format!("unix://{}", socket()), Duration::from_secs(10)).unwrap();
-    let bin = support::bin("config");
-    let dir = std::env::temp_dir().join(format!("podwarden-bench-config-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("manifests")).unwrap();
-    let config = dir.join("config.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "staticPodPath: {0}/manifests\ncontainerRuntimeEndpoint: unix://{1}\nrootDir: {0}/root\npodLogsDir: {0}/logs\napiSocket: {0}/api.sock\nnodeName: bench\nreadOnlyPort: 0\n",
-            dir.display(),
-            socket(),
-        ),
-    )
-    .unwrap();
-    let child = Command::new(&bin)
-        .args(["run", "--config", config.to_str().unwrap()])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let agent = Agent { dir: dir.clone(), child };
+    let agent = Agent::start("config", "readOnlyPort: 0\n", Stdio::inherit());
+    let (dir, pid) = (agent.dir.clone(), agent.pid());
     for i in 0..PODS {
         write_atomically(&dir, &format!("cm-{i}.yaml"), &manifest(&format!("cm-{i}"), "v=start"));
     }

@@ -13,7 +13,7 @@ use podwarden::runtime::cri::CriRuntime;
 use podwarden::runtime::{CallCtx, ContainerState, Runtime};
 
 mod support;
-use support::{Agent, IMAGE, cpu_ticks, proc_status, socket};
+use support::{Agent, IMAGE, cpu_ticks, proc_status, socket, write_atomically};
 
 const PODS: usize = 110;
 
@@ -75,30 +75,8 @@ fn running(cri: &CriRuntime) -> usize {
 fn main() {
     let cri = CriRuntime::connect(&format!("unix://{}", socket()), Duration::from_secs(10)).unwrap();
     let bin = support::bin("footprint");
-    let dir = std::env::temp_dir().join(format!("podwarden-bench-footprint-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("manifests")).unwrap();
-    let config = dir.join("config.yaml");
-    let api = dir.join("api.sock");
-    std::fs::write(
-        &config,
-        format!(
-            "staticPodPath: {0}/manifests\ncontainerRuntimeEndpoint: unix://{1}\nrootDir: {0}/root\npodLogsDir: {0}/logs\napiSocket: {2}\nnodeName: bench\nreadOnlyPort: 0\n",
-            dir.display(),
-            socket(),
-            api.display()
-        ),
-    )
-    .unwrap();
-    let child = Command::new(&bin)
-        .args(["run", "--config", config.to_str().unwrap()])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let agent = Agent { dir: dir.clone(), child };
+    let agent = Agent::start("footprint", "readOnlyPort: 0\n", Stdio::inherit());
+    let (dir, pid, api) = (agent.dir.clone(), agent.pid(), agent.api());
     std::thread::sleep(Duration::from_secs(5));
     let zero = idle(pid);
     println!(
@@ -112,9 +90,7 @@ fn main() {
 
     for i in 0..PODS {
         let name = format!("fp-{i}");
-        let tmp = dir.join(format!("{name}.tmp"));
-        std::fs::write(&tmp, manifest(&name)).unwrap();
-        std::fs::rename(&tmp, dir.join("manifests").join(format!("{name}.yaml"))).unwrap();
+        write_atomically(&dir, &format!("{name}.yaml"), &manifest(&name));
     }
     let t = Instant::now();
     while running(&cri) < PODS {

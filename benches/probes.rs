@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use podwarden::runtime::cri::CriRuntime;
@@ -147,33 +147,13 @@ fn readiness(addr: SocketAddr) -> BTreeMap<String, bool> {
 
 fn main() {
     let cri = CriRuntime::connect(&format!("unix://{}", socket()), Duration::from_secs(10)).unwrap();
-    let bin = support::bin("probes");
-    let dir = std::env::temp_dir().join(format!("podwarden-bench-probes-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("manifests")).unwrap();
-    std::fs::create_dir_all(dir.join("www0")).unwrap();
-    std::fs::write(dir.join("www0/index.html"), "ok\n").unwrap();
     let port = 10900 + (std::process::id() % 50) as u16;
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let config = dir.join("config.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "staticPodPath: {0}/manifests\ncontainerRuntimeEndpoint: unix://{1}\nrootDir: {0}/root\npodLogsDir: {0}/logs\napiSocket: {0}/api.sock\nnodeName: bench\nmaxPods: 120\nreadOnlyPort: {port}\naddress: 127.0.0.1\n",
-            dir.display(),
-            socket(),
-        ),
-    )
-    .unwrap();
-    let child = Command::new(&bin)
-        .args(["run", "--config", config.to_str().unwrap()])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let agent = Agent { dir: dir.clone(), child };
+    let agent =
+        Agent::start("probes", &format!("maxPods: 120\nreadOnlyPort: {port}\naddress: 127.0.0.1\n"), Stdio::null());
+    let (dir, pid) = (agent.dir.clone(), agent.pid());
+    std::fs::create_dir_all(dir.join("www0")).unwrap();
+    std::fs::write(dir.join("www0/index.html"), "ok\n").unwrap();
 
     // 110 pods without probes
     for i in 0..PODS {

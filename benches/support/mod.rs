@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Child;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use podwarden::runtime::CallCtx;
@@ -71,6 +71,46 @@ pub fn cpu_ticks(pid: u32) -> u64 {
 pub struct Agent {
     pub dir: PathBuf,
     pub child: Child,
+}
+
+impl Agent {
+    /// Start the installed (or `$PODWARDEN_BIN`) `podwarden run` for the
+    /// bench `bench` in a fresh directory: manifests, root, logs and the
+    /// API socket in it, node `bench`, on the private containerd, with the
+    /// `extra` config lines; its stderr goes to `stderr`.
+    pub fn start(bench: &str, extra: &str, stderr: Stdio) -> Agent {
+        let bin = bin(bench);
+        let dir = std::env::temp_dir().join(format!("podwarden-bench-{bench}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("manifests")).unwrap();
+        let config = dir.join("config.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "staticPodPath: {0}/manifests\ncontainerRuntimeEndpoint: unix://{1}\nrootDir: {0}/root\npodLogsDir: {0}/logs\napiSocket: {0}/api.sock\nnodeName: bench\n{extra}",
+                dir.display(),
+                socket(),
+            ),
+        )
+        .unwrap();
+        let child = Command::new(&bin)
+            .args(["run", "--config", config.to_str().unwrap()])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .unwrap();
+        Agent { dir, child }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The agent's API socket.
+    pub fn api(&self) -> PathBuf {
+        self.dir.join("api.sock")
+    }
 }
 
 impl Drop for Agent {
