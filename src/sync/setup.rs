@@ -89,10 +89,9 @@ enum Init {
 
 /// What a pass did with one container.
 enum Step {
-    /// Running (or in an unknown state): nothing to do.
-    Running,
-    /// Exited, and not to run again.
-    Done,
+    /// Nothing: it runs (or is in an unknown state), or it exited and is
+    /// not to run again.
+    Unchanged,
     /// Started now (or tried to); try again after this long if given.
     Started(Option<Duration>),
     /// Waiting out its restart back-off for this long.
@@ -200,12 +199,14 @@ impl PodSync {
             }
         };
         if init_done {
-            // sidecars run for the pod's life: restarted whenever they
-            // exit, whatever the pod's restartPolicy
-            for c in model::init_containers(pod).iter().filter(|c| model::is_sidecar(c)) {
+            // the sidecars, then the app containers; sidecars run for the
+            // pod's life: restarted whenever they exit, whatever the pod's
+            // restartPolicy (and only their instances in this sandbox count)
+            for c in model::long_running(pod) {
                 ctx.check()?;
-                let latest = rp.latest_in(&c.name, &sandbox_id);
-                match self.step(ctx, pod, c, &rp, latest, |_| true, &into)? {
+                let sidecar = model::is_sidecar(c);
+                let latest = if sidecar { rp.latest_in(&c.name, &sandbox_id) } else { rp.latest(&c.name) };
+                match self.step(ctx, pod, c, &rp, latest, |code| sidecar || should_restart(&policy, code), &into)? {
                     Step::Started(retry) => {
                         acted = true;
                         if let Some(d) = retry {
@@ -213,21 +214,7 @@ impl PodSync {
                         }
                     }
                     Step::BackOff(d) => requeue_in(d),
-                    Step::Running | Step::Done => {}
-                }
-            }
-            for c in model::containers(pod) {
-                ctx.check()?;
-                let latest = rp.latest(&c.name);
-                match self.step(ctx, pod, c, &rp, latest, |code| should_restart(&policy, code), &into)? {
-                    Step::Started(retry) => {
-                        acted = true;
-                        if let Some(d) = retry {
-                            requeue_in(d);
-                        }
-                    }
-                    Step::BackOff(d) => requeue_in(d),
-                    Step::Running | Step::Done => {}
+                    Step::Unchanged => {}
                 }
             }
         }
@@ -280,7 +267,7 @@ impl PodSync {
             return Ok(match self.step(ctx, pod, c, rp, latest, restart, into)? {
                 Step::Started(retry) => Init::Waiting { acted: true, retry },
                 Step::BackOff(d) => Init::Waiting { acted: false, retry: Some(d) },
-                Step::Running | Step::Done => Init::Waiting { acted: false, retry: None },
+                Step::Unchanged => Init::Waiting { acted: false, retry: None },
             });
         }
         Ok(Init::Done)
@@ -327,7 +314,7 @@ impl PodSync {
         let uid = model::uid(pod);
         let attempt = match latest {
             Some(l) if matches!(l.state, ContainerState::Running | ContainerState::Unknown) => {
-                return Ok(Step::Running);
+                return Ok(Step::Unchanged);
             }
             Some(l) if l.state == ContainerState::Created => {
                 // created but never started (a start that failed): retry it
@@ -336,7 +323,7 @@ impl PodSync {
             }
             Some(l) => {
                 if !restart(l.exit_code) {
-                    return Ok(Step::Done);
+                    return Ok(Step::Unchanged);
                 }
                 if let Err((left, delay)) = self.backoff.try_restart(uid, &c.name, Instant::now()) {
                     self.events.event(
