@@ -48,20 +48,19 @@ impl PodSync {
             let spec_index = |name: &str| {
                 pod.and_then(|p| model::init_containers(p).iter().position(|c| c.name == name && model::is_sidecar(c)))
             };
-            let mut sidecars: Vec<(usize, usize)> =
+            // the live sidecars (indices into `live`), last in spec order first
+            let mut order: Vec<(usize, usize)> =
                 live.iter().enumerate().filter_map(|(i, c)| spec_index(&c.name).map(|k| (k, i))).collect();
-            sidecars.sort_by(|a, b| b.cmp(a));
-            let is_sidecar: Vec<bool> = (0..live.len()).map(|i| sidecars.iter().any(|(_, j)| *j == i)).collect();
+            order.sort_by(|a, b| b.cmp(a));
+            let order: Vec<usize> = order.into_iter().map(|(_, i)| i).collect();
             let mut turns: Vec<Option<crossbeam_channel::Sender<()>>> = vec![None; live.len()];
             let (tx, rx) = crossbeam_channel::bounded(live.len());
             for (i, c) in live.iter().enumerate() {
-                let turn = if is_sidecar[i] {
+                let turn = order.contains(&i).then(|| {
                     let (go, wait) = crossbeam_channel::bounded(1);
                     turns[i] = Some(go);
-                    Some(wait)
-                } else {
-                    None
-                };
+                    wait
+                });
                 let stopper = self.stopper();
                 let cancel = ctx.cancel.clone();
                 let pod = pod.cloned();
@@ -81,33 +80,38 @@ impl PodSync {
                 .map_err(|e| SyncError::Other(format!("cannot start a thread to stop container {}: {e}", c.id)))?;
             }
             drop(tx);
-            // whose turn comes next: the sidecars from the last in spec
-            // order, once no app container is left
-            let mut apps_left = live.len() - sidecars.len();
+            // Once no app container is left, the sidecars get their turn in
+            // `order`, each when the one before it is done (one that ended
+            // before its turn is passed over).
+            let mut done = vec![false; live.len()];
+            let mut apps_left = live.len() - order.len();
             let mut next = 0;
-            let mut release = |apps_left: usize, next: &mut usize, done: Option<usize>| {
-                if let Some(d) = done
-                    && sidecars.get(*next).is_some_and(|(_, j)| *j == d)
-                {
-                    *next += 1;
-                }
-                if apps_left == 0
-                    && let Some((_, j)) = sidecars.get(*next)
-                    && let Some(go) = turns[*j].take()
-                {
-                    let _ = go.send(());
+            let mut release = |done: &[bool]| {
+                while let Some(&j) = order.get(next) {
+                    if let Some(go) = turns[j].take() {
+                        let _ = go.send(());
+                    }
+                    if !done[j] {
+                        return;
+                    }
+                    next += 1;
                 }
             };
-            release(apps_left, &mut next, None);
+            if apps_left == 0 {
+                release(&done);
+            }
             let mut first_err = None;
             for _ in 0..live.len() {
                 select! {
                     recv(rx) -> r => match r {
                         Ok((i, r)) => {
-                            if !is_sidecar[i] {
+                            done[i] = true;
+                            if !order.contains(&i) {
                                 apps_left -= 1;
                             }
-                            release(apps_left, &mut next, Some(i));
+                            if apps_left == 0 {
+                                release(&done);
+                            }
                             match r {
                                 Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
                                 Err(RuntimeError::Cancelled { .. }) => return Err(SyncError::Cancelled),
