@@ -883,7 +883,10 @@ fn probes_of_each_handler_drive_ready_and_restarts_on_containerd() {
     assert!(took < Duration::from_secs(10), "two failures, a 2 s grace, a restart: {took:?}");
     assert!(a.log().contains("Container worker failed liveness probe, will be restarted"), "{}", a.log());
     assert!(a.log().contains("Liveness probe failed: cat: can't open '/state/healthy': No such file or directory"));
-    assert_eq!(std::fs::read_to_string(state.join("starts")).unwrap().lines().count(), 2);
+    // running is reported before the new shell has written its line
+    wait_for("the second start's line", Duration::from_secs(5), || {
+        std::fs::read_to_string(state.join("starts")).is_ok_and(|s| s.lines().count() == 2)
+    });
     let metrics = a.get("/metrics").unwrap();
     for series in [
         "prober_probe_total{container=\"web\",namespace=\"e2e\",pod=\"probed\",probe_type=\"Readiness\"",
