@@ -378,6 +378,9 @@ pub fn generate(pod: &Pod, rp: &RuntimePod, input: &GenerateInput) -> PodStatus 
     // pod started again after a cancelled node shutdown is no longer
     // "Terminated").
     let same_phase = input.old.filter(|o| o.phase.as_deref() == Some(phase.as_str()));
+    // by name, as the kubelet lists them (init containers keep spec order)
+    let mut statuses = statuses;
+    statuses.sort_by(|a, b| a.name.cmp(&b.name));
     PodStatus {
         phase: Some(phase),
         conditions: Some(vec![
@@ -441,19 +444,25 @@ mod tests {
         if let Some(x) = waiting {
             w.insert("c".to_string(), x);
         }
-        let s = generate(
-            &p,
-            &rp,
-            &GenerateInput {
-                old: None,
-                waiting: &w,
-                terminal_phase: None,
-                id_prefix: "fake://",
-                host_ip: None,
-                probes: None,
-            },
-        );
+        let s = generate(&p, &rp, &input(&w));
         (s.phase.unwrap(), s.container_statuses.unwrap().remove(0))
+    }
+
+    fn input(waiting: &HashMap<String, Waiting>) -> GenerateInput<'_> {
+        GenerateInput { old: None, waiting, terminal_phase: None, id_prefix: "fake://", host_ip: None, probes: None }
+    }
+
+    #[test]
+    fn container_statuses_by_name_unready_list_in_spec_order() {
+        let mut p = pod("Always");
+        let spec = p.spec.as_mut().unwrap();
+        spec.containers[0].name = "web".into();
+        spec.containers.push(Container { name: "db".into(), image: Some("i".into()), ..Default::default() });
+        let s = generate(&p, &RuntimePod::default(), &input(&HashMap::new()));
+        let names: Vec<&str> = s.container_statuses.iter().flatten().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["db", "web"]);
+        let ready = s.conditions.iter().flatten().find(|c| c.type_ == "Ready").unwrap();
+        assert_eq!(ready.message.as_deref(), Some("containers with unready status: [web db]"));
     }
 
     #[test]

@@ -913,6 +913,63 @@ fn probes_of_each_handler_drive_ready_and_restarts_on_containerd() {
     a.clean_up(&[&uid]);
 }
 
+/// Probes and hooks naming a host by name on containerd: the agent looks
+/// `localhost` up (the node's resolver) and probes the node's HTTPS server
+/// by it, SNI and `Host` carrying the name; a preStop `httpGet` hook
+/// reaches a plain server by name; a name with no address fails the probe
+/// with Go's lookup error and keeps its container unready, while the other
+/// container becomes ready.
+#[test]
+fn probes_and_hooks_by_host_name_on_containerd() {
+    let _serial = SERIAL.lock();
+    let tls = https_server("127.0.0.1");
+    // a plain server on the node recording the requests it gets
+    let plain = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let plain_port = plain.local_addr().unwrap().port();
+    let (seen_tx, seen) = crossbeam_channel::unbounded::<String>();
+    podwarden::thread::spawn("test-http", None, move || {
+        use std::io::{Read, Write};
+        for conn in plain.incoming() {
+            let Ok(mut c) = conn else { return };
+            let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut buf = vec![0u8; 4096];
+            let mut n = 0;
+            while !buf[..n].windows(4).any(|w| w == b"\r\n\r\n") && n < buf.len() {
+                match c.read(&mut buf[n..]) {
+                    Ok(0) | Err(_) => break,
+                    Ok(k) => n += k,
+                }
+            }
+            let _ = seen_tx.send(String::from_utf8_lossy(&buf[..n]).into_owned());
+            let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+        }
+    })
+    .unwrap();
+    let mut a = Agent::start("probe-host-names");
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: named, namespace: e2e}}\nspec:\n  terminationGracePeriodSeconds: 5\n  containers:\n  - name: web\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [sh, -c, {TRAPPING:?}]\n    readinessProbe:\n      httpGet: {{host: localhost, port: {}, scheme: HTTPS, path: /healthz}}\n      periodSeconds: 1\n    livenessProbe:\n      tcpSocket: {{host: localhost, port: {plain_port}}}\n      periodSeconds: 1\n    lifecycle:\n      preStop:\n        httpGet: {{host: localhost, port: {plain_port}, path: /pre-stop}}\n  - name: lost\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [sh, -c, {TRAPPING:?}]\n    readinessProbe:\n      tcpSocket: {{host: nothing-here.invalid, port: 80}}\n      periodSeconds: 1\n",
+        tls.port
+    );
+    a.write("named.yaml", &pod);
+    let uid = a.uid("named");
+    wait_for("running", Duration::from_secs(30), || a.running(&uid) == 2);
+    let ready = |i: usize| a.pod("named").map(|p| p["status"]["containerStatuses"][i]["ready"].clone());
+    wait_for("web ready through localhost", Duration::from_secs(10), || ready(1) == Some(serde_json::json!(true)));
+    wait_for("the lookup failure event", Duration::from_secs(30), || {
+        a.log().contains("Readiness probe failed: dial tcp: lookup nothing-here.invalid: ")
+    });
+    assert_eq!(ready(0), Some(serde_json::json!(false)), "the container probing a name with no address");
+    let restarts = a.pod("named").map(|p| p["status"]["containerStatuses"][1]["restartCount"].clone());
+    assert_eq!(restarts, Some(serde_json::json!(0)), "the liveness probe by name passes");
+    while seen.try_recv().is_ok() {}
+    a.remove("named.yaml");
+    wait_for("stopped", Duration::from_secs(30), || a.running(&uid) == 0);
+    let hook = seen.try_iter().find(|r| r.starts_with("GET /pre-stop ")).expect("the preStop hook's request");
+    assert!(hook.contains(&format!("Host: localhost:{plain_port}\r\n")), "{hook}");
+    assert!(hook.contains("User-Agent: kube-lifecycle/"), "{hook}");
+    a.clean_up(&[&uid]);
+}
+
 /// Lifecycle hooks on containerd: postStart runs in the started
 /// container; preStop runs before the stop signal when the manifest goes.
 #[test]
@@ -1102,16 +1159,20 @@ fn sidecars_start_in_turn_restart_and_stop_last_on_containerd() {
     a.clean_up(&[&uid]);
 }
 
+/// An HTTPS server on `ip` with the test certificate (self-signed, for
+/// another name).
+fn https_server(ip: &str) -> podwarden::prober::net::test_tls::HttpsServer {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls");
+    podwarden::prober::net::test_tls::HttpsServer::start(ip, &dir.join("cert.pem"), &dir.join("key.pem")).unwrap()
+}
+
 /// An HTTPS readiness probe on containerd: a host-network pod probing an
 /// HTTPS server on the node whose certificate is self-signed for another
 /// name (no certificate checks, as the kubelet); Ready follows its status.
 #[test]
 fn https_probe_skips_certificate_checks_on_containerd() {
     let _serial = SERIAL.lock();
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls");
-    let server =
-        podwarden::prober::net::test_tls::HttpsServer::start("0.0.0.0", &dir.join("cert.pem"), &dir.join("key.pem"))
-            .unwrap();
+    let server = https_server("0.0.0.0");
     server.set_status(503);
     let mut a = Agent::start("https-probe");
     let pod = pod_yaml("tlsd", "  hostNetwork: true\n  terminationGracePeriodSeconds: 1\n", TRAPPING).replace(

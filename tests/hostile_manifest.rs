@@ -172,10 +172,10 @@ fn corpus() -> Vec<(&'static str, &'static str, Vec<u8>, String)> {
             "m.yaml: field spec.containers[0].readinessProbe.grpc.port: 0 must be between 1 and 65535, inclusive".into(),
         ),
         (
-            "livenessProbe on a host name",
+            "livenessProbe host that is no name",
             "m.yaml",
-            with_container("    livenessProbe:\n      tcpSocket:\n        host: db.local\n        port: 1\n").into_bytes(),
-            "m.yaml: field spec.containers[0].livenessProbe.tcpSocket.host: \"db.local\" is not an IP address; podwarden probes an address, it resolves no host names".into(),
+            with_container("    livenessProbe:\n      httpGet:\n        host: \"db.local\\r\\nX: 1\"\n        port: 1\n").into_bytes(),
+            "m.yaml: field spec.containers[0].livenessProbe.httpGet.host: \"db.local\\r\\nX: 1\" must be an IP address or a DNS name".into(),
         ),
         (
             "livenessProbe with two handlers",

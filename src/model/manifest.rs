@@ -660,8 +660,8 @@ fn validate_probe_port(
 /// A probe as the API server validates it (one handler, non-negative
 /// timings, `successThreshold` 1 for liveness and startup,
 /// `terminationGracePeriodSeconds` positive and not on readiness), plus
-/// what podwarden needs: a `host` is an IP address (podwarden resolves no
-/// names on the prober thread).
+/// what podwarden needs: a `host` is an address or a DNS name (it goes
+/// into the request's `Host` header).
 fn validate_probe(
     f: &str,
     p: &k8s_openapi::api::core::v1::Probe,
@@ -708,7 +708,7 @@ fn validate_probe(
     }
     if let Some(t) = &p.tcp_socket {
         validate_probe_port(format!("{f}.tcpSocket.port"), &t.port, c)?;
-        ip_host(format!("{f}.tcpSocket.host"), &t.host)?;
+        probe_host(format!("{f}.tcpSocket.host"), &t.host)?;
     }
     if let Some(g) = &p.grpc
         && !(1..=65535).contains(&g.port)
@@ -718,16 +718,25 @@ fn validate_probe(
     Ok(())
 }
 
-/// A host a probe or hook names: an IP address (podwarden resolves no
-/// names on the threads that run them).
-fn ip_host(field: String, host: &Option<String>) -> Result<(), FieldError> {
-    match host.as_deref() {
-        None | Some("") => Ok(()),
-        Some(h) if h.parse::<std::net::IpAddr>().is_ok() => Ok(()),
-        Some(h) => {
-            err(field, format!("{h:?} is not an IP address; podwarden probes an address, it resolves no host names"))
-        }
+/// A host a probe or hook names: an IP address, or a name the system
+/// resolver can look up (dot-separated labels of letters, digits, `-` and
+/// `_`, 253 characters at most, an optional final dot).
+fn probe_host(field: String, host: &Option<String>) -> Result<(), FieldError> {
+    let Some(h) = host.as_deref().filter(|h| !h.is_empty()) else { return Ok(()) };
+    if h.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(());
     }
+    let name = h.strip_suffix('.').unwrap_or(h);
+    let label_ok = |l: &str| {
+        (1..=63).contains(&l.len())
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if h.len() <= 253 && name.split('.').all(label_ok) {
+        return Ok(());
+    }
+    err(field, format!("{h:?} must be an IP address or a DNS name"))
 }
 
 /// `httpGet` of a probe or hook: its port, an IP host, headers and path
@@ -738,7 +747,7 @@ fn validate_http_get(
     c: &super::Container,
 ) -> Result<(), FieldError> {
     validate_probe_port(format!("{f}.port"), &h.port, c)?;
-    ip_host(format!("{f}.host"), &h.host)?;
+    probe_host(format!("{f}.host"), &h.host)?;
     if let Some(sch) = h.scheme.as_deref()
         && !matches!(sch, "HTTP" | "HTTPS")
     {

@@ -25,6 +25,7 @@
 
 pub mod grpc;
 pub mod net;
+pub mod resolve;
 pub mod state;
 
 use std::collections::HashMap;
@@ -485,7 +486,7 @@ impl Loop {
             }
         } else if let Some(t) = &probe.tcp_socket {
             match target(p.pod_ip.as_deref(), t.host.as_deref(), &t.port, c) {
-                Ok(addr) => net::NetProbe::tcp(addr, deadline),
+                Ok((host, port)) => net::NetProbe::tcp(&host, port, deadline),
                 Err(e) => Err(Outcome::Error(e)),
             }
         } else if let Some(h) = &probe.http_get {
@@ -633,17 +634,17 @@ pub fn resolve_port(
 
 const NO_POD_IP: &str = "the pod has no IP address yet";
 
-/// Where a probe or hook connects: its `host` (an IP address) or the pod's
-/// IP, and its port (by number or by the container's port name).
+/// Where a probe or hook connects: its `host` (an address or a name) or
+/// the pod's IP, and its port (by number or by the container's port name).
 pub(crate) fn target(
     pod_ip: Option<&str>,
     host: Option<&str>,
     port: &k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
     c: &Container,
-) -> Result<std::net::SocketAddr, String> {
+) -> Result<(String, u16), String> {
     let port = resolve_port(port, c)?;
     let host = host.filter(|h| !h.is_empty()).or(pod_ip).ok_or_else(|| NO_POD_IP.to_string())?;
-    net::socket_addr(host, port).ok_or_else(|| format!("{host:?} is not an IP address"))
+    Ok((host.to_string(), port))
 }
 
 /// What an exec wrote, as probes and hooks report it: stdout then stderr,

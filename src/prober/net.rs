@@ -12,6 +12,11 @@
 //! (`dial tcp 10.0.0.5:80: connect: connection refused`,
 //! `HTTP probe failed with statuscode: 503`).
 //!
+//! A `host` that is a name is looked up by the [`super::resolve`] pool
+//! while the probe waits on its answer like on a socket; the addresses are
+//! tried in the resolver's order, the next when one refuses (Go's serial
+//! dial), and the probe's timeout covers the lookup.
+//!
 //! `scheme: HTTPS` speaks TLS (rustls, driven over the same non-blocking
 //! socket) without checking the server's certificate, as the kubelet's
 //! `InsecureSkipVerify`: the handshake's signatures are still verified
@@ -39,9 +44,10 @@ pub const MAX_REDIRECTS: u32 = 10;
 /// An HTTP GET to make.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpGet {
-    pub addr: SocketAddr,
-    /// The host as written in the URL (the probe's `host` or the pod IP).
+    /// The host as written in the URL: the probe's `host` (an address or a
+    /// name) or the pod IP.
     pub host: String,
+    pub port: u16,
     /// Path and query, starting with `/`.
     pub path: String,
     /// The probe's headers in order (`Host` replaces the request's host).
@@ -61,8 +67,7 @@ impl HttpGet {
         c: &k8s_openapi::api::core::v1::Container,
         user_agent: &'static str,
     ) -> Result<HttpGet, String> {
-        let addr = super::target(pod_ip, h.host.as_deref(), &h.port, c)?;
-        let host = h.host.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| addr.ip().to_string());
+        let (host, port) = super::target(pod_ip, h.host.as_deref(), &h.port, c)?;
         let path = match h.path.as_deref() {
             None | Some("") => "/".to_string(),
             Some(p) if p.starts_with('/') => p.to_string(),
@@ -70,16 +75,16 @@ impl HttpGet {
         };
         let headers = h.http_headers.iter().flatten().map(|hh| (hh.name.clone(), hh.value.clone())).collect();
         let tls = h.scheme.as_deref() == Some("HTTPS");
-        Ok(HttpGet { addr, host, path, headers, user_agent, tls })
+        Ok(HttpGet { host, port, path, headers, user_agent, tls })
     }
 
     fn url(&self) -> String {
         let scheme = if self.tls { "https" } else { "http" };
-        format!("{scheme}://{}{}", host_port(&self.host, self.addr.port()), self.path)
+        format!("{scheme}://{}{}", host_port(&self.host, self.port), self.path)
     }
 
     fn request(&self) -> Vec<u8> {
-        let mut host = host_port(&self.host, self.addr.port());
+        let mut host = host_port(&self.host, self.port);
         let mut lines = Vec::new();
         let (mut agent, mut accept) = (Some(self.user_agent.to_string()), Some("*/*".to_string()));
         for (name, value) in &self.headers {
@@ -218,50 +223,103 @@ fn tls_session(get: &HttpGet) -> Result<Box<rustls::ClientConnection>, String> {
 
 #[derive(Debug)]
 enum What {
-    Tcp,
+    Tcp { host: String },
     Http { get: HttpGet, redirects: u32 },
+}
+
+impl What {
+    fn host(&self) -> &str {
+        match self {
+            What::Tcp { host } => host,
+            What::Http { get, .. } => &get.host,
+        }
+    }
+
+    /// A failure to connect (`dial tcp ...`), as each kind words it.
+    fn dial_failure(&self, dial: String) -> Outcome {
+        match self {
+            What::Tcp { .. } => Outcome::Failure(dial),
+            What::Http { get, .. } => Outcome::Failure(format!("Get {:?}: {dial}", get.url())),
+        }
+    }
+}
+
+/// The probe's connection.
+#[derive(Debug)]
+enum Conn {
+    /// The host is a name being looked up.
+    Lookup(super::resolve::Lookup),
+    /// Connecting or connected to `addr`; `rest` are the host's other
+    /// addresses, tried in turn when this one fails.
+    Open { stream: TcpStream, addr: SocketAddr, rest: Vec<SocketAddr> },
+}
+
+impl Conn {
+    /// Connect to the first of `addrs` that does not fail at once; the
+    /// last error when all do.
+    fn dial(addrs: Vec<SocketAddr>) -> Result<Conn, (SocketAddr, std::io::Error)> {
+        let mut addrs = addrs.into_iter();
+        let mut last = None;
+        while let Some(addr) = addrs.next() {
+            match crate::sys::tcp_connect_nonblocking(addr) {
+                Ok(stream) => return Ok(Conn::Open { stream, addr, rest: addrs.collect() }),
+                Err(e) => last = Some((addr, e)),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            (SocketAddr::from(([0, 0, 0, 0], 0)), std::io::Error::new(ErrorKind::AddrNotAvailable, "no address"))
+        }))
+    }
 }
 
 /// One probe or hook in flight.
 #[derive(Debug)]
 pub struct NetProbe {
-    stream: TcpStream,
-    addr: SocketAddr,
+    conn: Conn,
+    port: u16,
     step: Step,
     what: What,
     pub deadline: Instant,
 }
 
-/// A non-blocking connect to `addr`.
-fn connect(addr: SocketAddr) -> std::io::Result<TcpStream> {
-    crate::sys::tcp_connect_nonblocking(addr)
-}
-
 impl NetProbe {
-    /// Start a TCP probe; an immediate failure is the outcome at once.
-    pub fn tcp(addr: SocketAddr, deadline: Instant) -> Result<NetProbe, Outcome> {
-        let stream = connect(addr).map_err(|e| Outcome::Failure(dial_error(addr, &e)))?;
-        Ok(NetProbe { stream, addr, step: Step::Connecting, what: What::Tcp, deadline })
+    /// Start a TCP probe of `host` (an address or a name) and `port`; an
+    /// immediate failure is the outcome at once.
+    pub fn tcp(host: &str, port: u16, deadline: Instant) -> Result<NetProbe, Outcome> {
+        Self::start(What::Tcp { host: host.to_string() }, port, deadline)
     }
 
     /// Start an HTTP GET.
     pub fn http(get: HttpGet, deadline: Instant) -> Result<NetProbe, Outcome> {
-        Self::http_hop(get, 0, deadline)
+        let port = get.port;
+        Self::start(What::Http { get, redirects: 0 }, port, deadline)
     }
 
-    fn http_hop(get: HttpGet, redirects: u32, deadline: Instant) -> Result<NetProbe, Outcome> {
-        let stream = connect(get.addr)
-            .map_err(|e| Outcome::Failure(format!("Get {:?}: {}", get.url(), dial_error(get.addr, &e))))?;
-        let addr = get.addr;
-        Ok(NetProbe { stream, addr, step: Step::Connecting, what: What::Http { get, redirects }, deadline })
+    fn start(what: What, port: u16, deadline: Instant) -> Result<NetProbe, Outcome> {
+        let host = what.host();
+        let conn = match host.parse::<IpAddr>() {
+            Ok(ip) => Conn::dial(vec![SocketAddr::new(ip, port)])
+                .map_err(|(addr, e)| what.dial_failure(dial_error(addr, &e)))?,
+            Err(_) => Conn::Lookup(
+                super::resolve::Lookup::start(host)
+                    .map_err(|e| what.dial_failure(format!("dial tcp: lookup {host}: {e}")))?,
+            ),
+        };
+        Ok(NetProbe { conn, port, step: Step::Connecting, what, deadline })
     }
 
     pub fn fd(&self) -> RawFd {
-        self.stream.as_raw_fd()
+        match &self.conn {
+            Conn::Lookup(l) => l.fd(),
+            Conn::Open { stream, .. } => stream.as_raw_fd(),
+        }
     }
 
     /// The poll events this probe waits for.
     pub fn events(&self) -> i16 {
+        if let Conn::Lookup(_) = self.conn {
+            return libc::POLLIN;
+        }
         match &self.step {
             Step::Connecting | Step::Writing { .. } => libc::POLLOUT,
             Step::Reading { .. } => libc::POLLIN,
@@ -272,9 +330,10 @@ impl NetProbe {
 
     /// The deadline passed: the outcome, in the kubelet's words.
     pub fn timed_out(&self) -> Outcome {
-        match &self.what {
-            What::Tcp => Outcome::Failure(format!("dial tcp {}: i/o timeout", self.addr)),
-            What::Http { get, .. } => Outcome::Failure(format!(
+        match (&self.what, &self.conn) {
+            (What::Tcp { host }, Conn::Lookup(_)) => Outcome::Failure(format!("dial tcp: lookup {host}: i/o timeout")),
+            (What::Tcp { .. }, Conn::Open { addr, .. }) => Outcome::Failure(format!("dial tcp {addr}: i/o timeout")),
+            (What::Http { get, .. }, _) => Outcome::Failure(format!(
                 "Get {:?}: context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
                 get.url()
             )),
@@ -284,28 +343,50 @@ impl NetProbe {
     /// Go on after poll said the socket is ready; `Some` when done.
     pub fn advance(&mut self) -> Option<Outcome> {
         loop {
+            let (stream, addr, rest) = match &mut self.conn {
+                Conn::Lookup(l) => {
+                    let ips = match l.read()? {
+                        Ok(ips) => ips,
+                        Err(e) => {
+                            return Some(self.what.dial_failure(format!("dial tcp: lookup {}: {e}", self.what.host())));
+                        }
+                    };
+                    let addrs = ips.into_iter().map(|ip| SocketAddr::new(ip, self.port)).collect();
+                    match Conn::dial(addrs) {
+                        Ok(conn) => self.conn = conn,
+                        Err((addr, e)) => return Some(self.what.dial_failure(dial_error(addr, &e))),
+                    }
+                    // poll for the connection
+                    return None;
+                }
+                Conn::Open { stream, addr, rest } => (stream, *addr, rest),
+            };
             match &mut self.step {
                 Step::Connecting => {
-                    let err = match self.stream.take_error() {
+                    let err = match stream.take_error() {
                         Ok(None) => None,
                         Ok(Some(e)) | Err(e) => Some(e),
                     };
                     // poll reported writability; SO_ERROR says whether the
                     // connect succeeded
                     if let Some(e) = err {
-                        let dial = dial_error(self.addr, &e);
-                        return Some(Outcome::Failure(match &self.what {
-                            What::Tcp => dial,
-                            What::Http { get, .. } => format!("Get {:?}: {dial}", get.url()),
-                        }));
+                        // the host's next address, if it has one
+                        let failed = match Conn::dial(std::mem::take(rest)) {
+                            Ok(conn) => {
+                                self.conn = conn;
+                                return None;
+                            }
+                            Err(_) => dial_error(addr, &e),
+                        };
+                        return Some(self.what.dial_failure(failed));
                     }
-                    match self.stream.peer_addr() {
+                    match stream.peer_addr() {
                         Ok(_) => {}
                         Err(e) if e.kind() == ErrorKind::NotConnected => return None, // not yet
                         Err(e) => return Some(Outcome::Failure(errno_text(&e))),
                     }
                     match &self.what {
-                        What::Tcp => return Some(Outcome::Success),
+                        What::Tcp { .. } => return Some(Outcome::Success),
                         What::Http { get, .. } if get.tls => match tls_session(get) {
                             Ok(conn) => self.step = Step::Tls { conn, buf: Vec::with_capacity(1024) },
                             Err(e) => return Some(Outcome::Failure(format!("Get {:?}: {e}", get.url()))),
@@ -316,11 +397,11 @@ impl NetProbe {
                     }
                 }
                 Step::Writing { request, written } => {
-                    match self.stream.write(&request[*written..]) {
+                    match stream.write(&request[*written..]) {
                         Ok(n) => *written += n,
                         Err(e) if e.kind() == ErrorKind::WouldBlock => return None,
                         Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                        Err(e) => return Some(self.http_failure(&e)),
+                        Err(e) => return Some(self.http_failure(addr, &e)),
                     }
                     if *written == request.len() {
                         self.step = Step::Reading { buf: Vec::with_capacity(1024) };
@@ -329,7 +410,7 @@ impl NetProbe {
                 Step::Reading { buf } => {
                     let mut chunk = [0u8; 4096];
                     let room = MAX_RESPONSE - buf.len();
-                    let eof = match self.stream.read(&mut chunk[..room.min(4096)]) {
+                    let eof = match stream.read(&mut chunk[..room.min(4096)]) {
                         Ok(0) => true,
                         Ok(n) => {
                             buf.extend_from_slice(&chunk[..n]);
@@ -337,7 +418,7 @@ impl NetProbe {
                         }
                         Err(e) if e.kind() == ErrorKind::WouldBlock => return None,
                         Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                        Err(e) => return Some(self.http_failure(&e)),
+                        Err(e) => return Some(self.http_failure(addr, &e)),
                     };
                     let buf = std::mem::take(buf);
                     match self.response(&buf, eof) {
@@ -349,10 +430,10 @@ impl NetProbe {
                     }
                 }
                 Step::Tls { conn, buf } => {
-                    let eof = match tls_step(conn, &mut self.stream, buf) {
+                    let eof = match tls_step(conn, stream, buf) {
                         Ok(Some(eof)) => eof,
                         Ok(None) => return None,
-                        Err(TlsError::Io(e)) => return Some(self.http_failure(&e)),
+                        Err(TlsError::Io(e)) => return Some(self.http_failure(addr, &e)),
                         Err(TlsError::Tls(e)) => return Some(self.tls_failure(&e)),
                     };
                     let Step::Tls { conn, buf } = std::mem::replace(&mut self.step, Step::Connecting) else {
@@ -373,19 +454,19 @@ impl NetProbe {
     fn tls_failure(&self, e: &rustls::Error) -> Outcome {
         match &self.what {
             What::Http { get, .. } => Outcome::Failure(format!("Get {:?}: remote error: tls: {e}", get.url())),
-            What::Tcp => Outcome::Failure(e.to_string()),
+            What::Tcp { .. } => Outcome::Failure(e.to_string()),
         }
     }
 
-    fn http_failure(&self, e: &std::io::Error) -> Outcome {
+    fn http_failure(&self, addr: SocketAddr, e: &std::io::Error) -> Outcome {
         if let Some(tls) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
             return self.tls_failure(tls);
         }
         match &self.what {
             What::Http { get, .. } => {
-                Outcome::Failure(format!("Get {:?}: read tcp {}: {}", get.url(), get.addr, errno_text(e)))
+                Outcome::Failure(format!("Get {:?}: read tcp {addr}: {}", get.url(), errno_text(e)))
             }
-            What::Tcp => Outcome::Failure(errno_text(e)),
+            What::Tcp { .. } => Outcome::Failure(errno_text(e)),
         }
     }
 
@@ -432,8 +513,9 @@ impl NetProbe {
                     let mut next = get.clone();
                     next.path = path;
                     next.tls = tls;
-                    next.addr.set_port(port);
-                    return match Self::http_hop(next, redirects + 1, self.deadline) {
+                    next.port = port;
+                    let what = What::Http { get: next, redirects: redirects + 1 };
+                    return match Self::start(what, port, self.deadline) {
                         Ok(p) => {
                             *self = p;
                             Some(None)
@@ -503,7 +585,7 @@ fn tls_step(
 /// HTTPS, and the port; `None` for another host.
 fn same_host_target(get: &HttpGet, location: &str) -> Option<(String, bool, u16)> {
     if location.starts_with('/') && !location.starts_with("//") {
-        return Some((location.to_string(), get.tls, get.addr.port()));
+        return Some((location.to_string(), get.tls, get.port));
     }
     let (tls, rest) = match location.strip_prefix("http://") {
         Some(rest) => (false, rest),
@@ -527,8 +609,7 @@ fn same_host_target(get: &HttpGet, location: &str) -> Option<(String, bool, u16)
     (hostname == get.host).then(|| (path.to_string(), tls, port))
 }
 
-/// The address to probe: `host` (an IP literal; a name is resolved by the
-/// caller) and port.
+/// `ip` (an address literal) and `port`; `None` when `ip` is no address.
 pub fn socket_addr(ip: &str, port: u16) -> Option<SocketAddr> {
     ip.parse::<IpAddr>().ok().map(|ip| SocketAddr::new(ip, port))
 }
@@ -632,8 +713,8 @@ mod tests {
 
     fn get(addr: SocketAddr, path: &str) -> HttpGet {
         HttpGet {
-            addr,
             host: addr.ip().to_string(),
+            port: addr.port(),
             path: path.into(),
             headers: vec![],
             user_agent: PROBE_USER_AGENT,
@@ -672,9 +753,9 @@ mod tests {
     fn tcp_succeeds_on_a_listener_and_fails_as_go_says_on_a_closed_port() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
-        assert_eq!(run(NetProbe::tcp(addr, deadline()).unwrap()), Outcome::Success);
+        assert_eq!(run(NetProbe::tcp("127.0.0.1", addr.port(), deadline()).unwrap()), Outcome::Success);
         drop(l);
-        let o = match NetProbe::tcp(addr, deadline()) {
+        let o = match NetProbe::tcp("127.0.0.1", addr.port(), deadline()) {
             Ok(p) => run(p),
             Err(o) => o,
         };
@@ -718,6 +799,40 @@ mod tests {
         let req = seen.recv().unwrap();
         assert!(req.contains("Host: app.local\r\n") && req.contains("User-Agent: me\r\n"), "{req}");
         assert!(!req.contains("kube-probe") && req.contains("X-A: 1\r\n"), "{req}");
+    }
+
+    #[test]
+    fn host_names_are_looked_up_without_holding_the_caller() {
+        let (addr, seen) = serve(|_| "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n".into());
+        let port = addr.port();
+        // the name goes into the Host header, the address it has is dialed
+        let mut g = get(addr, "/by-name");
+        g.host = "localhost".into();
+        assert_eq!(run(NetProbe::http(g, deadline()).unwrap()), Outcome::Success);
+        let req = seen.recv().unwrap();
+        assert!(req.starts_with(&format!("GET /by-name HTTP/1.1\r\nHost: localhost:{port}\r\n")), "{req}");
+        assert_eq!(run(NetProbe::tcp("localhost", port, deadline()).unwrap()), Outcome::Success);
+        // the first address refuses: the next one is tried (Go's serial dial)
+        assert_eq!(run(NetProbe::tcp("two.addrs.test", port, deadline()).unwrap()), Outcome::Success);
+        // a name that has no address fails in Go's words
+        let mut g = get(addr, "/");
+        g.host = "nothing-here.invalid".into();
+        match run(NetProbe::http(g, Instant::now() + Duration::from_secs(20)).unwrap()) {
+            Outcome::Failure(m) => assert!(
+                m.starts_with(&format!(
+                    "Get \"http://nothing-here.invalid:{port}/\": dial tcp: lookup nothing-here.invalid: "
+                )),
+                "{m}"
+            ),
+            o => panic!("{o:?}"),
+        }
+        // a lookup that hangs costs the probe its timeout, nothing more:
+        // the caller polls it like a socket and gives up at the deadline
+        let t = Instant::now();
+        let p = NetProbe::tcp("db.slow.test", port, Instant::now() + Duration::from_millis(300)).unwrap();
+        assert!(t.elapsed() < Duration::from_millis(100), "starting a lookup waited {:?}", t.elapsed());
+        assert_eq!(run(p), Outcome::Failure("dial tcp: lookup db.slow.test: i/o timeout".into()));
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
     }
 
     #[test]
@@ -769,7 +884,7 @@ mod tests {
 
     #[test]
     fn same_host_redirects_only() {
-        let g = get("10.0.0.5:8080".parse().unwrap(), "/");
+        let mut g = get("10.0.0.5:8080".parse().unwrap(), "/");
         let to = |p: &str, tls, port| Some((p.to_string(), tls, port));
         assert_eq!(same_host_target(&g, "/x?y=1"), to("/x?y=1", false, 8080));
         assert_eq!(same_host_target(&g, "http://10.0.0.5:8080/z"), to("/z", false, 8080));
@@ -782,5 +897,9 @@ mod tests {
         assert_eq!(same_host_target(&g, "ftp://10.0.0.5/z"), None);
         assert_eq!(same_host_target(&g, "//evil/z"), None);
         assert_eq!(host_port("fd00::1", 80), "[fd00::1]:80");
+        // by name, as Go compares them
+        g.host = "app.local".into();
+        assert_eq!(same_host_target(&g, "https://app.local/z"), to("/z", true, 443));
+        assert_eq!(same_host_target(&g, "http://10.0.0.5:8080/z"), None);
     }
 }

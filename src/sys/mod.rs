@@ -400,6 +400,63 @@ pub fn first_ipv4_address() -> Option<Ipv4Addr> {
     found
 }
 
+/// The addresses of `host` as the system resolver gives them
+/// (`getaddrinfo`: `/etc/hosts`, DNS, nsswitch), in its order of
+/// preference, each once. Blocks for as long as the resolver does: call it
+/// only from a thread made to wait. The error is `(EAI code, text)`.
+pub fn getaddrinfo(host: &str) -> Result<Vec<std::net::IpAddr>, (libc::c_int, String)> {
+    let name = std::ffi::CString::new(host).map_err(|_| (libc::EAI_NONAME, "invalid host name".to_string()))?;
+    // SAFETY: addrinfo is plain old data; all zeroes is a valid hint.
+    let mut hints: libc::addrinfo = unsafe { std::mem::zeroed() };
+    hints.ai_family = libc::AF_UNSPEC;
+    hints.ai_socktype = libc::SOCK_STREAM;
+    hints.ai_flags = libc::AI_ADDRCONFIG;
+    let mut list: *mut libc::addrinfo = std::ptr::null_mut();
+    // SAFETY: `name` is a NUL-terminated string and `hints` a valid addrinfo
+    // for the call; `list` is a valid out pointer whose list is freed once
+    // below when the call succeeded.
+    let rc = unsafe { libc::getaddrinfo(name.as_ptr(), std::ptr::null(), &hints, &mut list) };
+    if rc != 0 {
+        let text = if rc == libc::EAI_SYSTEM {
+            io::Error::last_os_error().to_string()
+        } else {
+            // SAFETY: gai_strerror returns a pointer to a static string.
+            unsafe { CStr::from_ptr(libc::gai_strerror(rc)) }.to_string_lossy().into_owned()
+        };
+        return Err((rc, text));
+    }
+    let mut out = Vec::new();
+    let mut cur = list;
+    while !cur.is_null() {
+        // SAFETY: `cur` is non-null and points into the list getaddrinfo
+        // returned, which stays allocated until freeaddrinfo below.
+        let ai = unsafe { &*cur };
+        let ip = if ai.ai_addr.is_null() {
+            None
+        } else if ai.ai_family == libc::AF_INET {
+            // SAFETY: an address of family AF_INET is a sockaddr_in.
+            let sin = unsafe { &*(ai.ai_addr as *const libc::sockaddr_in) };
+            Some(std::net::IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))))
+        } else if ai.ai_family == libc::AF_INET6 {
+            // SAFETY: an address of family AF_INET6 is a sockaddr_in6.
+            let sin6 = unsafe { &*(ai.ai_addr as *const libc::sockaddr_in6) };
+            Some(std::net::IpAddr::V6(std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr)))
+        } else {
+            None
+        };
+        if let Some(ip) = ip
+            && !out.contains(&ip)
+        {
+            out.push(ip);
+        }
+        cur = ai.ai_next;
+    }
+    // SAFETY: `list` is the list getaddrinfo allocated; nothing refers into
+    // it any more (`out` holds copies).
+    unsafe { libc::freeaddrinfo(list) };
+    Ok(out)
+}
+
 // ---------------------------------------------------------------- sockets
 
 /// The peer's pid, uid and gid of a connected unix socket (`SO_PEERCRED`:
