@@ -808,6 +808,7 @@ fn describe(a: &Args) -> Result<String> {
         rows.push(vec![format!("  {}", cond.type_), cond.status.clone()]);
     }
     out.push_str(&table(&rows));
+    out.push_str(&format!("{:<14}{}\n", "QoS Class:", s(&st.qos_class)));
     if events.is_empty() {
         out.push_str("Events:       <none>\n");
     } else {

@@ -188,6 +188,7 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
         allocatable_cpu_millis: allocatable.cpu_millis,
         allocatable_memory_bytes: allocatable.memory_bytes,
         allocatable_ephemeral_bytes: ephemeral_allocatable(&config.root_dir),
+        memory_capacity_bytes: allocatable.memory_capacity_bytes,
         resolv_conf: config.resolv_conf.clone(),
     };
     let pod_cache = Arc::new(crate::runtime::cache::PodCache::new());

@@ -395,7 +395,7 @@ pub fn generate(pod: &Pod, rp: &RuntimePod, input: &GenerateInput) -> PodStatus 
         start_time: Some(input.old.and_then(|o| o.start_time.clone()).unwrap_or(now)),
         container_statuses: Some(statuses),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
-        qos_class: input.old.and_then(|o| o.qos_class.clone()),
+        qos_class: Some(model::qos::qos_class(pod).as_str().to_string()),
         reason: same_phase.and_then(|o| o.reason.clone()),
         message: same_phase.and_then(|o| o.message.clone()),
         ..Default::default()

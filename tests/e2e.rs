@@ -1159,6 +1159,91 @@ fn sidecars_start_in_turn_restart_and_stop_last_on_containerd() {
     a.clean_up(&[&uid]);
 }
 
+/// The machine's memory as the agent reads it (MemTotal).
+fn mem_total_bytes() -> i64 {
+    let m = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kb: i64 =
+        m.lines().find(|l| l.starts_with("MemTotal:")).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+    kb * 1024
+}
+
+/// QoS classes and OOM score adjustments on containerd, read from the
+/// kernel inside each container (`/proc/self/oom_score_adj`): BestEffort
+/// 1000, Burstable by the kubelet's formula from the memory request, and
+/// Guaranteed -997, which containerd (`restrict_oom_score_adj`) raises to
+/// its own score where it may not go lower (this machine: no
+/// CAP_SYS_RESOURCE). `qosClass` in the status and in `describe`.
+#[test]
+fn qos_classes_and_oom_scores_on_containerd() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("qos");
+    let state = a.root().parent().unwrap().join("qos-state");
+    std::fs::create_dir_all(&state).unwrap();
+    let pod = |name: &str, resources: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: e2e}}\nspec:\n  terminationGracePeriodSeconds: 1\n  volumes: [{{name: state, hostPath: {{path: {}}}}}]\n  containers:\n  - name: main\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [sh, -c, \"cat /proc/self/oom_score_adj > /state/{name}; {TRAPPING}\"]\n    volumeMounts: [{{name: state, mountPath: /state}}]\n    resources: {resources}\n",
+            state.display()
+        )
+    };
+    a.write("be.yaml", &pod("besteffort", "{}"));
+    a.write("bu.yaml", &pod("burstable", "{requests: {memory: 256Mi}}"));
+    a.write("gu.yaml", &pod("guaranteed", "{limits: {cpu: 100m, memory: 64Mi}}"));
+    let uids: Vec<String> = ["besteffort", "burstable", "guaranteed"].iter().map(|n| a.uid(n)).collect();
+    let score = |name: &str| std::fs::read_to_string(state.join(name)).ok().and_then(|s| s.trim().parse::<i64>().ok());
+    wait_for("every container wrote its score", Duration::from_secs(30), || {
+        ["besteffort", "burstable", "guaranteed"].iter().all(|n| score(n).is_some())
+    });
+    assert_eq!(score("besteffort"), Some(1000));
+    let expected = (1000 - 1000 * (256i64 << 20) / mem_total_bytes()).clamp(3, 999);
+    assert_eq!(score("burstable"), Some(expected));
+    let containerd_pid = std::fs::read_to_string("/run/podwarden-e2e/containerd.pid").unwrap();
+    let containerd_adj: i64 = std::fs::read_to_string(format!("/proc/{}/oom_score_adj", containerd_pid.trim()))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(score("guaranteed"), Some((-997i64).max(containerd_adj)));
+    for (name, class) in [("besteffort", "BestEffort"), ("burstable", "Burstable"), ("guaranteed", "Guaranteed")] {
+        let p = a.pod(name).unwrap();
+        assert_eq!(p["status"]["qosClass"], class, "{name}");
+    }
+    let out = std::process::Command::new(BIN)
+        .args(["describe", "pod", "burstable", "-n", "e2e", "--socket"])
+        .arg(a.api_socket())
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("QoS Class:    Burstable\n"), "{out:?}");
+    let refs: Vec<&str> = uids.iter().map(String::as_str).collect();
+    a.clean_up(&refs);
+}
+
+/// activeDeadlineSeconds on containerd: the pod is killed when it has been
+/// active that long and ends Failed with the kubelet's reason and message,
+/// although its container exits 0 on the stop signal.
+#[test]
+fn active_deadline_fails_the_pod_on_containerd() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("deadline");
+    a.write(
+        "dl.yaml",
+        &pod_yaml("deadline", "  activeDeadlineSeconds: 3\n  terminationGracePeriodSeconds: 5\n", TRAPPING),
+    );
+    let uid = a.uid("deadline");
+    wait_for("running", Duration::from_secs(30), || a.running(&uid) == 1);
+    let t = std::time::Instant::now();
+    wait_for("stopped at the deadline", Duration::from_secs(15), || a.running(&uid) == 0);
+    let p = a.pod("deadline").unwrap();
+    assert!(t.elapsed() >= Duration::from_secs(1), "stopped too early: {:?}", t.elapsed());
+    assert_eq!(p["status"]["phase"], "Failed", "{p}");
+    assert_eq!(p["status"]["reason"], "DeadlineExceeded");
+    assert_eq!(p["status"]["message"], "Pod was active on the node longer than the specified deadline");
+    assert!(a.log().contains("DeadlineExceeded: Pod was active on the node longer than the specified deadline"));
+    // a pod of the past stays failed: not restarted
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(a.running(&uid), 0);
+    a.clean_up(&[&uid]);
+}
+
 /// An HTTPS server on `ip` with the test certificate (self-signed, for
 /// another name).
 fn https_server(ip: &str) -> podwarden::prober::net::test_tls::HttpsServer {

@@ -166,6 +166,12 @@ fn corpus() -> Vec<(&'static str, &'static str, Vec<u8>, String)> {
             not_supported("spec.containers[0].lifecycle.stopSignal"),
         ),
         (
+            "activeDeadlineSeconds 0",
+            "m.yaml",
+            with_spec("  activeDeadlineSeconds: 0\n").into_bytes(),
+            "m.yaml: field spec.activeDeadlineSeconds: 0 must be between 1 and 2147483647, inclusive".into(),
+        ),
+        (
             "grpc probe on port 0",
             "m.yaml",
             with_container("    readinessProbe:\n      grpc:\n        port: 0\n").into_bytes(),
@@ -288,12 +294,6 @@ fn corpus() -> Vec<(&'static str, &'static str, Vec<u8>, String)> {
             "m.yaml",
             with_spec("  securityContext:\n    sysctls:\n    - name: net.core.somaxconn\n      value: \"1024\"\n").into_bytes(),
             not_supported("spec.securityContext.sysctls"),
-        ),
-        (
-            "activeDeadlineSeconds",
-            "m.yaml",
-            with_spec("  activeDeadlineSeconds: 30\n").into_bytes(),
-            not_supported("spec.activeDeadlineSeconds"),
         ),
         (
             "tty true",

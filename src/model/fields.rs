@@ -54,7 +54,7 @@ pub const FIELDS: &[(&str, Support)] = &[
     ("metadata.selfLink", Ignored),
     ("metadata.uid", Supported),
     ("spec", Supported),
-    ("spec.activeDeadlineSeconds", Rejected),
+    ("spec.activeDeadlineSeconds", Supported),
     ("spec.affinity", Rejected),
     ("spec.automountServiceAccountToken", Only("false")),
     ("spec.containers", Supported),
@@ -805,7 +805,6 @@ mod tests {
             reject(&["spec", "securityContext"], json!({"sysctls": [{"name": "a"}]})),
             e("spec.securityContext.sysctls")
         );
-        assert_eq!(reject(&["spec", "activeDeadlineSeconds"], json!(0)), e("spec.activeDeadlineSeconds"));
         assert_eq!(
             reject(&["spec", "containers", "0", "tty"], json!(true)),
             ("spec.containers[0].tty".to_string(), "true is not supported by podwarden (only false)".to_string())

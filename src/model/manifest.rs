@@ -421,6 +421,11 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
     {
         return err("spec.restartPolicy", format!("{rp:?} is not one of Always, OnFailure, Never"));
     }
+    if let Some(d) = spec.active_deadline_seconds
+        && !(1..=i64::from(i32::MAX)).contains(&d)
+    {
+        return err("spec.activeDeadlineSeconds", format!("{d} must be between 1 and 2147483647, inclusive"));
+    }
     if let Some(g) = spec.termination_grace_period_seconds
         && g < 0
     {

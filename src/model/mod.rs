@@ -5,6 +5,7 @@ pub mod downward;
 pub mod fields;
 pub mod manifest;
 pub mod objects;
+pub mod qos;
 pub mod quantity;
 pub mod yaml;
 

@@ -340,6 +340,7 @@ impl CriRuntime {
         res.cpu_quota = c.resources.cpu_quota;
         res.cpu_period = c.resources.cpu_period;
         res.memory_limit_in_bytes = c.resources.memory_limit_bytes;
+        res.oom_score_adj = c.resources.oom_score_adj;
         let mut sec = api::LinuxContainerSecurityContext::new();
         sec.namespace_options = protobuf::MessageField::some(Self::namespaces(sandbox));
         sec.privileged = c.security.privileged;

@@ -245,6 +245,8 @@ pub struct Resources {
     pub cpu_quota: i64,
     pub cpu_period: i64,
     pub memory_limit_bytes: i64,
+    /// The kernel's OOM score adjustment of the container's processes.
+    pub oom_score_adj: i64,
 }
 
 /// Security settings of a container.

@@ -54,6 +54,9 @@ pub struct SyncConfig {
     /// Ephemeral storage the node gives to pods (`rootDir`'s filesystem
     /// less the default 10% eviction threshold), for the downward API.
     pub allocatable_ephemeral_bytes: i64,
+    /// The machine's memory (bytes, before reservations): the base of
+    /// Burstable containers' OOM score adjustments.
+    pub memory_capacity_bytes: i64,
     /// The host's resolver config (`resolvConf`).
     pub resolv_conf: PathBuf,
 }
@@ -72,6 +75,10 @@ impl SyncConfig {
 /// Status reason (and event reason) of a pod whose set-up failed with an
 /// error that cannot heal.
 pub const REASON_SETUP_FAILED: &str = "SetupFailed";
+/// Status and event reason of a pod past its `activeDeadlineSeconds`.
+pub const REASON_DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
+/// Its message, the kubelet's.
+pub const MESSAGE_DEADLINE_EXCEEDED: &str = "Pod was active on the node longer than the specified deadline";
 
 /// The phases' implementation. Owns the reason cache and the container
 /// restart back-off.
@@ -345,6 +352,27 @@ impl PodSync {
         }
     }
 
+    /// The pod failed for `reason`: its status says so until it ends (the
+    /// termination keeps the phase and reason).
+    fn fail(&self, pod: &Pod, reason: &str, message: String) {
+        self.statuses.update(model::uid(pod), |s| {
+            s.phase = Some(model::PHASE_FAILED.into());
+            s.reason = Some(reason.into());
+            s.message = Some(message);
+            s.start_time.get_or_insert_with(model::now_time);
+        });
+    }
+
+    /// Time left before the pod's `activeDeadlineSeconds` runs out, counted
+    /// from its start time; `None` without a deadline or a start time yet.
+    fn active_deadline_left(&self, pod: &Pod) -> Option<Duration> {
+        let secs = model::spec(pod)?.active_deadline_seconds?;
+        let start = self.statuses.get(model::uid(pod))?.start_time?;
+        let started: std::time::SystemTime = start.0.into();
+        let end = started.checked_add(Duration::from_secs(secs.max(0) as u64))?;
+        Some(end.duration_since(std::time::SystemTime::now()).unwrap_or(Duration::ZERO))
+    }
+
     fn forget_pod(&self, uid: &str) {
         self.reasons.lock().remove(uid);
         self.reads.lock().remove(uid);
@@ -354,19 +382,31 @@ impl PodSync {
 
 impl PodSyncer for PodSync {
     fn sync_pod(&self, ctx: &SyncCtx, update_type: UpdateType, pod: &Arc<Pod>) -> Result<SyncResult, SyncError> {
-        match self.setup(ctx, update_type, pod) {
+        // activeDeadlineSeconds, counted from the pod's start time: past
+        // it, the pod fails and is killed (the kubelet's active deadline
+        // handler); before it, the pod is looked at again when it comes
+        let deadline = self.active_deadline_left(pod);
+        if deadline.is_some_and(|left| left.is_zero()) && !ctx.termination_requested() {
+            log::info!("pod {}: {MESSAGE_DEADLINE_EXCEEDED}", model::pod_ref(pod));
+            let obj = ObjectRef::pod(pod);
+            self.events.event(&obj, EventType::Normal, REASON_DEADLINE_EXCEEDED, MESSAGE_DEADLINE_EXCEEDED);
+            self.fail(pod, REASON_DEADLINE_EXCEEDED, MESSAGE_DEADLINE_EXCEEDED.to_string());
+            return Ok(SyncResult { terminal: true, requeue_after: None });
+        }
+        let result = self.setup(ctx, update_type, pod).map(|mut r| {
+            if let Some(left) = deadline.or_else(|| self.active_deadline_left(pod)) {
+                r.requeue_after = Some(r.requeue_after.map_or(left, |d| d.min(left)));
+            }
+            r
+        });
+        match result {
             // An error that cannot heal: the pod fails (reason, message,
             // event) and terminates, instead of a back-off loop forever.
             Err(e) if e.is_permanent() && !ctx.termination_requested() => {
                 let message = format!("{e}; not retried: this error cannot heal");
                 log::error!("pod {}: set-up failed: {message}", model::pod_ref(pod));
                 self.events.event(&ObjectRef::pod(pod), EventType::Warning, REASON_SETUP_FAILED, &message);
-                self.statuses.update(model::uid(pod), |s| {
-                    s.phase = Some(model::PHASE_FAILED.into());
-                    s.reason = Some(REASON_SETUP_FAILED.into());
-                    s.message = Some(message);
-                    s.start_time.get_or_insert_with(model::now_time);
-                });
+                self.fail(pod, REASON_SETUP_FAILED, message);
                 Ok(SyncResult { terminal: true, requeue_after: None })
             }
             r => r,

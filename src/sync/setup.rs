@@ -883,7 +883,10 @@ impl PodSync {
             working_dir: c.working_dir.clone().unwrap_or_default(),
             log_path: format!("{}/{attempt}.log", c.name),
             mounts,
-            resources: resources(c),
+            resources: Resources {
+                oom_score_adj: model::qos::oom_score_adj(pod, c, self.cfg.memory_capacity_bytes),
+                ..resources(c)
+            },
             security: security(pod, c),
             labels,
             annotations,
@@ -922,6 +925,7 @@ pub fn resources(c: &Container) -> Resources {
         cpu_quota: cpu_limit.map_or(0, |m| (m * PERIOD / 1000).max(1000)),
         cpu_period: if cpu_limit.is_some() { PERIOD } else { 0 },
         memory_limit_bytes: mem_limit.unwrap_or(0),
+        oom_score_adj: 0,
     }
 }
 
@@ -1014,6 +1018,7 @@ mod tests {
                 allocatable_cpu_millis: 1000,
                 allocatable_memory_bytes: 1 << 30,
                 allocatable_ephemeral_bytes: 10 << 30,
+                memory_capacity_bytes: 4 << 30,
                 resolv_conf: "/etc/resolv.conf".into(),
             };
             PodSync::new(

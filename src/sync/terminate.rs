@@ -163,7 +163,13 @@ impl PodSync {
             && model::containers(pod)
                 .iter()
                 .all(|c| rp.latest(&c.name).is_some_and(|l| l.state == ContainerState::Exited && l.exit_code == 0));
-        let phase = if succeeded { model::PHASE_SUCCEEDED } else { model::PHASE_FAILED };
+        // a pod failed for a reason (its deadline, a set-up error) stays
+        // failed whatever its containers' exit codes
+        let failed_for_reason = self
+            .statuses
+            .get(&uid)
+            .is_some_and(|s| s.phase.as_deref() == Some(model::PHASE_FAILED) && s.reason.is_some());
+        let phase = if succeeded && !failed_for_reason { model::PHASE_SUCCEEDED } else { model::PHASE_FAILED };
         let waiting = Default::default();
         self.statuses.replace_with(&uid, |old| {
             let mut status = generate(
