@@ -8,6 +8,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::model::{self, Pod, quantity};
 
 pub const REASON_NODE_SHUTDOWN: &str = "NodeShutdown";
+/// Reason of a pod asking for an AppArmor profile on a host without it.
+pub const REASON_APPARMOR: &str = "AppArmor";
+
+/// Whether the kernel enforces AppArmor (the kubelet's check:
+/// `/sys/module/apparmor/parameters/enabled` says `Y`).
+pub fn apparmor_enabled() -> bool {
+    std::fs::read_to_string("/sys/module/apparmor/parameters/enabled").is_ok_and(|s| s.trim() == "Y")
+}
 pub const MESSAGE_NODE_SHUTDOWN: &str = "Pod was rejected as the node is shutting down.";
 
 /// What the node can give to pods.
@@ -120,16 +128,32 @@ pub struct Admission {
     /// The Pod Security Standards level every pod from the static pod
     /// source is held to (`staticPodSecurityLevel`).
     pod_security: crate::pss::Level,
+    /// The sysctls pods may set (the safe set, `allowedUnsafeSysctls`).
+    sysctls: model::sysctl::Allowlist,
+    apparmor_enabled: bool,
 }
 
 impl Admission {
     pub fn new(allocatable: Allocatable) -> Self {
-        Admission { allocatable, shutting_down: AtomicBool::new(false), pod_security: crate::pss::Level::Privileged }
+        Admission {
+            allocatable,
+            shutting_down: AtomicBool::new(false),
+            pod_security: crate::pss::Level::Privileged,
+            sysctls: model::sysctl::Allowlist::new(&[]),
+            apparmor_enabled: apparmor_enabled(),
+        }
     }
 
     /// Hold every pod to the Pod Security Standards `level`.
     pub fn with_pod_security(mut self, level: crate::pss::Level) -> Self {
         self.pod_security = level;
+        self
+    }
+
+    /// The sysctls pods may set; the host's AppArmor support.
+    pub fn with_security(mut self, sysctls: model::sysctl::Allowlist, apparmor_enabled: bool) -> Self {
+        self.sysctls = sysctls;
+        self.apparmor_enabled = apparmor_enabled;
         self
     }
 
@@ -153,6 +177,16 @@ impl Admission {
         }
         // a property of the pod itself: judged before what the node has left
         crate::pss::enforce(self.pod_security, pod).map_err(|v| Rejection::new(crate::pss::REASON, v.to_string()))?;
+        self.sysctls.admit(pod).map_err(|m| Rejection::new(model::sysctl::REASON_FORBIDDEN, m))?;
+        let confined = model::all_containers(pod).any(|c| {
+            crate::sync::apparmor_profile(pod, c).is_some_and(|p| p != crate::runtime::SecurityProfile::Unconfined)
+        });
+        if confined && !self.apparmor_enabled {
+            return Err(Rejection::new(
+                REASON_APPARMOR,
+                "Cannot enforce AppArmor: AppArmor is not enabled on the host".into(),
+            ));
+        }
         let a = self.allocatable;
         let others: Vec<&Arc<Pod>> = active.iter().filter(|p| model::uid(p) != model::uid(pod)).collect();
         if others.len() + 1 > a.pods {

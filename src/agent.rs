@@ -287,6 +287,8 @@ impl Agent {
         admitted
     }
 
+    /// The kubelet's `rejectPod`: a warning event with the handler's
+    /// message, and the pod Failed with it after "Pod was rejected: ".
     fn reject(&self, pod: &Pod, r: &Rejection) {
         self.events.event(&ObjectRef::pod(pod), EventType::Warning, &r.reason, &r.message);
         self.statuses.set(
@@ -294,7 +296,8 @@ impl Agent {
             PodStatus {
                 phase: Some(model::PHASE_FAILED.into()),
                 reason: Some(r.reason.clone()),
-                message: Some(r.message.clone()),
+                message: Some(format!("Pod was rejected: {}", r.message)),
+                qos_class: Some(model::qos::qos_class(pod).as_str().to_string()),
                 start_time: Some(model::now_time()),
                 ..Default::default()
             },

@@ -126,6 +126,14 @@ pub struct Config {
     pub reserved_cpu_millis: i64,
     #[serde(skip)]
     pub reserved_memory_bytes: i64,
+    /// Containers without a seccomp profile run with the runtime's default
+    /// profile instead of none.
+    #[serde(deserialize_with = "de::boolean")]
+    pub seccomp_default: bool,
+    /// Sysctls (or `prefix*` patterns) pods may set beyond the safe ones;
+    /// each must be namespaced.
+    #[serde(deserialize_with = "de::sysctl_patterns")]
+    pub allowed_unsafe_sysctls: Vec<String>,
     /// `systemd` or `cgroupfs`; empty means the default.
     #[serde(deserialize_with = "de::string_or_empty")]
     pub cgroup_driver: String,
@@ -201,6 +209,8 @@ impl Default for Config {
             reserved_cpu_millis: 0,
             reserved_memory_bytes: 0,
             cgroup_driver: "systemd".into(),
+            seccomp_default: false,
+            allowed_unsafe_sysctls: Vec::new(),
             root_dir: "/var/lib/podwarden".into(),
             api_socket: "/run/podwarden/podwarden.sock".into(),
             node_name: None,
@@ -821,6 +831,31 @@ mod de {
         }
     }
 
+    /// A list of sysctl names or `prefix*` patterns, each in a namespace
+    /// of its own (net, IPC), as the kubelet's allowlist requires.
+    pub fn sysctl_patterns<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+        checked(d, |v| {
+            let list =
+                v.as_array().ok_or("expected a list of sysctl names such as [net.core.somaxconn, kernel.msg*]")?;
+            list.iter()
+                .map(|e| {
+                    let s = e.as_str().ok_or("expected a list of sysctl names")?;
+                    let name = s.strip_suffix('*').unwrap_or(s);
+                    let ok = !name.is_empty()
+                        && !name[..name.len() - 1].contains('*')
+                        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-/".contains(&b));
+                    if !ok {
+                        return Err(Allowed::from(format!("{s:?} is not a sysctl name or prefix* pattern")));
+                    }
+                    if crate::model::sysctl::namespace(name).is_none() {
+                        return Err(Allowed::from(format!("the sysctl {s:?} is not known to be namespaced")));
+                    }
+                    Ok(s.to_string())
+                })
+                .collect()
+        })
+    }
+
     pub fn priority_classes<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, i32>, D::Error> {
         fn entry(m: &mut BTreeMap<String, i32>, key: &str, v: &Value) -> Result<(), Allowed> {
             let n = v
@@ -1181,6 +1216,15 @@ mod tests {
                 "field kubeReserved.cpu: \"2000000001m\" is invalid: out of range: expected at most 1M (cores)",
             ),
             ("cgroupDriver: other", "field cgroupDriver: \"other\" is invalid: expected systemd or cgroupfs"),
+            (
+                "allowedUnsafeSysctls: [net.core.somaxconn, vm.swappiness]",
+                "field allowedUnsafeSysctls: [\"net.core.somaxconn\",\"vm.swappiness\"] is invalid: the sysctl \"vm.swappiness\" is not known to be namespaced",
+            ),
+            (
+                "allowedUnsafeSysctls: [\"net.*.x*\"]",
+                "field allowedUnsafeSysctls: [\"net.*.x*\"] is invalid: \"net.*.x*\" is not a sysctl name or prefix* pattern",
+            ),
+            ("seccompDefault: yes", "field seccompDefault: \"yes\" is invalid: expected true or false"),
             ("nodeName: Node_1", "field nodeName: \"Node_1\" is invalid: expected a DNS-1123 subdomain"),
             ("nodeName: \"\"", "field nodeName: \"\" is invalid: expected a non-empty string"),
             ("apiGroup: 5", "field apiGroup: 5 is invalid: expected a non-empty string"),

@@ -9,7 +9,7 @@ use std::time::Duration;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use thiserror::Error;
 
-use crate::admission::{Admission, Allocatable};
+use crate::admission::{Admission, Allocatable, apparmor_enabled};
 use crate::agent::{Agent, AgentConfig, AgentDeps};
 use crate::config::Config;
 use crate::events::{EventRecorder, EventType, ObjectRef};
@@ -175,7 +175,11 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
     let allocatable = tuning.allocatable.unwrap_or_else(|| {
         Allocatable::detect(config.max_pods, config.reserved_cpu_millis, config.reserved_memory_bytes)
     });
-    let admission = Arc::new(Admission::new(allocatable).with_pod_security(config.static_pod_security_level));
+    let admission = Arc::new(
+        Admission::new(allocatable)
+            .with_pod_security(config.static_pod_security_level)
+            .with_security(crate::model::sysctl::Allowlist::new(&config.allowed_unsafe_sysctls), apparmor_enabled()),
+    );
     let sync_cfg = SyncConfig {
         root_dir: config.root_dir.clone(),
         pod_logs_dir: config.pod_logs_dir.clone(),
@@ -190,6 +194,8 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
         allocatable_ephemeral_bytes: ephemeral_allocatable(&config.root_dir),
         memory_capacity_bytes: allocatable.memory_capacity_bytes,
         resolv_conf: config.resolv_conf.clone(),
+        seccomp_default: config.seccomp_default,
+        apparmor_enabled: crate::admission::apparmor_enabled(),
     };
     let pod_cache = Arc::new(crate::runtime::cache::PodCache::new());
     let objects = Arc::new(crate::model::objects::ObjectStore::new());

@@ -595,29 +595,13 @@ fn seccomp_profile_baseline(_: &ObjectMeta, spec: &PodSpec) -> Option<Forbidden>
     )
 }
 
-/// The safe sysctls (v1.32).
-const SAFE_SYSCTLS: &[&str] = &[
-    "kernel.shm_rmid_forced",
-    "net.ipv4.ip_local_port_range",
-    "net.ipv4.tcp_syncookies",
-    "net.ipv4.ping_group_range",
-    "net.ipv4.ip_unprivileged_port_start",
-    "net.ipv4.ip_local_reserved_ports",
-    "net.ipv4.tcp_keepalive_time",
-    "net.ipv4.tcp_fin_timeout",
-    "net.ipv4.tcp_keepalive_intvl",
-    "net.ipv4.tcp_keepalive_probes",
-    "net.ipv4.tcp_rmem",
-    "net.ipv4.tcp_wmem",
-];
-
 /// sysctls: only the safe set.
 fn sysctls(_: &ObjectMeta, spec: &PodSpec) -> Option<Forbidden> {
     let bad: Vec<&str> = spec
         .security_context
         .iter()
         .flat_map(|s| s.sysctls.iter().flatten())
-        .filter(|s| !SAFE_SYSCTLS.contains(&s.name.as_str()))
+        .filter(|s| !crate::model::sysctl::SAFE.contains(&s.name.as_str()))
         .map(|s| s.name.as_str())
         .collect();
     if bad.is_empty() {

@@ -1244,6 +1244,99 @@ fn active_deadline_fails_the_pod_on_containerd() {
     a.clean_up(&[&uid]);
 }
 
+/// The security context on containerd, read from the kernel inside the
+/// containers: user, group and supplementary groups (`fsGroup` first),
+/// `Seccomp:` and `NoNewPrivs:` of `/proc/self/status` for RuntimeDefault,
+/// Unconfined and a Localhost profile under `<rootDir>/seccomp` (which
+/// denies mkdir), a safe sysctl's value, one PID namespace for the pod
+/// (`shareProcessNamespace`). `runAsNonRoot` against the image's user
+/// (root) stops the container with the kubelet's message; an unsafe
+/// sysctl and an AppArmor profile on this host without AppArmor are
+/// refused at admission with the kubelet's reasons.
+#[test]
+fn security_context_reaches_the_kernel_on_containerd() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("security");
+    let state = a.root().parent().unwrap().join("sec-state");
+    std::fs::create_dir_all(&state).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let profiles = a.root().join("seccomp/profiles");
+    std::fs::create_dir_all(&profiles).unwrap();
+    std::fs::write(
+        profiles.join("no-mkdir.json"),
+        r#"{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO"}]}"#,
+    )
+    .unwrap();
+    let report = "id > /state/$N.id; grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status > /state/$N.status; \
+                  cat /proc/sys/net/ipv4/ip_local_port_range > /state/$N.sysctl; ls /proc | grep -c '^[0-9]' > /state/$N.procs; \
+                  touch /scratch/$N; stat -c '%g %a' /scratch /scratch/$N > /state/$N.scratch; \
+                  if mkdir /scratch/d.$N 2>/dev/null; then echo made > /state/$N.mkdir; else echo denied > /state/$N.mkdir; fi; ";
+    let container = |name: &str, sc: &str| {
+        format!(
+            "  - name: {name}\n    image: {IMAGE}\n    imagePullPolicy: Never\n    env: [{{name: N, value: {name}}}]\n    command: [sh, -c, {:?}]\n    volumeMounts: [{{name: state, mountPath: /state}}, {{name: scratch, mountPath: /scratch}}]\n    securityContext: {sc}\n",
+            format!("{report}{TRAPPING}")
+        )
+    };
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: secure, namespace: e2e}}\nspec:\n  terminationGracePeriodSeconds: 1\n  shareProcessNamespace: true\n  securityContext:\n    runAsUser: 1000\n    runAsGroup: 3000\n    fsGroup: 2000\n    supplementalGroups: [4000]\n    seccompProfile: {{type: RuntimeDefault}}\n    sysctls: [{{name: net.ipv4.ip_local_port_range, value: \"20000 30000\"}}]\n  volumes: [{{name: state, hostPath: {{path: {}}}}}, {{name: scratch, emptyDir: {{}}}}]\n  containers:\n{}{}{}",
+        state.display(),
+        container("confined", "{allowPrivilegeEscalation: false}"),
+        container("open", "{seccompProfile: {type: Unconfined}, runAsUser: 1001}"),
+        container("local", "{seccompProfile: {type: Localhost, localhostProfile: profiles/no-mkdir.json}}"),
+    );
+    a.write("secure.yaml", &pod);
+    let root_image = pod_yaml("rooted", "  securityContext: {runAsNonRoot: true}\n", TRAPPING);
+    a.write("rooted.yaml", &root_image);
+    let unsafe_sysctl =
+        pod_yaml("tuned", "  securityContext:\n    sysctls: [{name: net.core.somaxconn, value: \"1024\"}]\n", TRAPPING);
+    a.write("tuned.yaml", &unsafe_sysctl);
+    let armored = pod_yaml("armored", "  securityContext:\n    appArmorProfile: {type: RuntimeDefault}\n", TRAPPING);
+    a.write("armored.yaml", &armored);
+    let uid = a.uid("secure");
+    let read = |f: &str| std::fs::read_to_string(state.join(f)).unwrap_or_default();
+    wait_for("every container reported", Duration::from_secs(30), || {
+        ["confined", "open", "local"].iter().all(|n| !read(&format!("{n}.mkdir")).is_empty())
+    });
+    assert_eq!(read("confined.id").trim(), "uid=1000 gid=3000 groups=2000,3000,4000");
+    assert_eq!(read("open.id").trim(), "uid=1001 gid=3000 groups=2000,3000,4000");
+    assert_eq!(read("confined.status"), "NoNewPrivs:\t1\nSeccomp:\t2\n");
+    assert_eq!(read("open.status"), "NoNewPrivs:\t0\nSeccomp:\t0\n");
+    assert_eq!(read("local.status"), "NoNewPrivs:\t0\nSeccomp:\t2\n");
+    assert_eq!(read("local.mkdir").trim(), "denied", "the Localhost profile denies mkdir");
+    // fsGroup: the emptyDir is the group's and setgid, so new files are too
+    assert_eq!(read("open.scratch"), "2000 2777\n2000 644\n");
+    assert_eq!(read("confined.mkdir").trim(), "made", "RuntimeDefault allows mkdir");
+    assert_eq!(read("confined.sysctl").split_whitespace().collect::<Vec<_>>(), ["20000", "30000"]);
+    // one PID namespace: each container sees the pause process and the
+    // others' shells, not just its own
+    let procs: usize = read("confined.procs").trim().parse().unwrap();
+    assert!(procs >= 4, "a shared PID namespace shows the pod's processes, saw {procs}");
+    let waiting =
+        || a.pod("rooted").map(|p| p["status"]["containerStatuses"][0]["state"]["waiting"].clone()).unwrap_or_default();
+    wait_for("runAsNonRoot refused", Duration::from_secs(30), || waiting()["reason"] == "CreateContainerConfigError");
+    let rooted_uid = a.uid("rooted");
+    assert_eq!(
+        waiting()["message"],
+        format!(
+            "container has runAsNonRoot and image will run as root (pod: \"rooted_e2e({rooted_uid})\", container: main)"
+        )
+    );
+    let tuned = a.pod("tuned").unwrap();
+    assert_eq!(tuned["status"]["reason"], "SysctlForbidden");
+    assert_eq!(
+        tuned["status"]["message"],
+        "Pod was rejected: forbidden sysctl: \"net.core.somaxconn\" not allowlisted"
+    );
+    let armored = a.pod("armored").unwrap();
+    assert_eq!(armored["status"]["reason"], "AppArmor");
+    assert_eq!(
+        armored["status"]["message"],
+        "Pod was rejected: Cannot enforce AppArmor: AppArmor is not enabled on the host"
+    );
+    a.clean_up(&[&uid, &rooted_uid]);
+}
+
 /// An HTTPS server on `ip` with the test certificate (self-signed, for
 /// another name).
 fn https_server(ip: &str) -> podwarden::prober::net::test_tls::HttpsServer {

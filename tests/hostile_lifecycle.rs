@@ -126,7 +126,7 @@ fn a_pod_that_left_its_source_counts_for_admission_until_it_finished() {
     assert_eq!(st.reason.as_deref(), Some("OutOfcpu"));
     assert_eq!(
         st.message.as_deref(),
-        Some("Node didn't have enough resource: cpu, requested: 500, used: 800, capacity: 1000")
+        Some("Pod was rejected: Node didn't have enough resource: cpu, requested: 500, used: 800, capacity: 1000")
     );
     assert!(h.fake.calls_for("new1", Op::RunPodSandbox).is_empty());
     assert_eq!(h.phase("hog1"), Some(Phase::Terminating), "rejected while the hog still terminates");

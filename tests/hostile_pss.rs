@@ -266,7 +266,7 @@ fn the_static_pods_level_is_enforced_at_admission() {
     assert_eq!(p["status"]["reason"], "PodSecurity", "{p}");
     assert_eq!(
         p["status"]["message"],
-        r#"violates PodSecurity "baseline:latest": host namespaces (hostPID=true, hostIPC=true)"#
+        r#"Pod was rejected: violates PodSecurity "baseline:latest": host namespaces (hostPID=true, hostIPC=true)"#
     );
     let rp = a.runtime_pod(&nosy);
     assert!(rp.sandboxes.is_empty() && rp.containers.is_empty(), "a rejected pod never starts: {rp:?}");

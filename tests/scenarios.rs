@@ -448,7 +448,8 @@ fn node_shutdown_gate_rejects_new_pods() {
     h.agent.apply_source(vec![arc(pod("late", "ul8"))]);
     let st = h.statuses.get("ul8").unwrap();
     assert_eq!(st.reason.as_deref(), Some("NodeShutdown"));
-    assert_eq!(st.message.as_deref(), Some("Pod was rejected as the node is shutting down."));
+    // the kubelet's rejectPod puts its prefix before the handler's message
+    assert_eq!(st.message.as_deref(), Some("Pod was rejected: Pod was rejected as the node is shutting down."));
     assert!(h.fake.calls().is_empty());
 }
 

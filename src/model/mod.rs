@@ -7,6 +7,7 @@ pub mod manifest;
 pub mod objects;
 pub mod qos;
 pub mod quantity;
+pub mod sysctl;
 pub mod yaml;
 
 use std::collections::BTreeMap;

@@ -11,8 +11,8 @@ use crossbeam_channel::select;
 use grpcio::{CallOption, ChannelBuilder, Environment, RpcStatusCode};
 
 use super::{
-    CallCtx, ContainerConfig, ContainerInfo, ContainerState, LABEL_POD_UID, Op, Propagation, Result, Runtime,
-    RuntimeError, RuntimePod, SandboxConfig, SandboxInfo,
+    CallCtx, ContainerConfig, ContainerInfo, ContainerState, ImageInfo, LABEL_POD_UID, Op, Propagation, Result,
+    Runtime, RuntimeError, RuntimePod, SandboxConfig, SandboxInfo, SecurityProfile,
 };
 
 #[allow(clippy::all, clippy::pedantic, dead_code, unused_imports, unused_mut, unused_qualifications, missing_docs)]
@@ -81,6 +81,24 @@ fn opt(ctx: &CallCtx, op: Op) -> Result<CallOption> {
 /// call is not made once cancelled or past it); its error is converted.
 fn call<T>(ctx: &CallCtx, op: Op, f: impl FnOnce(CallOption) -> grpcio::Result<T>) -> Result<T> {
     f(opt(ctx, op)?).map_err(|e| convert_err(op, e))
+}
+
+/// A profile as CRI carries it, and its deprecated string form (for
+/// runtimes that read only that): `runtime/default`, `unconfined`,
+/// `localhost/<path or name>`.
+fn profile(p: &SecurityProfile) -> (api::SecurityProfile, String) {
+    use api::security_profile::ProfileType;
+    let mut sp = api::SecurityProfile::new();
+    let (kind, text) = match p {
+        SecurityProfile::RuntimeDefault => (ProfileType::RuntimeDefault, "runtime/default".to_string()),
+        SecurityProfile::Unconfined => (ProfileType::Unconfined, "unconfined".to_string()),
+        SecurityProfile::Localhost(r) => {
+            sp.localhost_ref = r.clone();
+            (ProfileType::Localhost, format!("localhost/{r}"))
+        }
+    };
+    sp.profile_type = protobuf::EnumOrUnknown::new(kind);
+    (sp, text)
 }
 
 fn from_map(m: &BTreeMap<String, String>) -> HashMap<String, String> {
@@ -236,14 +254,16 @@ impl CriRuntime {
         by_uid.into_values().collect()
     }
 
-    /// Network and IPC per pod, PID per container, unless the host's.
+    /// Network and IPC per pod, PID per container (per pod with
+    /// `shareProcessNamespace`), unless the host's.
     fn namespaces(c: &SandboxConfig) -> api::NamespaceOption {
         let mode = |host: bool, other: api::NamespaceMode| {
             protobuf::EnumOrUnknown::new(if host { api::NamespaceMode::NODE } else { other })
         };
         let mut ns = api::NamespaceOption::new();
         ns.network = mode(c.host_network, api::NamespaceMode::POD);
-        ns.pid = mode(c.host_pid, api::NamespaceMode::CONTAINER);
+        let pid = if c.share_pid { api::NamespaceMode::POD } else { api::NamespaceMode::CONTAINER };
+        ns.pid = mode(c.host_pid, pid);
         ns.ipc = mode(c.host_ipc, api::NamespaceMode::POD);
         ns
     }
@@ -259,8 +279,13 @@ impl CriRuntime {
         // containerd refuses a privileged container in a sandbox not marked
         // privileged ("no privileged container allowed in sandbox")
         sc.privileged = c.privileged;
+        sc.supplemental_groups = c.supplemental_groups.clone();
+        let (seccomp, seccomp_path) = profile(&c.seccomp);
+        sc.seccomp = protobuf::MessageField::some(seccomp);
+        sc.seccomp_profile_path = seccomp_path;
         let mut linux = api::LinuxPodSandboxConfig::new();
         linux.security_context = protobuf::MessageField::some(sc);
+        linux.sysctls = from_map(&c.sysctls);
         let mut cfg = api::PodSandboxConfig::new();
         cfg.metadata = protobuf::MessageField::some(md);
         cfg.hostname = if c.host_network { String::new() } else { c.hostname.clone() };
@@ -346,6 +371,15 @@ impl CriRuntime {
         sec.privileged = c.security.privileged;
         sec.readonly_rootfs = c.security.readonly_rootfs;
         sec.no_new_privs = c.security.no_new_privs;
+        sec.supplemental_groups = c.security.supplemental_groups.clone();
+        let (seccomp, seccomp_path) = profile(&c.security.seccomp);
+        sec.seccomp = protobuf::MessageField::some(seccomp);
+        sec.seccomp_profile_path = seccomp_path;
+        if let Some(a) = &c.security.apparmor {
+            let (apparmor, apparmor_name) = profile(a);
+            sec.apparmor = protobuf::MessageField::some(apparmor);
+            sec.apparmor_profile = apparmor_name;
+        }
         if let Some(u) = c.security.run_as_user {
             let mut v = api::Int64Value::new();
             v.value = u;
@@ -441,13 +475,17 @@ impl Runtime for CriRuntime {
             .unwrap_or_else(|| RuntimePod { uid: uid.to_string(), ..Default::default() }))
     }
 
-    fn image_status(&self, ctx: &CallCtx, image: &str) -> Result<Option<String>> {
+    fn image_status(&self, ctx: &CallCtx, image: &str) -> Result<Option<ImageInfo>> {
         let mut spec = api::ImageSpec::new();
         spec.image = image.to_string();
         let mut req = api::ImageStatusRequest::new();
         req.image = protobuf::MessageField::some(spec);
         let r = call(ctx, Op::ImageStatus, |o| self.images.image_status_opt(&req, o))?;
-        Ok(r.image.as_ref().map(|i| i.id.clone()))
+        Ok(r.image.as_ref().map(|i| ImageInfo {
+            id: i.id.clone(),
+            uid: i.uid.as_ref().map(|u| u.value),
+            username: i.username.clone(),
+        }))
     }
 
     fn pull_image(&self, ctx: &CallCtx, image: &str) -> Result<String> {

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 
 use super::{
-    CallCtx, ContainerConfig, ContainerInfo, ContainerState, Result, Runtime, RuntimeError, RuntimePod, SandboxConfig,
-    SandboxInfo,
+    CallCtx, ContainerConfig, ContainerInfo, ContainerState, ImageInfo, Result, Runtime, RuntimeError, RuntimePod,
+    SandboxConfig, SandboxInfo,
 };
 
 /// The fake's operations are the CRI methods ([`super::Op`]); it serves
@@ -457,10 +457,12 @@ impl Runtime for FakeRuntime {
             .unwrap_or_else(|| RuntimePod { uid: uid.to_string(), ..Default::default() }))
     }
 
-    fn image_status(&self, ctx: &CallCtx, image: &str) -> Result<Option<String>> {
+    fn image_status(&self, ctx: &CallCtx, image: &str) -> Result<Option<ImageInfo>> {
         self.enter(ctx, Op::ImageStatus, "", image)?;
         let st = self.state.lock();
-        Ok((!st.missing_images.contains(image)).then(|| format!("sha256:{image}")))
+        // the fake's images have no user: they run as root
+        Ok((!st.missing_images.contains(image))
+            .then(|| ImageInfo { id: format!("sha256:{image}"), ..Default::default() }))
     }
 
     fn pull_image(&self, ctx: &CallCtx, image: &str) -> Result<String> {

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{CallCtx, ContainerConfig, Op, Result, Runtime, RuntimeError, RuntimePod, SandboxConfig};
+use super::{CallCtx, ContainerConfig, ImageInfo, Op, Result, Runtime, RuntimeError, RuntimePod, SandboxConfig};
 
 /// Where failed runtime calls are counted, by the operation that failed.
 pub trait FailedCalls: Send + Sync {
@@ -52,7 +52,7 @@ impl Runtime for Metered {
         self.count(Op::ContainerStatus, r)
     }
 
-    fn image_status(&self, ctx: &CallCtx, image: &str) -> Result<Option<String>> {
+    fn image_status(&self, ctx: &CallCtx, image: &str) -> Result<Option<ImageInfo>> {
         self.count(Op::ImageStatus, self.inner.image_status(ctx, image))
     }
 

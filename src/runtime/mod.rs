@@ -249,16 +249,42 @@ pub struct Resources {
     pub oom_score_adj: i64,
 }
 
+/// A seccomp or AppArmor profile (CRI `SecurityProfile`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum SecurityProfile {
+    RuntimeDefault,
+    #[default]
+    Unconfined,
+    /// A seccomp profile's file (absolute), or an AppArmor profile's name.
+    Localhost(String),
+}
+
 /// Security settings of a container.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Security {
     pub run_as_user: Option<i64>,
     pub run_as_group: Option<i64>,
+    /// `fsGroup`, then `supplementalGroups`.
+    pub supplemental_groups: Vec<i64>,
     pub privileged: bool,
     pub readonly_rootfs: bool,
     pub add_capabilities: Vec<String>,
     pub drop_capabilities: Vec<String>,
     pub no_new_privs: bool,
+    pub seccomp: SecurityProfile,
+    /// `None`: the runtime's choice (no AppArmor on this host, or none
+    /// asked for).
+    pub apparmor: Option<SecurityProfile>,
+}
+
+/// An image as `ImageStatus` describes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageInfo {
+    /// The image reference (`sha256:...`).
+    pub id: String,
+    /// The image's user: a numeric uid, else a name (both unset: root).
+    pub uid: Option<i64>,
+    pub username: String,
 }
 
 /// What the runtime needs to create a pod sandbox.
@@ -276,6 +302,14 @@ pub struct SandboxConfig {
     /// Some container of the pod runs privileged: the runtime must allow
     /// it in this sandbox (CRI `LinuxSandboxSecurityContext.privileged`).
     pub privileged: bool,
+    /// `shareProcessNamespace`: one PID namespace for the pod.
+    pub share_pid: bool,
+    /// The pod's `fsGroup` and `supplementalGroups`.
+    pub supplemental_groups: Vec<i64>,
+    /// The pod-level seccomp profile.
+    pub seccomp: SecurityProfile,
+    /// The pod's `sysctls`, set in its namespaces.
+    pub sysctls: BTreeMap<String, String>,
     pub port_mappings: Vec<PortMapping>,
     pub dns: Option<DnsConfig>,
     pub labels: BTreeMap<String, String>,
@@ -395,7 +429,7 @@ pub trait Runtime: Send + Sync {
         Ok(())
     }
     /// The image's reference if it is present locally.
-    fn image_status(&self, ctx: &CallCtx, image: &str) -> Result<Option<String>>;
+    fn image_status(&self, ctx: &CallCtx, image: &str) -> Result<Option<ImageInfo>>;
     fn pull_image(&self, ctx: &CallCtx, image: &str) -> Result<String>;
     fn run_sandbox(&self, ctx: &CallCtx, config: &SandboxConfig) -> Result<String>;
     fn stop_sandbox(&self, ctx: &CallCtx, id: &str) -> Result<()>;

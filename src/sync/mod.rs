@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 pub use backoff::Backoff;
+pub use setup::{APPARMOR_ANNOTATION_PREFIX, apparmor_profile};
 
 use crate::events::{EventRecorder, EventType, ObjectRef};
 use crate::model::{self, Pod, Uid};
@@ -59,6 +60,11 @@ pub struct SyncConfig {
     pub memory_capacity_bytes: i64,
     /// The host's resolver config (`resolvConf`).
     pub resolv_conf: PathBuf,
+    /// `seccompDefault`: containers without a seccomp profile get the
+    /// runtime's default instead of none.
+    pub seccomp_default: bool,
+    /// The host enforces AppArmor (profiles are passed to the runtime).
+    pub apparmor_enabled: bool,
 }
 
 impl SyncConfig {

@@ -15,7 +15,7 @@ use crate::podworkers::{SyncCtx, SyncError, SyncResult, UpdateType};
 use crate::runtime::{
     ANNOTATION_GRACE, ANNOTATION_RESTART_COUNT, ContainerConfig, ContainerState, LABEL_CONTAINER_NAME, LABEL_POD_NAME,
     LABEL_POD_NAMESPACE, LABEL_POD_UID, Mount, PortMapping, Propagation, Resources, RuntimeError, RuntimePod,
-    SandboxConfig, Security,
+    SandboxConfig, Security, SecurityProfile,
 };
 use crate::status::{GenerateInput, generate};
 
@@ -68,6 +68,19 @@ pub enum ConfigError {
     /// such a value out).
     #[error("invalid MountPropagation mode: {0:?}")]
     Propagation(String),
+    /// `runAsNonRoot` cannot be verified or is broken (the kubelet's
+    /// `verifyRunAsNonRoot` texts).
+    #[error("{0}")]
+    NonRoot(String),
+}
+
+/// The node's security settings that fill what a pod leaves unset.
+pub struct SecurityDefaults {
+    /// `seccompDefault`.
+    pub seccomp_default: bool,
+    /// Where `Localhost` seccomp profiles live (`<rootDir>/seccomp`).
+    pub seccomp_root: std::path::PathBuf,
+    pub apparmor_enabled: bool,
 }
 
 /// The sandbox a container is started in.
@@ -476,11 +489,11 @@ impl PodSync {
         let image = c.image.clone().unwrap_or_default();
         let pulled = match pull_policy(c) {
             "Never" => match self.runtime.image_status(&self.call(ctx), &image)? {
-                Some(r) => Ok(r),
+                Some(r) => Ok(r.id),
                 None => Err(RuntimeError::ImageNeverPull { image: image.clone() }),
             },
             "IfNotPresent" => match self.runtime.image_status(&self.call(ctx), &image)? {
-                Some(r) => Ok(r),
+                Some(r) => Ok(r.id),
                 None => self.runtime.pull_image(&self.call(ctx), &image),
             },
             _ => self.runtime.pull_image(&self.call(ctx), &image),
@@ -503,7 +516,10 @@ impl PodSync {
             self.events.event(&obj, EventType::Warning, "Failed", &format!("{reason}: {e}"));
             return Ok(Some(retry));
         }
-        let config = match self.container_config(pod, c, sandbox.pod_ip, attempt) {
+        let config = match self
+            .verify_run_as_non_root(ctx, pod, c, &image)
+            .and_then(|()| self.container_config(pod, c, sandbox.pod_ip, attempt))
+        {
             Ok(config) => config,
             Err(e) => {
                 // as the kubelet: the container is not created; the pod
@@ -668,6 +684,7 @@ impl PodSync {
                     let limit = ed.size_limit.as_ref().and_then(|q| quantity::bytes(&q.0).ok());
                     super::volumes::mount_tmpfs(&p, limit, 0o777).map_err(|e| self.failed_mount(pod, &v.name, e))?;
                 }
+                self.own_volume(pod, &v.name, &p, false, false)?;
             } else if let Some(hp) = &v.host_path {
                 super::volumes::check_host_path(&hp.path, hp.type_.as_deref().unwrap_or(""))
                     .map_err(|e| self.failed_mount(pod, &v.name, e))?;
@@ -711,12 +728,37 @@ impl PodSync {
             .map_err(|e| setup_failed(e.to_string()))?;
         match super::atomic_writer::write(&dir, &payload) {
             Ok(true) => {
-                log::info!("pod {}: volume {:?} written ({} files)", model::pod_ref(pod), v.name, payload.len())
+                log::info!("pod {}: volume {:?} written ({} files)", model::pod_ref(pod), v.name, payload.len());
+                self.own_volume(pod, &v.name, &dir, true, true)?;
             }
             Ok(false) => {}
             Err(e) => return Err(setup_failed(format!("writing {}: {e}", dir.display()))),
         }
         Ok(())
+    }
+
+    /// `fsGroup` ownership of a volume the pod owns (emptyDir, configMap,
+    /// secret, downwardAPI, projected): walked when its root is not owned
+    /// yet, or, under `fsGroupChangePolicy: Always`, when it was just
+    /// (re)written (`changed`). A hostPath is never touched.
+    fn own_volume(&self, pod: &Pod, name: &str, dir: &Path, read_only: bool, changed: bool) -> Result<(), SyncError> {
+        let psc = model::spec(pod).and_then(|s| s.security_context.as_ref());
+        let Some(gid) = psc.and_then(|s| s.fs_group).and_then(|g| u32::try_from(g).ok()) else { return Ok(()) };
+        let always = psc.and_then(|s| s.fs_group_change_policy.as_deref()) != Some("OnRootMismatch");
+        if super::volumes::owned_at_root(dir, gid, read_only) && !(always && changed) {
+            return Ok(());
+        }
+        match super::volumes::set_ownership(dir, gid, read_only) {
+            Ok(n) => {
+                log::info!("pod {}: volume {name:?}: group {gid} set on {n} entries (fsGroup)", model::pod_ref(pod));
+                Ok(())
+            }
+            Err(e) => {
+                let msg = format!("MountVolume.SetUp failed for volume {name:?} : setting fsGroup {gid}: {e}");
+                self.events.event(&ObjectRef::pod(pod), EventType::Warning, "FailedMount", &msg);
+                Err(SyncError::Other(msg))
+            }
+        }
     }
 
     fn projection_path(&self, pod: &Pod, volume: &str, plugin: Plugin) -> PathBuf {
@@ -757,7 +799,19 @@ impl PodSync {
             host_ipc: model::spec(pod).and_then(|s| s.host_ipc).unwrap_or(false),
             // as the kubelet: privileged when any container is (and only
             // where privileged containers may run at all)
-            privileged: self.cfg.allow_privileged && model::all_containers(pod).any(|c| security(pod, c).privileged),
+            privileged: self.cfg.allow_privileged
+                && model::all_containers(pod)
+                    .any(|c| c.security_context.as_ref().and_then(|s| s.privileged).unwrap_or(false)),
+            share_pid: model::spec(pod).and_then(|s| s.share_process_namespace).unwrap_or(false),
+            supplemental_groups: supplemental_groups(pod),
+            seccomp: seccomp_profile(
+                model::spec(pod).and_then(|s| s.security_context.as_ref()?.seccomp_profile.as_ref()),
+                &self.security_defaults(),
+            ),
+            sysctls: model::spec(pod)
+                .and_then(|s| s.security_context.as_ref()?.sysctls.as_ref())
+                .map(|l| l.iter().map(|s| (s.name.clone(), s.value.clone())).collect())
+                .unwrap_or_default(),
             // the app containers' and the sidecars' (which serve as long)
             port_mappings: model::long_running(pod)
                 .flat_map(|c| c.ports.iter().flatten())
@@ -773,6 +827,50 @@ impl PodSync {
             dns: None,
             labels: Self::pod_labels(pod),
             annotations: pod.metadata.annotations.clone().unwrap_or_default(),
+        }
+    }
+
+    fn security_defaults(&self) -> SecurityDefaults {
+        SecurityDefaults {
+            seccomp_default: self.cfg.seccomp_default,
+            seccomp_root: self.cfg.root_dir.join("seccomp"),
+            apparmor_enabled: self.cfg.apparmor_enabled,
+        }
+    }
+
+    /// The kubelet's `verifyRunAsNonRoot`: with `runAsNonRoot`, an explicit
+    /// `runAsUser` must not be 0, and without one the image's user (from
+    /// `ImageStatus`; none at all is root) must be a numeric uid other
+    /// than 0.
+    fn verify_run_as_non_root(&self, ctx: &SyncCtx, pod: &Pod, c: &Container, image: &str) -> Result<(), ConfigError> {
+        let psc = model::spec(pod).and_then(|s| s.security_context.as_ref());
+        let csc = c.security_context.as_ref();
+        if !csc.and_then(|s| s.run_as_non_root).or(psc.and_then(|s| s.run_as_non_root)).unwrap_or(false) {
+            return Ok(());
+        }
+        let who = format!("{}_{}({})", model::name(pod), model::namespace(pod), model::uid(pod));
+        if let Some(u) = csc.and_then(|s| s.run_as_user).or(psc.and_then(|s| s.run_as_user)) {
+            if u == 0 {
+                return Err(ConfigError::NonRoot(format!(
+                    "container's runAsUser breaks non-root policy (pod: {who:?}, container: {})",
+                    c.name
+                )));
+            }
+            return Ok(());
+        }
+        let info =
+            self.runtime.image_status(&self.call(ctx), image).map_err(|e| ConfigError::NonRoot(e.to_string()))?;
+        let (uid, username) = info.map(|i| (i.uid, i.username)).unwrap_or_default();
+        match (uid, username.as_str()) {
+            (None, "") | (Some(0), _) => Err(ConfigError::NonRoot(format!(
+                "container has runAsNonRoot and image will run as root (pod: {who:?}, container: {})",
+                c.name
+            ))),
+            (None, name) => Err(ConfigError::NonRoot(format!(
+                "container has runAsNonRoot and image has non-numeric user ({name}), cannot verify user is non-root (pod: {who:?}, container: {})",
+                c.name
+            ))),
+            (Some(_), _) => Ok(()),
         }
     }
 
@@ -887,7 +985,7 @@ impl PodSync {
                 oom_score_adj: model::qos::oom_score_adj(pod, c, self.cfg.memory_capacity_bytes),
                 ..resources(c)
             },
-            security: security(pod, c),
+            security: security(pod, c, &self.security_defaults()),
             labels,
             annotations,
         })
@@ -929,15 +1027,73 @@ pub fn resources(c: &Container) -> Resources {
     }
 }
 
+/// The pod's `fsGroup` then its `supplementalGroups`, the groups every
+/// container's processes get besides their own.
+pub fn supplemental_groups(pod: &Pod) -> Vec<i64> {
+    let psc = model::spec(pod).and_then(|s| s.security_context.as_ref());
+    let fs_group = psc.and_then(|s| s.fs_group);
+    fs_group.into_iter().chain(psc.and_then(|s| s.supplemental_groups.clone()).unwrap_or_default()).collect()
+}
+
+/// A `seccompProfile` as the runtime gets it: `Localhost` names a file
+/// under the seccomp root; unset is `RuntimeDefault` with `seccompDefault`,
+/// else `Unconfined` (the kubelet's rules).
+pub fn seccomp_profile(
+    p: Option<&k8s_openapi::api::core::v1::SeccompProfile>,
+    d: &SecurityDefaults,
+) -> SecurityProfile {
+    match p.map(|p| (p.type_.as_str(), p.localhost_profile.as_deref())) {
+        None if d.seccomp_default => SecurityProfile::RuntimeDefault,
+        None => SecurityProfile::Unconfined,
+        Some(("RuntimeDefault", _)) => SecurityProfile::RuntimeDefault,
+        Some(("Localhost", Some(f))) => SecurityProfile::Localhost(d.seccomp_root.join(f).display().to_string()),
+        Some(_) => SecurityProfile::Unconfined,
+    }
+}
+
+/// The AppArmor profile container `c` asks for: its
+/// `securityContext.appArmorProfile`, else the annotation
+/// `container.apparmor.security.beta.kubernetes.io/<name>`, else the
+/// pod's; `None` when none is set.
+pub fn apparmor_profile(pod: &Pod, c: &Container) -> Option<SecurityProfile> {
+    let field = |p: &k8s_openapi::api::core::v1::AppArmorProfile| match p.type_.as_str() {
+        "RuntimeDefault" => SecurityProfile::RuntimeDefault,
+        "Localhost" => SecurityProfile::Localhost(p.localhost_profile.clone().unwrap_or_default()),
+        _ => SecurityProfile::Unconfined,
+    };
+    let annotation = |v: &str| match v {
+        "runtime/default" => SecurityProfile::RuntimeDefault,
+        "unconfined" => SecurityProfile::Unconfined,
+        v => SecurityProfile::Localhost(v.strip_prefix("localhost/").unwrap_or(v).to_string()),
+    };
+    let psc = model::spec(pod).and_then(|s| s.security_context.as_ref());
+    c.security_context
+        .as_ref()
+        .and_then(|s| s.app_armor_profile.as_ref())
+        .map(field)
+        .or_else(|| {
+            let key = format!("{APPARMOR_ANNOTATION_PREFIX}{}", c.name);
+            pod.metadata.annotations.as_ref().and_then(|a| a.get(&key)).map(|v| annotation(v))
+        })
+        .or_else(|| psc.and_then(|s| s.app_armor_profile.as_ref()).map(field))
+}
+
+/// The annotation form of a container's AppArmor profile, before its name.
+pub const APPARMOR_ANNOTATION_PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";
+
 /// Security settings from the pod's and the container's security contexts
-/// (the container's win).
-pub fn security(pod: &Pod, c: &Container) -> Security {
+/// (the container's win), with the node's defaults.
+pub fn security(pod: &Pod, c: &Container, d: &SecurityDefaults) -> Security {
     let psc = model::spec(pod).and_then(|s| s.security_context.as_ref());
     let csc = c.security_context.as_ref();
     let caps = csc.and_then(|s| s.capabilities.as_ref());
+    let seccomp = csc.and_then(|s| s.seccomp_profile.as_ref()).or(psc.and_then(|s| s.seccomp_profile.as_ref()));
     Security {
         run_as_user: csc.and_then(|s| s.run_as_user).or(psc.and_then(|s| s.run_as_user)),
         run_as_group: csc.and_then(|s| s.run_as_group).or(psc.and_then(|s| s.run_as_group)),
+        supplemental_groups: supplemental_groups(pod),
+        seccomp: seccomp_profile(seccomp, d),
+        apparmor: if d.apparmor_enabled { apparmor_profile(pod, c) } else { None },
         privileged: csc.and_then(|s| s.privileged).unwrap_or(false),
         readonly_rootfs: csc.and_then(|s| s.read_only_root_filesystem).unwrap_or(false),
         add_capabilities: caps.and_then(|c| c.add.clone()).unwrap_or_default(),
@@ -1020,6 +1176,8 @@ mod tests {
                 allocatable_ephemeral_bytes: 10 << 30,
                 memory_capacity_bytes: 4 << 30,
                 resolv_conf: "/etc/resolv.conf".into(),
+                seccomp_default: false,
+                apparmor_enabled: false,
             };
             PodSync::new(
                 Arc::new(crate::runtime::fake::FakeRuntime::new()),

@@ -8,6 +8,65 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
+/// Entries an `fsGroup` ownership walk changes at most (a volume is new or
+/// small when it runs; this bounds a pathological one).
+pub const OWNERSHIP_MAX_ENTRIES: usize = 100_000;
+
+/// The permission bits `fsGroup` adds: group read (and write unless the
+/// volume is read-only); directories also group search and setgid.
+fn ownership_mask(read_only: bool) -> u32 {
+    if read_only { 0o440 } else { 0o660 }
+}
+
+/// Whether volume `dir` already has `fsGroup` ownership at its root (group
+/// `gid`, the mask's bits, setgid): `fsGroupChangePolicy: OnRootMismatch`
+/// then skips the walk.
+pub fn owned_at_root(dir: &Path, gid: u32, read_only: bool) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let want = ownership_mask(read_only) | 0o110 | 0o2000;
+    std::fs::symlink_metadata(dir).is_ok_and(|m| m.gid() == gid && m.mode() & want == want)
+}
+
+/// The kubelet's `SetVolumeOwnership`: every entry of `dir` (depth
+/// first, children before their directory, links not followed) gets group
+/// `gid`; files and directories get the mask's bits, directories also
+/// group search and setgid, so what containers create inherits the group.
+/// At most [`OWNERSHIP_MAX_ENTRIES`] entries.
+pub fn set_ownership(dir: &Path, gid: u32, read_only: bool) -> std::io::Result<usize> {
+    use std::os::unix::fs::PermissionsExt;
+    let mask = ownership_mask(read_only);
+    let mut done = 0usize;
+    // (path, children listed)
+    let mut stack = vec![(dir.to_path_buf(), false)];
+    while let Some((p, listed)) = stack.pop() {
+        let m = std::fs::symlink_metadata(&p)?;
+        if m.is_dir() && !listed {
+            stack.push((p.clone(), true));
+            for e in std::fs::read_dir(&p)? {
+                stack.push((e?.path(), false));
+            }
+            continue;
+        }
+        done += 1;
+        if done > OWNERSHIP_MAX_ENTRIES {
+            return Err(std::io::Error::other(format!(
+                "more than {OWNERSHIP_MAX_ENTRIES} entries under {}",
+                dir.display()
+            )));
+        }
+        std::os::unix::fs::lchown(&p, None, Some(gid))?;
+        if m.file_type().is_symlink() {
+            continue;
+        }
+        let mut mode = m.permissions().mode() & 0o7777 | mask;
+        if m.is_dir() {
+            mode |= 0o110 | 0o2000;
+        }
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))?;
+    }
+    Ok(done)
+}
+
 /// Why a volume could not be set up (the pod's FailedMount event).
 #[derive(Debug, Error)]
 pub enum VolumeError {
