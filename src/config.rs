@@ -134,7 +134,15 @@ pub struct Config {
     /// each must be namespaced.
     #[serde(deserialize_with = "de::sysctl_patterns")]
     pub allowed_unsafe_sysctls: Vec<String>,
-    /// `systemd` or `cgroupfs`; empty means the default.
+    /// Pods in the kubelet's cgroup hierarchy (`kubepods`, QoS cgroups, a
+    /// cgroup per pod with its limits).
+    #[serde(rename = "cgroupsPerQOS", deserialize_with = "de::boolean")]
+    pub cgroups_per_qos: bool,
+    /// `pods` (limit `kubepods` to the allocatable) or nothing.
+    #[serde(deserialize_with = "de::enforce_node_allocatable")]
+    pub enforce_node_allocatable: Vec<String>,
+    /// `systemd` or `cgroupfs` (the kubelet's default); empty means the
+    /// default. Must be containerd's.
     #[serde(deserialize_with = "de::string_or_empty")]
     pub cgroup_driver: String,
     /// Pod data and the shutdown state file (podwarden-only).
@@ -208,7 +216,9 @@ impl Default for Config {
             kube_reserved: Reserved::default(),
             reserved_cpu_millis: 0,
             reserved_memory_bytes: 0,
-            cgroup_driver: "systemd".into(),
+            cgroup_driver: "cgroupfs".into(),
+            cgroups_per_qos: true,
+            enforce_node_allocatable: vec!["pods".into()],
             seccomp_default: false,
             allowed_unsafe_sysctls: Vec::new(),
             root_dir: "/var/lib/podwarden".into(),
@@ -831,6 +841,26 @@ mod de {
         }
     }
 
+    /// `enforceNodeAllocatable`: `pods` or `none` (podwarden makes no
+    /// system or kube reserved cgroups).
+    pub fn enforce_node_allocatable<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+        checked(d, |v| {
+            let list = v.as_array().ok_or("expected a list such as [pods]")?;
+            list.iter()
+                .map(|e| match e.as_str() {
+                    Some(s @ ("pods" | "none")) => Ok(s.to_string()),
+                    Some(
+                        s @ ("system-reserved"
+                        | "kube-reserved"
+                        | "system-reserved-compressible"
+                        | "kube-reserved-compressible"),
+                    ) => Err(Allowed::from(format!("{s:?} is not enforced by podwarden (it enforces pods)"))),
+                    _ => Err(Allowed::from("expected pods or none")),
+                })
+                .collect()
+        })
+    }
+
     /// A list of sysctl names or `prefix*` patterns, each in a namespace
     /// of its own (net, IPC), as the kubelet's allowlist requires.
     pub fn sysctl_patterns<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
@@ -1013,7 +1043,15 @@ mod tests {
         assert_eq!(c.max_pods, 110);
         // kubeadm points pods at systemd-resolved's upstream servers
         assert_eq!(c.resolv_conf, PathBuf::from("/run/systemd/resolve/resolv.conf"));
-        assert_eq!(c, Config { static_pod_path: c.static_pod_path.clone(), resolv_conf: c.resolv_conf.clone(), ..d });
+        assert_eq!(
+            c,
+            Config {
+                static_pod_path: c.static_pod_path.clone(),
+                resolv_conf: c.resolv_conf.clone(),
+                cgroup_driver: "systemd".into(),
+                ..d
+            }
+        );
     }
 
     #[test]

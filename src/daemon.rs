@@ -27,6 +27,13 @@ use crate::sync::{PodSync, SyncConfig};
 
 #[derive(Debug, Error)]
 pub enum DaemonError {
+    /// podwarden's `cgroupDriver` is not the runtime's.
+    #[error(
+        "field cgroupDriver: {ours:?} does not match containerd's cgroup driver: its runc runtime has SystemdCgroup = {theirs} \
+         (plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options); set cgroupDriver to {} or change containerd's",
+        if *theirs == "true" { "systemd" } else { "cgroupfs" }
+    )]
+    CgroupDriver { ours: String, theirs: &'static str },
     #[error("containerRuntimeEndpoint {endpoint}: {source}")]
     Runtime {
         endpoint: String,
@@ -89,7 +96,44 @@ fn connect_runtime(config: &Config) -> Result<Arc<dyn Runtime>, DaemonError> {
     let cri = CriRuntime::connect(endpoint, Duration::from_secs(10))
         .map_err(|source| DaemonError::Runtime { endpoint: endpoint.into(), source })?;
     log::info!("container runtime: {} at {endpoint}", cri.version);
+    // the kubelet and the runtime must agree on who manages the cgroups
+    let cancel = crate::cancel::CancelToken::new();
+    let ctx = crate::runtime::CallCtx::new(Duration::from_secs(10), &cancel);
+    match cri.systemd_cgroup(&ctx) {
+        Ok(Some(systemd)) if systemd != (config.cgroup_driver == "systemd") => {
+            return Err(DaemonError::CgroupDriver {
+                ours: config.cgroup_driver.clone(),
+                theirs: if systemd { "true" } else { "false" },
+            });
+        }
+        Ok(_) => {}
+        Err(e) => log::warn!("cannot read the runtime's cgroup driver (Status): {e}"),
+    }
     Ok(Arc::new(cri))
+}
+
+/// The node's pod cgroups (`cgroupsPerQOS`), made at start with
+/// `kubepods` limited to the allocatable (`enforceNodeAllocatable: [pods]`)
+/// or the machine; none with the simulated runtime.
+fn node_cgroups(config: &Config, id_prefix: &str) -> Result<Option<crate::cgroups::Cgroups>, DaemonError> {
+    if !config.cgroups_per_qos || id_prefix == "fake://" {
+        return Ok(None);
+    }
+    let driver = crate::cgroups::Driver::parse(&config.cgroup_driver);
+    let cg = crate::cgroups::Cgroups::detect(driver, std::path::Path::new("/sys/fs/cgroup"));
+    let a = Allocatable::detect(config.max_pods, config.reserved_cpu_millis, config.reserved_memory_bytes);
+    let (cpu, mem) = if config.enforce_node_allocatable.iter().any(|e| e == "pods") {
+        (a.cpu_millis, a.memory_bytes)
+    } else {
+        (a.cpu_capacity_millis, a.memory_capacity_bytes)
+    };
+    cg.ensure_node(cpu, mem).map_err(io("creating the kubepods cgroups under /sys/fs/cgroup"))?;
+    log::info!(
+        "pod cgroups: {} driver, cgroup {:?}, kubepods limited to {cpu}m CPU and {mem} bytes",
+        driver.name(),
+        cg.version
+    );
+    Ok(Some(cg))
 }
 
 /// The node's first non-loopback IPv4 address (the pod IP of host-network
@@ -116,6 +160,8 @@ pub struct Tuning {
     /// What the node gives to pods; `None`: the machine's capacity less
     /// the configured reservations.
     pub allocatable: Option<Allocatable>,
+    /// The pod cgroups (the daemon's, with a real runtime); `None`: none.
+    pub cgroups: Option<crate::cgroups::Cgroups>,
 }
 
 impl Default for Tuning {
@@ -127,6 +173,7 @@ impl Default for Tuning {
             start_gate_wait: Duration::from_secs(5),
             observer: None,
             allocatable: None,
+            cgroups: None,
         }
     }
 }
@@ -196,6 +243,7 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
         resolv_conf: config.resolv_conf.clone(),
         seccomp_default: config.seccomp_default,
         apparmor_enabled: crate::admission::apparmor_enabled(),
+        cgroups: tuning.cgroups.clone(),
     };
     let pod_cache = Arc::new(crate::runtime::cache::PodCache::new());
     let objects = Arc::new(crate::model::objects::ObjectStore::new());
@@ -308,7 +356,8 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
     let api_group = api_group(config)?;
     std::fs::create_dir_all(config.root_dir.join("pods"))
         .map_err(io(format!("creating rootDir {}", config.root_dir.display())))?;
-    let parts = assemble(config, runtime, id_prefix, Tuning::default());
+    let cgroups = node_cgroups(config, id_prefix)?;
+    let parts = assemble(config, runtime, id_prefix, Tuning { cgroups, ..Tuning::default() });
     let agent = parts.agent.clone();
     let events = parts.events.clone();
     let source = FileSource::new(&config.static_pod_path, &parts.node_name);

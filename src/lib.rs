@@ -5,6 +5,7 @@ pub mod admission;
 pub mod agent;
 pub mod api;
 pub mod cancel;
+pub mod cgroups;
 pub mod cli;
 pub mod config;
 pub mod daemon;

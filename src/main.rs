@@ -126,7 +126,9 @@ fn run(args: &[String]) -> Result<(), MainError> {
             let file = config_file(config_path);
             podwarden::daemon::run(load_config(file.clone())?).map_err(|e| match e {
                 // apiGroup is looked up at start; its error names the config
-                e @ DaemonError::ApiGroup { .. } => MainError::ConfigValue { file, source: e },
+                e @ (DaemonError::ApiGroup { .. } | DaemonError::CgroupDriver { .. }) => {
+                    MainError::ConfigValue { file, source: e }
+                }
                 e => MainError::Daemon(e),
             })
         }

@@ -255,6 +255,82 @@ fn missing_runtime_socket_is_a_clear_start_up_error() {
     assert!(err.contains(&ttrpc) && err.contains("does not answer the CRI v1 API"), "{err}");
 }
 
+/// A `cgroupDriver` that is not containerd's stops the agent at start with
+/// a config error naming containerd's setting (the test containerd runs
+/// runc with `SystemdCgroup = false`: cgroupfs).
+#[test]
+fn a_cgroup_driver_other_than_containerds_stops_the_agent() {
+    let d = TempDir::new("driver");
+    let config = d.0.join("c.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "containerRuntimeEndpoint: unix://{}\nrootDir: {}\nreadOnlyPort: 0\nstaticPodPath: {}\ncgroupDriver: systemd\napiSocket: {}\n",
+            socket(),
+            d.0.join("r").display(),
+            d.0.display(),
+            d.0.join("api.sock").display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(BIN).args(["run", "--config", config.to_str().unwrap()]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "EX_CONFIG: {err}");
+    assert!(
+        err.contains("field cgroupDriver: \"systemd\" does not match containerd's cgroup driver: its runc runtime has SystemdCgroup = false"),
+        "{err}"
+    );
+}
+
+/// The pod cgroups on containerd (cgroupfs driver, cgroup v1 on this
+/// machine): the kernel's files of the pod cgroup hold the pod's limits,
+/// each container is inside its pod's cgroup with its own limits, and a
+/// container that goes over its memory limit is OOM-killed, reported
+/// `OOMKilled` and restarted. The pod's cgroup goes with the pod.
+#[test]
+fn pod_cgroups_hold_the_limits_and_oom_kills_restart_on_containerd() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("cgroups");
+    let hog = "i=0; s=x; while [ $i -lt 26 ]; do s=$s$s; i=$((i+1)); done; sleep 1";
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: capped, namespace: e2e}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [sh, -c, {TRAPPING:?}]\n    resources: {{limits: {{cpu: 250m, memory: 48Mi}}}}\n  - name: hog\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [sh, -c, {hog:?}]\n    resources: {{limits: {{cpu: 100m, memory: 16Mi}}}}\n"
+    );
+    a.write("capped.yaml", &pod);
+    let uid = a.uid("capped");
+    let pod_cg = format!("kubepods/pod{uid}");
+    let read = |ctl: &str, rel: &str| {
+        std::fs::read_to_string(format!("/sys/fs/cgroup/{ctl}/{rel}")).map(|s| s.trim().to_string()).unwrap_or_default()
+    };
+    wait_for("main running", Duration::from_secs(30), || {
+        a.runtime_pod(&uid).containers.iter().any(|c| c.name == "main" && c.state == ContainerState::Running)
+    });
+    // Guaranteed: directly under kubepods, the sum of the limits
+    assert_eq!(read("memory", &format!("{pod_cg}/memory.limit_in_bytes")), (64i64 << 20).to_string());
+    assert_eq!(read("cpu", &format!("{pod_cg}/cpu.cfs_quota_us")), "35000");
+    assert_eq!(read("cpu", &format!("{pod_cg}/cpu.shares")), "358");
+    let main = a.runtime_pod(&uid).containers.into_iter().find(|c| c.name == "main").unwrap();
+    assert_eq!(read("memory", &format!("{pod_cg}/{}/memory.limit_in_bytes", main.id)), (48i64 << 20).to_string());
+    assert_eq!(read("cpu", &format!("{pod_cg}/{}/cpu.cfs_quota_us", main.id)), "25000");
+    // the hog goes over 16Mi: OOMKilled, restarted (restartPolicy Always)
+    let hog_status = || {
+        a.pod("capped")
+            .and_then(|p| p["status"]["containerStatuses"].as_array()?.iter().find(|c| c["name"] == "hog").cloned())
+            .unwrap_or_default()
+    };
+    wait_for("the hog OOM-killed and restarted", Duration::from_secs(60), || {
+        let h = hog_status();
+        h["restartCount"].as_i64().unwrap_or(0) >= 1 && h["lastState"]["terminated"]["reason"] == "OOMKilled"
+    });
+    assert_eq!(hog_status()["lastState"]["terminated"]["exitCode"], 137);
+    // kubepods exists with the node's limit
+    assert!(!read("memory", "kubepods/memory.limit_in_bytes").is_empty());
+    a.remove("capped.yaml");
+    wait_for("the pod's cgroup removed", Duration::from_secs(30), || {
+        !std::path::Path::new(&format!("/sys/fs/cgroup/memory/{pod_cg}")).exists()
+    });
+    a.clean_up(&[&uid]);
+}
+
 fn containerd_pid() -> Option<i32> {
     std::fs::read_to_string("/run/podwarden-e2e/containerd.pid").ok()?.trim().parse().ok()
 }

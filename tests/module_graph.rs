@@ -14,7 +14,10 @@ use std::path::Path;
 /// running parts, the core no orchestration, nothing below the edges an
 /// edge. A new module must be given its layer here.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("leaf", &["model", "config", "runtime", "cancel", "thread", "fsutil", "sys", "logging", "notify", "pss"]),
+    (
+        "leaf",
+        &["model", "config", "runtime", "cgroups", "cancel", "thread", "fsutil", "sys", "logging", "notify", "pss"],
+    ),
     ("core", &["podworkers", "sync", "prober", "admission", "status", "events", "metrics"]),
     ("orchestration", &["agent", "housekeeping", "shutdown", "parts"]),
     ("view", &["view"]),

@@ -66,6 +66,52 @@ fn requests(c: &Container) -> BTreeMap<&'static str, i64> {
         .collect()
 }
 
+/// One container's CPU (millicores) and memory (bytes) requests: the
+/// request, else the limit (as the API server defaults it).
+fn container_requests(c: &Container) -> (i64, i64) {
+    let Some(r) = c.resources.as_ref() else { return (0, 0) };
+    let get = |name: &str| {
+        r.requests
+            .as_ref()
+            .and_then(|m| m.get(name))
+            .or_else(|| r.limits.as_ref().and_then(|m| m.get(name)))
+            .map(|q| q.0.as_str())
+    };
+    (
+        get("cpu").and_then(|q| quantity::cpu_millis(q).ok()).unwrap_or(0),
+        get("memory").and_then(|q| quantity::bytes(q).ok()).unwrap_or(0),
+    )
+}
+
+/// A pod's CPU (millicores) and memory (bytes) requests, as the kubelet
+/// sums them: the app containers and the sidecars together, or, if more,
+/// what initialization needs at its peak (each init container with the
+/// sidecars started before it).
+pub fn pod_requests(pod: &Pod) -> (i64, i64) {
+    // saturating: a pod asking for 8Ei must not overflow the sums
+    let add = |a: (i64, i64), b: (i64, i64)| (a.0.saturating_add(b.0), a.1.saturating_add(b.1));
+    let mut sum = super::containers(pod).iter().map(container_requests).fold((0, 0), add);
+    let mut sidecars = (0, 0);
+    let mut peak = (0i64, 0i64);
+    for c in super::init_containers(pod) {
+        let r = container_requests(c);
+        let now = if super::is_sidecar(c) {
+            sum = add(sum, r);
+            sidecars = add(sidecars, r);
+            sidecars
+        } else {
+            add(sidecars, r)
+        };
+        peak = (peak.0.max(now.0), peak.1.max(now.1));
+    }
+    (sum.0.max(peak.0), sum.1.max(peak.1))
+}
+
+/// The pod's CPU request in millicores ([`pod_requests`]).
+pub fn pod_cpu_request_millis(pod: &Pod) -> i64 {
+    pod_requests(pod).0
+}
+
 /// The pod's QoS class, over its app and init containers: BestEffort when
 /// none requests or limits CPU or memory; Guaranteed when every container
 /// limits both and every request equals its limit; Burstable otherwise.

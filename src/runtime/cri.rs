@@ -101,6 +101,16 @@ fn profile(p: &SecurityProfile) -> (api::SecurityProfile, String) {
     (sp, text)
 }
 
+/// `SystemdCgroup` of the default runtime in containerd's CRI config (JSON):
+/// `.containerd.runtimes[.containerd.defaultRuntimeName].options.SystemdCgroup`.
+fn systemd_cgroup_of(config: &str) -> Option<bool> {
+    let v: serde_json::Value = serde_json::from_str(config).ok()?;
+    let c = v.get("containerd")?;
+    let name = c.get("defaultRuntimeName").and_then(|n| n.as_str()).unwrap_or("runc");
+    let runtime = c.get("runtimes")?.get(name)?;
+    Some(runtime.get("options").and_then(|o| o.get("SystemdCgroup")).and_then(|s| s.as_bool()).unwrap_or(false))
+}
+
 fn from_map(m: &BTreeMap<String, String>) -> HashMap<String, String> {
     m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }
@@ -286,6 +296,7 @@ impl CriRuntime {
         let mut linux = api::LinuxPodSandboxConfig::new();
         linux.security_context = protobuf::MessageField::some(sc);
         linux.sysctls = from_map(&c.sysctls);
+        linux.cgroup_parent = c.cgroup_parent.clone();
         let mut cfg = api::PodSandboxConfig::new();
         cfg.metadata = protobuf::MessageField::some(md);
         cfg.hostname = if c.host_network { String::new() } else { c.hostname.clone() };
@@ -473,6 +484,15 @@ impl Runtime for CriRuntime {
         Ok(Self::group(sandboxes, containers)
             .pop()
             .unwrap_or_else(|| RuntimePod { uid: uid.to_string(), ..Default::default() }))
+    }
+
+    /// containerd's `SystemdCgroup` for its default runtime, read from the
+    /// CRI plugin's config that a verbose `Status` shows.
+    fn systemd_cgroup(&self, ctx: &CallCtx) -> Result<Option<bool>> {
+        let mut req = api::StatusRequest::new();
+        req.verbose = true;
+        let r = call(ctx, Op::Status, |o| self.runtime.status_opt(&req, o))?;
+        Ok(r.info.get("config").and_then(|c| systemd_cgroup_of(c)))
     }
 
     fn image_status(&self, ctx: &CallCtx, image: &str) -> Result<Option<ImageInfo>> {

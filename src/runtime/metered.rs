@@ -52,6 +52,10 @@ impl Runtime for Metered {
         self.count(Op::ContainerStatus, r)
     }
 
+    fn systemd_cgroup(&self, ctx: &CallCtx) -> Result<Option<bool>> {
+        self.inner.systemd_cgroup(ctx)
+    }
+
     fn image_status(&self, ctx: &CallCtx, image: &str) -> Result<Option<ImageInfo>> {
         self.count(Op::ImageStatus, self.inner.image_status(ctx, image))
     }

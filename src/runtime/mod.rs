@@ -70,10 +70,11 @@ pub enum Op {
     StopContainer,
     RemoveContainer,
     ExecSync,
+    Status,
 }
 
 impl Op {
-    pub const ALL: [Op; 15] = [
+    pub const ALL: [Op; 16] = [
         Op::Version,
         Op::ListPodSandbox,
         Op::PodSandboxStatus,
@@ -89,6 +90,7 @@ impl Op {
         Op::StopContainer,
         Op::RemoveContainer,
         Op::ExecSync,
+        Op::Status,
     ];
 
     /// The op with this CRI method name (`ListPodSandbox`, ...).
@@ -114,6 +116,7 @@ impl Op {
             Op::StopContainer => "StopContainer",
             Op::RemoveContainer => "RemoveContainer",
             Op::ExecSync => "ExecSync",
+            Op::Status => "Status",
         }
     }
 
@@ -135,6 +138,7 @@ impl Op {
             Op::StopContainer => "stop_container",
             Op::RemoveContainer => "remove_container",
             Op::ExecSync => "exec_sync",
+            Op::Status => "status",
         }
     }
 }
@@ -302,6 +306,8 @@ pub struct SandboxConfig {
     /// Some container of the pod runs privileged: the runtime must allow
     /// it in this sandbox (CRI `LinuxSandboxSecurityContext.privileged`).
     pub privileged: bool,
+    /// The pod's cgroup (empty: the runtime's default).
+    pub cgroup_parent: String,
     /// `shareProcessNamespace`: one PID namespace for the pod.
     pub share_pid: bool,
     /// The pod's `fsGroup` and `supplementalGroups`.
@@ -430,6 +436,11 @@ pub trait Runtime: Send + Sync {
     }
     /// The image's reference if it is present locally.
     fn image_status(&self, ctx: &CallCtx, image: &str) -> Result<Option<ImageInfo>>;
+    /// Whether the runtime runs containers with the systemd cgroup driver
+    /// (`None`: it does not say).
+    fn systemd_cgroup(&self, _ctx: &CallCtx) -> Result<Option<bool>> {
+        Ok(None)
+    }
     fn pull_image(&self, ctx: &CallCtx, image: &str) -> Result<String>;
     fn run_sandbox(&self, ctx: &CallCtx, config: &SandboxConfig) -> Result<String>;
     fn stop_sandbox(&self, ctx: &CallCtx, id: &str) -> Result<()>;

@@ -65,6 +65,9 @@ pub struct SyncConfig {
     pub seccomp_default: bool,
     /// The host enforces AppArmor (profiles are passed to the runtime).
     pub apparmor_enabled: bool,
+    /// The pod cgroups (`cgroupsPerQOS`); `None`: the runtime's default
+    /// cgroups.
+    pub cgroups: Option<crate::cgroups::Cgroups>,
 }
 
 impl SyncConfig {

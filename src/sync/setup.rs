@@ -172,6 +172,14 @@ impl PodSync {
                     self.events.event(&ObjectRef::pod(pod), EventType::Warning, reason, &message);
                 }
                 sandbox.dns = Some(dns);
+                // the pod's cgroup with its limits, the sandbox's parent
+                if let Some(cg) = &self.cfg.cgroups {
+                    sandbox.cgroup_parent = cg.ensure_pod(pod).map_err(|e| {
+                        let msg = format!("creating the pod's cgroup: {e}");
+                        self.events.event(&ObjectRef::pod(pod), EventType::Warning, "FailedCreatePodSandBox", &msg);
+                        SyncError::Other(msg)
+                    })?;
+                }
                 let id = ctx.start(|| self.runtime.run_sandbox(&self.call(ctx), &sandbox))??;
                 // the old containers, now exited, stay: restart counts
                 // and lastState go on
@@ -802,6 +810,8 @@ impl PodSync {
             privileged: self.cfg.allow_privileged
                 && model::all_containers(pod)
                     .any(|c| c.security_context.as_ref().and_then(|s| s.privileged).unwrap_or(false)),
+            // made (with the pod's limits) when a sandbox is created
+            cgroup_parent: String::new(),
             share_pid: model::spec(pod).and_then(|s| s.share_process_namespace).unwrap_or(false),
             supplemental_groups: supplemental_groups(pod),
             seccomp: seccomp_profile(
@@ -1178,6 +1188,7 @@ mod tests {
                 resolv_conf: "/etc/resolv.conf".into(),
                 seccomp_default: false,
                 apparmor_enabled: false,
+                cgroups: None,
             };
             PodSync::new(
                 Arc::new(crate::runtime::fake::FakeRuntime::new()),

@@ -228,6 +228,11 @@ impl PodSync {
             return Ok(());
         }
         self.remove_runtime_objects(ctx, &uid)?;
+        if let Some(cg) = &self.cfg.cgroups
+            && let Err(e) = cg.remove_pod(pod)
+        {
+            log::warn!("pod {}: removing its cgroup: {e}", model::pod_ref(pod));
+        }
         super::volumes::unmount_all_under(&self.cfg.pod_dir(&uid));
         if super::volumes::has_mounts_under(&self.cfg.pod_dir(&uid)) {
             // removing the directory would reach into what is mounted in it

@@ -1,0 +1,398 @@
+//! The kubelet's cgroup hierarchy for pods: `kubepods` (limited to the
+//! node's allocatable), the QoS cgroups `burstable` and `besteffort`, and a
+//! cgroup per pod holding its pod-level limits, which the runtime gets as
+//! the sandbox's cgroup parent (so every container of the pod is inside).
+//!
+//! Names follow `cgroupDriver`: with `cgroupfs`
+//! `/kubepods/burstable/pod<uid>` (Guaranteed pods directly under
+//! `/kubepods`), with `systemd` the slices
+//! `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice`
+//! (dashes in the UID become underscores). With `cgroupfs` podwarden makes
+//! the cgroups and writes their limits itself, on cgroup v1 (the `cpu`,
+//! `cpuacct`, `memory` and `pids` hierarchies) or v2 (one tree, the
+//! controllers enabled down the path). With `systemd` the slices are
+//! systemd's: podwarden only names them (systemd creates a slice when a
+//! unit is placed in it).
+//!
+//! Pod-level limits are the kubelet's `ResourceConfigForPod`: CPU shares
+//! from the requests (2 for BestEffort), a CFS quota only when every
+//! container limits CPU, a memory limit only when every container limits
+//! memory, `overhead` added to both.
+
+use std::path::{Path, PathBuf};
+
+use crate::model::qos::QosClass;
+use crate::model::{self, Pod, quantity};
+
+/// `cgroupDriver`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driver {
+    Systemd,
+    Cgroupfs,
+}
+
+impl Driver {
+    pub fn parse(s: &str) -> Driver {
+        if s == "cgroupfs" { Driver::Cgroupfs } else { Driver::Systemd }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Driver::Systemd => "systemd",
+            Driver::Cgroupfs => "cgroupfs",
+        }
+    }
+}
+
+/// The cgroup filesystem's version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    V1,
+    V2,
+}
+
+/// The CFS period the kubelet uses (µs).
+pub const CPU_PERIOD: i64 = 100_000;
+const MIN_SHARES: i64 = 2;
+const MAX_SHARES: i64 = 262_144;
+const MIN_QUOTA: i64 = 1000;
+
+/// CPU shares for `millis` millicores (the kubelet's `MilliCPUToShares`).
+pub fn shares(millis: i64) -> i64 {
+    if millis <= 0 { MIN_SHARES } else { (millis.saturating_mul(1024) / 1000).clamp(MIN_SHARES, MAX_SHARES) }
+}
+
+/// A CFS quota for `millis` millicores over [`CPU_PERIOD`]; 0: none.
+pub fn quota(millis: i64) -> i64 {
+    if millis <= 0 { 0 } else { (millis.saturating_mul(CPU_PERIOD) / 1000).max(MIN_QUOTA) }
+}
+
+/// cgroup v2's `cpu.weight` for v1 shares (the kubelet's conversion).
+pub fn cpu_weight(shares: i64) -> i64 {
+    if shares >= MAX_SHARES { 10_000 } else { 1 + ((shares.max(MIN_SHARES) - 2) * 9999) / 262_142 }
+}
+
+/// Limits of one cgroup (`None`: not limited).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    pub cpu_shares: Option<i64>,
+    /// CFS quota over [`CPU_PERIOD`].
+    pub cpu_quota: Option<i64>,
+    pub memory_bytes: Option<i64>,
+}
+
+/// A pod's limits (`ResourceConfigForPod`).
+pub fn pod_limits(pod: &Pod) -> Limits {
+    let amount =
+        |m: Option<&std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+         k: &str| {
+            m.and_then(|m| m.get(k)).map(|q| {
+                if k == "cpu" { quantity::cpu_millis(&q.0).unwrap_or(0) } else { quantity::bytes(&q.0).unwrap_or(0) }
+            })
+        };
+    let overhead = model::spec(pod).and_then(|s| s.overhead.as_ref());
+    let (mut cpu_limit, mut mem_limit) = (0i64, 0i64);
+    let (mut cpu_all, mut mem_all) = (true, true);
+    for c in model::long_running(pod) {
+        let l = c.resources.as_ref().and_then(|r| r.limits.as_ref());
+        match amount(l, "cpu").filter(|v| *v > 0) {
+            Some(v) => cpu_limit = cpu_limit.saturating_add(v),
+            None => cpu_all = false,
+        }
+        match amount(l, "memory").filter(|v| *v > 0) {
+            Some(v) => mem_limit = mem_limit.saturating_add(v),
+            None => mem_all = false,
+        }
+    }
+    // an init container runs alone: the pod needs the largest of it
+    for c in model::init_containers(pod).iter().filter(|c| !model::is_sidecar(c)) {
+        let l = c.resources.as_ref().and_then(|r| r.limits.as_ref());
+        match amount(l, "cpu").filter(|v| *v > 0) {
+            Some(v) => cpu_limit = cpu_limit.max(v),
+            None => cpu_all = false,
+        }
+        match amount(l, "memory").filter(|v| *v > 0) {
+            Some(v) => mem_limit = mem_limit.max(v),
+            None => mem_all = false,
+        }
+    }
+    let cpu_request =
+        crate::model::qos::pod_cpu_request_millis(pod).saturating_add(amount(overhead, "cpu").unwrap_or(0));
+    let cpu_limit = cpu_limit.saturating_add(amount(overhead, "cpu").unwrap_or(0));
+    let mem_limit = mem_limit.saturating_add(amount(overhead, "memory").unwrap_or(0));
+    match model::qos::qos_class(pod) {
+        QosClass::BestEffort => Limits { cpu_shares: Some(MIN_SHARES), ..Default::default() },
+        _ => Limits {
+            cpu_shares: Some(shares(cpu_request)),
+            cpu_quota: cpu_all.then(|| quota(cpu_limit)),
+            memory_bytes: mem_all.then_some(mem_limit),
+        },
+    }
+}
+
+/// The names, from the top, of the cgroups above and of a pod's.
+fn components(pod: &Pod) -> Vec<String> {
+    let mut c = vec!["kubepods".to_string()];
+    match model::qos::qos_class(pod) {
+        QosClass::Guaranteed => {}
+        QosClass::Burstable => c.push("burstable".into()),
+        QosClass::BestEffort => c.push("besteffort".into()),
+    }
+    c.push(format!("pod{}", model::uid(pod)));
+    c
+}
+
+/// A cgroup's name under `driver`, from its components: `/a/b/c` for
+/// cgroupfs, `/a.slice/a-b.slice/a-b-c.slice` for systemd (with `-` in a
+/// component written `_`).
+pub fn name(driver: Driver, components: &[String]) -> String {
+    match driver {
+        Driver::Cgroupfs => format!("/{}", components.join("/")),
+        Driver::Systemd => {
+            let mut out = String::new();
+            let mut prefix = String::new();
+            for c in components {
+                let c = c.replace('-', "_");
+                prefix = if prefix.is_empty() { c } else { format!("{prefix}-{c}") };
+                out.push_str(&format!("/{prefix}.slice"));
+            }
+            out
+        }
+    }
+}
+
+/// The pod's cgroup (the sandbox's cgroup parent).
+pub fn pod_cgroup(driver: Driver, pod: &Pod) -> String {
+    name(driver, &components(pod))
+}
+
+/// The node's pod cgroups and where they live.
+#[derive(Debug, Clone)]
+pub struct Cgroups {
+    pub driver: Driver,
+    pub version: Version,
+    /// The cgroup filesystem's mount point (`/sys/fs/cgroup`).
+    pub root: PathBuf,
+}
+
+/// cgroup v1 hierarchies podwarden makes pod cgroups in (cpuset is left
+/// to the runtime, which fills it in as it creates a container's).
+const V1_CONTROLLERS: &[&str] = &["cpu", "cpuacct", "memory", "pids"];
+
+impl Cgroups {
+    /// The machine's cgroup filesystem under `root`: v2 when `root` is a
+    /// cgroup2 mount (`cgroup.controllers` at its top), else v1.
+    pub fn detect(driver: Driver, root: &Path) -> Cgroups {
+        let version = if root.join("cgroup.controllers").exists() { Version::V2 } else { Version::V1 };
+        Cgroups { driver, version, root: root.to_path_buf() }
+    }
+
+    /// The directories of cgroup `name` (one per v1 hierarchy, one on v2).
+    fn dirs(&self, name: &str) -> Vec<PathBuf> {
+        let rel = name.trim_start_matches('/');
+        match self.version {
+            Version::V1 => V1_CONTROLLERS.iter().map(|c| self.root.join(c).join(rel)).collect(),
+            Version::V2 => vec![self.root.join(rel)],
+        }
+    }
+
+    /// Make cgroup `name` (its parents too) and set `limits`. With the
+    /// systemd driver nothing is made here (systemd's slices).
+    pub fn ensure(&self, name: &str, limits: &Limits) -> std::io::Result<()> {
+        if self.driver == Driver::Systemd {
+            return Ok(());
+        }
+        if self.version == Version::V2 {
+            self.enable_controllers(name)?;
+        }
+        for d in self.dirs(name) {
+            if !d.parent().is_some_and(Path::exists) && self.version == Version::V1 {
+                // a hierarchy this machine does not mount
+                continue;
+            }
+            std::fs::create_dir_all(&d)?;
+            self.write_limits(&d, limits)?;
+        }
+        Ok(())
+    }
+
+    /// cgroup v2: the cpu, memory and pids controllers enabled in every
+    /// cgroup above `name` (a controller must be in the parent's
+    /// `cgroup.subtree_control` to be used below it).
+    fn enable_controllers(&self, name: &str) -> std::io::Result<()> {
+        let mut dir = self.root.clone();
+        let parts: Vec<&str> = name.trim_start_matches('/').split('/').collect();
+        for p in &parts {
+            let available = std::fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
+            let want: Vec<String> = ["cpu", "memory", "pids"]
+                .iter()
+                .filter(|c| available.split_whitespace().any(|a| a == **c))
+                .map(|c| format!("+{c}"))
+                .collect();
+            if !want.is_empty() {
+                std::fs::write(dir.join("cgroup.subtree_control"), want.join(" "))?;
+            }
+            dir = dir.join(p);
+            std::fs::create_dir_all(&dir)?;
+        }
+        Ok(())
+    }
+
+    fn write_limits(&self, dir: &Path, l: &Limits) -> std::io::Result<()> {
+        let write = |file: &str, value: String| -> std::io::Result<()> {
+            let p = dir.join(file);
+            if !p.exists() {
+                return Ok(()); // this hierarchy has no such file
+            }
+            std::fs::write(&p, value)
+        };
+        match self.version {
+            Version::V1 => {
+                if let Some(s) = l.cpu_shares {
+                    write("cpu.shares", s.to_string())?;
+                }
+                write("cpu.cfs_period_us", CPU_PERIOD.to_string())?;
+                write("cpu.cfs_quota_us", l.cpu_quota.filter(|q| *q > 0).unwrap_or(-1).to_string())?;
+                write("memory.limit_in_bytes", l.memory_bytes.filter(|m| *m > 0).unwrap_or(-1).to_string())?;
+            }
+            Version::V2 => {
+                if let Some(s) = l.cpu_shares {
+                    write("cpu.weight", cpu_weight(s).to_string())?;
+                }
+                let q = l.cpu_quota.filter(|q| *q > 0).map_or("max".to_string(), |q| q.to_string());
+                write("cpu.max", format!("{q} {CPU_PERIOD}"))?;
+                let m = l.memory_bytes.filter(|m| *m > 0).map_or("max".to_string(), |m| m.to_string());
+                write("memory.max", m)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The node's cgroups: `kubepods` with the node's limits (allocatable
+    /// when `enforceNodeAllocatable` has `pods`, else the machine's), and
+    /// the QoS cgroups (besteffort with 2 shares).
+    pub fn ensure_node(&self, cpu_millis: i64, memory_bytes: i64) -> std::io::Result<()> {
+        let kubepods = vec!["kubepods".to_string()];
+        let node = Limits { cpu_shares: Some(shares(cpu_millis)), cpu_quota: None, memory_bytes: Some(memory_bytes) };
+        self.ensure(&name(self.driver, &kubepods), &node)?;
+        let qos = |q: &str| name(self.driver, &["kubepods".to_string(), q.to_string()]);
+        self.ensure(&qos("burstable"), &Limits::default())?;
+        self.ensure(&qos("besteffort"), &Limits { cpu_shares: Some(MIN_SHARES), ..Default::default() })
+    }
+
+    /// Make the pod's cgroup with its limits; its name for the runtime.
+    pub fn ensure_pod(&self, pod: &Pod) -> std::io::Result<String> {
+        let n = pod_cgroup(self.driver, pod);
+        self.ensure(&n, &pod_limits(pod))?;
+        Ok(n)
+    }
+
+    /// Remove the pod's cgroup once nothing runs in it (the runtime has
+    /// removed its containers'): children first, each hierarchy. A cgroup
+    /// still holding a process stays (`EBUSY`), to be removed by a later
+    /// clean-up.
+    pub fn remove_pod(&self, pod: &Pod) -> std::io::Result<()> {
+        if self.driver == Driver::Systemd {
+            return Ok(());
+        }
+        for d in self.dirs(&pod_cgroup(self.driver, pod)) {
+            if !d.exists() {
+                continue;
+            }
+            // what the runtime left (empty container cgroups)
+            if let Ok(entries) = std::fs::read_dir(&d) {
+                for e in entries.flatten() {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        let _ = std::fs::remove_dir(e.path());
+                    }
+                }
+            }
+            match std::fs::remove_dir(&d) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// The directory of cgroup `name` in the memory hierarchy (v1) or the
+    /// tree (v2), where its memory files are.
+    pub fn memory_dir(&self, name: &str) -> PathBuf {
+        let rel = name.trim_start_matches('/');
+        match self.version {
+            Version::V1 => self.root.join("memory").join(rel),
+            Version::V2 => self.root.join(rel),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(resources: &[&str]) -> Pod {
+        let mut y = String::from("metadata: {name: p, uid: 1234-abcd}\nspec:\n  containers:\n");
+        for (i, r) in resources.iter().enumerate() {
+            y.push_str(&format!("  - name: c{i}\n    image: i\n    resources: {r}\n"));
+        }
+        serde_yaml_ng::from_str(&y).unwrap()
+    }
+
+    #[test]
+    fn names_for_each_driver() {
+        let be = pod(&["{}"]);
+        let bu = pod(&["{requests: {cpu: 100m}}"]);
+        let gu = pod(&["{limits: {cpu: 1, memory: 1Gi}}"]);
+        assert_eq!(pod_cgroup(Driver::Cgroupfs, &be), "/kubepods/besteffort/pod1234-abcd");
+        assert_eq!(pod_cgroup(Driver::Cgroupfs, &bu), "/kubepods/burstable/pod1234-abcd");
+        assert_eq!(pod_cgroup(Driver::Cgroupfs, &gu), "/kubepods/pod1234-abcd");
+        assert_eq!(
+            pod_cgroup(Driver::Systemd, &bu),
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234_abcd.slice"
+        );
+        assert_eq!(pod_cgroup(Driver::Systemd, &gu), "/kubepods.slice/kubepods-pod1234_abcd.slice");
+    }
+
+    #[test]
+    fn pod_limits_as_the_kubelet_sets_them() {
+        assert_eq!(pod_limits(&pod(&["{}"])), Limits { cpu_shares: Some(2), ..Default::default() });
+        let g = pod(&["{limits: {cpu: 500m, memory: 64Mi}}", "{limits: {cpu: 250m, memory: 32Mi}}"]);
+        assert_eq!(
+            pod_limits(&g),
+            Limits { cpu_shares: Some(768), cpu_quota: Some(75_000), memory_bytes: Some(96 << 20) }
+        );
+        // one container without a memory limit: no pod memory limit
+        let b = pod(&["{limits: {cpu: 500m, memory: 64Mi}}", "{requests: {cpu: 100m}}"]);
+        assert_eq!(pod_limits(&b), Limits { cpu_shares: Some(614), cpu_quota: None, memory_bytes: None });
+        assert_eq!(shares(1), 2);
+        assert_eq!(quota(1), 1000);
+        assert_eq!(cpu_weight(2), 1);
+        assert_eq!(cpu_weight(1024), 39);
+        assert_eq!(cpu_weight(262_144), 10_000);
+    }
+
+    #[test]
+    fn cgroup_v2_files_are_written_with_the_controllers_enabled() {
+        let root = std::env::temp_dir().join(format!("pw-cg2-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("cgroup.controllers"), "cpuset cpu io memory pids\n").unwrap();
+        let cg = Cgroups::detect(Driver::Cgroupfs, &root);
+        assert_eq!(cg.version, Version::V2);
+        // a fake tree: the files a kernel would show exist beforehand
+        let dir = root.join("kubepods/pod1234-abcd");
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in ["cpu.weight", "cpu.max", "memory.max"] {
+            std::fs::write(dir.join(f), "").unwrap();
+        }
+        let g = pod(&["{limits: {cpu: 500m, memory: 64Mi}}"]);
+        assert_eq!(cg.ensure_pod(&g).unwrap(), "/kubepods/pod1234-abcd");
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+        assert_eq!(read("cpu.weight"), cpu_weight(512).to_string());
+        assert_eq!(read("cpu.max"), "50000 100000");
+        assert_eq!(read("memory.max"), (64i64 << 20).to_string());
+        assert_eq!(std::fs::read_to_string(root.join("cgroup.subtree_control")).unwrap(), "+cpu +memory +pids");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}
