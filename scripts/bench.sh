@@ -8,6 +8,8 @@
 #                              file latency over 20 edits (installed binary, private containerd)
 #   scripts/bench.sh probes    110 pods with an httpGet readiness and a tcpSocket liveness probe: CPU, RSS,
 #                              threads against the same pods without; readiness flip; kill with a hung probe
+#   scripts/bench.sh isolation pod start with pod cgroups and seccomp vs without (ratio), RSS with 110 such
+#                              pods (private containerd; the release binary)
 #   scripts/bench.sh hostile   alias bombs, deep nesting, slow HTTP clients, delete during start, a 2 GiB
 #                              termination-log (private containerd; the ci profile the tests build)
 set -euo pipefail
@@ -44,12 +46,17 @@ case "$name" in
     dpkg -i "${pkgs[0]}" >/dev/null
     PODWARDEN_BIN=/usr/bin/podwarden cargo bench --bench probes --quiet 2>/dev/null | tail -n 6
     ;;
+  isolation)
+    scripts/e2e-env.sh up >/dev/null
+    cargo build --release --bin podwarden --quiet
+    PODWARDEN_BIN="$PWD/target/release/podwarden" cargo bench --bench isolation --quiet 2>/dev/null | tail -n 3
+    ;;
   hostile)
     scripts/e2e-env.sh up >/dev/null
     cargo bench --profile ci --bench hostile --quiet 2>/dev/null | tail -n 1
     ;;
   *)
-    echo "usage: scripts/bench.sh core|start|shutdown|footprint|config|probes|hostile" >&2
+    echo "usage: scripts/bench.sh core|start|shutdown|footprint|config|probes|isolation|hostile" >&2
     exit 2
     ;;
 esac

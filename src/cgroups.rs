@@ -274,7 +274,14 @@ impl Cgroups {
     pub fn ensure_node(&self, cpu_millis: i64, memory_bytes: i64) -> std::io::Result<()> {
         let kubepods = vec!["kubepods".to_string()];
         let node = Limits { cpu_shares: Some(shares(cpu_millis)), cpu_quota: None, memory_bytes: Some(memory_bytes) };
-        self.ensure(&name(self.driver, &kubepods), &node)?;
+        if let Err(e) = self.ensure(&name(self.driver, &kubepods), &node) {
+            // the pods already use more than the new limit (the kernel
+            // refuses it): they keep running under the old one
+            if e.raw_os_error() != Some(libc::EBUSY) {
+                return Err(e);
+            }
+            log::warn!("kubepods: cannot lower its limits below what the pods use now: {e}");
+        }
         let qos = |q: &str| name(self.driver, &["kubepods".to_string(), q.to_string()]);
         self.ensure(&qos("burstable"), &Limits::default())?;
         self.ensure(&qos("besteffort"), &Limits { cpu_shares: Some(MIN_SHARES), ..Default::default() })

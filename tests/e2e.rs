@@ -331,6 +331,64 @@ fn pod_cgroups_hold_the_limits_and_oom_kills_restart_on_containerd() {
     a.clean_up(&[&uid]);
 }
 
+/// Puts a cgroup file back as it was when dropped.
+struct Restore(std::path::PathBuf, String);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.0, &self.1);
+    }
+}
+
+/// When the pods' memory runs short, the kernel's OOM killer takes the
+/// BestEffort pod first (its oom_score_adj 1000), not the Burstable one
+/// (500: it requests half the machine) nor the pod that asked for the
+/// memory last (Guaranteed). Measured in `kubepods` made small for the
+/// test (just above what the pods hold), not by exhausting the machine.
+#[test]
+fn a_best_effort_pod_is_the_oom_killers_first_choice_on_containerd() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("oom-order");
+    let state = a.root().parent().unwrap().join("oom-state");
+    std::fs::create_dir_all(&state).unwrap();
+    let hold = |marker: &str| {
+        format!("s=$(head -c 40000000 /dev/zero | tr '\\0' x); touch /state/{marker}; while :; do sleep 1; done")
+    };
+    let pod = |name: &str, resources: &str, policy: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: e2e}}\nspec:\n  restartPolicy: {policy}\n  terminationGracePeriodSeconds: 1\n  volumes: [{{name: state, hostPath: {{path: {}}}}}]\n  containers:\n  - name: main\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [sh, -c, {:?}]\n    volumeMounts: [{{name: state, mountPath: /state}}]\n    resources: {resources}\n",
+            state.display(),
+            hold(name)
+        )
+    };
+    let half = mem_total_bytes() / 2;
+    a.write("be.yaml", &pod("be", "{}", "Never"));
+    a.write("bu.yaml", &pod("bu", &format!("{{requests: {{memory: {half}}}}}"), "Never"));
+    let (be, bu) = (a.uid("be"), a.uid("bu"));
+    wait_for("both hold their memory", Duration::from_secs(60), || {
+        state.join("be").exists() && state.join("bu").exists()
+    });
+    // kubepods just above what runs now: the next 40 MB do not fit
+    let limit = std::path::PathBuf::from("/sys/fs/cgroup/memory/kubepods/memory.limit_in_bytes");
+    let _restore = Restore(limit.clone(), std::fs::read_to_string(&limit).unwrap().trim().to_string());
+    let usage: i64 = std::fs::read_to_string("/sys/fs/cgroup/memory/kubepods/memory.usage_in_bytes")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    std::fs::write(&limit, (usage + (24 << 20)).to_string()).unwrap();
+    a.write("late.yaml", &pod("late", "{limits: {cpu: 100m, memory: 200Mi}}", "Never"));
+    let late = a.uid("late");
+    let state_of =
+        |name: &str| a.pod(name).map(|p| p["status"]["containerStatuses"][0]["state"].clone()).unwrap_or_default();
+    wait_for("the BestEffort pod killed", Duration::from_secs(60), || state_of("be")["terminated"]["exitCode"] == 137);
+    wait_for("the late pod holds its memory", Duration::from_secs(30), || state.join("late").exists());
+    assert!(state_of("bu")["running"].is_object(), "the Burstable pod runs on: {}", state_of("bu"));
+    assert!(state_of("late")["running"].is_object(), "the Guaranteed pod runs on: {}", state_of("late"));
+    drop(_restore);
+    a.clean_up(&[&be, &bu, &late]);
+}
+
 fn containerd_pid() -> Option<i32> {
     std::fs::read_to_string("/run/podwarden-e2e/containerd.pid").ok()?.trim().parse().ok()
 }

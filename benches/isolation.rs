@@ -1,0 +1,124 @@
+//! Isolation benchmark on the private containerd (`scripts/bench.sh
+//! isolation` prepares it): the start latency of a Burstable pod (its own
+//! pod cgroup with limits, the runtime's seccomp profile) against the same
+//! pod with `cgroupsPerQOS: false` and `seccompDefault: false`, alternating
+//! rounds of each so drift hits both; then podwarden's RSS with 110 such
+//! pods running. Latency: from the manifest's write to containerd's start
+//! time of the container. The last line is one JSON object.
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use podwarden::runtime::cri::CriRuntime;
+use podwarden::runtime::{ContainerState, Runtime};
+
+mod support;
+use support::{Agent, IMAGE, call, now_ns, proc_status, socket, write_atomically};
+
+/// Pods started one at a time per round and mode.
+const PER_ROUND: usize = 5;
+const ROUNDS: usize = 3;
+const MANY: usize = 110;
+
+const WITH: &str = "readOnlyPort: 0\nhousekeepingInterval: 2s\ncgroupsPerQOS: true\nseccompDefault: true\n";
+const WITHOUT: &str = "readOnlyPort: 0\nhousekeepingInterval: 2s\ncgroupsPerQOS: false\nseccompDefault: false\n";
+
+fn manifest(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: bench\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 0\n  containers:\n  - name: main\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"trap 'exit 0' TERM; while :; do sleep 1 & wait; done\"]\n    resources: {{requests: {{cpu: 10m, memory: 8Mi}}, limits: {{cpu: 100m, memory: 32Mi}}}}\n"
+    )
+}
+
+/// Wait until `n` pods named `prefix*` run; their containers' start times.
+fn wait_running(cri: &CriRuntime, prefix: &str, n: usize) -> Vec<i64> {
+    let end = Instant::now() + Duration::from_secs(300);
+    let poll = if n == 1 { Duration::from_millis(5) } else { Duration::from_millis(500) };
+    loop {
+        let pods: Vec<_> = cri.list_pods(&call()).unwrap().into_iter().filter(|p| p.name.starts_with(prefix)).collect();
+        let running: Vec<&str> = pods
+            .iter()
+            .filter(|p| p.containers.iter().any(|c| c.state == ContainerState::Running))
+            .map(|p| p.uid.as_str())
+            .collect();
+        if running.len() == n {
+            return running
+                .iter()
+                .map(|uid| cri.pod_status(&call(), uid).unwrap().containers[0].started_at_ns)
+                .collect();
+        }
+        assert!(Instant::now() < end, "only {} of {n} pods {prefix}* running after 300 s", running.len());
+        std::thread::sleep(poll);
+    }
+}
+
+/// Remove every manifest and wait until the pods are gone.
+fn remove_all(cri: &CriRuntime, agent: &Agent) {
+    for e in std::fs::read_dir(agent.dir.join("manifests")).unwrap().flatten() {
+        std::fs::remove_file(e.path()).unwrap();
+    }
+    let end = Instant::now() + Duration::from_secs(120);
+    while cri.list_pods(&call()).unwrap().iter().any(|p| p.namespace == "bench") {
+        assert!(Instant::now() < end, "pods not removed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `PER_ROUND` pods started one after the other; their start latencies.
+fn round(cri: &CriRuntime, mode: &str, config: &str, r: usize) -> Vec<f64> {
+    let agent = Agent::start("isolation", config, Stdio::inherit());
+    std::thread::sleep(Duration::from_millis(700));
+    let mut lat = Vec::new();
+    for i in 0..PER_ROUND {
+        let name = format!("iso-{mode}-{r}-{i}");
+        let t0 = now_ns();
+        write_atomically(&agent.dir, &format!("{name}.yaml"), &manifest(&name));
+        let started = wait_running(cri, &name, 1);
+        lat.push((started[0] - t0) as f64 / 1e6);
+    }
+    remove_all(cri, &agent);
+    lat
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn main() {
+    let cri = Arc::new(CriRuntime::connect(&format!("unix://{}", socket()), Duration::from_secs(10)).unwrap());
+    // warm up containerd (shim, image, seccomp) with one of each
+    round(&cri, "warm-with", WITH, 0);
+    round(&cri, "warm-without", WITHOUT, 0);
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for r in 0..ROUNDS {
+        with.extend(round(&cri, "with", WITH, r));
+        without.extend(round(&cri, "without", WITHOUT, r));
+    }
+    let (w, wo) = (median(&mut with), median(&mut without));
+    println!(
+        "pod start median: {w:.1} ms with pod cgroups and seccomp, {wo:.1} ms without ({} samples each)",
+        with.len()
+    );
+    let agent = Agent::start("isolation", WITH, Stdio::inherit());
+    std::thread::sleep(Duration::from_millis(700));
+    for i in 0..MANY {
+        let name = format!("iso-many-{i}");
+        write_atomically(&agent.dir, &format!("{name}.yaml"), &manifest(&name));
+    }
+    wait_running(&cri, "iso-many-", MANY);
+    std::thread::sleep(Duration::from_secs(5));
+    let rss = proc_status(agent.pid(), "VmRSS:");
+    let threads = proc_status(agent.pid(), "Threads:");
+    println!("{MANY} pods with pod cgroups and seccomp: RSS {rss} KiB, {threads} threads");
+    remove_all(&cri, &agent);
+    let mut out = BTreeMap::new();
+    out.insert("pod_start_ms_median", w);
+    out.insert("pod_start_ms_median_without", wo);
+    out.insert("ratio", w / wo);
+    out.insert("rss_kib_110", rss as f64);
+    out.insert("threads_110", threads as f64);
+    out.insert("samples", with.len() as f64);
+    support::print_json(&out, 3);
+}
