@@ -22,12 +22,18 @@ const PER_ROUND: usize = 5;
 const ROUNDS: usize = 3;
 const MANY: usize = 110;
 
-const WITH: &str = "readOnlyPort: 0\nhousekeepingInterval: 2s\ncgroupsPerQOS: true\nseccompDefault: true\n";
-const WITHOUT: &str = "readOnlyPort: 0\nhousekeepingInterval: 2s\ncgroupsPerQOS: false\nseccompDefault: false\n";
+/// The configs compared: both (pod cgroups and the runtime's seccomp
+/// profile), neither, and each alone (to tell their costs apart).
+const MODES: [(&str, &str); 4] = [
+    ("with", "cgroupsPerQOS: true\nseccompDefault: true\n"),
+    ("without", "cgroupsPerQOS: false\nseccompDefault: false\n"),
+    ("cgroups", "cgroupsPerQOS: true\nseccompDefault: false\n"),
+    ("seccomp", "cgroupsPerQOS: false\nseccompDefault: true\n"),
+];
 
 fn manifest(name: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: bench\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 0\n  containers:\n  - name: main\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"trap 'exit 0' TERM; while :; do sleep 1 & wait; done\"]\n    resources: {{requests: {{cpu: 10m, memory: 8Mi}}, limits: {{cpu: 100m, memory: 32Mi}}}}\n"
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: bench\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 0\n  containers:\n  - name: main\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", \"trap 'exit 0' TERM; while :; do sleep 1 & wait; done\"]\n    resources: {{requests: {{cpu: 10m, memory: 8Mi}}, limits: {{memory: 32Mi}}}}\n"
     )
 }
 
@@ -67,7 +73,8 @@ fn remove_all(cri: &CriRuntime, agent: &Agent) {
 
 /// `PER_ROUND` pods started one after the other; their start latencies.
 fn round(cri: &CriRuntime, mode: &str, config: &str, r: usize) -> Vec<f64> {
-    let agent = Agent::start("isolation", config, Stdio::inherit());
+    let agent =
+        Agent::start("isolation", &format!("readOnlyPort: 0\nhousekeepingInterval: 2s\n{config}"), Stdio::inherit());
     std::thread::sleep(Duration::from_millis(700));
     let mut lat = Vec::new();
     for i in 0..PER_ROUND {
@@ -88,20 +95,25 @@ fn median(v: &mut [f64]) -> f64 {
 
 fn main() {
     let cri = Arc::new(CriRuntime::connect(&format!("unix://{}", socket()), Duration::from_secs(10)).unwrap());
-    // warm up containerd (shim, image, seccomp) with one of each
-    round(&cri, "warm-with", WITH, 0);
-    round(&cri, "warm-without", WITHOUT, 0);
-    let (mut with, mut without) = (Vec::new(), Vec::new());
-    for r in 0..ROUNDS {
-        with.extend(round(&cri, "with", WITH, r));
-        without.extend(round(&cri, "without", WITHOUT, r));
+    // warm up containerd (shim, image, seccomp) with each mode
+    for (mode, config) in MODES {
+        round(&cri, &format!("warm-{mode}"), config, 0);
     }
-    let (w, wo) = (median(&mut with), median(&mut without));
-    println!(
-        "pod start median: {w:.1} ms with pod cgroups and seccomp, {wo:.1} ms without ({} samples each)",
-        with.len()
+    let mut lat: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for r in 0..ROUNDS {
+        for (mode, config) in MODES {
+            lat.entry(mode).or_default().extend(round(&cri, mode, config, r));
+        }
+    }
+    let med: BTreeMap<&str, f64> = lat.iter_mut().map(|(m, v)| (*m, median(v))).collect();
+    for (m, v) in &med {
+        println!("pod start median {m}: {v:.1} ms ({} samples)", lat[m].len());
+    }
+    let agent = Agent::start(
+        "isolation",
+        &format!("readOnlyPort: 0\nhousekeepingInterval: 2s\n{}", MODES[0].1),
+        Stdio::inherit(),
     );
-    let agent = Agent::start("isolation", WITH, Stdio::inherit());
     std::thread::sleep(Duration::from_millis(700));
     for i in 0..MANY {
         let name = format!("iso-many-{i}");
@@ -114,11 +126,13 @@ fn main() {
     println!("{MANY} pods with pod cgroups and seccomp: RSS {rss} KiB, {threads} threads");
     remove_all(&cri, &agent);
     let mut out = BTreeMap::new();
-    out.insert("pod_start_ms_median", w);
-    out.insert("pod_start_ms_median_without", wo);
-    out.insert("ratio", w / wo);
+    out.insert("pod_start_ms_median", med["with"]);
+    out.insert("pod_start_ms_median_without", med["without"]);
+    out.insert("ratio", med["with"] / med["without"]);
+    out.insert("ratio_cgroups_only", med["cgroups"] / med["without"]);
+    out.insert("ratio_seccomp_only", med["seccomp"] / med["without"]);
     out.insert("rss_kib_110", rss as f64);
     out.insert("threads_110", threads as f64);
-    out.insert("samples", with.len() as f64);
+    out.insert("samples", lat["with"].len() as f64);
     support::print_json(&out, 3);
 }
