@@ -11,6 +11,32 @@ pub const REASON_NODE_SHUTDOWN: &str = "NodeShutdown";
 /// Reason of a pod asking for an AppArmor profile on a host without it.
 pub const REASON_APPARMOR: &str = "AppArmor";
 
+/// The huge pages the machine has reserved, by resource name
+/// (`hugepages-2Mi`: `nr_hugepages` × the page size, in bytes).
+pub fn hugepages_allocatable() -> std::collections::BTreeMap<String, i64> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir("/sys/kernel/mm/hugepages") else { return out };
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(kb) =
+            name.strip_prefix("hugepages-").and_then(|n| n.strip_suffix("kB")).and_then(|n| n.parse::<i64>().ok())
+        else {
+            continue;
+        };
+        let pages: i64 = crate::fsutil::read_host_file(&e.path().join("nr_hugepages"), 64)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        let size = match kb {
+            kb if kb % (1024 * 1024) == 0 => format!("{}Gi", kb / (1024 * 1024)),
+            kb if kb % 1024 == 0 => format!("{}Mi", kb / 1024),
+            kb => format!("{kb}Ki"),
+        };
+        out.insert(format!("hugepages-{size}"), pages.saturating_mul(kb * 1024));
+    }
+    out
+}
+
 /// Whether the kernel enforces AppArmor (the kubelet's check:
 /// `/sys/module/apparmor/parameters/enabled` says `Y`).
 pub fn apparmor_enabled() -> bool {
@@ -96,6 +122,9 @@ pub struct Admission {
     /// The sysctls pods may set (the safe set, `allowedUnsafeSysctls`).
     sysctls: model::sysctl::Allowlist,
     apparmor_enabled: bool,
+    /// What the node gives of resources besides CPU and memory
+    /// (`ephemeral-storage`, `hugepages-<size>`), in bytes.
+    other: std::collections::BTreeMap<String, i64>,
 }
 
 impl Admission {
@@ -106,12 +135,20 @@ impl Admission {
             pod_security: crate::pss::Level::Privileged,
             sysctls: model::sysctl::Allowlist::new(&[]),
             apparmor_enabled: apparmor_enabled(),
+            other: hugepages_allocatable(),
         }
     }
 
     /// Hold every pod to the Pod Security Standards `level`.
     pub fn with_pod_security(mut self, level: crate::pss::Level) -> Self {
         self.pod_security = level;
+        self
+    }
+
+    /// What the node gives of `resource` (`ephemeral-storage`, a huge
+    /// page size), in bytes.
+    pub fn with_other(mut self, resource: &str, bytes: i64) -> Self {
+        self.other.insert(resource.to_string(), bytes);
         self
     }
 
@@ -187,6 +224,24 @@ impl Admission {
                 ),
             ));
         }
+        // ephemeral storage and huge pages, as the kubelet's
+        // noderesources fit: the allocatable less what the others request
+        for res in model::qos::other_resources(pod) {
+            let want = model::qos::pod_request(pod, &res);
+            if want == 0 {
+                continue;
+            }
+            let cap = self.other.get(&res).copied().unwrap_or(0);
+            let used = others.iter().fold(0i64, |u, p| u.saturating_add(model::qos::pod_request(p, &res)));
+            if used.saturating_add(want) > cap {
+                return Err(Rejection::new(
+                    &format!("OutOf{res}"),
+                    format!(
+                        "Node didn't have enough resource: {res}, requested: {want}, used: {used}, capacity: {cap}"
+                    ),
+                ));
+            }
+        }
         let wanted = host_ports(pod);
         for other in &others {
             for (port, proto, ip) in host_ports(other) {
@@ -246,6 +301,34 @@ mod tests {
             cpu_capacity_millis: 1000,
             memory_capacity_bytes: 1 << 30,
         })
+    }
+
+    #[test]
+    fn ephemeral_storage_and_huge_pages_count_against_the_node() {
+        let a = adm().with_other("ephemeral-storage", 10 << 30).with_other("hugepages-2Mi", 4 << 20);
+        let with = |uid: &str, res: &str| {
+            let mut p = (*pod(uid, None, None, None)).clone();
+            let c = &mut p.spec.as_mut().unwrap().containers[0];
+            let limits = c.resources.as_mut().unwrap().limits.as_mut().unwrap();
+            for kv in res.split(',') {
+                let (k, v) = kv.split_once('=').unwrap();
+                limits.insert(k.into(), Quantity(v.into()));
+            }
+            Arc::new(p)
+        };
+        let first = with("a", "ephemeral-storage=6Gi,hugepages-2Mi=4Mi");
+        assert_eq!(a.admit(&first, &[]), Ok(()));
+        let r = a.admit(&with("b", "ephemeral-storage=6Gi"), std::slice::from_ref(&first)).unwrap_err();
+        assert_eq!(r.reason, "OutOfephemeral-storage");
+        assert_eq!(
+            r.message,
+            "Node didn't have enough resource: ephemeral-storage, requested: 6442450944, used: 6442450944, capacity: 10737418240"
+        );
+        let r = a.admit(&with("c", "hugepages-2Mi=2Mi"), std::slice::from_ref(&first)).unwrap_err();
+        assert_eq!(r.reason, "OutOfhugepages-2Mi");
+        // a size the node has none of
+        let r = a.admit(&with("d", "hugepages-1Gi=1Gi"), &[]).unwrap_err();
+        assert_eq!(r.reason, "OutOfhugepages-1Gi");
     }
 
     #[test]

@@ -225,7 +225,8 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
     let admission = Arc::new(
         Admission::new(allocatable)
             .with_pod_security(config.static_pod_security_level)
-            .with_security(crate::model::sysctl::Allowlist::new(&config.allowed_unsafe_sysctls), apparmor_enabled()),
+            .with_security(crate::model::sysctl::Allowlist::new(&config.allowed_unsafe_sysctls), apparmor_enabled())
+            .with_other("ephemeral-storage", ephemeral_allocatable(&config.root_dir)),
     );
     let sync_cfg = SyncConfig {
         root_dir: config.root_dir.clone(),

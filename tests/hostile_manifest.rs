@@ -314,10 +314,28 @@ fn corpus() -> Vec<(&'static str, &'static str, Vec<u8>, String)> {
             "m.yaml: field spec.containers[0].tty: true is not supported by podwarden (only false)".into(),
         ),
         (
-            "ephemeral-storage limit",
+            "user namespaces",
             "m.yaml",
-            with_container("    resources:\n      limits:\n        ephemeral-storage: 1Gi\n").into_bytes(),
-            "m.yaml: field spec.containers[0].resources.limits.ephemeral-storage: not supported by podwarden (cpu and memory are)".into(),
+            with_spec("  hostUsers: false\n").into_bytes(),
+            "m.yaml: field spec.hostUsers: false is not supported by podwarden (only true): user namespaces need the runtime's support (containerd 2.0 or later), which the CRI of containerd 1.6 has not".into(),
+        ),
+        (
+            "a device plugin's resource",
+            "m.yaml",
+            with_container("    resources:\n      limits:\n        nvidia.com/gpu: 1\n").into_bytes(),
+            "m.yaml: field spec.containers[0].resources.limits.nvidia.com/gpu: not supported by podwarden (cpu, memory, ephemeral-storage and hugepages-<size> are)".into(),
+        ),
+        (
+            "a request above its limit",
+            "m.yaml",
+            with_container("    resources:\n      requests: {cpu: 2}\n      limits: {cpu: 1}\n").into_bytes(),
+            "m.yaml: field spec.containers[0].resources.requests.cpu: \"2\" must be less than or equal to cpu limit of 1".into(),
+        ),
+        (
+            "huge pages requested without the same limit",
+            "m.yaml",
+            with_container("    resources:\n      requests: {hugepages-2Mi: 4Mi, memory: 1Mi}\n").into_bytes(),
+            "m.yaml: field spec.containers[0].resources.requests.hugepages-2Mi: \"4Mi\" must be equal to the hugepages-2Mi limit".into(),
         ),
         (
             "cpu that is not a quantity",

@@ -513,7 +513,16 @@ fn walk(
             Some(Rejected) => {}
             Some(Only(want)) => {
                 if !value.is_null() && serde_json::from_str::<Value>(want).ok().as_ref() != Some(value) {
-                    return Err((s, format!("{value} is {NOT_SUPPORTED} (only {want})")));
+                    let why = match t.as_str() {
+                        "spec.hostUsers" => {
+                            ": user namespaces need the runtime's support (containerd 2.0 or later), which the CRI of containerd 1.6 has not"
+                        }
+                        "spec.containers[].securityContext.procMount" => {
+                            ": an unmasked /proc needs a user namespace (hostUsers: false), which containerd 1.6 cannot make"
+                        }
+                        _ => "",
+                    };
+                    return Err((s, format!("{value} is {NOT_SUPPORTED} (only {want}){why}")));
                 }
             }
             Some(Supported) => match value {

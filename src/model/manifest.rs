@@ -1240,17 +1240,36 @@ fn validate_projection(
 /// each a quantity.
 fn validate_resources(f: &str, c: &super::Container) -> Result<(), FieldError> {
     let Some(r) = c.resources.as_ref() else { return Ok(()) };
+    let value = |name: &str, q: &str| {
+        if name == "cpu" { super::quantity::cpu_millis(q) } else { super::quantity::bytes(q) }.ok().filter(|v| *v >= 0)
+    };
     for (kind, m) in [("limits", &r.limits), ("requests", &r.requests)] {
         for (name, q) in m.iter().flatten() {
             let rf = format!("{f}.resources.{kind}.{name}");
-            let ok = match name.as_str() {
-                "cpu" => super::quantity::cpu_millis(&q.0).is_ok_and(|m| m >= 0),
-                "memory" => super::quantity::bytes(&q.0).is_ok_and(|b| b >= 0),
-                _ => return err(rf, "not supported by podwarden (cpu and memory are)"),
-            };
-            if !ok {
+            let known = matches!(name.as_str(), "cpu" | "memory" | "ephemeral-storage")
+                || name
+                    .strip_prefix("hugepages-")
+                    .is_some_and(|size| super::quantity::bytes(size).is_ok_and(|b| b > 0));
+            if !known {
+                return err(rf, "not supported by podwarden (cpu, memory, ephemeral-storage and hugepages-<size> are)");
+            }
+            if value(name, &q.0).is_none() {
                 return err(rf, format!("{:?} is not a quantity", q.0));
             }
+        }
+    }
+    // a request is at most its limit; huge pages are not overcommitted
+    for (name, q) in r.requests.iter().flatten() {
+        let limit = r.limits.as_ref().and_then(|l| l.get(name));
+        let (req, lim) = (value(name, &q.0), limit.and_then(|l| value(name, &l.0)));
+        let rf = format!("{f}.resources.requests.{name}");
+        if name.starts_with("hugepages-") && req != lim {
+            return err(rf, format!("{:?} must be equal to the {name} limit", q.0));
+        }
+        if let (Some(a), Some(b), Some(l)) = (req, lim, limit)
+            && a > b
+        {
+            return err(rf, format!("{:?} must be less than or equal to {name} limit of {}", q.0, l.0));
         }
     }
     Ok(())

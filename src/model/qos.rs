@@ -66,45 +66,52 @@ fn requests(c: &Container) -> BTreeMap<&'static str, i64> {
         .collect()
 }
 
-/// One container's CPU (millicores) and memory (bytes) requests: the
-/// request, else the limit (as the API server defaults it).
-fn container_requests(c: &Container) -> (i64, i64) {
-    let Some(r) = c.resources.as_ref() else { return (0, 0) };
-    let get = |name: &str| {
-        r.requests
-            .as_ref()
-            .and_then(|m| m.get(name))
-            .or_else(|| r.limits.as_ref().and_then(|m| m.get(name)))
-            .map(|q| q.0.as_str())
-    };
-    (
-        get("cpu").and_then(|q| quantity::cpu_millis(q).ok()).unwrap_or(0),
-        get("memory").and_then(|q| quantity::bytes(q).ok()).unwrap_or(0),
-    )
+/// One container's request of `resource` (millicores for CPU, bytes
+/// otherwise): the request, else the limit (as the API server defaults
+/// it).
+fn container_request(c: &Container, resource: &str) -> i64 {
+    let Some(r) = c.resources.as_ref() else { return 0 };
+    let q =
+        r.requests.as_ref().and_then(|m| m.get(resource)).or_else(|| r.limits.as_ref().and_then(|m| m.get(resource)));
+    q.map_or(0, |q| amount(resource, &q.0))
 }
 
-/// A pod's CPU (millicores) and memory (bytes) requests, as the kubelet
-/// sums them: the app containers and the sidecars together, or, if more,
-/// what initialization needs at its peak (each init container with the
-/// sidecars started before it).
-pub fn pod_requests(pod: &Pod) -> (i64, i64) {
+/// A pod's request of `resource`, as the kubelet sums it: the app
+/// containers and the sidecars together, or, if more, what initialization
+/// needs at its peak (each init container with the sidecars started
+/// before it).
+pub fn pod_request(pod: &Pod, resource: &str) -> i64 {
     // saturating: a pod asking for 8Ei must not overflow the sums
-    let add = |a: (i64, i64), b: (i64, i64)| (a.0.saturating_add(b.0), a.1.saturating_add(b.1));
-    let mut sum = super::containers(pod).iter().map(container_requests).fold((0, 0), add);
-    let mut sidecars = (0, 0);
-    let mut peak = (0i64, 0i64);
+    let mut sum = super::containers(pod).iter().fold(0i64, |a, c| a.saturating_add(container_request(c, resource)));
+    let (mut sidecars, mut peak) = (0i64, 0i64);
     for c in super::init_containers(pod) {
-        let r = container_requests(c);
+        let r = container_request(c, resource);
         let now = if super::is_sidecar(c) {
-            sum = add(sum, r);
-            sidecars = add(sidecars, r);
+            sum = sum.saturating_add(r);
+            sidecars = sidecars.saturating_add(r);
             sidecars
         } else {
-            add(sidecars, r)
+            sidecars.saturating_add(r)
         };
-        peak = (peak.0.max(now.0), peak.1.max(now.1));
+        peak = peak.max(now);
     }
-    (sum.0.max(peak.0), sum.1.max(peak.1))
+    sum.max(peak)
+}
+
+/// A pod's CPU (millicores) and memory (bytes) requests ([`pod_request`]).
+pub fn pod_requests(pod: &Pod) -> (i64, i64) {
+    (pod_request(pod, "cpu"), pod_request(pod, "memory"))
+}
+
+/// The resources besides CPU and memory that a pod's containers ask for
+/// (`ephemeral-storage`, `hugepages-<size>`), each once.
+pub fn other_resources(pod: &Pod) -> std::collections::BTreeSet<String> {
+    super::all_containers(pod)
+        .filter_map(|c| c.resources.as_ref())
+        .flat_map(|r| r.requests.iter().chain(r.limits.iter()).flat_map(|m| m.keys()))
+        .filter(|k| !QOS_RESOURCES.contains(&k.as_str()))
+        .cloned()
+        .collect()
 }
 
 /// The pod's CPU request in millicores ([`pod_requests`]).
