@@ -62,6 +62,10 @@ pub fn pod_list(src: &PodSources, redact: bool) -> PodList {
         .chain(going)
         .map(|mut pod| {
             pod.status = src.statuses.get(model::uid(&pod));
+            // the API server sets qosClass when a pod is created: a pod
+            // the agent has not written a status for yet shows it too
+            let qos = model::qos::qos_class(&pod).as_str().to_string();
+            pod.status.get_or_insert_with(Default::default).qos_class.get_or_insert(qos);
             if redact {
                 redact_env(&mut pod);
             }
