@@ -156,7 +156,11 @@ fn grace_20_critical_10_normal_pods_first_own_shorter_grace_admission_closed_loc
     assert_eq!(n["node"]["status"]["conditions"][0]["message"], "node is shutting down");
     a.write("late.yaml", &pod_yaml("late", "", TRAPPING));
     wait_for("late pod rejected", Duration::from_secs(10), || reason(&a, "late").as_deref() == Some("NodeShutdown"));
-    assert_eq!(a.pod("late").unwrap()["status"]["message"], "Pod was rejected as the node is shutting down.");
+    // the kubelet's rejectPod prefix before the handler's message
+    assert_eq!(
+        a.pod("late").unwrap()["status"]["message"],
+        "Pod was rejected: Pod was rejected as the node is shutting down."
+    );
 
     // a normal pod with its own shorter grace period (2 s) goes first
     let t_quick = tl.wait_gone(quick, Duration::from_secs(8));
