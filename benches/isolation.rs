@@ -4,7 +4,9 @@
 //! pod with `cgroupsPerQOS: false` and `seccompDefault: false`, alternating
 //! rounds of each so drift hits both; then podwarden's RSS with 110 such
 //! pods running. Latency: from the manifest's write to containerd's start
-//! time of the container. The last line is one JSON object.
+//! time of the container. A direct CRI client starting the same pod with
+//! and without the runtime's seccomp profile tells what the profile costs
+//! the runtime itself. The last line is one JSON object.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
@@ -12,7 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use podwarden::runtime::cri::CriRuntime;
-use podwarden::runtime::{ContainerState, Runtime};
+use podwarden::runtime::{
+    ContainerConfig, ContainerState, LABEL_POD_UID, Runtime, SandboxConfig, Security, SecurityProfile,
+};
 
 mod support;
 use support::{Agent, IMAGE, call, now_ns, proc_status, socket, write_atomically};
@@ -88,6 +92,48 @@ fn round(cri: &CriRuntime, mode: &str, config: &str, r: usize) -> Vec<f64> {
     lat
 }
 
+/// A direct CRI client's pod (sandbox and container, with `seccomp` on
+/// both): the time from RunPodSandbox to containerd's container start.
+fn raw_pod(cri: &CriRuntime, name: &str, seccomp: SecurityProfile) -> f64 {
+    let uid = format!("bench-iso-raw-{}-{name}", std::process::id());
+    let mut labels = BTreeMap::new();
+    labels.insert(LABEL_POD_UID.to_string(), uid.clone());
+    let sb = SandboxConfig {
+        name: name.into(),
+        namespace: "bench-raw".into(),
+        uid: uid.clone(),
+        host_network: true,
+        log_directory: format!("/tmp/podwarden-bench-logs/{uid}"),
+        labels: labels.clone(),
+        seccomp: seccomp.clone(),
+        ..Default::default()
+    };
+    let t0 = now_ns();
+    let id = cri.run_sandbox(&call(), &sb).expect("RunPodSandbox");
+    let cc = ContainerConfig {
+        name: "main".into(),
+        image: IMAGE.into(),
+        command: vec!["sh".into(), "-c".into(), "trap 'exit 0' TERM; while :; do sleep 1 & wait; done".into()],
+        log_path: "main/0.log".into(),
+        labels,
+        security: Security { seccomp, ..Default::default() },
+        ..Default::default()
+    };
+    let cid = cri.create_container(&call(), &id, &cc, &sb).expect("CreateContainer");
+    cri.start_container(&call(), &cid).expect("StartContainer");
+    let rp = cri.pod_status(&call(), &uid).unwrap();
+    let started = rp.containers[0].started_at_ns;
+    for c in &rp.containers {
+        let _ = cri.stop_container(&call(), &c.id, Duration::ZERO);
+        let _ = cri.remove_container(&call(), &c.id);
+    }
+    for s in &rp.sandboxes {
+        let _ = cri.stop_sandbox(&call(), &s.id);
+        let _ = cri.remove_sandbox(&call(), &s.id);
+    }
+    (started - t0) as f64 / 1e6
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
@@ -95,6 +141,19 @@ fn median(v: &mut [f64]) -> f64 {
 
 fn main() {
     let cri = Arc::new(CriRuntime::connect(&format!("unix://{}", socket()), Duration::from_secs(10)).unwrap());
+    // the runtime alone (no agent runs: it would take these pods for
+    // orphans), alternating with and without the profile
+    let (mut raw_with, mut raw_without) = (Vec::new(), Vec::new());
+    for i in 0..ROUNDS * PER_ROUND + 1 {
+        let w = raw_pod(&cri, &format!("raw-with-{i}"), SecurityProfile::RuntimeDefault);
+        let wo = raw_pod(&cri, &format!("raw-without-{i}"), SecurityProfile::Unconfined);
+        if i > 0 {
+            raw_with.push(w);
+            raw_without.push(wo);
+        }
+    }
+    let (rw, rwo) = (median(&mut raw_with), median(&mut raw_without));
+    println!("direct CRI client: {rw:.1} ms with the runtime's seccomp profile, {rwo:.1} ms unconfined");
     // warm up containerd (shim, image, seccomp) with each mode
     for (mode, config) in MODES {
         round(&cri, &format!("warm-{mode}"), config, 0);
@@ -131,6 +190,9 @@ fn main() {
     out.insert("ratio", med["with"] / med["without"]);
     out.insert("ratio_cgroups_only", med["cgroups"] / med["without"]);
     out.insert("ratio_seccomp_only", med["seccomp"] / med["without"]);
+    out.insert("raw_seccomp_ms_median", rw);
+    out.insert("raw_unconfined_ms_median", rwo);
+    out.insert("raw_ratio_seccomp", rw / rwo);
     out.insert("rss_kib_110", rss as f64);
     out.insert("threads_110", threads as f64);
     out.insert("samples", lat["with"].len() as f64);

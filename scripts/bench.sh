@@ -49,7 +49,7 @@ case "$name" in
   isolation)
     scripts/e2e-env.sh up >/dev/null
     cargo build --release --bin podwarden --quiet
-    PODWARDEN_BIN="$PWD/target/release/podwarden" cargo bench --bench isolation --quiet 2>/dev/null | tail -n 6
+    PODWARDEN_BIN="$PWD/target/release/podwarden" cargo bench --bench isolation --quiet 2>/dev/null | tail -n 7
     ;;
   hostile)
     scripts/e2e-env.sh up >/dev/null
