@@ -50,7 +50,9 @@ fn readiness_decides_ready_and_the_conditions() {
     let uid = model::uid(&p).to_string();
     h.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, p.clone()));
     wait_for("running", T, || h.fake.live_containers(&uid) == 1);
-    wait_for("a failed readiness probe", T, || !events(&h, "Unhealthy").is_empty());
+    // the probe may fail before the pass that started the container has
+    // written its status: wait for both
+    wait_for("a failed readiness probe", T, || !events(&h, "Unhealthy").is_empty() && container(&h, &uid).is_some());
     let st = container(&h, &uid).unwrap();
     assert!(st.state.unwrap().running.is_some());
     assert!(!st.ready, "running but not ready before the first success");
