@@ -14,9 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use podwarden::runtime::cri::CriRuntime;
-use podwarden::runtime::{
-    ContainerConfig, ContainerState, LABEL_POD_UID, Runtime, SandboxConfig, Security, SecurityProfile,
-};
+use podwarden::runtime::{ContainerState, Runtime, SecurityProfile};
 
 mod support;
 use support::{Agent, IMAGE, call, now_ns, proc_status, socket, write_atomically};
@@ -92,46 +90,13 @@ fn round(cri: &CriRuntime, mode: &str, config: &str, r: usize) -> Vec<f64> {
     lat
 }
 
-/// A direct CRI client's pod (sandbox and container, with `seccomp` on
-/// both): the time from RunPodSandbox to containerd's container start.
+/// A direct CRI client's pod with `seccomp`: its start latency (the pod
+/// is removed again).
 fn raw_pod(cri: &CriRuntime, name: &str, seccomp: SecurityProfile) -> f64 {
     let uid = format!("bench-iso-raw-{}-{name}", std::process::id());
-    let mut labels = BTreeMap::new();
-    labels.insert(LABEL_POD_UID.to_string(), uid.clone());
-    let sb = SandboxConfig {
-        name: name.into(),
-        namespace: "bench-raw".into(),
-        uid: uid.clone(),
-        host_network: true,
-        log_directory: format!("/tmp/podwarden-bench-logs/{uid}"),
-        labels: labels.clone(),
-        seccomp: seccomp.clone(),
-        ..Default::default()
-    };
-    let t0 = now_ns();
-    let id = cri.run_sandbox(&call(), &sb).expect("RunPodSandbox");
-    let cc = ContainerConfig {
-        name: "main".into(),
-        image: IMAGE.into(),
-        command: vec!["sh".into(), "-c".into(), "trap 'exit 0' TERM; while :; do sleep 1 & wait; done".into()],
-        log_path: "main/0.log".into(),
-        labels,
-        security: Security { seccomp, ..Default::default() },
-        ..Default::default()
-    };
-    let cid = cri.create_container(&call(), &id, &cc, &sb).expect("CreateContainer");
-    cri.start_container(&call(), &cid).expect("StartContainer");
-    let rp = cri.pod_status(&call(), &uid).unwrap();
-    let started = rp.containers[0].started_at_ns;
-    for c in &rp.containers {
-        let _ = cri.stop_container(&call(), &c.id, Duration::ZERO);
-        let _ = cri.remove_container(&call(), &c.id);
-    }
-    for s in &rp.sandboxes {
-        let _ = cri.stop_sandbox(&call(), &s.id);
-        let _ = cri.remove_sandbox(&call(), &s.id);
-    }
-    (started - t0) as f64 / 1e6
+    let ms = support::raw_pod(cri, &uid, name, seccomp);
+    support::remove_raw_pod(cri, &uid);
+    ms
 }
 
 fn median(v: &mut [f64]) -> f64 {

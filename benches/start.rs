@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use podwarden::runtime::cri::CriRuntime;
-use podwarden::runtime::{ContainerConfig, ContainerState, LABEL_POD_UID, Runtime, SandboxConfig};
+use podwarden::runtime::{ContainerState, Runtime, SecurityProfile};
 
 mod support;
 use support::{IMAGE, call, now_ns, proc_status, socket};
@@ -25,36 +25,12 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
     v[i]
 }
 
-/// One raw pod: RunPodSandbox, CreateContainer, StartContainer. Returns the
-/// latency from the first request to containerd's container start time.
+/// One raw pod (no seccomp profile, as podwarden's pods here); returns its
+/// start latency and UID.
 fn raw_pod(cri: &CriRuntime, i: usize, tag: &str) -> (f64, String) {
     let uid = format!("bench-raw-{}-{tag}-{i}", std::process::id());
-    let mut labels = BTreeMap::new();
-    labels.insert(LABEL_POD_UID.to_string(), uid.clone());
-    let sb = SandboxConfig {
-        name: format!("raw-{}-{tag}-{i}", std::process::id()),
-        namespace: "bench".into(),
-        uid: uid.clone(),
-        host_network: true,
-        log_directory: format!("/tmp/podwarden-bench-logs/{uid}"),
-        labels: labels.clone(),
-        ..Default::default()
-    };
-    let t0 = now_ns();
-    let id = cri.run_sandbox(&call(), &sb).expect("RunPodSandbox");
-    let cc = ContainerConfig {
-        name: "main".into(),
-        image: IMAGE.into(),
-        command: vec!["sh".into(), "-c".into(), "trap 'exit 0' TERM; while :; do sleep 1 & wait; done".into()],
-        log_path: "main/0.log".into(),
-        labels,
-        ..Default::default()
-    };
-    let cid = cri.create_container(&call(), &id, &cc, &sb).expect("CreateContainer");
-    cri.start_container(&call(), &cid).expect("StartContainer");
-    let rp = cri.pod_status(&call(), &uid).unwrap();
-    let started = rp.containers[0].started_at_ns;
-    ((started - t0) as f64 / 1e6, uid)
+    let name = format!("raw-{}-{tag}-{i}", std::process::id());
+    (support::raw_pod(cri, &uid, &name, SecurityProfile::Unconfined), uid)
 }
 
 fn raw(cri: &Arc<CriRuntime>, n: usize, tag: &str) -> Vec<f64> {
@@ -67,15 +43,7 @@ fn raw(cri: &Arc<CriRuntime>, n: usize, tag: &str) -> Vec<f64> {
         .collect();
     let results: Vec<(f64, String)> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     for (_, uid) in &results {
-        let rp = cri.pod_status(&call(), uid).unwrap();
-        for c in &rp.containers {
-            let _ = cri.stop_container(&call(), &c.id, Duration::ZERO);
-            let _ = cri.remove_container(&call(), &c.id);
-        }
-        for s in &rp.sandboxes {
-            let _ = cri.stop_sandbox(&call(), &s.id);
-            let _ = cri.remove_sandbox(&call(), &s.id);
-        }
+        support::remove_raw_pod(cri, uid);
     }
     results.into_iter().map(|r| r.0).collect()
 }

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use podwarden::runtime::CallCtx;
+use podwarden::runtime::cri::CriRuntime;
+use podwarden::runtime::{CallCtx, ContainerConfig, LABEL_POD_UID, Runtime, SandboxConfig, Security, SecurityProfile};
 
 pub mod http;
 
@@ -28,6 +29,53 @@ pub fn socket() -> String {
     let s = std::env::var("PODWARDEN_E2E_SOCKET").unwrap_or_else(|_| "/run/podwarden-e2e/containerd.sock".into());
     assert!(Path::new(&s).exists(), "{s} is missing: run `scripts/e2e-env.sh up` first (scripts/bench.sh does)");
     s
+}
+
+/// What a direct CRI client does for a pod: RunPodSandbox, CreateContainer,
+/// StartContainer of one host-network busybox pod `name` (UID `uid`), with
+/// `seccomp` on the sandbox and the container. Returns the latency from the
+/// first request to containerd's container start time.
+pub fn raw_pod(cri: &CriRuntime, uid: &str, name: &str, seccomp: SecurityProfile) -> f64 {
+    let mut labels = BTreeMap::new();
+    labels.insert(LABEL_POD_UID.to_string(), uid.to_string());
+    let sb = SandboxConfig {
+        name: name.into(),
+        namespace: "bench".into(),
+        uid: uid.into(),
+        host_network: true,
+        log_directory: format!("/tmp/podwarden-bench-logs/{uid}"),
+        labels: labels.clone(),
+        seccomp: seccomp.clone(),
+        ..Default::default()
+    };
+    let t0 = now_ns();
+    let id = cri.run_sandbox(&call(), &sb).expect("RunPodSandbox");
+    let cc = ContainerConfig {
+        name: "main".into(),
+        image: IMAGE.into(),
+        command: vec!["sh".into(), "-c".into(), "trap 'exit 0' TERM; while :; do sleep 1 & wait; done".into()],
+        log_path: "main/0.log".into(),
+        labels,
+        security: Security { seccomp, ..Default::default() },
+        ..Default::default()
+    };
+    let cid = cri.create_container(&call(), &id, &cc, &sb).expect("CreateContainer");
+    cri.start_container(&call(), &cid).expect("StartContainer");
+    let rp = cri.pod_status(&call(), uid).unwrap();
+    (rp.containers[0].started_at_ns - t0) as f64 / 1e6
+}
+
+/// Stop and remove a direct client's pod (containers, then sandboxes).
+pub fn remove_raw_pod(cri: &CriRuntime, uid: &str) {
+    let rp = cri.pod_status(&call(), uid).unwrap();
+    for c in &rp.containers {
+        let _ = cri.stop_container(&call(), &c.id, Duration::ZERO);
+        let _ = cri.remove_container(&call(), &c.id);
+    }
+    for s in &rp.sandboxes {
+        let _ = cri.stop_sandbox(&call(), &s.id);
+        let _ = cri.remove_sandbox(&call(), &s.id);
+    }
 }
 
 /// A numeric field of `/proc/<pid>/status` (`VmRSS:`, `Threads:`), 0 if absent.
