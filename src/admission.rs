@@ -128,14 +128,17 @@ pub struct Admission {
 }
 
 impl Admission {
+    /// Admission for `allocatable`, reading nothing of the host: no AppArmor,
+    /// the safe sysctls, no ephemeral storage or huge pages until the
+    /// `with_` calls say otherwise.
     pub fn new(allocatable: Allocatable) -> Self {
         Admission {
             allocatable,
             shutting_down: AtomicBool::new(false),
             pod_security: crate::pss::Level::Privileged,
             sysctls: model::sysctl::Allowlist::new(&[]),
-            apparmor_enabled: apparmor_enabled(),
-            other: hugepages_allocatable(),
+            apparmor_enabled: false,
+            other: Default::default(),
         }
     }
 

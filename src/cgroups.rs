@@ -22,7 +22,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::model::qos::QosClass;
-use crate::model::{self, Pod, quantity};
+use crate::model::{self, Pod};
 
 /// `cgroupDriver`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,52 +81,37 @@ pub struct Limits {
     pub memory_bytes: Option<i64>,
 }
 
+/// The pod's limit of `resource`: its app containers' and sidecars'
+/// together, or an init container's if larger (it runs alone); `None` when
+/// a container has no such limit.
+fn pod_limit(pod: &Pod, resource: &str) -> Option<i64> {
+    let limit = |c: &model::Container| {
+        let q = c.resources.as_ref()?.limits.as_ref()?.get(resource)?;
+        Some(model::qos::amount(resource, &q.0)).filter(|v| *v > 0)
+    };
+    let mut sum = 0i64;
+    for c in model::long_running(pod) {
+        sum = sum.saturating_add(limit(c)?);
+    }
+    for c in model::init_containers(pod).iter().filter(|c| !model::is_sidecar(c)) {
+        sum = sum.max(limit(c)?);
+    }
+    Some(sum)
+}
+
 /// A pod's limits (`ResourceConfigForPod`).
 pub fn pod_limits(pod: &Pod) -> Limits {
-    let amount =
-        |m: Option<&std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
-         k: &str| {
-            m.and_then(|m| m.get(k)).map(|q| {
-                if k == "cpu" { quantity::cpu_millis(&q.0).unwrap_or(0) } else { quantity::bytes(&q.0).unwrap_or(0) }
-            })
-        };
-    let overhead = model::spec(pod).and_then(|s| s.overhead.as_ref());
-    let (mut cpu_limit, mut mem_limit) = (0i64, 0i64);
-    let (mut cpu_all, mut mem_all) = (true, true);
-    for c in model::long_running(pod) {
-        let l = c.resources.as_ref().and_then(|r| r.limits.as_ref());
-        match amount(l, "cpu").filter(|v| *v > 0) {
-            Some(v) => cpu_limit = cpu_limit.saturating_add(v),
-            None => cpu_all = false,
-        }
-        match amount(l, "memory").filter(|v| *v > 0) {
-            Some(v) => mem_limit = mem_limit.saturating_add(v),
-            None => mem_all = false,
-        }
-    }
-    // an init container runs alone: the pod needs the largest of it
-    for c in model::init_containers(pod).iter().filter(|c| !model::is_sidecar(c)) {
-        let l = c.resources.as_ref().and_then(|r| r.limits.as_ref());
-        match amount(l, "cpu").filter(|v| *v > 0) {
-            Some(v) => cpu_limit = cpu_limit.max(v),
-            None => cpu_all = false,
-        }
-        match amount(l, "memory").filter(|v| *v > 0) {
-            Some(v) => mem_limit = mem_limit.max(v),
-            None => mem_all = false,
-        }
-    }
-    let cpu_request =
-        crate::model::qos::pod_cpu_request_millis(pod).saturating_add(amount(overhead, "cpu").unwrap_or(0));
-    let cpu_limit = cpu_limit.saturating_add(amount(overhead, "cpu").unwrap_or(0));
-    let mem_limit = mem_limit.saturating_add(amount(overhead, "memory").unwrap_or(0));
+    let spec = model::spec(pod);
+    let overhead = |k: &str| {
+        let q = spec.and_then(|s| s.overhead.as_ref()).and_then(|o| o.get(k));
+        q.map_or(0, |q| model::qos::amount(k, &q.0))
+    };
+    let cpu_request = model::qos::pod_request(pod, "cpu").saturating_add(overhead("cpu"));
+    let cpu_limit = pod_limit(pod, "cpu").map(|l| l.saturating_add(overhead("cpu")));
+    let mem_limit = pod_limit(pod, "memory").map(|l| l.saturating_add(overhead("memory")));
     match model::qos::qos_class(pod) {
         QosClass::BestEffort => Limits { cpu_shares: Some(MIN_SHARES), ..Default::default() },
-        _ => Limits {
-            cpu_shares: Some(shares(cpu_request)),
-            cpu_quota: cpu_all.then(|| quota(cpu_limit)),
-            memory_bytes: mem_all.then_some(mem_limit),
-        },
+        _ => Limits { cpu_shares: Some(shares(cpu_request)), cpu_quota: cpu_limit.map(quota), memory_bytes: mem_limit },
     }
 }
 
@@ -187,11 +172,14 @@ impl Cgroups {
         Cgroups { driver, version, root: root.to_path_buf() }
     }
 
-    /// The directories of cgroup `name` (one per v1 hierarchy, one on v2).
+    /// The directories of cgroup `name`: one per v1 hierarchy this machine
+    /// mounts, one on v2.
     fn dirs(&self, name: &str) -> Vec<PathBuf> {
         let rel = name.trim_start_matches('/');
         match self.version {
-            Version::V1 => V1_CONTROLLERS.iter().map(|c| self.root.join(c).join(rel)).collect(),
+            Version::V1 => {
+                V1_CONTROLLERS.iter().map(|c| self.root.join(c)).filter(|h| h.exists()).map(|h| h.join(rel)).collect()
+            }
             Version::V2 => vec![self.root.join(rel)],
         }
     }
@@ -206,10 +194,6 @@ impl Cgroups {
             self.enable_controllers(name)?;
         }
         for d in self.dirs(name) {
-            if !d.parent().is_some_and(Path::exists) && self.version == Version::V1 {
-                // a hierarchy this machine does not mount
-                continue;
-            }
             std::fs::create_dir_all(&d)?;
             self.write_limits(&d, limits)?;
         }

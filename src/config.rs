@@ -871,9 +871,9 @@ mod de {
                 .map(|e| {
                     let s = e.as_str().ok_or("expected a list of sysctl names")?;
                     let name = s.strip_suffix('*').unwrap_or(s);
-                    let ok = !name.is_empty()
-                        && !name[..name.len() - 1].contains('*')
-                        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-/".contains(&b));
+                    // no `*` but the final one (stripped above)
+                    let ok =
+                        !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-/".contains(&b));
                     if !ok {
                         return Err(Allowed::from(format!("{s:?} is not a sysctl name or prefix* pattern")));
                     }

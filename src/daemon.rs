@@ -9,7 +9,7 @@ use std::time::Duration;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use thiserror::Error;
 
-use crate::admission::{Admission, Allocatable, apparmor_enabled};
+use crate::admission::{Admission, Allocatable, apparmor_enabled, hugepages_allocatable};
 use crate::agent::{Agent, AgentConfig, AgentDeps};
 use crate::config::Config;
 use crate::events::{EventRecorder, EventType, ObjectRef};
@@ -115,13 +115,16 @@ fn connect_runtime(config: &Config) -> Result<Arc<dyn Runtime>, DaemonError> {
 /// The node's pod cgroups (`cgroupsPerQOS`), made at start with
 /// `kubepods` limited to the allocatable (`enforceNodeAllocatable: [pods]`)
 /// or the machine; none with the simulated runtime.
-fn node_cgroups(config: &Config, id_prefix: &str) -> Result<Option<crate::cgroups::Cgroups>, DaemonError> {
+fn node_cgroups(
+    config: &Config,
+    id_prefix: &str,
+    a: &Allocatable,
+) -> Result<Option<crate::cgroups::Cgroups>, DaemonError> {
     if !config.cgroups_per_qos || id_prefix == "fake://" {
         return Ok(None);
     }
     let driver = crate::cgroups::Driver::parse(&config.cgroup_driver);
     let cg = crate::cgroups::Cgroups::detect(driver, std::path::Path::new("/sys/fs/cgroup"));
-    let a = Allocatable::detect(config.max_pods, config.reserved_cpu_millis, config.reserved_memory_bytes);
     let (cpu, mem) = if config.enforce_node_allocatable.iter().any(|e| e == "pods") {
         (a.cpu_millis, a.memory_bytes)
     } else {
@@ -222,12 +225,17 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
     let allocatable = tuning.allocatable.unwrap_or_else(|| {
         Allocatable::detect(config.max_pods, config.reserved_cpu_millis, config.reserved_memory_bytes)
     });
-    let admission = Arc::new(
-        Admission::new(allocatable)
-            .with_pod_security(config.static_pod_security_level)
-            .with_security(crate::model::sysctl::Allowlist::new(&config.allowed_unsafe_sysctls), apparmor_enabled())
-            .with_other("ephemeral-storage", ephemeral_allocatable(&config.root_dir)),
-    );
+    // the host's facts, read once for admission and the sync phases
+    let apparmor = apparmor_enabled();
+    let ephemeral = ephemeral_allocatable(&config.root_dir);
+    let mut admission = Admission::new(allocatable)
+        .with_pod_security(config.static_pod_security_level)
+        .with_security(crate::model::sysctl::Allowlist::new(&config.allowed_unsafe_sysctls), apparmor)
+        .with_other("ephemeral-storage", ephemeral);
+    for (size, bytes) in hugepages_allocatable() {
+        admission = admission.with_other(&size, bytes);
+    }
+    let admission = Arc::new(admission);
     let sync_cfg = SyncConfig {
         root_dir: config.root_dir.clone(),
         pod_logs_dir: config.pod_logs_dir.clone(),
@@ -239,11 +247,11 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
         allow_privileged: config.allow_privileged,
         allocatable_cpu_millis: allocatable.cpu_millis,
         allocatable_memory_bytes: allocatable.memory_bytes,
-        allocatable_ephemeral_bytes: ephemeral_allocatable(&config.root_dir),
+        allocatable_ephemeral_bytes: ephemeral,
         memory_capacity_bytes: allocatable.memory_capacity_bytes,
         resolv_conf: config.resolv_conf.clone(),
         seccomp_default: config.seccomp_default,
-        apparmor_enabled: crate::admission::apparmor_enabled(),
+        apparmor_enabled: apparmor,
         cgroups: tuning.cgroups.clone(),
     };
     let pod_cache = Arc::new(crate::runtime::cache::PodCache::new());
@@ -357,8 +365,11 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
     let api_group = api_group(config)?;
     std::fs::create_dir_all(config.root_dir.join("pods"))
         .map_err(io(format!("creating rootDir {}", config.root_dir.display())))?;
-    let cgroups = node_cgroups(config, id_prefix)?;
-    let parts = assemble(config, runtime, id_prefix, Tuning { cgroups, ..Tuning::default() });
+    // the machine is read once: for kubepods' limits and for admission
+    let allocatable = Allocatable::detect(config.max_pods, config.reserved_cpu_millis, config.reserved_memory_bytes);
+    let cgroups = node_cgroups(config, id_prefix, &allocatable)?;
+    let tuning = Tuning { cgroups, allocatable: Some(allocatable), ..Tuning::default() };
+    let parts = assemble(config, runtime, id_prefix, tuning);
     let agent = parts.agent.clone();
     let events = parts.events.clone();
     let source = FileSource::new(&config.static_pod_path, &parts.node_name);

@@ -38,7 +38,7 @@ const QOS_RESOURCES: [&str; 2] = ["cpu", "memory"];
 
 /// A quantity of `resource` in its unit (millicores, bytes); 0 when it does
 /// not parse (validation refused those already).
-fn amount(resource: &str, q: &str) -> i64 {
+pub fn amount(resource: &str, q: &str) -> i64 {
     let r = if resource == "cpu" { quantity::cpu_millis(q) } else { quantity::bytes(q) };
     r.unwrap_or(0)
 }
@@ -112,11 +112,6 @@ pub fn other_resources(pod: &Pod) -> std::collections::BTreeSet<String> {
         .filter(|k| !QOS_RESOURCES.contains(&k.as_str()))
         .cloned()
         .collect()
-}
-
-/// The pod's CPU request in millicores ([`pod_requests`]).
-pub fn pod_cpu_request_millis(pod: &Pod) -> i64 {
-    pod_requests(pod).0
 }
 
 /// The pod's QoS class, over its app and init containers: BestEffort when

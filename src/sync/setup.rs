@@ -1027,11 +1027,10 @@ pub fn resources(c: &Container) -> Resources {
     let cpu_limit = get(limits, "cpu").and_then(|q| quantity::cpu_millis(&q).ok());
     let cpu_request = get(requests, "cpu").and_then(|q| quantity::cpu_millis(&q).ok()).or(cpu_limit);
     let mem_limit = get(limits, "memory").and_then(|q| quantity::bytes(&q).ok());
-    const PERIOD: i64 = 100_000;
     Resources {
-        cpu_shares: cpu_request.map_or(2, |m| (m * 1024 / 1000).max(2)),
-        cpu_quota: cpu_limit.map_or(0, |m| (m * PERIOD / 1000).max(1000)),
-        cpu_period: if cpu_limit.is_some() { PERIOD } else { 0 },
+        cpu_shares: crate::cgroups::shares(cpu_request.unwrap_or(0)),
+        cpu_quota: cpu_limit.map_or(0, crate::cgroups::quota),
+        cpu_period: if cpu_limit.is_some() { crate::cgroups::CPU_PERIOD } else { 0 },
         memory_limit_bytes: mem_limit.unwrap_or(0),
         oom_score_adj: 0,
     }
