@@ -846,10 +846,16 @@ fn logs(a: &Args, out: &mut impl Write) -> Result<()> {
         };
         first = false;
         out.write_all(&r.data).and_then(|()| out.flush()).map_err(writing)?;
-        let more = r.next_offset > req.offset;
+        // the cursor moved: read on (across rotated files too)
+        let more = (&r.next_file, &r.next_first_time, r.next_offset) != (&req.file, &req.first_time, req.offset);
+        req.file = r.next_file;
+        req.first_time = r.next_first_time;
+        req.last_time = r.next_last_time;
         req.offset = r.next_offset;
         req.tail_lines = 0;
-        if !a.follow || (!r.running && !more) {
+        // without -f: everything there is now; with -f: on while the
+        // container runs
+        if !more && (!a.follow || !r.running) {
             return Ok(());
         }
         if !more {

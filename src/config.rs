@@ -158,6 +158,21 @@ pub struct Config {
     /// Container logs, in the kubelet's layout; empty means the default.
     #[serde(deserialize_with = "de::path_or_empty")]
     pub pod_logs_dir: PathBuf,
+    /// A container's live log is rotated once it is this large (bytes; the
+    /// YAML holds a quantity such as `10Mi`).
+    #[serde(deserialize_with = "de::byte_quantity")]
+    pub container_log_max_size: u64,
+    /// The most log files a container keeps: the live one and the rotated
+    /// ones, compressed but for the newest.
+    #[serde(deserialize_with = "de::int::<_, _, 0, 1000>")]
+    pub container_log_max_files: u32,
+    /// How often every running container's log is checked (and cleaned
+    /// up) whether or not it was written.
+    #[serde(deserialize_with = "de::duration")]
+    pub container_log_monitor_interval: Duration,
+    /// How many containers' logs are rotated at once.
+    #[serde(deserialize_with = "de::int::<_, _, 0, 64>")]
+    pub container_log_max_workers: u32,
     /// The resolver config that pods with `dnsPolicy: Default` inherit (and
     /// `ClusterFirst` ones: this node has no cluster DNS); empty means the
     /// default.
@@ -225,6 +240,10 @@ impl Default for Config {
             api_socket: "/run/podwarden/podwarden.sock".into(),
             node_name: None,
             pod_logs_dir: "/var/log/pods".into(),
+            container_log_max_size: 10 << 20,
+            container_log_max_files: 5,
+            container_log_monitor_interval: Duration::from_secs(10),
+            container_log_max_workers: 1,
             resolv_conf: "/etc/resolv.conf".into(),
             priority_classes: BTreeMap::new(),
             allow_privileged: false,
@@ -353,6 +372,9 @@ const MAX_RESERVED_MEMORY_BYTES: i64 = 1 << 60;
 /// ten minutes.
 const MAX_PERIOD: Duration = Duration::from_secs(24 * 3600);
 const MAX_HOUSEKEEPING: Duration = Duration::from_secs(600);
+/// The smallest `containerLogMaxSize`: below it a rotation would hold a
+/// handful of lines.
+const MIN_LOG_SIZE: u64 = 1024;
 
 /// What a `shutdownGracePeriodByPodPriority` entry must be.
 const PRIORITY_GRACE_ALLOWED: &str = "expected {priority: <int32>, shutdownGracePeriodSeconds: <0 to 86400>}";
@@ -605,6 +627,26 @@ impl Config {
         if self.resolv_conf.as_os_str().is_empty() {
             self.resolv_conf = d.resolv_conf;
         }
+        // the kubelet's checks; its defaulting fills only unset fields, so
+        // an explicit 0 is refused here too
+        if self.container_log_max_size < MIN_LOG_SIZE {
+            return Err(refused("containerLogMaxSize", "expected at least 1Ki"));
+        }
+        if self.container_log_max_files < 2 {
+            return Err(refused("containerLogMaxFiles", "must be greater than 1"));
+        }
+        if self.container_log_monitor_interval < Duration::from_secs(3) {
+            return Err(refused("containerLogMonitorInterval", "must be a duration of at least 3s"));
+        }
+        if self.container_log_monitor_interval > MAX_PERIOD {
+            return Err(refused(
+                "containerLogMonitorInterval",
+                format!("out of range: expected 3s to {}", format_duration(MAX_PERIOD)),
+            ));
+        }
+        if self.container_log_max_workers < 1 {
+            return Err(refused("containerLogMaxWorkers", "must be at least 1"));
+        }
         Ok(self)
     }
 }
@@ -724,6 +766,21 @@ mod de {
                 Err(DurationError::Negative) => Err("must not be negative".into()),
                 Err(DurationError::Syntax) => Err("expected a duration such as 30s, 1m30s or 500ms".into()),
             }
+        })
+    }
+
+    /// A quantity of bytes (`10Mi`, `1G`, `4096`), at most 1Ti.
+    pub fn byte_quantity<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        checked(d, |v| {
+            let n = match (v.as_str(), v.as_u64()) {
+                (Some(s), _) => quantity::bytes(s).map_err(|e| e.to_string())?,
+                (None, Some(n)) => i64::try_from(n).unwrap_or(i64::MAX),
+                _ => return Err("expected a quantity such as 10Mi".into()),
+            };
+            u64::try_from(n)
+                .ok()
+                .filter(|n| *n <= 1 << 40)
+                .ok_or_else(|| "expected a quantity from 0 to 1Ti, such as 10Mi".into())
         })
     }
 
@@ -1138,6 +1195,41 @@ mod tests {
             ),
             Ok(_) => panic!("an unknown level loads"),
         }
+    }
+
+    #[test]
+    fn container_log_fields_load_and_are_checked_as_the_kubelet_does() {
+        let c = Config::parse("c.yaml", "containerLogMaxSize: 64Ki\ncontainerLogMaxFiles: 3\ncontainerLogMonitorInterval: 3s\ncontainerLogMaxWorkers: 2\n").unwrap();
+        assert_eq!(
+            (
+                c.container_log_max_size,
+                c.container_log_max_files,
+                c.container_log_monitor_interval,
+                c.container_log_max_workers
+            ),
+            (65536, 3, Duration::from_secs(3), 2)
+        );
+        let msg = |text: &str| Config::parse("c.yaml", text).unwrap_err().to_string();
+        assert_eq!(
+            msg("containerLogMaxFiles: 1"),
+            "c.yaml: field containerLogMaxFiles: 1 is invalid: must be greater than 1"
+        );
+        assert_eq!(
+            msg("containerLogMonitorInterval: 2s"),
+            "c.yaml: field containerLogMonitorInterval: \"2s\" is invalid: must be a duration of at least 3s"
+        );
+        assert_eq!(
+            msg("containerLogMaxWorkers: 0"),
+            "c.yaml: field containerLogMaxWorkers: 0 is invalid: must be at least 1"
+        );
+        assert_eq!(
+            msg("containerLogMaxSize: 10"),
+            "c.yaml: field containerLogMaxSize: 10 is invalid: expected at least 1Ki"
+        );
+        assert!(
+            msg("containerLogMaxSize: lots").starts_with("c.yaml: field containerLogMaxSize: \"lots\" is invalid: ")
+        );
+        assert!(msg("containerLogMaxSize: 2Ti").ends_with("expected a quantity from 0 to 1Ti, such as 10Mi"));
     }
 
     #[test]

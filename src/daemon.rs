@@ -329,6 +329,7 @@ pub struct Running {
     http: Option<crate::http::HttpServer>,
     logind: Option<crate::logind::LogindThread>,
     api: Option<crate::api::ApiServer>,
+    log_rotation: Option<crate::logrotate::LogRotation>,
 }
 
 impl Running {
@@ -351,6 +352,7 @@ impl Running {
         self.http.take();
         self.source.take();
         self.housekeeping.take();
+        self.log_rotation.take();
     }
 
     /// Where the read-only HTTP endpoint listens, if it is on.
@@ -391,6 +393,23 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
     let relist = Duration::from_secs(1).min(config.housekeeping_interval);
     let housekeeping = Housekeeping::with_relist(agent.clone(), config.housekeeping_interval, relist)
         .map_err(io("starting housekeeping"))?;
+    // made now so that log rotation watches it before the first pod
+    std::fs::create_dir_all(&config.pod_logs_dir)
+        .map_err(io(format!("creating podLogsDir {}", config.pod_logs_dir.display())))?;
+    let log_rotation = crate::logrotate::start(
+        parts.runtime.clone(),
+        crate::logrotate::Settings {
+            pod_logs_dir: config.pod_logs_dir.clone(),
+            policy: crate::runtime::rotation::Policy {
+                max_size: config.container_log_max_size,
+                max_files: config.container_log_max_files,
+            },
+            interval: config.container_log_monitor_interval,
+            workers: config.container_log_max_workers,
+            timeout: config.runtime_request_timeout,
+        },
+    )
+    .map_err(io("starting container log rotation"))?;
     // healthy (/healthz, the node's Ready condition): housekeeping and the
     // runtime answered within a few housekeeping periods
     let healthy_within = config.housekeeping_interval.saturating_mul(5).max(Duration::from_secs(10));
@@ -445,7 +464,15 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
         log::info!("local API on {}", server.socket().display());
         Some(server)
     };
-    Ok(Running { parts, source: Some(source), housekeeping: Some(housekeeping), http, logind, api })
+    Ok(Running {
+        parts,
+        source: Some(source),
+        housekeeping: Some(housekeeping),
+        http,
+        logind,
+        api,
+        log_rotation: Some(log_rotation),
+    })
 }
 
 /// Run the daemon until SIGTERM or SIGINT.

@@ -15,6 +15,7 @@ pub mod housekeeping;
 pub mod http;
 pub mod logging;
 pub mod logind;
+pub mod logrotate;
 pub mod metrics;
 pub mod model;
 

@@ -206,6 +206,121 @@ fn errors_name_the_input_and_exit_1() {
     a.clean_up(&[]);
 }
 
+/// The numbers `n` of the `line <n> ...` lines of `text`, in order.
+fn numbers(text: &str) -> Vec<u32> {
+    text.lines().filter_map(|l| l.strip_prefix("line ")?.split(' ').next()?.parse().ok()).collect()
+}
+
+#[test]
+fn container_logs_are_rotated_compressed_and_read_across_rotations() {
+    let _serial = SERIAL.lock();
+    // 64 KiB per file, 3 files: the live one, one rotated, one compressed
+    let mut a = Agent::start_with(
+        "logrotate",
+        "containerLogMaxSize: 64Ki\ncontainerLogMaxFiles: 3\ncontainerLogMonitorInterval: 3s\n",
+        &[],
+    );
+    // 4000 lines of 150 bytes (600 KB: about 9 rotations), a line every
+    // millisecond or so, then quiet
+    let pad = "x".repeat(140);
+    a.write(
+        "chatty.yaml",
+        &pod_yaml(
+            "chatty",
+            "",
+            &format!("i=0; while [ $i -lt 4000 ]; do echo \"line $i {pad}\"; i=$((i+1)); usleep 500; done; sleep 3600"),
+        ),
+    );
+    let uid = a.uid("chatty");
+    wait_for("chatty running", Duration::from_secs(30), || {
+        a.pod("chatty").is_some_and(|p| p["status"]["containerStatuses"][0]["state"]["running"].is_object())
+    });
+    let mut follow = Command::new(BIN)
+        .args(["logs", "-f", "chatty", "-n", "e2e", "--socket"])
+        .arg(a.api_socket())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let followed = Arc::new(Mutex::new(String::new()));
+    let reader = {
+        let (mut out, followed) = (follow.stdout.take().unwrap(), followed.clone());
+        podwarden::thread::spawn("follow-reader", None, move || {
+            let mut buf = [0u8; 65536];
+            while let Ok(n @ 1..) = out.read(&mut buf) {
+                followed.lock().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+        .unwrap()
+    };
+    wait_for("-f printed all 4000 lines", Duration::from_secs(90), || numbers(&followed.lock()).last() == Some(&3999));
+    let _ = follow.kill();
+    let _ = follow.wait();
+    reader.join().unwrap();
+    // every line once, in order, across the rotations
+    let got = numbers(&followed.lock());
+    let wrong = got.iter().enumerate().find(|(i, n)| *i as u32 != **n);
+    assert!(
+        wrong.is_none() && got.len() == 4000,
+        "logs -f across rotations: {} lines, first out of order at {wrong:?}",
+        got.len()
+    );
+
+    let dir = a.dir.0.join("logs").join(format!("e2e_chatty_{uid}")).join("main");
+    let files = || -> Vec<(String, u64)> {
+        let mut v: Vec<(String, u64)> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| (e.file_name().into_string().unwrap(), e.metadata().unwrap().len()))
+            .collect();
+        v.sort();
+        v
+    };
+    // the last write may have come after the last check: the next pass
+    // (3 s) rotates what is over the limit
+    std::thread::sleep(Duration::from_secs(4));
+    let f = files();
+    // the live file, one compressed rotated file, the newest rotated one
+    // plain; rotated names are `0.log.<YYYYMMDD-hhmmss>` (with `-<k>` for a
+    // second rotation within a second)
+    assert_eq!(f.len(), 3, "containerLogMaxFiles 3: {f:?}");
+    assert_eq!(f[0].0, "0.log", "{f:?}");
+    let stamp = |n: &str| {
+        let n = n.split_once('-').map_or(n, |(d, rest)| if rest.len() > 6 { &n[..d.len() + 7] } else { n });
+        n.len() == 15 && n.as_bytes()[8] == b'-' && n.bytes().filter(u8::is_ascii_digit).count() == 14
+    };
+    let gz = f.iter().find(|(n, _)| n.ends_with(".gz")).unwrap_or_else(|| panic!("a compressed file: {f:?}"));
+    let plain = f.iter().find(|(n, _)| n != "0.log" && !n.ends_with(".gz")).unwrap();
+    assert!(gz.0.strip_prefix("0.log.").and_then(|n| n.strip_suffix(".gz")).is_some_and(stamp), "{f:?}");
+    assert!(plain.0.strip_prefix("0.log.").is_some_and(stamp), "{f:?}");
+    let on_disk: u64 = f.iter().map(|(_, n)| n).sum();
+    // the live and the newest rotated file may each be over the limit by
+    // what came in before the check (about 100 ms of writes)
+    assert!(on_disk < 4 * 64 * 1024, "{on_disk} bytes on disk for 760 KB written: {f:?}");
+    let content = podwarden::runtime::rotation::read_compressed(&dir.join(&gz.0), 0, u64::MAX).unwrap();
+    assert!(content.starts_with(b"20") && content.ends_with(b"\n"), "gzip holding CRI log lines");
+    assert!(gz.1 * 3 < content.len() as u64, "compressed {} bytes of {}", gz.1, content.len());
+
+    // without -f: what is still on disk, oldest first, ending at the last line
+    let all = numbers(&ok(&a, &["logs", "chatty", "-n", "e2e"]));
+    let first = all[0];
+    assert!(first > 0, "the oldest files were removed");
+    assert!(
+        all.iter().zip(first..).all(|(a, b)| *a == b) && all.last() == Some(&3999),
+        "{} lines from {first}",
+        all.len()
+    );
+    // a tail reaching back into the rotated files
+    let tail = numbers(&ok(&a, &["logs", "chatty", "-n", "e2e", "--tail", "700"]));
+    assert!(
+        tail.iter().zip(3300..).all(|(a, b)| *a == b) && tail.len() == 700,
+        "{} lines from {:?}",
+        tail.len(),
+        tail.first()
+    );
+    assert!(!a.log().contains("log rotation failed"), "{}", a.log());
+    a.clean_up(&[&uid]);
+}
+
 #[test]
 fn delete_with_a_grace_period_override_and_logs_of_the_previous_instance() {
     let _serial = SERIAL.lock();

@@ -19,7 +19,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["model", "config", "runtime", "cgroups", "cancel", "thread", "fsutil", "sys", "logging", "notify", "pss"],
     ),
     ("core", &["podworkers", "sync", "prober", "admission", "status", "events", "metrics"]),
-    ("orchestration", &["agent", "housekeeping", "shutdown", "parts"]),
+    ("orchestration", &["agent", "housekeeping", "logrotate", "shutdown", "parts"]),
     ("view", &["view"]),
     ("edge", &["http", "api", "logind", "source", "cli", "daemon"]),
 ];

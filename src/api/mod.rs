@@ -482,26 +482,49 @@ impl Handlers {
             }
         };
         let path = logs::pick(&dir, req.previous).ok_or_else(no_log)?;
+        let live = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        let cursor = (!req.file.is_empty()).then(|| logs::Cursor {
+            file: req.file.clone(),
+            first: req.first_time.clone(),
+            last: req.last_time.clone(),
+            offset: req.offset,
+        });
         // opened below podLogsDir without following any symlink there
-        let rel = Path::new(&pod_dir).join(&container).join(path.file_name().unwrap_or_default());
-        let (data, next) = logs::read(&self.cfg.pod_logs_dir, &rel, req.offset, req.limit, req.tail_lines as usize)
-            .map_err(|e| match e {
-                FileError::NotFound { .. } => no_log(),
-                FileError::Io { .. } => {
-                    status(RpcStatusCode::INTERNAL, format!("container {container:?} in pod {ns}/{name}: {e}"))
-                }
-                e => status(
-                    RpcStatusCode::FAILED_PRECONDITION,
-                    format!("container {container:?} in pod {ns}/{name}: cannot read its log: {e}"),
-                ),
-            })?;
+        let rel_dir = Path::new(&pod_dir).join(&container);
+        let chunk = logs::read_instance(
+            &self.cfg.pod_logs_dir,
+            &rel_dir,
+            &live,
+            cursor.as_ref(),
+            req.limit,
+            req.tail_lines as usize,
+        )
+        .map_err(|e| match e {
+            FileError::NotFound { .. } => no_log(),
+            FileError::Io { .. } => {
+                status(RpcStatusCode::INTERNAL, format!("container {container:?} in pod {ns}/{name}: {e}"))
+            }
+            e => status(
+                RpcStatusCode::FAILED_PRECONDITION,
+                format!("container {container:?} in pod {ns}/{name}: cannot read its log: {e}"),
+            ),
+        })?;
         let running = !req.previous
             && pod
                 .status
                 .iter()
                 .flat_map(|s| s.container_statuses.iter().flatten())
                 .any(|c| c.name == container && c.state.as_ref().is_some_and(|s| s.running.is_some()));
-        Ok(api::LogsResponse { data, next_offset: next, running, container, ..Default::default() })
+        Ok(api::LogsResponse {
+            data: chunk.data,
+            next_file: chunk.next.file,
+            next_first_time: chunk.next.first,
+            next_last_time: chunk.next.last,
+            next_offset: chunk.next.offset,
+            running,
+            container,
+            ..Default::default()
+        })
     }
 
     /// Where a pod's manifest is, if a manifest defines it.

@@ -596,6 +596,13 @@ impl Runtime for CriRuntime {
         Ok(())
     }
 
+    fn reopen_container_log(&self, ctx: &CallCtx, id: &str) -> Result<()> {
+        let mut req = api::ReopenContainerLogRequest::new();
+        req.container_id = id.to_string();
+        call(ctx, Op::ReopenContainerLog, |o| self.runtime.reopen_container_log_opt(&req, o))?;
+        Ok(())
+    }
+
     fn exec_sync(&self, id: &str, cmd: &[String], timeout: Duration, done: super::ExecDone) {
         let mut req = api::ExecSyncRequest::new();
         req.container_id = id.to_string();

@@ -674,6 +674,19 @@ impl Runtime for FakeRuntime {
         Ok(())
     }
 
+    fn reopen_container_log(&self, ctx: &CallCtx, id: &str) -> Result<()> {
+        let uid = self.uid_of_container(id);
+        self.enter(ctx, Op::ReopenContainerLog, &uid, id)?;
+        match self.state.lock().containers.get(id) {
+            Some(c) if c.info.state == ContainerState::Running => Ok(()),
+            Some(_) => Err(RuntimeError::Failed {
+                op: Op::ReopenContainerLog,
+                message: format!("container {id} is not running"),
+            }),
+            None => Err(RuntimeError::NotFound { what: format!("container {id}") }),
+        }
+    }
+
     fn exec_sync(&self, id: &str, cmd: &[String], timeout: Duration, done: super::ExecDone) {
         let uid = self.uid_of_container(id);
         if let Err(e) = self.enter(&CallCtx::background(timeout), Op::ExecSync, &uid, &cmd.join(" ")) {

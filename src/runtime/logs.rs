@@ -110,6 +110,271 @@ pub fn read(
     Ok((decode(&raw[from..]), next))
 }
 
+/// Where a reader of an instance's log files is. A file is known by the
+/// time of its first entry (`first`): it stays the same when rotation
+/// renames or compresses the file, and no two files share it. `last` is
+/// the time of the last entry read, to find where to go on when the file
+/// is gone (removed as the oldest) or was empty when read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cursor {
+    /// The file's name when read (the live name or a rotated one's without
+    /// `.gz`): where the search starts, and what the reader is told.
+    pub file: String,
+    pub first: String,
+    pub last: String,
+    /// The offset in the file's (uncompressed) content.
+    pub offset: u64,
+}
+
+/// One read of [`read_instance`]: the decoded text and where to go on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunk {
+    pub data: Vec<u8>,
+    pub next: Cursor,
+}
+
+/// One file of an instance's log, oldest first: the rotated ones, then the
+/// live one.
+#[derive(Debug, Clone)]
+struct Part {
+    name: String,
+    compressed: bool,
+}
+
+fn parts(dir: &Path, rel_dir: &Path, live: &str) -> Vec<Part> {
+    let mut out: Vec<Part> = super::rotation::rotated(&dir.join(rel_dir), live)
+        .into_iter()
+        .map(|r| Part { name: r.base, compressed: r.compressed })
+        .collect();
+    out.push(Part { name: live.to_string(), compressed: false });
+    out
+}
+
+fn gz_path(dir: &Path, rel: &Path) -> PathBuf {
+    dir.join(format!("{}{}", rel.display(), super::rotation::COMPRESSED))
+}
+
+/// The time field of the first entry of `raw` (empty if it has none yet).
+fn time_of(entry: &[u8]) -> String {
+    let end = entry.iter().position(|b| *b == b' ').unwrap_or(0);
+    String::from_utf8_lossy(&entry[..end.min(64)]).into_owned()
+}
+
+/// The time field of the last whole entry of `raw`.
+fn last_time(raw: &[u8]) -> Option<String> {
+    let body = raw.strip_suffix(b"\n")?;
+    let start = body.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    Some(time_of(&body[start..]))
+}
+
+/// The first entry's time of a file (empty when it has none or cannot be
+/// read).
+fn first_time(dir: &Path, rel_dir: &Path, f: &Part) -> String {
+    let rel = rel_dir.join(&f.name);
+    let head = if f.compressed {
+        super::rotation::read_compressed(&gz_path(dir, &rel), 0, 64).ok()
+    } else {
+        crate::fsutil::open_regular_in(dir, &rel, crate::fsutil::Links::Refuse).ok().and_then(|(f, _)| {
+            let mut b = Vec::with_capacity(64);
+            f.take(64).read_to_end(&mut b).ok().map(|_| b)
+        })
+    };
+    head.filter(|h| h.contains(&b' ')).map(|h| time_of(&h)).unwrap_or_default()
+}
+
+/// Entry times compare as instants (RFC 3339 with any fraction length or
+/// offset, as runtimes write them); text that is not one compares as text.
+fn time_after(a: &str, b: &str) -> bool {
+    use k8s_openapi::jiff::Timestamp;
+    match (a.parse::<Timestamp>(), b.parse::<Timestamp>()) {
+        (Ok(x), Ok(y)) => x > y,
+        _ => a > b,
+    }
+}
+
+/// Read one instance's log (`<dir>/<rel_dir>/<live>` and its rotated files,
+/// compressed or not) from `cursor`, at most `limit` bytes of whole entries:
+/// - no cursor and no `tail`: from the oldest rotated file;
+/// - no cursor and `tail` > 0: the last `tail` entries across the files
+///   (at most [`MAX_CHUNK`] bytes of them);
+/// - a cursor: where it says, in the file it names however that file was
+///   renamed or compressed since; when the file is gone, the oldest file
+///   with entries after the last one read.
+///
+/// At the end of a rotated file the cursor moves to the next file, so a
+/// follower sees every line once, across rotations.
+pub fn read_instance(
+    dir: &Path,
+    rel_dir: &Path,
+    live: &str,
+    cursor: Option<&Cursor>,
+    limit: u64,
+    tail: usize,
+) -> Result<Chunk, crate::fsutil::FileError> {
+    let files = parts(dir, rel_dir, live);
+    let limit = if limit == 0 { MAX_CHUNK } else { limit.min(MAX_CHUNK) };
+    let Some(cursor) = cursor else {
+        if tail > 0 {
+            return tail_instance(dir, rel_dir, &files, tail, limit);
+        }
+        return read_from(dir, rel_dir, &files, 0, 0, String::new(), limit);
+    };
+    let firsts: Vec<String> = files.iter().map(|f| first_time(dir, rel_dir, f)).collect();
+    let found = if cursor.first.is_empty() { None } else { firsts.iter().position(|t| *t == cursor.first) };
+    let (index, offset) = match found {
+        Some(i) => (i, cursor.offset),
+        None => {
+            // the file is gone, or it was empty when read: the oldest file
+            // with an entry after the last one read (an empty live file
+            // before anything was read: the live file)
+            let after = |t: &String| !t.is_empty() && (cursor.last.is_empty() || time_after(t, &cursor.last));
+            match firsts.iter().position(after) {
+                Some(i) => (i, 0),
+                None => (files.len() - 1, 0),
+            }
+        }
+    };
+    read_from(dir, rel_dir, &files, index, offset, cursor.last.clone(), limit)
+}
+
+/// Read from `files[index]` at `offset`; at the end of a rotated file go
+/// on with the next file.
+fn read_from(
+    dir: &Path,
+    rel_dir: &Path,
+    files: &[Part],
+    mut index: usize,
+    mut offset: u64,
+    mut last: String,
+    limit: u64,
+) -> Result<Chunk, crate::fsutil::FileError> {
+    loop {
+        let f = &files[index];
+        let rel = rel_dir.join(&f.name);
+        let is_live = index + 1 == files.len();
+        let raw = if f.compressed {
+            let path = gz_path(dir, &rel);
+            let io = |source| crate::fsutil::FileError::Io { path: path.display().to_string(), source };
+            let mut raw = super::rotation::read_compressed(&path, offset, limit).map_err(io)?;
+            if let Some(i) = raw.iter().rposition(|b| *b == b'\n') {
+                raw.truncate(i + 1);
+            }
+            raw
+        } else {
+            match read_raw(dir, &rel, offset, limit) {
+                Ok(raw) => raw,
+                // rotated or removed between the listing and the read: the
+                // next call finds it by its first entry
+                Err(crate::fsutil::FileError::NotFound { .. }) if !is_live => {
+                    let first = first_time(dir, rel_dir, f);
+                    return Ok(Chunk { data: Vec::new(), next: Cursor { file: f.name.clone(), first, last, offset } });
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        if let Some(t) = last_time(&raw) {
+            last = t;
+        }
+        let next = offset + raw.len() as u64;
+        if !raw.is_empty() || is_live {
+            let first = if offset == 0 && !raw.is_empty() { time_of(&raw) } else { first_time(dir, rel_dir, f) };
+            return Ok(Chunk { data: decode(&raw), next: Cursor { file: f.name.clone(), first, last, offset: next } });
+        }
+        // the end of a rotated file: the next one
+        index += 1;
+        offset = 0;
+    }
+}
+
+/// Whole entries of the file `rel` inside `dir` from `offset`, at most
+/// `limit` bytes (one entry longer than that in pieces); a file shorter
+/// than `offset` (truncated) from its start.
+fn read_raw(dir: &Path, rel: &Path, offset: u64, limit: u64) -> Result<Vec<u8>, crate::fsutil::FileError> {
+    let (mut f, len) = crate::fsutil::open_regular_in(dir, rel, crate::fsutil::Links::Refuse)?;
+    let io = |source| crate::fsutil::FileError::Io { path: dir.join(rel).display().to_string(), source };
+    let offset = if offset > len { 0 } else { offset };
+    f.seek(SeekFrom::Start(offset)).map_err(io)?;
+    let mut raw = Vec::new();
+    f.take(limit).read_to_end(&mut raw).map_err(io)?;
+    let whole = match raw.iter().rposition(|b| *b == b'\n') {
+        Some(i) => i + 1,
+        None if raw.len() as u64 >= limit => raw.len(),
+        None => 0,
+    };
+    raw.truncate(whole);
+    Ok(raw)
+}
+
+/// The last `tail` entries across an instance's files, newest file first
+/// until enough are found or `limit` bytes are read; the cursor is the live
+/// file's last whole entry.
+fn tail_instance(
+    dir: &Path,
+    rel_dir: &Path,
+    files: &[Part],
+    tail: usize,
+    limit: u64,
+) -> Result<Chunk, crate::fsutil::FileError> {
+    let live = &files[files.len() - 1];
+    let mut pieces: Vec<Vec<u8>> = Vec::new();
+    let mut entries = 0;
+    let mut total = 0u64;
+    let mut end = 0;
+    for (i, f) in files.iter().enumerate().rev() {
+        let rel = rel_dir.join(&f.name);
+        let (mut raw, cut) = if f.compressed {
+            let path = gz_path(dir, &rel);
+            super::rotation::tail_compressed(&path, limit - total)
+                .map_err(|source| crate::fsutil::FileError::Io { path: path.display().to_string(), source })?
+        } else {
+            match tail_raw(dir, &rel, limit - total) {
+                Ok((raw, cut, len)) => {
+                    if i + 1 == files.len() {
+                        end = len;
+                    }
+                    (raw, cut)
+                }
+                Err(crate::fsutil::FileError::NotFound { .. }) if i + 1 < files.len() => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        if i + 1 == files.len() {
+            // whole entries only: an unfinished last one is for the next call
+            let whole = raw.iter().rposition(|b| *b == b'\n').map_or(0, |p| p + 1);
+            end -= (raw.len() - whole) as u64;
+            raw.truncate(whole);
+        }
+        if cut {
+            let first = raw.iter().position(|b| *b == b'\n').map_or(raw.len(), |p| p + 1);
+            raw.drain(..first);
+        }
+        entries += raw.iter().filter(|b| **b == b'\n').count();
+        total += raw.len() as u64;
+        pieces.push(raw);
+        if entries >= tail || total >= limit || cut {
+            break;
+        }
+    }
+    let raw: Vec<u8> = pieces.into_iter().rev().flatten().collect();
+    let from = tail_start(&raw, tail);
+    let last = last_time(&raw).unwrap_or_default();
+    let first = first_time(dir, rel_dir, live);
+    Ok(Chunk { data: decode(&raw[from..]), next: Cursor { file: live.name.clone(), first, last, offset: end } })
+}
+
+/// The last `max` bytes of the file `rel` inside `dir`, whether that cut
+/// the file, and the file's length at the read.
+fn tail_raw(dir: &Path, rel: &Path, max: u64) -> Result<(Vec<u8>, bool, u64), crate::fsutil::FileError> {
+    let (mut f, len) = crate::fsutil::open_regular_in(dir, rel, crate::fsutil::Links::Refuse)?;
+    let io = |source| crate::fsutil::FileError::Io { path: dir.join(rel).display().to_string(), source };
+    let start = len.saturating_sub(max);
+    f.seek(SeekFrom::Start(start)).map_err(io)?;
+    let mut buf = Vec::with_capacity(max.min(len) as usize);
+    f.take(len - start).read_to_end(&mut buf).map_err(io)?;
+    let len = start + buf.len() as u64;
+    Ok((buf, start > 0, len))
+}
+
 /// The kubelet's termination message from a log (`FallbackToLogsOnError`):
 /// the decoded last `lines` entries of the log `rel` inside `dir`, at most
 /// the last `max` bytes of them. Reads only the end of the file (seek), so
@@ -191,6 +456,77 @@ mod tests {
         std::os::unix::fs::symlink("/dev/zero", dir.join("c/2.log")).unwrap();
         let e = termination_tail(&dir, Path::new("c/2.log"), 80, 2048).unwrap_err();
         assert!(e.to_string().ends_with("is a symlink; not followed"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn entries(range: std::ops::Range<u32>) -> String {
+        range.map(|i| format!("2026-01-01T00:00:{:02}.{:03}Z stdout F line {i}\n", i / 1000, i % 1000)).collect()
+    }
+
+    fn lines(range: std::ops::Range<u32>) -> String {
+        range.map(|i| format!("line {i}\n")).collect()
+    }
+
+    #[test]
+    fn an_instance_reads_across_rotated_and_compressed_files_and_follows_a_rotation() {
+        use super::super::rotation::{Policy, rotate};
+        let dir = std::env::temp_dir().join(format!("podwarden-logrot-read-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let c = dir.join("p/c");
+        std::fs::create_dir_all(&c).unwrap();
+        let rel = Path::new("p/c");
+        let policy = Policy { max_size: 10, max_files: 5 };
+        // three rotations: 0..10 and 10..20 compressed, 20..30 plain,
+        // 30..40 live (with an unfinished entry at its end)
+        for (k, stamp) in ["20261124-010001", "20261124-010002", "20261124-010003"].iter().enumerate() {
+            let k = k as u32;
+            std::fs::write(c.join("0.log"), entries(k * 10..k * 10 + 10)).unwrap();
+            rotate(&c, "0.log", policy, stamp, || Ok(())).unwrap();
+        }
+        std::fs::write(c.join("0.log"), format!("{}2026-01-01T00:00:00Z stdout P unfin", entries(30..40))).unwrap();
+        let names: Vec<String> = super::super::rotation::rotated(&c, "0.log")
+            .into_iter()
+            .map(|r| r.path.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["0.log.20261124-010001.gz", "0.log.20261124-010002.gz", "0.log.20261124-010003"]);
+        let mut all = Vec::new();
+        let mut cur: Option<Cursor> = None;
+        for _ in 0..20 {
+            let ch = read_instance(&dir, rel, "0.log", cur.as_ref(), 200, 0).unwrap();
+            all.extend_from_slice(&ch.data);
+            if cur.as_ref() == Some(&ch.next) {
+                break;
+            }
+            cur = Some(ch.next);
+        }
+        assert_eq!(String::from_utf8(all).unwrap(), lines(0..40));
+        let end = cur.unwrap();
+        assert_eq!(end.file, "0.log");
+        // tail across files: 15 entries = 5 from the plain rotated file and
+        // the live file's 10; the cursor at the live file's last whole entry
+        let t = read_instance(&dir, rel, "0.log", None, 0, 15).unwrap();
+        assert_eq!(String::from_utf8(t.data).unwrap(), lines(25..40));
+        assert_eq!(t.next, end);
+        // tail reaching into a compressed file
+        let t = read_instance(&dir, rel, "0.log", None, 0, 25).unwrap();
+        assert_eq!(String::from_utf8(t.data).unwrap(), lines(15..40));
+        // a follower at the live file's end; the live file is rotated and
+        // the runtime writes on in a new one: the rest of the old file,
+        // then the new one
+        std::fs::write(c.join("0.log"), format!("{}{}", entries(30..40), entries(40..42))).unwrap();
+        rotate(&c, "0.log", policy, "20261124-010004", || Ok(())).unwrap();
+        std::fs::write(c.join("0.log"), entries(42..44)).unwrap();
+        let mut got = Vec::new();
+        let mut cur = end;
+        for _ in 0..10 {
+            let ch = read_instance(&dir, rel, "0.log", Some(&cur), 0, 0).unwrap();
+            got.extend_from_slice(&ch.data);
+            if ch.next == cur {
+                break;
+            }
+            cur = ch.next;
+        }
+        assert_eq!(String::from_utf8(got).unwrap(), lines(40..44));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -98,6 +98,10 @@ impl Runtime for Metered {
         self.count(Op::RemoveContainer, self.inner.remove_container(ctx, id))
     }
 
+    fn reopen_container_log(&self, ctx: &CallCtx, id: &str) -> Result<()> {
+        self.count(Op::ReopenContainerLog, self.inner.reopen_container_log(ctx, id))
+    }
+
     fn exec_sync(&self, id: &str, cmd: &[String], timeout: Duration, done: super::ExecDone) {
         let failed = self.failed.clone();
         self.inner.exec_sync(

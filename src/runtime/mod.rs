@@ -10,6 +10,7 @@ pub mod cri;
 pub mod fake;
 pub mod logs;
 pub mod metered;
+pub mod rotation;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -71,10 +72,11 @@ pub enum Op {
     RemoveContainer,
     ExecSync,
     Status,
+    ReopenContainerLog,
 }
 
 impl Op {
-    pub const ALL: [Op; 16] = [
+    pub const ALL: [Op; 17] = [
         Op::Version,
         Op::ListPodSandbox,
         Op::PodSandboxStatus,
@@ -91,6 +93,7 @@ impl Op {
         Op::RemoveContainer,
         Op::ExecSync,
         Op::Status,
+        Op::ReopenContainerLog,
     ];
 
     /// The op with this CRI method name (`ListPodSandbox`, ...).
@@ -117,6 +120,7 @@ impl Op {
             Op::RemoveContainer => "RemoveContainer",
             Op::ExecSync => "ExecSync",
             Op::Status => "Status",
+            Op::ReopenContainerLog => "ReopenContainerLog",
         }
     }
 
@@ -139,6 +143,7 @@ impl Op {
             Op::RemoveContainer => "remove_container",
             Op::ExecSync => "exec_sync",
             Op::Status => "status",
+            Op::ReopenContainerLog => "reopen_container_log",
         }
     }
 }
@@ -458,6 +463,9 @@ pub trait Runtime: Send + Sync {
     /// period is coming), even while the container is still stopping.
     fn stop_container(&self, ctx: &CallCtx, id: &str, timeout: Duration) -> Result<()>;
     fn remove_container(&self, ctx: &CallCtx, id: &str) -> Result<()>;
+    /// Make the runtime open the container's log file again (after it was
+    /// renamed by rotation); only for a running container.
+    fn reopen_container_log(&self, ctx: &CallCtx, id: &str) -> Result<()>;
     /// CRI `ExecSync` without blocking the caller: run `cmd` in container
     /// `id`, for at most `timeout` (the runtime kills it then). `done` gets
     /// the result exactly once: on the runtime's completion thread, or at

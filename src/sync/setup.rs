@@ -380,6 +380,10 @@ impl PodSync {
                     .filter(|o| o.name == c.name && o.id != l.id && o.state == ContainerState::Exited)
                 {
                     self.runtime.remove_container(&self.call(ctx), &old.id)?;
+                    // its log goes with it, rotated files too (the kubelet's
+                    // removeContainerLog)
+                    let dir = self.cfg.pod_log_dir(pod).join(&c.name);
+                    crate::runtime::rotation::remove_instance(&dir, &format!("{}.log", old.attempt));
                 }
                 l.attempt + 1
             }

@@ -349,6 +349,31 @@ pub fn malloc_trim() {
 
 // -------------------------------------------------------- host identity
 
+/// `secs` (Unix time) in the local time zone as `YYYYMMDD-hhmmss`, the
+/// suffix of a rotated container log (Go's `20060102-150405`); UTC when
+/// the conversion fails.
+pub fn local_timestamp(secs: i64) -> String {
+    let t: libc::time_t = secs;
+    // SAFETY: `tm` is plain old data (integers and a pointer): all zeroes is valid.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are valid for the call; localtime_r is the
+    // thread-safe form and writes only `tm`.
+    let ok = !unsafe { libc::localtime_r(&t, &mut tm) }.is_null();
+    if !ok {
+        // SAFETY: as above, gmtime_r writes only `tm`.
+        unsafe { libc::gmtime_r(&t, &mut tm) };
+    }
+    format!(
+        "{:04}{:02}{:02}-{:02}{:02}{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    )
+}
+
 /// The kernel release and machine (`uname -r`, `uname -m`), or `None` if
 /// `uname` failed.
 pub fn uname() -> Option<(String, String)> {
