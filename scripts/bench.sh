@@ -10,6 +10,8 @@
 #                              threads against the same pods without; readiness flip; kill with a hung probe
 #   scripts/bench.sh isolation pod start with pod cgroups and seccomp vs without (ratio), RSS with 110 such
 #                              pods (private containerd; the release binary)
+#   scripts/bench.sh unattended a container writing 1 GiB of log: bytes on disk after and at most; RSS with
+#                              110 pods (private containerd; the release binary)
 #   scripts/bench.sh hostile   alias bombs, deep nesting, slow HTTP clients, delete during start, a 2 GiB
 #                              termination-log (private containerd; the ci profile the tests build)
 set -euo pipefail
@@ -51,12 +53,17 @@ case "$name" in
     cargo build --release --bin podwarden --quiet
     PODWARDEN_BIN="$PWD/target/release/podwarden" cargo bench --bench isolation --quiet 2>/dev/null | tail -n 7
     ;;
+  unattended)
+    scripts/e2e-env.sh up >/dev/null
+    cargo build --release --bin podwarden --quiet
+    PODWARDEN_BIN="$PWD/target/release/podwarden" cargo bench --bench unattended --quiet 2>/dev/null | tail -n 5
+    ;;
   hostile)
     scripts/e2e-env.sh up >/dev/null
     cargo bench --profile ci --bench hostile --quiet 2>/dev/null | tail -n 1
     ;;
   *)
-    echo "usage: scripts/bench.sh core|start|shutdown|footprint|config|probes|isolation|hostile" >&2
+    echo "usage: scripts/bench.sh core|start|shutdown|footprint|config|probes|isolation|unattended|hostile" >&2
     exit 2
     ;;
 esac

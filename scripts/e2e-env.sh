@@ -162,9 +162,33 @@ env_vars() {
   echo "PODWARDEN_E2E_BUSYBOX=$IMAGE_BUSYBOX"
 }
 
+# A small image of its own (one layer: /data, $2 KiB of random bytes) under
+# the name $1, for image garbage collection tests and benchmarks: distinct
+# content, so removing it frees its bytes and no other image's.
+extra_image() {
+  local name="$1" kib="${2:-256}" work
+  work="$(mktemp -d)"
+  mkdir -p "$work/rootfs" "$work/out"
+  head -c "$((kib * 1024))" /dev/urandom > "$work/rootfs/data"
+  echo "$name" > "$work/rootfs/name"
+  tar -C "$work/rootfs" --numeric-owner --owner=0 --group=0 -cf "$work/layer.tar" .
+  local layer_sha cfg_sha
+  layer_sha="$(sha256sum "$work/layer.tar" | cut -d' ' -f1)"
+  mkdir -p "$work/out/$layer_sha"
+  mv "$work/layer.tar" "$work/out/$layer_sha/layer.tar"
+  echo "{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{},\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[\"sha256:$layer_sha\"]}}" > "$work/config.json"
+  cfg_sha="$(sha256sum "$work/config.json" | cut -d' ' -f1)"
+  mv "$work/config.json" "$work/out/$cfg_sha.json"
+  echo "[{\"Config\":\"$cfg_sha.json\",\"RepoTags\":[\"$name\"],\"Layers\":[\"$layer_sha/layer.tar\"]}]" > "$work/out/manifest.json"
+  tar -C "$work/out" -cf "$work/image.tar" .
+  ctr --address "$SOCK" -n k8s.io images import "$work/image.tar" >/dev/null
+  rm -rf "$work"
+}
+
 case "${1:-}" in
   up) up ;;
   down) down ;;
   env) env_vars ;;
-  *) echo "usage: $0 up|down|env" >&2; exit 2 ;;
+  extra-image) extra_image "${2:?name}" "${3:-256}" ;;
+  *) echo "usage: $0 up|down|env|extra-image NAME [KiB]" >&2; exit 2 ;;
 esac

@@ -170,6 +170,30 @@ pub struct Config {
     /// up) whether or not it was written.
     #[serde(deserialize_with = "de::duration")]
     pub container_log_monitor_interval: Duration,
+    /// Image garbage collection starts when the image filesystem is this
+    /// full (percent).
+    #[serde(rename = "imageGCHighThresholdPercent", deserialize_with = "de::int::<_, _, 0, 100>")]
+    pub image_gc_high_threshold_percent: u8,
+    /// ... and frees until it is this full.
+    #[serde(rename = "imageGCLowThresholdPercent", deserialize_with = "de::int::<_, _, 0, 100>")]
+    pub image_gc_low_threshold_percent: u8,
+    /// An image seen for less than this is not collected.
+    #[serde(rename = "imageMinimumGCAge", deserialize_with = "de::duration")]
+    pub image_minimum_gc_age: Duration,
+    /// An image unused for longer than this is collected; zero: never.
+    #[serde(rename = "imageMaximumGCAge", deserialize_with = "de::duration")]
+    pub image_maximum_gc_age: Duration,
+    /// How often images are collected (podwarden-only; the kubelet's fixed
+    /// period).
+    #[serde(rename = "imageGCPeriod", deserialize_with = "de::duration")]
+    pub image_gc_period: Duration,
+    /// Images are pulled one at a time.
+    #[serde(deserialize_with = "de::boolean")]
+    pub serialize_image_pulls: bool,
+    /// With `serializeImagePulls: false`, at most this many pulls at once;
+    /// 0 (unset): any number.
+    #[serde(deserialize_with = "de::int::<_, _, 0, 1000>")]
+    pub max_parallel_image_pulls: u32,
     /// How many containers' logs are rotated at once.
     #[serde(deserialize_with = "de::int::<_, _, 0, 64>")]
     pub container_log_max_workers: u32,
@@ -244,6 +268,13 @@ impl Default for Config {
             container_log_max_files: 5,
             container_log_monitor_interval: Duration::from_secs(10),
             container_log_max_workers: 1,
+            serialize_image_pulls: true,
+            max_parallel_image_pulls: 0,
+            image_gc_high_threshold_percent: 85,
+            image_gc_low_threshold_percent: 80,
+            image_minimum_gc_age: Duration::from_secs(120),
+            image_maximum_gc_age: Duration::ZERO,
+            image_gc_period: Duration::from_secs(300),
             resolv_conf: "/etc/resolv.conf".into(),
             priority_classes: BTreeMap::new(),
             allow_privileged: false,
@@ -646,6 +677,34 @@ impl Config {
         }
         if self.container_log_max_workers < 1 {
             return Err(refused("containerLogMaxWorkers", "must be at least 1"));
+        }
+        if self.serialize_image_pulls && self.max_parallel_image_pulls > 1 {
+            return Err(refused(
+                "maxParallelImagePulls",
+                "cannot be larger than 1 unless serializeImagePulls is false",
+            ));
+        }
+        if self.image_gc_low_threshold_percent >= self.image_gc_high_threshold_percent {
+            return Err(refused("imageGCLowThresholdPercent", "must be less than imageGCHighThresholdPercent"));
+        }
+        for (field, v) in [
+            ("imageMinimumGCAge", self.image_minimum_gc_age),
+            ("imageMaximumGCAge", self.image_maximum_gc_age),
+            ("imageGCPeriod", self.image_gc_period),
+        ] {
+            if v > MAX_PERIOD {
+                return Err(refused(field, format!("out of range: expected 0s to {}", format_duration(MAX_PERIOD))));
+            }
+        }
+        // as the kubelet's defaulting: 0s is the default minimum age
+        if self.image_minimum_gc_age.is_zero() {
+            self.image_minimum_gc_age = d.image_minimum_gc_age;
+        }
+        if !self.image_maximum_gc_age.is_zero() && self.image_maximum_gc_age <= self.image_minimum_gc_age {
+            return Err(refused("imageMaximumGCAge", "must be greater than imageMinimumGCAge"));
+        }
+        if self.image_gc_period.is_zero() {
+            self.image_gc_period = d.image_gc_period;
         }
         Ok(self)
     }

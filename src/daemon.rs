@@ -4,7 +4,7 @@
 //! adopts them); SIGHUP rescans the manifests.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use thiserror::Error;
@@ -253,6 +253,7 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
         seccomp_default: config.seccomp_default,
         apparmor_enabled: apparmor,
         cgroups: tuning.cgroups.clone(),
+        max_parallel_pulls: if config.serialize_image_pulls { 1 } else { config.max_parallel_image_pulls as usize },
     };
     let pod_cache = Arc::new(crate::runtime::cache::PodCache::new());
     let objects = Arc::new(crate::model::objects::ObjectStore::new());
@@ -330,6 +331,7 @@ pub struct Running {
     logind: Option<crate::logind::LogindThread>,
     api: Option<crate::api::ApiServer>,
     log_rotation: Option<crate::logrotate::LogRotation>,
+    image_gc: Option<crate::housekeeping::Periodic>,
 }
 
 impl Running {
@@ -353,6 +355,7 @@ impl Running {
         self.source.take();
         self.housekeeping.take();
         self.log_rotation.take();
+        self.image_gc.take();
     }
 
     /// Where the read-only HTTP endpoint listens, if it is on.
@@ -410,6 +413,25 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
         },
     )
     .map_err(io("starting container log rotation"))?;
+    let gc = crate::images::ImageGc::new(
+        parts.runtime.clone(),
+        crate::images::Policy {
+            high_percent: config.image_gc_high_threshold_percent,
+            low_percent: config.image_gc_low_threshold_percent,
+            min_age: config.image_minimum_gc_age,
+            max_age: config.image_maximum_gc_age,
+        },
+        parts.events.clone(),
+        parts.metrics.clone(),
+        &parts.node_name,
+        config.runtime_request_timeout,
+    );
+    let image_gc = crate::housekeeping::Periodic::every("image-gc", config.image_gc_period, move || {
+        if let Err(e) = gc.collect(Instant::now()) {
+            log::warn!("image garbage collection failed: {e}");
+        }
+    })
+    .map_err(io("starting image garbage collection"))?;
     // healthy (/healthz, the node's Ready condition): housekeeping and the
     // runtime answered within a few housekeeping periods
     let healthy_within = config.housekeeping_interval.saturating_mul(5).max(Duration::from_secs(10));
@@ -472,6 +494,7 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
         logind,
         api,
         log_rotation: Some(log_rotation),
+        image_gc: Some(image_gc),
     })
 }
 

@@ -78,6 +78,12 @@ impl Periodic {
         })
     }
 
+    /// A thread named `name` running `f` at once, then every `period` or
+    /// when woken.
+    pub fn every(name: &str, period: Duration, mut f: impl FnMut() + Send + 'static) -> std::io::Result<Self> {
+        Self::run(name, period, move |_| f())
+    }
+
     /// Run `f` at once, then every `period` or when woken; `f` is told
     /// whether it was woken.
     fn run(name: &str, period: Duration, mut f: impl FnMut(bool) + Send + 'static) -> std::io::Result<Self> {

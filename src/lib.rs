@@ -13,6 +13,7 @@ pub mod events;
 pub mod fsutil;
 pub mod housekeeping;
 pub mod http;
+pub mod images;
 pub mod logging;
 pub mod logind;
 pub mod logrotate;

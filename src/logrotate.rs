@@ -91,13 +91,16 @@ fn running(runtime: &dyn Runtime, s: &Settings) -> Result<Vec<Target>, String> {
     Ok(out)
 }
 
-/// Check one live log and rotate it if it is due.
-fn check(runtime: &dyn Runtime, s: &Settings, t: &Target) {
+/// Check one live log and rotate it if it is due; true when it rotated.
+fn check(runtime: &dyn Runtime, s: &Settings, t: &Target) -> bool {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
     let stamp = crate::sys::local_timestamp(now);
     let reopen = || runtime.reopen_container_log(&CallCtx::background(s.timeout), &t.id).map_err(|e| e.to_string());
     match crate::runtime::rotation::rotate(&t.dir, &t.live, s.policy, &stamp, reopen) {
-        Ok(Outcome::Rotated(to)) => log::debug!("container {}: log rotated to {}", t.id, to.display()),
+        Ok(Outcome::Rotated(to)) => {
+            log::debug!("container {}: log rotated to {}", t.id, to.display());
+            return true;
+        }
         Ok(Outcome::Reopened) => log::info!("container {}: its log {} was missing; reopened", t.id, t.live),
         Ok(Outcome::Small | Outcome::Later) => {}
         Err(e) => {
@@ -110,6 +113,7 @@ fn check(runtime: &dyn Runtime, s: &Settings, t: &Target) {
             }
         }
     }
+    false
 }
 
 /// Start the monitor and `settings.workers` workers.
@@ -120,16 +124,34 @@ pub fn start(runtime: Arc<dyn Runtime>, settings: Settings) -> std::io::Result<L
     // containers queued or being checked: one check each at a time
     let busy: Arc<Mutex<HashSet<String>>> = Arc::default();
     let mut joins = Vec::new();
+    // compression on its own thread: a rotation never waits for one
+    let (ztx, zrx) = crossbeam_channel::bounded::<Target>(QUEUE);
+    let zbusy: Arc<Mutex<HashSet<PathBuf>>> = Arc::default();
+    {
+        let zbusy = zbusy.clone();
+        joins.push(crate::thread::spawn("log-compress", None, move || {
+            for t in zrx {
+                zbusy.lock().remove(&t.dir.join(&t.live));
+                crate::runtime::rotation::compress_older(&t.dir, &t.live);
+            }
+        })?);
+    }
     for n in 0..settings.workers.max(1) {
         let (rx, runtime, s, busy) = (rx.clone(), runtime.clone(), settings.clone(), busy.clone());
+        let (ztx, zbusy) = (ztx.clone(), zbusy.clone());
         joins.push(crate::thread::spawn(format!("log-rotate-{n}"), None, move || {
             for t in rx {
-                check(&*runtime, &s, &t);
+                if check(&*runtime, &s, &t)
+                    && zbusy.lock().insert(t.dir.join(&t.live))
+                    && ztx.try_send(t.clone()).is_err()
+                {
+                    zbusy.lock().remove(&t.dir.join(&t.live));
+                }
                 busy.lock().remove(&t.id);
             }
         })?);
     }
-    drop(rx);
+    drop((rx, ztx));
     let (wake2, stop2) = (wake.clone(), stop.clone());
     joins.push(crate::thread::spawn("log-monitor", None, move || {
         Monitor::new(runtime, settings, tx, busy).run(&wake2, &stop2);

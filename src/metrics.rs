@@ -14,16 +14,34 @@ use crate::runtime::metered::FailedCalls;
 /// `le` bounds of the duration histograms (seconds), Prometheus defaults.
 pub const BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
-#[derive(Debug, Clone, Default, PartialEq)]
+/// `le` bounds of `kubelet_image_pull_duration_seconds`, the kubelet's.
+pub const PULL_BUCKETS: [f64; 19] = [
+    0.5, 1.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 180.0, 240.0, 300.0, 360.0, 480.0, 600.0, 900.0, 1200.0, 1800.0,
+    2700.0, 3600.0,
+];
+
+#[derive(Debug, Clone, PartialEq)]
 pub struct Histogram {
-    pub counts: [u64; BUCKETS.len()],
+    pub bounds: &'static [f64],
+    pub counts: Vec<u64>,
     pub count: u64,
     pub sum: f64,
 }
 
+impl Default for Histogram {
+    /// With the Prometheus default bounds ([`BUCKETS`]).
+    fn default() -> Self {
+        Histogram::with(&BUCKETS)
+    }
+}
+
 impl Histogram {
+    pub fn with(bounds: &'static [f64]) -> Self {
+        Histogram { bounds, counts: vec![0; bounds.len()], count: 0, sum: 0.0 }
+    }
+
     pub fn observe(&mut self, v: f64) {
-        for (i, b) in BUCKETS.iter().enumerate() {
+        for (i, b) in self.bounds.iter().enumerate() {
             if v <= *b {
                 self.counts[i] += 1;
             }
@@ -85,6 +103,30 @@ pub struct Metrics {
     empty_dirs: Mutex<Vec<EmptyDirUsage>>,
     /// `prober_probe_total` and `prober_probe_duration_seconds` by probe.
     probes: Mutex<BTreeMap<ProbeSeries, ProbeCounts>>,
+    /// `kubelet_image_pull_duration_seconds{image_size_in_bytes}`.
+    image_pulls: Mutex<BTreeMap<&'static str, Histogram>>,
+    /// `kubelet_image_garbage_collected_total{reason}`: "age", "space".
+    images_collected: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+/// The kubelet's `image_size_in_bytes` label of a pull.
+pub fn image_size_label(bytes: u64) -> &'static str {
+    const MB: u64 = 1_000_000;
+    const GB: u64 = 1_000_000_000;
+    match bytes {
+        b if b < 10 * MB => "0-10MB",
+        b if b < 100 * MB => "10MB-100MB",
+        b if b < 500 * MB => "100MB-500MB",
+        b if b < GB => "500MB-1GB",
+        b if b < 5 * GB => "1GB-5GB",
+        b if b < 10 * GB => "5GB-10GB",
+        b if b < 20 * GB => "10GB-20GB",
+        b if b < 30 * GB => "20GB-30GB",
+        b if b < 40 * GB => "30GB-40GB",
+        b if b < 60 * GB => "40GB-60GB",
+        b if b < 100 * GB => "60GB-100GB",
+        _ => "GT100GB",
+    }
 }
 
 /// The labels of one probe's series.
@@ -204,6 +246,25 @@ impl Metrics {
         self.probes.lock().clone()
     }
 
+    /// A successful pull of an image of `size` bytes that took `seconds`.
+    pub fn image_pulled(&self, size: u64, seconds: f64) {
+        self.image_pulls
+            .lock()
+            .entry(image_size_label(size))
+            .or_insert_with(|| Histogram::with(&PULL_BUCKETS))
+            .observe(seconds);
+    }
+
+    /// `n` images removed by garbage collection for `reason` ("age" or
+    /// "space").
+    pub fn images_collected(&self, reason: &'static str, n: u64) {
+        *self.images_collected.lock().entry(reason).or_default() += n;
+    }
+
+    pub fn images_collected_total(&self) -> BTreeMap<&'static str, u64> {
+        self.images_collected.lock().clone()
+    }
+
     pub fn empty_dirs(&self) -> Vec<EmptyDirUsage> {
         self.empty_dirs.lock().clone()
     }
@@ -233,7 +294,7 @@ fn bools(v: &[i64; 2]) -> [(&'static str, i64); 2] {
 /// One histogram's series; `labels` is empty or ends with a comma.
 fn histogram(out: &mut String, name: &str, labels: &str, h: &Histogram) {
     use std::fmt::Write;
-    for (i, b) in BUCKETS.iter().enumerate() {
+    for (i, b) in h.bounds.iter().enumerate() {
         let _ = writeln!(out, "{name}_bucket{{{labels}le=\"{b}\"}} {}", h.counts[i]);
     }
     let _ = writeln!(out, "{name}_bucket{{{labels}le=\"+Inf\"}} {}", h.count);
@@ -302,6 +363,19 @@ pub fn render(m: &Metrics) -> String {
     head(&mut out, "kubelet_running_containers", "gauge", "Number of containers currently running.");
     for (state, v) in &g.running_containers {
         let _ = writeln!(out, "kubelet_running_containers{{container_state=\"{state}\"}} {v}");
+    }
+    head(&mut out, "kubelet_image_pull_duration_seconds", "histogram", "Duration in seconds to pull an image.");
+    for (size, h) in m.image_pulls.lock().iter() {
+        histogram(&mut out, "kubelet_image_pull_duration_seconds", &format!("image_size_in_bytes=\"{size}\","), h);
+    }
+    head(
+        &mut out,
+        "kubelet_image_garbage_collected_total",
+        "counter",
+        "Total number of images garbage collected by the kubelet, whether through disk usage or image age.",
+    );
+    for (reason, n) in m.images_collected.lock().iter() {
+        let _ = writeln!(out, "kubelet_image_garbage_collected_total{{reason=\"{reason}\"}} {n}");
     }
     head(
         &mut out,

@@ -1506,3 +1506,63 @@ fn https_probe_skips_certificate_checks_on_containerd() {
     wait_for("ready once it answers 200", Duration::from_secs(5), || ready() == Some(serde_json::json!(true)));
     a.clean_up(&[&uid]);
 }
+
+fn image_names() -> Vec<String> {
+    let out = Command::new("ctr")
+        .args(["--address", &socket(), "-n", "k8s.io", "images", "ls", "-q"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
+}
+
+fn extra_image(name: &str) {
+    let ok = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/e2e-env.sh"))
+        .args(["extra-image", name, "256"])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "scripts/e2e-env.sh extra-image {name} failed (is the environment up? scripts/e2e-env.sh up)");
+}
+
+#[test]
+fn unused_images_are_garbage_collected_and_images_in_use_and_the_sandbox_image_stay_on_containerd() {
+    let _serial = SERIAL.lock();
+    for n in ["a", "b", "c"] {
+        extra_image(&format!("localhost/gc-{n}:e2e"));
+    }
+    // every byte over the threshold: all unused images old enough go
+    let mut a = Agent::start_with(
+        "imagegc",
+        "imageGCHighThresholdPercent: 1\nimageGCLowThresholdPercent: 0\nimageMinimumGCAge: 8s\nimageGCPeriod: 2s\n",
+        &[],
+    );
+    a.write("user.yaml", &pod_yaml("user", "", TRAPPING));
+    let uid = a.uid("user");
+    wait_for("the pod running", Duration::from_secs(30), || a.running(&uid) == 1);
+    wait_for("the unused images removed", Duration::from_secs(30), || {
+        !image_names().iter().any(|n| n.starts_with("localhost/gc-"))
+    });
+    let names = image_names();
+    assert!(names.contains(&IMAGE.to_string()), "the image in use stays: {names:?}");
+    assert!(names.contains(&"localhost/pause:e2e".to_string()), "the sandbox image stays: {names:?}");
+    // a new image is young: it stays for imageMinimumGCAge, then goes
+    extra_image("localhost/gc-d:e2e");
+    let t = Instant::now();
+    assert_holds_for("a young image stays", Duration::from_secs(5), || {
+        image_names().contains(&"localhost/gc-d:e2e".to_string())
+    });
+    wait_for("the young image removed once old enough", Duration::from_secs(20), || {
+        !image_names().contains(&"localhost/gc-d:e2e".to_string())
+    });
+    assert!(t.elapsed() >= Duration::from_secs(7), "removed after {:?}", t.elapsed());
+    // counted when the collection that removed them ends
+    wait_for("4 images counted", Duration::from_secs(10), || {
+        let m = a.get("/metrics").unwrap_or_default();
+        metric(&m, "kubelet_image_garbage_collected_total{reason=\"space\"}").is_some_and(|n| n >= 4.0)
+    });
+    // the disk cannot get to 0 %: the kubelet's warning on the node
+    let events = a.get("/events").unwrap_or_default();
+    assert!(a.log().contains("FreeDiskSpaceFailed") || events.contains("FreeDiskSpaceFailed"), "{}", a.log());
+    assert!(a.log().contains("Attempted to free "), "{}", a.log());
+    a.clean_up(&[&uid]);
+}

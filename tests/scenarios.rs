@@ -379,7 +379,7 @@ fn restart_policies_and_back_off() {
 #[test]
 fn image_that_does_not_exist_with_pull_policy_never_shows_a_waiting_reason() {
     let h = Harness::new();
-    h.fake.remove_image("ghost:1");
+    h.fake.make_image_missing("ghost:1");
     let mut p = pod("img", "ui");
     p.spec.as_mut().unwrap().containers[0].image = Some("ghost:1".into());
     p.spec.as_mut().unwrap().containers[0].image_pull_policy = Some("Never".into());

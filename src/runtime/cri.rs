@@ -29,6 +29,18 @@ mod pb {
 use pb::api;
 use pb::api_grpc::{ImageServiceClient, RuntimeServiceClient};
 
+fn image_info(i: &api::Image) -> ImageInfo {
+    ImageInfo {
+        id: i.id.clone(),
+        uid: i.uid.as_ref().map(|u| u.value),
+        username: i.username.clone(),
+        size: i.size,
+        tags: i.repo_tags.clone(),
+        digests: i.repo_digests.clone(),
+        pinned: i.pinned,
+    }
+}
+
 /// The process's one gRPC environment (one completion-queue thread), shared
 /// by the CRI client and the local API's server and client: a second one
 /// would only add a polling thread and its memory.
@@ -495,17 +507,23 @@ impl Runtime for CriRuntime {
         Ok(r.info.get("config").and_then(|c| systemd_cgroup_of(c)))
     }
 
+    fn sandbox_image(&self, ctx: &CallCtx) -> Result<Option<String>> {
+        let mut req = api::StatusRequest::new();
+        req.verbose = true;
+        let r = call(ctx, Op::Status, |o| self.runtime.status_opt(&req, o))?;
+        Ok(r.info.get("config").and_then(|c| {
+            let v: serde_json::Value = serde_json::from_str(c).ok()?;
+            v.get("sandboxImage")?.as_str().map(str::to_string)
+        }))
+    }
+
     fn image_status(&self, ctx: &CallCtx, image: &str) -> Result<Option<ImageInfo>> {
         let mut spec = api::ImageSpec::new();
         spec.image = image.to_string();
         let mut req = api::ImageStatusRequest::new();
         req.image = protobuf::MessageField::some(spec);
         let r = call(ctx, Op::ImageStatus, |o| self.images.image_status_opt(&req, o))?;
-        Ok(r.image.as_ref().map(|i| ImageInfo {
-            id: i.id.clone(),
-            uid: i.uid.as_ref().map(|u| u.value),
-            username: i.username.clone(),
-        }))
+        Ok(r.image.as_ref().map(image_info))
     }
 
     fn pull_image(&self, ctx: &CallCtx, image: &str) -> Result<String> {
@@ -594,6 +612,34 @@ impl Runtime for CriRuntime {
         req.container_id = id.to_string();
         call(ctx, Op::RemoveContainer, |o| self.runtime.remove_container_opt(&req, o))?;
         Ok(())
+    }
+
+    fn list_images(&self, ctx: &CallCtx) -> Result<Vec<ImageInfo>> {
+        let req = api::ListImagesRequest::new();
+        let r = call(ctx, Op::ListImages, |o| self.images.list_images_opt(&req, o))?;
+        Ok(r.images.iter().map(image_info).collect())
+    }
+
+    fn remove_image(&self, ctx: &CallCtx, id: &str) -> Result<()> {
+        let mut spec = api::ImageSpec::new();
+        spec.image = id.to_string();
+        let mut req = api::RemoveImageRequest::new();
+        req.image = protobuf::MessageField::some(spec);
+        call(ctx, Op::RemoveImage, |o| self.images.remove_image_opt(&req, o))?;
+        Ok(())
+    }
+
+    fn image_fs_info(&self, ctx: &CallCtx) -> Result<Vec<super::ImageFs>> {
+        let req = api::ImageFsInfoRequest::new();
+        let r = call(ctx, Op::ImageFsInfo, |o| self.images.image_fs_info_opt(&req, o))?;
+        Ok(r.image_filesystems
+            .iter()
+            .map(|f| super::ImageFs {
+                mountpoint: f.fs_id.as_ref().map(|i| i.mountpoint.clone()).unwrap_or_default(),
+                used_bytes: f.used_bytes.as_ref().map_or(0, |v| v.value),
+                inodes_used: f.inodes_used.as_ref().map_or(0, |v| v.value),
+            })
+            .collect())
     }
 
     fn reopen_container_log(&self, ctx: &CallCtx, id: &str) -> Result<()> {

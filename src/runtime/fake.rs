@@ -73,6 +73,10 @@ struct State {
     /// Pod UID -> ids of its sandboxes and containers.
     by_uid: HashMap<String, HashSet<String>>,
     missing_images: HashSet<String>,
+    /// Images `list_images` shows (by ID), added by the tests.
+    images: BTreeMap<String, ImageInfo>,
+    /// What `image_fs_info` names as the image filesystem.
+    image_fs_mountpoint: String,
     calls: Vec<Call>,
     faults: Vec<Fault>,
     latency: HashMap<Op, Duration>,
@@ -220,8 +224,18 @@ impl FakeRuntime {
         self.state.lock().exec.insert(name.to_string(), result);
     }
 
-    pub fn remove_image(&self, image: &str) {
+    pub fn make_image_missing(&self, image: &str) {
         self.state.lock().missing_images.insert(image.to_string());
+    }
+
+    /// Add an image that `list_images` shows.
+    pub fn add_image(&self, info: ImageInfo) {
+        self.state.lock().images.insert(info.id.clone(), info);
+    }
+
+    /// Where `image_fs_info` says the images are.
+    pub fn set_image_fs(&self, mountpoint: &str) {
+        self.state.lock().image_fs_mountpoint = mountpoint.to_string();
     }
 
     /// Make the running container `name` of pod `uid` exit with `code`.
@@ -672,6 +686,29 @@ impl Runtime for FakeRuntime {
             st.unindex(&c.uid, id);
         }
         Ok(())
+    }
+
+    fn list_images(&self, ctx: &CallCtx) -> Result<Vec<ImageInfo>> {
+        self.enter(ctx, Op::ListImages, "", "")?;
+        Ok(self.state.lock().images.values().cloned().collect())
+    }
+
+    fn remove_image(&self, ctx: &CallCtx, id: &str) -> Result<()> {
+        self.enter(ctx, Op::RemoveImage, "", id)?;
+        match self.state.lock().images.remove(id) {
+            Some(_) => Ok(()),
+            None => Err(RuntimeError::NotFound { what: format!("image {id}") }),
+        }
+    }
+
+    fn image_fs_info(&self, ctx: &CallCtx) -> Result<Vec<super::ImageFs>> {
+        self.enter(ctx, Op::ImageFsInfo, "", "")?;
+        let st = self.state.lock();
+        Ok(vec![super::ImageFs {
+            mountpoint: st.image_fs_mountpoint.clone(),
+            used_bytes: st.images.values().map(|i| i.size).sum(),
+            inodes_used: st.images.len() as u64,
+        }])
     }
 
     fn reopen_container_log(&self, ctx: &CallCtx, id: &str) -> Result<()> {

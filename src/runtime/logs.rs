@@ -482,6 +482,7 @@ mod tests {
             let k = k as u32;
             std::fs::write(c.join("0.log"), entries(k * 10..k * 10 + 10)).unwrap();
             rotate(&c, "0.log", policy, stamp, || Ok(())).unwrap();
+            super::super::rotation::compress_older(&c, "0.log");
         }
         std::fs::write(c.join("0.log"), format!("{}2026-01-01T00:00:00Z stdout P unfin", entries(30..40))).unwrap();
         let names: Vec<String> = super::super::rotation::rotated(&c, "0.log")

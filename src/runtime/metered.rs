@@ -56,6 +56,10 @@ impl Runtime for Metered {
         self.inner.systemd_cgroup(ctx)
     }
 
+    fn sandbox_image(&self, ctx: &CallCtx) -> Result<Option<String>> {
+        self.inner.sandbox_image(ctx)
+    }
+
     fn image_status(&self, ctx: &CallCtx, image: &str) -> Result<Option<ImageInfo>> {
         self.count(Op::ImageStatus, self.inner.image_status(ctx, image))
     }
@@ -96,6 +100,18 @@ impl Runtime for Metered {
 
     fn remove_container(&self, ctx: &CallCtx, id: &str) -> Result<()> {
         self.count(Op::RemoveContainer, self.inner.remove_container(ctx, id))
+    }
+
+    fn list_images(&self, ctx: &CallCtx) -> Result<Vec<super::ImageInfo>> {
+        self.count(Op::ListImages, self.inner.list_images(ctx))
+    }
+
+    fn remove_image(&self, ctx: &CallCtx, id: &str) -> Result<()> {
+        self.count(Op::RemoveImage, self.inner.remove_image(ctx, id))
+    }
+
+    fn image_fs_info(&self, ctx: &CallCtx) -> Result<Vec<super::ImageFs>> {
+        self.count(Op::ImageFsInfo, self.inner.image_fs_info(ctx))
     }
 
     fn reopen_container_log(&self, ctx: &CallCtx, id: &str) -> Result<()> {

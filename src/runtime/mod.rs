@@ -73,10 +73,13 @@ pub enum Op {
     ExecSync,
     Status,
     ReopenContainerLog,
+    ListImages,
+    RemoveImage,
+    ImageFsInfo,
 }
 
 impl Op {
-    pub const ALL: [Op; 17] = [
+    pub const ALL: [Op; 20] = [
         Op::Version,
         Op::ListPodSandbox,
         Op::PodSandboxStatus,
@@ -94,6 +97,9 @@ impl Op {
         Op::ExecSync,
         Op::Status,
         Op::ReopenContainerLog,
+        Op::ListImages,
+        Op::RemoveImage,
+        Op::ImageFsInfo,
     ];
 
     /// The op with this CRI method name (`ListPodSandbox`, ...).
@@ -121,6 +127,9 @@ impl Op {
             Op::ExecSync => "ExecSync",
             Op::Status => "Status",
             Op::ReopenContainerLog => "ReopenContainerLog",
+            Op::ListImages => "ListImages",
+            Op::RemoveImage => "RemoveImage",
+            Op::ImageFsInfo => "ImageFsInfo",
         }
     }
 
@@ -144,6 +153,9 @@ impl Op {
             Op::ExecSync => "exec_sync",
             Op::Status => "status",
             Op::ReopenContainerLog => "reopen_container_log",
+            Op::ListImages => "list_images",
+            Op::RemoveImage => "remove_image",
+            Op::ImageFsInfo => "image_fs_info",
         }
     }
 }
@@ -294,6 +306,20 @@ pub struct ImageInfo {
     /// The image's user: a numeric uid, else a name (both unset: root).
     pub uid: Option<i64>,
     pub username: String,
+    /// Its size in bytes, as the runtime counts it.
+    pub size: u64,
+    pub tags: Vec<String>,
+    pub digests: Vec<String>,
+    /// The runtime keeps it (its sandbox image): never garbage.
+    pub pinned: bool,
+}
+
+/// One filesystem holding images, as `ImageFsInfo` reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageFs {
+    pub mountpoint: String,
+    pub used_bytes: u64,
+    pub inodes_used: u64,
 }
 
 /// What the runtime needs to create a pod sandbox.
@@ -446,6 +472,11 @@ pub trait Runtime: Send + Sync {
     fn systemd_cgroup(&self, _ctx: &CallCtx) -> Result<Option<bool>> {
         Ok(None)
     }
+    /// The image the runtime runs pod sandboxes from (`None`: it does not
+    /// say); image garbage collection keeps it.
+    fn sandbox_image(&self, _ctx: &CallCtx) -> Result<Option<String>> {
+        Ok(None)
+    }
     fn pull_image(&self, ctx: &CallCtx, image: &str) -> Result<String>;
     fn run_sandbox(&self, ctx: &CallCtx, config: &SandboxConfig) -> Result<String>;
     fn stop_sandbox(&self, ctx: &CallCtx, id: &str) -> Result<()>;
@@ -463,6 +494,12 @@ pub trait Runtime: Send + Sync {
     /// period is coming), even while the container is still stopping.
     fn stop_container(&self, ctx: &CallCtx, id: &str, timeout: Duration) -> Result<()>;
     fn remove_container(&self, ctx: &CallCtx, id: &str) -> Result<()>;
+    /// Every image the runtime holds.
+    fn list_images(&self, ctx: &CallCtx) -> Result<Vec<ImageInfo>>;
+    /// Remove an image (by ID: every tag of it).
+    fn remove_image(&self, ctx: &CallCtx, id: &str) -> Result<()>;
+    /// The filesystems holding images.
+    fn image_fs_info(&self, ctx: &CallCtx) -> Result<Vec<ImageFs>>;
     /// Make the runtime open the container's log file again (after it was
     /// renamed by rotation); only for a running container.
     fn reopen_container_log(&self, ctx: &CallCtx, id: &str) -> Result<()>;

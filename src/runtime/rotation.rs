@@ -117,11 +117,13 @@ pub fn compress(r: &Path) -> std::io::Result<u64> {
 }
 
 /// Check the live log `<dir>/<live>` and rotate it when it has reached the
-/// policy's size: clean up what an interrupted rotation left, remove the
-/// oldest rotated files beyond `max_files - 2`, compress the others, rename
-/// the live log to `<live>.<stamp>`, then `reopen` (the runtime's
-/// `ReopenContainerLog`). When `reopen` fails the rename is undone, so the
-/// next check tries again and no line is lost.
+/// policy's size: clean up what an interrupted rotation left, rename the
+/// live log to `<live>.<stamp>`, `reopen` (the runtime's
+/// `ReopenContainerLog`), then remove the oldest rotated files beyond
+/// `max_files - 1`. [`compress_older`] then compresses the others but the
+/// newest: the files the kubelet leaves, in an order that lets the next
+/// rotation happen while a compression runs. When `reopen` fails the
+/// rename is undone, so the next check tries again and no line is lost.
 pub fn rotate(
     dir: &Path,
     live: &str,
@@ -159,19 +161,6 @@ pub fn rotate(
         return Ok(Outcome::Later);
     };
     clean_up(dir, live);
-    let mut old = rotated(dir, live);
-    // the live file and the one rotated now count too
-    let keep = policy.max_files.saturating_sub(2) as usize;
-    let excess = old.len().saturating_sub(keep);
-    for r in old.drain(..excess) {
-        remove(&r.path);
-    }
-    for r in old.iter().filter(|r| !r.compressed) {
-        if let Err(e) = compress(&r.path) {
-            log::warn!("container log {}: cannot compress it: {e}", r.path.display());
-            let _ = std::fs::remove_file(format!("{}{TMP}", r.path.display()));
-        }
-    }
     std::fs::rename(&path, &target).map_err(|e| format!("{}: cannot rename it: {e}", path.display()))?;
     if let Err(e) = reopen() {
         if let Err(back) = std::fs::rename(&target, &path) {
@@ -179,7 +168,31 @@ pub fn rotate(
         }
         return Err(format!("{}: the runtime did not reopen it: {e}", path.display()));
     }
+    // the live file counts too
+    let mut old = rotated(dir, live);
+    let keep = policy.max_files.saturating_sub(1) as usize;
+    let excess = old.len().saturating_sub(keep);
+    for r in old.drain(..excess) {
+        remove(&r.path);
+    }
     Ok(Outcome::Rotated(target))
+}
+
+/// Compress every rotated file of `<dir>/<live>` but the newest.
+pub fn compress_older(dir: &Path, live: &str) {
+    let mut old = rotated(dir, live);
+    old.pop();
+    for r in old.iter().filter(|r| !r.compressed) {
+        match compress(&r.path) {
+            Ok(_) => {}
+            // removed meanwhile as the oldest
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                log::warn!("container log {}: cannot compress it: {e}", r.path.display());
+                let _ = std::fs::remove_file(format!("{}{TMP}", r.path.display()));
+            }
+        }
+    }
 }
 
 /// Remove what an interrupted rotation left: `.tmp` files and a rotated
@@ -315,6 +328,7 @@ mod tests {
                 rotate(&d, "0.log", Policy { max_size: 100, max_files: 20 }, "20261124-010000", || Ok(())),
                 Ok(Outcome::Rotated(to))
             );
+            compress_older(&d, "0.log");
         }
         write(&d.join("0.log"), &[b'b'; 200]);
         assert_eq!(rotate(&d, "0.log", POLICY, "20261124-010000", || Ok(())), Ok(Outcome::Later));
@@ -334,6 +348,7 @@ mod tests {
         {
             write(&d.join("0.log"), format!("{i}\n").repeat(60).as_bytes());
             assert!(matches!(rotate(&d, "0.log", POLICY, stamp, || Ok(())), Ok(Outcome::Rotated(_))));
+            compress_older(&d, "0.log");
         }
         // max_files 4: the live log (not yet reopened here) and 3 rotated,
         // the newest uncompressed
@@ -380,6 +395,7 @@ mod tests {
         assert_eq!(rotated(&d, "0.log").len(), 1);
         write(&d.join("0.log"), &[b'a'; 100]);
         rotate(&d, "0.log", POLICY, "20261124-010002", || Ok(())).unwrap();
+        compress_older(&d, "0.log");
         assert_eq!(names(&d), ["0.log.20261124-010000.gz", "0.log.20261124-010002"]);
         // a symlink as the live log: refused, the target untouched
         let outside = d.join("outside");

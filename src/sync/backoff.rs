@@ -50,6 +50,11 @@ impl Backoff {
         }
     }
 
+    /// Start over for one key (it succeeded).
+    pub fn forget(&self, uid: &str, key: &str) {
+        self.entries.lock().remove(&(uid.to_string(), key.to_string()));
+    }
+
     pub fn forget_pod(&self, uid: &str) {
         self.entries.lock().retain(|(u, _), _| u != uid);
     }

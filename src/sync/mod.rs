@@ -9,6 +9,7 @@ pub mod dns;
 pub mod env;
 pub mod hooks;
 pub mod projection;
+mod pull;
 mod setup;
 mod terminate;
 pub mod usage;
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 pub use backoff::Backoff;
+pub use pull::pull_policy;
 pub use setup::{APPARMOR_ANNOTATION_PREFIX, apparmor_profile};
 
 use crate::events::{EventRecorder, EventType, ObjectRef};
@@ -68,6 +70,9 @@ pub struct SyncConfig {
     /// The pod cgroups (`cgroupsPerQOS`); `None`: the runtime's default
     /// cgroups.
     pub cgroups: Option<crate::cgroups::Cgroups>,
+    /// Image pulls at once (`serializeImagePulls`: 1,
+    /// `maxParallelImagePulls`; 0: any number).
+    pub max_parallel_pulls: usize,
 }
 
 impl SyncConfig {
@@ -99,6 +104,10 @@ pub struct PodSync {
     /// Container start errors by pod, shown as Waiting reasons.
     reasons: Mutex<HashMap<Uid, HashMap<String, Waiting>>>,
     backoff: Backoff,
+    /// Image pull back-off per pod and image.
+    image_backoff: Backoff,
+    /// Pulls at a time.
+    pulls: pull::PullGate,
     /// Told when a pod's containers first all run (pod start duration).
     metrics: Option<Arc<crate::metrics::Metrics>>,
     /// The relist's view: a set-up pass reuses its pod's last status read
@@ -196,6 +205,7 @@ impl PodSync {
         cfg: SyncConfig,
     ) -> Self {
         let backoff = Backoff::new(cfg.backoff_initial, cfg.backoff_max);
+        let pulls = pull::PullGate::new(cfg.max_parallel_pulls);
         PodSync {
             runtime,
             statuses,
@@ -203,6 +213,8 @@ impl PodSync {
             cfg,
             reasons: Mutex::new(HashMap::new()),
             backoff,
+            image_backoff: Backoff::new(pull::PULL_BACKOFF_INITIAL, pull::PULL_BACKOFF_MAX),
+            pulls,
             metrics: None,
             pod_cache: None,
             reads: Mutex::new(HashMap::new()),
@@ -386,6 +398,7 @@ impl PodSync {
         self.reasons.lock().remove(uid);
         self.reads.lock().remove(uid);
         self.backoff.forget_pod(uid);
+        self.image_backoff.forget_pod(uid);
     }
 }
 

@@ -23,23 +23,6 @@ fn io_err(what: String) -> impl FnOnce(std::io::Error) -> SyncError {
     move |source| SyncError::Io { what, source }
 }
 
-/// The kubelet's default pull policy: Always for `:latest` or no tag.
-pub fn pull_policy(c: &Container) -> &str {
-    if let Some(p) = c.image_pull_policy.as_deref() {
-        return p;
-    }
-    let image = c.image.as_deref().unwrap_or("");
-    let last = image.rsplit('/').next().unwrap_or(image);
-    if image.contains('@') {
-        return "IfNotPresent";
-    }
-    match last.split_once(':') {
-        None => "Always",
-        Some((_, "latest")) => "Always",
-        Some(_) => "IfNotPresent",
-    }
-}
-
 /// Does restartPolicy restart a container that exited with `code`?
 fn should_restart(policy: &str, code: i32) -> bool {
     match policy {
@@ -499,34 +482,10 @@ impl PodSync {
         let uid = model::uid(pod);
         let obj = ObjectRef::container(pod, &c.name);
         let image = c.image.clone().unwrap_or_default();
-        let pulled = match pull_policy(c) {
-            "Never" => match self.runtime.image_status(&self.call(ctx), &image)? {
-                Some(r) => Ok(r.id),
-                None => Err(RuntimeError::ImageNeverPull { image: image.clone() }),
-            },
-            "IfNotPresent" => match self.runtime.image_status(&self.call(ctx), &image)? {
-                Some(r) => Ok(r.id),
-                None => self.runtime.pull_image(&self.call(ctx), &image),
-            },
-            _ => self.runtime.pull_image(&self.call(ctx), &image),
-        };
-        if let Err(e) = pulled {
-            let (reason, retry) = match &e {
-                RuntimeError::ImageNeverPull { .. } => ("ErrImageNeverPull", self.cfg.backoff_initial),
-                _ => {
-                    let seen = self
-                        .reasons_for(uid)
-                        .get(&c.name)
-                        .is_some_and(|w| w.reason == "ErrImagePull" || w.reason == "ImagePullBackOff");
-                    (if seen { "ImagePullBackOff" } else { "ErrImagePull" }, self.cfg.backoff_initial)
-                }
-            };
-            if matches!(e, RuntimeError::Cancelled { .. }) {
-                return Err(SyncError::Cancelled);
-            }
-            self.remember(ctx, &c.name, reason, e.to_string());
-            self.events.event(&obj, EventType::Warning, "Failed", &format!("{reason}: {e}"));
-            return Ok(Some(retry));
+        let _ = uid;
+        if let Err(no) = self.ensure_image(ctx, pod, c, &image)? {
+            self.remember(ctx, &c.name, no.reason, no.message);
+            return Ok(Some(no.retry));
         }
         let config = match self
             .verify_run_as_non_root(ctx, pod, c, &image)
@@ -1155,6 +1114,7 @@ mod tests {
 
     #[test]
     fn default_pull_policy() {
+        use super::super::pull::pull_policy;
         let c = |image: &str| Container { name: "c".into(), image: Some(image.into()), ..Default::default() };
         assert_eq!(pull_policy(&c("busybox")), "Always");
         assert_eq!(pull_policy(&c("busybox:latest")), "Always");
@@ -1192,6 +1152,7 @@ mod tests {
                 seccomp_default: false,
                 apparmor_enabled: false,
                 cgroups: None,
+                max_parallel_pulls: 1,
             };
             PodSync::new(
                 Arc::new(crate::runtime::fake::FakeRuntime::new()),

@@ -82,6 +82,20 @@ pub fn filesystem_bytes(path: &CStr) -> io::Result<u64> {
     Ok((st.f_blocks as u64).saturating_mul(st.f_frsize as u64))
 }
 
+/// The capacity and the bytes available to unprivileged users of the
+/// filesystem holding `path` (`statvfs`: `f_blocks`, `f_bavail` times
+/// `f_frsize`).
+pub fn filesystem_usage(path: &CStr) -> io::Result<(u64, u64)> {
+    // SAFETY: `statvfs` is plain old data (integers only): all zeroes is a
+    // valid value, overwritten by the call below.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a valid NUL-terminated string for the call; `st`
+    // is a valid, writable statvfs.
+    zero_or_errno(unsafe { libc::statvfs(path.as_ptr(), &mut st) })?;
+    let f = st.f_frsize as u64;
+    Ok(((st.f_blocks as u64).saturating_mul(f), (st.f_bavail as u64).saturating_mul(f)))
+}
+
 /// `renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE)`: rename,
 /// failing with `EEXIST` (`AlreadyExists`) instead of replacing `to`.
 pub fn rename_noreplace(from: &CStr, to: &CStr) -> io::Result<()> {
