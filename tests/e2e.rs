@@ -1508,10 +1508,8 @@ fn https_probe_skips_certificate_checks_on_containerd() {
 }
 
 fn image_names() -> Vec<String> {
-    let out = Command::new("ctr")
-        .args(["--address", &socket(), "-n", "k8s.io", "images", "ls", "-q"])
-        .output()
-        .unwrap();
+    let out =
+        Command::new("ctr").args(["--address", &socket(), "-n", "k8s.io", "images", "ls", "-q"]).output().unwrap();
     String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
 }
 
