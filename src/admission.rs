@@ -112,10 +112,97 @@ fn ips_overlap(a: &str, b: &str) -> bool {
     wild(a) || wild(b) || a == b
 }
 
+/// A node condition the eviction manager sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Pressure {
+    Memory,
+    Disk,
+    Pid,
+}
+
+impl Pressure {
+    pub const ALL: [Pressure; 3] = [Pressure::Memory, Pressure::Disk, Pressure::Pid];
+
+    /// The condition type.
+    pub fn condition(self) -> &'static str {
+        match self {
+            Pressure::Memory => "MemoryPressure",
+            Pressure::Disk => "DiskPressure",
+            Pressure::Pid => "PIDPressure",
+        }
+    }
+
+    /// The kubelet's reason and message of the condition when `on` (True)
+    /// or not.
+    pub fn reason_and_message(self, on: bool) -> (&'static str, &'static str) {
+        match (self, on) {
+            (Pressure::Memory, true) => ("KubeletHasInsufficientMemory", "kubelet has insufficient memory available"),
+            (Pressure::Memory, false) => ("KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+            (Pressure::Disk, true) => ("KubeletHasDiskPressure", "kubelet has disk pressure"),
+            (Pressure::Disk, false) => ("KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+            (Pressure::Pid, true) => ("KubeletHasInsufficientPID", "kubelet has insufficient PID available"),
+            (Pressure::Pid, false) => ("KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+        }
+    }
+}
+
+/// The node's pressure conditions now, and when each last changed.
+#[derive(Debug, Default)]
+pub struct NodePressure {
+    state: parking_lot::Mutex<std::collections::BTreeMap<Pressure, (bool, std::time::SystemTime)>>,
+}
+
+impl NodePressure {
+    /// Set the conditions that hold (the others do not); returns the ones
+    /// that changed, with their new value.
+    pub fn set(&self, on: &[Pressure]) -> Vec<(Pressure, bool)> {
+        let mut st = self.state.lock();
+        let now = std::time::SystemTime::now();
+        let mut changed = Vec::new();
+        for p in Pressure::ALL {
+            let v = on.contains(&p);
+            let e = st.entry(p).or_insert((false, now));
+            if e.0 != v {
+                *e = (v, now);
+                changed.push((p, v));
+            }
+        }
+        changed
+    }
+
+    /// The conditions that hold.
+    pub fn on(&self) -> Vec<Pressure> {
+        self.state.lock().iter().filter(|(_, (v, _))| *v).map(|(p, _)| *p).collect()
+    }
+
+    /// Each condition, whether it holds and since when (`None`: never
+    /// evaluated).
+    pub fn all(&self) -> Vec<(Pressure, bool, Option<std::time::SystemTime>)> {
+        let st = self.state.lock();
+        Pressure::ALL.iter().map(|p| (*p, st.get(p).is_some_and(|e| e.0), st.get(p).map(|e| e.1))).collect()
+    }
+}
+
+/// The reason of pods rejected or evicted for node pressure.
+pub const REASON_EVICTED: &str = "Evicted";
+
+/// Pods the kubelet never evicts and always admits under pressure here:
+/// priority 2000000000 and above (`system-cluster-critical`,
+/// `system-node-critical`). Every podwarden pod is a static pod, which the
+/// kubelet counts as critical too; podwarden does not, or nothing on the
+/// node could ever be evicted.
+pub fn is_critical(pod: &Pod) -> bool {
+    // user classes are below 1000000000 (the config checks): only the
+    // system classes and an explicit priority reach it
+    model::is_critical(pod, &std::collections::BTreeMap::new())
+}
+
 /// The admission gate and the node's allocatable resources.
 pub struct Admission {
     allocatable: Allocatable,
     shutting_down: AtomicBool,
+    /// The node's pressure conditions (the eviction manager's).
+    pressure: std::sync::Arc<NodePressure>,
     /// The Pod Security Standards level every pod from the static pod
     /// source is held to (`staticPodSecurityLevel`).
     pod_security: crate::pss::Level,
@@ -139,7 +226,13 @@ impl Admission {
             sysctls: model::sysctl::Allowlist::new(&[]),
             apparmor_enabled: false,
             other: Default::default(),
+            pressure: Default::default(),
         }
+    }
+
+    /// The node's pressure conditions, shared with the eviction manager.
+    pub fn pressure(&self) -> std::sync::Arc<NodePressure> {
+        self.pressure.clone()
     }
 
     /// Hold every pod to the Pod Security Standards `level`.
@@ -182,6 +275,22 @@ impl Admission {
         }
         // a property of the pod itself: judged before what the node has left
         crate::pss::enforce(self.pod_security, pod).map_err(|v| Rejection::new(crate::pss::REASON, v.to_string()))?;
+        // the eviction manager's: under memory pressure alone BestEffort
+        // pods (that do not tolerate it) stay out, under any other all
+        let on = self.pressure.on();
+        if !on.is_empty() && !is_critical(pod) {
+            let tolerates = pod.spec.iter().flat_map(|s| s.tolerations.iter().flatten()).any(|t| {
+                t.key.as_deref().is_none_or(|k| k == "node.kubernetes.io/memory-pressure")
+                    && t.effect.as_deref().is_none_or(|e| e.is_empty() || e == "NoSchedule")
+                    && (t.key.is_some() || t.operator.as_deref() == Some("Exists"))
+            });
+            let best_effort = model::qos::qos_class(pod) == model::qos::QosClass::BestEffort;
+            let memory_only = on == [Pressure::Memory];
+            if !memory_only || (best_effort && !tolerates) {
+                let names: Vec<&str> = on.iter().map(|p| p.condition()).collect();
+                return Err(Rejection::new(REASON_EVICTED, format!("The node had condition: [{}]. ", names.join(" "))));
+            }
+        }
         self.sysctls.admit(pod).map_err(|m| Rejection::new(model::sysctl::REASON_FORBIDDEN, m))?;
         let confined = model::all_containers(pod).any(|c| {
             crate::sync::apparmor_profile(pod, c).is_some_and(|p| p != crate::runtime::SecurityProfile::Unconfined)

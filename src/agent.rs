@@ -258,20 +258,22 @@ impl Agent {
     /// shutdown: pods that arrived while it ran must not stay Failed).
     /// Returns how many were admitted now.
     pub fn readmit(&self, reason: &str) -> usize {
+        self.readmit_where(|r| r.reason == reason)
+    }
+
+    /// Admit again the pods whose rejection `which` picks.
+    pub fn readmit_where(&self, which: impl Fn(&Rejection) -> bool) -> usize {
         let _serial = self.sync_lock.lock();
         let mut pm = self.pods.lock();
-        let again: Vec<Uid> = pm
-            .by_uid
-            .iter()
-            .filter(|(_, d)| d.rejected.as_ref().is_some_and(|r| r.reason == reason))
-            .map(|(u, _)| u.clone())
-            .collect();
+        let again: Vec<Uid> =
+            pm.by_uid.iter().filter(|(_, d)| d.rejected.as_ref().is_some_and(&which)).map(|(u, _)| u.clone()).collect();
         let mut admitted = 0;
         for uid in again {
             let pod = pm.by_uid[&uid].pod.clone();
             let active = self.active_pods(&pm);
             match self.admission.admit(&pod, &active) {
                 Ok(()) => {
+                    let reason = pm.by_uid[&uid].rejected.as_ref().map(|r| r.reason.clone()).unwrap_or_default();
                     log::info!("pod {}: admitted (was rejected: {reason})", model::pod_ref(&pod));
                     self.statuses.remove(&uid);
                     self.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, pod));
@@ -285,6 +287,42 @@ impl Agent {
             }
         }
         admitted
+    }
+
+    /// Evict an admitted pod (node pressure, a local storage limit): the
+    /// `Evicted` warning with `message`, a kill with `grace` seconds that
+    /// leaves it Failed with reason `Evicted` and `message`, its content
+    /// removed. It stays out (rejected with that reason) until
+    /// [`Agent::readmit`] with it. False when the pod is not admitted.
+    pub fn evict(&self, uid: &str, message: &str, grace: i64) -> bool {
+        let _serial = self.sync_lock.lock();
+        let pod = {
+            let mut pm = self.pods.lock();
+            let Some(d) = pm.by_uid.get_mut(uid).filter(|d| d.rejected.is_none()) else { return false };
+            d.rejected = Some(Rejection { reason: crate::admission::REASON_EVICTED.into(), message: message.into() });
+            d.pod.clone()
+        };
+        log::warn!("pod {}: evicted: {message}", model::pod_ref(&pod));
+        self.events.event(&ObjectRef::pod(&pod), EventType::Warning, crate::admission::REASON_EVICTED, message);
+        let msg = message.to_string();
+        let status_fn: crate::podworkers::StatusFn = Arc::new(move |s: &mut PodStatus| {
+            s.phase = Some(model::PHASE_FAILED.into());
+            s.reason = Some(crate::admission::REASON_EVICTED.into());
+            s.message = Some(msg.clone());
+        });
+        let opts = KillPodOptions {
+            grace_period_override: Some(grace),
+            status_fn: Some(status_fn),
+            evict: true,
+            ..Default::default()
+        };
+        self.workers.update_pod(UpdatePodOptions::kill(pod, opts));
+        true
+    }
+
+    /// The admitted pods (for the eviction manager's ranking).
+    pub fn admitted(&self) -> Vec<Arc<Pod>> {
+        self.pods.lock().admitted().cloned().collect()
     }
 
     /// The kubelet's `rejectPod`: a warning event with the handler's

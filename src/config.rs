@@ -194,6 +194,27 @@ pub struct Config {
     /// 0 (unset): any number.
     #[serde(deserialize_with = "de::int::<_, _, 0, 1000>")]
     pub max_parallel_image_pulls: u32,
+    /// Node-pressure eviction: signal (`memory.available`,
+    /// `nodefs.available`, `nodefs.inodesFree`, `imagefs.available`,
+    /// `imagefs.inodesFree`, `pid.available`) to threshold (`100Mi`,
+    /// `10%`); met, pods are evicted at once.
+    #[serde(deserialize_with = "de::string_map")]
+    pub eviction_hard: BTreeMap<String, String>,
+    /// ... met for the signal's `evictionSoftGracePeriod`.
+    #[serde(deserialize_with = "de::string_map")]
+    pub eviction_soft: BTreeMap<String, String>,
+    #[serde(deserialize_with = "de::string_map")]
+    pub eviction_soft_grace_period: BTreeMap<String, String>,
+    /// What an eviction frees beyond the threshold, per signal.
+    #[serde(deserialize_with = "de::string_map")]
+    pub eviction_minimum_reclaim: BTreeMap<String, String>,
+    /// The longest grace period of a soft eviction (0: the pod's own).
+    #[serde(deserialize_with = "de::int::<_, _, 0, 86400>")]
+    pub eviction_max_pod_grace_period: i64,
+    /// A pressure condition stays true this long after its threshold is
+    /// no longer met.
+    #[serde(deserialize_with = "de::duration")]
+    pub eviction_pressure_transition_period: Duration,
     /// How many containers' logs are rotated at once.
     #[serde(deserialize_with = "de::int::<_, _, 0, 64>")]
     pub container_log_max_workers: u32,
@@ -232,6 +253,153 @@ pub struct Config {
     pub api_group_pod_security_level: Level,
 }
 
+/// An eviction signal, the kubelet's names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Signal {
+    MemoryAvailable,
+    NodeFsAvailable,
+    NodeFsInodesFree,
+    ImageFsAvailable,
+    ImageFsInodesFree,
+    PidAvailable,
+}
+
+impl Signal {
+    pub const ALL: [Signal; 6] = [
+        Signal::MemoryAvailable,
+        Signal::NodeFsAvailable,
+        Signal::NodeFsInodesFree,
+        Signal::ImageFsAvailable,
+        Signal::ImageFsInodesFree,
+        Signal::PidAvailable,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Signal::MemoryAvailable => "memory.available",
+            Signal::NodeFsAvailable => "nodefs.available",
+            Signal::NodeFsInodesFree => "nodefs.inodesFree",
+            Signal::ImageFsAvailable => "imagefs.available",
+            Signal::ImageFsInodesFree => "imagefs.inodesFree",
+            Signal::PidAvailable => "pid.available",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Signal> {
+        Signal::ALL.into_iter().find(|x| x.name() == s)
+    }
+}
+
+/// A threshold's value: an amount (bytes, inodes, PIDs) or a percentage
+/// of the capacity.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Amount {
+    Quantity(u64),
+    Percent(f64),
+}
+
+impl Amount {
+    fn parse(s: &str) -> Result<Amount, String> {
+        let s = s.trim();
+        if let Some(p) = s.strip_suffix('%') {
+            let v: f64 = p.parse().map_err(|_| format!("{s:?}: expected a percentage such as 10%"))?;
+            if !(0.0..=100.0).contains(&v) {
+                return Err(format!("{s:?}: a percentage must be from 0% to 100%"));
+            }
+            return Ok(Amount::Percent(v));
+        }
+        let n = quantity::bytes(s).map_err(|e| format!("{s:?}: {e}"))?;
+        u64::try_from(n).ok().filter(|n| *n > 0).map(Amount::Quantity).ok_or_else(|| format!("{s:?}: must be positive"))
+    }
+
+    /// `0%` and `100%` turn a threshold off, as in the kubelet.
+    fn is_off(self) -> bool {
+        matches!(self, Amount::Percent(p) if p == 0.0 || p == 100.0)
+    }
+
+    /// The amount for a capacity of `capacity`.
+    pub fn of(self, capacity: u64) -> u64 {
+        match self {
+            Amount::Quantity(n) => n,
+            Amount::Percent(p) => (capacity as f64 * p / 100.0) as u64,
+        }
+    }
+
+    /// As the config wrote it.
+    pub fn text(self) -> String {
+        match self {
+            Amount::Quantity(n) => crate::model::quantity::format_bytes(n as i64),
+            Amount::Percent(p) => format!("{p}%"),
+        }
+    }
+}
+
+/// One eviction threshold: met when the signal's available amount is
+/// below `value`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Threshold {
+    pub signal: Signal,
+    pub value: Amount,
+    /// Zero for a hard threshold.
+    pub grace: Duration,
+    pub soft: bool,
+    pub min_reclaim: Option<Amount>,
+}
+
+impl Config {
+    /// The eviction thresholds, hard ones first; or the field, key and
+    /// what is wrong with it.
+    pub fn thresholds(&self) -> Result<Vec<Threshold>, (&'static str, String, String)> {
+        let signal = |field: &'static str, k: &str| {
+            Signal::parse(k).ok_or_else(|| {
+                let names: Vec<&str> = Signal::ALL.iter().map(|s| s.name()).collect();
+                (field, k.to_string(), format!("unknown signal: expected one of {}", names.join(", ")))
+            })
+        };
+        let mut reclaim = BTreeMap::new();
+        for (k, v) in &self.eviction_minimum_reclaim {
+            let s = signal("evictionMinimumReclaim", k)?;
+            reclaim.insert(s, Amount::parse(v).map_err(|e| ("evictionMinimumReclaim", k.clone(), e))?);
+        }
+        let mut out = Vec::new();
+        for (k, v) in &self.eviction_hard {
+            let s = signal("evictionHard", k)?;
+            let value = Amount::parse(v).map_err(|e| ("evictionHard", k.clone(), e))?;
+            if value.is_off() {
+                continue;
+            }
+            out.push(Threshold {
+                signal: s,
+                value,
+                grace: Duration::ZERO,
+                soft: false,
+                min_reclaim: reclaim.get(&s).copied(),
+            });
+        }
+        for (k, v) in &self.eviction_soft {
+            let s = signal("evictionSoft", k)?;
+            let value = Amount::parse(v).map_err(|e| ("evictionSoft", k.clone(), e))?;
+            if value.is_off() {
+                continue;
+            }
+            let grace = self.eviction_soft_grace_period.get(k).ok_or_else(|| {
+                ("evictionSoft", k.clone(), "needs a grace period in evictionSoftGracePeriod".to_string())
+            })?;
+            let grace = parse_duration(grace).ok_or_else(|| {
+                ("evictionSoftGracePeriod", k.clone(), format!("{grace:?}: expected a duration such as 1m30s"))
+            })?;
+            out.push(Threshold { signal: s, value, grace, soft: true, min_reclaim: reclaim.get(&s).copied() });
+        }
+        for k in self.eviction_soft_grace_period.keys() {
+            signal("evictionSoftGracePeriod", k)?;
+            if !self.eviction_soft.contains_key(k) {
+                return Err(("evictionSoftGracePeriod", k.clone(), "has no threshold in evictionSoft".into()));
+            }
+        }
+        Ok(out)
+    }
+}
+
 impl Default for Config {
     /// The defaults: the one place in the code they are written.
     /// `packaging/config.yaml` shows them (a test compares the two).
@@ -268,6 +436,20 @@ impl Default for Config {
             container_log_max_files: 5,
             container_log_monitor_interval: Duration::from_secs(10),
             container_log_max_workers: 1,
+            eviction_hard: [
+                ("imagefs.available", "15%"),
+                ("memory.available", "100Mi"),
+                ("nodefs.available", "10%"),
+                ("nodefs.inodesFree", "5%"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+            eviction_soft: BTreeMap::new(),
+            eviction_soft_grace_period: BTreeMap::new(),
+            eviction_minimum_reclaim: BTreeMap::new(),
+            eviction_max_pod_grace_period: 0,
+            eviction_pressure_transition_period: Duration::from_secs(300),
             serialize_image_pulls: true,
             max_parallel_image_pulls: 0,
             image_gc_high_threshold_percent: 85,
@@ -678,6 +860,19 @@ impl Config {
         if self.container_log_max_workers < 1 {
             return Err(refused("containerLogMaxWorkers", "must be at least 1"));
         }
+        // 0s is the default, as the kubelet's defaulting makes it
+        if self.eviction_pressure_transition_period.is_zero() {
+            self.eviction_pressure_transition_period = d.eviction_pressure_transition_period;
+        }
+        if self.eviction_pressure_transition_period > MAX_PERIOD {
+            return Err(refused(
+                "evictionPressureTransitionPeriod",
+                format!("out of range: expected 0s to {}", format_duration(MAX_PERIOD)),
+            ));
+        }
+        if let Err((field, key, allowed)) = self.thresholds() {
+            return Err(Refused { at: vec![Seg::Key(field.into()), Seg::Key(key)], allowed });
+        }
         if self.serialize_image_pulls && self.max_parallel_image_pulls > 1 {
             return Err(refused(
                 "maxParallelImagePulls",
@@ -826,6 +1021,16 @@ mod de {
                 Err(DurationError::Syntax) => Err("expected a duration such as 30s, 1m30s or 500ms".into()),
             }
         })
+    }
+
+    /// A map of strings to strings (`{memory.available: 100Mi}`).
+    pub fn string_map<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+        fn entry(m: &mut BTreeMap<String, String>, key: &str, v: &Value) -> Result<(), Allowed> {
+            let s = v.as_str().ok_or("expected a string value")?;
+            m.insert(key.into(), s.into());
+            Ok(())
+        }
+        d.deserialize_any(MapOf { allowed: "expected a map such as {memory.available: 100Mi}", entry })
     }
 
     /// A quantity of bytes (`10Mi`, `1G`, `4096`), at most 1Ti.

@@ -139,7 +139,8 @@ impl ImageGc {
         let mount = fs.first().map(|f| f.mountpoint.clone()).filter(|m| !m.is_empty());
         let mount = mount.ok_or("the runtime names no image filesystem")?;
         let c = CString::new(mount.clone()).map_err(|_| format!("image filesystem {mount:?}: not a path"))?;
-        crate::sys::filesystem_usage(&c).map_err(|e| format!("image filesystem {mount}: {e}"))
+        let v = crate::sys::statvfs(&c).map_err(|e| format!("image filesystem {mount}: {e}"))?;
+        Ok((v.blocks.saturating_mul(v.frsize), v.bavail.saturating_mul(v.frsize)))
     }
 
     /// Remove `candidates` (IDs), oldest use first, until `want` bytes

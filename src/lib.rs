@@ -28,6 +28,7 @@ pub mod pss;
 pub mod runtime;
 pub mod shutdown;
 pub mod source;
+pub mod stats;
 pub mod status;
 pub mod sync;
 // every foreign call, behind safe functions: the one module allowed unsafe

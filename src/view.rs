@@ -188,6 +188,7 @@ pub fn node_of(parts: &Parts, healthy_within: Duration) -> NodeReport {
         allocated: parts.agent.allocated(),
         unhealthy: parts.agent.health(healthy_within).err().map(|e| e.to_string()),
         shutting_down: parts.admission.is_shutting_down(),
+        pressure: parts.admission.pressure().all(),
         shutdown: &shutdown,
         runtime_version: &parts.runtime.version(),
         host: &host,
@@ -206,6 +207,8 @@ pub struct NodeSources<'a> {
     pub unhealthy: Option<String>,
     /// A node shutdown runs (admission is closed).
     pub shutting_down: bool,
+    /// The pressure conditions: whether each holds and since when.
+    pub pressure: Vec<(crate::admission::Pressure, bool, Option<std::time::SystemTime>)>,
     /// The graceful-shutdown state (a copy taken under its lock).
     pub shutdown: &'a crate::shutdown::State,
     /// The container runtime's name and version.
@@ -255,14 +258,32 @@ pub fn node_report(src: NodeSources) -> NodeReport {
         status: Some(NodeStatus {
             capacity: Some(quantities(resources(a.cpu_capacity_millis, a.memory_capacity_bytes, a.pods))),
             allocatable: Some(quantities(resources(a.cpu_millis, a.memory_bytes, a.pods))),
-            conditions: Some(vec![NodeCondition {
-                type_: "Ready".into(),
-                status: if ok { "True" } else { "False" }.into(),
-                reason: Some(reason.into()),
-                message: Some(message),
-                last_heartbeat_time: Some(model::now_time()),
-                last_transition_time: None,
-            }]),
+            conditions: Some(
+                std::iter::once(NodeCondition {
+                    type_: "Ready".into(),
+                    status: if ok { "True" } else { "False" }.into(),
+                    reason: Some(reason.into()),
+                    message: Some(message),
+                    last_heartbeat_time: Some(model::now_time()),
+                    last_transition_time: None,
+                })
+                .chain(src.pressure.iter().map(|(p, on, since)| {
+                    let (reason, message) = p.reason_and_message(*on);
+                    NodeCondition {
+                        type_: p.condition().into(),
+                        status: if *on { "True" } else { "False" }.into(),
+                        reason: Some(reason.into()),
+                        message: Some(message.into()),
+                        last_heartbeat_time: Some(model::now_time()),
+                        last_transition_time: since.and_then(|t| {
+                            k8s_openapi::jiff::Timestamp::try_from(t)
+                                .ok()
+                                .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time)
+                        }),
+                    }
+                }))
+                .collect(),
+            ),
             node_info: Some(NodeSystemInfo {
                 kubelet_version: concat!("podwarden-", env!("CARGO_PKG_VERSION")).into(),
                 container_runtime_version: src.runtime_version.into(),
@@ -524,6 +545,7 @@ mod tests {
             allocated: (250, 64 << 20, 2),
             unhealthy: Some("housekeeping has not run for 10s".into()),
             shutting_down: false,
+            pressure: Vec::new(),
             shutdown: &shutdown,
             runtime_version: "containerd 2.0",
             host: &host,

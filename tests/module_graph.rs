@@ -18,7 +18,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "leaf",
         &["model", "config", "runtime", "cgroups", "cancel", "thread", "fsutil", "sys", "logging", "notify", "pss"],
     ),
-    ("core", &["podworkers", "sync", "prober", "admission", "status", "events", "metrics", "images"]),
+    ("core", &["podworkers", "sync", "prober", "admission", "status", "events", "metrics", "images", "stats"]),
     ("orchestration", &["agent", "housekeeping", "logrotate", "shutdown", "parts"]),
     ("view", &["view"]),
     ("edge", &["http", "api", "logind", "source", "cli", "daemon"]),

@@ -56,6 +56,17 @@ pub fn bytes(s: &str) -> Result<i64, QuantityError> {
     Ok(parse(s)?.ceil() as i64)
 }
 
+/// Bytes as Kubernetes prints a binary quantity: the largest of Ki, Mi,
+/// Gi, Ti that divides it, else plain bytes (`100Mi`, `91916Ki`, `1000`).
+pub fn format_bytes(n: i64) -> String {
+    for (unit, shift) in [("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
+        if n != 0 && n % (1i64 << shift) == 0 {
+            return format!("{}{unit}", n >> shift);
+        }
+    }
+    n.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,6 +29,32 @@ mod pb {
 use pb::api;
 use pb::api_grpc::{ImageServiceClient, RuntimeServiceClient};
 
+fn usage(cpu: Option<&api::CpuUsage>, mem: Option<&api::MemoryUsage>) -> super::Usage {
+    let v = |x: &protobuf::MessageField<api::UInt64Value>| x.as_ref().map(|v| v.value);
+    super::Usage {
+        timestamp_ns: cpu.map(|c| c.timestamp).or(mem.map(|m| m.timestamp)).unwrap_or(0),
+        cpu_core_nanos: cpu.and_then(|c| v(&c.usage_core_nano_seconds)),
+        memory_working_set_bytes: mem.and_then(|m| v(&m.working_set_bytes)),
+        memory_usage_bytes: mem.and_then(|m| v(&m.usage_bytes)),
+        memory_rss_bytes: mem.and_then(|m| v(&m.rss_bytes)),
+        page_faults: mem.and_then(|m| v(&m.page_faults)),
+        major_page_faults: mem.and_then(|m| v(&m.major_page_faults)),
+    }
+}
+
+fn container_stats(s: &api::ContainerStats) -> super::ContainerStats {
+    let attrs = s.attributes.as_ref();
+    let layer = s.writable_layer.as_ref();
+    super::ContainerStats {
+        id: attrs.map(|a| a.id.clone()).unwrap_or_default(),
+        name: attrs.and_then(|a| a.metadata.as_ref()).map(|m| m.name.clone()).unwrap_or_default(),
+        pod_uid: attrs.and_then(|a| a.labels.get(LABEL_POD_UID).cloned()).unwrap_or_default(),
+        usage: usage(s.cpu.as_ref(), s.memory.as_ref()),
+        rootfs_bytes: layer.and_then(|l| l.used_bytes.as_ref()).map(|v| v.value),
+        rootfs_inodes: layer.and_then(|l| l.inodes_used.as_ref()).map(|v| v.value),
+    }
+}
+
 fn image_info(i: &api::Image) -> ImageInfo {
     ImageInfo {
         id: i.id.clone(),
@@ -72,6 +98,7 @@ fn convert_err(op: Op, e: grpcio::Error) -> RuntimeError {
             RpcStatusCode::DEADLINE_EXCEEDED => RuntimeError::DeadlineExceeded { op },
             RpcStatusCode::UNAVAILABLE => RuntimeError::Unavailable(format!("{op}: {}", s.message())),
             RpcStatusCode::CANCELLED => RuntimeError::Cancelled { op },
+            RpcStatusCode::UNIMPLEMENTED => RuntimeError::Unimplemented { op },
             _ => RuntimeError::Failed { op, message: s.message().to_string() },
         },
         other => RuntimeError::Failed { op, message: other.to_string() },
@@ -638,6 +665,38 @@ impl Runtime for CriRuntime {
                 mountpoint: f.fs_id.as_ref().map(|i| i.mountpoint.clone()).unwrap_or_default(),
                 used_bytes: f.used_bytes.as_ref().map_or(0, |v| v.value),
                 inodes_used: f.inodes_used.as_ref().map_or(0, |v| v.value),
+            })
+            .collect())
+    }
+
+    fn list_container_stats(&self, ctx: &CallCtx) -> Result<Vec<super::ContainerStats>> {
+        let req = api::ListContainerStatsRequest::new();
+        let r = call(ctx, Op::ListContainerStats, |o| self.runtime.list_container_stats_opt(&req, o))?;
+        Ok(r.stats.iter().map(container_stats).filter(|c| !c.pod_uid.is_empty()).collect())
+    }
+
+    fn list_sandbox_stats(&self, ctx: &CallCtx) -> Result<Vec<super::SandboxStats>> {
+        let req = api::ListPodSandboxStatsRequest::new();
+        let r = call(ctx, Op::ListPodSandboxStats, |o| self.runtime.list_pod_sandbox_stats_opt(&req, o))?;
+        Ok(r.stats
+            .iter()
+            .filter(|s| s.attributes.as_ref().is_some_and(|a| a.labels.contains_key(LABEL_POD_UID)))
+            .map(|s| {
+                let attrs = s.attributes.as_ref();
+                let linux = s.linux.as_ref();
+                let default_if = linux.and_then(|l| l.network.as_ref()).and_then(|n| n.default_interface.as_ref());
+                super::SandboxStats {
+                    id: attrs.map(|a| a.id.clone()).unwrap_or_default(),
+                    pod_uid: attrs.and_then(|a| a.labels.get(LABEL_POD_UID).cloned()).unwrap_or_default(),
+                    usage: usage(linux.and_then(|l| l.cpu.as_ref()), linux.and_then(|l| l.memory.as_ref())),
+                    processes: linux
+                        .and_then(|l| l.process.as_ref())
+                        .and_then(|p| p.process_count.as_ref())
+                        .map(|v| v.value),
+                    rx_bytes: default_if.and_then(|i| i.rx_bytes.as_ref()).map(|v| v.value),
+                    tx_bytes: default_if.and_then(|i| i.tx_bytes.as_ref()).map(|v| v.value),
+                    containers: linux.map(|l| l.containers.iter().map(container_stats).collect()).unwrap_or_default(),
+                }
             })
             .collect())
     }

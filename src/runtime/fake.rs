@@ -77,6 +77,8 @@ struct State {
     images: BTreeMap<String, ImageInfo>,
     /// What `image_fs_info` names as the image filesystem.
     image_fs_mountpoint: String,
+    /// What `list_container_stats` reports per container ID.
+    usage: HashMap<String, super::Usage>,
     calls: Vec<Call>,
     faults: Vec<Fault>,
     latency: HashMap<Op, Duration>,
@@ -231,6 +233,11 @@ impl FakeRuntime {
     /// Add an image that `list_images` shows.
     pub fn add_image(&self, info: ImageInfo) {
         self.state.lock().images.insert(info.id.clone(), info);
+    }
+
+    /// What the stats say container `id` uses.
+    pub fn set_usage(&self, id: &str, usage: super::Usage) {
+        self.state.lock().usage.insert(id.to_string(), usage);
     }
 
     /// Where `image_fs_info` says the images are.
@@ -709,6 +716,29 @@ impl Runtime for FakeRuntime {
             used_bytes: st.images.values().map(|i| i.size).sum(),
             inodes_used: st.images.len() as u64,
         }])
+    }
+
+    fn list_container_stats(&self, ctx: &CallCtx) -> Result<Vec<super::ContainerStats>> {
+        self.enter(ctx, Op::ListContainerStats, "", "")?;
+        let st = self.state.lock();
+        Ok(st
+            .containers
+            .iter()
+            .filter(|(_, c)| c.info.state == ContainerState::Running)
+            .map(|(id, c)| super::ContainerStats {
+                id: id.clone(),
+                name: c.info.name.clone(),
+                pod_uid: c.uid.clone(),
+                usage: st.usage.get(id).copied().unwrap_or_default(),
+                ..Default::default()
+            })
+            .collect())
+    }
+
+    fn list_sandbox_stats(&self, ctx: &CallCtx) -> Result<Vec<super::SandboxStats>> {
+        self.enter(ctx, Op::ListPodSandboxStats, "", "")?;
+        // as a runtime without the call: the caller sums the containers
+        Err(RuntimeError::Unimplemented { op: Op::ListPodSandboxStats })
     }
 
     fn reopen_container_log(&self, ctx: &CallCtx, id: &str) -> Result<()> {

@@ -114,6 +114,14 @@ impl Runtime for Metered {
         self.count(Op::ImageFsInfo, self.inner.image_fs_info(ctx))
     }
 
+    fn list_container_stats(&self, ctx: &CallCtx) -> Result<Vec<super::ContainerStats>> {
+        self.count(Op::ListContainerStats, self.inner.list_container_stats(ctx))
+    }
+
+    fn list_sandbox_stats(&self, ctx: &CallCtx) -> Result<Vec<super::SandboxStats>> {
+        self.count(Op::ListPodSandboxStats, self.inner.list_sandbox_stats(ctx))
+    }
+
     fn reopen_container_log(&self, ctx: &CallCtx, id: &str) -> Result<()> {
         self.count(Op::ReopenContainerLog, self.inner.reopen_container_log(ctx, id))
     }

@@ -76,10 +76,12 @@ pub enum Op {
     ListImages,
     RemoveImage,
     ImageFsInfo,
+    ListContainerStats,
+    ListPodSandboxStats,
 }
 
 impl Op {
-    pub const ALL: [Op; 20] = [
+    pub const ALL: [Op; 22] = [
         Op::Version,
         Op::ListPodSandbox,
         Op::PodSandboxStatus,
@@ -100,6 +102,8 @@ impl Op {
         Op::ListImages,
         Op::RemoveImage,
         Op::ImageFsInfo,
+        Op::ListContainerStats,
+        Op::ListPodSandboxStats,
     ];
 
     /// The op with this CRI method name (`ListPodSandbox`, ...).
@@ -130,6 +134,8 @@ impl Op {
             Op::ListImages => "ListImages",
             Op::RemoveImage => "RemoveImage",
             Op::ImageFsInfo => "ImageFsInfo",
+            Op::ListContainerStats => "ListContainerStats",
+            Op::ListPodSandboxStats => "ListPodSandboxStats",
         }
     }
 
@@ -156,6 +162,8 @@ impl Op {
             Op::ListImages => "list_images",
             Op::RemoveImage => "remove_image",
             Op::ImageFsInfo => "image_fs_info",
+            Op::ListContainerStats => "list_container_stats",
+            Op::ListPodSandboxStats => "list_podsandbox_stats",
         }
     }
 }
@@ -174,6 +182,8 @@ pub enum RuntimeError {
     DeadlineExceeded { op: Op },
     #[error("{op} was cancelled")]
     Cancelled { op: Op },
+    #[error("the runtime does not implement {op}")]
+    Unimplemented { op: Op },
     #[error("{what} not found")]
     NotFound { what: String },
     #[error("image {image:?} not present and pull policy is Never")]
@@ -312,6 +322,47 @@ pub struct ImageInfo {
     pub digests: Vec<String>,
     /// The runtime keeps it (its sandbox image): never garbage.
     pub pinned: bool,
+}
+
+/// CPU and memory use of a container or pod sandbox, as CRI reports it
+/// (`None`: not reported).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// When it was measured (Unix nanoseconds).
+    pub timestamp_ns: i64,
+    /// CPU time used, cumulative.
+    pub cpu_core_nanos: Option<u64>,
+    pub memory_working_set_bytes: Option<u64>,
+    pub memory_usage_bytes: Option<u64>,
+    pub memory_rss_bytes: Option<u64>,
+    pub page_faults: Option<u64>,
+    pub major_page_faults: Option<u64>,
+}
+
+/// One container's stats.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerStats {
+    pub id: String,
+    pub name: String,
+    /// The pod UID label.
+    pub pod_uid: String,
+    pub usage: Usage,
+    /// Its writable layer's use (`None`: not reported).
+    pub rootfs_bytes: Option<u64>,
+    pub rootfs_inodes: Option<u64>,
+}
+
+/// One pod sandbox's stats (`ListPodSandboxStats`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SandboxStats {
+    pub id: String,
+    pub pod_uid: String,
+    pub usage: Usage,
+    pub processes: Option<u64>,
+    /// Bytes received and sent on the default interface.
+    pub rx_bytes: Option<u64>,
+    pub tx_bytes: Option<u64>,
+    pub containers: Vec<ContainerStats>,
 }
 
 /// One filesystem holding images, as `ImageFsInfo` reports it.
@@ -500,6 +551,11 @@ pub trait Runtime: Send + Sync {
     fn remove_image(&self, ctx: &CallCtx, id: &str) -> Result<()>;
     /// The filesystems holding images.
     fn image_fs_info(&self, ctx: &CallCtx) -> Result<Vec<ImageFs>>;
+    /// Stats of every podwarden-managed container.
+    fn list_container_stats(&self, ctx: &CallCtx) -> Result<Vec<ContainerStats>>;
+    /// Stats of every podwarden-managed pod sandbox; `Unimplemented` where
+    /// the runtime has no such call (the caller sums its containers').
+    fn list_sandbox_stats(&self, ctx: &CallCtx) -> Result<Vec<SandboxStats>>;
     /// Make the runtime open the container's log file again (after it was
     /// renamed by rotation); only for a running container.
     fn reopen_container_log(&self, ctx: &CallCtx, id: &str) -> Result<()>;

@@ -82,18 +82,33 @@ pub fn filesystem_bytes(path: &CStr) -> io::Result<u64> {
     Ok((st.f_blocks as u64).saturating_mul(st.f_frsize as u64))
 }
 
-/// The capacity and the bytes available to unprivileged users of the
-/// filesystem holding `path` (`statvfs`: `f_blocks`, `f_bavail` times
-/// `f_frsize`).
-pub fn filesystem_usage(path: &CStr) -> io::Result<(u64, u64)> {
+/// A filesystem's figures (`statvfs`): blocks of `frsize` bytes, inodes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FsFigures {
+    pub frsize: u64,
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+}
+
+/// `statvfs` of the filesystem holding `path`.
+pub fn statvfs(path: &CStr) -> io::Result<FsFigures> {
     // SAFETY: `statvfs` is plain old data (integers only): all zeroes is a
     // valid value, overwritten by the call below.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: `path` is a valid NUL-terminated string for the call; `st`
     // is a valid, writable statvfs.
     zero_or_errno(unsafe { libc::statvfs(path.as_ptr(), &mut st) })?;
-    let f = st.f_frsize as u64;
-    Ok(((st.f_blocks as u64).saturating_mul(f), (st.f_bavail as u64).saturating_mul(f)))
+    Ok(FsFigures {
+        frsize: st.f_frsize as u64,
+        blocks: st.f_blocks as u64,
+        bfree: st.f_bfree as u64,
+        bavail: st.f_bavail as u64,
+        files: st.f_files as u64,
+        ffree: st.f_ffree as u64,
+    })
 }
 
 /// `renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE)`: rename,
