@@ -293,12 +293,13 @@ impl Agent {
     /// `Evicted` warning with `message`, a kill with `grace` seconds that
     /// leaves it Failed with reason `Evicted` and `message`, its content
     /// removed. It stays out (rejected with that reason) until
-    /// [`Agent::readmit`] with it. False when the pod is not admitted.
-    pub fn evict(&self, uid: &str, message: &str, grace: i64) -> bool {
+    /// [`Agent::readmit`] with it. `None` when the pod is not admitted,
+    /// else a receiver told when the pod has terminated.
+    pub fn evict(&self, uid: &str, message: &str, grace: i64) -> Option<crossbeam_channel::Receiver<()>> {
         let _serial = self.sync_lock.lock();
         let pod = {
             let mut pm = self.pods.lock();
-            let Some(d) = pm.by_uid.get_mut(uid).filter(|d| d.rejected.is_none()) else { return false };
+            let d = pm.by_uid.get_mut(uid).filter(|d| d.rejected.is_none())?;
             d.rejected = Some(Rejection { reason: crate::admission::REASON_EVICTED.into(), message: message.into() });
             d.pod.clone()
         };
@@ -310,14 +311,12 @@ impl Agent {
             s.reason = Some(crate::admission::REASON_EVICTED.into());
             s.message = Some(msg.clone());
         });
-        let opts = KillPodOptions {
-            grace_period_override: Some(grace),
-            status_fn: Some(status_fn),
-            evict: true,
-            ..Default::default()
-        };
+        let (mut opts, done) = KillPodOptions::with_completion();
+        opts.grace_period_override = Some(grace);
+        opts.status_fn = Some(status_fn);
+        opts.evict = true;
         self.workers.update_pod(UpdatePodOptions::kill(pod, opts));
-        true
+        Some(done)
     }
 
     /// The admitted pods (for the eviction manager's ranking).

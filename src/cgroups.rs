@@ -307,6 +307,23 @@ impl Cgroups {
         Ok(())
     }
 
+    /// `kubepods`' memory: (limit, working set = usage minus inactive file
+    /// pages), as the kubelet's `allocatableMemory.available` sees it;
+    /// `None` without a limit or the files.
+    pub fn kubepods_memory(&self) -> Option<(u64, u64)> {
+        let dir = self.memory_dir(&name(self.driver, &["kubepods".to_string()]));
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+        let (limit, usage, inactive_key) = match self.version {
+            Version::V1 => (read("memory.limit_in_bytes")?, read("memory.usage_in_bytes")?, "total_inactive_file "),
+            Version::V2 => (read("memory.max")?, read("memory.current")?, "inactive_file "),
+        };
+        let limit: u64 = limit.trim().parse().ok().filter(|l| *l < 1 << 62)?;
+        let usage: u64 = usage.trim().parse().ok()?;
+        let inactive: u64 =
+            read("memory.stat")?.lines().find_map(|l| l.strip_prefix(inactive_key)?.trim().parse().ok()).unwrap_or(0);
+        Some((limit, usage.saturating_sub(inactive)))
+    }
+
     /// The directory of cgroup `name` in the memory hierarchy (v1) or the
     /// tree (v2), where its memory files are.
     pub fn memory_dir(&self, name: &str) -> PathBuf {

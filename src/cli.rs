@@ -17,7 +17,7 @@ use crate::api::client::{Client, ClientError, FailureKind, default_socket};
 use crate::model::{Pod, Time};
 use crate::view;
 
-pub const VERBS: &[&str] = &["get", "describe", "logs", "events", "node", "apply", "delete"];
+pub const VERBS: &[&str] = &["get", "describe", "logs", "events", "node", "top", "apply", "delete"];
 
 const GET_HELP: &str = "\
 Show pods, or the local ConfigMaps and Secrets (a Secret's values are never shown).
@@ -66,6 +66,16 @@ the graceful-shutdown state (why it is off, if it is).
 
 Usage:
   podwarden node [-o json] [--socket PATH]
+";
+
+const TOP_HELP: &str = "\
+Show what pods or the node use now, as kubectl top: CPU in millicores,
+memory (working set) in MiB; the node's against its allocatable. From the
+last stats snapshot (taken every housekeepingInterval).
+
+Usage:
+  podwarden top pods [-n NAMESPACE | -A] [--socket PATH]
+  podwarden top node [--socket PATH]
 ";
 
 const APPLY_HELP: &str = "\
@@ -269,6 +279,7 @@ pub fn run(verb: &str, args: &[String]) -> Result<()> {
         "logs" => LOGS_HELP,
         "events" => EVENTS_HELP,
         "node" => NODE_HELP,
+        "top" => TOP_HELP,
         "apply" => APPLY_HELP,
         "delete" => DELETE_HELP,
         "version" => VERSION_HELP,
@@ -285,6 +296,7 @@ pub fn run(verb: &str, args: &[String]) -> Result<()> {
         "logs" => return logs(&a, &mut out),
         "events" => events(&a)?,
         "node" => node(&a)?,
+        "top" => top(&a)?,
         "apply" => apply(&a)?,
         "delete" => delete(&a)?,
         _ => version(&a)?,
@@ -940,9 +952,17 @@ fn node(a: &Args) -> Result<String> {
         _ => "never".into(),
     };
     let s = |v: &Option<String>| v.clone().unwrap_or_default();
+    let pressure: Vec<String> = status
+        .conditions
+        .iter()
+        .flatten()
+        .filter(|c| c.type_ != "Ready" && c.status == "True")
+        .map(|c| format!("{} ({})", c.type_, s(&c.message)))
+        .collect();
     let rows = [
         ("Name", s(&n.metadata.name)),
         ("Ready", format!("{} ({}: {})", cond.status, s(&cond.reason), s(&cond.message))),
+        ("Pressure", if pressure.is_empty() { "none".into() } else { pressure.join(", ") }),
         ("Runtime", info.container_runtime_version.clone()),
         ("Agent", info.kubelet_version.clone()),
         ("OS", format!("{} ({})", info.os_image, info.kernel_version)),
@@ -954,6 +974,75 @@ fn node(a: &Args) -> Result<String> {
         ("Last shutdown", last),
     ];
     Ok(rows.iter().map(|(k, v)| format!("{:<19}{v}\n", format!("{k}:"))).collect())
+}
+
+fn top(a: &Args) -> Result<String> {
+    let what = match a.rest.as_slice() {
+        [w] if w == "pods" || w == "pod" || w == "po" => "pods",
+        [w] if w == "node" || w == "nodes" || w == "no" => "node",
+        _ => return Err(usage("top: name what: podwarden top pods|node")),
+    };
+    let c = a.client()?;
+    let s = c.stats()?;
+    let millis = |v: &serde_json::Value| v["usageNanoCores"].as_u64().unwrap_or(0) / 1_000_000;
+    let mib = |v: &serde_json::Value| v["workingSetBytes"].as_u64().unwrap_or(0) / (1024 * 1024);
+    if what == "node" {
+        let r = c.node()?;
+        let alloc = r.node.status.and_then(|s| s.allocatable).unwrap_or_default();
+        let q = |k: &str, f: fn(&str) -> i64| alloc.get(k).map_or(0, |q| f(&q.0));
+        let (cpu_alloc, mem_alloc) = (
+            q("cpu", |s| crate::model::quantity::cpu_millis(s).unwrap_or(0)),
+            q("memory", |s| crate::model::quantity::bytes(s).unwrap_or(0)),
+        );
+        let n = &s["node"];
+        let (cpu, mem) = (millis(&n["cpu"]), mib(&n["memory"]));
+        let pct = |used: u64, of: i64| if of > 0 { format!("{}%", used as i64 * 100 / of) } else { "<unknown>".into() };
+        let rows = vec![
+            vec!["NAME".into(), "CPU(cores)".into(), "CPU(%)".into(), "MEMORY(bytes)".into(), "MEMORY(%)".into()],
+            vec![
+                n["nodeName"].as_str().unwrap_or("").to_string(),
+                format!("{cpu}m"),
+                pct(cpu, cpu_alloc),
+                format!("{mem}Mi"),
+                pct(mem * 1024 * 1024, mem_alloc),
+            ],
+        ];
+        return Ok(table(&rows));
+    }
+    let ns = a.ns();
+    let mut rows = vec![
+        if a.all {
+            vec!["NAMESPACE", "NAME", "CPU(cores)", "MEMORY(bytes)"]
+        } else {
+            vec!["NAME", "CPU(cores)", "MEMORY(bytes)"]
+        }
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<String>>(),
+    ];
+    let mut pods: Vec<&serde_json::Value> = s["pods"]
+        .as_array()
+        .map(|p| p.iter().filter(|p| a.all || p["podRef"]["namespace"] == ns.as_str()).collect())
+        .unwrap_or_default();
+    pods.sort_by_key(|p| (p["podRef"]["namespace"].as_str().unwrap_or(""), p["podRef"]["name"].as_str().unwrap_or("")));
+    if pods.is_empty() {
+        return Err(CliError::NotFound(if a.all {
+            "No resources found".into()
+        } else {
+            format!("No resources found in {ns} namespace.")
+        }));
+    }
+    for p in pods {
+        let mut row = Vec::new();
+        if a.all {
+            row.push(p["podRef"]["namespace"].as_str().unwrap_or("").to_string());
+        }
+        row.push(p["podRef"]["name"].as_str().unwrap_or("").to_string());
+        row.push(format!("{}m", millis(&p["cpu"])));
+        row.push(format!("{}Mi", mib(&p["memory"])));
+        rows.push(row);
+    }
+    Ok(table(&rows))
 }
 
 fn apply(a: &Args) -> Result<String> {

@@ -262,6 +262,10 @@ pub enum Signal {
     ImageFsAvailable,
     ImageFsInodesFree,
     PidAvailable,
+    /// What the pods' cgroup (`kubepods`) has left of its limit: not
+    /// configured, it copies each hard `memory.available` threshold when
+    /// `enforceNodeAllocatable` has `pods`, as in the kubelet.
+    AllocatableMemoryAvailable,
 }
 
 impl Signal {
@@ -282,6 +286,7 @@ impl Signal {
             Signal::ImageFsAvailable => "imagefs.available",
             Signal::ImageFsInodesFree => "imagefs.inodesFree",
             Signal::PidAvailable => "pid.available",
+            Signal::AllocatableMemoryAvailable => "allocatableMemory.available",
         }
     }
 
@@ -368,13 +373,12 @@ impl Config {
             if value.is_off() {
                 continue;
             }
-            out.push(Threshold {
-                signal: s,
-                value,
-                grace: Duration::ZERO,
-                soft: false,
-                min_reclaim: reclaim.get(&s).copied(),
-            });
+            let min_reclaim = reclaim.get(&s).copied();
+            out.push(Threshold { signal: s, value, grace: Duration::ZERO, soft: false, min_reclaim });
+            if s == Signal::MemoryAvailable && self.enforce_node_allocatable.iter().any(|e| e == "pods") {
+                let signal = Signal::AllocatableMemoryAvailable;
+                out.push(Threshold { signal, value, grace: Duration::ZERO, soft: false, min_reclaim });
+            }
         }
         for (k, v) in &self.eviction_soft {
             let s = signal("evictionSoft", k)?;

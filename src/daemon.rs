@@ -307,7 +307,18 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
             objects: objects.clone(),
         },
     ));
+    let stats = Arc::new(
+        crate::stats::Collector::new(
+            runtime.clone(),
+            &config.root_dir,
+            &config.pod_logs_dir,
+            config.runtime_request_timeout,
+        )
+        .with_metrics(metrics.clone())
+        .with_cgroups(tuning.cgroups.clone()),
+    );
     Parts {
+        stats,
         agent,
         workers,
         runtime,
@@ -332,6 +343,7 @@ pub struct Running {
     api: Option<crate::api::ApiServer>,
     log_rotation: Option<crate::logrotate::LogRotation>,
     image_gc: Option<crate::housekeeping::Periodic>,
+    eviction: Option<crate::housekeeping::Periodic>,
 }
 
 impl Running {
@@ -356,6 +368,7 @@ impl Running {
         self.housekeeping.take();
         self.log_rotation.take();
         self.image_gc.take();
+        self.eviction.take();
     }
 
     /// Where the read-only HTTP endpoint listens, if it is on.
@@ -413,7 +426,7 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
         },
     )
     .map_err(io("starting container log rotation"))?;
-    let gc = crate::images::ImageGc::new(
+    let gc = Arc::new(crate::images::ImageGc::new(
         parts.runtime.clone(),
         crate::images::Policy {
             high_percent: config.image_gc_high_threshold_percent,
@@ -425,7 +438,33 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
         parts.metrics.clone(),
         &parts.node_name,
         config.runtime_request_timeout,
-    );
+    ));
+    let eviction = {
+        let thresholds = config.thresholds().map_err(|(field, key, why)| DaemonError::Io {
+            what: format!("{field}.{key}"),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, why),
+        })?;
+        let m = crate::eviction::Manager::new(
+            crate::eviction::Settings {
+                thresholds,
+                max_pod_grace: config.eviction_max_pod_grace_period,
+                transition: config.eviction_pressure_transition_period,
+                priority_classes: config.priority_classes.clone(),
+                node_name: parts.node_name.clone(),
+            },
+            parts.stats.clone(),
+            Some(gc.clone()),
+            parts.agent.clone(),
+            parts.admission.pressure(),
+            parts.events.clone(),
+            parts.metrics.clone(),
+        );
+        // the monitoring period is housekeeping's, as in the kubelet
+        crate::housekeeping::Periodic::every("eviction", config.housekeeping_interval, move || {
+            m.synchronize();
+        })
+        .map_err(io("starting the eviction manager"))?
+    };
     let image_gc = crate::housekeeping::Periodic::every("image-gc", config.image_gc_period, move || {
         if let Err(e) = gc.collect(Instant::now()) {
             log::warn!("image garbage collection failed: {e}");
@@ -495,6 +534,7 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
         api,
         log_rotation: Some(log_rotation),
         image_gc: Some(image_gc),
+        eviction: Some(eviction),
     })
 }
 

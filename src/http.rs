@@ -164,6 +164,17 @@ fn route(h: &Handler, method: &str, target: &str) -> Vec<u8> {
             let body = crate::metrics::render(&parts.metrics);
             response(200, "OK", "text/plain; version=0.0.4", body.as_bytes())
         }
+        "/metrics/resource" => {
+            let body = crate::stats::resource_metrics(parts.stats.last().as_deref());
+            response(200, "OK", "text/plain; version=0.0.4", body.as_bytes())
+        }
+        "/stats/summary" => match parts.stats.last() {
+            Some(s) => {
+                let body = serde_json::to_vec(&crate::stats::summary(&s, &parts.node_name)).unwrap_or_default();
+                response(200, "OK", "application/json", &body)
+            }
+            None => response(503, "Service Unavailable", "text/plain", b"no stats collected yet\n"),
+        },
         _ => response(404, "Not Found", "text/plain", b"not found\n"),
     }
 }

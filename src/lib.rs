@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod events;
+pub mod eviction;
 pub mod fsutil;
 pub mod housekeeping;
 pub mod http;

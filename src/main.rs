@@ -21,6 +21,7 @@ Client commands (talk to the running agent over its local API socket):
   podwarden logs POD [-n NS] [-c CONTAINER] [-f] [--previous] [--tail N]
   podwarden events [-n NS | -A] [-o json]
   podwarden node [-o json|yaml]
+  podwarden top pods [-n NS | -A] | top node
   podwarden apply -f FILE|-
   podwarden delete pod NAME [-n NS] [--grace-period N]
   podwarden version

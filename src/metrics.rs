@@ -107,6 +107,8 @@ pub struct Metrics {
     image_pulls: Mutex<BTreeMap<&'static str, Histogram>>,
     /// `kubelet_image_garbage_collected_total{reason}`: "age", "space".
     images_collected: Mutex<BTreeMap<&'static str, u64>>,
+    /// `kubelet_evictions{eviction_signal}`.
+    evictions: Mutex<BTreeMap<String, u64>>,
 }
 
 /// The kubelet's `image_size_in_bytes` label of a pull.
@@ -261,6 +263,11 @@ impl Metrics {
         *self.images_collected.lock().entry(reason).or_default() += n;
     }
 
+    /// A pod evicted for `signal`.
+    pub fn evicted(&self, signal: &str) {
+        *self.evictions.lock().entry(signal.to_string()).or_default() += 1;
+    }
+
     pub fn images_collected_total(&self) -> BTreeMap<&'static str, u64> {
         self.images_collected.lock().clone()
     }
@@ -367,6 +374,10 @@ pub fn render(m: &Metrics) -> String {
     head(&mut out, "kubelet_image_pull_duration_seconds", "histogram", "Duration in seconds to pull an image.");
     for (size, h) in m.image_pulls.lock().iter() {
         histogram(&mut out, "kubelet_image_pull_duration_seconds", &format!("image_size_in_bytes=\"{size}\","), h);
+    }
+    head(&mut out, "kubelet_evictions", "counter", "Cumulative number of pod evictions by eviction signal");
+    for (signal, n) in m.evictions.lock().iter() {
+        let _ = writeln!(out, "kubelet_evictions{{eviction_signal=\"{signal}\"}} {n}");
     }
     head(
         &mut out,

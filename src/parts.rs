@@ -36,6 +36,9 @@ pub struct Parts {
     pub shutdown: SharedState,
     /// The node's name (resolved: the host name unless configured).
     pub node_name: String,
+    /// Resource stats: the eviction manager takes the snapshots, the views
+    /// read the last.
+    pub stats: Arc<crate::stats::Collector>,
 }
 
 impl Parts {

@@ -90,6 +90,8 @@ pub struct NodeStat {
     pub image_fs: Option<Fs>,
     pub max_pid: u64,
     pub processes: u64,
+    /// The pods' cgroup (`kubepods`): its memory limit and working set.
+    pub allocatable_memory: Option<(u64, u64)>,
 }
 
 /// One snapshot.
@@ -114,6 +116,8 @@ pub struct Collector {
     last: Mutex<Option<Arc<Snapshot>>>,
     /// The runtime answered `Unimplemented` to `ListPodSandboxStats`.
     no_sandbox_stats: std::sync::atomic::AtomicBool,
+    /// The pod cgroups, for `kubepods`' memory.
+    cgroups: Option<crate::cgroups::Cgroups>,
 }
 
 fn now_ns() -> i64 {
@@ -218,7 +222,14 @@ impl Collector {
             previous: Mutex::new(HashMap::new()),
             last: Mutex::new(None),
             no_sandbox_stats: std::sync::atomic::AtomicBool::new(false),
+            cgroups: None,
         }
+    }
+
+    /// Read `kubepods`' memory from these cgroups.
+    pub fn with_cgroups(mut self, cgroups: Option<crate::cgroups::Cgroups>) -> Self {
+        self.cgroups = cgroups;
+        self
     }
 
     /// Take emptyDir usage from these metrics (the housekeeping walk's).
@@ -333,6 +344,7 @@ impl Collector {
             image_fs,
             max_pid,
             processes,
+            allocatable_memory: self.cgroups.as_ref().and_then(|c| c.kubepods_memory()),
         };
         *self.previous.lock() = next;
         let snap = Arc::new(Snapshot { at: Instant::now(), time: SystemTime::now(), node, pods: out });

@@ -198,7 +198,7 @@ fn errors_name_the_input_and_exit_1() {
     assert_eq!(code, Some(69), "EX_UNAVAILABLE");
     assert!(err.contains("/nonexistent/api.sock") && err.contains("does not exist"), "{err}");
     // --help for every verb
-    for verb in ["run", "validate", "get", "describe", "logs", "events", "node", "apply", "delete", "version"] {
+    for verb in ["run", "validate", "get", "describe", "logs", "events", "node", "top", "apply", "delete", "version"] {
         let out = Command::new(BIN).args([verb, "--help"]).output().unwrap();
         assert!(out.status.success(), "{verb} --help");
         assert!(String::from_utf8_lossy(&out.stdout).contains("Usage:"), "{verb} --help");
@@ -209,6 +209,71 @@ fn errors_name_the_input_and_exit_1() {
 /// The numbers `n` of the `line <n> ...` lines of `text`, in order.
 fn numbers(text: &str) -> Vec<u32> {
     text.lines().filter_map(|l| l.strip_prefix("line ")?.split(' ').next()?.parse().ok()).collect()
+}
+
+/// Resource stats from containerd: the Summary API on the read-only port,
+/// `/metrics/resource` (checked by promtool), `podwarden top`.
+#[test]
+fn stats_summary_resource_metrics_and_top_on_containerd() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("stats");
+    // busy: a shell loop burning CPU, 20 MB held, a few log lines
+    a.write(
+        "busy.yaml",
+        &pod_yaml("busy", "", "s=$(head -c 20000000 /dev/zero | tr '\\0' x); echo started; while :; do :; done"),
+    );
+    let uid = a.uid("busy");
+    wait_for("busy running", Duration::from_secs(30), || a.running(&uid) == 1);
+    let summary =
+        || -> Value { serde_json::from_str(&a.get("/stats/summary").unwrap_or_default()).unwrap_or_default() };
+    let busy = |s: &Value| s["pods"].as_array().and_then(|p| p.iter().find(|p| p["podRef"]["name"] == "busy").cloned());
+    wait_for("a CPU rate and the memory for the busy pod", Duration::from_secs(30), || {
+        busy(&summary()).is_some_and(|p| {
+            p["cpu"]["usageNanoCores"].as_u64().unwrap_or(0) > 100_000_000
+                && p["memory"]["workingSetBytes"].as_u64().unwrap_or(0) > 20_000_000
+        })
+    });
+    let s = summary();
+    let p = busy(&s).unwrap();
+    assert_eq!(p["podRef"]["uid"], uid.as_str());
+    assert_eq!(p["containers"][0]["name"], "main");
+    assert!(p["containers"][0]["logs"]["usedBytes"].as_u64().unwrap() > 0, "{p}");
+    assert!(p["ephemeral-storage"]["usedBytes"].as_u64().is_some(), "{p}");
+    let n = &s["node"];
+    assert_eq!(n["nodeName"], "e2e");
+    assert!(n["memory"]["availableBytes"].as_u64().unwrap() > 0 && n["fs"]["capacityBytes"].as_u64().unwrap() > 0);
+    assert!(n["runtime"]["imageFs"]["capacityBytes"].as_u64().unwrap() > 0, "{n}");
+    assert!(n["rlimit"]["maxpid"].as_u64().unwrap() > 0);
+    let m = a.get("/metrics/resource").unwrap();
+    assert!(m.contains("container_cpu_usage_seconds_total{container=\"main\",namespace=\"e2e\",pod=\"busy\"}"), "{m}");
+    assert!(m.contains("pod_memory_working_set_bytes{namespace=\"e2e\",pod=\"busy\"}"), "{m}");
+    assert!(m.contains("\nresource_scrape_error 0\n"), "{m}");
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus; scripts/test.sh installs it)");
+    check.stdin.take().unwrap().write_all(m.as_bytes()).unwrap();
+    let out = check.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let top = ok(&a, &["top", "pods", "-n", "e2e"]);
+    let lines: Vec<&str> = top.lines().collect();
+    assert!(lines[0].starts_with("NAME") && lines[0].contains("CPU(cores)   MEMORY(bytes)"), "{top}");
+    let row: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(row[0], "busy", "{top}");
+    let cpu: u64 = row[1].trim_end_matches('m').parse().unwrap();
+    let mem: u64 = row[2].trim_end_matches("Mi").parse().unwrap();
+    assert!(cpu >= 100 && mem >= 19, "{top}");
+    let topn = ok(&a, &["top", "node"]);
+    assert!(topn.starts_with("NAME   CPU(cores)   CPU(%)   MEMORY(bytes)   MEMORY(%)\ne2e "), "{topn}");
+    a.clean_up(&[&uid]);
 }
 
 #[test]

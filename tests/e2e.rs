@@ -348,7 +348,9 @@ impl Drop for Restore {
 #[test]
 fn a_best_effort_pod_is_the_oom_killers_first_choice_on_containerd() {
     let _serial = SERIAL.lock();
-    let mut a = Agent::start("oom-order");
+    // the kernel's order, with the eviction manager out of the way (kubepods
+    // made this small would be memory pressure for it)
+    let mut a = Agent::start_with("oom-order", "evictionHard: {}\n", &[]);
     let state = a.root().parent().unwrap().join("oom-state");
     std::fs::create_dir_all(&state).unwrap();
     // `late` asks for half what the others hold: what the kernel frees
@@ -1566,5 +1568,193 @@ fn unused_images_are_garbage_collected_and_images_in_use_and_the_sandbox_image_s
     let events = a.get("/events").unwrap_or_default();
     assert!(a.log().contains("FreeDiskSpaceFailed") || events.contains("FreeDiskSpaceFailed"), "{}", a.log());
     assert!(a.log().contains("Attempted to free "), "{}", a.log());
+    a.clean_up(&[&uid]);
+}
+
+/// A tmpfs of `mib` MiB mounted at `dir` until dropped.
+struct SmallFs(PathBuf);
+
+impl SmallFs {
+    fn mount(dir: &Path, mib: u64) -> Self {
+        std::fs::create_dir_all(dir).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "cannot mount a tmpfs at {}", dir.display());
+        SmallFs(dir.to_path_buf())
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+fn node_condition(a: &Agent, kind: &str) -> Value {
+    let node: Value = serde_json::from_str(&a.get("/node").unwrap_or_default()).unwrap_or_default();
+    node["node"]["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == kind).cloned())
+        .unwrap_or_default()
+}
+
+/// Disk pressure on a real small filesystem: `rootDir` on a 64 MiB tmpfs,
+/// `nodefs.available<50%`. The pod that fills its emptyDir is evicted
+/// with the kubelet's reason and message, the quiet one runs on, a new pod
+/// is refused while the node has DiskPressure; once the pressure has been
+/// gone for the transition period the evicted pod is admitted again.
+#[test]
+fn disk_pressure_evicts_the_pod_that_fills_the_disk_and_admits_it_again_later_on_containerd() {
+    let _serial = SERIAL.lock();
+    let state = std::env::temp_dir().join(format!("podwarden-evict-state-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
+    std::fs::create_dir_all(&state).unwrap();
+    let mut fs = None;
+    let mut a = Agent::start_prepared(
+        "diskpressure",
+        "evictionHard: {nodefs.available: 50%}\nevictionPressureTransitionPeriod: 4s\n",
+        |dir| fs = Some(SmallFs::mount(&dir.join("root"), 64)),
+    );
+    let _fs = fs;
+    let filler = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: filler, namespace: e2e}}\nspec:\n  terminationGracePeriodSeconds: 1\n  volumes: [{{name: scratch, emptyDir: {{}}}}, {{name: state, hostPath: {{path: {}}}}}]\n  containers:\n  - name: main\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [sh, -c, \"if [ ! -e /state/filled ]; then touch /state/filled; head -c 40000000 /dev/zero > /scratch/big; fi; trap 'exit 0' TERM; while :; do sleep 1; done\"]\n    volumeMounts: [{{name: scratch, mountPath: /scratch}}, {{name: state, mountPath: /state}}]\n",
+        state.display()
+    );
+    a.write("quiet.yaml", &pod_yaml("quiet", "", TRAPPING));
+    let quiet = a.uid("quiet");
+    wait_for("the quiet pod running", Duration::from_secs(30), || a.running(&quiet) == 1);
+    assert_eq!(node_condition(&a, "DiskPressure")["status"], "False", "no pressure yet");
+    a.write("filler.yaml", &filler);
+    let uid = a.uid("filler");
+    wait_for("the filler evicted", Duration::from_secs(60), || {
+        a.pod("filler").is_some_and(|p| p["status"]["reason"] == "Evicted" && p["status"]["phase"] == "Failed")
+    });
+    let st = a.pod("filler").unwrap()["status"].clone();
+    let msg = st["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("The node was low on resource: ephemeral-storage. Threshold quantity: 32Mi, available: "),
+        "{msg}"
+    );
+    let c = node_condition(&a, "DiskPressure");
+    assert_eq!((c["status"].as_str(), c["reason"].as_str()), (Some("True"), Some("KubeletHasDiskPressure")), "{c}");
+    // admission refuses new pods under disk pressure, the kubelet's way
+    a.write("late.yaml", &pod_yaml("late", "", TRAPPING));
+    wait_for("the late pod rejected", Duration::from_secs(20), || {
+        a.pod("late")
+            .is_some_and(|p| p["status"]["message"] == "Pod was rejected: The node had condition: [DiskPressure]. ")
+    });
+    assert_eq!(a.running(&quiet), 1, "the quiet pod runs on");
+    // the evicted pod's volume is gone: the pressure ends, and after the
+    // transition period both pods come (back)
+    wait_for("the filler admitted again and running", Duration::from_secs(60), || {
+        a.pod("filler").is_some_and(|p| p["status"]["phase"] == "Running")
+    });
+    assert_eq!(node_condition(&a, "DiskPressure")["status"], "False");
+    wait_for("the late pod admitted", Duration::from_secs(20), || {
+        a.pod("late").is_some_and(|p| p["status"]["phase"] == "Running")
+    });
+    let metrics = a.get("/metrics").unwrap();
+    assert_eq!(metric(&metrics, "kubelet_evictions{eviction_signal=\"nodefs.available\"}"), Some(1.0));
+    let late = a.uid("late");
+    a.clean_up(&[&quiet, &uid, &late]);
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+/// Memory pressure in a cgroup of limited size: `kubepods` made just
+/// larger than the threshold above what the pods use, so a BestEffort pod
+/// taking 40 MB crosses `allocatableMemory.available` (the kubelet's copy
+/// of `memory.available<100Mi` for the pods' cgroup) without the machine
+/// running short. The hog is evicted, BestEffort pods are refused and
+/// Burstable ones admitted under MemoryPressure.
+#[test]
+fn memory_pressure_in_the_pods_cgroup_evicts_the_best_effort_hog_on_containerd() {
+    let _serial = SERIAL.lock();
+    let state = std::env::temp_dir().join(format!("podwarden-mem-state-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
+    std::fs::create_dir_all(&state).unwrap();
+    let mut a = Agent::start_with(
+        "mempressure",
+        "evictionHard: {memory.available: 100Mi}\nevictionPressureTransitionPeriod: 4s\n",
+        &[("RUST_LOG", "info,podwarden::eviction=debug")],
+    );
+    a.write("steady.yaml", &(pod_yaml("steady", "", TRAPPING) + "    resources: {requests: {memory: 64Mi}}\n"));
+    let steady = a.uid("steady");
+    wait_for("the steady pod running", Duration::from_secs(30), || a.running(&steady) == 1);
+    let limit = PathBuf::from("/sys/fs/cgroup/memory/kubepods/memory.limit_in_bytes");
+    let _restore = Restore(limit.clone(), std::fs::read_to_string(&limit).unwrap().trim().to_string());
+    let usage: i64 = std::fs::read_to_string("/sys/fs/cgroup/memory/kubepods/memory.usage_in_bytes")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // the working set, as the kubelet counts it: inactive file pages are
+    // reclaimable, so they count as available
+    let inactive: i64 = std::fs::read_to_string("/sys/fs/cgroup/memory/kubepods/memory.stat")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("total_inactive_file ")?.trim().parse().ok())
+        .unwrap();
+    std::fs::write(&limit, (usage - inactive + (120 << 20)).to_string()).unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(node_condition(&a, "MemoryPressure")["status"], "False", "120 MiB left, the threshold 100: no pressure");
+    let hog = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: hog, namespace: e2e}}\nspec:\n  terminationGracePeriodSeconds: 1\n  volumes: [{{name: state, hostPath: {{path: {}}}}}]\n  containers:\n  - name: main\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [sh, -c, \"if [ ! -e /state/hogged ]; then touch /state/hogged; s=$(head -c 40000000 /dev/zero | tr '\\\\0' x); fi; trap 'exit 0' TERM; while :; do sleep 1; done\"]\n    volumeMounts: [{{name: state, mountPath: /state}}]\n",
+        state.display()
+    );
+    a.write("hog.yaml", &hog);
+    let uid = a.uid("hog");
+    wait_for("the hog evicted", Duration::from_secs(60), || {
+        a.pod("hog").is_some_and(|p| p["status"]["reason"] == "Evicted")
+    });
+    let msg = a.pod("hog").unwrap()["status"]["message"].as_str().unwrap().to_string();
+    assert!(msg.starts_with("The node was low on resource: memory. Threshold quantity: 100Mi, available: "), "{msg}");
+    assert!(
+        msg.contains("Container main was using ") && msg.ends_with("request is 0, has larger consumption of memory. "),
+        "{msg}"
+    );
+    assert_eq!(node_condition(&a, "MemoryPressure")["reason"], "KubeletHasInsufficientMemory");
+    a.write("be.yaml", &pod_yaml("be", "", TRAPPING));
+    a.write("bu.yaml", &(pod_yaml("bu", "", TRAPPING) + "    resources: {requests: {memory: 8Mi}}\n"));
+    wait_for("BestEffort refused, Burstable admitted", Duration::from_secs(20), || {
+        a.pod("be")
+            .is_some_and(|p| p["status"]["message"] == "Pod was rejected: The node had condition: [MemoryPressure]. ")
+            && a.pod("bu").is_some_and(|p| p["status"]["phase"] == "Running")
+    });
+    assert_eq!(a.running(&steady), 1, "the steady pod runs on");
+    drop(_restore);
+    let (be, bu) = (a.uid("be"), a.uid("bu"));
+    a.clean_up(&[&steady, &uid, &be, &bu]);
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+/// An emptyDir over its `sizeLimit`: the pod is evicted with the kubelet's
+/// message whatever the node has left, and stays Failed (it would fill the
+/// volume again).
+#[test]
+fn an_empty_dir_over_its_size_limit_evicts_its_pod_for_good_on_containerd() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("sizelimit");
+    a.write(
+        "over.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: over, namespace: e2e}}\nspec:\n  terminationGracePeriodSeconds: 1\n  volumes: [{{name: scratch, emptyDir: {{sizeLimit: 1Mi}}}}]\n  containers:\n  - name: main\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [sh, -c, \"head -c 4000000 /dev/zero > /scratch/big; trap 'exit 0' TERM; while :; do sleep 1; done\"]\n    volumeMounts: [{{name: scratch, mountPath: /scratch}}]\n"
+        ),
+    );
+    let uid = a.uid("over");
+    wait_for("the pod evicted", Duration::from_secs(40), || {
+        a.pod("over").is_some_and(|p| p["status"]["reason"] == "Evicted")
+    });
+    assert_eq!(
+        a.pod("over").unwrap()["status"]["message"],
+        "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". "
+    );
+    wait_for("its containers stopped", Duration::from_secs(20), || a.running(&uid) == 0);
+    assert_holds_for("it stays evicted", Duration::from_secs(6), || {
+        a.pod("over").is_some_and(|p| p["status"]["reason"] == "Evicted") && a.running(&uid) == 0
+    });
     a.clean_up(&[&uid]);
 }

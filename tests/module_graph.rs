@@ -19,7 +19,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["model", "config", "runtime", "cgroups", "cancel", "thread", "fsutil", "sys", "logging", "notify", "pss"],
     ),
     ("core", &["podworkers", "sync", "prober", "admission", "status", "events", "metrics", "images", "stats"]),
-    ("orchestration", &["agent", "housekeeping", "logrotate", "shutdown", "parts"]),
+    ("orchestration", &["agent", "housekeeping", "logrotate", "eviction", "shutdown", "parts"]),
     ("view", &["view"]),
     ("edge", &["http", "api", "logind", "source", "cli", "daemon"]),
 ];

@@ -803,6 +803,21 @@ impl pb::api_grpc::PodWarden for Service {
         reply(&ctx, sink, r);
     }
 
+    fn get_stats(&mut self, ctx: RpcContext, _req: api::GetStatsRequest, sink: UnarySink<api::StatsResponse>) {
+        let r = match self.h.parts.stats.last() {
+            Some(s) => Ok(api::StatsResponse {
+                summary_json: serde_json::to_vec(&crate::stats::summary(&s, &self.h.parts.node_name))
+                    .unwrap_or_default(),
+                ..Default::default()
+            }),
+            None => Err(status(
+                RpcStatusCode::UNAVAILABLE,
+                "no stats collected yet: try again in a few seconds".to_string(),
+            )),
+        };
+        reply(&ctx, sink, r);
+    }
+
     fn list_objects(
         &mut self,
         ctx: RpcContext,

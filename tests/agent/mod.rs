@@ -75,8 +75,20 @@ impl Agent {
     /// runtime cleared of pods an earlier test or `scripts/demo.sh` left
     /// behind (a new agent would count them as its orphans).
     pub fn start_with(tag: &str, extra: &str, env: &[(&str, &str)]) -> Self {
+        Self::launch(tag, extra, env, |_| {})
+    }
+
+    /// Start as [`Agent::start_with`], after `prepare` has seen the agent's
+    /// directory (to mount a small filesystem as its root, say).
+    #[allow(dead_code)]
+    pub fn start_prepared(tag: &str, extra: &str, prepare: impl FnOnce(&Path)) -> Self {
+        Self::launch(tag, extra, &[], prepare)
+    }
+
+    fn launch(tag: &str, extra: &str, env: &[(&str, &str)], prepare: impl FnOnce(&Path)) -> Self {
         let dir = TempDir::new(&format!("e2e-{tag}"));
         std::fs::create_dir_all(dir.0.join("manifests")).unwrap();
+        prepare(&dir.0);
         let cri = cri();
         clear_runtime(&cri);
         let mut a = Agent {
