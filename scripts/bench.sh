@@ -10,9 +10,9 @@
 #                              threads against the same pods without; readiness flip; kill with a hung probe
 #   scripts/bench.sh isolation pod start with pod cgroups and seccomp vs without (ratio), RSS with 110 such
 #                              pods (private containerd; the release binary)
-#   scripts/bench.sh unattended a container writing 1 GiB of log: bytes on disk after and at most; RSS with
-#                              110 pods; garbage collection of 20 images (private containerd; the release
-#                              binary; busybox is imported again afterwards)
+#   scripts/bench.sh unattended a container writing 1 GiB of log: bytes on disk after and at most; RSS and
+#                              CPU with 110 pods; eviction reaction; garbage collection of 20 images
+#                              (private containerd; the release binary; busybox is imported again after)
 #   scripts/bench.sh hostile   alias bombs, deep nesting, slow HTTP clients, delete during start, a 2 GiB
 #                              termination-log (private containerd; the ci profile the tests build)
 set -euo pipefail
@@ -57,7 +57,7 @@ case "$name" in
   unattended)
     scripts/e2e-env.sh up >/dev/null
     cargo build --release --bin podwarden --quiet
-    PODWARDEN_BIN="$PWD/target/release/podwarden" cargo bench --bench unattended --quiet 2>/dev/null | tail -n 6
+    PODWARDEN_BIN="$PWD/target/release/podwarden" cargo bench --bench unattended --quiet 2>/dev/null | tail -n 9
     scripts/e2e-env.sh up >/dev/null
     ;;
   hostile)
