@@ -10,6 +10,7 @@
 //! - the eviction manager's reaction: memory threshold crossed to kill
 //!   started;
 //! - one image garbage collection removing 20 unused 1 MiB images.
+//!
 //! The last line is one JSON object.
 
 use std::collections::BTreeMap;
