@@ -240,8 +240,10 @@ fn eviction(cri: &CriRuntime, out: &mut BTreeMap<&'static str, f64>) {
         }
         let crossed = support::now_ns();
         let finished = loop {
-            let p = pods(cri, &name);
-            if let Some(c) = p.first().and_then(|p| p.containers.first()).filter(|c| c.state == ContainerState::Exited)
+            // the list has no exit times: the pod's status has
+            let uid = pods(cri, &name).first().map(|p| p.uid.clone());
+            let p = uid.and_then(|u| cri.pod_status(&call(), &u).ok());
+            if let Some(c) = p.as_ref().and_then(|p| p.containers.first()).filter(|c| c.state == ContainerState::Exited)
             {
                 break c.finished_at_ns;
             }
