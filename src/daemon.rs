@@ -342,7 +342,6 @@ pub struct Running {
     logind: Option<crate::logind::LogindThread>,
     api: Option<crate::api::ApiServer>,
     log_rotation: Option<crate::logrotate::LogRotation>,
-    image_gc: Option<crate::housekeeping::Periodic>,
     eviction: Option<crate::housekeeping::Periodic>,
 }
 
@@ -367,7 +366,6 @@ impl Running {
         self.source.take();
         self.housekeeping.take();
         self.log_rotation.take();
-        self.image_gc.take();
         self.eviction.take();
     }
 
@@ -459,21 +457,25 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
             parts.events.clone(),
             parts.metrics.clone(),
         );
-        // the monitoring period is housekeeping's, as in the kubelet
+        // the monitoring period is housekeeping's, as in the kubelet; the
+        // same thread collects images every imageGCPeriod (one thread less
+        // on a small node: both only call the runtime)
+        let gc_period = config.image_gc_period;
+        let mut next_gc = Instant::now();
         crate::housekeeping::Periodic::every("eviction", config.housekeeping_interval, move || {
             m.synchronize();
+            if Instant::now() >= next_gc {
+                if let Err(e) = gc.collect(Instant::now()) {
+                    log::warn!("image garbage collection failed: {e}");
+                }
+                next_gc = crate::cancel::deadline_in(gc_period);
+            }
             // a snapshot's lists (110 pods' stats) are freed now: their
             // pages go back at once rather than at the next trim
             crate::sys::malloc_trim();
         })
         .map_err(io("starting the eviction manager"))?
     };
-    let image_gc = crate::housekeeping::Periodic::every("image-gc", config.image_gc_period, move || {
-        if let Err(e) = gc.collect(Instant::now()) {
-            log::warn!("image garbage collection failed: {e}");
-        }
-    })
-    .map_err(io("starting image garbage collection"))?;
     // healthy (/healthz, the node's Ready condition): housekeeping and the
     // runtime answered within a few housekeeping periods
     let healthy_within = config.housekeeping_interval.saturating_mul(5).max(Duration::from_secs(10));
@@ -536,7 +538,6 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
         logind,
         api,
         log_rotation: Some(log_rotation),
-        image_gc: Some(image_gc),
         eviction: Some(eviction),
     })
 }

@@ -339,7 +339,7 @@ impl Monitor {
     fn run(mut self, wake: &File, stop: &std::sync::atomic::AtomicBool) {
         let mut next_pass = Instant::now();
         let mut quiet_until = Instant::now();
-        let mut buf = vec![0u8; 16 << 10];
+        let mut buf = vec![0u8; 4 << 10];
         loop {
             if stop.load(std::sync::atomic::Ordering::SeqCst) {
                 return;
