@@ -217,7 +217,7 @@ pub fn read_instance(
         if tail > 0 {
             return tail_instance(dir, rel_dir, &files, tail, limit);
         }
-        return read_from(dir, rel_dir, &files, 0, 0, String::new(), limit);
+        return read_from(dir, rel_dir, &files, 0, 0, String::new(), String::new(), limit);
     };
     let firsts: Vec<String> = files.iter().map(|f| first_time(dir, rel_dir, f)).collect();
     let found = if cursor.first.is_empty() { None } else { firsts.iter().position(|t| *t == cursor.first) };
@@ -234,17 +234,20 @@ pub fn read_instance(
             }
         }
     };
-    read_from(dir, rel_dir, &files, index, offset, cursor.last.clone(), limit)
+    read_from(dir, rel_dir, &files, index, offset, firsts[index].clone(), cursor.last.clone(), limit)
 }
 
-/// Read from `files[index]` at `offset`; at the end of a rotated file go
-/// on with the next file.
+/// Read from `files[index]` at `offset`; `expect` is that file's first
+/// entry time when it was resolved (empty: not known, or empty then). At
+/// the end of a rotated file go on with the next file.
+#[allow(clippy::too_many_arguments)]
 fn read_from(
     dir: &Path,
     rel_dir: &Path,
     files: &[Part],
     mut index: usize,
     mut offset: u64,
+    mut expect: String,
     mut last: String,
     limit: u64,
 ) -> Result<Chunk, crate::fsutil::FileError> {
@@ -252,23 +255,30 @@ fn read_from(
         let f = &files[index];
         let rel = rel_dir.join(&f.name);
         let is_live = index + 1 == files.len();
-        let raw = if f.compressed {
+        // the cursor as it stands: the next call resolves it again
+        let stay = |expect: String, last: String| Chunk {
+            data: Vec::new(),
+            next: Cursor { file: f.name.clone(), first: expect, last, offset },
+        };
+        let (raw, first) = if f.compressed {
+            // a compressed file never changes: its name is its identity
             let path = gz_path(dir, &rel);
             let io = |source| crate::fsutil::FileError::Io { path: path.display().to_string(), source };
             let mut raw = super::rotation::read_compressed(&path, offset, limit).map_err(io)?;
             if let Some(i) = raw.iter().rposition(|b| *b == b'\n') {
                 raw.truncate(i + 1);
             }
-            raw
+            let first = if expect.is_empty() { first_time(dir, rel_dir, f) } else { expect.clone() };
+            (raw, first)
         } else {
             match read_raw(dir, &rel, offset, limit) {
-                Ok(raw) => raw,
-                // rotated or removed between the listing and the read: the
-                // next call finds it by its first entry
-                Err(crate::fsutil::FileError::NotFound { .. }) if !is_live => {
-                    let first = first_time(dir, rel_dir, f);
-                    return Ok(Chunk { data: Vec::new(), next: Cursor { file: f.name.clone(), first, last, offset } });
-                }
+                // the name now holds another file (the live one rotated
+                // since it was resolved): resolve again next time
+                Ok((_, first)) if !expect.is_empty() && first != expect => return Ok(stay(expect, last)),
+                Ok(r) => r,
+                // compressed or removed since the listing: the next call
+                // finds it by its first entry, or goes on after it
+                Err(crate::fsutil::FileError::NotFound { .. }) if !is_live => return Ok(stay(expect, last)),
                 Err(e) => return Err(e),
             }
         };
@@ -277,21 +287,27 @@ fn read_from(
         }
         let next = offset + raw.len() as u64;
         if !raw.is_empty() || is_live {
-            let first = if offset == 0 && !raw.is_empty() { time_of(&raw) } else { first_time(dir, rel_dir, f) };
             return Ok(Chunk { data: decode(&raw), next: Cursor { file: f.name.clone(), first, last, offset: next } });
         }
-        // the end of a rotated file: the next one
+        // the end of a rotated file. The runtime may still be writing to
+        // it (renamed, not yet reopened): it is finished only once the next
+        // file has an entry; until then stay at its end
+        if first_time(dir, rel_dir, &files[index + 1]).is_empty() {
+            return Ok(Chunk { data: Vec::new(), next: Cursor { file: f.name.clone(), first, last, offset: next } });
+        }
         index += 1;
         offset = 0;
+        expect = String::new();
     }
 }
 
 /// Whole entries of the file `rel` inside `dir` from `offset`, at most
 /// `limit` bytes (one entry longer than that in pieces); a file shorter
 /// than `offset` (truncated) from its start.
-fn read_raw(dir: &Path, rel: &Path, offset: u64, limit: u64) -> Result<Vec<u8>, crate::fsutil::FileError> {
+fn read_raw(dir: &Path, rel: &Path, offset: u64, limit: u64) -> Result<(Vec<u8>, String), crate::fsutil::FileError> {
     let (mut f, len) = crate::fsutil::open_regular_in(dir, rel, crate::fsutil::Links::Refuse)?;
     let io = |source| crate::fsutil::FileError::Io { path: dir.join(rel).display().to_string(), source };
+    let first = first_of(&f);
     let offset = if offset > len { 0 } else { offset };
     f.seek(SeekFrom::Start(offset)).map_err(io)?;
     let mut raw = Vec::new();
@@ -302,7 +318,18 @@ fn read_raw(dir: &Path, rel: &Path, offset: u64, limit: u64) -> Result<Vec<u8>, 
         None => 0,
     };
     raw.truncate(whole);
-    Ok(raw)
+    Ok((raw, first))
+}
+
+/// The first entry's time of the open file `f` (read at offset 0, so the
+/// file read and the file named are the same even when rotation renames
+/// it meanwhile); empty when it has no whole first field yet.
+fn first_of(f: &std::fs::File) -> String {
+    use std::os::unix::fs::FileExt;
+    let mut head = [0u8; 64];
+    let n = f.read_at(&mut head, 0).unwrap_or(0);
+    let head = &head[..n];
+    if head.contains(&b' ') { time_of(head) } else { String::new() }
 }
 
 /// The last `tail` entries across an instance's files, newest file first
@@ -320,6 +347,7 @@ fn tail_instance(
     let mut entries = 0;
     let mut total = 0u64;
     let mut end = 0;
+    let mut live_first = String::new();
     for (i, f) in files.iter().enumerate().rev() {
         let rel = rel_dir.join(&f.name);
         let (mut raw, cut) = if f.compressed {
@@ -328,9 +356,10 @@ fn tail_instance(
                 .map_err(|source| crate::fsutil::FileError::Io { path: path.display().to_string(), source })?
         } else {
             match tail_raw(dir, &rel, limit - total) {
-                Ok((raw, cut, len)) => {
+                Ok((raw, cut, len, first)) => {
                     if i + 1 == files.len() {
                         end = len;
+                        live_first = first;
                     }
                     (raw, cut)
                 }
@@ -358,21 +387,22 @@ fn tail_instance(
     let raw: Vec<u8> = pieces.into_iter().rev().flatten().collect();
     let from = tail_start(&raw, tail);
     let last = last_time(&raw).unwrap_or_default();
-    let first = first_time(dir, rel_dir, live);
-    Ok(Chunk { data: decode(&raw[from..]), next: Cursor { file: live.name.clone(), first, last, offset: end } })
+    let next = Cursor { file: live.name.clone(), first: live_first, last, offset: end };
+    Ok(Chunk { data: decode(&raw[from..]), next })
 }
 
 /// The last `max` bytes of the file `rel` inside `dir`, whether that cut
 /// the file, and the file's length at the read.
-fn tail_raw(dir: &Path, rel: &Path, max: u64) -> Result<(Vec<u8>, bool, u64), crate::fsutil::FileError> {
+fn tail_raw(dir: &Path, rel: &Path, max: u64) -> Result<(Vec<u8>, bool, u64, String), crate::fsutil::FileError> {
     let (mut f, len) = crate::fsutil::open_regular_in(dir, rel, crate::fsutil::Links::Refuse)?;
     let io = |source| crate::fsutil::FileError::Io { path: dir.join(rel).display().to_string(), source };
+    let first = first_of(&f);
     let start = len.saturating_sub(max);
     f.seek(SeekFrom::Start(start)).map_err(io)?;
     let mut buf = Vec::with_capacity(max.min(len) as usize);
     f.take(len - start).read_to_end(&mut buf).map_err(io)?;
     let len = start + buf.len() as u64;
-    Ok((buf, start > 0, len))
+    Ok((buf, start > 0, len, first))
 }
 
 /// The kubelet's termination message from a log (`FallbackToLogsOnError`):
