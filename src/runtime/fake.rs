@@ -712,7 +712,8 @@ impl Runtime for FakeRuntime {
         self.enter(ctx, Op::ImageFsInfo, "", "")?;
         let st = self.state.lock();
         Ok(vec![super::ImageFs {
-            mountpoint: st.image_fs_mountpoint.clone(),
+            // the fake holds its images in memory: say the root filesystem
+            mountpoint: if st.image_fs_mountpoint.is_empty() { "/".into() } else { st.image_fs_mountpoint.clone() },
             used_bytes: st.images.values().map(|i| i.size).sum(),
             inodes_used: st.images.len() as u64,
         }])

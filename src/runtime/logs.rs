@@ -220,7 +220,13 @@ pub fn read_instance(
         return read_from(dir, rel_dir, &files, 0, 0, String::new(), String::new(), limit);
     };
     let firsts: Vec<String> = files.iter().map(|f| first_time(dir, rel_dir, f)).collect();
-    let found = if cursor.first.is_empty() { None } else { firsts.iter().position(|t| *t == cursor.first) };
+    let found = if cursor.first.is_empty() {
+        // a file without a first entry when read (empty, or not in the CRI
+        // format) that still has none: the same file, at the same place
+        files.iter().position(|f| f.name == cursor.file).filter(|i| firsts[*i].is_empty())
+    } else {
+        firsts.iter().position(|t| *t == cursor.first)
+    };
     let (index, offset) = match found {
         Some(i) => (i, cursor.offset),
         None => {
