@@ -15,7 +15,6 @@
 //! never removed.
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::CString;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -138,9 +137,9 @@ impl ImageGc {
         let fs = self.runtime.image_fs_info(&self.call()).map_err(|e| e.to_string())?;
         let mount = fs.first().map(|f| f.mountpoint.clone()).filter(|m| !m.is_empty());
         let mount = mount.ok_or("the runtime names no image filesystem")?;
-        let c = CString::new(mount.clone()).map_err(|_| format!("image filesystem {mount:?}: not a path"))?;
-        let v = crate::sys::statvfs(&c).map_err(|e| format!("image filesystem {mount}: {e}"))?;
-        Ok((v.blocks.saturating_mul(v.frsize), v.bavail.saturating_mul(v.frsize)))
+        let f = crate::stats::fs_of(std::path::Path::new(&mount), None)
+            .ok_or_else(|| format!("image filesystem {mount}: cannot measure it"))?;
+        Ok((f.capacity_bytes, f.available_bytes))
     }
 
     /// Remove `candidates` (IDs), oldest use first, until `want` bytes

@@ -447,68 +447,63 @@ pub fn summary(s: &Snapshot, node_name: &str) -> Value {
 /// (samples carry the snapshot's time, as the kubelet's do).
 pub fn resource_metrics(s: Option<&Snapshot>) -> String {
     use std::fmt::Write;
+    const SCRAPE_ERROR: &str = "1 if there was an error while getting container metrics, 0 otherwise";
     let mut out = String::new();
     let head = |out: &mut String, name: &str, kind: &str, help: &str| {
         let _ = writeln!(out, "# HELP {name} [STABLE] {help}");
         let _ = writeln!(out, "# TYPE {name} {kind}");
     };
     let Some(s) = s else {
-        head(
-            &mut out,
-            "resource_scrape_error",
-            "gauge",
-            "1 if there was an error while getting container metrics, 0 otherwise",
-        );
+        head(&mut out, "resource_scrape_error", "gauge", SCRAPE_ERROR);
         let _ = writeln!(out, "resource_scrape_error 1");
         return out;
     };
     let ms = s.time.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis());
     let secs = |n: u64| n as f64 / 1e9;
     let esc = |v: &str| v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
-    head(
+    // one series per container, then per pod, with their labels
+    let per_container =
+        |out: &mut String, name: &str, kind: &str, help: &str, value: &dyn Fn(&ContainerStat) -> f64| {
+            head(out, name, kind, help);
+            for p in &s.pods {
+                for c in &p.containers {
+                    let (c_name, ns, pod) = (esc(&c.name), esc(&p.namespace), esc(&p.name));
+                    let _ = writeln!(
+                        out,
+                        "{name}{{container=\"{c_name}\",namespace=\"{ns}\",pod=\"{pod}\"}} {} {ms}",
+                        value(c)
+                    );
+                }
+            }
+        };
+    let per_pod = |out: &mut String, name: &str, kind: &str, help: &str, value: &dyn Fn(&PodStat) -> f64| {
+        head(out, name, kind, help);
+        for p in &s.pods {
+            let (ns, pod) = (esc(&p.namespace), esc(&p.name));
+            let _ = writeln!(out, "{name}{{namespace=\"{ns}\",pod=\"{pod}\"}} {} {ms}", value(p));
+        }
+    };
+    per_container(
         &mut out,
         "container_cpu_usage_seconds_total",
         "counter",
         "Cumulative cpu time consumed by the container in core-seconds",
+        &|c| secs(c.cpu.usage_core_nanos),
     );
-    for p in &s.pods {
-        for c in &p.containers {
-            let _ = writeln!(
-                out,
-                "container_cpu_usage_seconds_total{{container=\"{}\",namespace=\"{}\",pod=\"{}\"}} {} {ms}",
-                esc(&c.name),
-                esc(&p.namespace),
-                esc(&p.name),
-                secs(c.cpu.usage_core_nanos)
-            );
-        }
-    }
-    head(&mut out, "container_memory_working_set_bytes", "gauge", "Current working set of the container in bytes");
-    for p in &s.pods {
-        for c in &p.containers {
-            let _ = writeln!(
-                out,
-                "container_memory_working_set_bytes{{container=\"{}\",namespace=\"{}\",pod=\"{}\"}} {} {ms}",
-                esc(&c.name),
-                esc(&p.namespace),
-                esc(&p.name),
-                c.memory.working_set_bytes
-            );
-        }
-    }
-    head(&mut out, "container_start_time_seconds", "gauge", "Start time of the container since unix epoch in seconds");
-    for p in &s.pods {
-        for c in &p.containers {
-            let _ = writeln!(
-                out,
-                "container_start_time_seconds{{container=\"{}\",namespace=\"{}\",pod=\"{}\"}} {} {ms}",
-                esc(&c.name),
-                esc(&p.namespace),
-                esc(&p.name),
-                c.start_time_ns as f64 / 1e9
-            );
-        }
-    }
+    per_container(
+        &mut out,
+        "container_memory_working_set_bytes",
+        "gauge",
+        "Current working set of the container in bytes",
+        &|c| c.memory.working_set_bytes as f64,
+    );
+    per_container(
+        &mut out,
+        "container_start_time_seconds",
+        "gauge",
+        "Start time of the container since unix epoch in seconds",
+        &|c| c.start_time_ns as f64 / 1e9,
+    );
     head(
         &mut out,
         "node_cpu_usage_seconds_total",
@@ -518,32 +513,17 @@ pub fn resource_metrics(s: Option<&Snapshot>) -> String {
     let _ = writeln!(out, "node_cpu_usage_seconds_total {} {ms}", secs(s.node.cpu.usage_core_nanos));
     head(&mut out, "node_memory_working_set_bytes", "gauge", "Current working set of the node in bytes");
     let _ = writeln!(out, "node_memory_working_set_bytes {} {ms}", s.node.memory.working_set_bytes);
-    head(&mut out, "pod_cpu_usage_seconds_total", "counter", "Cumulative cpu time consumed by the pod in core-seconds");
-    for p in &s.pods {
-        let _ = writeln!(
-            out,
-            "pod_cpu_usage_seconds_total{{namespace=\"{}\",pod=\"{}\"}} {} {ms}",
-            esc(&p.namespace),
-            esc(&p.name),
-            secs(p.cpu.usage_core_nanos)
-        );
-    }
-    head(&mut out, "pod_memory_working_set_bytes", "gauge", "Current working set of the pod in bytes");
-    for p in &s.pods {
-        let _ = writeln!(
-            out,
-            "pod_memory_working_set_bytes{{namespace=\"{}\",pod=\"{}\"}} {} {ms}",
-            esc(&p.namespace),
-            esc(&p.name),
-            p.memory.working_set_bytes
-        );
-    }
-    head(
+    per_pod(
         &mut out,
-        "resource_scrape_error",
-        "gauge",
-        "1 if there was an error while getting container metrics, 0 otherwise",
+        "pod_cpu_usage_seconds_total",
+        "counter",
+        "Cumulative cpu time consumed by the pod in core-seconds",
+        &|p| secs(p.cpu.usage_core_nanos),
     );
+    per_pod(&mut out, "pod_memory_working_set_bytes", "gauge", "Current working set of the pod in bytes", &|p| {
+        p.memory.working_set_bytes as f64
+    });
+    head(&mut out, "resource_scrape_error", "gauge", SCRAPE_ERROR);
     let _ = writeln!(out, "resource_scrape_error 0");
     out
 }

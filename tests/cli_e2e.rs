@@ -48,6 +48,27 @@ fn fails(a: &Agent, args: &[&str]) -> String {
     err
 }
 
+/// `podwarden logs -f POD -n e2e` running, what it printed so far (read
+/// as it comes, by the returned thread).
+fn follow_logs(a: &Agent, pod: &str) -> (Child, Arc<Mutex<String>>, std::thread::JoinHandle<()>) {
+    let mut follow = Command::new(BIN)
+        .args(["logs", "-f", pod, "-n", "e2e", "--socket"])
+        .arg(a.api_socket())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let followed = Arc::new(Mutex::new(String::new()));
+    let (mut out, f) = (follow.stdout.take().unwrap(), followed.clone());
+    let reader = podwarden::thread::spawn("follow-reader", None, move || {
+        let mut buf = [0u8; 65536];
+        while let Ok(n @ 1..) = out.read(&mut buf) {
+            f.lock().push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    })
+    .unwrap();
+    (follow, followed, reader)
+}
+
 fn json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
@@ -129,24 +150,8 @@ fn every_verb_and_output_format_against_the_daemon() {
     assert!(l.starts_with("line 0\nline 1\n"), "CRI prefixes stripped: {l}");
     let tail = ok(&a, &["logs", "hello", "-n", "e2e", "--tail", "2"]);
     assert_eq!(tail.lines().count(), 2, "{tail}");
-    let mut follow = Command::new(BIN)
-        .args(["logs", "-f", "hello", "-n", "e2e", "--socket"])
-        .arg(a.api_socket())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
     // what -f printed so far, read as it comes
-    let followed = Arc::new(Mutex::new(String::new()));
-    let reader = {
-        let (mut out, followed) = (follow.stdout.take().unwrap(), followed.clone());
-        podwarden::thread::spawn("follow-reader", None, move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n @ 1..) = out.read(&mut buf) {
-                followed.lock().push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        })
-        .unwrap()
-    };
+    let (mut follow, followed, reader) = follow_logs(&a, "hello");
     let lines = || followed.lock().lines().count();
     wait_for("logs -f printing", Duration::from_secs(10), || lines() > 0);
     let before = ok(&a, &["logs", "hello", "-n", "e2e"]).lines().count();
@@ -301,23 +306,7 @@ fn container_logs_are_rotated_compressed_and_read_across_rotations() {
     wait_for("chatty running", Duration::from_secs(30), || {
         a.pod("chatty").is_some_and(|p| p["status"]["containerStatuses"][0]["state"]["running"].is_object())
     });
-    let mut follow = Command::new(BIN)
-        .args(["logs", "-f", "chatty", "-n", "e2e", "--socket"])
-        .arg(a.api_socket())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let followed = Arc::new(Mutex::new(String::new()));
-    let reader = {
-        let (mut out, followed) = (follow.stdout.take().unwrap(), followed.clone());
-        podwarden::thread::spawn("follow-reader", None, move || {
-            let mut buf = [0u8; 65536];
-            while let Ok(n @ 1..) = out.read(&mut buf) {
-                followed.lock().push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        })
-        .unwrap()
-    };
+    let (mut follow, followed, reader) = follow_logs(&a, "chatty");
     wait_for("-f printed all 4000 lines", Duration::from_secs(90), || numbers(&followed.lock()).last() == Some(&3999));
     let _ = follow.kill();
     let _ = follow.wait();
