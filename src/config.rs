@@ -194,6 +194,14 @@ pub struct Config {
     /// 0 (unset): any number.
     #[serde(deserialize_with = "de::int::<_, _, 0, 1000>")]
     pub max_parallel_image_pulls: u32,
+    /// Registry credentials from plugins: a `CredentialProviderConfig`
+    /// file (or a directory of them); empty: no plugins. The docker config
+    /// keyring (`<rootDir>/config.json`, ...) is read in any case.
+    #[serde(deserialize_with = "de::path_or_empty")]
+    pub image_credential_provider_config: PathBuf,
+    /// Where the credential provider plugins' executables are.
+    #[serde(deserialize_with = "de::path_or_empty")]
+    pub image_credential_provider_bin_dir: PathBuf,
     /// Node-pressure eviction: signal (`memory.available`,
     /// `nodefs.available`, `nodefs.inodesFree`, `imagefs.available`,
     /// `imagefs.inodesFree`, `pid.available`) to threshold (`100Mi`,
@@ -455,6 +463,8 @@ impl Default for Config {
             eviction_max_pod_grace_period: 0,
             eviction_pressure_transition_period: Duration::from_secs(300),
             serialize_image_pulls: true,
+            image_credential_provider_config: PathBuf::new(),
+            image_credential_provider_bin_dir: PathBuf::new(),
             max_parallel_image_pulls: 0,
             image_gc_high_threshold_percent: 85,
             image_gc_low_threshold_percent: 80,
@@ -882,6 +892,11 @@ impl Config {
                 "maxParallelImagePulls",
                 "cannot be larger than 1 unless serializeImagePulls is false",
             ));
+        }
+        if !self.image_credential_provider_config.as_os_str().is_empty()
+            && self.image_credential_provider_bin_dir.as_os_str().is_empty()
+        {
+            return Err(refused("imageCredentialProviderBinDir", "required with imageCredentialProviderConfig"));
         }
         if self.image_gc_low_threshold_percent >= self.image_gc_high_threshold_percent {
             return Err(refused("imageGCLowThresholdPercent", "must be less than imageGCHighThresholdPercent"));

@@ -44,6 +44,8 @@ pub enum DaemonError {
     /// the config's own: the caller prefixes the config file).
     #[error("field apiGroup: {value} is invalid: expected a group that exists in /etc/group")]
     ApiGroup { value: String },
+    #[error(transparent)]
+    Credentials(#[from] crate::credentials::CredentialError),
     #[error("{what}: {source}")]
     Io {
         what: String,
@@ -165,6 +167,9 @@ pub struct Tuning {
     pub allocatable: Option<Allocatable>,
     /// The pod cgroups (the daemon's, with a real runtime); `None`: none.
     pub cgroups: Option<crate::cgroups::Cgroups>,
+    /// Where pulls find registry credentials (default: none, every pull
+    /// anonymous).
+    pub keyring: Option<Arc<crate::credentials::Keyring>>,
 }
 
 impl Default for Tuning {
@@ -177,6 +182,7 @@ impl Default for Tuning {
             observer: None,
             allocatable: None,
             cgroups: None,
+            keyring: None,
         }
     }
 }
@@ -268,7 +274,8 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
             .with_metrics(metrics.clone())
             .with_pod_cache(pod_cache.clone())
             .with_objects(objects.clone())
-            .with_prober(prober.clone()),
+            .with_prober(prober.clone())
+            .with_keyring(tuning.keyring.clone().unwrap_or_else(|| Arc::new(crate::credentials::Keyring::none()))),
     );
     let observer: Arc<dyn Observer> = match tuning.observer {
         Some(o) => Arc::new(Both(metrics.clone(), o)),
@@ -384,7 +391,14 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
     // the machine is read once: for kubepods' limits and for admission
     let allocatable = Allocatable::detect(config.max_pods, config.reserved_cpu_millis, config.reserved_memory_bytes);
     let cgroups = node_cgroups(config, id_prefix, &allocatable)?;
-    let tuning = Tuning { cgroups, allocatable: Some(allocatable), ..Tuning::default() };
+    let provider_config = &config.image_credential_provider_config;
+    let keyring = crate::credentials::Keyring::load(
+        &config.root_dir,
+        (!provider_config.as_os_str().is_empty()).then_some(provider_config.as_path()),
+        &config.image_credential_provider_bin_dir,
+    )?;
+    let tuning =
+        Tuning { cgroups, allocatable: Some(allocatable), keyring: Some(Arc::new(keyring)), ..Tuning::default() };
     let parts = assemble(config, runtime, id_prefix, tuning);
     let agent = parts.agent.clone();
     let events = parts.events.clone();

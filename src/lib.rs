@@ -8,6 +8,7 @@ pub mod cancel;
 pub mod cgroups;
 pub mod cli;
 pub mod config;
+pub mod credentials;
 pub mod daemon;
 pub mod events;
 pub mod eviction;

@@ -18,7 +18,10 @@ const LAYERS: &[(&str, &[&str])] = &[
         "leaf",
         &["model", "config", "runtime", "cgroups", "cancel", "thread", "fsutil", "sys", "logging", "notify", "pss"],
     ),
-    ("core", &["podworkers", "sync", "prober", "admission", "status", "events", "metrics", "images", "stats"]),
+    (
+        "core",
+        &["podworkers", "sync", "prober", "admission", "status", "events", "metrics", "images", "stats", "credentials"],
+    ),
     ("orchestration", &["agent", "housekeeping", "logrotate", "eviction", "shutdown", "parts"]),
     ("view", &["view"]),
     ("edge", &["http", "api", "logind", "source", "cli", "daemon"]),

@@ -966,3 +966,61 @@ fn an_orphan_pod_directory_is_unmounted_before_it_is_removed() {
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
     assert!(!mounts.contains(pod_dir.to_str().unwrap()), "nothing left mounted");
 }
+
+/// The container's Waiting reason and message, if it waits.
+fn waiting_of(h: &Harness, uid: &str) -> Option<(String, String)> {
+    let st = h.statuses.get(uid)?;
+    let w = st.container_statuses.as_ref()?.first()?.state.as_ref()?.waiting.clone()?;
+    Some((w.reason.unwrap_or_default(), w.message.unwrap_or_default()))
+}
+
+#[test]
+fn pulls_try_each_matching_credential_in_turn_and_never_fall_back_to_anonymous() {
+    use podwarden::runtime::Auth;
+    let dir = TempDir::new("keyring");
+    // the most specific key's (wrong) credentials come first, then the
+    // registry's; bad.example has only wrong ones
+    std::fs::write(
+        dir.0.join("config.json"),
+        r#"{"auths": {"reg.example:5000/team": {"username": "wrong", "password": "pw-wrong-1"},
+                      "https://reg.example:5000/v2/": {"username": "right", "password": "pw-right-2"},
+                      "bad.example": {"username": "wrong", "password": "pw-wrong-3"}}}"#,
+    )
+    .unwrap();
+    let keyring = podwarden::credentials::Keyring::load(&dir.0, None, std::path::Path::new("")).unwrap();
+    let h = Harness::with(Opts { keyring: Some(Arc::new(keyring)), ..Opts::default() });
+    for registry in ["reg.example:5000", "bad.example", "locked.example"] {
+        h.fake.require_auth(registry, Auth::new("right", "pw-right-2"));
+    }
+    let with_image = |name: &str, uid: &str, image: &str| {
+        let mut p = pod(name, uid);
+        let c = &mut p.spec.as_mut().unwrap().containers[0];
+        c.image = Some(image.into());
+        c.image_pull_policy = Some("Always".into());
+        arc(p)
+    };
+    h.agent.apply_source(vec![
+        with_image("team", "u-team", "reg.example:5000/team/app:1"),
+        with_image("bad", "u-bad", "bad.example/app:1"),
+        with_image("anon", "u-anon", "locked.example/app:1"),
+    ]);
+    wait_for("the team pod runs with the second credential", T, || h.fake.live_containers("u-team") == 1);
+    wait_for("the other two wait on ErrImagePull", T, || {
+        ["u-bad", "u-anon"].iter().all(|u| waiting_of(&h, u).is_some_and(|(r, _)| r == "ErrImagePull"))
+    });
+    let pulls = h.fake.pulls();
+    let of = |image: &str| -> Vec<Option<String>> {
+        pulls.iter().filter(|(i, _)| i == image).map(|(_, u)| u.clone()).collect()
+    };
+    assert_eq!(of("reg.example:5000/team/app:1"), [Some("wrong".into()), Some("right".into())]);
+    assert_eq!(of("bad.example/app:1"), [Some("wrong".into())], "no anonymous pull after credentials failed");
+    assert_eq!(of("locked.example/app:1"), [None], "no credentials match: anonymous");
+    let (_, message) = waiting_of(&h, "u-anon").unwrap();
+    assert!(message.contains("401 Unauthorized"), "the registry's error: {message}");
+    // no password in statuses or events
+    let shown = format!("{:?} {:?}", h.events.list(), ["u-team", "u-bad", "u-anon"].map(|u| h.statuses.get(u)));
+    assert!(shown.contains("401 Unauthorized"));
+    for secret in ["pw-wrong-1", "pw-right-2", "pw-wrong-3"] {
+        assert!(!shown.contains(secret), "{secret} shown");
+    }
+}

@@ -11,7 +11,7 @@ use crossbeam_channel::select;
 use grpcio::{CallOption, ChannelBuilder, Environment, RpcStatusCode};
 
 use super::{
-    CallCtx, ContainerConfig, ContainerInfo, ContainerState, ImageInfo, LABEL_POD_UID, Op, Propagation, Result,
+    Auth, CallCtx, ContainerConfig, ContainerInfo, ContainerState, ImageInfo, LABEL_POD_UID, Op, Propagation, Result,
     Runtime, RuntimeError, RuntimePod, SandboxConfig, SandboxInfo, SecurityProfile,
 };
 
@@ -553,11 +553,17 @@ impl Runtime for CriRuntime {
         Ok(r.image.as_ref().map(image_info))
     }
 
-    fn pull_image(&self, ctx: &CallCtx, image: &str) -> Result<String> {
+    fn pull_image(&self, ctx: &CallCtx, image: &str, auth: Option<&Auth>) -> Result<String> {
         let mut spec = api::ImageSpec::new();
         spec.image = image.to_string();
         let mut req = api::PullImageRequest::new();
         req.image = protobuf::MessageField::some(spec);
+        if let Some(a) = auth {
+            let mut c = api::AuthConfig::new();
+            c.username = a.username.clone();
+            c.password = a.password().to_string();
+            req.auth = protobuf::MessageField::some(c);
+        }
         match call(ctx, Op::PullImage, |o| self.images.pull_image_opt(&req, o)) {
             Ok(r) => Ok(r.image_ref),
             Err(RuntimeError::Failed { message, .. } | RuntimeError::NotFound { what: message }) => {

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 
 use super::{
-    CallCtx, ContainerConfig, ContainerInfo, ContainerState, ImageInfo, Result, Runtime, RuntimeError, RuntimePod,
-    SandboxConfig, SandboxInfo,
+    Auth, CallCtx, ContainerConfig, ContainerInfo, ContainerState, ImageInfo, Result, Runtime, RuntimeError,
+    RuntimePod, SandboxConfig, SandboxInfo,
 };
 
 /// The fake's operations are the CRI methods ([`super::Op`]); it serves
@@ -73,6 +73,11 @@ struct State {
     /// Pod UID -> ids of its sandboxes and containers.
     by_uid: HashMap<String, HashSet<String>>,
     missing_images: HashSet<String>,
+    /// Registry (`host[:port]`) -> the credentials its pulls need, as a
+    /// registry with htpasswd authentication answers.
+    registries: HashMap<String, Auth>,
+    /// Every pull: the image and the user name it was given.
+    pulls: Vec<(String, Option<String>)>,
     /// Images `list_images` shows (by ID), added by the tests.
     images: BTreeMap<String, ImageInfo>,
     /// What `image_fs_info` names as the image filesystem.
@@ -219,15 +224,27 @@ impl FakeRuntime {
         self.state.lock().term_exit.insert(name.to_string(), code);
     }
 
-    /// Pulls of this image fail and it is not present.
     /// What an exec in containers named `name` returns from now on;
     /// `None`: it hangs until its timeout.
     pub fn set_exec_result(&self, name: &str, result: Option<super::ExecResult>) {
         self.state.lock().exec.insert(name.to_string(), result);
     }
 
+    /// Pulls of this image fail and it is not present.
     pub fn make_image_missing(&self, image: &str) {
         self.state.lock().missing_images.insert(image.to_string());
+    }
+
+    /// Pulls of images from `registry` (`host[:port]`, the image's first
+    /// component) need `auth`: without it they fail as a registry with
+    /// htpasswd authentication answers.
+    pub fn require_auth(&self, registry: &str, auth: Auth) {
+        self.state.lock().registries.insert(registry.to_string(), auth);
+    }
+
+    /// Every pull so far: the image and the user name it carried.
+    pub fn pulls(&self) -> Vec<(String, Option<String>)> {
+        self.state.lock().pulls.clone()
     }
 
     /// Add an image that `list_images` shows.
@@ -486,11 +503,24 @@ impl Runtime for FakeRuntime {
             .then(|| ImageInfo { id: format!("sha256:{image}"), ..Default::default() }))
     }
 
-    fn pull_image(&self, ctx: &CallCtx, image: &str) -> Result<String> {
+    fn pull_image(&self, ctx: &CallCtx, image: &str, auth: Option<&Auth>) -> Result<String> {
         self.enter(ctx, Op::PullImage, "", image)?;
-        let st = self.state.lock();
+        let mut st = self.state.lock();
+        st.pulls.push((image.to_string(), auth.map(|a| a.username.clone())));
         if st.missing_images.contains(image) {
             return Err(RuntimeError::ImagePull { image: image.into(), message: "not found in any registry".into() });
+        }
+        let registry = image.split('/').next().unwrap_or_default();
+        if let Some(want) = st.registries.get(registry)
+            && auth != Some(want)
+        {
+            return Err(RuntimeError::ImagePull {
+                image: image.into(),
+                message: format!(
+                    "failed to resolve reference \"{image}\": unexpected status from HEAD request to \
+                     https://{registry}/v2/: 401 Unauthorized"
+                ),
+            });
         }
         Ok(format!("sha256:{image}"))
     }

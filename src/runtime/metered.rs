@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{CallCtx, ContainerConfig, ImageInfo, Op, Result, Runtime, RuntimeError, RuntimePod, SandboxConfig};
+use super::{Auth, CallCtx, ContainerConfig, ImageInfo, Op, Result, Runtime, RuntimeError, RuntimePod, SandboxConfig};
 
 /// Where failed runtime calls are counted, by the operation that failed.
 pub trait FailedCalls: Send + Sync {
@@ -66,8 +66,8 @@ impl Runtime for Metered {
         self.count(Op::ImageStatus, self.inner.image_status(ctx, image))
     }
 
-    fn pull_image(&self, ctx: &CallCtx, image: &str) -> Result<String> {
-        self.count(Op::PullImage, self.inner.pull_image(ctx, image))
+    fn pull_image(&self, ctx: &CallCtx, image: &str, auth: Option<&Auth>) -> Result<String> {
+        self.count(Op::PullImage, self.inner.pull_image(ctx, image, auth))
     }
 
     fn run_sandbox(&self, ctx: &CallCtx, config: &SandboxConfig) -> Result<String> {

@@ -308,6 +308,33 @@ pub struct Security {
     pub apparmor: Option<SecurityProfile>,
 }
 
+/// Registry credentials for one pull, as the kubelet's keyrings hand them
+/// to the runtime: a user name and a password. The password is not a
+/// public field and `Debug` prints it as `<redacted>`, so no log line,
+/// event or error formats it by accident; only the CRI request reads it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Auth {
+    pub username: String,
+    password: String,
+}
+
+impl Auth {
+    pub fn new(username: impl Into<String>, password: impl Into<String>) -> Self {
+        Auth { username: username.into(), password: password.into() }
+    }
+
+    /// The password, for the request that carries it.
+    pub fn password(&self) -> &str {
+        &self.password
+    }
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Auth").field("username", &self.username).field("password", &"<redacted>").finish()
+    }
+}
+
 /// An image as `ImageStatus` describes it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ImageInfo {
@@ -528,7 +555,8 @@ pub trait Runtime: Send + Sync {
     fn sandbox_image(&self, _ctx: &CallCtx) -> Result<Option<String>> {
         Ok(None)
     }
-    fn pull_image(&self, ctx: &CallCtx, image: &str) -> Result<String>;
+    /// Pull `image`, with `auth` when a keyring found credentials for it.
+    fn pull_image(&self, ctx: &CallCtx, image: &str, auth: Option<&Auth>) -> Result<String>;
     fn run_sandbox(&self, ctx: &CallCtx, config: &SandboxConfig) -> Result<String>;
     fn stop_sandbox(&self, ctx: &CallCtx, id: &str) -> Result<()>;
     fn remove_sandbox(&self, ctx: &CallCtx, id: &str) -> Result<()>;

@@ -108,6 +108,8 @@ pub struct PodSync {
     image_backoff: Backoff,
     /// Pulls at a time.
     pulls: pull::PullGate,
+    /// Where pulls find registry credentials.
+    keyring: Arc<crate::credentials::Keyring>,
     /// Told when a pod's containers first all run (pod start duration).
     metrics: Option<Arc<crate::metrics::Metrics>>,
     /// The relist's view: a set-up pass reuses its pod's last status read
@@ -215,6 +217,7 @@ impl PodSync {
             backoff,
             image_backoff: Backoff::new(pull::PULL_BACKOFF_INITIAL, pull::PULL_BACKOFF_MAX),
             pulls,
+            keyring: Arc::new(crate::credentials::Keyring::none()),
             metrics: None,
             pod_cache: None,
             reads: Mutex::new(HashMap::new()),
@@ -281,6 +284,12 @@ impl PodSync {
     }
 
     /// Report pod start durations to `metrics`.
+    /// Pull with the credentials `keyring` finds.
+    pub fn with_keyring(mut self, keyring: Arc<crate::credentials::Keyring>) -> Self {
+        self.keyring = keyring;
+        self
+    }
+
     pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
         self.metrics = Some(metrics);
         self

@@ -16,7 +16,7 @@ use parking_lot::{Condvar, Mutex};
 use super::{PodSync, SyncCtx, SyncError};
 use crate::events::{EventType, ObjectRef};
 use crate::model::{self, Container, Pod};
-use crate::runtime::{CallCtx, RuntimeError};
+use crate::runtime::{Auth, CallCtx, RuntimeError};
 
 /// The kubelet's image pull back-off.
 pub const PULL_BACKOFF_INITIAL: Duration = Duration::from_secs(10);
@@ -96,6 +96,38 @@ fn go_duration(d: Duration) -> String {
 }
 
 impl PodSync {
+    /// Pull `image` anonymously when `creds` is empty, else with each
+    /// credential in turn until one works, as the kubelet does: no
+    /// anonymous pull after credentials failed. The error of several
+    /// failures lists each distinct message once, `[a, b]`.
+    fn pull_with(&self, ctx: &SyncCtx, image: &str, creds: &[Auth]) -> Result<String, RuntimeError> {
+        let call = CallCtx::new(PULL_DEADLINE, &ctx.cancel);
+        if creds.is_empty() {
+            return self.runtime.pull_image(&call, image, None);
+        }
+        let mut messages: Vec<String> = Vec::new();
+        for auth in creds {
+            match self.runtime.pull_image(&call, image, Some(auth)) {
+                Ok(id) => return Ok(id),
+                Err(e @ RuntimeError::Cancelled { .. }) => return Err(e),
+                Err(e) if creds.len() == 1 => return Err(e),
+                Err(RuntimeError::ImagePull { message, .. }) => {
+                    if !messages.contains(&message) {
+                        messages.push(message);
+                    }
+                }
+                Err(e) => {
+                    let m = e.to_string();
+                    if !messages.contains(&m) {
+                        messages.push(m);
+                    }
+                }
+            }
+        }
+        let message = if messages.len() == 1 { messages.remove(0) } else { format!("[{}]", messages.join(", ")) };
+        Err(RuntimeError::ImagePull { image: image.into(), message })
+    }
+
     /// Make sure `c`'s image is there, pulling it by its policy. `Ok(Err)`:
     /// it is not, and why (remembered as the container's Waiting reason by
     /// the caller).
@@ -138,9 +170,11 @@ impl PodSync {
         }
         let asked = Instant::now();
         self.events.event(&obj, EventType::Normal, "Pulling", &format!("Pulling image {image:?}"));
+        // credentials before the turn: a slow plugin holds no other pull up
+        let creds = self.keyring.lookup(image, &ctx.cancel);
         let Some(turn) = self.pulls.enter(ctx) else { return Err(SyncError::Cancelled) };
         let began = Instant::now();
-        let pulled = self.runtime.pull_image(&CallCtx::new(PULL_DEADLINE, &ctx.cancel), image);
+        let pulled = self.pull_with(ctx, image, &creds);
         drop(turn);
         match pulled {
             Ok(id) => {

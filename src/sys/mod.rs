@@ -183,6 +183,20 @@ pub fn eventfd(flags: libc::c_int) -> io::Result<OwnedFd> {
     new_fd(unsafe { libc::eventfd(0, flags) })
 }
 
+/// Make reads of `fd` return `WouldBlock` instead of waiting.
+pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: fcntl on a descriptor the caller borrows for the call
+    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// `poll(fds, timeout_ms)`: the number of entries with events; `revents`
 /// is filled in. A negative timeout waits for ever. Any descriptor numbers
 /// are sound (a closed one reports `POLLNVAL`); `EINTR` is an error of kind

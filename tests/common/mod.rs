@@ -66,6 +66,8 @@ pub struct Opts {
     pub container_backoff: Duration,
     /// The static pod source delivered its first (empty) set.
     pub first_scan: bool,
+    /// Where pulls find credentials (default: none).
+    pub keyring: Option<Arc<podwarden::credentials::Keyring>>,
 }
 
 impl Default for Opts {
@@ -78,6 +80,7 @@ impl Default for Opts {
             backoff: Duration::from_millis(50),
             container_backoff: Duration::from_millis(200),
             first_scan: true,
+            keyring: None,
         }
     }
 }
@@ -115,6 +118,7 @@ impl Harness {
             container_backoff: o.container_backoff,
             container_backoff_max: o.container_backoff * 8,
             observer: o.observer,
+            keyring: o.keyring,
             allocatable: Some(Allocatable {
                 cpu_millis: o.cpu_millis,
                 memory_bytes: o.memory_bytes,
