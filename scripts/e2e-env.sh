@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The end-to-end environment: a private containerd (own root, state and
-# socket) with runc and CNI, and busybox/pause images built locally from
-# busybox-static (no registry is needed).
+# socket) with runc and CNI, busybox/pause images built locally from
+# busybox-static, and a private registry (Debian's docker-registry on
+# 127.0.0.1:5443, TLS from a test CA that the containerd trusts through its
+# hosts.toml, htpasswd authentication) holding the busybox image, pushed
+# with skopeo, for the registry credential tests.
 #
-#   scripts/e2e-env.sh up      install packages, start containerd, import images (idempotent)
+#   scripts/e2e-env.sh up      install packages, start containerd and the registry, import and push images (idempotent)
 #   scripts/e2e-env.sh down    stop containerd and remove its state
 #   scripts/e2e-env.sh env     print the variables tests read
 #
@@ -23,7 +26,11 @@ RUN_DIR="${PODWARDEN_E2E_RUN:-/run/podwarden-e2e}"
 SOCK="$RUN_DIR/containerd.sock"
 IMAGE_BUSYBOX="localhost/busybox:e2e"
 IMAGE_PAUSE="localhost/pause:e2e"
-PKGS=(containerd runc containernetworking-plugins busybox-static iproute2)
+REGISTRY="127.0.0.1:5443"
+REG_DIR="$E2E_DIR/registry"
+REG_USER="podwarden-e2e"
+IMAGE_PRIVATE="$REGISTRY/e2e/busybox:private"
+PKGS=(containerd runc containernetworking-plugins busybox-static iproute2 docker-registry skopeo apache2-utils openssl curl)
 
 log() { printf 'e2e-env: %s\n' "$*" >&2; }
 
@@ -38,7 +45,7 @@ install_packages() {
 
 write_config() {
   mkdir -p "$E2E_DIR/root" "$RUN_DIR/state" "$E2E_DIR/cni" "$E2E_DIR/images"
-  cat > "$E2E_DIR/containerd.toml" <<TOML
+  cat > "$E2E_DIR/containerd.toml.new" <<TOML
 version = 2
 root = "$E2E_DIR/root"
 state = "$RUN_DIR/state"
@@ -53,6 +60,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$IMAGE_PAUSE"
   restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$E2E_DIR/certs.d"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$E2E_DIR/cni"
@@ -82,6 +91,18 @@ TOML
   ]
 }
 JSON
+  # a containerd started with another config (an older checkout's) is
+  # restarted with this one; its containers live on in their shims
+  if ! cmp -s "$E2E_DIR/containerd.toml.new" "$E2E_DIR/containerd.toml"; then
+    mv "$E2E_DIR/containerd.toml.new" "$E2E_DIR/containerd.toml"
+    if running; then
+      log "containerd config changed: restarting containerd"
+      kill "$(cat "$RUN_DIR/containerd.pid")"
+      for _ in $(seq 1 100); do running || break; sleep 0.1; done
+    fi
+  else
+    rm -f "$E2E_DIR/containerd.toml.new"
+  fi
 }
 
 running() {
@@ -134,17 +155,120 @@ CFG
   rm -rf "$work"
 }
 
+# The registry's files: a test CA and a certificate for 127.0.0.1 signed by
+# it, a random password in htpasswd (bcrypt), its config, and the
+# containerd hosts.toml that trusts the CA (certs.d is read at each pull:
+# no containerd restart).
+registry_files() {
+  mkdir -p "$REG_DIR/data" "$REG_DIR/tls"
+  local tls="$REG_DIR/tls"
+  if [ ! -s "$tls/registry.crt" ]; then
+    log "making the registry's test CA and certificate"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=podwarden e2e CA" \
+      -keyout "$tls/ca.key" -out "$tls/ca.crt" 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
+      -keyout "$tls/registry.key" -out "$tls/registry.csr" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' > "$tls/ext.cnf"
+    openssl x509 -req -days 3650 -in "$tls/registry.csr" -CA "$tls/ca.crt" -CAkey "$tls/ca.key" \
+      -CAcreateserial -extfile "$tls/ext.cnf" -out "$tls/registry.crt" 2>/dev/null
+  fi
+  if [ ! -s "$REG_DIR/password" ]; then
+    (umask 077; head -c 24 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' > "$REG_DIR/password")
+  fi
+  htpasswd -Bbn "$REG_USER" "$(cat "$REG_DIR/password")" > "$REG_DIR/htpasswd" 2>/dev/null
+  cat > "$REG_DIR/config.yml" <<YML
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: $REG_DIR/data
+  delete:
+    enabled: true
+http:
+  addr: $REGISTRY
+  secret: podwarden-e2e
+  tls:
+    certificate: $tls/registry.crt
+    key: $tls/registry.key
+auth:
+  htpasswd:
+    realm: podwarden-e2e
+    path: $REG_DIR/htpasswd
+YML
+  # containerd 1.6 pulls from 127.0.0.1 over plain http unless the host's
+  # server says https
+  mkdir -p "$E2E_DIR/certs.d/$REGISTRY"
+  cp "$tls/ca.crt" "$E2E_DIR/certs.d/$REGISTRY/ca.crt"
+  cat > "$E2E_DIR/certs.d/$REGISTRY/hosts.toml" <<TOML
+server = "https://$REGISTRY"
+ca = "$E2E_DIR/certs.d/$REGISTRY/ca.crt"
+
+[host."https://$REGISTRY"]
+  capabilities = ["pull", "resolve"]
+  ca = "$E2E_DIR/certs.d/$REGISTRY/ca.crt"
+TOML
+}
+
+registry_up() {
+  curl -s -o /dev/null --max-time 2 --cacert "$REG_DIR/tls/ca.crt" "https://$REGISTRY/v2/"
+}
+
+start_registry() {
+  if [ -f "$RUN_DIR/registry.pid" ] && kill -0 "$(cat "$RUN_DIR/registry.pid")" 2>/dev/null && registry_up; then
+    return
+  fi
+  log "starting docker-registry on $REGISTRY"
+  nohup docker-registry serve "$REG_DIR/config.yml" >"$REG_DIR/registry.log" 2>&1 &
+  echo $! > "$RUN_DIR/registry.pid"
+  for _ in $(seq 1 100); do
+    registry_up && return
+    sleep 0.1
+  done
+  log "docker-registry did not come up; see $REG_DIR/registry.log"
+  tail -20 "$REG_DIR/registry.log" >&2
+  exit 1
+}
+
+# The busybox image in the registry, as IMAGE_PRIVATE (skopeo, with the
+# credentials; the archive build_image wrote).
+push_private_image() {
+  local creds="$REG_USER:$(cat "$REG_DIR/password")" repo="${IMAGE_PRIVATE#"$REGISTRY"/}"
+  repo="${repo%:*}"
+  if curl -sf -o /dev/null --max-time 5 --cacert "$REG_DIR/tls/ca.crt" -u "$creds" \
+    -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' \
+    "https://$REGISTRY/v2/$repo/manifests/${IMAGE_PRIVATE##*:}" 2>/dev/null; then
+    return
+  fi
+  log "pushing $IMAGE_PRIVATE"
+  local archive="$E2E_DIR/images/$(echo "$IMAGE_BUSYBOX" | tr '/:' '__').tar"
+  if [ ! -s "$archive" ]; then
+    ctr --address "$SOCK" -n k8s.io images rm "$IMAGE_BUSYBOX" >/dev/null
+    build_image "$IMAGE_BUSYBOX" '["/bin/sh"]'
+  fi
+  mkdir -p "$REG_DIR/skopeo-certs"
+  cp "$REG_DIR/tls/ca.crt" "$REG_DIR/skopeo-certs/ca.crt"
+  skopeo --insecure-policy copy -q --dest-creds "$creds" --dest-cert-dir "$REG_DIR/skopeo-certs" \
+    "docker-archive:$archive" "docker://$IMAGE_PRIVATE" >/dev/null
+}
+
 up() {
   [ "$(id -u)" = 0 ] || { log "run as root"; exit 1; }
   install_packages
   write_config
+  registry_files
   start_containerd
   build_image "$IMAGE_BUSYBOX" '["/bin/sh"]'
   build_image "$IMAGE_PAUSE" '["/bin/sh","-c","trap \"exit 0\" TERM INT; while :; do sleep 3600 & wait $!; done"]'
+  start_registry
+  push_private_image
   env_vars
 }
 
 down() {
+  if [ -f "$RUN_DIR/registry.pid" ]; then
+    kill "$(cat "$RUN_DIR/registry.pid")" 2>/dev/null || true
+  fi
   if [ -f "$RUN_DIR/containerd.pid" ]; then
     kill "$(cat "$RUN_DIR/containerd.pid")" 2>/dev/null || true
     sleep 1
@@ -160,6 +284,10 @@ env_vars() {
   echo "PODWARDEN_E2E_SOCKET=$SOCK"
   echo "PODWARDEN_E2E_DIR=$E2E_DIR"
   echo "PODWARDEN_E2E_BUSYBOX=$IMAGE_BUSYBOX"
+  echo "PODWARDEN_E2E_REGISTRY=$REGISTRY"
+  echo "PODWARDEN_E2E_REGISTRY_USER=$REG_USER"
+  echo "PODWARDEN_E2E_REGISTRY_PASSWORD_FILE=$REG_DIR/password"
+  echo "PODWARDEN_E2E_PRIVATE_IMAGE=$IMAGE_PRIVATE"
 }
 
 # A small image of its own (one layer: /data, $2 KiB of random bytes) under

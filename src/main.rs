@@ -126,8 +126,9 @@ fn run(args: &[String]) -> Result<(), MainError> {
             }
             let file = config_file(config_path);
             podwarden::daemon::run(load_config(file.clone())?).map_err(|e| match e {
-                // apiGroup is looked up at start; its error names the config
-                e @ (DaemonError::ApiGroup { .. } | DaemonError::CgroupDriver { .. }) => {
+                // apiGroup, the cgroup driver and the credential provider
+                // plugins are looked up at start; their errors name the config
+                e @ (DaemonError::ApiGroup { .. } | DaemonError::CgroupDriver { .. } | DaemonError::Credentials(_)) => {
                     MainError::ConfigValue { file, source: e }
                 }
                 e => MainError::Daemon(e),

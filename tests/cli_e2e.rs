@@ -442,3 +442,183 @@ fn socket_is_0600_and_other_users_are_refused_unless_in_api_group() {
     assert!(err.contains("not in group nogroup"), "{err}");
     a.clean_up(&[]);
 }
+
+/// The private registry `scripts/e2e-env.sh up` starts: its image, host,
+/// user and password.
+struct Registry {
+    host: String,
+    image: String,
+    user: String,
+    password: String,
+}
+
+fn registry() -> Registry {
+    let var = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
+    let file = var("PODWARDEN_E2E_REGISTRY_PASSWORD_FILE", "/var/lib/podwarden-e2e/registry/password");
+    let password = std::fs::read_to_string(&file).unwrap_or_else(|e| {
+        panic!("the e2e registry is not set up ({file}: {e}): prepare it with `sudo scripts/e2e-env.sh up`")
+    });
+    Registry {
+        host: var("PODWARDEN_E2E_REGISTRY", "127.0.0.1:5443"),
+        image: var("PODWARDEN_E2E_PRIVATE_IMAGE", "127.0.0.1:5443/e2e/busybox:private"),
+        user: var("PODWARDEN_E2E_REGISTRY_USER", "podwarden-e2e"),
+        password: password.trim().to_string(),
+    }
+}
+
+/// Remove the image's name from containerd (only that name: CRI
+/// RemoveImage would drop every name of the image, busybox's too).
+fn forget_image(image: &str) {
+    let _ = Command::new("ctr").args(["--address", &socket(), "-n", "k8s.io", "images", "rm", image]).output();
+}
+
+fn private_pod(name: &str, image: &str) -> String {
+    pod_yaml(name, "", TRAPPING).replace(IMAGE, image).replace("imagePullPolicy: Never", "imagePullPolicy: Always")
+}
+
+fn waiting(a: &Agent, name: &str) -> Option<(String, String)> {
+    let p = a.pod(name)?;
+    let w = &p["status"]["containerStatuses"][0]["state"]["waiting"];
+    Some((w["reason"].as_str()?.to_string(), w["message"].as_str().unwrap_or_default().to_string()))
+}
+
+/// Everything podwarden and containerd showed: the daemon's log, events,
+/// describe, get -o json, containerd's log.
+fn everything_shown(a: &Agent, pod: &str) -> String {
+    let containerd_log =
+        std::env::var("PODWARDEN_E2E_DIR").unwrap_or_else(|_| "/var/lib/podwarden-e2e".into()) + "/containerd.log";
+    [
+        a.log(),
+        ok(a, &["events", "-o", "json"]),
+        ok(a, &["describe", "pod", pod, "-n", "e2e"]),
+        ok(a, &["get", "pods", "-o", "json"]),
+        a.get("/pods").unwrap_or_default(),
+        std::fs::read_to_string(containerd_log).unwrap_or_default(),
+    ]
+    .join("\n")
+}
+
+#[test]
+fn private_registry_pulls_need_the_right_credentials_and_nothing_shows_the_password() {
+    let _serial = SERIAL.lock();
+    let reg = registry();
+    forget_image(&reg.image);
+    let home = TempDir::new("registry-home");
+    let env = [("HOME", home.0.to_str().unwrap()), ("RUST_LOG", "debug")];
+    let mut a = Agent::start_with("registry", "", &env);
+    let b64 = |s: &str| {
+        let out = Command::new("base64").arg("-w0").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        out.stdin.as_ref().unwrap().write_all(s.as_bytes()).unwrap();
+        String::from_utf8(out.wait_with_output().unwrap().stdout).unwrap()
+    };
+    let wrong = "not-the-password-7f3a";
+    let mut seen = String::new();
+    // 1: no credentials anywhere; 2: the wrong password in
+    // <rootDir>/config.json; 3: the right one (read at the first pull after
+    // a start: the keyring keeps a docker config for 5 minutes)
+    for (step, password) in [(1, None), (2, Some(wrong)), (3, Some(reg.password.as_str()))] {
+        if let Some(p) = password {
+            a.kill9();
+            let auth = b64(&format!("{}:{p}", reg.user));
+            std::fs::write(
+                a.root().join("config.json"),
+                format!(r#"{{"auths": {{"{}": {{"auth": "{auth}"}}}}}}"#, reg.host),
+            )
+            .unwrap();
+            a.spawn();
+        }
+        let name = format!("private-{step}");
+        a.write("p.yaml", &private_pod(&name, &reg.image));
+        let uid = a.uid(&name);
+        if step < 3 {
+            let mut got = None;
+            wait_for("the pull fails", Duration::from_secs(60), || {
+                got = waiting(&a, &name).filter(|(r, _)| r == "ErrImagePull" || r == "ImagePullBackOff");
+                got.is_some()
+            });
+            let events = ok(&a, &["events", "-o", "json"]);
+            assert!(
+                events.contains("401 Unauthorized") && events.contains("Failed to pull image"),
+                "step {step}: the registry's error in the Failed event: {events}"
+            );
+        } else {
+            wait_for("the pod runs from the private registry", Duration::from_secs(60), || a.running(&uid) == 1);
+            let pulled = ok(&a, &["events"]);
+            assert!(pulled.contains(&format!("Successfully pulled image \"{}\"", reg.image)), "{pulled}");
+        }
+        seen += &everything_shown(&a, &name);
+        a.clean_up(&[&uid]);
+    }
+    assert!(seen.contains(&reg.user), "the user name may show; the check reads real output");
+    for secret in [reg.password.as_str(), wrong, &b64(&format!("{}:{}", reg.user, reg.password))] {
+        assert!(!seen.contains(secret), "a credential was shown");
+    }
+    forget_image(&reg.image);
+}
+
+#[test]
+fn a_credential_provider_plugin_supplies_registry_credentials_and_its_answer_is_cached() {
+    let _serial = SERIAL.lock();
+    let reg = registry();
+    forget_image(&reg.image);
+    let dir = TempDir::new("registry-plugin");
+    let bin = dir.0.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let plugin = bin.join("e2e-login");
+    // records each request; answers with the registry's credentials, for
+    // the whole registry, for 5 minutes
+    std::fs::write(
+        &plugin,
+        format!(
+            "#!/bin/sh\ncat >> {0}/requests; echo >> {0}/requests\n\
+             printf '{{\"apiVersion\":\"credentialprovider.kubelet.k8s.io/v1\",\"kind\":\"CredentialProviderResponse\",\
+             \"cacheKeyType\":\"Registry\",\"cacheDuration\":\"5m\",\"auth\":{{\"%s\":{{\"username\":\"%s\",\"password\":\"%s\"}}}}}}' \
+             \"$REGISTRY\" \"$1\" \"$(cat \"$PASSWORD_FILE\")\"\n",
+            dir.0.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let password_file = dir.0.join("password");
+    std::fs::write(&password_file, &reg.password).unwrap();
+    std::fs::write(
+        dir.0.join("providers.yaml"),
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: e2e-login\n  \
+             matchImages: ['{0}']\n  defaultCacheDuration: 0s\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n  \
+             args: ['{1}']\n  env:\n  - {{name: REGISTRY, value: '{0}'}}\n  - {{name: PASSWORD_FILE, value: '{2}'}}\n",
+            reg.host,
+            reg.user,
+            password_file.display()
+        ),
+    )
+    .unwrap();
+    let extra = format!(
+        "imageCredentialProviderConfig: {}\nimageCredentialProviderBinDir: {}\n",
+        dir.0.join("providers.yaml").display(),
+        bin.display()
+    );
+    let home = TempDir::new("registry-home");
+    let mut a =
+        Agent::start_with("registry-plugin", &extra, &[("HOME", home.0.to_str().unwrap()), ("RUST_LOG", "debug")]);
+    let requests = || std::fs::read_to_string(dir.0.join("requests")).unwrap_or_default();
+    let mut seen = String::new();
+    for name in ["plugin-1", "plugin-2"] {
+        a.write("p.yaml", &private_pod(name, &reg.image));
+        let uid = a.uid(name);
+        wait_for("the pod runs with the plugin's credentials", Duration::from_secs(60), || a.running(&uid) == 1);
+        let described = ok(&a, &["describe", "pod", name, "-n", "e2e"]);
+        assert!(described.contains("Successfully pulled image"), "{name} was pulled: {described}");
+        seen += &everything_shown(&a, name);
+        a.clean_up(&[&uid]);
+        // pulled again from the registry by the next pod
+        forget_image(&reg.image);
+    }
+    let asked: Vec<Value> = requests().lines().filter(|l| !l.is_empty()).map(json).collect();
+    assert_eq!(asked.len(), 1, "the second pull used the cached answer: {asked:?}");
+    assert_eq!(asked[0]["kind"], "CredentialProviderRequest");
+    assert_eq!(asked[0]["apiVersion"], "credentialprovider.kubelet.k8s.io/v1");
+    let repo = reg.image.rsplit_once(':').unwrap().0;
+    assert_eq!(asked[0]["image"], repo, "the repository, without the tag");
+    assert!(!seen.contains(&reg.password), "the password was shown");
+}

@@ -289,3 +289,55 @@ fn a_users_own_tcache_tunable_is_kept_and_run_does_not_execute_again() {
     assert!(environ.split('\0').any(|v| v == "GLIBC_TUNABLES=glibc.malloc.tcache_count=3"), "{environ}");
     assert!(!environ.contains("PODWARDEN_MALLOC_TUNED"), "{environ}");
 }
+
+#[test]
+fn a_credential_provider_config_naming_a_missing_plugin_stops_the_start() {
+    let d = TempDir::new("credcfg");
+    std::fs::create_dir_all(d.0.join("bin")).unwrap();
+    std::fs::write(
+        d.0.join("providers.yaml"),
+        "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: ecr-login\n  \
+         matchImages: ['*.example']\n  defaultCacheDuration: 1m\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+    )
+    .unwrap();
+    let config = d.0.join("config.yaml");
+    let base = format!(
+        "containerRuntimeEndpoint: fake://\nrootDir: {0}/root\napiSocket: {0}/api.sock\nstaticPodPath: {0}/manifests\n\
+         podLogsDir: {0}/logs\nreadOnlyPort: 0\n",
+        d.0.display()
+    );
+    std::fs::write(
+        &config,
+        format!(
+            "{base}imageCredentialProviderConfig: {0}/providers.yaml\nimageCredentialProviderBinDir: {0}/bin\n",
+            d.0.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(BIN).args(["run", "--config", config.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(78), "EX_CONFIG");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("config.yaml")
+            && err.contains("imageCredentialProviderBinDir")
+            && err.contains(&format!("plugin binary executable {}/bin/ecr-login did not exist", d.0.display())),
+        "{err}"
+    );
+    // a provider config the kubelet would refuse: named, with the reason
+    std::fs::write(
+        d.0.join("providers.yaml"),
+        "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN).args(["run", "--config", config.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(78), "EX_CONFIG");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("providers.yaml") && err.contains("at least 1 item in plugins is required"), "{err}");
+    // without a bin dir, the config is refused before anything starts
+    std::fs::write(&config, format!("{base}imageCredentialProviderConfig: {}/providers.yaml\n", d.0.display()))
+        .unwrap();
+    let out = Command::new(BIN).args(["run", "--config", config.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(78), "EX_CONFIG");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("field imageCredentialProviderBinDir") && err.contains("required with"), "{err}");
+}
