@@ -1,6 +1,7 @@
 //! Generates the CRI client from proto/cri/api.proto, podwarden's local
 //! API from proto/podwarden/api.proto and the gRPC health service gRPC
-//! probes call from proto/health/api.proto: messages with
+//! probes call from proto/health/api.proto, containerd's content service
+//! (ingest progress) from proto/containerd/api.proto: messages with
 //! protobuf-codegen 3 (what grpcio's protobufv3 codec uses), service stubs with
 //! grpcio-compiler, which reads protobuf 2 descriptors (a build dependency
 //! only); the stubs it writes compile against the protobuf 3 messages.
@@ -52,6 +53,8 @@ fn main() {
     generate("proto/cri/api.proto", "proto/cri", &out);
     // podwarden's own local API (podwarden.v1): server and CLI client
     generate("proto/podwarden/api.proto", "proto/podwarden", &out.join("podwarden"));
+    // containerd's content service: ingest progress of image pulls
+    generate("proto/containerd/api.proto", "proto/containerd", &out.join("containerd"));
     // gRPC probes: the standard health service (grpc.health.v1)
     generate("proto/health/api.proto", "proto/health", &out.join("health"));
 }

@@ -194,6 +194,12 @@ pub struct Config {
     /// 0 (unset): any number.
     #[serde(deserialize_with = "de::int::<_, _, 0, 1000>")]
     pub max_parallel_image_pulls: u32,
+    /// A pull whose downloads make no progress for this long is cancelled
+    /// (the kubelet's `--image-pull-progress-deadline`, containerd 1.7's
+    /// `image_pull_progress_timeout`); 0: never. A pull has no deadline
+    /// otherwise.
+    #[serde(deserialize_with = "de::duration")]
+    pub image_pull_progress_deadline: Duration,
     /// Registry credentials from plugins: a `CredentialProviderConfig`
     /// file (or a directory of them); empty: no plugins. The docker config
     /// keyring (`<rootDir>/config.json`, ...) is read in any case.
@@ -463,6 +469,7 @@ impl Default for Config {
             eviction_max_pod_grace_period: 0,
             eviction_pressure_transition_period: Duration::from_secs(300),
             serialize_image_pulls: true,
+            image_pull_progress_deadline: Duration::from_secs(60),
             image_credential_provider_config: PathBuf::new(),
             image_credential_provider_bin_dir: PathBuf::new(),
             max_parallel_image_pulls: 0,
@@ -905,6 +912,7 @@ impl Config {
             ("imageMinimumGCAge", self.image_minimum_gc_age),
             ("imageMaximumGCAge", self.image_maximum_gc_age),
             ("imageGCPeriod", self.image_gc_period),
+            ("imagePullProgressDeadline", self.image_pull_progress_deadline),
         ] {
             if v > MAX_PERIOD {
                 return Err(refused(field, format!("out of range: expected 0s to {}", format_duration(MAX_PERIOD))));

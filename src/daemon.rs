@@ -96,7 +96,8 @@ fn connect_runtime(config: &Config) -> Result<Arc<dyn Runtime>, DaemonError> {
         return Ok(Arc::new(fake));
     }
     let cri = CriRuntime::connect(endpoint, Duration::from_secs(10))
-        .map_err(|source| DaemonError::Runtime { endpoint: endpoint.into(), source })?;
+        .map_err(|source| DaemonError::Runtime { endpoint: endpoint.into(), source })?
+        .with_pull_progress_deadline(config.image_pull_progress_deadline);
     log::info!("container runtime: {} at {endpoint}", cri.version);
     // the kubelet and the runtime must agree on who manages the cgroups
     let cancel = crate::cancel::CancelToken::new();

@@ -11,6 +11,7 @@ mod agent;
 mod common;
 
 use agent::*;
+use std::sync::Arc;
 
 #[test]
 fn pods_start_with_cni_and_host_network_and_stop_cleanly_on_removal() {
@@ -1756,5 +1757,159 @@ fn an_empty_dir_over_its_size_limit_evicts_its_pod_for_good_on_containerd() {
     assert_holds_for("it stays evicted", Duration::from_secs(6), || {
         a.pod("over").is_some_and(|p| p["status"]["reason"] == "Evicted") && a.running(&uid) == 0
     });
+    a.clean_up(&[&uid]);
+}
+
+/// `sha256:<hex>` of `bytes` (sha256sum).
+fn sha256(bytes: &[u8]) -> String {
+    let mut c = Command::new("sha256sum").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    c.stdin.take().unwrap().write_all(bytes).unwrap();
+    let out = String::from_utf8(c.wait_with_output().unwrap().stdout).unwrap();
+    format!("sha256:{}", out.split_whitespace().next().unwrap())
+}
+
+/// A registry on 127.0.0.1 (plain HTTP, as containerd 1.6 speaks to a
+/// loopback registry without hosts.toml) that serves the manifest and
+/// config of `stall/busybox:1` and then stalls in the middle of its layer:
+/// 64 KiB of a 10 MiB blob, then nothing, until dropped. It records the
+/// paths asked for.
+struct StallingRegistry {
+    addr: String,
+    asked: Arc<Mutex<Vec<String>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl StallingRegistry {
+    fn start() -> Self {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let config: Vec<u8> = br#"{"architecture":"amd64","os":"linux","config":{},"rootfs":{"type":"layers","diff_ids":["sha256:0000000000000000000000000000000000000000000000000000000000000000"]}}"#.to_vec();
+        let layer_digest = sha256(b"a layer that never arrives");
+        let manifest = format!(
+            r#"{{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json","config":{{"mediaType":"application/vnd.docker.container.image.v1+json","size":{},"digest":"{}"}},"layers":[{{"mediaType":"application/vnd.docker.image.rootfs.diff.tar","size":10485760,"digest":"{layer_digest}"}}]}}"#,
+            config.len(),
+            sha256(&config)
+        );
+        let (asked, stop) = (Arc::new(Mutex::new(Vec::new())), Arc::new(std::sync::atomic::AtomicBool::new(false)));
+        let (a, s) = (asked.clone(), stop.clone());
+        listener.set_nonblocking(true).unwrap();
+        podwarden::thread::spawn("stall-registry", None, move || {
+            while !s.load(Ordering::Relaxed) {
+                let Ok((conn, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                };
+                conn.set_nonblocking(false).unwrap();
+                let (a, s, config, manifest, layer) = (a.clone(), s.clone(), config.clone(), manifest.clone(), layer_digest.clone());
+                podwarden::thread::spawn("stall-conn", None, move || {
+                    let mut conn = conn;
+                    let mut reader = std::io::BufReader::new(conn.try_clone().unwrap());
+                    loop {
+                        let mut line = String::new();
+                        if std::io::BufRead::read_line(&mut reader, &mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        // the rest of the head
+                        loop {
+                            let mut h = String::new();
+                            if std::io::BufRead::read_line(&mut reader, &mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                                break;
+                            }
+                        }
+                        let mut parts = line.split_whitespace();
+                        let (method, path) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default().to_string());
+                        a.lock().push(format!("{method} {path}"));
+                        let (ctype, body): (&str, Vec<u8>) = if path == "/v2/" {
+                            ("application/json", b"{}".to_vec())
+                        } else if path.ends_with("/manifests/1") || path.ends_with(&format!("/manifests/{}", sha256(manifest.as_bytes()))) {
+                            ("application/vnd.docker.distribution.manifest.v2+json", manifest.clone().into_bytes())
+                        } else if path.ends_with(&format!("/blobs/{}", sha256(&config))) {
+                            ("application/octet-stream", config.clone())
+                        } else if path.ends_with(&format!("/blobs/{layer}")) {
+                            let head = "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 10485760\r\n\r\n";
+                            let _ = conn.write_all(head.as_bytes());
+                            let _ = conn.write_all(&vec![0u8; 64 << 10]);
+                            while !s.load(Ordering::Relaxed) {
+                                std::thread::sleep(Duration::from_millis(50));
+                            }
+                            return;
+                        } else {
+                            let _ = conn.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+                            continue;
+                        };
+                        let digest = sha256(&body);
+                        let head = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: {ctype}\r\nDocker-Content-Digest: {digest}\r\nDocker-Distribution-Api-Version: registry/2.0\r\nContent-Length: {}\r\n\r\n",
+                            body.len()
+                        );
+                        let _ = conn.write_all(head.as_bytes());
+                        if method != "HEAD" {
+                            let _ = conn.write_all(&body);
+                        }
+                    }
+                })
+                .unwrap();
+            }
+        })
+        .unwrap();
+        StallingRegistry { addr, asked, stop }
+    }
+
+    fn image(&self) -> String {
+        format!("{}/stall/busybox:1", self.addr)
+    }
+
+    fn layer_asked(&self) -> bool {
+        self.asked.lock().iter().any(|p| p.contains("/blobs/") && !p.contains("HEAD"))
+    }
+}
+
+impl Drop for StallingRegistry {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn a_stalled_pull_is_cut_by_lack_of_progress_and_a_pod_in_a_stalled_pull_can_be_deleted() {
+    let _serial = SERIAL.lock();
+    let reg = StallingRegistry::start();
+    let yaml = |name: &str| {
+        pod_yaml(name, "", TRAPPING)
+            .replace(IMAGE, &reg.image())
+            .replace("imagePullPolicy: Never", "imagePullPolicy: IfNotPresent")
+    };
+    // without a progress deadline the pull waits forever, and deleting the
+    // pod still ends it at once
+    let mut a = Agent::start_with("stall", "imagePullProgressDeadline: 0s\n", &[]);
+    a.write("p.yaml", &yaml("stalled"));
+    let uid = a.uid("stalled");
+    wait_for("the layer download began", Duration::from_secs(30), || reg.layer_asked());
+    assert_holds_for("the pull waits (no deadline)", Duration::from_secs(3), || {
+        a.pod("stalled")
+            .is_some_and(|p| p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] != "ErrImagePull")
+    });
+    let t = Instant::now();
+    a.remove("p.yaml");
+    wait_for("the pod is gone from /pods", Duration::from_secs(10), || a.pod("stalled").is_none());
+    eprintln!("deleted during a stalled pull in {:?}", t.elapsed());
+    a.clean_up(&[&uid]);
+    drop(a);
+    // with a deadline of 3s, the stalled download is cancelled
+    let mut a = Agent::start_with("stall", "imagePullProgressDeadline: 3s\n", &[]);
+    a.write("p.yaml", &yaml("cut"));
+    let uid = a.uid("cut");
+    let mut message = String::new();
+    wait_for("the stalled pull is cut", Duration::from_secs(30), || {
+        a.pod("cut").is_some_and(|p| {
+            let w = &p["status"]["containerStatuses"][0]["state"]["waiting"];
+            message = w["message"].as_str().unwrap_or_default().to_string();
+            w["reason"] == "ErrImagePull"
+        })
+    });
+    assert!(message.contains("no progress for") && message.contains("imagePullProgressDeadline"), "{message}");
+    assert!(a.log().contains("no progress for"), "logged");
+    assert!(a.child.as_mut().unwrap().try_wait().unwrap().is_none(), "the agent keeps running");
     a.clean_up(&[&uid]);
 }

@@ -24,6 +24,15 @@ mod pb {
     pub mod api_grpc {
         include!(concat!(env!("OUT_DIR"), "/api_grpc.rs"));
     }
+    /// containerd's content service (`ListStatuses` only)
+    pub mod containerd {
+        pub mod api {
+            include!(concat!(env!("OUT_DIR"), "/containerd/api.rs"));
+        }
+        pub mod api_grpc {
+            include!(concat!(env!("OUT_DIR"), "/containerd/api_grpc.rs"));
+        }
+    }
 }
 
 use pb::api;
@@ -83,6 +92,14 @@ pub struct CriRuntime {
     endpoint: String,
     runtime: RuntimeServiceClient,
     images: ImageServiceClient,
+    /// containerd's content service on the same socket: pull progress.
+    content: pb::containerd::api_grpc::ContentClient,
+    /// A pull whose downloads make no progress for this long is cancelled
+    /// (zero: never).
+    pull_progress_deadline: Duration,
+    /// The runtime has no content service (not containerd): pulls are
+    /// not watched.
+    no_content_service: std::sync::atomic::AtomicBool,
     /// Name and version from the `Version` call at start.
     pub version: String,
 }
@@ -120,6 +137,88 @@ fn opt(ctx: &CallCtx, op: Op) -> Result<CallOption> {
 /// call is not made once cancelled or past it); its error is converted.
 fn call<T>(ctx: &CallCtx, op: Op, f: impl FnOnce(CallOption) -> grpcio::Result<T>) -> Result<T> {
     f(opt(ctx, op)?).map_err(|e| convert_err(op, e))
+}
+
+/// Wait on this thread for a call's answer, asking `give_up` every 100 ms
+/// whether to cancel it (and with what error).
+fn wait_answer<T: Unpin>(
+    receiver: &mut grpcio::ClientUnaryReceiver<T>,
+    mut give_up: impl FnMut() -> Option<RuntimeError>,
+) -> Result<grpcio::Result<T>> {
+    use std::future::Future;
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(answer) = std::pin::Pin::new(&mut *receiver).poll(&mut cx) {
+            return Ok(answer);
+        }
+        if let Some(e) = give_up() {
+            receiver.cancel();
+            return Err(e);
+        }
+        std::thread::park_timeout(Duration::from_millis(100));
+    }
+}
+
+/// Whether a pull still makes progress, from containerd's ingests (the
+/// downloads into its content store): it is stalled when, for the whole
+/// deadline, the ingests stayed the same, or none began yet (resolving).
+/// Once a download was seen, a time without any (unpacking, between
+/// blobs) is not a stall. Any pull's progress counts for all.
+struct PullWatch {
+    deadline: Duration,
+    last: Option<Vec<(String, i64)>>,
+    downloaded: bool,
+    since: std::time::Instant,
+    next: std::time::Instant,
+}
+
+impl PullWatch {
+    const EVERY: Duration = Duration::from_secs(1);
+
+    fn new(deadline: Duration) -> Self {
+        let now = std::time::Instant::now();
+        PullWatch { deadline, last: Some(Vec::new()), downloaded: false, since: now, next: now + Self::EVERY }
+    }
+
+    /// How long there was no progress, once that reaches the deadline.
+    /// Reads `ingests` about once a second; `None` from it (the runtime
+    /// cannot tell) is never a stall.
+    fn stalled(&mut self, ingests: impl FnOnce() -> Option<Vec<(String, i64)>>) -> Option<Duration> {
+        self.observe(std::time::Instant::now(), ingests)
+    }
+
+    fn observe(
+        &mut self,
+        now: std::time::Instant,
+        ingests: impl FnOnce() -> Option<Vec<(String, i64)>>,
+    ) -> Option<Duration> {
+        if self.deadline.is_zero() || now < self.next {
+            return None;
+        }
+        self.next = now + Self::EVERY;
+        let Some(seen) = ingests() else {
+            self.since = now;
+            return None;
+        };
+        let moved = self.last.as_ref() != Some(&seen);
+        if !seen.is_empty() {
+            self.downloaded = true;
+        }
+        if moved || (seen.is_empty() && self.downloaded) {
+            self.since = now;
+        }
+        self.last = Some(seen);
+        let idle = now - self.since;
+        (idle >= self.deadline).then_some(idle)
+    }
 }
 
 /// A profile as CRI carries it, and its deprecated string form (for
@@ -199,7 +298,10 @@ impl CriRuntime {
         let rt = CriRuntime {
             endpoint: endpoint.to_string(),
             runtime: RuntimeServiceClient::new(channel.clone()),
-            images: ImageServiceClient::new(channel),
+            images: ImageServiceClient::new(channel.clone()),
+            content: pb::containerd::api_grpc::ContentClient::new(channel),
+            pull_progress_deadline: Duration::ZERO,
+            no_content_service: std::sync::atomic::AtomicBool::new(false),
             version: String::new(),
         };
         let mut req = api::VersionRequest::new();
@@ -224,6 +326,41 @@ impl CriRuntime {
 
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// Cancel a pull whose downloads make no progress for `d` (zero:
+    /// never), as containerd 1.7's `image_pull_progress_timeout` does.
+    pub fn with_pull_progress_deadline(mut self, d: Duration) -> Self {
+        self.pull_progress_deadline = d;
+        self
+    }
+
+    /// containerd's ongoing ingests in the CRI namespace: (ref, offset),
+    /// sorted. `None`: the runtime cannot tell (no content service).
+    fn ingests(&self) -> Option<Vec<(String, i64)>> {
+        use std::sync::atomic::Ordering;
+        if self.no_content_service.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut meta = grpcio::MetadataBuilder::new();
+        meta.add_str("containerd-namespace", "k8s.io").ok()?;
+        let opt = CallOption::default().headers(meta.build()).timeout(Duration::from_secs(2));
+        match self.content.list_statuses_opt(&pb::containerd::api::ListStatusesRequest::new(), opt) {
+            Ok(r) => {
+                let mut v: Vec<(String, i64)> = r.statuses.iter().map(|s| (s.ref_.clone(), s.offset)).collect();
+                v.sort();
+                Some(v)
+            }
+            Err(e) => {
+                if matches!(convert_err(Op::PullImage, e), RuntimeError::Unimplemented { .. }) {
+                    log::warn!(
+                        "the runtime has no containerd content service: image pulls are not cut for lack of progress"
+                    );
+                    self.no_content_service.store(true, Ordering::Relaxed);
+                }
+                None
+            }
+        }
     }
 
     fn list_sandboxes(&self, ctx: &CallCtx, uid: Option<&str>) -> Result<Vec<api::PodSandbox>> {
@@ -564,7 +701,29 @@ impl Runtime for CriRuntime {
             c.password = a.password().to_string();
             req.auth = protobuf::MessageField::some(c);
         }
-        match call(ctx, Op::PullImage, |o| self.images.pull_image_opt(&req, o)) {
+        let mut receiver = self
+            .images
+            .pull_image_async_opt(&req, opt(ctx, Op::PullImage)?)
+            .map_err(|e| convert_err(Op::PullImage, e))?;
+        let mut watch = PullWatch::new(self.pull_progress_deadline);
+        let answer = wait_answer(&mut receiver, || {
+            if ctx.cancel.is_cancelled() {
+                return Some(RuntimeError::Cancelled { op: Op::PullImage });
+            }
+            let stalled = watch.stalled(|| self.ingests())?;
+            log::warn!(
+                "pulling image {image:?}: no progress for {}; cancelled",
+                crate::config::format_duration(stalled)
+            );
+            Some(RuntimeError::ImagePull {
+                image: image.into(),
+                message: format!(
+                    "no progress for {} (imagePullProgressDeadline); pull cancelled",
+                    crate::config::format_duration(stalled)
+                ),
+            })
+        })?;
+        match answer.map_err(|e| convert_err(Op::PullImage, e)) {
             Ok(r) => Ok(r.image_ref),
             Err(RuntimeError::Failed { message, .. } | RuntimeError::NotFound { what: message }) => {
                 Err(RuntimeError::ImagePull { image: image.into(), message })
@@ -740,6 +899,56 @@ impl Runtime for CriRuntime {
 mod tests {
     use super::*;
     use crate::runtime::Mount;
+
+    #[test]
+    fn a_pull_is_stalled_when_its_downloads_stand_still_for_the_deadline() {
+        let t0 = std::time::Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let ing = |v: &[(&str, i64)]| Some(v.iter().map(|(r, o)| (r.to_string(), *o)).collect::<Vec<_>>());
+        // resolving (no download yet) for the whole deadline: stalled
+        let mut w = PullWatch { deadline: Duration::from_secs(5), ..PullWatch::new(Duration::from_secs(5)) };
+        w.since = t0;
+        w.next = t0;
+        for s in 1..5 {
+            assert_eq!(w.observe(at(s), || ing(&[])), None, "{s}s");
+        }
+        assert_eq!(w.observe(at(5), || ing(&[])), Some(Duration::from_secs(5)));
+        // a download that moves is progress; one that stands still is not
+        let mut w = PullWatch::new(Duration::from_secs(5));
+        w.since = t0;
+        w.next = t0;
+        for s in 1..=20 {
+            assert_eq!(w.observe(at(s), || ing(&[("layer-a", s as i64 * 100)])), None, "moving at {s}s");
+        }
+        for s in 21..25 {
+            assert_eq!(w.observe(at(s), || ing(&[("layer-a", 2000)])), None);
+        }
+        assert_eq!(w.observe(at(25), || ing(&[("layer-a", 2000)])), Some(Duration::from_secs(5)));
+        // after a download, a time without any (unpacking) is not a stall
+        let mut w = PullWatch::new(Duration::from_secs(5));
+        w.since = t0;
+        w.next = t0;
+        assert_eq!(w.observe(at(1), || ing(&[("layer-a", 1)])), None);
+        for s in 2..30 {
+            assert_eq!(w.observe(at(s), || ing(&[])), None, "unpacking at {s}s");
+        }
+        // a runtime that cannot tell is never stalled; a zero deadline never cuts
+        for s in 30..60 {
+            assert_eq!(w.observe(at(s), || None), None);
+        }
+        let mut off = PullWatch::new(Duration::ZERO);
+        assert_eq!(off.observe(at(100), || ing(&[])), None);
+        // reads at most once a second
+        let mut w = PullWatch::new(Duration::from_secs(5));
+        let mut reads = 0;
+        for _ in 0..10 {
+            w.stalled(|| {
+                reads += 1;
+                None
+            });
+        }
+        assert_eq!(reads, 0, "the first read is a second after the pull began");
+    }
 
     #[test]
     fn mount_propagation_reaches_the_cri_mount() {
