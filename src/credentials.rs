@@ -443,7 +443,7 @@ impl Plugin {
 
     /// The plugin's credentials for `repo`; errors are logged (as the
     /// kubelet does, the pull goes on without them).
-    fn lookup(&self, repo: &str, cancel: &CancelToken) -> Vec<Auth> {
+    fn lookup(&self, repo: &str, cancel: &CancelToken, metrics: Option<&crate::metrics::Metrics>) -> Vec<Auth> {
         if !self.match_images.iter().any(|m| url_matches(m, repo)) {
             return Vec::new();
         }
@@ -461,7 +461,12 @@ impl Plugin {
         if let Some(r) = self.cached(repo) {
             return r.lookup(repo);
         }
-        match self.run(repo, cancel) {
+        let began = Instant::now();
+        let ran = self.run(repo, cancel);
+        if let Some(m) = metrics {
+            m.credential_plugin_ran(&self.name, began.elapsed().as_secs_f64(), ran.is_err());
+        }
+        match ran {
             Ok(r) => r.lookup(repo),
             Err(e) => {
                 log::warn!("Failed getting credential from external registry credential provider: {e}");
@@ -781,12 +786,14 @@ fn load_plugins(config: &Path, bin_dir: &Path) -> Result<Vec<Plugin>, Credential
 pub struct Keyring {
     docker: Option<DockerConfig>,
     plugins: Vec<Plugin>,
+    /// Where plugin runs are counted (set once the metrics exist).
+    metrics: std::sync::OnceLock<std::sync::Arc<crate::metrics::Metrics>>,
 }
 
 impl Keyring {
     /// No credentials at all (every pull anonymous).
     pub fn none() -> Self {
-        Keyring { docker: None, plugins: Vec::new() }
+        Keyring { docker: None, plugins: Vec::new(), metrics: Default::default() }
     }
 
     /// The kubelet's keyring for a node with `root_dir`; plugins when
@@ -803,7 +810,13 @@ impl Keyring {
         Ok(Keyring {
             docker: Some(DockerConfig { paths: docker_config_paths(root_dir), read: Mutex::new(None) }),
             plugins,
+            metrics: Default::default(),
         })
+    }
+
+    /// Count plugin runs in `metrics`.
+    pub fn attach_metrics(&self, metrics: std::sync::Arc<crate::metrics::Metrics>) {
+        let _ = self.metrics.set(metrics);
     }
 
     /// Every credential for `image`, in the order to try them: the docker
@@ -812,7 +825,7 @@ impl Keyring {
         let repo = repository(image);
         let mut out = self.docker.as_ref().map(|d| d.keyring().lookup(&repo)).unwrap_or_default();
         for p in &self.plugins {
-            out.extend(p.lookup(&repo, cancel));
+            out.extend(p.lookup(&repo, cancel, self.metrics.get().map(|m| &**m)));
         }
         out
     }
@@ -1019,7 +1032,13 @@ case "$img" in *nocache*) dur=0s;; *) dur=5m;; esac
 printf '{"apiVersion":"credentialprovider.kubelet.k8s.io/v1","kind":"CredentialProviderResponse","cacheKeyType":"Registry","cacheDuration":"%s","auth":{"%s":{"username":"%s","password":"pw"}}}' "$dur" "$reg" "$WHO"
 "#,
         );
-        let ring = Keyring { docker: None, plugins: load_plugins(&cfg, &dir.join("bin")).unwrap() };
+        let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
+        let ring = Keyring {
+            docker: None,
+            plugins: load_plugins(&cfg, &dir.join("bin")).unwrap(),
+            metrics: Default::default(),
+        };
+        ring.attach_metrics(metrics.clone());
         let cancel = CancelToken::new();
         let runs = || std::fs::read_to_string(dir.join("runs")).map_or(0, |s| s.lines().count());
         assert_eq!(users(&ring.lookup("r.example:5000/app:1", &cancel)), ["plugin-user"]);
@@ -1030,6 +1049,9 @@ printf '{"apiVersion":"credentialprovider.kubelet.k8s.io/v1","kind":"CredentialP
         assert_eq!(users(&ring.lookup("a.example/nocache", &cancel)), ["plugin-user"]);
         assert_eq!(users(&ring.lookup("a.example/nocache", &cancel)), ["plugin-user"]);
         assert_eq!(runs(), 3, "cacheDuration 0s: not cached");
+        let text = crate::metrics::render(&metrics);
+        assert!(text.contains("kubelet_credential_provider_plugin_duration_count{plugin_name=\"creds\"} 3"), "{text}");
+        assert!(text.contains("kubelet_credential_provider_plugin_errors{plugin_name=\"creds\"} 0"), "{text}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -1052,7 +1074,7 @@ printf '{"apiVersion":"credentialprovider.kubelet.k8s.io/v1","kind":"CredentialP
             let plugins = load_plugins(&cfg, &dir.join("bin")).unwrap();
             let e = plugins[0].run("r.example:5000/app", &CancelToken::new()).err().unwrap();
             assert!(e.contains(_what), "{script}: {e}");
-            let ring = Keyring { docker: None, plugins };
+            let ring = Keyring { docker: None, plugins, metrics: Default::default() };
             assert!(ring.lookup("r.example:5000/app", &CancelToken::new()).is_empty());
             std::fs::remove_dir_all(&dir).unwrap();
         }

@@ -270,13 +270,15 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
         metrics: Some(metrics.clone()),
     })
     .unwrap_or_else(|e| panic!("cannot start the prober thread: {e}"));
+    let keyring = tuning.keyring.clone().unwrap_or_else(|| Arc::new(crate::credentials::Keyring::none()));
+    keyring.attach_metrics(metrics.clone());
     let syncer = Arc::new(
         PodSync::new(runtime.clone(), statuses.clone(), events.clone(), sync_cfg)
             .with_metrics(metrics.clone())
             .with_pod_cache(pod_cache.clone())
             .with_objects(objects.clone())
             .with_prober(prober.clone())
-            .with_keyring(tuning.keyring.clone().unwrap_or_else(|| Arc::new(crate::credentials::Keyring::none()))),
+            .with_keyring(keyring),
     );
     let observer: Arc<dyn Observer> = match tuning.observer {
         Some(o) => Arc::new(Both(metrics.clone(), o)),

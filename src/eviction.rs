@@ -33,7 +33,7 @@ use crate::agent::Agent;
 use crate::config::{Signal, Threshold};
 use crate::events::{EventRecorder, EventType, ObjectRef};
 use crate::images::ImageGc;
-use crate::model::quantity::format_bytes;
+use crate::model::quantity::{format_bytes, format_decimal};
 use crate::model::{self, Pod};
 use crate::stats::{Collector, PodStat, Snapshot};
 
@@ -126,6 +126,8 @@ fn usage_and_request(pod: &Pod, st: Option<&PodStat>, resource: &str) -> (Option
     match resource {
         "memory" => (Some(st.memory.working_set_bytes), model::qos::pod_request(pod, "memory").max(0) as u64),
         "pids" => (st.processes.or(Some(0)), 0),
+        // inodes have no request: every pod using some is above it
+        "inodes" => (Some(st.ephemeral_inodes_used), 0),
         _ => (Some(st.ephemeral_used_bytes), model::qos::pod_request(pod, "ephemeral-storage").max(0) as u64),
     }
 }
@@ -164,7 +166,9 @@ pub fn rank<'a>(
 fn message(pod: &Pod, st: Option<&PodStat>, resource: &str, threshold: Option<(u64, u64)>) -> String {
     let mut m = format!("The node was low on resource: {resource}. ");
     if let Some((q, avail)) = threshold {
-        m += &format!("Threshold quantity: {}, available: {}. ", format_bytes(q as i64), format_bytes(avail as i64));
+        // bytes in binary SI (`100Mi`), counts (PIDs, inodes) in decimal SI
+        let f = if resource == "pids" || resource == "inodes" { format_decimal } else { format_bytes };
+        m += &format!("Threshold quantity: {}, available: {}. ", f(q as i64), f(avail as i64));
     }
     if let Some(st) = st
         && (resource == "memory" || resource == "ephemeral-storage")
@@ -433,8 +437,7 @@ impl Manager {
                 continue;
             }
             let st = snap.pods.iter().find(|s| s.uid == model::uid(p));
-            let threshold =
-                Some((t.value.of(o.capacity), o.available)).filter(|_| resource != "inodes" && resource != "pids");
+            let threshold = Some((t.value.of(o.capacity), o.available));
             let msg = message(p, st, resource, threshold);
             let grace = if t.soft {
                 let own = model::spec_grace_seconds(p).unwrap_or(30);
@@ -502,6 +505,31 @@ mod tests {
         assert_eq!(
             msg,
             "The node was low on resource: memory. Threshold quantity: 100Mi, available: 91914Ki. Container c was using 300Mi, request is 0, has larger consumption of memory. "
+        );
+    }
+
+    #[test]
+    fn inode_pressure_ranks_by_inodes_and_pid_pressure_by_processes_not_bytes() {
+        let pods = vec![pod("many-files", None, None), pod("big-file", None, None), pod("forks", None, None)];
+        let disk = |uid: &str, bytes: u64, inodes: u64, processes: u64| PodStat {
+            uid: uid.into(),
+            ephemeral_used_bytes: bytes,
+            ephemeral_inodes_used: inodes,
+            processes: Some(processes),
+            ..Default::default()
+        };
+        let stats =
+            vec![disk("many-files", 1 << 20, 50_000, 1), disk("big-file", 1 << 30, 3, 2), disk("forks", 0, 0, 200)];
+        let names = |r: Vec<&Arc<Pod>>| r.iter().map(|p| model::name(p).to_string()).collect::<Vec<_>>();
+        assert_eq!(names(rank(&pods, &stats, "inodes", &BTreeMap::new())), ["many-files", "big-file", "forks"]);
+        assert_eq!(
+            names(rank(&pods, &stats, "ephemeral-storage", &BTreeMap::new())),
+            ["big-file", "many-files", "forks"]
+        );
+        assert_eq!(names(rank(&pods, &stats, "pids", &BTreeMap::new())), ["forks", "big-file", "many-files"]);
+        assert_eq!(
+            message(&pods[2], Some(&stats[2]), "pids", Some((32000, 31_900))),
+            "The node was low on resource: pids. Threshold quantity: 32k, available: 31900. "
         );
     }
 

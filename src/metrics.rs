@@ -78,6 +78,8 @@ pub struct EmptyDirUsage {
     /// Allocated bytes, as `du` counts them (a lower bound when the walk
     /// was capped).
     pub used_bytes: u64,
+    /// Inodes: the files and directories counted.
+    pub used_inodes: u64,
     /// Its `sizeLimit`, if it has one.
     pub limit_bytes: Option<u64>,
 }
@@ -109,6 +111,9 @@ pub struct Metrics {
     images_collected: Mutex<BTreeMap<&'static str, u64>>,
     /// `kubelet_evictions{eviction_signal}`.
     evictions: Mutex<BTreeMap<String, u64>>,
+    /// `kubelet_credential_provider_plugin_duration{plugin_name}` and
+    /// `kubelet_credential_provider_plugin_errors{plugin_name}`.
+    credential_plugins: Mutex<BTreeMap<String, (Histogram, u64)>>,
 }
 
 /// The kubelet's `image_size_in_bytes` label of a pull.
@@ -263,6 +268,15 @@ impl Metrics {
         *self.images_collected.lock().entry(reason).or_default() += n;
     }
 
+    /// A run of credential provider plugin `name` that took `seconds`;
+    /// `failed`: it gave no usable answer.
+    pub fn credential_plugin_ran(&self, name: &str, seconds: f64, failed: bool) {
+        let mut m = self.credential_plugins.lock();
+        let (h, errors) = m.entry(name.to_string()).or_default();
+        h.observe(seconds);
+        *errors += u64::from(failed);
+    }
+
     /// A pod evicted for `signal`.
     pub fn evicted(&self, signal: &str) {
         *self.evictions.lock().entry(signal.to_string()).or_default() += 1;
@@ -374,6 +388,27 @@ pub fn render(m: &Metrics) -> String {
     head(&mut out, "kubelet_image_pull_duration_seconds", "histogram", "Duration in seconds to pull an image.");
     for (size, h) in m.image_pulls.lock().iter() {
         histogram(&mut out, "kubelet_image_pull_duration_seconds", &format!("image_size_in_bytes=\"{size}\","), h);
+    }
+    {
+        let plugins = m.credential_plugins.lock();
+        head(
+            &mut out,
+            "kubelet_credential_provider_plugin_duration",
+            "histogram",
+            "Duration of execution in seconds for credential provider plugin",
+        );
+        for (name, (h, _)) in plugins.iter() {
+            histogram(&mut out, "kubelet_credential_provider_plugin_duration", &format!("plugin_name=\"{name}\","), h);
+        }
+        head(
+            &mut out,
+            "kubelet_credential_provider_plugin_errors",
+            "counter",
+            "Number of errors from credential provider plugin",
+        );
+        for (name, (_, n)) in plugins.iter() {
+            let _ = writeln!(out, "kubelet_credential_provider_plugin_errors{{plugin_name=\"{name}\"}} {n}");
+        }
     }
     head(&mut out, "kubelet_evictions", "counter", "Cumulative number of pod evictions by eviction signal");
     for (signal, n) in m.evictions.lock().iter() {

@@ -62,6 +62,9 @@ pub struct ContainerStat {
     pub rootfs_used_bytes: u64,
     /// Its log files (every instance's).
     pub logs_used_bytes: u64,
+    /// Inodes of its writable layer and of its log files.
+    pub rootfs_inodes_used: u64,
+    pub logs_inodes_used: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -77,6 +80,8 @@ pub struct PodStat {
     pub volumes: Vec<(String, u64)>,
     /// Containers' writable layers and logs, and disk-backed emptyDirs.
     pub ephemeral_used_bytes: u64,
+    /// The inodes of the same (ranks pods under inode pressure).
+    pub ephemeral_inodes_used: u64,
     pub processes: Option<u64>,
 }
 
@@ -188,16 +193,15 @@ fn pids() -> (u64, u64) {
     (max, cur)
 }
 
-/// Allocated bytes of the regular files directly in `dir`.
-fn files_bytes(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+/// Allocated bytes and number of the regular files directly in `dir`.
+fn files_usage(dir: &Path) -> (u64, u64) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return (0, 0) };
     entries
         .flatten()
         .take(10_000)
         .filter_map(|e| e.metadata().ok())
         .filter(|m| m.is_file())
-        .map(|m| m.blocks() * 512)
-        .sum()
+        .fold((0, 0), |(b, n), m| (b + m.blocks() * 512, n + 1))
 }
 
 fn memory_of(u: &Usage) -> Memory {
@@ -284,6 +288,7 @@ impl Collector {
             for c in p.containers.iter().filter(|c| c.state == ContainerState::Running) {
                 let st = containers.iter().find(|s| s.id == c.id);
                 let u = st.map(|s| s.usage).unwrap_or_default();
+                let (logs_bytes, logs_files) = files_usage(&log_dir.join(&c.name));
                 let at = if u.timestamp_ns > 0 { u.timestamp_ns } else { now_ns() };
                 cs.push(ContainerStat {
                     name: c.name.clone(),
@@ -292,7 +297,9 @@ impl Collector {
                     cpu: self.rate(&mut next, c.id.clone(), u.cpu_core_nanos.unwrap_or(0), at),
                     memory: memory_of(&u),
                     rootfs_used_bytes: st.and_then(|s| s.rootfs_bytes).unwrap_or(0),
-                    logs_used_bytes: files_bytes(&log_dir.join(&c.name)),
+                    logs_used_bytes: logs_bytes,
+                    rootfs_inodes_used: st.and_then(|s| s.rootfs_inodes).unwrap_or(0),
+                    logs_inodes_used: logs_files,
                 });
             }
             let sb = sandboxes.as_ref().and_then(|s| s.iter().find(|s| s.pod_uid == p.uid && s.usage.timestamp_ns > 0));
@@ -312,11 +319,10 @@ impl Collector {
                     (cs.iter().map(|c| c.cpu.usage_core_nanos).sum(), m, None, now_ns())
                 }
             };
-            let volumes: Vec<(String, u64)> = empty_dirs
-                .iter()
-                .filter(|e| e.namespace == p.namespace && e.pod == p.name)
-                .map(|e| (e.volume.clone(), e.used_bytes))
-                .collect();
+            let own: Vec<_> = empty_dirs.iter().filter(|e| e.namespace == p.namespace && e.pod == p.name).collect();
+            let volumes: Vec<(String, u64)> = own.iter().map(|e| (e.volume.clone(), e.used_bytes)).collect();
+            let inodes = cs.iter().map(|c| c.rootfs_inodes_used + c.logs_inodes_used).sum::<u64>()
+                + own.iter().map(|e| e.used_inodes).sum::<u64>();
             let ephemeral = cs.iter().map(|c| c.rootfs_used_bytes + c.logs_used_bytes).sum::<u64>()
                 + volumes.iter().map(|(_, b)| b).sum::<u64>();
             out.push(PodStat {
@@ -329,6 +335,7 @@ impl Collector {
                 containers: cs,
                 volumes,
                 ephemeral_used_bytes: ephemeral,
+                ephemeral_inodes_used: inodes,
                 processes,
             });
         }
@@ -418,8 +425,8 @@ pub fn summary(s: &Snapshot, node_name: &str) -> Value {
                         "startTime": time_of(c.start_time_ns),
                         "cpu": cpu_json(&c.cpu, &time),
                         "memory": memory_json(&c.memory, &time),
-                        "rootfs": {"time": time, "usedBytes": c.rootfs_used_bytes},
-                        "logs": {"time": time, "usedBytes": c.logs_used_bytes},
+                        "rootfs": {"time": time, "usedBytes": c.rootfs_used_bytes, "inodesUsed": c.rootfs_inodes_used},
+                        "logs": {"time": time, "usedBytes": c.logs_used_bytes, "inodesUsed": c.logs_inodes_used},
                     })
                 })
                 .collect();
@@ -432,7 +439,7 @@ pub fn summary(s: &Snapshot, node_name: &str) -> Value {
                 "cpu": cpu_json(&p.cpu, &time),
                 "memory": memory_json(&p.memory, &time),
                 "volume": volumes,
-                "ephemeral-storage": {"time": time, "usedBytes": p.ephemeral_used_bytes},
+                "ephemeral-storage": {"time": time, "usedBytes": p.ephemeral_used_bytes, "inodesUsed": p.ephemeral_inodes_used},
             });
             if let Some(n) = p.processes {
                 v["process_stats"] = json!({"process_count": n});

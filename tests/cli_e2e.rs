@@ -244,6 +244,14 @@ fn stats_summary_resource_metrics_and_top_on_containerd() {
     assert_eq!(p["containers"][0]["name"], "main");
     assert!(p["containers"][0]["logs"]["usedBytes"].as_u64().unwrap() > 0, "{p}");
     assert!(p["ephemeral-storage"]["usedBytes"].as_u64().is_some(), "{p}");
+    // the log file is an inode; containerd reports the writable layer's
+    assert!(p["containers"][0]["logs"]["inodesUsed"].as_u64().unwrap() >= 1, "{p}");
+    assert!(p["containers"][0]["rootfs"]["inodesUsed"].as_u64().is_some(), "{p}");
+    assert!(
+        p["ephemeral-storage"]["inodesUsed"].as_u64().unwrap()
+            >= p["containers"][0]["logs"]["inodesUsed"].as_u64().unwrap(),
+        "{p}"
+    );
     let n = &s["node"];
     assert_eq!(n["nodeName"], "e2e");
     assert!(n["memory"]["availableBytes"].as_u64().unwrap() > 0 && n["fs"]["capacityBytes"].as_u64().unwrap() > 0);

@@ -1913,3 +1913,71 @@ fn a_stalled_pull_is_cut_by_lack_of_progress_and_a_pod_in_a_stalled_pull_can_be_
     assert!(a.child.as_mut().unwrap().try_wait().unwrap().is_none(), "the agent keeps running");
     a.clean_up(&[&uid]);
 }
+
+/// PIDs available now, as podwarden counts them: `pid_max` less the
+/// kernel's count of processes and threads.
+fn pids_available() -> i64 {
+    let max: i64 = std::fs::read_to_string("/proc/sys/kernel/pid_max").unwrap().trim().parse().unwrap();
+    let loadavg = std::fs::read_to_string("/proc/loadavg").unwrap();
+    let used: i64 = loadavg.split_whitespace().nth(3).unwrap().split_once('/').unwrap().1.parse().unwrap();
+    max - used
+}
+
+/// A soft `pid.available` threshold a little below what the node has now:
+/// a pod that starts 200 processes crosses it (nothing near exhausting
+/// the machine's PIDs). PIDPressure shows at once; the pod with the most
+/// processes is evicted only after the soft grace period, with the
+/// kubelet's message and `evictionMaxPodGracePeriod`.
+#[test]
+fn a_soft_pid_threshold_evicts_the_pod_with_most_processes_after_its_grace_period_on_containerd() {
+    let _serial = SERIAL.lock();
+    let threshold = pids_available() - 100;
+    let mut a = Agent::start_with(
+        "pidpressure",
+        &format!(
+            "evictionSoft: {{pid.available: \"{threshold}\"}}\nevictionSoftGracePeriod: {{pid.available: 4s}}\n\
+             evictionMaxPodGracePeriod: 2\n"
+        ),
+        &[("RUST_LOG", "info,podwarden::eviction=debug")],
+    );
+    a.write("steady.yaml", &pod_yaml("steady", "", TRAPPING));
+    let steady = a.uid("steady");
+    wait_for("the steady pod running", Duration::from_secs(30), || a.running(&steady) == 1);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(node_condition(&a, "PIDPressure")["status"], "False", "100 PIDs of margin: no pressure");
+    a.write(
+        "forks.yaml",
+        &pod_yaml(
+            "forks",
+            "  terminationGracePeriodSeconds: 30\n",
+            "for i in $(seq 200); do sleep 1000 & done; trap '' TERM; while :; do sleep 1; done",
+        ),
+    );
+    let forks = a.uid("forks");
+    let mut pressure_at = None;
+    wait_for("PIDPressure", Duration::from_secs(30), || {
+        let c = node_condition(&a, "PIDPressure");
+        (c["status"] == "True").then(|| pressure_at = Some(Instant::now())).is_some()
+    });
+    let pressure_at = pressure_at.unwrap();
+    assert_eq!(node_condition(&a, "PIDPressure")["reason"], "KubeletHasInsufficientPID");
+    assert!(a.pod("forks").is_some_and(|p| p["status"]["reason"] != "Evicted"), "not evicted before the grace period");
+    wait_for("the forking pod evicted", Duration::from_secs(30), || {
+        a.pod("forks").is_some_and(|p| p["status"]["reason"] == "Evicted")
+    });
+    let waited = pressure_at.elapsed();
+    assert!(
+        waited >= Duration::from_millis(3000),
+        "evicted {waited:?} after the pressure showed; the grace period is 4s"
+    );
+    let msg = a.pod("forks").unwrap()["status"]["message"].as_str().unwrap().to_string();
+    assert!(
+        msg.starts_with(&format!("The node was low on resource: pids. Threshold quantity: {threshold}, available: ")),
+        "{msg}"
+    );
+    // it ignores SIGTERM: its own 30 s grace period, capped by
+    // evictionMaxPodGracePeriod, ends in SIGKILL after 2 s
+    wait_for("the forking pod stopped well before its own 30 s", Duration::from_secs(12), || a.running(&forks) == 0);
+    assert_eq!(a.running(&steady), 1, "the steady pod runs on");
+    a.clean_up(&[&steady, &forks]);
+}

@@ -67,9 +67,35 @@ pub fn format_bytes(n: i64) -> String {
     n.to_string()
 }
 
+/// A count as a Kubernetes quantity prints it in decimal SI form
+/// (`32768`, `32k`, `2M`): PIDs and inodes in eviction messages.
+pub fn format_decimal(n: i64) -> String {
+    for (unit, div) in [
+        ("E", 1_000_000_000_000_000_000i64),
+        ("P", 1_000_000_000_000_000),
+        ("T", 1_000_000_000_000),
+        ("G", 1_000_000_000),
+        ("M", 1_000_000),
+        ("k", 1_000),
+    ] {
+        if n != 0 && n % div == 0 {
+            return format!("{}{unit}", n / div);
+        }
+    }
+    n.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_print_in_decimal_si() {
+        assert_eq!(format_decimal(32768), "32768");
+        assert_eq!(format_decimal(32000), "32k");
+        assert_eq!(format_decimal(2_000_000), "2M");
+        assert_eq!(format_decimal(0), "0");
+    }
 
     #[test]
     fn parses_kubernetes_forms() {

@@ -279,6 +279,7 @@ impl EmptyDirs {
                     pod: model::name(pod).to_string(),
                     volume: volume.to_string(),
                     used_bytes: t.usage.bytes,
+                    used_inodes: t.usage.entries,
                     limit_bytes: limit.map(|(_, b)| b as u64),
                 });
             }
