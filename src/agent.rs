@@ -427,6 +427,9 @@ impl Agent {
         // manifest change
         let admitted: Vec<Arc<Pod>> = desired.iter().filter(|d| d.rejected.is_none()).map(|d| d.pod.clone()).collect();
         self.empty_dirs.lock().pass(&admitted, &self.events, &self.metrics);
+        if let Some(rps) = runtime_pods {
+            self.pod_cache.keep(listed_at, rps);
+        }
         *self.last_housekeeping.lock() = Some(Instant::now());
         // read-only observation point: tests count passes by this line
         log::debug!("housekeeping: pass done");
@@ -488,6 +491,7 @@ impl Agent {
         let _serial = self.sync_lock.lock();
         let desired = self.desired();
         self.wake_changed(listed_at, &rps, &desired);
+        self.pod_cache.keep(listed_at, rps);
     }
 
     /// Record the list (begun at `listed_at`) in the pod cache and wake the

@@ -325,7 +325,8 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
             config.runtime_request_timeout,
         )
         .with_metrics(metrics.clone())
-        .with_cgroups(tuning.cgroups.clone()),
+        .with_cgroups(tuning.cgroups.clone())
+        .with_pod_cache(pod_cache.clone()),
     );
     Parts {
         stats,

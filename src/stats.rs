@@ -99,6 +99,10 @@ pub struct NodeStat {
     pub allocatable_memory: Option<(u64, u64)>,
 }
 
+/// How old a relist's list a snapshot may take its pods from (the relist
+/// runs every second).
+const REUSE_LIST: Duration = Duration::from_millis(1500);
+
 /// One snapshot.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
@@ -123,6 +127,8 @@ pub struct Collector {
     no_sandbox_stats: std::sync::atomic::AtomicBool,
     /// The pod cgroups, for `kubepods`' memory.
     cgroups: Option<crate::cgroups::Cgroups>,
+    /// The relist's newest list, reused when fresh.
+    pod_cache: Option<Arc<crate::runtime::cache::PodCache>>,
 }
 
 fn now_ns() -> i64 {
@@ -227,7 +233,15 @@ impl Collector {
             last: Mutex::new(None),
             no_sandbox_stats: std::sync::atomic::AtomicBool::new(false),
             cgroups: None,
+            pod_cache: None,
         }
+    }
+
+    /// Take the pods from the relist's list in `cache` when it is younger
+    /// than [`REUSE_LIST`].
+    pub fn with_pod_cache(mut self, cache: Arc<crate::runtime::cache::PodCache>) -> Self {
+        self.pod_cache = Some(cache);
+        self
     }
 
     /// Read `kubepods`' memory from these cgroups.
@@ -262,7 +276,11 @@ impl Collector {
     /// Take a snapshot now.
     pub fn collect(&self) -> Result<Arc<Snapshot>, RuntimeError> {
         let ctx = CallCtx::background(self.timeout);
-        let pods = self.runtime.list_pods(&ctx)?;
+        // the relist's list (every second) when it is fresh: one list fewer
+        let pods = match self.pod_cache.as_ref().and_then(|c| c.recent(REUSE_LIST)) {
+            Some(p) => p,
+            None => Arc::new(self.runtime.list_pods(&ctx)?),
+        };
         let sandboxes = if self.no_sandbox_stats.load(std::sync::atomic::Ordering::Relaxed) {
             None
         } else {

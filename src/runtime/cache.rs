@@ -50,6 +50,9 @@ struct Seen {
 #[derive(Default)]
 pub struct PodCache {
     seen: Mutex<Seen>,
+    /// The newest full list itself and when it began (stats reuse it
+    /// rather than list again).
+    last: Mutex<Option<(Instant, std::sync::Arc<Vec<RuntimePod>>)>>,
 }
 
 impl PodCache {
@@ -76,6 +79,20 @@ impl PodCache {
             *seen = Seen { listed_at: Some(listed_at), pods: fresh };
         }
         changed
+    }
+
+    /// Keep `pods`, a full list begun at `listed_at`, for [`PodCache::recent`]
+    /// (a list older than the kept one is dropped).
+    pub fn keep(&self, listed_at: Instant, pods: Vec<RuntimePod>) {
+        let mut last = self.last.lock();
+        if last.as_ref().is_none_or(|(t, _)| *t <= listed_at) {
+            *last = Some((listed_at, std::sync::Arc::new(pods)));
+        }
+    }
+
+    /// The newest full list if it began less than `max_age` ago.
+    pub fn recent(&self, max_age: std::time::Duration) -> Option<std::sync::Arc<Vec<RuntimePod>>> {
+        self.last.lock().as_ref().filter(|(t, _)| t.elapsed() < max_age).map(|(_, p)| p.clone())
     }
 
     /// True when a list begun after `read_at` saw the pod with exactly the
@@ -131,6 +148,18 @@ mod tests {
                 .collect(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn the_newest_list_is_kept_for_reuse_while_fresh() {
+        let c = PodCache::new();
+        assert!(c.recent(std::time::Duration::from_secs(1)).is_none());
+        let t0 = Instant::now();
+        c.keep(t0, vec![pod("a", true, &[])]);
+        c.keep(t0 - std::time::Duration::from_millis(10), vec![]);
+        let got = c.recent(std::time::Duration::from_secs(60)).unwrap();
+        assert_eq!(got.len(), 1, "an older list does not replace a newer one");
+        assert!(c.recent(std::time::Duration::ZERO).is_none(), "too old");
     }
 
     #[test]
