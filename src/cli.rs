@@ -849,13 +849,27 @@ fn logs(a: &Args, out: &mut impl Write) -> Result<()> {
         ..Default::default()
     };
     let mut first = true;
+    let mut failures = 0;
     loop {
         let r = match c.logs(&req) {
             Ok(r) => r,
-            // followed to the end: the pod went away
-            Err(_) if !first => return Ok(()),
+            // followed to the end: the pod (or its log) went away
+            Err(ClientError::Call(grpcio::Error::RpcFailure(s)))
+                if !first && s.code() == grpcio::RpcStatusCode::NOT_FOUND =>
+            {
+                return Ok(());
+            }
+            // anything else while following (a file rotated away between
+            // listing and reading, a restart of the daemon): try again a
+            // few times before giving up with the error
+            Err(_) if !first && failures < 10 => {
+                failures += 1;
+                std::thread::sleep(Duration::from_millis(250));
+                continue;
+            }
             Err(e) => return Err(e.into()),
         };
+        failures = 0;
         first = false;
         out.write_all(&r.data).and_then(|()| out.flush()).map_err(writing)?;
         // the cursor moved: read on (across rotated files too)

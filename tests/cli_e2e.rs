@@ -293,21 +293,24 @@ fn stats_summary_resource_metrics_and_top_on_containerd() {
 fn container_logs_are_rotated_compressed_and_read_across_rotations() {
     let _serial = SERIAL.lock();
     // 64 KiB per file, 5 files: the live one, one rotated, three compressed
-    // (what a follower may lag by: about a second of this writer)
     let mut a = Agent::start_with(
         "logrotate",
         "containerLogMaxSize: 64Ki\ncontainerLogMaxFiles: 5\ncontainerLogMonitorInterval: 3s\n",
         &[],
     );
     // 4000 lines of 150 bytes (600 KB: about 9 rotations), a line every
-    // millisecond or so, then quiet
+    // 2 ms or so (5 files hold about 4 s of it: a follower that lags more
+    // than that loses lines, as any reader of a rotated log would), then
+    // quiet
     let pad = "x".repeat(140);
     a.write(
         "chatty.yaml",
         &pod_yaml(
             "chatty",
             "",
-            &format!("i=0; while [ $i -lt 4000 ]; do echo \"line $i {pad}\"; i=$((i+1)); usleep 500; done; sleep 3600"),
+            &format!(
+                "i=0; while [ $i -lt 4000 ]; do echo \"line $i {pad}\"; i=$((i+1)); usleep 2000; done; sleep 3600"
+            ),
         ),
     );
     let uid = a.uid("chatty");
@@ -315,7 +318,34 @@ fn container_logs_are_rotated_compressed_and_read_across_rotations() {
         a.pod("chatty").is_some_and(|p| p["status"]["containerStatuses"][0]["state"]["running"].is_object())
     });
     let (mut follow, followed, reader) = follow_logs(&a, "chatty");
-    wait_for("-f printed all 4000 lines", Duration::from_secs(90), || numbers(&followed.lock()).last() == Some(&3999));
+    if !poll_until(Duration::from_secs(90), || numbers(&followed.lock()).last() == Some(&3999)) {
+        let got = numbers(&followed.lock());
+        let files: Vec<String> = std::fs::read_dir(a.dir.0.join("logs"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .flat_map(|p| std::fs::read_dir(p.path().join("main")).into_iter().flatten().flatten())
+            .map(|f| {
+                // the first and last line numbers in each file
+                let text = if f.file_name().to_string_lossy().ends_with(".gz") {
+                    Command::new("zcat").arg(f.path()).output().map(|o| o.stdout).unwrap_or_default()
+                } else {
+                    std::fs::read(f.path()).unwrap_or_default()
+                };
+                let n: Vec<u32> = String::from_utf8_lossy(&text)
+                    .lines()
+                    .filter_map(|l| l.splitn(4, ' ').nth(3)?.strip_prefix("line ")?.split(' ').next()?.parse().ok())
+                    .collect();
+                format!("{}: {:?}..{:?}", f.file_name().to_string_lossy(), n.first(), n.last())
+            })
+            .collect();
+        panic!(
+            "-f printed {} lines in 90 s, the last {:?}; the log files now: {files:?}; podwarden's log:\n{}",
+            got.len(),
+            got.last(),
+            a.log()
+        );
+    }
     let _ = follow.kill();
     let _ = follow.wait();
     reader.join().unwrap();

@@ -270,7 +270,13 @@ fn read_from(
             // a compressed file never changes: its name is its identity
             let path = gz_path(dir, &rel);
             let io = |source| crate::fsutil::FileError::Io { path: path.display().to_string(), source };
-            let mut raw = super::rotation::read_compressed(&path, offset, limit).map_err(io)?;
+            let mut raw = match super::rotation::read_compressed(&path, offset, limit) {
+                Ok(raw) => raw,
+                // removed since the listing (the oldest beyond
+                // containerLogMaxFiles): the next call goes on after it
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(stay(expect, last)),
+                Err(e) => return Err(io(e)),
+            };
             if let Some(i) = raw.iter().rposition(|b| *b == b'\n') {
                 raw.truncate(i + 1);
             }
@@ -501,6 +507,29 @@ mod tests {
 
     fn lines(range: std::ops::Range<u32>) -> String {
         range.map(|i| format!("line {i}\n")).collect()
+    }
+
+    #[test]
+    fn a_compressed_file_removed_between_listing_and_reading_is_not_an_error() {
+        let dir = std::env::temp_dir().join(format!("podwarden-logs-gone-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("p/c")).unwrap();
+        std::fs::write(dir.join("p/c/0.log"), LOG).unwrap();
+        // the listing still names the oldest file; the rotation removed it
+        let files = [
+            Part { name: "0.log.20260101-000000".into(), compressed: true },
+            Part { name: "0.log".into(), compressed: false },
+        ];
+        let ch = read_from(&dir, Path::new("p/c"), &files, 0, 10, "t0".into(), "t1".into(), 1 << 20).unwrap();
+        assert!(ch.data.is_empty());
+        assert_eq!(
+            ch.next,
+            Cursor { file: "0.log.20260101-000000".into(), first: "t0".into(), last: "t1".into(), offset: 10 },
+            "the cursor stays: the next call resolves it to the file after"
+        );
+        let next = read_instance(&dir, Path::new("p/c"), "0.log", Some(&ch.next), 0, 0).unwrap();
+        assert_eq!(String::from_utf8(next.data).unwrap(), "one\ntwo\nthree\n", "and reads on there");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
