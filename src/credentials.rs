@@ -95,12 +95,18 @@ struct Url<'a> {
     path: &'a str,
 }
 
-fn split_url(s: &str) -> Url<'_> {
+/// A location without its scheme, as host (with its port) and path (`/...`
+/// or empty).
+fn host_and_path(s: &str) -> (&str, &str) {
     let s = s.strip_prefix("https://").or_else(|| s.strip_prefix("http://")).unwrap_or(s);
-    let (host, path) = match s.find('/') {
+    match s.find('/') {
         Some(i) => (&s[..i], &s[i..]),
         None => (s, ""),
-    };
+    }
+}
+
+fn split_url(s: &str) -> Url<'_> {
+    let (host, path) = host_and_path(s);
     let (host, port) = match host.rsplit_once(':') {
         Some((h, p)) if !p.contains(']') => (h, p),
         _ => (host, ""),
@@ -188,11 +194,7 @@ impl BasicKeyring {
     /// scheme, port and path: `https://index.docker.io/v1/`,
     /// `registry.example:5000/team`). `false`: not a location.
     pub fn add(&mut self, location: &str, auth: Auth) -> bool {
-        let u = location.strip_prefix("https://").or_else(|| location.strip_prefix("http://")).unwrap_or(location);
-        let (host, path) = match u.find('/') {
-            Some(i) => (&u[..i], &u[i..]),
-            None => (u, ""),
-        };
+        let (host, path) = host_and_path(location);
         if host.is_empty() || host.contains(['@', '?', '#', ' ']) {
             return false;
         }
@@ -291,13 +293,19 @@ fn keyring_of(entries: BTreeMap<String, DockerEntry>) -> Result<BasicKeyring, St
     Ok(ring)
 }
 
-/// A docker config file's keyring: `config.json` (`{"auths": {...}}`) or,
-/// `legacy`, a `.dockercfg` (the entries alone).
-fn read_docker_config(path: &Path, legacy: bool) -> Result<BasicKeyring, String> {
+/// A file the administrator controls, at most [`MAX_FILE_BYTES`] of it.
+fn read_small(path: &Path) -> Result<String, String> {
     let text = crate::fsutil::read_host_file(path, MAX_FILE_BYTES + 1).map_err(|e| e.to_string())?;
     if text.len() as u64 > MAX_FILE_BYTES {
         return Err(format!("larger than {MAX_FILE_BYTES} bytes"));
     }
+    Ok(text)
+}
+
+/// A docker config file's keyring: `config.json` (`{"auths": {...}}`) or,
+/// `legacy`, a `.dockercfg` (the entries alone).
+fn read_docker_config(path: &Path, legacy: bool) -> Result<BasicKeyring, String> {
+    let text = read_small(path)?;
     // serde_json's messages name a line and column, never the text
     let entries = if legacy {
         serde_json::from_str::<BTreeMap<String, DockerEntry>>(&text).map_err(|e| e.to_string())?
@@ -725,11 +733,7 @@ fn load_plugins(config: &Path, bin_dir: &Path) -> Result<Vec<Plugin>, Credential
     let cfg_err = |path: &Path, message: String| CredentialError::Config { path: path.display().to_string(), message };
     let mut specs = Vec::new();
     for file in provider_config_files(config).map_err(|m| cfg_err(config, m))? {
-        let text =
-            crate::fsutil::read_host_file(&file, MAX_FILE_BYTES + 1).map_err(|e| cfg_err(&file, e.to_string()))?;
-        if text.len() as u64 > MAX_FILE_BYTES {
-            return Err(cfg_err(&file, format!("larger than {MAX_FILE_BYTES} bytes")));
-        }
+        let text = read_small(&file).map_err(|m| cfg_err(&file, m))?;
         let providers = parse_provider_config(&file.display().to_string(), &text).map_err(|m| cfg_err(&file, m))?;
         for p in providers {
             check_provider(&p).map_err(|m| cfg_err(&file, m))?;

@@ -174,7 +174,8 @@ fn wait_answer<T: Unpin>(
 /// blobs) is not a stall. Any pull's progress counts for all.
 struct PullWatch {
     deadline: Duration,
-    last: Option<Vec<(String, i64)>>,
+    /// The ingests last seen (none when the pull began).
+    last: Vec<(String, i64)>,
     downloaded: bool,
     since: std::time::Instant,
     next: std::time::Instant,
@@ -185,7 +186,7 @@ impl PullWatch {
 
     fn new(deadline: Duration) -> Self {
         let now = std::time::Instant::now();
-        PullWatch { deadline, last: Some(Vec::new()), downloaded: false, since: now, next: now + Self::EVERY }
+        PullWatch { deadline, last: Vec::new(), downloaded: false, since: now, next: now + Self::EVERY }
     }
 
     /// How long there was no progress, once that reaches the deadline.
@@ -208,14 +209,11 @@ impl PullWatch {
             self.since = now;
             return None;
         };
-        let moved = self.last.as_ref() != Some(&seen);
-        if !seen.is_empty() {
-            self.downloaded = true;
-        }
-        if moved || (seen.is_empty() && self.downloaded) {
+        self.downloaded |= !seen.is_empty();
+        if seen != self.last || (seen.is_empty() && self.downloaded) {
             self.since = now;
         }
-        self.last = Some(seen);
+        self.last = seen;
         let idle = now - self.since;
         (idle >= self.deadline).then_some(idle)
     }
@@ -241,8 +239,7 @@ fn profile(p: &SecurityProfile) -> (api::SecurityProfile, String) {
 
 /// `SystemdCgroup` of the default runtime in containerd's CRI config (JSON):
 /// `.containerd.runtimes[.containerd.defaultRuntimeName].options.SystemdCgroup`.
-fn systemd_cgroup_of(config: &str) -> Option<bool> {
-    let v: serde_json::Value = serde_json::from_str(config).ok()?;
+fn systemd_cgroup_of(v: &serde_json::Value) -> Option<bool> {
     let c = v.get("containerd")?;
     let name = c.get("defaultRuntimeName").and_then(|n| n.as_str()).unwrap_or("runc");
     let runtime = c.get("runtimes")?.get(name)?;
@@ -326,6 +323,15 @@ impl CriRuntime {
 
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// The CRI plugin's config as a verbose `Status` shows it (`None`: the
+    /// runtime does not say).
+    fn cri_config(&self, ctx: &CallCtx) -> Result<Option<serde_json::Value>> {
+        let mut req = api::StatusRequest::new();
+        req.verbose = true;
+        let r = call(ctx, Op::Status, |o| self.runtime.status_opt(&req, o))?;
+        Ok(r.info.get("config").and_then(|c| serde_json::from_str(c).ok()))
     }
 
     /// Cancel a pull whose downloads make no progress for `d` (zero:
@@ -665,20 +671,11 @@ impl Runtime for CriRuntime {
     /// containerd's `SystemdCgroup` for its default runtime, read from the
     /// CRI plugin's config that a verbose `Status` shows.
     fn systemd_cgroup(&self, ctx: &CallCtx) -> Result<Option<bool>> {
-        let mut req = api::StatusRequest::new();
-        req.verbose = true;
-        let r = call(ctx, Op::Status, |o| self.runtime.status_opt(&req, o))?;
-        Ok(r.info.get("config").and_then(|c| systemd_cgroup_of(c)))
+        Ok(self.cri_config(ctx)?.as_ref().and_then(systemd_cgroup_of))
     }
 
     fn sandbox_image(&self, ctx: &CallCtx) -> Result<Option<String>> {
-        let mut req = api::StatusRequest::new();
-        req.verbose = true;
-        let r = call(ctx, Op::Status, |o| self.runtime.status_opt(&req, o))?;
-        Ok(r.info.get("config").and_then(|c| {
-            let v: serde_json::Value = serde_json::from_str(c).ok()?;
-            v.get("sandboxImage")?.as_str().map(str::to_string)
-        }))
+        Ok(self.cri_config(ctx)?.and_then(|v| v.get("sandboxImage")?.as_str().map(str::to_string)))
     }
 
     fn image_status(&self, ctx: &CallCtx, image: &str) -> Result<Option<ImageInfo>> {
@@ -710,17 +707,11 @@ impl Runtime for CriRuntime {
             if ctx.cancel.is_cancelled() {
                 return Some(RuntimeError::Cancelled { op: Op::PullImage });
             }
-            let stalled = watch.stalled(|| self.ingests())?;
-            log::warn!(
-                "pulling image {image:?}: no progress for {}; cancelled",
-                crate::config::format_duration(stalled)
-            );
+            let stalled = crate::config::format_duration(watch.stalled(|| self.ingests())?);
+            log::warn!("pulling image {image:?}: no progress for {stalled}; cancelled");
             Some(RuntimeError::ImagePull {
                 image: image.into(),
-                message: format!(
-                    "no progress for {} (imagePullProgressDeadline); pull cancelled",
-                    crate::config::format_duration(stalled)
-                ),
+                message: format!("no progress for {stalled} (imagePullProgressDeadline); pull cancelled"),
             })
         })?;
         match answer.map_err(|e| convert_err(Op::PullImage, e)) {
@@ -906,7 +897,7 @@ mod tests {
         let at = |s: u64| t0 + Duration::from_secs(s);
         let ing = |v: &[(&str, i64)]| Some(v.iter().map(|(r, o)| (r.to_string(), *o)).collect::<Vec<_>>());
         // resolving (no download yet) for the whole deadline: stalled
-        let mut w = PullWatch { deadline: Duration::from_secs(5), ..PullWatch::new(Duration::from_secs(5)) };
+        let mut w = PullWatch::new(Duration::from_secs(5));
         w.since = t0;
         w.next = t0;
         for s in 1..5 {

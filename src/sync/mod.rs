@@ -283,13 +283,13 @@ impl PodSync {
         Ok(rp)
     }
 
-    /// Report pod start durations to `metrics`.
     /// Pull with the credentials `keyring` finds.
     pub fn with_keyring(mut self, keyring: Arc<crate::credentials::Keyring>) -> Self {
         self.keyring = keyring;
         self
     }
 
+    /// Report pod start durations to `metrics`.
     pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
         self.metrics = Some(metrics);
         self

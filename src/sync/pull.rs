@@ -111,13 +111,11 @@ impl PodSync {
                 Ok(id) => return Ok(id),
                 Err(e @ RuntimeError::Cancelled { .. }) => return Err(e),
                 Err(e) if creds.len() == 1 => return Err(e),
-                Err(RuntimeError::ImagePull { message, .. }) => {
-                    if !messages.contains(&message) {
-                        messages.push(message);
-                    }
-                }
                 Err(e) => {
-                    let m = e.to_string();
+                    let m = match e {
+                        RuntimeError::ImagePull { message, .. } => message,
+                        e => e.to_string(),
+                    };
                     if !messages.contains(&m) {
                         messages.push(m);
                     }
