@@ -134,6 +134,13 @@ impl Pressure {
 
     /// The kubelet's reason and message of the condition when `on` (True)
     /// or not.
+    /// The node event's reason for a change of this condition
+    /// (`NodeHasDiskPressure`): the condition's reason as the node says it.
+    pub fn event_reason(self, on: bool) -> String {
+        let (reason, _) = self.reason_and_message(on);
+        format!("Node{}", reason.strip_prefix("Kubelet").unwrap_or(reason))
+    }
+
     pub fn reason_and_message(self, on: bool) -> (&'static str, &'static str) {
         match (self, on) {
             (Pressure::Memory, true) => ("KubeletHasInsufficientMemory", "kubelet has insufficient memory available"),
@@ -185,6 +192,8 @@ impl NodePressure {
 
 /// The reason of pods rejected or evicted for node pressure.
 pub const REASON_EVICTED: &str = "Evicted";
+/// The start of the message of a pod refused for the node's pressure.
+pub const MESSAGE_NODE_CONDITION: &str = "The node had condition";
 
 /// Pods the kubelet never evicts and always admits under pressure here:
 /// priority 2000000000 and above (`system-cluster-critical`,
@@ -288,7 +297,10 @@ impl Admission {
             let memory_only = on == [Pressure::Memory];
             if !memory_only || (best_effort && !tolerates) {
                 let names: Vec<&str> = on.iter().map(|p| p.condition()).collect();
-                return Err(Rejection::new(REASON_EVICTED, format!("The node had condition: [{}]. ", names.join(" "))));
+                return Err(Rejection::new(
+                    REASON_EVICTED,
+                    format!("{MESSAGE_NODE_CONDITION}: [{}]. ", names.join(" ")),
+                ));
             }
         }
         self.sysctls.admit(pod).map_err(|m| Rejection::new(model::sysctl::REASON_FORBIDDEN, m))?;

@@ -35,7 +35,7 @@ use crate::events::{EventRecorder, EventType, ObjectRef};
 use crate::images::ImageGc;
 use crate::model::quantity::{format_bytes, format_decimal};
 use crate::model::{self, Pod};
-use crate::stats::{Collector, PodStat, Snapshot};
+use crate::stats::{Collector, NodeStat, PodStat};
 
 /// The grace period of a hard or local storage eviction, the kubelet's.
 pub const IMMEDIATE_GRACE: i64 = 1;
@@ -64,9 +64,8 @@ pub struct Observed {
 
 /// What each signal shows in a snapshot (disk signals only where the
 /// filesystem was measured).
-pub fn observe(s: &Snapshot) -> BTreeMap<Signal, Observed> {
+pub fn observe(n: &NodeStat) -> BTreeMap<Signal, Observed> {
     let mut m = BTreeMap::new();
-    let n = &s.node;
     if let Some(a) = n.memory.available_bytes {
         m.insert(Signal::MemoryAvailable, Observed { available: a, capacity: a + n.memory.working_set_bytes });
     }
@@ -162,14 +161,18 @@ pub fn rank<'a>(
     v.into_iter().map(|(p, _)| p).collect()
 }
 
+/// The start of the message of a pod evicted for the node's pressure.
+pub const MESSAGE_LOW_ON_RESOURCE: &str = "The node was low on resource";
+
 /// The kubelet's eviction message.
-fn message(pod: &Pod, st: Option<&PodStat>, resource: &str, threshold: Option<(u64, u64)>) -> String {
-    let mut m = format!("The node was low on resource: {resource}. ");
-    if let Some((q, avail)) = threshold {
-        // bytes in binary SI (`100Mi`), counts (PIDs, inodes) in decimal SI
-        let f = if resource == "pids" || resource == "inodes" { format_decimal } else { format_bytes };
-        m += &format!("Threshold quantity: {}, available: {}. ", f(q as i64), f(avail as i64));
-    }
+fn message(pod: &Pod, st: Option<&PodStat>, resource: &str, (q, avail): (u64, u64)) -> String {
+    // bytes in binary SI (`100Mi`), counts (PIDs, inodes) in decimal SI
+    let f = if resource == "pids" || resource == "inodes" { format_decimal } else { format_bytes };
+    let mut m = format!(
+        "{MESSAGE_LOW_ON_RESOURCE}: {resource}. Threshold quantity: {}, available: {}. ",
+        f(q as i64),
+        f(avail as i64)
+    );
     if let Some(st) = st
         && (resource == "memory" || resource == "ephemeral-storage")
     {
@@ -239,8 +242,6 @@ pub fn storage_limit_exceeded(pod: &Pod, st: &PodStat) -> Option<String> {
 struct State {
     /// When each threshold (by index) was first met in the current spell.
     first_met: HashMap<usize, Instant>,
-    /// Thresholds met and not yet reclaimed past their minimum reclaim.
-    reclaiming: Vec<usize>,
     /// When each condition's thresholds were last met.
     last_observed: HashMap<Pressure, Instant>,
 }
@@ -257,14 +258,6 @@ pub struct Manager {
     state: Mutex<State>,
     /// Evicted pods not yet terminated, and when they were evicted.
     cleanup: Mutex<Vec<(crossbeam_channel::Receiver<()>, Instant)>>,
-}
-
-/// What one pass did (tests, the bench).
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Pass {
-    pub evicted: Vec<String>,
-    pub conditions: Vec<Pressure>,
-    pub reclaimed_bytes: u64,
 }
 
 impl Manager {
@@ -310,17 +303,16 @@ impl Manager {
     }
 
     /// One monitoring pass.
-    pub fn synchronize(&self) -> Pass {
-        let mut pass = Pass::default();
+    pub fn synchronize(&self) {
         let snap = match self.collector.collect() {
             Ok(s) => s,
             Err(e) => {
                 log::warn!("eviction manager: no stats: {e}");
-                return pass;
+                return;
             }
         };
         let now = Instant::now();
-        let obs = observe(&snap);
+        let obs = observe(&snap.node);
         if log::log_enabled!(log::Level::Debug) {
             for (sig, o) in &obs {
                 log::debug!("eviction manager: {}: {} of {} available", sig.name(), o.available, o.capacity);
@@ -328,6 +320,7 @@ impl Manager {
         }
         let pods = self.agent.admitted();
         let waiting = self.cleaning_up();
+        let mut evicted_any = false;
         // pods over their own storage limits go first, all of them
         for p in pods.iter().filter(|_| !waiting) {
             let Some(st) = snap.pods.iter().find(|s| s.uid == model::uid(p)) else { continue };
@@ -335,26 +328,23 @@ impl Manager {
                 && self.evict(p, &msg, IMMEDIATE_GRACE)
             {
                 self.metrics.evicted("ephemeral-storage-limit");
-                pass.evicted.push(model::uid(p).to_string());
+                evicted_any = true;
             }
         }
         let mut st = self.state.lock();
         let mut active = Vec::new();
         for (i, t) in self.s.thresholds.iter().enumerate() {
             let Some(o) = obs.get(&t.signal) else { continue };
-            let was = st.reclaiming.contains(&i);
+            // met before: met until its minimum reclaim is reclaimed
+            let was = st.first_met.contains_key(&i);
             if met(t, o, was) {
                 st.first_met.entry(i).or_insert(now);
                 st.last_observed.insert(condition_of(t.signal), now);
-                if !was {
-                    st.reclaiming.push(i);
-                }
                 if now.saturating_duration_since(st.first_met[&i]) >= t.grace {
                     active.push(i);
                 }
             } else {
                 st.first_met.remove(&i);
-                st.reclaiming.retain(|x| *x != i);
             }
         }
         let on: Vec<Pressure> = Pressure::ALL
@@ -363,37 +353,29 @@ impl Manager {
             .collect();
         drop(st);
         for (p, v) in self.pressure.set(&on) {
-            let reason = match (p, v) {
-                (Pressure::Memory, true) => "NodeHasInsufficientMemory",
-                (Pressure::Memory, false) => "NodeHasSufficientMemory",
-                (Pressure::Disk, true) => "NodeHasDiskPressure",
-                (Pressure::Disk, false) => "NodeHasNoDiskPressure",
-                (Pressure::Pid, true) => "NodeHasInsufficientPID",
-                (Pressure::Pid, false) => "NodeHasSufficientPID",
-            };
+            let reason = p.event_reason(v);
             let node = &self.s.node_name;
             self.events.event(
                 &ObjectRef::node(node),
                 EventType::Normal,
-                reason,
+                &reason,
                 &format!("Node {node} status is now: {reason}"),
             );
         }
-        pass.conditions = on.clone();
         if on.is_empty() {
             // pressure gone for the transition period: pods evicted or
             // rejected for it come back (not those over their own limits)
             let n = self.agent.readmit_where(|r| {
                 r.reason == crate::admission::REASON_EVICTED
-                    && (r.message.starts_with("The node was low on resource")
-                        || r.message.starts_with("The node had condition"))
+                    && (r.message.starts_with(MESSAGE_LOW_ON_RESOURCE)
+                        || r.message.starts_with(crate::admission::MESSAGE_NODE_CONDITION))
             });
             if n > 0 {
                 log::info!("eviction manager: the node has no pressure; {n} evicted or rejected pods admitted again");
             }
         }
-        if active.is_empty() || !pass.evicted.is_empty() || waiting {
-            return pass;
+        if active.is_empty() || evicted_any || waiting {
+            return;
         }
         // memory first, then the others in the config's order
         active.sort_by_key(|i| (condition_of(self.s.thresholds[*i].signal) != Pressure::Memory, *i));
@@ -415,29 +397,29 @@ impl Manager {
             let goal = t.value.of(o.capacity).saturating_add(t.min_reclaim.map_or(0, |r| r.of(o.capacity)));
             let want = if resource == "inodes" { u64::MAX } else { goal.saturating_sub(o.available) };
             match gc.free_bytes(now, want) {
-                Ok(freed) => {
-                    pass.reclaimed_bytes = freed;
-                    if freed > 0 {
-                        let after = self.collector.collect().ok().map(|s| observe(&s));
-                        if after.as_ref().and_then(|a| a.get(&t.signal)).is_some_and(|o| !met(t, o, true)) {
-                            log::info!(
-                                "eviction manager: freed {freed} bytes of images; {} no longer met",
-                                t.signal.name()
-                            );
-                            return pass;
-                        }
+                Ok(freed) if freed > 0 => {
+                    // measure the filesystems again (not a whole snapshot)
+                    let mut node = snap.node.clone();
+                    (node.fs, node.image_fs) = self.collector.filesystems();
+                    if observe(&node).get(&t.signal).is_some_and(|o| !met(t, o, true)) {
+                        log::info!(
+                            "eviction manager: freed {freed} bytes of images; {} no longer met",
+                            t.signal.name()
+                        );
+                        return;
                     }
                 }
+                Ok(_) => {}
                 Err(e) => log::warn!("eviction manager: cannot free images: {e}"),
             }
         }
+        let threshold = (t.value.of(o.capacity), o.available);
         let ranked = rank(&pods, &snap.pods, resource, &self.s.priority_classes);
         for p in ranked {
             if model::is_critical(p, &self.s.priority_classes) {
                 continue;
             }
             let st = snap.pods.iter().find(|s| s.uid == model::uid(p));
-            let threshold = Some((t.value.of(o.capacity), o.available));
             let msg = message(p, st, resource, threshold);
             let grace = if t.soft {
                 let own = model::spec_grace_seconds(p).unwrap_or(30);
@@ -447,12 +429,10 @@ impl Manager {
             };
             if self.evict(p, &msg, grace) {
                 self.metrics.evicted(t.signal.name());
-                pass.evicted.push(model::uid(p).to_string());
                 // one pod a pass, as the kubelet
                 break;
             }
         }
-        pass
     }
 }
 
@@ -501,7 +481,7 @@ mod tests {
         ];
         let order: Vec<&str> = rank(&pods, &stats, "memory", &BTreeMap::new()).iter().map(|p| model::name(p)).collect();
         assert_eq!(order, ["no-stats", "over-big", "over-small", "over-high", "under"]);
-        let msg = message(&pods[2], Some(&stats[2]), "memory", Some((100 << 20, 94_119_936)));
+        let msg = message(&pods[2], Some(&stats[2]), "memory", (100 << 20, 94_119_936));
         assert_eq!(
             msg,
             "The node was low on resource: memory. Threshold quantity: 100Mi, available: 91914Ki. Container c was using 300Mi, request is 0, has larger consumption of memory. "
@@ -528,7 +508,7 @@ mod tests {
         );
         assert_eq!(names(rank(&pods, &stats, "pids", &BTreeMap::new())), ["forks", "big-file", "many-files"]);
         assert_eq!(
-            message(&pods[2], Some(&stats[2]), "pids", Some((32000, 31_900))),
+            message(&pods[2], Some(&stats[2]), "pids", (32000, 31_900)),
             "The node was low on resource: pids. Threshold quantity: 32k, available: 31900. "
         );
     }

@@ -51,8 +51,6 @@ impl Record {
 /// What one collection did.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Report {
-    /// The image filesystem's use before (percent), if it was measured.
-    pub usage_percent: Option<u8>,
     /// Removed images (IDs) and the bytes they held.
     pub removed: Vec<String>,
     pub freed_bytes: u64,
@@ -207,7 +205,6 @@ impl ImageGc {
             return Err("the image filesystem reports no capacity".into());
         }
         let usage = 100 - (available.saturating_mul(100) / capacity).min(100) as u8;
-        report.usage_percent = Some(usage);
         if usage >= self.policy.high_percent {
             let want = (capacity.saturating_mul(100 - self.policy.low_percent as u64) / 100).saturating_sub(available);
             let (removed, freed) = self.free(now, want, &images, &keep);

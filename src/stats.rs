@@ -16,7 +16,7 @@ use std::ffi::CString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -54,7 +54,6 @@ pub struct Fs {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ContainerStat {
     pub name: String,
-    pub id: String,
     pub start_time_ns: i64,
     pub cpu: Cpu,
     pub memory: Memory,
@@ -106,7 +105,6 @@ const REUSE_LIST: Duration = Duration::from_millis(1500);
 /// One snapshot.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
-    pub at: Instant,
     pub time: SystemTime,
     pub node: NodeStat,
     pub pods: Vec<PodStat>,
@@ -273,6 +271,16 @@ impl Collector {
         Cpu { usage_core_nanos: nanos, usage_nano_cores }
     }
 
+    /// The node's filesystems measured now: `rootDir`'s and the runtime's
+    /// image filesystem (`None`: the runtime does not name one).
+    pub fn filesystems(&self) -> (Fs, Option<Fs>) {
+        let image_fs = self.runtime.image_fs_info(&CallCtx::background(self.timeout)).ok().and_then(|fs| {
+            let f = fs.into_iter().next()?;
+            fs_of(Path::new(&f.mountpoint), Some(f.used_bytes))
+        });
+        (fs_of(&self.root_dir, None).unwrap_or_default(), image_fs)
+    }
+
     /// Take a snapshot now.
     pub fn collect(&self) -> Result<Arc<Snapshot>, RuntimeError> {
         let ctx = CallCtx::background(self.timeout);
@@ -293,9 +301,13 @@ impl Collector {
                 Err(e) => return Err(e),
             }
         };
-        let containers = match &sandboxes {
-            Some(s) => s.iter().flat_map(|s| s.containers.iter().cloned()).collect(),
-            None => self.runtime.list_container_stats(&ctx)?,
+        let listed;
+        let containers: Vec<&crate::runtime::ContainerStats> = match &sandboxes {
+            Some(s) => s.iter().flat_map(|s| &s.containers).collect(),
+            None => {
+                listed = self.runtime.list_container_stats(&ctx)?;
+                listed.iter().collect()
+            }
         };
         let empty_dirs = self.metrics.as_ref().map(|m| m.empty_dirs()).unwrap_or_default();
         let mut next = HashMap::new();
@@ -310,7 +322,6 @@ impl Collector {
                 let at = if u.timestamp_ns > 0 { u.timestamp_ns } else { now_ns() };
                 cs.push(ContainerStat {
                     name: c.name.clone(),
-                    id: c.id.clone(),
                     start_time_ns: c.started_at_ns,
                     cpu: self.rate(&mut next, c.id.clone(), u.cpu_core_nanos.unwrap_or(0), at),
                     memory: memory_of(&u),
@@ -358,21 +369,18 @@ impl Collector {
             });
         }
         let (max_pid, processes) = pids();
-        let image_fs = self.runtime.image_fs_info(&ctx).ok().and_then(|fs| {
-            let f = fs.into_iter().next()?;
-            fs_of(Path::new(&f.mountpoint), Some(f.used_bytes))
-        });
+        let (fs, image_fs) = self.filesystems();
         let node = NodeStat {
             cpu: self.rate(&mut next, "node".into(), node_cpu_nanos(), now_ns()),
             memory: node_memory(),
-            fs: fs_of(&self.root_dir, None).unwrap_or_default(),
+            fs,
             image_fs,
             max_pid,
             processes,
             allocatable_memory: self.cgroups.as_ref().and_then(|c| c.kubepods_memory()),
         };
         *self.previous.lock() = next;
-        let snap = Arc::new(Snapshot { at: Instant::now(), time: SystemTime::now(), node, pods: out });
+        let snap = Arc::new(Snapshot { time: SystemTime::now(), node, pods: out });
         *self.last.lock() = Some(snap.clone());
         Ok(snap)
     }
