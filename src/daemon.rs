@@ -439,6 +439,7 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
             interval: config.container_log_monitor_interval,
             workers: config.container_log_max_workers,
             timeout: config.runtime_request_timeout,
+            pod_cache: Some(parts.pod_cache.clone()),
         },
     )
     .map_err(io("starting container log rotation"))?;

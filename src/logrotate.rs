@@ -17,7 +17,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -47,6 +47,9 @@ pub struct Settings {
     pub workers: u32,
     /// The longest a runtime call (list, reopen) may take.
     pub timeout: Duration,
+    /// The relist's newest list, used instead of a list of its own when
+    /// fresh.
+    pub pod_cache: Option<Arc<crate::runtime::cache::PodCache>>,
 }
 
 /// One running container's live log.
@@ -64,26 +67,26 @@ pub struct LogRotation {
     joins: Vec<JoinHandle<()>>,
 }
 
-fn poke(fd: &File) {
-    let _ = (&*fd).write(&1u64.to_ne_bytes());
-}
-
 impl Drop for LogRotation {
     fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        poke(&self.wake);
+        crate::sys::eventfd_poke(&self.wake);
         for j in self.joins.drain(..) {
             let _ = j.join();
         }
     }
 }
 
-/// The live logs of the running containers the runtime lists.
+/// The live logs of the running containers the runtime lists (or the
+/// relist listed less than [`crate::runtime::cache::FRESH`] ago).
 fn running(runtime: &dyn Runtime, s: &Settings) -> Result<Vec<Target>, String> {
-    let pods = runtime.list_pods(&CallCtx::background(s.timeout)).map_err(|e| e.to_string())?;
+    let pods = match s.pod_cache.as_ref().and_then(|c| c.recent(crate::runtime::cache::FRESH)) {
+        Some(p) => p,
+        None => Arc::new(runtime.list_pods(&CallCtx::background(s.timeout)).map_err(|e| e.to_string())?),
+    };
     let mut out = Vec::new();
-    for p in &pods {
-        let pod_dir = s.pod_logs_dir.join(format!("{}_{}_{}", p.namespace, p.name, p.uid));
+    for p in pods.iter() {
+        let pod_dir = s.pod_logs_dir.join(crate::runtime::logs::pod_dir_name(&p.namespace, &p.name, &p.uid));
         for c in p.containers.iter().filter(|c| c.state == ContainerState::Running) {
             out.push(Target { id: c.id.clone(), dir: pod_dir.join(&c.name), live: format!("{}.log", c.attempt) });
         }

@@ -98,10 +98,6 @@ pub struct NodeStat {
     pub allocatable_memory: Option<(u64, u64)>,
 }
 
-/// How old a relist's list a snapshot may take its pods from (the relist
-/// runs every second).
-const REUSE_LIST: Duration = Duration::from_millis(1500);
-
 /// One snapshot.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
@@ -236,7 +232,7 @@ impl Collector {
     }
 
     /// Take the pods from the relist's list in `cache` when it is younger
-    /// than [`REUSE_LIST`].
+    /// than [`crate::runtime::cache::FRESH`].
     pub fn with_pod_cache(mut self, cache: Arc<crate::runtime::cache::PodCache>) -> Self {
         self.pod_cache = Some(cache);
         self
@@ -285,7 +281,7 @@ impl Collector {
     pub fn collect(&self) -> Result<Arc<Snapshot>, RuntimeError> {
         let ctx = CallCtx::background(self.timeout);
         // the relist's list (every second) when it is fresh: one list fewer
-        let pods = match self.pod_cache.as_ref().and_then(|c| c.recent(REUSE_LIST)) {
+        let pods = match self.pod_cache.as_ref().and_then(|c| c.recent(crate::runtime::cache::FRESH)) {
             Some(p) => p,
             None => Arc::new(self.runtime.list_pods(&ctx)?),
         };
@@ -313,7 +309,7 @@ impl Collector {
         let mut next = HashMap::new();
         let mut out = Vec::new();
         for p in pods.iter().filter(|p| p.sandboxes.iter().any(|s| s.ready)) {
-            let log_dir = self.pod_logs_dir.join(format!("{}_{}_{}", p.namespace, p.name, p.uid));
+            let log_dir = self.pod_logs_dir.join(crate::runtime::logs::pod_dir_name(&p.namespace, &p.name, &p.uid));
             let mut cs = Vec::new();
             for c in p.containers.iter().filter(|c| c.state == ContainerState::Running) {
                 let st = containers.iter().find(|s| s.id == c.id);

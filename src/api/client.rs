@@ -249,14 +249,14 @@ impl Client {
         self.inner.delete_opt(&req, self.opt()).map_err(ClientError::Call)
     }
 
-    /// The local ConfigMaps or Secrets (`kind`) as a v1 List (JSON); a
-    /// Secret's values are never in it.
     /// The last stats snapshot (Summary API JSON).
     pub fn stats(&self) -> Result<serde_json::Value> {
         let r = self.inner.get_stats_opt(&api::GetStatsRequest::default(), self.opt()).map_err(ClientError::Call)?;
         serde_json::from_slice(&r.summary_json).map_err(|source| ClientError::Decode { what: "stats summary", source })
     }
 
+    /// The local ConfigMaps or Secrets (`kind`) as a v1 List (JSON); a
+    /// Secret's values are never in it.
     pub fn list_objects(&self, kind: &str, namespace: &str) -> Result<serde_json::Value> {
         let req = api::ListObjectsRequest { kind: kind.into(), namespace: namespace.into(), ..Default::default() };
         let r = self.inner.list_objects_opt(&req, self.opt()).map_err(ClientError::Call)?;

@@ -466,7 +466,7 @@ impl Handlers {
             ));
         };
         let uid = model::uid(&pod);
-        let pod_dir = format!("{ns}_{name}_{uid}");
+        let pod_dir = logs::pod_dir_name(&ns, &name, uid);
         let dir = self.cfg.pod_logs_dir.join(&pod_dir).join(&container);
         let no_log = || {
             if req.previous {

@@ -39,7 +39,7 @@ impl Fingerprint {
     }
 }
 
-#[derive(Default)]
+#[derive(Default, Debug)]
 struct Seen {
     /// When the newest list began; `None` before the first.
     listed_at: Option<Instant>,
@@ -47,7 +47,11 @@ struct Seen {
     pods: HashMap<Uid, Fingerprint>,
 }
 
-#[derive(Default)]
+/// A relist's list younger than this stands for a new one (stats, the log
+/// monitor): the relist runs every second.
+pub const FRESH: std::time::Duration = std::time::Duration::from_millis(1500);
+
+#[derive(Default, Debug)]
 pub struct PodCache {
     seen: Mutex<Seen>,
     /// The newest full list itself and when it began (stats reuse it

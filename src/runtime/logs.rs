@@ -8,6 +8,12 @@ use std::path::{Path, PathBuf};
 /// The largest chunk one call returns.
 pub const MAX_CHUNK: u64 = 1 << 20;
 
+/// A pod's log directory's name in `podLogsDir`: `<ns>_<name>_<uid>`, the
+/// kubelet's layout.
+pub fn pod_dir_name(namespace: &str, name: &str, uid: &str) -> String {
+    format!("{namespace}_{name}_{uid}")
+}
+
 /// A container's log files in `<pod log dir>/<container>/`: `<n>.log` by
 /// restart count, lowest first.
 pub fn files(container_dir: &Path) -> Vec<(u32, PathBuf)> {
@@ -65,49 +71,6 @@ fn tail_start(raw: &[u8], n: usize) -> usize {
     }
     let ends: Vec<usize> = raw.iter().enumerate().filter(|(_, b)| **b == b'\n').map(|(i, _)| i + 1).collect();
     if ends.len() <= n { 0 } else { ends[ends.len() - n - 1] }
-}
-
-/// Read whole entries of the log `rel` inside `dir` (`<ns>_<name>_<uid>/
-/// <container>/<n>.log` in `podLogsDir`) from `offset` (at most `limit`
-/// bytes, `tail` last entries when reading from 0): (decoded text, next
-/// offset). The file is opened with [`crate::fsutil::open_regular_in`]: a
-/// FIFO, device or symlink there is an error at once.
-pub fn read(
-    dir: &Path,
-    rel: &Path,
-    offset: u64,
-    limit: u64,
-    tail: usize,
-) -> Result<(Vec<u8>, u64), crate::fsutil::FileError> {
-    let (mut f, len) = crate::fsutil::open_regular_in(dir, rel, crate::fsutil::Links::Refuse)?;
-    let io = |source| crate::fsutil::FileError::Io { path: dir.join(rel).display().to_string(), source };
-    let limit = if limit == 0 { MAX_CHUNK } else { limit.min(MAX_CHUNK) };
-    // a rotated or truncated file starts over
-    let offset = if offset > len { 0 } else { offset };
-    let mut start = offset;
-    if offset == 0 && tail > 0 && len > limit {
-        start = len - limit;
-    }
-    f.seek(SeekFrom::Start(start)).map_err(io)?;
-    let mut raw = Vec::new();
-    f.take(if offset == 0 && tail > 0 { len - start } else { limit }).read_to_end(&mut raw).map_err(io)?;
-    if start > offset {
-        // began mid-file for a tail: drop the first, cut entry
-        let cut = raw.iter().position(|b| *b == b'\n').map_or(raw.len(), |i| i + 1);
-        raw.drain(..cut);
-        start += cut as u64;
-    }
-    // whole entries only
-    let whole = match raw.iter().rposition(|b| *b == b'\n') {
-        Some(i) => i + 1,
-        // one entry longer than the limit: pass it on in pieces
-        None if raw.len() as u64 >= limit => raw.len(),
-        None => 0,
-    };
-    raw.truncate(whole);
-    let next = start + whole as u64;
-    let from = if offset == 0 { tail_start(&raw, tail) } else { 0 };
-    Ok((decode(&raw[from..]), next))
 }
 
 /// Where a reader of an instance's log files is. A file is known by the
@@ -174,10 +137,9 @@ fn first_time(dir: &Path, rel_dir: &Path, f: &Part) -> String {
     let head = if f.compressed {
         super::rotation::read_compressed(&gz_path(dir, &rel), 0, 64).ok()
     } else {
-        crate::fsutil::open_regular_in(dir, &rel, crate::fsutil::Links::Refuse).ok().and_then(|(f, _)| {
-            let mut b = Vec::with_capacity(64);
-            f.take(64).read_to_end(&mut b).ok().map(|_| b)
-        })
+        return crate::fsutil::open_regular_in(dir, &rel, crate::fsutil::Links::Refuse)
+            .map(|(f, _)| first_of(&f))
+            .unwrap_or_default();
     };
     head.filter(|h| h.contains(&b' ')).map(|h| time_of(&h)).unwrap_or_default()
 }
@@ -459,22 +421,23 @@ mod tests {
         let path = dir.join("main/2.log");
         assert_eq!(pick(&dir.join("main"), false).unwrap(), path);
         assert_eq!(pick(&dir.join("main"), true).unwrap(), dir.join("main/1.log"));
-        let read = |offset, limit, tail| read(&dir, Path::new("main/2.log"), offset, limit, tail).unwrap();
-        let (text, next) = read(0, 0, 0);
-        assert_eq!(String::from_utf8(text).unwrap(), "one\ntwo\nthree\n");
+        let read = |cursor: Option<&Cursor>, limit, tail| {
+            let c = read_instance(&dir, Path::new("main"), "2.log", cursor, limit, tail).unwrap();
+            (String::from_utf8(c.data).unwrap(), c.next)
+        };
+        let (text, next) = read(None, 0, 0);
+        assert_eq!(text, "one\ntwo\nthree\n");
         let whole = LOG.rfind('\n').unwrap() as u64 + 1;
-        assert_eq!(next, whole, "the unfinished last entry is left for the next call");
+        assert_eq!(next.offset, whole, "the unfinished last entry is left for the next call");
         // tail 2 entries: the partial and its end count as two
-        let (text, _) = read(0, 0, 1);
-        assert_eq!(String::from_utf8(text).unwrap(), "three\n");
-        // follow from the offset: nothing new, then the rest
-        assert!(read(next, 0, 0).0.is_empty());
+        assert_eq!(read(None, 0, 1).0, "three\n");
+        // follow from the cursor: nothing new, then the rest
+        assert!(read(Some(&next), 0, 0).0.is_empty());
         std::fs::write(&path, format!("{LOG}ur\n")).unwrap();
-        let (text, _) = read(next, 0, 0);
-        assert_eq!(String::from_utf8(text).unwrap(), "four\n");
+        assert_eq!(read(Some(&next), 0, 0).0, "four\n");
         // a small limit returns whole entries only
-        let (text, n) = read(0, 40, 0);
-        assert_eq!((String::from_utf8(text).unwrap().as_str(), n), ("one\n", 36));
+        let (text, n) = read(None, 40, 0);
+        assert_eq!((text.as_str(), n.offset), ("one\n", 36));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -86,17 +86,32 @@ pub enum Outcome {
     Reopened,
 }
 
+/// Open `path` for reading if it is a regular file (not through a
+/// symlink; a FIFO does not block the open).
 fn open_plain(path: &Path) -> std::io::Result<File> {
-    std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path)
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    Ok(f)
+}
+
+/// The most of a compressed log's content ever decompressed for one read:
+/// far beyond what a rotation leaves (`containerLogMaxSize` and what came
+/// while it was checked), so that a planted gzip bomb costs seconds, not
+/// hours.
+pub const MAX_DECOMPRESSED: u64 = 4 << 30;
+
+/// A decoder of the compressed log `path`, at most [`MAX_DECOMPRESSED`]
+/// bytes of it.
+fn decompress(path: &Path) -> std::io::Result<impl Read> {
+    Ok(flate2::read::GzDecoder::new(std::io::BufReader::new(open_plain(path)?)).take(MAX_DECOMPRESSED))
 }
 
 /// Compress `r` (a rotated log) into `<r>.gz` through `<r>.tmp`, then
 /// remove `r`. Returns the bytes read.
 pub fn compress(r: &Path) -> std::io::Result<u64> {
     let src = open_plain(r)?;
-    if !src.metadata()?.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
     let tmp = PathBuf::from(format!("{}{TMP}", r.display()));
     let gz = PathBuf::from(format!("{}{COMPRESSED}", r.display()));
     let out = std::fs::OpenOptions::new()
@@ -237,11 +252,7 @@ pub fn remove_instance(dir: &Path, live: &str) {
 /// Read a compressed rotated log from its start: at most `limit` bytes of
 /// its content after skipping `skip`.
 pub fn read_compressed(path: &Path, skip: u64, limit: u64) -> std::io::Result<Vec<u8>> {
-    let f = open_plain(path)?;
-    if !f.metadata()?.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    let mut dec = flate2::read::GzDecoder::new(std::io::BufReader::new(f));
+    let mut dec = decompress(path)?;
     std::io::copy(&mut (&mut dec).take(skip), &mut std::io::sink())?;
     let mut out = Vec::new();
     dec.take(limit).read_to_end(&mut out)?;
@@ -251,11 +262,7 @@ pub fn read_compressed(path: &Path, skip: u64, limit: u64) -> std::io::Result<Ve
 /// The last `max` bytes of a compressed rotated log's content (streamed:
 /// memory stays within twice `max`) and whether it was cut.
 pub fn tail_compressed(path: &Path, max: u64) -> std::io::Result<(Vec<u8>, bool)> {
-    let f = open_plain(path)?;
-    if !f.metadata()?.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    let mut dec = flate2::read::GzDecoder::new(std::io::BufReader::new(f));
+    let mut dec = decompress(path)?;
     let max = max as usize;
     let mut buf = Vec::with_capacity(max.min(1 << 20) * 2);
     let mut chunk = vec![0u8; 64 << 10];

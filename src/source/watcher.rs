@@ -2,7 +2,7 @@
 //! rescan (`fileCheckFrequency`), and a rescan on demand (SIGHUP).
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -27,17 +27,10 @@ enum Cmd {
     Stop,
 }
 
-/// Wake the watcher: add 1 to its eventfd's counter.
-fn poke(fd: &File) {
-    // never fails short of a counter at 2^64-1 (a non-blocking write then
-    // says EAGAIN): the watcher is awake anyway
-    let _ = (&*fd).write(&1u64.to_ne_bytes());
-}
-
 impl SourceHandle {
     pub fn rescan(&self) {
         let _ = self.cmd.send(Cmd::Rescan);
-        poke(&self.wake);
+        crate::sys::eventfd_poke(&self.wake);
     }
 
     /// A function that asks for a scan now (for the local API); does
@@ -46,7 +39,7 @@ impl SourceHandle {
         let (cmd, wake) = (self.cmd.clone(), self.wake.clone());
         Arc::new(move || {
             if cmd.send(Cmd::Rescan).is_ok() {
-                poke(&wake);
+                crate::sys::eventfd_poke(&wake);
             }
         })
     }
@@ -55,7 +48,7 @@ impl SourceHandle {
 impl Drop for SourceHandle {
     fn drop(&mut self) {
         let _ = self.cmd.send(Cmd::Stop);
-        poke(&self.wake);
+        crate::sys::eventfd_poke(&self.wake);
         if let Some(j) = self.join.take() {
             let _ = j.join();
         }

@@ -82,7 +82,11 @@ impl SyncConfig {
 
     /// `/var/log/pods/<ns>_<name>_<uid>`, the kubelet's layout.
     pub fn pod_log_dir(&self, pod: &Pod) -> PathBuf {
-        self.pod_logs_dir.join(format!("{}_{}_{}", model::namespace(pod), model::name(pod), model::uid(pod)))
+        self.pod_logs_dir.join(crate::runtime::logs::pod_dir_name(
+            model::namespace(pod),
+            model::name(pod),
+            model::uid(pod),
+        ))
     }
 }
 

@@ -73,13 +73,7 @@ pub fn fstat(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
 /// The size in bytes of the filesystem holding `path` (`statvfs`:
 /// `f_blocks * f_frsize`).
 pub fn filesystem_bytes(path: &CStr) -> io::Result<u64> {
-    // SAFETY: `statvfs` is plain old data (integers only): all zeroes is a
-    // valid value, overwritten by the call below.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `path` is a valid NUL-terminated string for the call; `st`
-    // is a valid, writable statvfs.
-    zero_or_errno(unsafe { libc::statvfs(path.as_ptr(), &mut st) })?;
-    Ok((st.f_blocks as u64).saturating_mul(st.f_frsize as u64))
+    statvfs(path).map(|f| f.blocks.saturating_mul(f.frsize))
 }
 
 /// A filesystem's figures (`statvfs`): blocks of `frsize` bytes, inodes.
@@ -181,6 +175,14 @@ pub fn unmount_detach(target: &CStr) -> io::Result<()> {
 pub fn eventfd(flags: libc::c_int) -> io::Result<OwnedFd> {
     // SAFETY: eventfd takes no pointers; it returns a new descriptor or -1.
     new_fd(unsafe { libc::eventfd(0, flags) })
+}
+
+/// Wake whoever polls the eventfd `fd`: add 1 to its counter. Never fails
+/// short of a counter at 2^64-1 (a non-blocking write then says EAGAIN),
+/// and the poller is awake anyway then.
+pub fn eventfd_poke(fd: &std::fs::File) {
+    use std::io::Write;
+    let _ = (&*fd).write(&1u64.to_ne_bytes());
 }
 
 /// Make reads of `fd` return `WouldBlock` instead of waiting.
