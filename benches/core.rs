@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use podwarden::cli::daemon::Tuning;
 use podwarden::config::Config;
-use podwarden::daemon::Tuning;
 use podwarden::model::{self, Container, ObjectMeta, Pod, PodSpec};
-use podwarden::podworkers::{KillPodOptions, Observer, Phase, PodWorkers, UpdatePodOptions, UpdateType};
+use podwarden::pod::workers::{KillPodOptions, Observer, Phase, PodWorkers, UpdatePodOptions, UpdateType};
 use podwarden::runtime::fake::FakeRuntime;
 
 fn pod(i: usize, round: usize) -> Arc<Pod> {
@@ -83,7 +83,7 @@ fn setup() -> Setup {
         ..Config::default()
     };
     let tuning = Tuning { observer: Some(finished.clone()), ..Tuning::default() };
-    let workers = podwarden::daemon::assemble(&config, fake.clone(), "fake://", tuning).workers;
+    let workers = podwarden::cli::daemon::assemble(&config, fake.clone(), "fake://", tuning).workers;
     Setup { fake, finished, workers, _root: root }
 }
 
@@ -177,7 +177,7 @@ fn main() {
     for t in 0..2 {
         let (w, pods, stop, calls) = (s.workers.clone(), pods.clone(), stop.clone(), calls.clone());
         hs.push(
-            podwarden::thread::spawn(format!("bench-update-{t}"), None, move || {
+            podwarden::base::thread::spawn(format!("bench-update-{t}"), None, move || {
                 let mut i = t;
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
@@ -220,7 +220,7 @@ fn main() {
         total as f64 / wall,
         wall / 2.0,
         rss_per_worker / 64.0,
-        podwarden::thread::WORKER_STACK / 1024,
+        podwarden::base::thread::WORKER_STACK / 1024,
         bench_dir().display()
     );
 }

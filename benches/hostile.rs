@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use podwarden::api::client::Client;
+use podwarden::cli::client::Client;
 
 mod support;
 use support::{IMAGE, print_json, proc_status, socket};
@@ -218,7 +218,7 @@ fn main() {
     let applier = {
         let (stop, sock) = (stop.clone(), agent.api_socket());
         let inputs = inputs.clone();
-        podwarden::thread::spawn("hostile-apply", None, move || {
+        podwarden::base::thread::spawn("hostile-apply", None, move || {
             let c = Client::connect(sock.to_str().unwrap()).unwrap();
             let mut n = 0;
             while !stop.load(Ordering::Relaxed) && n < 2000 {

@@ -148,7 +148,7 @@ fn run(cri: &Arc<CriRuntime>, tag: &str, command: &str, grace_s: u64) -> Run {
     let stop = Arc::new(AtomicBool::new(false));
     let poller = {
         let (cri, exits, stop, tag) = (cri.clone(), exits.clone(), stop.clone(), tag.to_string());
-        podwarden::thread::spawn("exit-poller", None, move || {
+        podwarden::base::thread::spawn("exit-poller", None, move || {
             while !stop.load(Ordering::SeqCst) {
                 let pods = cri.list_pods(&call()).unwrap_or_default();
                 let seen = now_ns();

@@ -38,7 +38,7 @@ fn raw(cri: &Arc<CriRuntime>, n: usize, tag: &str) -> Vec<f64> {
         .map(|i| {
             let cri = cri.clone();
             let tag = tag.to_string();
-            podwarden::thread::spawn(format!("raw-{i}"), None, move || raw_pod(&cri, i, &tag)).unwrap()
+            podwarden::base::thread::spawn(format!("raw-{i}"), None, move || raw_pod(&cri, i, &tag)).unwrap()
         })
         .collect();
     let results: Vec<(f64, String)> = handles.into_iter().map(|h| h.join().unwrap()).collect();

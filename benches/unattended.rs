@@ -166,11 +166,15 @@ fn image_gc(cri: std::sync::Arc<CriRuntime>, out: &mut BTreeMap<&'static str, f6
             .success();
         assert!(ok, "scripts/e2e-env.sh extra-image failed");
     }
-    let policy =
-        podwarden::images::Policy { high_percent: 1, low_percent: 0, min_age: Duration::ZERO, max_age: Duration::ZERO };
-    let events = std::sync::Arc::new(podwarden::events::EventRecorder::new(64));
-    let metrics = std::sync::Arc::new(podwarden::metrics::Metrics::new());
-    let gc = podwarden::images::ImageGc::new(cri, policy, events, metrics, "bench", Duration::from_secs(30));
+    let policy = podwarden::node::images::gc::Policy {
+        high_percent: 1,
+        low_percent: 0,
+        min_age: Duration::ZERO,
+        max_age: Duration::ZERO,
+    };
+    let events = std::sync::Arc::new(podwarden::telemetry::events::EventRecorder::new(64));
+    let metrics = std::sync::Arc::new(podwarden::telemetry::metrics::Metrics::new());
+    let gc = podwarden::node::images::gc::ImageGc::new(cri, policy, events, metrics, "bench", Duration::from_secs(30));
     let t = Instant::now();
     let r = gc.collect(Instant::now()).unwrap();
     let ms = t.elapsed().as_secs_f64() * 1000.0;

@@ -4,9 +4,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use podwarden::cli::daemon::DaemonError;
 use podwarden::cli::{CliError, exit};
 use podwarden::config::{Config, ConfigError};
-use podwarden::daemon::DaemonError;
 
 const USAGE: &str = "\
 podwarden: run Kubernetes pods on this machine through a CRI runtime
@@ -125,7 +125,7 @@ fn run(args: &[String]) -> Result<(), MainError> {
                 log::warn!("could not re-execute with GLIBC_TUNABLES={}: {e}", podwarden::sys::MALLOC_TUNABLES);
             }
             let file = config_file(config_path);
-            podwarden::daemon::run(load_config(file.clone())?).map_err(|e| match e {
+            podwarden::cli::daemon::run(load_config(file.clone())?).map_err(|e| match e {
                 // apiGroup, the cgroup driver and the credential provider
                 // plugins are looked up at start; their errors name the config
                 e @ (DaemonError::ApiGroup { .. } | DaemonError::CgroupDriver { .. } | DaemonError::Credentials(_)) => {
@@ -145,7 +145,7 @@ fn run(args: &[String]) -> Result<(), MainError> {
             // reads the file under: take both from the config the agent
             // would use
             let config = load_config(config_file(config_path))?;
-            let node_name = podwarden::daemon::node_name(&config);
+            let node_name = podwarden::cli::daemon::node_name(&config);
             let mut failed = false;
             for f in files {
                 let path = podwarden::model::manifest::source_path(f.as_ref(), &config.static_pod_path);
@@ -227,7 +227,7 @@ fn load_config(file: Option<PathBuf>) -> Result<Config, ConfigError> {
 }
 
 fn main() -> ExitCode {
-    podwarden::logging::init("info");
+    podwarden::base::logging::init("info");
     let args: Vec<String> = std::env::args().skip(1).collect();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,

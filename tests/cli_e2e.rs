@@ -59,7 +59,7 @@ fn follow_logs(a: &Agent, pod: &str) -> (Child, Arc<Mutex<String>>, std::thread:
         .unwrap();
     let followed = Arc::new(Mutex::new(String::new()));
     let (mut out, f) = (follow.stdout.take().unwrap(), followed.clone());
-    let reader = podwarden::thread::spawn("follow-reader", None, move || {
+    let reader = podwarden::base::thread::spawn("follow-reader", None, move || {
         let mut buf = [0u8; 65536];
         while let Ok(n @ 1..) = out.read(&mut buf) {
             f.lock().push_str(&String::from_utf8_lossy(&buf[..n]));
@@ -390,7 +390,7 @@ fn container_logs_are_rotated_compressed_and_read_across_rotations() {
     // the live and the newest rotated file may each be over the limit by
     // what came in before the check (about 100 ms of writes)
     assert!(on_disk < 4 * 64 * 1024 + 3 * 32 * 1024, "{on_disk} bytes on disk for 760 KB written: {f:?}");
-    let content = podwarden::runtime::rotation::read_compressed(&dir.join(&gz.0), 0, u64::MAX).unwrap();
+    let content = podwarden::logs::rotation::read_compressed(&dir.join(&gz.0), 0, u64::MAX).unwrap();
     assert!(content.starts_with(b"20") && content.ends_with(b"\n"), "gzip holding CRI log lines");
     assert!(gz.1 * 3 < content.len() as u64, "compressed {} bytes of {}", gz.1, content.len());
 

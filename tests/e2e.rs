@@ -197,7 +197,7 @@ fn edited_manifest_stops_the_old_pod_before_the_new_one_starts() {
 fn agent_killed_and_restarted_adopts_running_pods() {
     let _serial = SERIAL.lock();
     // debug lines of the agent module: one per housekeeping pass
-    let mut a = Agent::start_with("adopt", "", &[("RUST_LOG", "info,podwarden::agent=debug")]);
+    let mut a = Agent::start_with("adopt", "", &[("RUST_LOG", "info,podwarden::agent::manager=debug")]);
     a.write("keep.yaml", &pod_yaml("keep", "", TRAPPING));
     a.write("drop.yaml", &pod_yaml("drop", "", TRAPPING));
     let keep = a.uid("keep");
@@ -671,7 +671,7 @@ fn dns_config_is_merged_and_host_aliases_reach_host_network_pods() {
     };
     wait_for("both pods ran", Duration::from_secs(30), || message("merged").is_some() && message("hostnet").is_some());
     let m = message("merged").unwrap();
-    let node = podwarden::sync::dns::host(std::path::Path::new("/etc/resolv.conf"));
+    let node = podwarden::pod::phases::dns::host(std::path::Path::new("/etc/resolv.conf"));
     for s in node.servers.iter().take(2) {
         assert!(m.contains(&format!("nameserver {s}")), "the node's nameserver {s} is kept:\n{m}");
     }
@@ -1068,7 +1068,7 @@ fn probes_and_hooks_by_host_name_on_containerd() {
     let plain = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let plain_port = plain.local_addr().unwrap().port();
     let (seen_tx, seen) = crossbeam_channel::unbounded::<String>();
-    podwarden::thread::spawn("test-http", None, move || {
+    podwarden::base::thread::spawn("test-http", None, move || {
         use std::io::{Read, Write};
         for conn in plain.incoming() {
             let Ok(mut c) = conn else { return };
@@ -1146,7 +1146,7 @@ fn post_start_and_pre_stop_hooks_run_in_the_container_on_containerd() {
 #[test]
 fn grpc_probe_follows_the_health_service_on_containerd() {
     let _serial = SERIAL.lock();
-    let server = podwarden::prober::grpc::test_server::HealthServer::start("0.0.0.0", 0).unwrap();
+    let server = podwarden::pod::prober::grpc::test_server::HealthServer::start("0.0.0.0", 0).unwrap();
     server.set_serving(false);
     let mut a = Agent::start("grpc-probe");
     let pod = pod_yaml("grpcd", "  hostNetwork: true\n  terminationGracePeriodSeconds: 1\n", TRAPPING).replace(
@@ -1480,9 +1480,9 @@ fn security_context_reaches_the_kernel_on_containerd() {
 
 /// An HTTPS server on `ip` with the test certificate (self-signed, for
 /// another name).
-fn https_server(ip: &str) -> podwarden::prober::net::test_tls::HttpsServer {
+fn https_server(ip: &str) -> podwarden::pod::prober::net::test_tls::HttpsServer {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls");
-    podwarden::prober::net::test_tls::HttpsServer::start(ip, &dir.join("cert.pem"), &dir.join("key.pem")).unwrap()
+    podwarden::pod::prober::net::test_tls::HttpsServer::start(ip, &dir.join("cert.pem"), &dir.join("key.pem")).unwrap()
 }
 
 /// An HTTPS readiness probe on containerd: a host-network pod probing an
@@ -1680,7 +1680,7 @@ fn memory_pressure_in_the_pods_cgroup_evicts_the_best_effort_hog_on_containerd()
     let mut a = Agent::start_with(
         "mempressure",
         "evictionHard: {memory.available: 100Mi}\nevictionPressureTransitionPeriod: 4s\n",
-        &[("RUST_LOG", "info,podwarden::eviction=debug")],
+        &[("RUST_LOG", "info,podwarden::agent::eviction=debug")],
     );
     a.write("steady.yaml", &(pod_yaml("steady", "", TRAPPING) + "    resources: {requests: {memory: 64Mi}}\n"));
     let steady = a.uid("steady");
@@ -1794,7 +1794,7 @@ impl StallingRegistry {
         let (asked, stop) = (Arc::new(Mutex::new(Vec::new())), Arc::new(std::sync::atomic::AtomicBool::new(false)));
         let (a, s) = (asked.clone(), stop.clone());
         listener.set_nonblocking(true).unwrap();
-        podwarden::thread::spawn("stall-registry", None, move || {
+        podwarden::base::thread::spawn("stall-registry", None, move || {
             while !s.load(Ordering::Relaxed) {
                 let Ok((conn, _)) = listener.accept() else {
                     std::thread::sleep(Duration::from_millis(20));
@@ -1802,7 +1802,7 @@ impl StallingRegistry {
                 };
                 conn.set_nonblocking(false).unwrap();
                 let (a, s, config, manifest, layer) = (a.clone(), s.clone(), config.clone(), manifest.clone(), layer_digest.clone());
-                podwarden::thread::spawn("stall-conn", None, move || {
+                podwarden::base::thread::spawn("stall-conn", None, move || {
                     let mut conn = conn;
                     let mut reader = std::io::BufReader::new(conn.try_clone().unwrap());
                     loop {
@@ -1938,7 +1938,7 @@ fn a_soft_pid_threshold_evicts_the_pod_with_most_processes_after_its_grace_perio
             "evictionSoft: {{pid.available: \"{threshold}\"}}\nevictionSoftGracePeriod: {{pid.available: 4s}}\n\
              evictionMaxPodGracePeriod: 2\n"
         ),
-        &[("RUST_LOG", "info,podwarden::eviction=debug")],
+        &[("RUST_LOG", "info,podwarden::agent::eviction=debug")],
     );
     a.write("steady.yaml", &pod_yaml("steady", "", TRAPPING));
     let steady = a.uid("steady");

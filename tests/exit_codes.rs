@@ -217,5 +217,5 @@ fn help_and_the_man_page_document_each_status() {
         assert!(line.contains(what), "podwarden help: status {code} ({what}) in\n{help}");
         assert!(section.contains(&format!(".B {code}\n")), "podwarden.8 EXIT STATUS: {code}");
     }
-    assert_eq!(i32::from(podwarden::cli::exit::SOFTWARE), podwarden::thread::PANIC_EXIT_CODE);
+    assert_eq!(i32::from(podwarden::cli::exit::SOFTWARE), podwarden::base::thread::PANIC_EXIT_CODE);
 }

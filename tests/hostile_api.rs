@@ -295,7 +295,7 @@ fn apply_over_the_size_limit_is_refused_by_the_client_and_the_server() {
         &format!("apply: {}: manifest is over the limit of 1048576 bytes", file.display()),
     );
     // past the client: the daemon names the limit too
-    let c = podwarden::api::client::Client::connect(d.socket().to_str().unwrap()).unwrap();
+    let c = podwarden::cli::client::Client::connect(d.socket().to_str().unwrap()).unwrap();
     let t = Instant::now();
     let e = c.apply(big.clone().into_bytes(), "big.yaml").unwrap_err().to_string();
     assert!(t.elapsed() < AT_ONCE);
@@ -416,7 +416,7 @@ fn two_hundred_refused_peers_do_not_delay_a_root_call() {
 struct InProcess {
     dir: TempDir,
     fake: Arc<FakeRuntime>,
-    running: Option<podwarden::daemon::Running>,
+    running: Option<podwarden::cli::daemon::Running>,
 }
 
 impl InProcess {
@@ -432,19 +432,19 @@ impl InProcess {
         )
         .unwrap();
         let fake = Arc::new(FakeRuntime::new());
-        let running = podwarden::daemon::start(&config, fake.clone(), "fake://").unwrap();
+        let running = podwarden::cli::daemon::start(&config, fake.clone(), "fake://").unwrap();
         InProcess { dir, fake, running: Some(running) }
     }
 
-    fn client(&self) -> podwarden::api::client::Client {
-        podwarden::api::client::Client::connect(self.dir.0.join("api.sock").to_str().unwrap()).unwrap()
+    fn client(&self) -> podwarden::cli::client::Client {
+        podwarden::cli::client::Client::connect(self.dir.0.join("api.sock").to_str().unwrap()).unwrap()
     }
 
-    fn agent(&self) -> &podwarden::agent::Agent {
+    fn agent(&self) -> &podwarden::agent::manager::Agent {
         &self.running.as_ref().unwrap().parts.agent
     }
 
-    fn parts(&self) -> &podwarden::parts::Parts {
+    fn parts(&self) -> &podwarden::agent::Parts {
         &self.running.as_ref().unwrap().parts
     }
 
@@ -567,7 +567,7 @@ fn delete_during_a_hanging_start_on_containerd() {
         podwarden::runtime::cri::CriRuntime::connect(&format!("unix://{}", agent::socket()), Duration::from_secs(5))
             .unwrap(),
     );
-    let running = podwarden::daemon::start(&config, runtime, "containerd://").unwrap();
+    let running = podwarden::cli::daemon::start(&config, runtime, "containerd://").unwrap();
     let yaml = agent::pod_yaml("stuck", "  terminationGracePeriodSeconds: 1\n", agent::TRAPPING);
     let path = manifests.join("stuck.yaml");
     let uid = podwarden::model::uid(
@@ -585,7 +585,7 @@ fn delete_during_a_hanging_start_on_containerd() {
             .is_ok_and(|rp| rp.containers.iter().any(|c| c.state == agent::ContainerState::Created))
     });
     wait_for("containerd blocked opening the FIFO", Duration::from_secs(10), fifo_writer_waiting);
-    let c = podwarden::api::client::Client::connect(dir.0.join("api.sock").to_str().unwrap()).unwrap();
+    let c = podwarden::cli::client::Client::connect(dir.0.join("api.sock").to_str().unwrap()).unwrap();
     // logs of the FIFO: an error at once (and the FIFO is not opened)
     let t = Instant::now();
     let e = c
@@ -607,8 +607,8 @@ fn delete_during_a_hanging_start_on_containerd() {
         podwarden::runtime::cri::CriRuntime::connect(&format!("unix://{}", agent::socket()), Duration::from_secs(5))
             .unwrap();
     let deleting = {
-        let c = podwarden::api::client::Client::connect(dir.0.join("api.sock").to_str().unwrap()).unwrap();
-        podwarden::thread::spawn("delete", None, move || {
+        let c = podwarden::cli::client::Client::connect(dir.0.join("api.sock").to_str().unwrap()).unwrap();
+        podwarden::base::thread::spawn("delete", None, move || {
             let t = Instant::now();
             c.delete("e2e", "stuck", Some(0)).unwrap();
             t.elapsed()

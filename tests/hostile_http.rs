@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{TempDir, wait_for};
-use podwarden::http::MAX_CONNECTIONS;
+use podwarden::api::http::MAX_CONNECTIONS;
 
 const BIN: &str = env!("CARGO_BIN_EXE_podwarden");
 const RSS_BOUND_KIB: u64 = 16 * 1024;

@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
+use podwarden::cli::daemon::Running;
 use podwarden::config::Config;
-use podwarden::daemon::Running;
 use podwarden::model::{self, Pod};
-use podwarden::podworkers::{KillPodOptions, Phase, UpdatePodOptions};
+use podwarden::pod::workers::{KillPodOptions, Phase, UpdatePodOptions};
 use podwarden::runtime::fake::{FakeRuntime, Op};
 
 const T: Duration = Duration::from_secs(10);
@@ -41,7 +41,7 @@ fn start_agent(dir: &Path, fake: &Arc<FakeRuntime>) -> Running {
         dir.join("logs").display()
     );
     let config = Config::parse("test-config.yaml", &yaml).unwrap();
-    podwarden::daemon::start(&config, fake.clone(), "fake://").unwrap()
+    podwarden::cli::daemon::start(&config, fake.clone(), "fake://").unwrap()
 }
 
 fn desired_by_name(r: &Running, name: &str) -> Option<Arc<Pod>> {
@@ -147,7 +147,7 @@ fn a_pod_that_left_its_source_counts_for_admission_until_it_finished() {
 /// status of a running pod, not "Terminated" with the shutdown message.
 #[test]
 fn a_pod_started_again_after_a_cancelled_shutdown_has_a_running_status() {
-    use podwarden::logind::{Event, FakeLogind};
+    use podwarden::agent::node_shutdown::logind::{Event, FakeLogind};
     let h = Harness::new();
     h.fake.set_term_delay("c", Some(Duration::from_millis(100)));
     h.agent.apply_source(vec![arc(pod("web", "web1"))]);
@@ -157,10 +157,10 @@ fn a_pod_started_again_after_a_cancelled_shutdown_has_a_running_status() {
     wait_for("lock taken", T, || logind.locks_held() == 1);
     logind.send(Event::PrepareForShutdown(true));
     wait_for("web killed for the shutdown", T, || {
-        h.statuses.get("web1").is_some_and(|s| s.reason.as_deref() == Some(podwarden::shutdown::REASON))
+        h.statuses.get("web1").is_some_and(|s| s.reason.as_deref() == Some(podwarden::agent::node_shutdown::REASON))
     });
     let st = h.statuses.get("web1").unwrap();
-    assert_eq!(st.message.as_deref(), Some(podwarden::shutdown::MESSAGE));
+    assert_eq!(st.message.as_deref(), Some(podwarden::agent::node_shutdown::MESSAGE));
     logind.send(Event::PrepareForShutdown(false));
     wait_for("admission open again", T, || !h.admission.is_shutting_down());
     wait_for("web runs again", T, || {
@@ -216,7 +216,7 @@ fn set_up_error_that_cannot_heal_fails_the_pod_without_retrying() {
     assert_eq!(h.fake.calls_for("perm1", Op::RunPodSandbox).len(), 1, "not retried");
     let st = h.statuses.get("perm1").unwrap();
     assert_eq!(st.phase.as_deref(), Some("Failed"));
-    assert_eq!(st.reason.as_deref(), Some(podwarden::sync::REASON_SETUP_FAILED));
+    assert_eq!(st.reason.as_deref(), Some(podwarden::pod::phases::REASON_SETUP_FAILED));
     assert_eq!(
         st.message.as_deref(),
         Some(format!("RunPodSandbox failed: {MSG}; not retried: this error cannot heal").as_str())
@@ -246,10 +246,14 @@ fn the_manifest_watcher_survives_a_huge_period() {
     std::fs::write(d.0.join("a.yaml"), VICTIM.replace("victim", "a")).unwrap();
     let seen: Arc<Mutex<Vec<usize>>> = Arc::default();
     let s2 = seen.clone();
-    let source = podwarden::source::FileSource::new(&d.0, "node-a");
-    let handle =
-        podwarden::source::start_watcher(source, Duration::MAX, move |pods, _| s2.lock().push(pods.len()), |_, _| {})
-            .unwrap();
+    let source = podwarden::agent::source::FileSource::new(&d.0, "node-a");
+    let handle = podwarden::agent::source::start_watcher(
+        source,
+        Duration::MAX,
+        move |pods, _| s2.lock().push(pods.len()),
+        |_, _| {},
+    )
+    .unwrap();
     wait_for("first scan", T, || seen.lock().first() == Some(&1));
     std::fs::write(d.0.join("b.yaml"), VICTIM.replace("victim", "b")).unwrap();
     wait_for("b picked up by inotify", T, || seen.lock().last() == Some(&2));
@@ -277,7 +281,7 @@ fn a_panicking_thread_makes_the_agent_unhealthy() {
     // eviction manager's stats, the log monitor's pass
     let thread = e.strip_prefix("thread ").and_then(|r| r.strip_suffix(" panicked: injected panic in ListPodSandbox"));
     assert!(thread.is_some_and(|t| ["housekeeping", "eviction", "log-monitor"].contains(&t)), "{e}");
-    let (ready, _, message) = podwarden::view::ready(
+    let (ready, _, message) = podwarden::api::view::ready(
         r.parts.admission.is_shutting_down(),
         r.parts.agent.health(within).err().map(|e| e.to_string()),
     );
@@ -320,7 +324,7 @@ fn a_panicking_thread_ends_podwarden_run() {
     let mut err = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
     assert!(exited, "still running {:?} after the panic: {err}", t.elapsed());
-    assert_eq!(status.code(), Some(podwarden::thread::PANIC_EXIT_CODE), "{err}");
+    assert_eq!(status.code(), Some(podwarden::base::thread::PANIC_EXIT_CODE), "{err}");
     let named = ["housekeeping", "eviction", "log-monitor"].iter().any(|t| {
         err.contains(&format!(
             "thread {t} panicked: injected panic in ListPodSandbox; exiting with status 70 so that a fresh agent is started (pods keep running and are adopted)"

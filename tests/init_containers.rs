@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::*;
 use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
 use podwarden::model;
-use podwarden::podworkers::{KillPodOptions, Phase, UpdatePodOptions, UpdateType};
+use podwarden::pod::workers::{KillPodOptions, Phase, UpdatePodOptions, UpdateType};
 use podwarden::runtime::fake::Op;
 use podwarden::runtime::{CallCtx, ExecResult, Runtime};
 

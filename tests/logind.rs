@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use bus::*;
 use common::*;
 use parking_lot::Mutex;
-use podwarden::logind::dbus_impl::DbusLogind;
-use podwarden::logind::{Event, Logind, LogindThread};
+use podwarden::agent::node_shutdown::logind::dbus_impl::DbusLogind;
+use podwarden::agent::node_shutdown::logind::{Event, Logind, LogindThread};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -113,12 +113,12 @@ fn logind_restarted_the_lock_is_taken_again() {
 
 #[test]
 fn inhibit_delay_is_raised_through_a_drop_in_and_a_later_drop_in_is_named() {
-    use podwarden::logind::ensure_inhibit_delay;
+    use podwarden::agent::node_shutdown::logind::ensure_inhibit_delay;
     let _s = SERIAL.lock();
     bus();
     let dir = std::path::PathBuf::from("/run/podwarden-logind/logind.conf.d");
     let later = dir.join("99-zz-later.conf");
-    let ours = dir.join(podwarden::logind::DROPIN);
+    let ours = dir.join(podwarden::agent::node_shutdown::logind::DROPIN);
     let l = DbusLogind::new();
     l.connect().unwrap();
     assert_eq!(l.inhibit_delay_max().unwrap(), Duration::from_secs(5));

@@ -4,7 +4,7 @@
 //! its log's content) makes the decoder panic or grow its output beyond one
 //! byte per input line. Bounded case counts.
 
-use podwarden::runtime::logs::decode;
+use podwarden::logs::reader::decode;
 use proptest::prelude::*;
 
 /// One runtime entry: stream, partial flag, content (no newline: the

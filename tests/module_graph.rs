@@ -14,17 +14,11 @@ use std::path::Path;
 /// running parts, the core no orchestration, nothing below the edges an
 /// edge. A new module must be given its layer here.
 const LAYERS: &[(&str, &[&str])] = &[
-    (
-        "leaf",
-        &["model", "config", "runtime", "cgroups", "cancel", "thread", "fsutil", "sys", "logging", "notify", "pss"],
-    ),
-    (
-        "core",
-        &["podworkers", "sync", "prober", "admission", "status", "events", "metrics", "images", "stats", "credentials"],
-    ),
-    ("orchestration", &["agent", "housekeeping", "logrotate", "eviction", "shutdown", "parts"]),
-    ("view", &["view"]),
-    ("edge", &["http", "api", "logind", "source", "cli", "daemon"]),
+    ("leaf", &["sys", "base", "model", "config"]),
+    ("runtime boundary", &["runtime", "telemetry", "logs"]),
+    ("node and pods", &["node", "pod"]),
+    ("orchestration", &["agent"]),
+    ("edge", &["api", "cli"]),
 ];
 
 fn layer_of(module: &str) -> Option<(usize, &'static str)> {
@@ -221,7 +215,7 @@ fn cycles(g: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
 #[test]
 fn no_cycle_between_modules() {
     let g = graph();
-    assert!(g.contains_key("agent") && g["agent"].contains("podworkers"), "the graph reader found no edges: {g:?}");
+    assert!(g.contains_key("agent") && g["agent"].contains("pod"), "the graph reader found no edges: {g:?}");
     let found = cycles(&g);
     let shown: Vec<String> = found
         .iter()
@@ -290,4 +284,163 @@ fn the_code_map_lists_every_file() {
         .collect();
     missing.sort();
     assert!(missing.is_empty(), "ARCHITECTURE.md's code map does not list: {}", missing.join(", "));
+}
+
+/// Every full path a `root::` prefix names in `code`, groups expanded:
+/// `crate::{a::{b, c}, d}` gives `a::b`, `a::c` and `d`.
+fn full_paths(code: &str, root: &str) -> Vec<Vec<String>> {
+    fn ident_at(s: &str) -> &str {
+        let n = s.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(s.len());
+        &s[..n]
+    }
+    /// Parses a path tree at `s` (after a `::`), appending each full path.
+    fn tree(s: &str, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+        let s = s.trim_start();
+        if let Some(group) = s.strip_prefix('{') {
+            let mut depth = 0;
+            let mut start = 0;
+            for (i, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => {
+                        tree(&group[start..i], prefix, out);
+                        return;
+                    }
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        tree(&group[start..i], prefix, out);
+                        start = i + 1;
+                    }
+                    _ => {}
+                }
+            }
+            return;
+        }
+        let name = ident_at(s);
+        if name.is_empty() || name == "self" {
+            out.push(prefix.clone());
+            return;
+        }
+        prefix.push(name.to_string());
+        let rest = &s[name.len()..];
+        if let Some(more) = rest.trim_start().strip_prefix("::") {
+            tree(more, prefix, out);
+        } else {
+            out.push(prefix.clone());
+        }
+        prefix.pop();
+    }
+    let mut out = Vec::new();
+    let pat = format!("{root}::");
+    for (at, _) in code.match_indices(&pat) {
+        let before = code[..at].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+            continue;
+        }
+        tree(&code[at + pat.len()..], &mut Vec::new(), &mut out);
+    }
+    out
+}
+
+/// The module path of a source file: `pod/phases/setup.rs` is
+/// `pod::phases::setup`, `pod/phases/mod.rs` is `pod::phases`.
+fn module_path(rel: &Path) -> Vec<String> {
+    let mut segs: Vec<String> = rel.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+    let last = segs.pop().unwrap();
+    if last != "mod.rs" {
+        segs.push(last.trim_end_matches(".rs").to_string());
+    }
+    segs
+}
+
+/// The file that holds the longest prefix of `path` that is a module.
+fn file_of(src: &Path, path: &[String]) -> Option<String> {
+    (1..=path.len()).rev().find_map(|n| {
+        let p = path[..n].join("/");
+        [format!("{p}.rs"), format!("{p}/mod.rs")].into_iter().find(|f| src.join(f).is_file())
+    })
+}
+
+/// Which source files each file's production code (before its first
+/// `#[cfg(test)]`) names through `crate::` and `super::` paths.
+fn file_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut all = Vec::new();
+    files(&src, &mut all);
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for f in all {
+        let rel = f.strip_prefix(&src).unwrap().to_path_buf();
+        let name = rel.to_string_lossy().into_owned();
+        if name == "main.rs" || name == "lib.rs" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap();
+        let production = text.split("#[cfg(test)]").next().unwrap();
+        let code = code_only(production);
+        let here = module_path(&rel);
+        let mut paths = full_paths(&code, "crate");
+        let parent = &here[..here.len().saturating_sub(1)];
+        for p in full_paths(&code, "super") {
+            paths.push(parent.iter().cloned().chain(p).collect());
+        }
+        let deps = g.entry(name.clone()).or_default();
+        for p in paths {
+            if let Some(to) = file_of(&src, &p)
+                && to != name
+            {
+                deps.insert(to);
+            }
+        }
+    }
+    g
+}
+
+/// No two source files import each other, directly or around a circle
+/// (a folder's `mod.rs` and the files below it included): each file can be
+/// read after the ones it uses.
+#[test]
+fn no_circle_between_files() {
+    let g = file_graph();
+    assert!(
+        g.get("agent/eviction.rs").is_some_and(|d| d.contains("agent/manager.rs")),
+        "the file graph reader found no edges: {g:?}"
+    );
+    let found = cycles(&g);
+    let shown: Vec<String> = found
+        .iter()
+        .map(|c| {
+            let edges: Vec<String> = c
+                .iter()
+                .flat_map(|a| g[a].iter().filter(|b| c.contains(b)).map(move |b| format!("{a} -> {b}")))
+                .collect();
+            format!("{{{}}}: {}", c.join(", "), edges.join("; "))
+        })
+        .collect();
+    assert!(found.is_empty(), "import circles between files:\n{}", shown.join("\n"));
+}
+
+#[test]
+fn the_path_reader_expands_nested_groups() {
+    let code = code_only("use crate::{a::{b, c::D}, e};\nlet x = super::f::g(); crate::h::i");
+    let crate_paths: Vec<String> = full_paths(&code, "crate").iter().map(|p| p.join("::")).collect();
+    assert_eq!(crate_paths, ["a::b", "a::c::D", "e", "h::i"]);
+    let super_paths: Vec<String> = full_paths(&code, "super").iter().map(|p| p.join("::")).collect();
+    assert_eq!(super_paths, ["f::g"]);
+}
+
+/// The top of the tree stays readable: `lib.rs` names at most 12 modules,
+/// each a folder whose `mod.rs` says what it owns and what it may use.
+#[test]
+fn few_top_level_modules_each_a_documented_folder() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib = std::fs::read_to_string(root.join("src/lib.rs")).unwrap();
+    let modules: Vec<&str> =
+        lib.lines().filter_map(|l| l.trim().strip_prefix("pub mod ")).map(|m| m.trim_end_matches(';')).collect();
+    assert!(modules.len() <= 12, "lib.rs names {} modules (at most 12): {modules:?}", modules.len());
+    for m in modules {
+        let path = root.join("src").join(m).join("mod.rs");
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{m}: {}: {e}", path.display()));
+        let header: String = text.lines().take_while(|l| l.starts_with("//!")).collect::<Vec<_>>().join("\n");
+        assert!(header.contains("May use") || header.contains("may use"), "{m}/mod.rs does not say what it may use");
+    }
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use podwarden::model;
-use podwarden::podworkers::{KillPodOptions, Phase, UpdatePodOptions, UpdateType};
+use podwarden::pod::workers::{KillPodOptions, Phase, UpdatePodOptions, UpdateType};
 use podwarden::runtime::ExecResult;
 use podwarden::runtime::fake::Op;
 
@@ -69,7 +69,7 @@ fn readiness_decides_ready_and_the_conditions() {
     wait_for("not ready again", T, || container(&h, &uid).is_some_and(|c| !c.ready));
     assert_eq!(h.fake.live_containers(&uid), 1, "readiness never kills");
     assert_eq!(container(&h, &uid).unwrap().restart_count, 0);
-    let m = podwarden::metrics::render(&h.metrics);
+    let m = podwarden::telemetry::metrics::render(&h.metrics);
     assert!(
         m.lines().any(|l| l.starts_with(
             "prober_probe_total{container=\"c\",namespace=\"default\",pod=\"r\",probe_type=\"Readiness\""

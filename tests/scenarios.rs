@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use podwarden::model::{self, PodStatus};
-use podwarden::podworkers::{KillPodOptions, Phase, UpdatePodOptions, UpdateType};
+use podwarden::pod::workers::{KillPodOptions, Phase, UpdatePodOptions, UpdateType};
 use podwarden::runtime::RuntimePod;
 use podwarden::runtime::fake::Op;
 
@@ -501,7 +501,7 @@ fn housekeeping_removes_dirs_of_pods_nobody_knows() {
 #[test]
 fn housekeeping_thread_runs_when_woken() {
     let h = Harness::new();
-    let hk = podwarden::housekeeping::Housekeeping::with_relist(
+    let hk = podwarden::agent::housekeeping::Housekeeping::with_relist(
         h.agent.clone(),
         Duration::from_secs(3600),
         Duration::from_secs(3600),
@@ -584,13 +584,13 @@ fn node_shutdown_kills_normal_pods_before_critical_ones_and_cancel_restarts_them
         wait_for("running", T, || h.fake.live_containers(u) == 1);
     }
     // shutdownGracePeriod 3 s, critical 1 s: normal pods get 2 s
-    let groups = podwarden::shutdown::groups_from_config(3, 1, &[]);
+    let groups = podwarden::agent::node_shutdown::groups_from_config(3, 1, &[]);
     let shutdown = h.parts.shutdown_runner();
     let state = h.root.0.join("state");
     let state_dir = state.clone();
     let t = Instant::now();
-    let runner = podwarden::thread::spawn("test-shutdown", None, move || {
-        shutdown.run(&groups, &Default::default(), Some(&state_dir), &podwarden::cancel::CancelToken::new())
+    let runner = podwarden::base::thread::spawn("test-shutdown", None, move || {
+        shutdown.run(&groups, &Default::default(), Some(&state_dir), &podwarden::base::cancel::CancelToken::new())
     })
     .unwrap();
     // admission is closed while shutting down
@@ -604,7 +604,7 @@ fn node_shutdown_kills_normal_pods_before_critical_ones_and_cancel_restarts_them
     wait_for("state file written at the start", T, || file.exists());
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     assert!(v["startTime"].as_str().unwrap().ends_with('Z') && v["endTime"].is_null(), "{v}");
-    let node = podwarden::view::node_of(&h.parts, Duration::from_secs(60));
+    let node = podwarden::api::view::node_of(&h.parts, Duration::from_secs(60));
     let ready = &node.node.status.as_ref().unwrap().conditions.as_ref().unwrap()[0];
     assert_eq!((ready.status.as_str(), ready.message.as_deref()), ("False", Some("node is shutting down")));
     assert!(node.graceful_shutdown.shutting_down);
@@ -623,16 +623,19 @@ fn node_shutdown_kills_normal_pods_before_critical_ones_and_cancel_restarts_them
     for u in ["sw", "sq", "sd"] {
         let st = h.statuses.get(u).unwrap();
         assert_eq!(st.reason.as_deref(), Some("Terminated"));
-        assert_eq!(st.message.as_deref(), Some(podwarden::shutdown::MESSAGE));
+        assert_eq!(st.message.as_deref(), Some(podwarden::agent::node_shutdown::MESSAGE));
         assert_eq!(st.phase.as_deref(), Some("Failed"));
     }
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     assert!(v["startTime"].as_str().unwrap().ends_with('Z') && v["endTime"].as_str().unwrap().ends_with('Z'));
     let unix = |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
     assert_eq!(h.metrics.shutdown_times(), [Some(unix(report.started)), Some(unix(report.ended))]);
-    let text = podwarden::metrics::render(&h.metrics);
+    let text = podwarden::telemetry::metrics::render(&h.metrics);
     assert!(text.contains(&format!("kubelet_graceful_shutdown_end_time_seconds {}", unix(report.ended))), "{text}");
-    assert_eq!(podwarden::shutdown::read_state(&state).map(|(s, e)| (s, e.is_some())), Some((report.started, true)));
+    assert_eq!(
+        podwarden::agent::node_shutdown::read_state(&state).map(|(s, e)| (s, e.is_some())),
+        Some((report.started, true))
+    );
 
     // cancelled: admission reopens and the stopped static pods run again
     h.parts.shutdown_runner().cancel(&report.killed);
@@ -653,7 +656,7 @@ fn node_shutdown_kills_normal_pods_before_critical_ones_and_cancel_restarts_them
 
 #[test]
 fn logind_thread_holds_the_lock_releases_it_after_the_pods_and_takes_it_again() {
-    use podwarden::logind::{Event, FakeLogind};
+    use podwarden::agent::node_shutdown::logind::{Event, FakeLogind};
     let h = Harness::new();
     h.fake.set_term_delay("c", Some(Duration::from_millis(200))); // trap SIGTERM, exit soon
     h.agent.apply_source(vec![arc(pod("a", "la")), arc(pod("b", "lb"))]);
@@ -691,8 +694,10 @@ fn logind_thread_holds_the_lock_releases_it_after_the_pods_and_takes_it_again() 
 /// A node shutdown with a 30 s window holding on a pod that ignores SIGTERM
 /// (grace 30 s) and a pod that exits at once, on the logind thread.
 /// Returns the thread and the fake logind once both pods are killed.
-fn logind_shutdown_in_progress(h: &Harness) -> (podwarden::logind::LogindThread, Arc<podwarden::logind::FakeLogind>) {
-    use podwarden::logind::{Event, FakeLogind};
+fn logind_shutdown_in_progress(
+    h: &Harness,
+) -> (podwarden::agent::node_shutdown::logind::LogindThread, Arc<podwarden::agent::node_shutdown::logind::FakeLogind>) {
+    use podwarden::agent::node_shutdown::logind::{Event, FakeLogind};
     h.fake.set_term_delay("c", None); // "stubborn" ignores SIGTERM
     let mut quick = pod("quick", "lq");
     quick.spec.as_mut().unwrap().containers[0].name = "q".into(); // exits at SIGTERM
@@ -717,7 +722,7 @@ fn logind_shutdown_in_progress(h: &Harness) -> (podwarden::logind::LogindThread,
 /// a `PrepareForShutdown(false)` waited for the window (here 30 s) to end.
 #[test]
 fn logind_cancel_during_a_shutdown_takes_effect_at_once_and_restarts_the_pods() {
-    use podwarden::logind::Event;
+    use podwarden::agent::node_shutdown::logind::Event;
     let h = Harness::new();
     let (thread, logind) = logind_shutdown_in_progress(&h);
     // a pod arriving during the shutdown is rejected
@@ -866,7 +871,7 @@ fn disk_empty_dir_usage_is_reported_and_over_its_limit_warned_once() {
     // what the container writes
     std::fs::write(vol.join("fill"), vec![1u8; 300_000]).unwrap();
     h.agent.housekeeping();
-    let text = podwarden::metrics::render(&h.metrics);
+    let text = podwarden::telemetry::metrics::render(&h.metrics);
     let used = text
         .lines()
         .find_map(|l| l.strip_prefix("podwarden_emptydir_used_bytes{namespace=\"ns\",pod=\"du\",volume=\"scratch\"} "))
@@ -894,7 +899,7 @@ fn disk_empty_dir_usage_is_reported_and_over_its_limit_warned_once() {
     // the pod gone: its series go
     h.agent.apply_source(vec![]);
     h.agent.housekeeping();
-    assert!(!podwarden::metrics::render(&h.metrics).contains("volume=\"scratch\""));
+    assert!(!podwarden::telemetry::metrics::render(&h.metrics).contains("volume=\"scratch\""));
 }
 
 /// A pod whose ConfigMap volume names a missing object waits (FailedMount
@@ -987,7 +992,7 @@ fn pulls_try_each_matching_credential_in_turn_and_never_fall_back_to_anonymous()
                       "bad.example": {"username": "wrong", "password": "pw-wrong-3"}}}"#,
     )
     .unwrap();
-    let keyring = podwarden::credentials::Keyring::load(&dir.0, None, std::path::Path::new("")).unwrap();
+    let keyring = podwarden::node::images::credentials::Keyring::load(&dir.0, None, std::path::Path::new("")).unwrap();
     let h = Harness::with(Opts { keyring: Some(Arc::new(keyring)), ..Opts::default() });
     for registry in ["reg.example:5000", "bad.example", "locked.example"] {
         h.fake.require_auth(registry, Auth::new("right", "pw-right-2"));

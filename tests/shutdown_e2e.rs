@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use agent::*;
 use bus::*;
-use podwarden::logind::dbus_impl::DbusLogind;
-use podwarden::logind::{Event, Logind};
+use podwarden::agent::node_shutdown::logind::dbus_impl::DbusLogind;
+use podwarden::agent::node_shutdown::logind::{Event, Logind};
 
 /// Start an agent with graceful shutdown configured (`shutdown` config
 /// lines) on the private system bus.

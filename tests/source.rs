@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use common::{TempDir, wait_for};
 use parking_lot::Mutex;
+use podwarden::agent::source::{FileSource, start_watcher};
 use podwarden::model::manifest::{self, ManifestError};
 use podwarden::model::{self, Pod};
-use podwarden::source::{FileSource, start_watcher};
 
 const POD: &str =
     "apiVersion: v1\nkind: Pod\nmetadata:\n  name: NAME\nspec:\n  containers:\n  - name: c\n    image: busybox\n";
@@ -166,7 +166,7 @@ fn cm(name: &str, value: &str, extra: &str) -> String {
     format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\n{extra}data: {{k: \"{value}\"}}\n")
 }
 
-fn object_values(r: &podwarden::source::ScanReport) -> Vec<(String, String)> {
+fn object_values(r: &podwarden::agent::source::ScanReport) -> Vec<(String, String)> {
     r.objects
         .as_ref()
         .unwrap()

@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use podwarden::daemon::Tuning;
+use podwarden::cli::daemon::Tuning;
 use podwarden::model::{self, Pod};
-use podwarden::podworkers::{KillPodOptions, Observer, Phase, PodWorkers, UpdatePodOptions, UpdateType};
+use podwarden::pod::workers::{KillPodOptions, Observer, Phase, PodWorkers, UpdatePodOptions, UpdateType};
 use podwarden::runtime::fake::{FakeRuntime, Op};
 
 const PODS: usize = 200;
@@ -95,7 +95,7 @@ fn run(seed: u64) {
         observer: Some(checker.clone()),
         ..Tuning::default()
     };
-    let workers = podwarden::daemon::assemble(&config, fake.clone(), "fake://", tuning).workers;
+    let workers = podwarden::cli::daemon::assemble(&config, fake.clone(), "fake://", tuning).workers;
     let pods: Vec<Arc<Pod>> = (0..PODS).map(make_pod).collect();
     let generation: Arc<Vec<AtomicU64>> = Arc::new((0..PODS).map(|_| AtomicU64::new(0)).collect());
     let stop = Arc::new(AtomicBool::new(false));
@@ -105,7 +105,7 @@ fn run(seed: u64) {
     let sampler = {
         let (fake, workers, pods, generation, stop, checker) =
             (fake.clone(), workers.clone(), pods.clone(), generation.clone(), stop.clone(), checker.clone());
-        podwarden::thread::spawn("stress-checker", None, move || {
+        podwarden::base::thread::spawn("stress-checker", None, move || {
             let mut samples = 0u64;
             while !stop.load(Ordering::SeqCst) {
                 let live = fake.live_by_uid();

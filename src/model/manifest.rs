@@ -9,7 +9,9 @@ use std::path::{Component, Path};
 use serde_json::Value;
 use thiserror::Error;
 
-use super::{CONFIG_FILE_ANNOTATION, CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, Pod, fields, fnv128_hex, yaml};
+use super::{
+    CONFIG_FILE_ANNOTATION, CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, Pod, bounded_yaml, fields, fnv128_hex,
+};
 
 /// Largest manifest podwarden reads.
 pub const MAX_MANIFEST_BYTES: u64 = 1024 * 1024;
@@ -88,7 +90,7 @@ pub fn read_file(path: &Path, node_name: &str) -> Result<Parsed, ManifestError> 
 
 /// [`read_file`], for a file that may hold no Pod: everything in it.
 pub fn read_file_all(path: &Path, node_name: &str) -> Result<FileContent, ManifestError> {
-    use crate::fsutil::{FileError, Links};
+    use crate::base::fsutil::{FileError, Links};
     let p = path.display().to_string();
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
@@ -96,25 +98,27 @@ pub fn read_file_all(path: &Path, node_name: &str) -> Result<FileContent, Manife
     };
     let name = path.file_name().map(Path::new).unwrap_or(path);
     let buf =
-        crate::fsutil::read_regular_in(dir, name, Links::StayInside, MAX_MANIFEST_BYTES).map_err(|e| match e {
-            FileError::Directory { .. } => ManifestError::Directory { path: p.clone() },
-            FileError::Dangling { .. } => ManifestError::DanglingSymlink { path: p.clone() },
-            FileError::NotRegular { .. } => ManifestError::NotRegular { path: p.clone() },
-            FileError::TooLarge { size, .. } => ManifestError::TooLarge { path: p.clone(), size },
-            FileError::Io { source, .. } => ManifestError::Unreadable { path: p.clone(), source },
-            FileError::NotFound { .. } => ManifestError::Unreadable {
-                path: p.clone(),
-                source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+        crate::base::fsutil::read_regular_in(dir, name, Links::StayInside, MAX_MANIFEST_BYTES).map_err(
+            |e| match e {
+                FileError::Directory { .. } => ManifestError::Directory { path: p.clone() },
+                FileError::Dangling { .. } => ManifestError::DanglingSymlink { path: p.clone() },
+                FileError::NotRegular { .. } => ManifestError::NotRegular { path: p.clone() },
+                FileError::TooLarge { size, .. } => ManifestError::TooLarge { path: p.clone(), size },
+                FileError::Io { source, .. } => ManifestError::Unreadable { path: p.clone(), source },
+                FileError::NotFound { .. } => ManifestError::Unreadable {
+                    path: p.clone(),
+                    source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+                },
+                FileError::Outside { dir, .. } => ManifestError::Unreadable {
+                    path: p.clone(),
+                    source: std::io::Error::other(format!("a symlink leading outside {dir}; not followed")),
+                },
+                FileError::Symlink { path: link } => ManifestError::Unreadable {
+                    path: p.clone(),
+                    source: std::io::Error::other(format!("{link} was replaced by a symlink while being read")),
+                },
             },
-            FileError::Outside { dir, .. } => ManifestError::Unreadable {
-                path: p.clone(),
-                source: std::io::Error::other(format!("a symlink leading outside {dir}; not followed")),
-            },
-            FileError::Symlink { path: link } => ManifestError::Unreadable {
-                path: p.clone(),
-                source: std::io::Error::other(format!("{link} was replaced by a symlink while being read")),
-            },
-        })?;
+        )?;
     parse_all(&p, &buf, node_name)
 }
 
@@ -231,12 +235,15 @@ fn at_warning(many: bool, i: usize, w: String) -> String {
 }
 
 fn to_values(path: &str, text: &str) -> Result<Vec<Value>, ManifestError> {
-    let syntax =
-        |format, e: yaml::YamlError| ManifestError::Syntax { path: path.to_string(), format, message: e.to_string() };
+    let syntax = |format, e: bounded_yaml::YamlError| ManifestError::Syntax {
+        path: path.to_string(),
+        format,
+        message: e.to_string(),
+    };
     let docs: Vec<Value> = if is_json(path) {
-        yaml::parse_json_bounded(text).map_err(|e| syntax("JSON", e))?
+        bounded_yaml::parse_json_bounded(text).map_err(|e| syntax("JSON", e))?
     } else {
-        let all = yaml::parse_bounded(text).map_err(|e| syntax("YAML", e))?;
+        let all = bounded_yaml::parse_bounded(text).map_err(|e| syntax("YAML", e))?;
         all.into_iter().filter(|v| !v.is_null()).collect()
     };
     if docs.is_empty() {
@@ -1645,7 +1652,7 @@ mod tests {
 
             #[test]
             fn yamlish_text_never_panics_and_agrees_with_serde_yaml_ng(text in yamlish()) {
-                let ours = bounded(|| yaml::parse_bounded(&text));
+                let ours = bounded(|| bounded_yaml::parse_bounded(&text));
                 let _ = bounded(|| parse_full("p.yaml", text.as_bytes(), "n"));
                 // where both read it, they read the same
                 let theirs: Result<Vec<Value>, _> = serde_yaml_ng::Deserializer::from_str(&text)

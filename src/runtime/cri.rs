@@ -776,7 +776,7 @@ impl Runtime for CriRuntime {
         let call = opt(ctx, Op::StopContainer)?;
         let client = self.runtime.clone();
         let (tx, rx) = crossbeam_channel::bounded(1);
-        crate::thread::spawn("cri-stop", Some(crate::thread::HELPER_STACK), move || {
+        crate::base::thread::spawn("cri-stop", Some(crate::base::thread::HELPER_STACK), move || {
             let _ = tx.send(client.stop_container_opt(&req, call));
         })
         .map_err(|e| RuntimeError::Failed { op: Op::StopContainer, message: format!("cannot start a thread: {e}") })?;

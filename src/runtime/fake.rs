@@ -396,7 +396,7 @@ impl FakeRuntime {
             (fault, st.latency.get(&op).copied().unwrap_or_default())
         };
         if !latency.is_zero() {
-            self.wait(ctx, op, crate::cancel::deadline_in(latency))?;
+            self.wait(ctx, op, crate::base::cancel::deadline_in(latency))?;
         }
         match fault {
             None => Ok(()),
@@ -695,7 +695,7 @@ impl Runtime for FakeRuntime {
             _ => (timeout, 137),
         };
         if !wait.is_zero() {
-            self.wait(ctx, Op::StopContainer, crate::cancel::deadline_in(wait))?;
+            self.wait(ctx, Op::StopContainer, crate::base::cancel::deadline_in(wait))?;
         }
         let mut st = self.state.lock();
         if let Some(c) = st.containers.get_mut(id)
@@ -804,7 +804,7 @@ impl Runtime for FakeRuntime {
             Ok(Some(r)) => done(Ok(r)),
             Ok(None) => {
                 // a hung command: the runtime gives up at the timeout
-                let spawned = crate::thread::spawn("fake-exec", None, move || {
+                let spawned = crate::base::thread::spawn("fake-exec", None, move || {
                     std::thread::sleep(timeout);
                     done(Err(RuntimeError::DeadlineExceeded { op: Op::ExecSync }));
                 });

@@ -4,20 +4,23 @@
 //!
 //! Invariant: every call carries a deadline ([`CallCtx`]); an implementation
 //! returns `DeadlineExceeded` rather than block past it.
+//!
+//! Owns the CRI connection (`cri`, the only file that sees the generated
+//! CRI types), the fake (`fake`), the failed-call meter (`metered`) and what
+//! the last relist saw (`cache`). May use `base`, `model` and `config`
+//! (duration formats) only.
 
 pub mod cache;
 pub mod cri;
 pub mod fake;
-pub mod logs;
 pub mod metered;
-pub mod rotation;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use crate::cancel::CancelToken;
+use crate::base::cancel::CancelToken;
 
 /// Label the kubelet puts on sandboxes and containers: the pod UID.
 pub const LABEL_POD_UID: &str = "io.kubernetes.pod.uid";
@@ -37,7 +40,7 @@ pub struct CallCtx {
 
 impl CallCtx {
     pub fn new(timeout: Duration, cancel: &CancelToken) -> Self {
-        CallCtx { deadline: crate::cancel::deadline_in(timeout), cancel: cancel.clone() }
+        CallCtx { deadline: crate::base::cancel::deadline_in(timeout), cancel: cancel.clone() }
     }
 
     /// A context that is never cancelled (housekeeping, tests).

@@ -13,12 +13,12 @@
 //!   eventfd, `poll`, the current thread's name, `_exit`, `kill`, network
 //!   interfaces, `uname`, peer credentials, glibc's allocator tuning;
 //! - grpcio: handing an accepted connection to a server;
-//! - [`yaml`]: libyaml's event parser (`unsafe-libyaml`) as a safe event
+//! - [`libyaml`]: libyaml's event parser (`unsafe-libyaml`) as a safe event
 //!   reader.
 //!
-//! Nothing here imports any other part of podwarden: it is a leaf.
+//! Owns nothing. May use no other part of podwarden: it is a leaf.
 
-pub mod yaml;
+pub mod libyaml;
 
 use std::ffi::CStr;
 use std::io;

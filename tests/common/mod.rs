@@ -8,17 +8,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use podwarden::admission::{Admission, Allocatable};
-use podwarden::agent::Agent;
+use podwarden::agent::Parts;
+use podwarden::agent::manager::Agent;
+use podwarden::cli::daemon::Tuning;
 use podwarden::config::Config;
-use podwarden::daemon::Tuning;
-use podwarden::events::EventRecorder;
-use podwarden::metrics::Metrics;
 use podwarden::model::{self, Container, ObjectMeta, Pod, PodSpec};
-use podwarden::parts::Parts;
-use podwarden::podworkers::{self, Observer, PodWorkers};
+use podwarden::pod::admission::{Admission, Allocatable};
+use podwarden::pod::status::StatusManager;
+use podwarden::pod::workers::{self, Observer, PodWorkers};
 use podwarden::runtime::fake::FakeRuntime;
-use podwarden::status::StatusManager;
+use podwarden::telemetry::events::EventRecorder;
+use podwarden::telemetry::metrics::Metrics;
 
 /// A fresh directory under the system temp dir, removed on drop.
 pub struct TempDir(pub PathBuf);
@@ -67,7 +67,7 @@ pub struct Opts {
     /// The static pod source delivered its first (empty) set.
     pub first_scan: bool,
     /// Where pulls find credentials (default: none).
-    pub keyring: Option<Arc<podwarden::credentials::Keyring>>,
+    pub keyring: Option<Arc<podwarden::node::images::credentials::Keyring>>,
 }
 
 impl Default for Opts {
@@ -128,7 +128,7 @@ impl Harness {
             }),
             ..Tuning::default()
         };
-        let parts = podwarden::daemon::assemble(&config(&root.0), fake.clone(), "fake://", tuning);
+        let parts = podwarden::cli::daemon::assemble(&config(&root.0), fake.clone(), "fake://", tuning);
         if o.first_scan {
             parts.agent.apply_source(Vec::new());
         }
@@ -145,11 +145,11 @@ impl Harness {
         }
     }
 
-    pub fn phase(&self, uid: &str) -> Option<podworkers::Phase> {
+    pub fn phase(&self, uid: &str) -> Option<workers::Phase> {
         self.workers.phase(uid)
     }
 
-    pub fn wait_phase(&self, uid: &str, phase: podworkers::Phase, timeout: Duration) {
+    pub fn wait_phase(&self, uid: &str, phase: workers::Phase, timeout: Duration) {
         let ok = self.workers.wait_until(Instant::now() + timeout, |p| p(uid) == Some(phase));
         assert!(ok, "pod {uid} did not reach {phase:?} within {timeout:?}; it is {:?}", self.phase(uid));
     }
@@ -159,17 +159,17 @@ impl Harness {
     /// pods, its state file under the harness's root.
     pub fn logind_thread(
         &self,
-        logind: Arc<dyn podwarden::logind::Logind>,
+        logind: Arc<dyn podwarden::agent::node_shutdown::logind::Logind>,
         total: i64,
         critical: i64,
-    ) -> podwarden::logind::LogindThread {
-        let cfg = podwarden::logind::ShutdownConfig {
-            groups: podwarden::shutdown::groups_from_config(total, critical, &[]),
+    ) -> podwarden::agent::node_shutdown::logind::LogindThread {
+        let cfg = podwarden::agent::node_shutdown::logind::ShutdownConfig {
+            groups: podwarden::agent::node_shutdown::groups_from_config(total, critical, &[]),
             priority_classes: Default::default(),
             root_dir: self.root.0.clone(),
             dropin_dir: None,
         };
-        podwarden::logind::LogindThread::start(logind, self.parts.shutdown_runner(), cfg).unwrap()
+        podwarden::agent::node_shutdown::logind::LogindThread::start(logind, self.parts.shutdown_runner(), cfg).unwrap()
     }
 
     pub fn status_phase(&self, uid: &str) -> Option<String> {

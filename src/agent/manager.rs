@@ -1,0 +1,582 @@
+//! The agent core: the pod manager (desired pods by UID and full name),
+//! admission, dispatch to the pod workers, and housekeeping. Source updates
+//! and housekeeping are serialized by one lock, as the kubelet serializes
+//! them on its sync loop, so housekeeping never sees a pod that is desired
+//! but not yet dispatched.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use thiserror::Error;
+
+use crate::model::objects::{self, ObjectSet, ObjectStore};
+use crate::model::{self, Pod, PodStatus, Uid};
+use crate::pod::admission::{Admission, Rejection};
+use crate::pod::status::StatusManager;
+use crate::pod::workers::{KillPodOptions, Phase, PodWorkers, UpdatePodOptions, UpdateType};
+use crate::runtime::cache::PodCache;
+use crate::runtime::{CallCtx, ContainerState, Runtime, RuntimeError, RuntimePod};
+use crate::telemetry::events::{EventRecorder, EventType, ObjectRef};
+use crate::telemetry::metrics::Metrics;
+
+/// A pod from the source and its admission.
+#[derive(Clone)]
+pub struct DesiredPod {
+    pub pod: Arc<Pod>,
+    /// `None` while admitted, else why it was rejected.
+    pub rejected: Option<Rejection>,
+}
+
+#[derive(Default)]
+struct PodManager {
+    by_uid: BTreeMap<Uid, DesiredPod>,
+}
+
+impl PodManager {
+    fn admitted(&self) -> impl Iterator<Item = &Arc<Pod>> {
+        self.by_uid.values().filter(|d| d.rejected.is_none()).map(|d| &d.pod)
+    }
+}
+
+/// Agent settings that are not the workers' or the phases'.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub root_dir: PathBuf,
+    pub runtime_call_timeout: Duration,
+}
+
+/// The services the agent uses, handed in by the wiring
+/// (`daemon::assemble`), which hands the same parts to whoever else needs
+/// them; nobody reaches them through the agent.
+pub struct AgentDeps {
+    pub workers: PodWorkers,
+    pub runtime: Arc<dyn Runtime>,
+    pub statuses: Arc<StatusManager>,
+    pub events: Arc<EventRecorder>,
+    pub admission: Arc<Admission>,
+    pub metrics: Arc<Metrics>,
+    /// What the last relist saw of each pod, shared with the sync phases.
+    pub pod_cache: Arc<PodCache>,
+    /// The local ConfigMaps and Secrets, shared with the sync phases.
+    pub objects: Arc<ObjectStore>,
+}
+
+/// Why the agent is not healthy (`/healthz`, the node's Ready condition).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum HealthError {
+    #[error("thread {thread} panicked: {message}")]
+    ThreadPanicked { thread: String, message: String },
+    #[error("container runtime not answering: {source}")]
+    RuntimeFailing {
+        #[source]
+        source: RuntimeError,
+    },
+    #[error("container runtime has not answered for {}s", .within.as_secs())]
+    RuntimeSilent { within: Duration },
+    #[error("housekeeping has not run for {}s", .within.as_secs())]
+    HousekeepingStale { within: Duration },
+}
+
+/// The pod manager: desired pods and their admission, dispatch to the pod
+/// workers, housekeeping and relist.
+pub struct Agent {
+    config: AgentConfig,
+    workers: PodWorkers,
+    runtime: Arc<dyn Runtime>,
+    statuses: Arc<StatusManager>,
+    events: Arc<EventRecorder>,
+    admission: Arc<Admission>,
+    metrics: Arc<Metrics>,
+    pods: Mutex<PodManager>,
+    /// Serializes source updates with housekeeping.
+    sync_lock: Mutex<()>,
+    /// What the last relist saw of each pod (shared with the sync phases).
+    pod_cache: Arc<PodCache>,
+    /// The local ConfigMaps and Secrets (shared with the sync phases).
+    objects: Arc<ObjectStore>,
+    /// When housekeeping last completed (for health checks).
+    last_housekeeping: Mutex<Option<Instant>>,
+    runtime_error_logged: Mutex<Option<Instant>>,
+    /// When the runtime last answered a list, and its last error since.
+    runtime_answered: Mutex<(Option<Instant>, Option<RuntimeError>)>,
+    /// The source delivered its first full set: until then housekeeping
+    /// cannot tell an adopted pod from an orphan, so it does nothing.
+    sources_ready: std::sync::atomic::AtomicBool,
+    /// Disk-backed emptyDir usage, measured by housekeeping.
+    empty_dirs: Mutex<crate::pod::volumes::usage::EmptyDirs>,
+}
+
+impl Agent {
+    pub fn new(config: AgentConfig, deps: AgentDeps) -> Self {
+        let AgentDeps { workers, runtime, statuses, events, admission, metrics, pod_cache, objects } = deps;
+        let empty_dirs = Mutex::new(crate::pod::volumes::usage::EmptyDirs::new(config.root_dir.clone()));
+        Agent {
+            config,
+            workers,
+            runtime,
+            statuses,
+            events,
+            admission,
+            metrics,
+            pods: Mutex::new(PodManager::default()),
+            sync_lock: Mutex::new(()),
+            pod_cache,
+            objects,
+            last_housekeeping: Mutex::new(None),
+            runtime_error_logged: Mutex::new(None),
+            runtime_answered: Mutex::new((None, None)),
+            sources_ready: std::sync::atomic::AtomicBool::new(false),
+            empty_dirs,
+        }
+    }
+
+    /// When the last housekeeping pass completed.
+    pub fn last_housekeeping(&self) -> Option<Instant> {
+        *self.last_housekeeping.lock()
+    }
+
+    /// Pods that count for admission (DESIGN.md, Admission): admitted pods
+    /// until their worker is finished. A desired pod whose status is
+    /// terminal counts only while its termination runs. A pod that left its
+    /// source (or whose UID is now rejected) counts until its old worker
+    /// finished: a pod ignoring SIGTERM holds its CPU for its whole grace
+    /// period.
+    fn active_pods(&self, pm: &PodManager) -> Vec<Arc<Pod>> {
+        let mut active: Vec<Arc<Pod>> = pm
+            .admitted()
+            .filter(|p| {
+                let uid = model::uid(p);
+                let phase = self.workers.phase(uid);
+                if phase == Some(Phase::Finished) {
+                    return false;
+                }
+                let terminal = self.statuses.get(uid).is_some_and(|s| model::is_terminal_phase(s.phase.as_deref()));
+                !terminal || phase.is_some_and(|p| p >= Phase::Terminating)
+            })
+            .cloned()
+            .collect();
+        for (uid, pod) in self.workers.unfinished() {
+            if pm.by_uid.get(&uid).is_none_or(|d| d.rejected.is_some()) {
+                active.push(pod);
+            }
+        }
+        active
+    }
+
+    /// Every desired pod with its admission.
+    pub fn desired(&self) -> Vec<DesiredPod> {
+        self.pods.lock().by_uid.values().cloned().collect()
+    }
+
+    /// The desired pod with this UID.
+    pub fn desired_pod(&self, uid: &str) -> Option<DesiredPod> {
+        self.pods.lock().by_uid.get(uid).cloned()
+    }
+
+    /// Apply a full snapshot of the source's pods: removed pods are killed
+    /// (deleted), new ones admitted and created, changed ones updated.
+    pub fn apply_source(&self, pods: Vec<Arc<Pod>>) {
+        let _serial = self.sync_lock.lock();
+        self.sources_ready.store(true, std::sync::atomic::Ordering::SeqCst);
+        let mut pm = self.pods.lock();
+        let incoming: BTreeMap<Uid, Arc<Pod>> = pods.into_iter().map(|p| (model::uid(&p).to_string(), p)).collect();
+        let removed: Vec<Uid> = pm.by_uid.keys().filter(|u| !incoming.contains_key(*u)).cloned().collect();
+        let mut kills = Vec::new();
+        for uid in removed {
+            let d = pm.by_uid.remove(&uid).expect("listed above");
+            if d.rejected.is_some() {
+                self.statuses.remove(&uid);
+                continue;
+            }
+            kills.push(d.pod);
+        }
+        // a kill may wait for a container start in flight: never while
+        // holding the pod list every reader of the API and /pods needs
+        drop(pm);
+        for pod in kills {
+            log::info!("pod {}: removed from its source; killing it", model::pod_ref(&pod));
+            self.workers.update_pod(UpdatePodOptions::kill(pod, KillPodOptions::default()));
+        }
+        let mut pm = self.pods.lock();
+        for (uid, pod) in incoming {
+            match pm.by_uid.get_mut(&uid) {
+                Some(d) if Arc::ptr_eq(&d.pod, &pod) || (d.pod.metadata == pod.metadata && d.pod.spec == pod.spec) => {}
+                Some(d) => {
+                    d.pod = pod.clone();
+                    if d.rejected.is_none() {
+                        self.workers.update_pod(UpdatePodOptions::new(UpdateType::Update, pod));
+                    }
+                }
+                None => {
+                    let active = self.active_pods(&pm);
+                    let rejected = self.admission.admit(&pod, &active).err();
+                    match &rejected {
+                        None => {
+                            log::info!("pod {}: admitted", model::pod_ref(&pod));
+                            self.metrics.pod_seen(model::uid(&pod));
+                            self.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, pod.clone()));
+                        }
+                        Some(r) => self.reject(&pod, r),
+                    }
+                    pm.by_uid.insert(uid, DesiredPod { pod, rejected });
+                }
+            }
+        }
+    }
+
+    /// Install the source's ConfigMaps and Secrets. Every admitted pod
+    /// that uses one that was added, changed or removed gets a sync pass
+    /// now: its volumes are rewritten, and a container waiting for a
+    /// missing object (`CreateContainerConfigError`) is created. Call it
+    /// before [`Agent::apply_source`] with the same scan, so new pods see
+    /// their objects.
+    pub fn apply_objects(&self, objects: ObjectSet) {
+        let _serial = self.sync_lock.lock();
+        let changed = self.objects.replace(objects);
+        if changed.is_empty() {
+            return;
+        }
+        let users: Vec<Arc<Pod>> = self
+            .pods
+            .lock()
+            .by_uid
+            .values()
+            .filter(|d| d.rejected.is_none())
+            .filter(|d| objects::references(&d.pod).iter().any(|k| changed.contains(k)))
+            .map(|d| d.pod.clone())
+            .collect();
+        for pod in users {
+            log::info!("pod {}: an object it uses changed; syncing it", model::pod_ref(&pod));
+            self.workers.update_pod(UpdatePodOptions::new(UpdateType::Sync, pod));
+        }
+    }
+
+    /// Admit again the pods rejected with `reason` (after a cancelled node
+    /// shutdown: pods that arrived while it ran must not stay Failed).
+    /// Returns how many were admitted now.
+    pub fn readmit(&self, reason: &str) -> usize {
+        self.readmit_where(|r| r.reason == reason)
+    }
+
+    /// Admit again the pods whose rejection `which` picks.
+    pub fn readmit_where(&self, which: impl Fn(&Rejection) -> bool) -> usize {
+        let _serial = self.sync_lock.lock();
+        let mut pm = self.pods.lock();
+        let again: Vec<Uid> =
+            pm.by_uid.iter().filter(|(_, d)| d.rejected.as_ref().is_some_and(&which)).map(|(u, _)| u.clone()).collect();
+        let mut admitted = 0;
+        for uid in again {
+            let pod = pm.by_uid[&uid].pod.clone();
+            let active = self.active_pods(&pm);
+            match self.admission.admit(&pod, &active) {
+                Ok(()) => {
+                    let reason = pm.by_uid[&uid].rejected.as_ref().map(|r| r.reason.clone()).unwrap_or_default();
+                    log::info!("pod {}: admitted (was rejected: {reason})", model::pod_ref(&pod));
+                    self.statuses.remove(&uid);
+                    self.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, pod));
+                    pm.by_uid.get_mut(&uid).expect("listed above").rejected = None;
+                    admitted += 1;
+                }
+                Err(r) => {
+                    self.reject(&pod, &r);
+                    pm.by_uid.get_mut(&uid).expect("listed above").rejected = Some(r);
+                }
+            }
+        }
+        admitted
+    }
+
+    /// Evict an admitted pod (node pressure, a local storage limit): the
+    /// `Evicted` warning with `message`, a kill with `grace` seconds that
+    /// leaves it Failed with reason `Evicted` and `message`, its content
+    /// removed. It stays out (rejected with that reason) until
+    /// [`Agent::readmit`] with it. `None` when the pod is not admitted,
+    /// else a receiver told when the pod has terminated.
+    pub fn evict(&self, uid: &str, message: &str, grace: i64) -> Option<crossbeam_channel::Receiver<()>> {
+        let _serial = self.sync_lock.lock();
+        let pod = {
+            let mut pm = self.pods.lock();
+            let d = pm.by_uid.get_mut(uid).filter(|d| d.rejected.is_none())?;
+            d.rejected =
+                Some(Rejection { reason: crate::pod::admission::REASON_EVICTED.into(), message: message.into() });
+            d.pod.clone()
+        };
+        log::warn!("pod {}: evicted: {message}", model::pod_ref(&pod));
+        self.events.event(&ObjectRef::pod(&pod), EventType::Warning, crate::pod::admission::REASON_EVICTED, message);
+        let msg = message.to_string();
+        let status_fn: crate::pod::workers::StatusFn = Arc::new(move |s: &mut PodStatus| {
+            s.phase = Some(model::PHASE_FAILED.into());
+            s.reason = Some(crate::pod::admission::REASON_EVICTED.into());
+            s.message = Some(msg.clone());
+        });
+        let (mut opts, done) = KillPodOptions::with_completion();
+        opts.grace_period_override = Some(grace);
+        opts.status_fn = Some(status_fn);
+        opts.evict = true;
+        self.workers.update_pod(UpdatePodOptions::kill(pod, opts));
+        Some(done)
+    }
+
+    /// The admitted pods (for the eviction manager's ranking).
+    pub fn admitted(&self) -> Vec<Arc<Pod>> {
+        self.pods.lock().admitted().cloned().collect()
+    }
+
+    /// The kubelet's `rejectPod`: a warning event with the handler's
+    /// message, and the pod Failed with it after "Pod was rejected: ".
+    fn reject(&self, pod: &Pod, r: &Rejection) {
+        self.events.event(&ObjectRef::pod(pod), EventType::Warning, &r.reason, &r.message);
+        self.statuses.set(
+            model::uid(pod),
+            PodStatus {
+                phase: Some(model::PHASE_FAILED.into()),
+                reason: Some(r.reason.clone()),
+                message: Some(format!("Pod was rejected: {}", r.message)),
+                qos_class: Some(model::qos::qos_class(pod).as_str().to_string()),
+                start_time: Some(model::now_time()),
+                ..Default::default()
+            },
+        );
+    }
+
+    /// Kill a desired pod now (API delete). Returns false if unknown.
+    pub fn kill_pod(&self, uid: &str, options: KillPodOptions) -> bool {
+        let Some(d) = self.desired_pod(uid).or_else(|| {
+            self.workers
+                .snapshot()
+                .into_iter()
+                .find(|w| w.uid == uid)
+                .and_then(|w| w.pod)
+                .map(|pod| DesiredPod { pod, rejected: None })
+        }) else {
+            return false;
+        };
+        self.workers.update_pod(UpdatePodOptions::kill(d.pod, options));
+        true
+    }
+
+    /// One housekeeping pass (see DESIGN.md "Housekeeping").
+    pub fn housekeeping(&self) {
+        let serial = self.sync_lock.lock();
+        if !self.sources_ready() {
+            log::debug!("housekeeping: waiting for the first manifest scan");
+            return;
+        }
+        let desired: Vec<DesiredPod> = self.desired();
+        let desired_uids: HashSet<Uid> = desired.iter().map(|d| model::uid(&d.pod).to_string()).collect();
+        let workers = self.workers.sync_known_pods(&desired_uids);
+
+        // Runtime pods nobody knows and nobody wants: orphans.
+        let listed_at = Instant::now();
+        let runtime_pods = match self.list_runtime_pods() {
+            Ok(p) => Some(p),
+            Err(e) => {
+                let mut last = self.runtime_error_logged.lock();
+                if last.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
+                    log::warn!("housekeeping: listing runtime pods failed: {e}");
+                    *last = Some(Instant::now());
+                }
+                None
+            }
+        };
+        if let Some(rps) = &runtime_pods {
+            for rp in rps {
+                if rp.uid.is_empty() || workers.contains_key(&rp.uid) || desired_uids.contains(&rp.uid) {
+                    continue;
+                }
+                let grace = rp.recorded_grace().unwrap_or(1);
+                log::info!(
+                    "pod {}/{} {}: orphaned runtime pod; killing it with grace {grace}s",
+                    rp.namespace,
+                    rp.name,
+                    rp.uid
+                );
+                self.metrics.inc_orphaned();
+                self.workers.update_pod(UpdatePodOptions::kill_runtime_pod(
+                    Arc::new(rp.clone()),
+                    KillPodOptions { grace_period_override: Some(grace), ..Default::default() },
+                ));
+            }
+        }
+
+        // Desired, admitted pods no worker knows: re-created after their
+        // earlier incarnation finished.
+        for d in desired.iter().filter(|d| d.rejected.is_none()) {
+            let uid = model::uid(&d.pod);
+            if workers.contains_key(uid) {
+                continue;
+            }
+            log::info!("pod {}: starting again after its earlier incarnation finished", model::pod_ref(&d.pod));
+            self.metrics.inc_restarted(model::is_static(&d.pod));
+            self.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, d.pod.clone()));
+        }
+
+        if let Some(rps) = &runtime_pods {
+            self.wake_changed(listed_at, rps, &desired);
+        }
+
+        self.cleanup_pod_dirs(&desired_uids);
+        self.statuses.retain(|uid| desired_uids.contains(uid) || workers.contains_key(uid));
+        self.metrics.retain_seen(|uid| desired_uids.contains(uid));
+        self.refresh_metrics(&desired, &workers, runtime_pods.as_deref());
+        drop(serial);
+        // disk-backed emptyDir usage (bounded walks, each volume at most
+        // every 10 s), outside the source lock: a walk never delays a
+        // manifest change
+        let admitted: Vec<Arc<Pod>> = desired.iter().filter(|d| d.rejected.is_none()).map(|d| d.pod.clone()).collect();
+        self.empty_dirs.lock().pass(&admitted, &self.events, &self.metrics);
+        if let Some(rps) = runtime_pods {
+            self.pod_cache.keep(listed_at, rps);
+        }
+        *self.last_housekeeping.lock() = Some(Instant::now());
+        // read-only observation point: tests count passes by this line
+        log::debug!("housekeeping: pass done");
+    }
+
+    fn list_runtime_pods(&self) -> Result<Vec<RuntimePod>, RuntimeError> {
+        let r = self.runtime.list_pods(&CallCtx::background(self.config.runtime_call_timeout));
+        let mut a = self.runtime_answered.lock();
+        match &r {
+            Ok(_) => *a = (Some(Instant::now()), None),
+            Err(e) => a.1 = Some(e.clone()),
+        }
+        r
+    }
+
+    /// Healthy: housekeeping ran and the runtime answered within `within`.
+    /// Otherwise, what is wrong.
+    pub fn health(&self, within: Duration) -> Result<(), HealthError> {
+        if let Some((thread, message)) = crate::base::thread::panicked() {
+            return Err(HealthError::ThreadPanicked { thread, message });
+        }
+        let fresh = |t: Option<Instant>| t.is_some_and(|t| t.elapsed() < within);
+        let (answered, err) = self.runtime_answered.lock().clone();
+        if !fresh(answered) {
+            return Err(match err {
+                Some(source) => HealthError::RuntimeFailing { source },
+                None => HealthError::RuntimeSilent { within },
+            });
+        }
+        if !fresh(*self.last_housekeeping.lock()) {
+            return Err(HealthError::HousekeepingStale { within });
+        }
+        Ok(())
+    }
+
+    /// Resources the active pods request: (cpu millicores, memory bytes, pods).
+    pub fn allocated(&self) -> (i64, i64, usize) {
+        let pm = self.pods.lock();
+        let active = self.active_pods(&pm);
+        let (cpu, mem) = active
+            .iter()
+            .map(|p| crate::pod::admission::requests(p))
+            .fold((0i64, 0i64), |a, b| (a.0.saturating_add(b.0), a.1.saturating_add(b.1)));
+        (cpu, mem, active.len())
+    }
+
+    /// True once the source delivered its first full set of pods.
+    pub fn sources_ready(&self) -> bool {
+        self.sources_ready.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Relist (about every second): wake the workers of pods whose
+    /// containers changed state, so exits are noticed promptly.
+    pub fn relist(&self) {
+        let listed_at = Instant::now();
+        let Ok(rps) = self.list_runtime_pods() else {
+            return; // housekeeping reports runtime errors
+        };
+        let _serial = self.sync_lock.lock();
+        let desired = self.desired();
+        self.wake_changed(listed_at, &rps, &desired);
+        self.pod_cache.keep(listed_at, rps);
+    }
+
+    /// Record the list (begun at `listed_at`) in the pod cache and wake the
+    /// workers of admitted pods whose sandboxes or containers changed.
+    fn wake_changed(&self, listed_at: Instant, rps: &[RuntimePod], desired: &[DesiredPod]) {
+        for uid in self.pod_cache.update(listed_at, rps) {
+            if self.workers.phase(&uid).is_some()
+                && let Some(d) = desired.iter().find(|d| model::uid(&d.pod) == uid && d.rejected.is_none())
+            {
+                self.workers.update_pod(UpdatePodOptions::new(UpdateType::Sync, d.pod.clone()));
+            }
+        }
+    }
+
+    fn cleanup_pod_dirs(&self, desired: &HashSet<Uid>) {
+        let dir = self.config.root_dir.join("pods");
+        let Ok(entries) = std::fs::read_dir(&dir) else { return };
+        for e in entries.flatten() {
+            let uid = e.file_name().to_string_lossy().to_string();
+            if desired.contains(&uid) || !self.workers.should_pod_content_be_removed(&uid) {
+                continue;
+            }
+            // a directory left by a pod this agent no longer knows (it was
+            // stopped while the pod ran) may still hold its tmpfs volumes
+            // and subPath bind mounts: removing it would reach into them (a
+            // bind mount is a volume's own content, a hostPath's files)
+            crate::pod::volumes::unmount_all_under(&e.path());
+            if crate::pod::volumes::has_mounts_under(&e.path()) {
+                log::warn!("pod {uid}: {} still has mounts below it; not removed", e.path().display());
+                continue;
+            }
+            match std::fs::remove_dir_all(e.path()) {
+                Ok(()) => log::info!("pod {uid}: removed its directory {}", e.path().display()),
+                Err(err) => log::warn!("pod {uid}: cannot remove {}: {err}", e.path().display()),
+            }
+        }
+    }
+
+    fn refresh_metrics(
+        &self,
+        desired: &[DesiredPod],
+        workers: &HashMap<Uid, crate::pod::workers::WorkerSync>,
+        runtime_pods: Option<&[RuntimePod]>,
+    ) {
+        let mut g = self.metrics.gauges.lock();
+        g.desired_pods = [0, 0];
+        for d in desired {
+            g.desired_pods[model::is_static(&d.pod) as usize] += 1;
+        }
+        g.active_pods = [0, 0];
+        for p in self.active_pods(&self.pods.lock()) {
+            g.active_pods[model::is_static(&p) as usize] += 1;
+        }
+        g.working_pods.clear();
+        for w in workers.values() {
+            let lifecycle = w.phase.label();
+            let config = if !w.has_config {
+                "runtime_only"
+            } else if w.orphan {
+                "orphan"
+            } else {
+                "desired"
+            };
+            let st = if !w.has_config {
+                "unknown"
+            } else if w.is_static {
+                "true"
+            } else {
+                "false"
+            };
+            *g.working_pods.entry((lifecycle.into(), config.into(), st.into())).or_default() += 1;
+        }
+        if let Some(rps) = runtime_pods {
+            g.running_pods = rps.iter().filter(|p| p.sandboxes.iter().any(|s| s.ready)).count() as i64;
+            g.running_containers.clear();
+            for c in rps.iter().flat_map(|p| p.containers.iter()) {
+                let s = match c.state {
+                    ContainerState::Created => "created",
+                    ContainerState::Running => "running",
+                    ContainerState::Exited => "exited",
+                    ContainerState::Unknown => "unknown",
+                };
+                *g.running_containers.entry(s.into()).or_default() += 1;
+            }
+        }
+    }
+}

@@ -1,0 +1,601 @@
+//! The logind side of graceful node shutdown: a small [`Logind`] trait
+//! (what podwarden asks of systemd-logind), a fake for tests, and the
+//! logind thread that holds a delay inhibitor lock and turns
+//! `PrepareForShutdown` into a [`Runner::run`] on its own `shutdown`
+//! thread (so the logind thread keeps listening) / [`Runner::cancel`].
+//!
+//! The D-Bus implementation of the trait (dbus crate, system bus) is the
+//! next step; the thread's logic is tested here against the fake.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+use thiserror::Error;
+
+use crate::agent::node_shutdown::{Report, Runner};
+use crate::base::cancel::CancelToken;
+
+#[derive(Debug, Error)]
+pub enum LogindError {
+    /// Nothing to connect to, or not connected (no bus error behind it).
+    #[error("no system bus or logind: {0}")]
+    Unavailable(String),
+    /// The bus refused: `context` says what was asked (may be empty).
+    #[error("no system bus or logind: {context}{source}")]
+    Bus {
+        context: String,
+        #[source]
+        source: dbus::Error,
+    },
+    #[error("logind call {call} failed: {}", .source.message().unwrap_or("no message"))]
+    Call {
+        call: &'static str,
+        #[source]
+        source: dbus::Error,
+    },
+}
+
+/// What logind tells podwarden.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// `PrepareForShutdown(b)` from the current owner of org.freedesktop.login1.
+    PrepareForShutdown(bool),
+    /// The bus connection broke, or logind's owner changed: reconnect.
+    Lost,
+}
+
+/// A held inhibitor lock; dropping it releases the lock.
+pub trait InhibitLock: Send {}
+
+/// The calls podwarden makes to logind.
+pub trait Logind: Send + Sync {
+    /// (Re)connect to the bus.
+    fn connect(&self) -> Result<(), LogindError>;
+    /// `InhibitDelayMaxUSec`.
+    fn inhibit_delay_max(&self) -> Result<Duration, LogindError>;
+    /// Make logind re-read its configuration (SIGHUP through systemd's
+    /// `KillUnit("systemd-logind.service")`).
+    fn reload(&self) -> Result<(), LogindError>;
+    /// `Manager.Inhibit("shutdown", who, why, "delay")`.
+    fn inhibit(&self, who: &str, why: &str) -> Result<Box<dyn InhibitLock>, LogindError>;
+    /// The next event, waiting at most `timeout`.
+    fn next_event(&self, timeout: Duration) -> Result<Option<Event>, LogindError>;
+}
+
+/// A scriptable logind for tests: events are queued by the test; the fake
+/// records whether a lock is held.
+#[derive(Default)]
+pub struct FakeLogind {
+    events: Mutex<VecDeque<Event>>,
+    arrived: Condvar,
+    locks_held: Arc<std::sync::atomic::AtomicUsize>,
+    pub inhibits: std::sync::atomic::AtomicUsize,
+    pub delay_max: Mutex<Duration>,
+    pub down: AtomicBool,
+}
+
+struct FakeLock(Arc<std::sync::atomic::AtomicUsize>);
+
+impl InhibitLock for FakeLock {}
+
+impl Drop for FakeLock {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl FakeLogind {
+    pub fn new(delay_max: Duration) -> Self {
+        let f = FakeLogind::default();
+        *f.delay_max.lock() = delay_max;
+        f
+    }
+
+    pub fn send(&self, e: Event) {
+        self.events.lock().push_back(e);
+        self.arrived.notify_all();
+    }
+
+    pub fn locks_held(&self) -> usize {
+        self.locks_held.load(Ordering::SeqCst)
+    }
+}
+
+impl Logind for FakeLogind {
+    fn connect(&self) -> Result<(), LogindError> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(LogindError::Unavailable("fake logind is down".into()));
+        }
+        Ok(())
+    }
+
+    fn inhibit_delay_max(&self) -> Result<Duration, LogindError> {
+        Ok(*self.delay_max.lock())
+    }
+
+    fn reload(&self) -> Result<(), LogindError> {
+        Ok(())
+    }
+
+    fn inhibit(&self, _who: &str, _why: &str) -> Result<Box<dyn InhibitLock>, LogindError> {
+        self.connect()?;
+        self.inhibits.fetch_add(1, Ordering::SeqCst);
+        self.locks_held.fetch_add(1, Ordering::SeqCst);
+        Ok(Box::new(FakeLock(self.locks_held.clone())))
+    }
+
+    fn next_event(&self, timeout: Duration) -> Result<Option<Event>, LogindError> {
+        let mut q = self.events.lock();
+        if q.is_empty() {
+            self.arrived.wait_for(&mut q, timeout);
+        }
+        Ok(q.pop_front())
+    }
+}
+
+/// Graceful shutdown settings.
+#[derive(Debug, Clone)]
+pub struct ShutdownConfig {
+    /// Priority groups (priority, seconds), lowest first.
+    pub groups: Vec<(i32, i64)>,
+    pub priority_classes: std::collections::BTreeMap<String, i32>,
+    pub root_dir: std::path::PathBuf,
+    /// Where podwarden's logind drop-in goes (`/etc/systemd/logind.conf.d`);
+    /// `None`: never write one.
+    pub dropin_dir: Option<std::path::PathBuf>,
+}
+
+/// Name of podwarden's logind drop-in.
+pub const DROPIN: &str = "99-podwarden.conf";
+
+/// Directories logind reads drop-ins from, besides `/etc`'s.
+const OTHER_DROPIN_DIRS: &[&str] = &["/run/systemd/logind.conf.d", "/usr/lib/systemd/logind.conf.d"];
+
+/// Why logind's `InhibitDelayMaxSec` could not be raised to what
+/// podwarden needs.
+#[derive(Debug, Error)]
+pub enum InhibitDelayError {
+    #[error(transparent)]
+    Logind(#[from] LogindError),
+    #[error("logind's InhibitDelayMaxSec is {}s, below the {}s podwarden needs", .current.as_secs(), .want.as_secs())]
+    TooLow { current: Duration, want: Duration },
+    #[error("writing {}: {source}", .path.display())]
+    WriteDropIn {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "logind's InhibitDelayMaxSec is still {}s after writing {}: {file} is read after it and sets InhibitDelayMaxSec={value}",
+        .current.as_secs(),
+        .path.display()
+    )]
+    Overridden { current: Duration, path: std::path::PathBuf, file: String, value: String },
+    #[error(
+        "logind's InhibitDelayMaxSec is still {}s after writing {} and reloading logind",
+        .current.as_secs(),
+        .path.display()
+    )]
+    NotRaised { current: Duration, path: std::path::PathBuf },
+}
+
+/// Make logind's `InhibitDelayMaxSec` at least `want`: write a drop-in,
+/// reload logind, read the value back. On failure, say which later drop-in
+/// overrides ours.
+pub fn ensure_inhibit_delay(
+    logind: &dyn Logind,
+    want: Duration,
+    dropin_dir: Option<&std::path::Path>,
+) -> Result<Duration, InhibitDelayError> {
+    let cur = logind.inhibit_delay_max()?;
+    if cur >= want {
+        return Ok(cur);
+    }
+    let Some(dir) = dropin_dir else {
+        return Err(InhibitDelayError::TooLow { current: cur, want });
+    };
+    let path = dir.join(DROPIN);
+    std::fs::create_dir_all(dir)
+        .and_then(|()| {
+            // 0644 like every file in /etc/systemd: configuration, no secret
+            crate::base::fsutil::write_atomically_mode(
+                &path,
+                format!(
+                    "# written by podwarden: its shutdownGracePeriod\n[Login]\nInhibitDelayMaxSec={}\n",
+                    want.as_secs()
+                )
+                .as_bytes(),
+                0o644,
+            )
+        })
+        .map_err(|source| InhibitDelayError::WriteDropIn { path: path.clone(), source })?;
+    logind.reload()?;
+    let end = std::time::Instant::now() + Duration::from_secs(5);
+    let mut now = cur;
+    while std::time::Instant::now() < end {
+        now = logind.inhibit_delay_max()?;
+        if now >= want {
+            log::info!("logind: InhibitDelayMaxSec raised to {}s through {}", now.as_secs(), path.display());
+            return Ok(now);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Err(match later_override(dir) {
+        Some((file, value)) => InhibitDelayError::Overridden { current: now, path, file, value },
+        None => InhibitDelayError::NotRaised { current: now, path },
+    })
+}
+
+/// A drop-in that sorts after podwarden's and sets InhibitDelayMaxSec.
+fn later_override(dir: &std::path::Path) -> Option<(String, String)> {
+    let mut files: Vec<std::path::PathBuf> = std::iter::once(dir.to_path_buf())
+        .chain(OTHER_DROPIN_DIRS.iter().map(std::path::PathBuf::from))
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flat_map(|r| r.flatten().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "conf"))
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().as_ref() > DROPIN))
+        .collect();
+    files.sort_by_key(|p| p.file_name().map(|n| n.to_os_string()));
+    files.iter().rev().find_map(|p| {
+        let text = std::fs::read_to_string(p).ok()?;
+        let v = text.lines().rev().find_map(|l| l.trim().strip_prefix("InhibitDelayMaxSec="))?;
+        Some((p.display().to_string(), v.trim().to_string()))
+    })
+}
+
+impl ShutdownConfig {
+    pub fn total(&self) -> Duration {
+        Duration::from_secs(self.groups.iter().map(|(_, g)| *g.max(&0) as u64).sum())
+    }
+}
+
+/// Owns the logind thread; dropping it stops and joins the thread (a
+/// shutdown run in progress stops waiting at once).
+pub struct LogindThread {
+    stop: CancelToken,
+    join: Option<JoinHandle<()>>,
+}
+
+impl LogindThread {
+    /// Start the logind thread; a node shutdown acts on `runner`'s parts
+    /// and shows itself in its shared state.
+    pub fn start(logind: Arc<dyn Logind>, runner: Runner, cfg: ShutdownConfig) -> std::io::Result<Self> {
+        let stop = CancelToken::new();
+        let s = stop.clone();
+        let join = crate::base::thread::spawn("logind", None, move || run(&*logind, &runner, &cfg, &s))?;
+        Ok(LogindThread { stop, join: Some(join) })
+    }
+}
+
+impl Drop for LogindThread {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        if let Some(j) = self.join.take() {
+            let _ = j.join();
+        }
+    }
+}
+
+/// A node shutdown running on its own `shutdown` thread, so the logind
+/// thread keeps polling logind (a cancel, a stop) while the windows run.
+struct InFlight {
+    cancel: CancelToken,
+    join: JoinHandle<Report>,
+    /// The delay inhibitor lock, released when the run is over.
+    lock: Option<Box<dyn InhibitLock>>,
+}
+
+impl InFlight {
+    fn start(runner: &Runner, cfg: &ShutdownConfig, lock: Option<Box<dyn InhibitLock>>) -> std::io::Result<Self> {
+        let cancel = CancelToken::new();
+        let (r, c, groups, classes, root) =
+            (runner.clone(), cancel.clone(), cfg.groups.clone(), cfg.priority_classes.clone(), cfg.root_dir.clone());
+        let join = crate::base::thread::spawn("shutdown", None, move || r.run(&groups, &classes, Some(&root), &c))?;
+        Ok(InFlight { cancel, join, lock })
+    }
+
+    /// Stop the run now and wait for it (it returns within a wait slice).
+    /// Returns what it did and its lock.
+    fn cancel(self) -> (Option<Report>, Option<Box<dyn InhibitLock>>) {
+        self.cancel.cancel();
+        (self.join.join().ok(), self.lock)
+    }
+}
+
+/// The run is over: note the pods it stopped, release its lock.
+fn finished(run: InFlight, runner: &Runner, stopped: &mut Vec<crate::model::Uid>) {
+    let InFlight { join, lock, .. } = run;
+    let report = join.join().ok();
+    drop(lock); // release: every pod is terminated or the window is over
+    runner.state.lock().lock_held = false;
+    let Some(report) = report else { return }; // it panicked (recorded, logged)
+    *stopped = report.killed;
+    log::info!(
+        "logind: {} pod(s) stopped{}; inhibitor lock released",
+        stopped.len(),
+        if report.timed_out { " (some at the end of their window)" } else { "" }
+    );
+}
+
+fn run(logind: &dyn Logind, runner: &Runner, cfg: &ShutdownConfig, stop: &CancelToken) {
+    let poll = Duration::from_millis(200);
+    let mut warned = false;
+    let mut checked = false;
+    // pods this shutdown stopped (kept across reconnects: `false` may come
+    // from a restarted logind)
+    let mut stopped: Vec<crate::model::Uid> = Vec::new();
+    // the shutdown running now, and whether one was signalled and not
+    // cancelled (both kept across reconnects)
+    let mut in_flight: Option<InFlight> = None;
+    let mut shutting_down = false;
+    runner.state.lock().configured = true;
+    runner.load_state(&cfg.root_dir);
+    // what the node view shows: the problem, and whether a lock is held
+    // (by this thread or by a shutdown run)
+    let problem = |p: Option<String>, held: bool| {
+        let mut st = runner.state.lock();
+        st.problem = p;
+        st.lock_held = held;
+    };
+    // no bus or no logind (yet): warn once, show why, try again in a second
+    let unavailable = |e: &dyn std::fmt::Display, warned: &mut bool, run_holds_lock: bool| {
+        if !*warned {
+            log::warn!("graceful node shutdown unavailable for now: {e}; retrying every second");
+            *warned = true;
+        }
+        problem(Some(e.to_string()), run_holds_lock);
+        stop.sleep(Duration::from_secs(1));
+    };
+    while !stop.is_cancelled() {
+        if in_flight.as_ref().is_some_and(|r| r.join.is_finished()) {
+            finished(in_flight.take().expect("checked"), runner, &mut stopped);
+        }
+        if !checked {
+            if let Err(e) = logind.connect() {
+                unavailable(&e, &mut warned, false);
+                continue;
+            }
+            match ensure_inhibit_delay(logind, cfg.total(), cfg.dropin_dir.as_deref()) {
+                Ok(_) => checked = true,
+                Err(e) => {
+                    log::error!("graceful node shutdown is off: {e}");
+                    problem(Some(e.to_string()), false);
+                    return;
+                }
+            }
+        }
+        // (Re)connect and take the delay lock (unless a shutdown run holds
+        // one); retry every second.
+        let mut lock = None;
+        if let Err(e) = logind.connect() {
+            unavailable(&e, &mut warned, in_flight.is_some());
+            continue;
+        }
+        if in_flight.is_none() {
+            match logind.inhibit("podwarden", "Kubernetes pods shutting down") {
+                Ok(l) => lock = Some(l),
+                Err(e) => {
+                    unavailable(&e, &mut warned, false);
+                    continue;
+                }
+            }
+        }
+        if warned {
+            log::info!("logind: inhibitor lock taken again");
+        }
+        warned = false;
+        problem(None, true);
+        loop {
+            if stop.is_cancelled() {
+                break;
+            }
+            let event = logind.next_event(poll);
+            if in_flight.as_ref().is_some_and(|r| r.join.is_finished()) {
+                finished(in_flight.take().expect("checked"), runner, &mut stopped);
+            }
+            match event {
+                Ok(None) => {}
+                Ok(Some(Event::PrepareForShutdown(true))) => {
+                    if shutting_down {
+                        continue; // a repeated signal during the same shutdown
+                    }
+                    log::info!("logind: shutdown coming; stopping pods within {:?}", cfg.total());
+                    match InFlight::start(runner, cfg, lock.take()) {
+                        Ok(run) => {
+                            in_flight = Some(run);
+                            shutting_down = true;
+                        }
+                        Err(e) => log::error!("logind: cannot start the shutdown thread: {e}"),
+                    }
+                }
+                Ok(Some(Event::PrepareForShutdown(false))) => {
+                    if !shutting_down {
+                        continue;
+                    }
+                    shutting_down = false;
+                    if let Some(run) = in_flight.take() {
+                        log::info!("logind: shutdown cancelled while it ran; stopping it");
+                        let (report, run_lock) = run.cancel();
+                        if let Some(r) = report {
+                            stopped = r.killed;
+                        }
+                        lock = run_lock.or(lock);
+                    }
+                    log::info!("logind: shutdown cancelled; reopening admission and restarting stopped pods");
+                    runner.cancel(&stopped);
+                    stopped.clear();
+                    if lock.is_none() {
+                        match logind.inhibit("podwarden", "Kubernetes pods shutting down") {
+                            Ok(l) => lock = Some(l),
+                            Err(e) => {
+                                log::warn!("logind: cannot take the inhibitor lock again: {e}");
+                                runner.state.lock().lock_held = false;
+                                break;
+                            }
+                        }
+                    }
+                    runner.state.lock().lock_held = true;
+                }
+                Ok(Some(Event::Lost)) | Err(_) => {
+                    log::warn!("logind: connection lost; reconnecting");
+                    problem(Some("connection to logind lost; reconnecting".into()), in_flight.is_some());
+                    break;
+                }
+            }
+        }
+        drop(lock);
+    }
+    // stopping: a run in progress stops waiting (its pods go on stopping)
+    if let Some(run) = in_flight.take() {
+        log::info!("logind: stopping while a node shutdown runs; it stops waiting");
+        drop(run.cancel());
+    }
+    runner.state.lock().lock_held = false;
+}
+
+/// logind over D-Bus (the system bus; `DBUS_SYSTEM_BUS_ADDRESS` is honoured).
+pub mod dbus_impl {
+    use std::collections::VecDeque;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use dbus::blocking::Connection;
+    use dbus::message::MatchRule;
+    use parking_lot::Mutex;
+
+    use super::{Event, InhibitLock, Logind, LogindError};
+
+    const DEST: &str = "org.freedesktop.login1";
+    const PATH: &str = "/org/freedesktop/login1";
+    const MANAGER: &str = "org.freedesktop.login1.Manager";
+    const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+    struct Lock(#[allow(dead_code)] dbus::arg::OwnedFd);
+
+    impl InhibitLock for Lock {}
+
+    /// See the module docs. Only signals from the current owner of
+    /// org.freedesktop.login1 count: any local client may broadcast a
+    /// `PrepareForShutdown` on the system bus.
+    #[derive(Default)]
+    pub struct DbusLogind {
+        conn: Mutex<Option<Connection>>,
+        events: Arc<Mutex<VecDeque<Event>>>,
+    }
+
+    fn err(call: &'static str, e: dbus::Error) -> LogindError {
+        LogindError::Call { call, source: e }
+    }
+
+    impl DbusLogind {
+        pub fn new() -> Self {
+            Self::default()
+        }
+
+        fn with_conn<T>(&self, f: impl FnOnce(&Connection) -> Result<T, LogindError>) -> Result<T, LogindError> {
+            let guard = self.conn.lock();
+            match guard.as_ref() {
+                Some(c) => f(c),
+                None => Err(LogindError::Unavailable("not connected".into())),
+            }
+        }
+    }
+
+    impl Logind for DbusLogind {
+        fn connect(&self) -> Result<(), LogindError> {
+            let conn =
+                Connection::new_system().map_err(|source| LogindError::Bus { context: String::new(), source })?;
+            let owner: String = conn
+                .with_proxy("org.freedesktop.DBus", "/org/freedesktop/DBus", CALL_TIMEOUT)
+                .method_call("org.freedesktop.DBus", "GetNameOwner", (DEST,))
+                .map(|(o,): (String,)| o)
+                .map_err(|source| LogindError::Bus { context: format!("{DEST} is not on the bus: "), source })?;
+            self.events.lock().clear();
+            let q = self.events.clone();
+            // Filtered by the bus on interface, member and path; the sender is
+            // checked here against logind's unique name, so a broadcast by
+            // any other client is ignored.
+            let rule = MatchRule::new_signal(MANAGER, "PrepareForShutdown").with_path(PATH);
+            conn.add_match(rule, move |(active,): (bool,), _, msg: &dbus::Message| {
+                match msg.sender() {
+                    Some(s) if *s == *owner => q.lock().push_back(Event::PrepareForShutdown(active)),
+                    // anyone on the bus can send these: at most one line a minute
+                    other => {
+                        static FORGED: crate::base::logging::RateLimit =
+                            crate::base::logging::RateLimit::new(Duration::from_secs(60));
+                        if let Some(held) = FORGED.allow() {
+                            log::warn!(
+                                "ignoring PrepareForShutdown({active}) from {}: not logind ({owner}){}",
+                                other.map_or_else(|| "an unknown sender".to_string(), |s| s.to_string()),
+                                crate::base::logging::held_back(held, Duration::from_secs(60))
+                            );
+                        }
+                    }
+                }
+                true
+            })
+            .map_err(|e| err("AddMatch", e))?;
+            let q = self.events.clone();
+            let rule =
+                MatchRule::new_signal("org.freedesktop.DBus", "NameOwnerChanged").with_sender("org.freedesktop.DBus");
+            conn.add_match(rule, move |(name, _old, _new): (String, String, String), _, _| {
+                if name == DEST {
+                    q.lock().push_back(Event::Lost);
+                }
+                true
+            })
+            .map_err(|e| err("AddMatch", e))?;
+            *self.conn.lock() = Some(conn);
+            Ok(())
+        }
+
+        fn inhibit_delay_max(&self) -> Result<Duration, LogindError> {
+            self.with_conn(|c| {
+                use dbus::blocking::stdintf::org_freedesktop_dbus::Properties;
+                let us: u64 = c
+                    .with_proxy(DEST, PATH, CALL_TIMEOUT)
+                    .get(MANAGER, "InhibitDelayMaxUSec")
+                    .map_err(|e| err("Get InhibitDelayMaxUSec", e))?;
+                Ok(Duration::from_micros(us))
+            })
+        }
+
+        fn reload(&self) -> Result<(), LogindError> {
+            self.with_conn(|c| {
+                c.with_proxy("org.freedesktop.systemd1", "/org/freedesktop/systemd1", CALL_TIMEOUT)
+                    .method_call::<(), _, _, _>(
+                        "org.freedesktop.systemd1.Manager",
+                        "KillUnit",
+                        ("systemd-logind.service", "main", libc::SIGHUP),
+                    )
+                    .map_err(|e| err("KillUnit systemd-logind.service SIGHUP", e))
+            })
+        }
+
+        fn inhibit(&self, who: &str, why: &str) -> Result<Box<dyn InhibitLock>, LogindError> {
+            self.with_conn(|c| {
+                let (fd,): (dbus::arg::OwnedFd,) = c
+                    .with_proxy(DEST, PATH, CALL_TIMEOUT)
+                    .method_call(MANAGER, "Inhibit", ("shutdown", who, why, "delay"))
+                    .map_err(|e| err("Inhibit", e))?;
+                Ok(Box::new(Lock(fd)) as Box<dyn InhibitLock>)
+            })
+        }
+
+        fn next_event(&self, timeout: Duration) -> Result<Option<Event>, LogindError> {
+            if let Some(e) = self.events.lock().pop_front() {
+                return Ok(Some(e));
+            }
+            let lost = self.with_conn(|c| c.process(timeout).map_err(|e| err("process", e)));
+            if lost.is_err() {
+                *self.conn.lock() = None;
+                return Ok(Some(Event::Lost));
+            }
+            Ok(self.events.lock().pop_front())
+        }
+    }
+}

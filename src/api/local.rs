@@ -1,0 +1,838 @@
+//! The local API (proto/podwarden/api.proto) on a unix socket.
+//!
+//! podwarden accepts connections itself on one listener thread: it checks
+//! the peer's credentials (`SO_PEERCRED`: root, or a member of `apiGroup`)
+//! and only then hands the connection to the gRPC server
+//! (`add_channel_from_fd`); a refused peer gets an HTTP/2 GOAWAY whose text
+//! says why, written without waiting. The socket is created mode 0600 (0660
+//! with `apiGroup`).
+//!
+//! The API never blocks: calls are answered on the API's own gRPC
+//! environment (`api-grpc`, one completion-queue thread, not the CRI
+//! client's), and a handler only reads the agent's state. Work that may
+//! wait is handed over and answered from there: kills to `api-kill` (a kill
+//! waits for a container start in flight), applies and log reads to
+//! `api-work` (a parse, bounded file I/O). Both queues are bounded: when
+//! full, a call fails at once with UNAVAILABLE.
+
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use grpcio::{RpcContext, RpcStatus, RpcStatusCode, UnarySink};
+use parking_lot::Mutex;
+
+use crate::agent::Parts;
+use crate::agent::manager::Agent;
+use crate::api::view::{self, PodList};
+use crate::base::fsutil::{FileError, Links};
+use crate::logs::reader;
+use crate::model::{self, Pod};
+use crate::pod::workers::KillPodOptions;
+
+use crate::api::pb::{self, api};
+
+/// What the API serves from besides the agent.
+#[derive(Clone)]
+pub struct ApiConfig {
+    pub socket: PathBuf,
+    /// Group (besides root) allowed to use the API.
+    pub group: Option<(String, u32)>,
+    pub static_pod_path: PathBuf,
+    pub pod_logs_dir: PathBuf,
+    pub node_name: String,
+    pub healthy_within: Duration,
+    /// Asks the manifest watcher for a scan now.
+    pub rescan: Arc<dyn Fn() + Send + Sync>,
+    /// Pod Security Standards level `apply` holds root's pods to (the
+    /// static pods' level: root's manifests count like root's files).
+    pub root_pod_security: crate::model::pss::Level,
+    /// Pod Security Standards level `apply` holds a non-root `apiGroup`
+    /// member's pods to.
+    pub group_pod_security: crate::model::pss::Level,
+}
+
+/// Look up a group by name: its gid.
+pub fn group_id(name: &str) -> Option<u32> {
+    let text = std::fs::read_to_string("/etc/group").ok()?;
+    text.lines().find_map(|l| {
+        let mut f = l.split(':');
+        (f.next()? == name).then_some(())?;
+        f.nth(1)?.parse().ok()
+    })
+}
+
+/// The peer's uid, gid and pid.
+fn peer(s: &UnixStream) -> std::io::Result<libc::ucred> {
+    crate::sys::peer_cred(s)
+}
+
+/// Supplementary groups of a process, from /proc.
+fn groups_of(pid: i32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("Groups:"))
+                .map(|g| g.split_whitespace().filter_map(|n| n.parse().ok()).collect())
+        })
+        .unwrap_or_default()
+}
+
+/// Why a peer may not use the API, or `None` if it may.
+fn refusal(cred: &libc::ucred, group: &Option<(String, u32)>) -> Option<String> {
+    if cred.uid == 0 {
+        return None;
+    }
+    if let Some((name, gid)) = group {
+        if cred.gid == *gid || groups_of(cred.pid).contains(gid) {
+            return None;
+        }
+        return Some(format!("permission denied: uid {} is not root and not in group {name}", cred.uid));
+    }
+    Some(format!("permission denied: uid {} is not root (set apiGroup to let a group in)", cred.uid))
+}
+
+/// Tell a refused peer why, as HTTP/2 does: a GOAWAY frame with the reason
+/// as its debug data (and no SETTINGS: the client's probe takes SETTINGS
+/// for "accepted"). Never waits: one non-blocking write (a fresh
+/// connection's buffer holds it), what the peer sent so far is drained (so
+/// the close does not reset the connection before the peer read the frame),
+/// then the connection is closed.
+fn goaway(s: UnixStream, why: &str) {
+    use std::io::{Read, Write};
+    let mut frames = Vec::new();
+    let why = &why.as_bytes()[..why.len().min(1024)];
+    let payload_len = 8 + why.len();
+    frames.extend_from_slice(&(payload_len as u32).to_be_bytes()[1..]);
+    frames.extend_from_slice(&[0x7, 0, 0, 0, 0, 0]); // GOAWAY, stream 0
+    frames.extend_from_slice(&0u32.to_be_bytes()); // last stream id
+    frames.extend_from_slice(&0xbu32.to_be_bytes()); // ENHANCE_YOUR_CALM
+    frames.extend_from_slice(why);
+    let _ = s.set_nonblocking(true);
+    let _ = (&s).write(&frames);
+    let mut sink = [0u8; 256];
+    for _ in 0..4 {
+        match (&s).read(&mut sink) {
+            Ok(n) if n > 0 => {}
+            _ => break,
+        }
+    }
+    let _ = s.shutdown(std::net::Shutdown::Write);
+}
+
+/// The API's own gRPC environment (one completion-queue thread,
+/// `api-grpc`): a slow or flooded API can never delay the completions of
+/// the CRI calls the pod workers block on, which run on the CRI client's
+/// environment ([`crate::runtime::cri::grpc_env`]).
+fn api_env() -> Arc<grpcio::Environment> {
+    static ENV: std::sync::OnceLock<Arc<grpcio::Environment>> = std::sync::OnceLock::new();
+    ENV.get_or_init(|| Arc::new(grpcio::EnvBuilder::new().cq_count(1).name_prefix("api-grpc").build())).clone()
+}
+
+/// Calls each API server accepts at once before it re-posts slots.
+const API_CALL_SLOTS: usize = 16;
+
+/// Largest request the API takes: a manifest is at most 1 MiB.
+const MAX_REQUEST_BYTES: usize = 2 << 20;
+/// Calls waiting for `api-work`, kills waiting for `api-kill`.
+const WORK_QUEUE: usize = 64;
+const KILL_QUEUE: usize = 256;
+
+/// Work a handler hands over, with the sink that answers the call.
+enum Job {
+    /// The manifest, the sink, and whether the caller is root.
+    Apply(api::ApplyRequest, UnarySink<api::ApplyResponse>, bool),
+    Logs(api::LogsRequest, UnarySink<api::LogsResponse>),
+}
+
+/// A kill for `api-kill`: the pod's UID and the options.
+type Kill = (String, KillPodOptions);
+
+/// Answer a call from a thread other than the completion queue's: send the
+/// reply and wait (at most a few seconds) until gRPC took it.
+fn finish<T>(sink: UnarySink<T>, r: Res<T>) {
+    use std::future::Future;
+    use std::task::{Context, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let f = match r {
+        Ok(v) => sink.success(v),
+        Err(e) => sink.fail(e),
+    };
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    let end = Instant::now() + Duration::from_secs(5);
+    while f.as_mut().poll(&mut cx).is_pending() {
+        let now = Instant::now();
+        if now >= end {
+            return;
+        }
+        std::thread::park_timeout(end - now);
+    }
+}
+
+fn busy(what: &str) -> RpcStatus {
+    status(RpcStatusCode::UNAVAILABLE, format!("podwarden is busy: too many {what} queued; try again"))
+}
+
+/// The running API: dropping it stops the listener and the gRPC server and
+/// removes the socket.
+pub struct ApiServer {
+    stop: Arc<AtomicBool>,
+    socket: PathBuf,
+    join: Option<JoinHandle<()>>,
+    /// One gRPC server for root's connections and one for `apiGroup`
+    /// members': a handler knows its caller's trust by the server it
+    /// serves (gRPC does not hand a call its peer's credentials).
+    servers: Option<[Arc<Mutex<grpcio::Server>>; 2]>,
+}
+
+impl ApiServer {
+    pub fn start(parts: Parts, cfg: ApiConfig) -> std::io::Result<Self> {
+        let socket = cfg.socket.clone();
+        if let Some(dir) = socket.parent()
+            && !dir.as_os_str().is_empty()
+            && !dir.exists()
+        {
+            // reachable by apiGroup members whatever the umask (the socket
+            // itself is 0660)
+            std::fs::DirBuilder::new().recursive(true).mode(0o755).create(dir)?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+        }
+        if socket.exists() {
+            if UnixStream::connect(&socket).is_ok() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AddrInUse,
+                    "another process serves this socket (is podwarden already running?)",
+                ));
+            }
+            std::fs::remove_file(&socket)?;
+        }
+        let listener = UnixListener::bind(&socket)?;
+        let mode = if cfg.group.is_some() { 0o660 } else { 0o600 };
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(mode))?;
+        if let Some((_, gid)) = &cfg.group {
+            std::os::unix::fs::chown(&socket, Some(0), Some(*gid))?;
+        }
+        let env = api_env();
+        let h = Handlers { parts, cfg: Arc::new(cfg.clone()) };
+        let (w, a) = (h.clone(), h.parts.agent.clone());
+        let work = Arc::new(OnDemand::new(WORK_QUEUE, "api-work", crate::base::thread::WORKER_STACK, move |rx| {
+            work_loop(&w, rx)
+        }));
+        let kill = Arc::new(OnDemand::new(KILL_QUEUE, "api-kill", crate::base::thread::HELPER_STACK, move |rx| {
+            kill_loop(&a, rx)
+        }));
+        let server = |root_caller: bool| -> std::io::Result<Arc<Mutex<grpcio::Server>>> {
+            let svc = Service { h: h.clone(), work: work.clone(), kill: kill.clone(), root_caller };
+            let args = grpcio::ChannelBuilder::new(env.clone())
+                .max_receive_message_len(MAX_REQUEST_BYTES as i32)
+                .max_send_message_len(-1)
+                .build_args();
+            let mut server = grpcio::ServerBuilder::new(env.clone())
+                .channel_args(args)
+                // grpcio pre-posts this many call slots (default 1024, each
+                // with its buffers: ~0.2 MiB per server); a local API with a
+                // few callers needs a handful, and a burst only waits for
+                // slots to be re-posted
+                .requests_slot_per_cq(API_CALL_SLOTS)
+                .register_service(pb::api_grpc::create_pod_warden(svc))
+                .build()
+                .map_err(|e| std::io::Error::other(format!("gRPC server: {e}")))?;
+            server.start();
+            Ok(Arc::new(Mutex::new(server)))
+        };
+        let servers = [server(true)?, server(false)?];
+        let stop = Arc::new(AtomicBool::new(false));
+        let (st, srv, group) = (stop.clone(), servers.clone(), cfg.group.clone());
+        let join = crate::base::thread::spawn("api-accept", None, move || {
+            for conn in listener.incoming() {
+                if st.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(conn) = conn else { continue };
+                let (why, root) = match peer(&conn) {
+                    Ok(c) => (refusal(&c, &group), c.uid == 0),
+                    Err(e) => (Some(format!("cannot read peer credentials: {e}")), false),
+                };
+                if let Some(why) = why {
+                    // a local user can connect at will: bounded log lines
+                    static REFUSED: crate::base::logging::RateLimit =
+                        crate::base::logging::RateLimit::new(Duration::from_secs(60));
+                    if let Some(held) = REFUSED.allow() {
+                        let more = crate::base::logging::held_back(held, Duration::from_secs(60));
+                        log::warn!("local API: refused a connection: {why}{more}");
+                    }
+                    goaway(conn, &why);
+                    continue;
+                }
+                let _ = conn.set_nonblocking(true);
+                // root's connections to the root server, members' to the other
+                let srv = &srv[if root { 0 } else { 1 }];
+                if let Err(e) = crate::sys::grpc_serve_connection(&mut srv.lock(), conn) {
+                    log::warn!("local API: cannot serve a connection: {e}");
+                }
+            }
+        })?;
+        Ok(ApiServer { stop, socket, join: Some(join), servers: Some(servers) })
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = UnixStream::connect(&self.socket); // wake accept
+        if let Some(j) = self.join.take() {
+            let _ = j.join();
+        }
+        let _ = std::fs::remove_file(&self.socket);
+        // the last references: dropping the servers shuts them down
+        drop(self.servers.take());
+    }
+}
+
+/// What the handlers read: the agent's parts and the API's configuration.
+#[derive(Clone)]
+struct Handlers {
+    parts: Parts,
+    cfg: Arc<ApiConfig>,
+}
+
+#[derive(Clone)]
+struct Service {
+    h: Handlers,
+    /// To `api-work`: applies and log reads.
+    work: Arc<OnDemand<Job>>,
+    /// To `api-kill`: kills (they wait for a container start in flight).
+    kill: Arc<OnDemand<Kill>>,
+    /// The caller is root (else a member of `apiGroup`): decided by the
+    /// peer credentials at accept, see [`ApiServer`].
+    root_caller: bool,
+}
+
+/// A bounded queue whose consumer thread starts with the first item: most
+/// nodes' API never applies, reads a log or deletes, and an idle edge agent
+/// keeps no thread waiting for work that never comes.
+struct OnDemand<T> {
+    tx: Sender<T>,
+    start: parking_lot::Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl<T: Send + 'static> OnDemand<T> {
+    fn new(cap: usize, name: &'static str, stack: usize, run: impl FnOnce(Receiver<T>) + Send + 'static) -> Self {
+        let (tx, rx) = crossbeam_channel::bounded::<T>(cap);
+        let start = move || {
+            if let Err(e) = crate::base::thread::spawn(name, Some(stack), move || run(rx)) {
+                // its queue fills and calls fail as busy, naming the cause in the log
+                log::error!("local API: cannot start thread {name}: {e}");
+            }
+        };
+        OnDemand { tx, start: parking_lot::Mutex::new(Some(Box::new(start))) }
+    }
+
+    /// Queue `item` without waiting (starting the thread the first time).
+    fn try_send(&self, item: T) -> Result<(), TrySendError<T>> {
+        if let Some(start) = self.start.lock().take() {
+            start();
+        }
+        self.tx.try_send(item)
+    }
+}
+
+/// `api-kill`: runs the kills `delete` handed over, in order. A kill may
+/// wait (up to the pod workers' start-gate wait) for a container start in
+/// flight; only this thread waits, never an API call.
+fn kill_loop(agent: &Agent, rx: Receiver<Kill>) {
+    for (uid, opts) in rx {
+        let t = Instant::now();
+        agent.kill_pod(&uid, opts);
+        if t.elapsed() > Duration::from_secs(1) {
+            log::info!("local API: the kill of pod {uid} waited {:?} for a container start", t.elapsed());
+        }
+    }
+}
+
+/// `api-work`: applies and log reads, one at a time, answered from here.
+fn work_loop(h: &Handlers, rx: Receiver<Job>) {
+    for job in rx {
+        match job {
+            Job::Apply(req, sink, root) => finish(sink, h.apply(&req, root)),
+            Job::Logs(req, sink) => finish(sink, h.logs(&req)),
+        }
+    }
+}
+
+type Res<T> = Result<T, RpcStatus>;
+
+fn status(code: RpcStatusCode, msg: impl Into<String>) -> RpcStatus {
+    RpcStatus::with_message(code, msg.into())
+}
+
+fn reply<T: Send + 'static>(ctx: &RpcContext, sink: UnarySink<T>, r: Res<T>) {
+    let f = match r {
+        Ok(v) => sink.success(v),
+        Err(e) => sink.fail(e),
+    };
+    ctx.spawn(async move {
+        let _ = f.await;
+    });
+}
+
+fn pod_ref(r: &api::PodRef) -> Res<(String, String)> {
+    if r.name.is_empty() {
+        return Err(status(RpcStatusCode::INVALID_ARGUMENT, "a pod name is required"));
+    }
+    let ns = if r.namespace.is_empty() { "default".to_string() } else { r.namespace.clone() };
+    Ok((ns, r.name.clone()))
+}
+
+/// What a file in staticPodPath holds, as far as `apply` is concerned.
+enum Holder {
+    /// Nothing: the name is free.
+    Free,
+    /// This pod (the same namespace and name); `true` if byte for byte
+    /// what is being applied.
+    Same(bool),
+    /// Something else, described.
+    Other(String),
+}
+
+impl Handlers {
+    /// The v1 PodList of `namespace` (all when empty).
+    fn pods(&self, namespace: &str) -> PodList {
+        view::in_namespace(view::pods_of(&self.parts, false), namespace)
+    }
+
+    fn find(&self, ns: &str, name: &str) -> Res<Pod> {
+        self.pods(ns).items.into_iter().find(|p| model::name(p) == name).ok_or_else(|| {
+            status(
+                RpcStatusCode::NOT_FOUND,
+                format!("pod {ns}/{name} not found (no manifest in {} defines it)", self.cfg.static_pod_path.display()),
+            )
+        })
+    }
+
+    /// The node report.
+    fn node(&self) -> view::NodeReport {
+        view::node_of(&self.parts, self.cfg.healthy_within)
+    }
+
+    fn logs(&self, req: &api::LogsRequest) -> Res<api::LogsResponse> {
+        let (ns, name) = pod_ref(req.pod.as_ref().unwrap_or_default())?;
+        let pod = self.find(&ns, &name)?;
+        let names: Vec<String> = pod.spec.iter().flat_map(|s| &s.containers).map(|c| c.name.clone()).collect();
+        let container = if req.container.is_empty() {
+            match names.as_slice() {
+                [one] => one.clone(),
+                _ => {
+                    return Err(status(
+                        RpcStatusCode::INVALID_ARGUMENT,
+                        format!("pod {ns}/{name} has several containers: name one with -c ({})", names.join(", ")),
+                    ));
+                }
+            }
+        } else if names.contains(&req.container) {
+            req.container.clone()
+        } else {
+            return Err(status(
+                RpcStatusCode::NOT_FOUND,
+                format!("container {} is not in pod {ns}/{name} (it has {})", req.container, names.join(", ")),
+            ));
+        };
+        let uid = model::uid(&pod);
+        let pod_dir = reader::pod_dir_name(&ns, &name, uid);
+        let dir = self.cfg.pod_logs_dir.join(&pod_dir).join(&container);
+        let no_log = || {
+            if req.previous {
+                status(
+                    RpcStatusCode::FAILED_PRECONDITION,
+                    format!("previous terminated container {container:?} in pod {ns}/{name} not found"),
+                )
+            } else {
+                status(
+                    RpcStatusCode::NOT_FOUND,
+                    format!("container {container:?} in pod {ns}/{name} has no log yet (has it started?)"),
+                )
+            }
+        };
+        let path = reader::pick(&dir, req.previous).ok_or_else(no_log)?;
+        let live = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        let cursor = (!req.file.is_empty()).then(|| reader::Cursor {
+            file: req.file.clone(),
+            first: req.first_time.clone(),
+            last: req.last_time.clone(),
+            offset: req.offset,
+        });
+        // opened below podLogsDir without following any symlink there
+        let rel_dir = Path::new(&pod_dir).join(&container);
+        let chunk = reader::read_instance(
+            &self.cfg.pod_logs_dir,
+            &rel_dir,
+            &live,
+            cursor.as_ref(),
+            req.limit,
+            req.tail_lines as usize,
+        )
+        .map_err(|e| match e {
+            FileError::NotFound { .. } => no_log(),
+            FileError::Io { .. } => {
+                status(RpcStatusCode::INTERNAL, format!("container {container:?} in pod {ns}/{name}: {e}"))
+            }
+            e => status(
+                RpcStatusCode::FAILED_PRECONDITION,
+                format!("container {container:?} in pod {ns}/{name}: cannot read its log: {e}"),
+            ),
+        })?;
+        let running = !req.previous
+            && pod
+                .status
+                .iter()
+                .flat_map(|s| s.container_statuses.iter().flatten())
+                .any(|c| c.name == container && c.state.as_ref().is_some_and(|s| s.running.is_some()));
+        Ok(api::LogsResponse {
+            data: chunk.data,
+            next_file: chunk.next.file,
+            next_first_time: chunk.next.first,
+            next_last_time: chunk.next.last,
+            next_offset: chunk.next.offset,
+            running,
+            container,
+            ..Default::default()
+        })
+    }
+
+    /// Where a pod's manifest is, if a manifest defines it.
+    fn manifest_of(pod: &Pod) -> Option<PathBuf> {
+        view::manifest_path(pod).map(PathBuf::from)
+    }
+
+    /// What the file `path` in staticPodPath holds. `known` says the agent
+    /// last read pod `ns/name` from it (it then counts as this pod's file
+    /// even if it no longer parses: it was edited since).
+    fn holder(&self, path: &Path, manifest: &[u8], ns: &str, name: &str, known: bool) -> Holder {
+        let dir = &self.cfg.static_pod_path;
+        let Some(file) = path.file_name() else { return Holder::Other("is not a file name".into()) };
+        let bytes = match crate::base::fsutil::read_regular_in(
+            dir,
+            file,
+            Links::StayInside,
+            model::manifest::MAX_MANIFEST_BYTES,
+        ) {
+            Ok(b) => b,
+            Err(FileError::NotFound { .. }) => return Holder::Free,
+            Err(e) => {
+                let msg = e.to_string();
+                let why = msg.strip_prefix(&format!("{}: ", path.display())).unwrap_or(&msg);
+                return Holder::Other(format!("cannot be read ({why})"));
+            }
+        };
+        if bytes == manifest {
+            return Holder::Same(true);
+        }
+        match model::manifest::parse(&path.to_string_lossy(), &bytes, &self.cfg.node_name) {
+            Ok(p) if model::namespace(&p) == ns && model::name(&p) == name => Holder::Same(false),
+            Ok(p) => Holder::Other(format!("holds pod {}/{}", model::namespace(&p), model::name(&p))),
+            Err(_) if known => Holder::Same(false),
+            Err(_) => Holder::Other("holds a manifest that does not validate".into()),
+        }
+    }
+
+    /// Validate a manifest and write it into staticPodPath: over the file
+    /// that holds the same pod (namespace and name), else into a free file
+    /// (`<name>.yaml` in namespace default, `<ns>_<name>.yaml`, then
+    /// `<ns>_<name>-2.yaml` ...). A file holding anything else (another
+    /// pod, an invalid manifest, a FIFO) is never replaced.
+    fn apply(&self, req: &api::ApplyRequest, root_caller: bool) -> Res<api::ApplyResponse> {
+        let source = if req.source.is_empty() { "-" } else { req.source.as_str() };
+        let bad = |msg: String| status(RpcStatusCode::INVALID_ARGUMENT, msg);
+        // a first parse names the pod; the file it goes to fixes its UID
+        let probe =
+            model::manifest::parse_full(source, &req.manifest, &self.cfg.node_name).map_err(|e| bad(e.to_string()))?;
+        let (ns, name) = (model::namespace(&probe).to_string(), model::name(&probe).to_string());
+        // the caller's Pod Security level, before anything is looked at or written
+        self.pod_security(&probe, root_caller)?;
+        let known = self.find(&ns, &name).ok().as_ref().and_then(Self::manifest_of);
+        let json = req.manifest.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+        let ext = if json { "json" } else { "yaml" };
+        let dir = &self.cfg.static_pod_path;
+        let mut candidates: Vec<PathBuf> = known.iter().cloned().collect();
+        if ns == "default" {
+            candidates.push(dir.join(format!("{name}.{ext}")));
+        }
+        candidates.push(dir.join(format!("{ns}_{name}.{ext}")));
+        candidates.extend((2..=9).map(|i| dir.join(format!("{ns}_{name}-{i}.{ext}"))));
+        let internal = |path: &Path, e: std::io::Error| {
+            status(RpcStatusCode::INTERNAL, format!("pod {ns}/{name}: writing {}: {e}", path.display()))
+        };
+        // files that hold something else: (file, what)
+        let mut taken: Vec<(PathBuf, String)> = Vec::new();
+        for path in candidates {
+            if taken.iter().any(|(p, _)| *p == path) {
+                continue;
+            }
+            let is_known = known.as_ref() == Some(&path);
+            // (result, write: None no, Some(true) replacing, Some(false) a new file)
+            let (result, write) = match self.holder(&path, &req.manifest, &ns, &name, is_known) {
+                Holder::Other(what) => {
+                    taken.push((path, what));
+                    continue;
+                }
+                Holder::Same(true) => ("unchanged", None),
+                Holder::Same(false) => ("configured", Some(true)),
+                Holder::Free => (if known.is_some() { "configured" } else { "created" }, Some(false)),
+            };
+            let path_str = path.to_string_lossy().into_owned();
+            let pod = model::manifest::parse(&path_str, &req.manifest, &self.cfg.node_name)
+                .map_err(|e| bad(e.to_string().replacen(&path_str, source, 1)))?;
+            match write {
+                None => {}
+                Some(true) => {
+                    crate::base::fsutil::write_atomically(&path, &req.manifest).map_err(|e| internal(&path, e))?
+                }
+                Some(false) => match crate::base::fsutil::write_new_atomically(&path, &req.manifest) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                        taken.push((path, "was created meanwhile".into()));
+                        continue;
+                    }
+                    Err(e) => return Err(internal(&path, e)),
+                },
+            }
+            log::info!("local API: pod {ns}/{name} {result} ({})", path.display());
+            // the watcher picks the file up (inotify, and this nudge); the
+            // call does not wait for it
+            (self.cfg.rescan)();
+            return Ok(api::ApplyResponse {
+                namespace: ns,
+                name,
+                uid: model::uid(&pod).to_string(),
+                manifest_path: path_str,
+                result: result.into(),
+                warnings: probe.warnings.clone(),
+                ..Default::default()
+            });
+        }
+        let files: Vec<String> = taken.iter().map(|(p, what)| format!("{} {what}", p.display())).collect();
+        Err(status(
+            RpcStatusCode::ALREADY_EXISTS,
+            format!(
+                "pod {ns}/{name}: no free manifest file for it in {}: {}; podwarden never replaces a file that holds \
+                 another pod (remove or rename one)",
+                dir.display(),
+                files.join("; ")
+            ),
+        ))
+    }
+
+    /// The Pod Security Standards level of this caller (root: the static
+    /// pods' level; an `apiGroup` member: the group's), enforced before
+    /// anything is written; the error is the API server's.
+    fn pod_security(&self, pod: &model::Pod, root_caller: bool) -> Res<()> {
+        let level = if root_caller { self.cfg.root_pod_security } else { self.cfg.group_pod_security };
+        crate::model::pss::enforce(level, pod).map_err(|m| {
+            let (ns, name) = (model::namespace(pod), model::name(pod));
+            log::warn!(
+                "local API: refused pod {ns}/{name} from {}: {m}",
+                if root_caller { "root" } else { "an apiGroup member" }
+            );
+            status(RpcStatusCode::PERMISSION_DENIED, format!("pods \"{name}\" is forbidden: {m}"))
+        })
+    }
+}
+
+impl Service {
+    /// Kill a pod (handed to `api-kill`: a kill may wait for a container
+    /// start in flight) and remove its manifest; answers at once.
+    fn delete(&self, req: &api::DeleteRequest) -> Res<api::DeleteResponse> {
+        let (ns, name) = pod_ref(req.pod.as_ref().unwrap_or_default())?;
+        if req.has_grace_period && req.grace_period_seconds < 0 {
+            return Err(status(
+                RpcStatusCode::INVALID_ARGUMENT,
+                format!("pod {ns}/{name}: grace period {} must not be negative", req.grace_period_seconds),
+            ));
+        }
+        // a pod whose manifest is already gone may still be terminating
+        let pod = self.h.find(&ns, &name).ok();
+        let uid = match &pod {
+            Some(p) => model::uid(p).to_string(),
+            None => self
+                .h
+                .parts
+                .workers
+                .snapshot()
+                .into_iter()
+                .find(|w| w.pod.as_ref().is_some_and(|p| model::namespace(p) == ns && model::name(p) == name))
+                .map(|w| w.uid)
+                .ok_or_else(|| status(RpcStatusCode::NOT_FOUND, format!("pod {ns}/{name} not found")))?,
+        };
+        let opts = KillPodOptions {
+            grace_period_override: req.has_grace_period.then_some(req.grace_period_seconds),
+            ..Default::default()
+        };
+        self.kill.try_send((uid, opts)).map_err(|_| busy("kills"))?;
+        let mut path = String::new();
+        if let Some(p) = pod.as_ref().and_then(Handlers::manifest_of) {
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(status(
+                        RpcStatusCode::INTERNAL,
+                        format!(
+                            "pod {ns}/{name}: removing {}: {e} (the pod is being killed; it comes back on restart)",
+                            p.display()
+                        ),
+                    ));
+                }
+            }
+            path = p.to_string_lossy().into_owned();
+        }
+        log::info!("local API: pod {ns}/{name} deleted");
+        (self.h.cfg.rescan)();
+        Ok(api::DeleteResponse { manifest_path: path, ..Default::default() })
+    }
+
+    /// Hand `job` to `api-work`; when its queue is full, fail the call now.
+    fn hand_over(&self, ctx: &RpcContext, job: Job) {
+        match self.work.try_send(job) {
+            Ok(()) => {}
+            Err(TrySendError::Full(j) | TrySendError::Disconnected(j)) => match j {
+                Job::Apply(_, sink, _) => reply(ctx, sink, Err(busy("calls"))),
+                Job::Logs(_, sink) => reply(ctx, sink, Err(busy("calls"))),
+            },
+        }
+    }
+}
+
+impl pb::api_grpc::PodWarden for Service {
+    fn version(&mut self, ctx: RpcContext, _req: api::VersionRequest, sink: UnarySink<api::VersionResponse>) {
+        let r = api::VersionResponse {
+            version: env!("CARGO_PKG_VERSION").into(),
+            runtime_version: self.h.parts.runtime.version(),
+            cri_api_version: crate::runtime::cri::CRI_API_VERSION.into(),
+            ..Default::default()
+        };
+        reply(&ctx, sink, Ok(r));
+    }
+
+    fn list_pods(&mut self, ctx: RpcContext, req: api::ListPodsRequest, sink: UnarySink<api::PodListResponse>) {
+        let list = self.h.pods(&req.namespace);
+        let r = api::PodListResponse { pod_list_json: view::to_json(&list), ..Default::default() };
+        reply(&ctx, sink, Ok(r));
+    }
+
+    fn get_pod(&mut self, ctx: RpcContext, req: api::PodRef, sink: UnarySink<api::PodResponse>) {
+        let r = pod_ref(&req).and_then(|(ns, name)| self.h.find(&ns, &name)).map(|p| api::PodResponse {
+            manifest_path: Handlers::manifest_of(&p).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default(),
+            pod_json: view::to_json(&p),
+            ..Default::default()
+        });
+        reply(&ctx, sink, r);
+    }
+
+    fn list_events(&mut self, ctx: RpcContext, req: api::ListEventsRequest, sink: UnarySink<api::ListEventsResponse>) {
+        let filter = req.pod.as_ref().map(|p| (p.namespace.clone(), p.name.clone()));
+        let events = self
+            .h
+            .parts
+            .events
+            .list()
+            .into_iter()
+            .filter(|e| {
+                filter.as_ref().is_none_or(|(ns, name)| {
+                    e.involved_object.name == *name && (ns.is_empty() || e.involved_object.namespace == *ns)
+                })
+            })
+            .map(|e| {
+                let t = std::time::UNIX_EPOCH + Duration::from_secs_f64(e.timestamp.max(0.0));
+                let o = &e.involved_object;
+                api::Event {
+                    time: model::rfc3339(t),
+                    type_: format!("{:?}", e.event_type),
+                    reason: e.reason,
+                    object: if o.namespace.is_empty() {
+                        format!("{}/{}", o.kind.to_lowercase(), o.name)
+                    } else {
+                        format!("pod/{}/{}", o.namespace, o.name)
+                    },
+                    message: if e.count > 1 { format!("{} (x{})", e.message, e.count) } else { e.message },
+                    uid: o.uid.clone(),
+                    field_path: o.field_path.clone(),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        reply(&ctx, sink, Ok(api::ListEventsResponse { events, ..Default::default() }));
+    }
+
+    fn get_node(&mut self, ctx: RpcContext, _req: api::GetNodeRequest, sink: UnarySink<api::NodeResponse>) {
+        let r = api::NodeResponse { node_json: view::to_json(&self.h.node()), ..Default::default() };
+        reply(&ctx, sink, Ok(r));
+    }
+
+    fn container_logs(&mut self, ctx: RpcContext, req: api::LogsRequest, sink: UnarySink<api::LogsResponse>) {
+        self.hand_over(&ctx, Job::Logs(req, sink));
+    }
+
+    fn apply(&mut self, ctx: RpcContext, req: api::ApplyRequest, sink: UnarySink<api::ApplyResponse>) {
+        self.hand_over(&ctx, Job::Apply(req, sink, self.root_caller));
+    }
+
+    fn delete(&mut self, ctx: RpcContext, req: api::DeleteRequest, sink: UnarySink<api::DeleteResponse>) {
+        let r = Service::delete(self, &req);
+        reply(&ctx, sink, r);
+    }
+
+    fn get_stats(&mut self, ctx: RpcContext, _req: api::GetStatsRequest, sink: UnarySink<api::StatsResponse>) {
+        let r = match self.h.parts.stats.last() {
+            Some(s) => Ok(api::StatsResponse {
+                summary_json: serde_json::to_vec(&crate::node::stats::summary(&s, &self.h.parts.node_name))
+                    .unwrap_or_default(),
+                ..Default::default()
+            }),
+            None => Err(status(
+                RpcStatusCode::UNAVAILABLE,
+                "no stats collected yet: try again in a few seconds".to_string(),
+            )),
+        };
+        reply(&ctx, sink, r);
+    }
+
+    fn list_objects(
+        &mut self,
+        ctx: RpcContext,
+        req: api::ListObjectsRequest,
+        sink: UnarySink<api::ObjectListResponse>,
+    ) {
+        use crate::model::objects::Kind;
+        let kind = match req.kind.as_str() {
+            "ConfigMap" => Ok(Kind::ConfigMap),
+            "Secret" => Ok(Kind::Secret),
+            other => Err(status(
+                RpcStatusCode::INVALID_ARGUMENT,
+                format!("kind {other:?}: podwarden keeps ConfigMaps and Secrets"),
+            )),
+        };
+        let r = kind.map(|kind| api::ObjectListResponse {
+            list_json: serde_json::to_vec(&view::objects_of(&self.h.parts, kind, &req.namespace)).unwrap_or_default(),
+            ..Default::default()
+        });
+        reply(&ctx, sink, r);
+    }
+}

@@ -1,0 +1,575 @@
+//! The typed views podwarden shows of its pods and its node: the v1
+//! `PodList` (`/pods`, the local API's pod calls), the v1 `Node` and the
+//! node report (`/node`, the API's node call, `podwarden node`). Built once,
+//! here, from the narrow inputs each names (never the whole agent); the
+//! HTTP endpoint and the API serialize them, the CLI deserializes them into
+//! the same types.
+//!
+//! Serialized with [`to_json`]: object keys sorted at every level, byte for
+//! byte what podwarden always wrote.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus, NodeSystemInfo, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Serialize};
+
+use crate::agent::Parts;
+use crate::model;
+use crate::pod::admission::Allocatable;
+use crate::pod::status::StatusManager;
+use crate::pod::workers::{Phase, WorkerInfo};
+
+/// A v1 PodList (`{"apiVersion": "v1", "kind": "PodList", "metadata": {},
+/// "items": [...]}`).
+pub type PodList = k8s_openapi::List<Pod>;
+
+/// What the pod list is built from.
+pub struct PodSources<'a> {
+    /// The pods the source wants, in the source's order.
+    pub desired: &'a [Arc<Pod>],
+    /// Every pod worker (the pods still terminating after their manifest
+    /// went are among them).
+    pub workers: &'a [WorkerInfo],
+    /// Each pod's current v1 status.
+    pub statuses: &'a StatusManager,
+}
+
+/// Every pod the source wants, with its status, and the static pods still
+/// terminating after their manifest went (with a `deletionTimestamp`, shown
+/// as Terminating), as a v1 PodList. `redact` replaces env values (the
+/// read-only port).
+pub fn pod_list(src: &PodSources, redact: bool) -> PodList {
+    let wanted: HashSet<&str> = src.desired.iter().map(|p| model::uid(p)).collect();
+    let going = src
+        .workers
+        .iter()
+        .filter(|w| !wanted.contains(w.uid.as_str()) && w.phase < Phase::Terminated)
+        .filter_map(|w| w.pod.as_ref())
+        .filter(|p| model::is_static(p)) // not orphaned runtime pods
+        .map(|p| {
+            let mut pod = (**p).clone();
+            pod.metadata.deletion_timestamp.get_or_insert_with(model::now_time);
+            pod
+        });
+    let items = src
+        .desired
+        .iter()
+        .map(|p| (**p).clone())
+        .chain(going)
+        .map(|mut pod| {
+            pod.status = src.statuses.get(model::uid(&pod));
+            // the API server sets qosClass when a pod is created: a pod
+            // the agent has not written a status for yet shows it too
+            let qos = model::qos::qos_class(&pod).as_str().to_string();
+            pod.status.get_or_insert_with(Default::default).qos_class.get_or_insert(qos);
+            if redact {
+                redact_env(&mut pod);
+            }
+            pod
+        })
+        .collect();
+    PodList { items, metadata: Default::default() }
+}
+
+/// Keep only the pods of `namespace` (all when empty).
+pub fn in_namespace(mut list: PodList, namespace: &str) -> PodList {
+    if !namespace.is_empty() {
+        list.items.retain(|p| model::namespace(p) == namespace);
+    }
+    list
+}
+
+/// Replace every env value with a placeholder (the kubelet's read-only port
+/// shows them; secrets end up there).
+pub fn redact_env(pod: &mut Pod) {
+    if let Some(spec) = pod.spec.as_mut() {
+        for c in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
+            for e in c.env.iter_mut().flatten() {
+                if e.value.is_some() {
+                    e.value = Some("<redacted>".into());
+                }
+            }
+        }
+    }
+}
+
+/// The manifest a pod was read from (its `podwarden.io/config.file`
+/// annotation), if a manifest defines it.
+pub fn manifest_path(pod: &Pod) -> Option<&str> {
+    pod.metadata.annotations.as_ref()?.get(model::CONFIG_FILE_ANNOTATION).map(String::as_str)
+}
+
+/// The node report: the v1 Node plus what podwarden adds, as `/node` and
+/// the API's node call return it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeReport {
+    pub node: Node,
+    /// What the active pods request.
+    pub allocated: Resources,
+    pub graceful_shutdown: GracefulShutdown,
+}
+
+/// CPU, memory and pods as Kubernetes quantities (`2`, `1500m`;
+/// `262144Ki`; `110`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resources {
+    pub cpu: String,
+    pub memory: String,
+    pub pods: String,
+}
+
+/// The graceful node shutdown's state, as `podwarden node` explains it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GracefulShutdown {
+    /// Configured and working.
+    pub enabled: bool,
+    /// `shutdownGracePeriod` (or the by-priority table) is set.
+    pub configured: bool,
+    /// A shutdown runs now (admission is closed).
+    pub shutting_down: bool,
+    pub inhibitor_lock_held: bool,
+    /// Why the feature is off or not working now.
+    pub problem: Option<String>,
+    /// The last shutdown's start and end (RFC 3339).
+    pub last_start_time: Option<String>,
+    pub last_end_time: Option<String>,
+}
+
+/// Facts about the host the node report shows ([`HostInfo::read`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostInfo {
+    /// `uname -r`.
+    pub kernel_version: String,
+    /// `uname -m`.
+    pub machine: String,
+    /// `PRETTY_NAME` of /etc/os-release.
+    pub os_image: String,
+    pub machine_id: String,
+    pub boot_id: String,
+}
+
+impl HostInfo {
+    /// Read from the running system (uname, /etc/os-release,
+    /// /etc/machine-id, the boot ID); what cannot be read is empty.
+    pub fn read() -> Self {
+        let (kernel_version, machine) = crate::sys::uname().unwrap_or_default();
+        let trimmed = |p: &str| std::fs::read_to_string(p).unwrap_or_default().trim().to_string();
+        HostInfo {
+            kernel_version,
+            machine,
+            os_image: os_image(),
+            machine_id: trimmed("/etc/machine-id"),
+            boot_id: trimmed("/proc/sys/kernel/random/boot_id"),
+        }
+    }
+}
+
+/// The pod list of the running agent: its desired pods, the static pods
+/// still terminating, each with its status.
+pub fn pods_of(parts: &Parts, redact: bool) -> PodList {
+    let desired: Vec<_> = parts.agent.desired().into_iter().map(|d| d.pod).collect();
+    let workers = parts.workers.snapshot();
+    pod_list(&PodSources { desired: &desired, workers: &workers, statuses: &parts.statuses }, redact)
+}
+
+/// The node report of the running agent; unhealthy when housekeeping or the
+/// runtime did not answer within `healthy_within`.
+pub fn node_of(parts: &Parts, healthy_within: Duration) -> NodeReport {
+    let (shutdown, host) = (parts.shutdown.lock().clone(), HostInfo::read());
+    node_report(NodeSources {
+        node_name: &parts.node_name,
+        allocatable: parts.admission.allocatable(),
+        allocated: parts.agent.allocated(),
+        unhealthy: parts.agent.health(healthy_within).err().map(|e| e.to_string()),
+        shutting_down: parts.admission.is_shutting_down(),
+        pressure: parts.admission.pressure().all(),
+        shutdown: &shutdown,
+        runtime_version: &parts.runtime.version(),
+        host: &host,
+    })
+}
+
+/// What the node report is built from.
+pub struct NodeSources<'a> {
+    pub node_name: &'a str,
+    /// The node's capacity and what pods may use of it.
+    pub allocatable: Allocatable,
+    /// What the active pods request: (cpu millicores, memory bytes, pods).
+    pub allocated: (i64, i64, usize),
+    /// Why the agent is not healthy ([`crate::agent::manager::Agent::health`]), if
+    /// it is not: the node is then not ready.
+    pub unhealthy: Option<String>,
+    /// A node shutdown runs (admission is closed).
+    pub shutting_down: bool,
+    /// The pressure conditions: whether each holds and since when.
+    pub pressure: Vec<(crate::pod::admission::Pressure, bool, Option<std::time::SystemTime>)>,
+    /// The graceful-shutdown state (a copy taken under its lock).
+    pub shutdown: &'a crate::agent::node_shutdown::State,
+    /// The container runtime's name and version.
+    pub runtime_version: &'a str,
+    pub host: &'a HostInfo,
+}
+
+/// The Ready condition: `(status, reason, message)`.
+pub fn ready(shutting_down: bool, unhealthy: Option<String>) -> (bool, &'static str, String) {
+    if shutting_down {
+        return (false, "KubeletNotReady", "node is shutting down".into());
+    }
+    match unhealthy {
+        None => (true, "KubeletReady", "podwarden is posting ready status".into()),
+        Some(why) => (false, "KubeletNotReady", why),
+    }
+}
+
+/// The node report of `src`.
+pub fn node_report(src: NodeSources) -> NodeReport {
+    let a = &src.allocatable;
+    let (cpu, mem, pods) = src.allocated;
+    let (ok, reason, message) = ready(src.shutting_down, src.unhealthy);
+    let arch = go_arch(&src.host.machine).to_string();
+    let resources = |cpu: i64, mem: i64, pods: usize| Resources {
+        cpu: cpu_quantity(cpu),
+        memory: memory_quantity(mem),
+        pods: pods.to_string(),
+    };
+    let quantities = |r: Resources| -> BTreeMap<String, Quantity> {
+        [("cpu", r.cpu), ("memory", r.memory), ("pods", r.pods)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), Quantity(v)))
+            .collect()
+    };
+    let node = Node {
+        metadata: ObjectMeta {
+            name: Some(src.node_name.to_string()),
+            labels: Some(BTreeMap::from([
+                ("kubernetes.io/hostname".to_string(), src.node_name.to_string()),
+                ("kubernetes.io/os".to_string(), "linux".to_string()),
+                ("kubernetes.io/arch".to_string(), arch.clone()),
+            ])),
+            ..Default::default()
+        },
+        spec: None,
+        status: Some(NodeStatus {
+            capacity: Some(quantities(resources(a.cpu_capacity_millis, a.memory_capacity_bytes, a.pods))),
+            allocatable: Some(quantities(resources(a.cpu_millis, a.memory_bytes, a.pods))),
+            conditions: Some(
+                std::iter::once(NodeCondition {
+                    type_: "Ready".into(),
+                    status: if ok { "True" } else { "False" }.into(),
+                    reason: Some(reason.into()),
+                    message: Some(message),
+                    last_heartbeat_time: Some(model::now_time()),
+                    last_transition_time: None,
+                })
+                .chain(src.pressure.iter().map(|(p, on, since)| {
+                    let (reason, message) = p.reason_and_message(*on);
+                    NodeCondition {
+                        type_: p.condition().into(),
+                        status: if *on { "True" } else { "False" }.into(),
+                        reason: Some(reason.into()),
+                        message: Some(message.into()),
+                        last_heartbeat_time: Some(model::now_time()),
+                        last_transition_time: since.and_then(|t| {
+                            k8s_openapi::jiff::Timestamp::try_from(t)
+                                .ok()
+                                .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time)
+                        }),
+                    }
+                }))
+                .collect(),
+            ),
+            node_info: Some(NodeSystemInfo {
+                kubelet_version: concat!("podwarden-", env!("CARGO_PKG_VERSION")).into(),
+                container_runtime_version: src.runtime_version.into(),
+                kernel_version: src.host.kernel_version.clone(),
+                os_image: src.host.os_image.clone(),
+                operating_system: "linux".into(),
+                architecture: arch,
+                machine_id: src.host.machine_id.clone(),
+                boot_id: src.host.boot_id.clone(),
+                system_uuid: String::new(),
+                kube_proxy_version: String::new(),
+                swap: None,
+            }),
+            ..Default::default()
+        }),
+    };
+    let st = src.shutdown;
+    NodeReport {
+        node,
+        allocated: resources(cpu, mem, pods),
+        graceful_shutdown: GracefulShutdown {
+            enabled: st.configured && st.problem.is_none(),
+            configured: st.configured,
+            shutting_down: src.shutting_down,
+            inhibitor_lock_held: st.lock_held,
+            problem: st.problem.clone(),
+            last_start_time: st.last_start.map(model::rfc3339),
+            last_end_time: st.last_end.map(model::rfc3339),
+        },
+    }
+}
+
+/// `view` as JSON with its object keys sorted at every level (podwarden's
+/// views always were; `serde_json`'s maps sort).
+pub fn to_json<T: Serialize>(view: &T) -> Vec<u8> {
+    serde_json::to_value(view).and_then(|v| serde_json::to_vec(&v)).unwrap_or_default()
+}
+
+/// The same, indented (`-o json`), with a final newline.
+pub fn to_json_pretty<T: Serialize>(view: &T) -> String {
+    serde_json::to_value(view).and_then(|v| serde_json::to_string_pretty(&v)).unwrap_or_default() + "\n"
+}
+
+/// The same as YAML (`-o yaml`).
+pub fn to_yaml<T: Serialize>(view: &T) -> Result<String, serde_yaml_ng::Error> {
+    let v = serde_json::to_value(view).map_err(<serde_yaml_ng::Error as serde::ser::Error>::custom)?;
+    serde_yaml_ng::to_string(&v)
+}
+
+/// Format millicores as a Kubernetes CPU quantity (`2`, `1500m`).
+pub fn cpu_quantity(millis: i64) -> String {
+    if millis % 1000 == 0 { (millis / 1000).to_string() } else { format!("{millis}m") }
+}
+
+/// Format bytes as a memory quantity (`Ki` like the kubelet; plain bytes
+/// when not a whole number of KiB).
+pub fn memory_quantity(bytes: i64) -> String {
+    if bytes != 0 && bytes % 1024 == 0 { format!("{}Ki", bytes / 1024) } else { bytes.to_string() }
+}
+
+/// A time as Kubernetes writes a v1 `Time` (`2026-01-02T03:04:05Z`).
+pub fn time_text(t: &model::Time) -> String {
+    serde_json::to_value(t).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+}
+
+/// The time since `t` (a v1 `Time`), if it is in the past.
+pub fn age_of(t: &model::Time) -> Option<std::time::Duration> {
+    SystemTime::now().duration_since(SystemTime::from(t.0)).ok()
+}
+
+fn os_image() -> String {
+    std::fs::read_to_string("/etc/os-release")
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| l.strip_prefix("PRETTY_NAME=")).map(|v| v.trim().trim_matches('"').to_string())
+        })
+        .unwrap_or_else(|| "Linux".into())
+}
+
+fn go_arch(machine: &str) -> &str {
+    match machine {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "armv7l" | "armv6l" => "arm",
+        other => other,
+    }
+}
+
+/// Annotation on a Secret in [`objects_of`]'s list: its values were left
+/// out.
+pub const REDACTED_ANNOTATION: &str = "podwarden.io/data-redacted";
+
+/// The local ConfigMaps or Secrets in `namespace` (every namespace if
+/// empty) as a v1 List, as `podwarden get configmaps|secrets` shows them.
+/// A Secret's values never leave the daemon: each key is listed with an
+/// empty value and the object carries [`REDACTED_ANNOTATION`]. The file an
+/// object comes from is the `podwarden.io/config.file` annotation.
+pub fn objects_of(parts: &Parts, kind: crate::model::objects::Kind, namespace: &str) -> serde_json::Value {
+    use crate::model::objects::Kind;
+    let set = parts.objects.snapshot();
+    let items: Vec<serde_json::Value> = set
+        .values()
+        .filter(|o| o.key.kind == kind && (namespace.is_empty() || o.key.namespace == namespace))
+        .map(|o| {
+            let mut meta = serde_json::json!({
+                "name": o.key.name,
+                "namespace": o.key.namespace,
+                "annotations": {crate::model::CONFIG_FILE_ANNOTATION: o.file},
+            });
+            if !o.labels.is_empty() {
+                meta["labels"] = serde_json::json!(o.labels);
+            }
+            match kind {
+                Kind::ConfigMap => {
+                    let text = |k: &String| !o.binary_keys.contains(k);
+                    let data: BTreeMap<&String, String> = o
+                        .data
+                        .iter()
+                        .filter(|(k, _)| text(k))
+                        .map(|(k, v)| (k, String::from_utf8_lossy(v).into_owned()))
+                        .collect();
+                    let binary: BTreeMap<&String, String> = o
+                        .data
+                        .iter()
+                        .filter(|(k, _)| !text(k))
+                        .map(|(k, v)| (k, k8s_openapi::ByteString(v.clone())))
+                        .map(|(k, b)| {
+                            (
+                                k,
+                                serde_json::to_value(b)
+                                    .ok()
+                                    .and_then(|v| v.as_str().map(String::from))
+                                    .unwrap_or_default(),
+                            )
+                        })
+                        .collect();
+                    let mut v = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta});
+                    if !data.is_empty() {
+                        v["data"] = serde_json::json!(data);
+                    }
+                    if !binary.is_empty() {
+                        v["binaryData"] = serde_json::json!(binary);
+                    }
+                    if o.immutable {
+                        v["immutable"] = true.into();
+                    }
+                    v
+                }
+                Kind::Secret => {
+                    meta["annotations"][REDACTED_ANNOTATION] = "true".into();
+                    let data: BTreeMap<&String, &str> = o.data.keys().map(|k| (k, "")).collect();
+                    let mut v = serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": meta,
+                        "type": o.type_.clone().unwrap_or_else(|| "Opaque".into()), "data": data});
+                    if o.immutable {
+                        v["immutable"] = true.into();
+                    }
+                    v
+                }
+            }
+        })
+        .collect();
+    serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn pod(name: &str, uid: &str, source: &str) -> Arc<Pod> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "default", "uid": uid,
+                    "annotations": {"kubernetes.io/config.source": source, "podwarden.io/config.file": format!("/m/{name}.yaml")}},
+                "spec": {"containers": [{"name": "c", "image": "busybox:1", "env": [{"name": "TOKEN", "value": "s3cr3t"}]}]}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn worker(p: &Arc<Pod>, phase: Phase) -> WorkerInfo {
+        WorkerInfo {
+            uid: model::uid(p).to_string(),
+            phase,
+            pod: Some(p.clone()),
+            is_static: true,
+            deleted: false,
+            restart_requested: false,
+            last_error: false,
+            phase_since: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn the_pod_list_holds_desired_pods_with_status_and_leaving_static_pods_as_terminating() {
+        let (a, gone, finished, orphan) =
+            (pod("a", "ua", "file"), pod("gone", "ug", "file"), pod("done", "uf", "file"), pod("o", "uo", "api"));
+        let statuses = StatusManager::new();
+        statuses
+            .set("ua", k8s_openapi::api::core::v1::PodStatus { phase: Some("Running".into()), ..Default::default() });
+        let workers = [
+            worker(&a, Phase::Syncing),
+            worker(&gone, Phase::Terminating),
+            worker(&finished, Phase::Terminated),
+            worker(&orphan, Phase::Terminating),
+        ];
+        let desired = [a.clone()];
+        let src = PodSources { desired: &desired, workers: &workers, statuses: &statuses };
+        let list = pod_list(&src, true);
+        let names: Vec<&str> = list.items.iter().map(model::name).collect();
+        assert_eq!(names, ["a", "gone"], "terminated and non-static pods are not listed");
+        assert_eq!(list.items[0].status.as_ref().and_then(|s| s.phase.as_deref()), Some("Running"));
+        assert!(list.items[0].metadata.deletion_timestamp.is_none());
+        assert!(list.items[1].metadata.deletion_timestamp.is_some(), "a leaving pod shows as Terminating");
+        let env = |p: &Pod| p.spec.as_ref().unwrap().containers[0].env.as_ref().unwrap()[0].value.clone();
+        assert_eq!(env(&list.items[0]).as_deref(), Some("<redacted>"));
+        assert_eq!(env(&pod_list(&src, false).items[0]).as_deref(), Some("s3cr3t"));
+        assert_eq!(in_namespace(pod_list(&src, false), "other").items.len(), 0);
+        assert_eq!(in_namespace(pod_list(&src, false), "").items.len(), 2);
+        assert_eq!(manifest_path(&list.items[0]), Some("/m/a.yaml"));
+        // the JSON podwarden always wrote: keys sorted, apiVersion and kind
+        // on the list and on each pod; and the CLI reads it back unchanged
+        let json = String::from_utf8(to_json(&pod_list(&src, false))).unwrap();
+        assert!(
+            json.starts_with(r#"{"apiVersion":"v1","items":[{"apiVersion":"v1","kind":"Pod","metadata":{"#),
+            "{json}"
+        );
+        assert!(json.ends_with(r#""kind":"PodList","metadata":{}}"#), "{json}");
+        let back: PodList = serde_json::from_str(&json).unwrap();
+        assert_eq!(String::from_utf8(to_json(&back)).unwrap(), json);
+    }
+
+    #[test]
+    fn the_node_report_keeps_its_json_shape() {
+        let shutdown = crate::agent::node_shutdown::State {
+            configured: true,
+            problem: Some("no bus".into()),
+            lock_held: false,
+            last_start: Some(SystemTime::UNIX_EPOCH + Duration::from_millis(1_500)),
+            last_end: None,
+        };
+        let host = HostInfo {
+            kernel_version: "6.1.0".into(),
+            machine: "aarch64".into(),
+            os_image: "Debian".into(),
+            machine_id: "m1".into(),
+            boot_id: "b1".into(),
+        };
+        let allocatable = Allocatable {
+            cpu_millis: 1500,
+            memory_bytes: 1 << 30,
+            pods: 110,
+            cpu_capacity_millis: 2000,
+            memory_capacity_bytes: 2 << 30,
+        };
+        let report = node_report(NodeSources {
+            node_name: "edge-1",
+            allocatable,
+            allocated: (250, 64 << 20, 2),
+            unhealthy: Some("housekeeping has not run for 10s".into()),
+            shutting_down: false,
+            pressure: Vec::new(),
+            shutdown: &shutdown,
+            runtime_version: "containerd 2.0",
+            host: &host,
+        });
+        let mut v: serde_json::Value = serde_json::from_slice(&to_json(&report)).unwrap();
+        let beat = v["node"]["status"]["conditions"][0]["lastHeartbeatTime"].take();
+        assert!(beat.as_str().is_some_and(|t| t.ends_with('Z')), "{beat}");
+        let want = r#"{"allocated":{"cpu":"250m","memory":"65536Ki","pods":"2"},"gracefulShutdown":{"configured":true,"enabled":false,"inhibitorLockHeld":false,"lastEndTime":null,"lastStartTime":"1970-01-01T00:00:01.5Z","problem":"no bus","shuttingDown":false},"node":{"apiVersion":"v1","kind":"Node","metadata":{"labels":{"kubernetes.io/arch":"arm64","kubernetes.io/hostname":"edge-1","kubernetes.io/os":"linux"},"name":"edge-1"},"status":{"allocatable":{"cpu":"1500m","memory":"1048576Ki","pods":"110"},"capacity":{"cpu":"2","memory":"2097152Ki","pods":"110"},"conditions":[{"lastHeartbeatTime":null,"message":"housekeeping has not run for 10s","reason":"KubeletNotReady","status":"False","type":"Ready"}],"nodeInfo":{"architecture":"arm64","bootID":"b1","containerRuntimeVersion":"containerd 2.0","kernelVersion":"6.1.0","kubeProxyVersion":"","kubeletVersion":"podwarden-0.1.0","machineID":"m1","operatingSystem":"linux","osImage":"Debian","systemUUID":""}}}}"#;
+        assert_eq!(serde_json::to_string(&v).unwrap(), want);
+        // the CLI reads it back into the same report (the heartbeat is a v1
+        // Time: whole seconds on the wire)
+        let back: NodeReport = serde_json::from_slice(&to_json(&report)).unwrap();
+        assert_eq!(to_json(&back), to_json(&report));
+        assert_eq!(back.graceful_shutdown, report.graceful_shutdown);
+        assert_eq!(ready(true, None), (false, "KubeletNotReady", "node is shutting down".to_string()));
+        assert_eq!(ready(false, None), (true, "KubeletReady", "podwarden is posting ready status".to_string()));
+    }
+
+    #[test]
+    fn quantities() {
+        assert_eq!(cpu_quantity(2000), "2");
+        assert_eq!(cpu_quantity(1500), "1500m");
+        assert_eq!(cpu_quantity(0), "0");
+        assert_eq!(memory_quantity(256 * 1024 * 1024), "262144Ki");
+        assert_eq!(memory_quantity(1000), "1000");
+    }
+}

@@ -1,0 +1,603 @@
+//! `podwarden run`: wires config, the static pod source, pod workers,
+//! housekeeping, the status manager and the runtime, then waits for signals.
+//! SIGTERM/SIGINT stop the agent without touching pods (a restarted agent
+//! adopts them); SIGHUP rescans the manifests.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use thiserror::Error;
+
+use crate::agent::Parts;
+use crate::agent::housekeeping::Housekeeping;
+use crate::agent::manager::{Agent, AgentConfig, AgentDeps};
+use crate::agent::node_shutdown::SharedState;
+use crate::agent::source::{FileSource, start_watcher};
+use crate::config::Config;
+use crate::pod::admission::{Admission, Allocatable, apparmor_enabled, hugepages_allocatable};
+use crate::pod::phases::{PodSync, SyncConfig};
+use crate::pod::status::StatusManager;
+use crate::pod::workers::{self, Observer, PodWorkers};
+use crate::runtime::Runtime;
+use crate::runtime::cri::CriRuntime;
+use crate::runtime::fake::FakeRuntime;
+use crate::telemetry::events::{EventRecorder, EventType, ObjectRef};
+use crate::telemetry::metrics::Metrics;
+
+#[derive(Debug, Error)]
+pub enum DaemonError {
+    /// podwarden's `cgroupDriver` is not the runtime's.
+    #[error(
+        "field cgroupDriver: {ours:?} does not match containerd's cgroup driver: its runc runtime has SystemdCgroup = {theirs} \
+         (plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options); set cgroupDriver to {} or change containerd's",
+        if *theirs == "true" { "systemd" } else { "cgroupfs" }
+    )]
+    CgroupDriver { ours: String, theirs: &'static str },
+    #[error("containerRuntimeEndpoint {endpoint}: {source}")]
+    Runtime {
+        endpoint: String,
+        #[source]
+        source: crate::runtime::RuntimeError,
+    },
+    /// `apiGroup` names a group /etc/group does not have (the message is
+    /// the config's own: the caller prefixes the config file).
+    #[error("field apiGroup: {value} is invalid: expected a group that exists in /etc/group")]
+    ApiGroup { value: String },
+    #[error(transparent)]
+    Credentials(#[from] crate::node::images::credentials::CredentialError),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> DaemonError {
+    let what = what.into();
+    move |source| DaemonError::Io { what, source }
+}
+
+/// The node's name: `nodeName`, else the host name (lowercased), as the
+/// kubelet takes it.
+pub fn node_name(config: &Config) -> String {
+    config.node_name.clone().unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_lowercase())
+            .unwrap_or_else(|_| "localhost".into())
+    })
+}
+
+/// `apiGroup` and its gid, looked up in /etc/group; an error if the group
+/// does not exist.
+pub fn api_group(config: &Config) -> Result<Option<(String, u32)>, DaemonError> {
+    let Some(name) = &config.api_group else { return Ok(None) };
+    match crate::api::local::group_id(name) {
+        Some(gid) => Ok(Some((name.clone(), gid))),
+        None => Err(DaemonError::ApiGroup { value: serde_json::Value::String(name.clone()).to_string() }),
+    }
+}
+
+fn connect_runtime(config: &Config) -> Result<Arc<dyn Runtime>, DaemonError> {
+    let endpoint = config.container_runtime_endpoint.as_str();
+    if endpoint == "fake://" {
+        log::warn!("containerRuntimeEndpoint fake://: simulating containers in memory; nothing really runs");
+        let fake = FakeRuntime::new();
+        fake.set_recording(false);
+        // tests of the agent's reaction to a panicking thread: the first
+        // call of this CRI method panics (simulated runtime only)
+        if let Some(op) =
+            std::env::var("PODWARDEN_FAKE_PANIC").ok().and_then(|n| crate::runtime::fake::Op::from_name(&n))
+        {
+            log::warn!("PODWARDEN_FAKE_PANIC: the first {} call will panic", op.name());
+            fake.panic_on(op, None, 1);
+        }
+        return Ok(Arc::new(fake));
+    }
+    let cri = CriRuntime::connect(endpoint, Duration::from_secs(10))
+        .map_err(|source| DaemonError::Runtime { endpoint: endpoint.into(), source })?
+        .with_pull_progress_deadline(config.image_pull_progress_deadline);
+    log::info!("container runtime: {} at {endpoint}", cri.version);
+    // the kubelet and the runtime must agree on who manages the cgroups
+    let cancel = crate::base::cancel::CancelToken::new();
+    let ctx = crate::runtime::CallCtx::new(Duration::from_secs(10), &cancel);
+    match cri.systemd_cgroup(&ctx) {
+        Ok(Some(systemd)) if systemd != (config.cgroup_driver == "systemd") => {
+            return Err(DaemonError::CgroupDriver {
+                ours: config.cgroup_driver.clone(),
+                theirs: if systemd { "true" } else { "false" },
+            });
+        }
+        Ok(_) => {}
+        Err(e) => log::warn!("cannot read the runtime's cgroup driver (Status): {e}"),
+    }
+    Ok(Arc::new(cri))
+}
+
+/// The node's pod cgroups (`cgroupsPerQOS`), made at start with
+/// `kubepods` limited to the allocatable (`enforceNodeAllocatable: [pods]`)
+/// or the machine; none with the simulated runtime.
+fn node_cgroups(
+    config: &Config,
+    id_prefix: &str,
+    a: &Allocatable,
+) -> Result<Option<crate::node::cgroups::Cgroups>, DaemonError> {
+    if !config.cgroups_per_qos || id_prefix == "fake://" {
+        return Ok(None);
+    }
+    let driver = crate::node::cgroups::Driver::parse(&config.cgroup_driver);
+    let cg = crate::node::cgroups::Cgroups::detect(driver, std::path::Path::new("/sys/fs/cgroup"));
+    let (cpu, mem) = if config.enforce_node_allocatable.iter().any(|e| e == "pods") {
+        (a.cpu_millis, a.memory_bytes)
+    } else {
+        (a.cpu_capacity_millis, a.memory_capacity_bytes)
+    };
+    cg.ensure_node(cpu, mem).map_err(io("creating the kubepods cgroups under /sys/fs/cgroup"))?;
+    log::info!(
+        "pod cgroups: {} driver, cgroup {:?}, kubepods limited to {cpu}m CPU and {mem} bytes",
+        driver.name(),
+        cg.version
+    );
+    Ok(Some(cg))
+}
+
+/// The node's first non-loopback IPv4 address (the pod IP of host-network
+/// pods), else 127.0.0.1.
+pub fn host_ip() -> String {
+    crate::sys::first_ipv4_address().map_or_else(|| "127.0.0.1".into(), |ip| ip.to_string())
+}
+
+/// Knobs that are not configuration. The defaults are production's
+/// (`podwarden run` uses `Tuning::default()`); tests and benches shorten
+/// the back-offs, fix the node's resources or watch the pod workers.
+#[derive(Clone)]
+pub struct Tuning {
+    /// A failed pod worker pass is retried after this (jittered).
+    pub worker_backoff: Duration,
+    /// The first container restart back-off (the kubelet's 10 s), doubled
+    /// up to `container_backoff_max` (the kubelet's 5 min).
+    pub container_backoff: Duration,
+    pub container_backoff_max: Duration,
+    /// How long a kill waits for a container start in flight.
+    pub start_gate_wait: Duration,
+    /// Told about the pod workers' transitions besides the metrics.
+    pub observer: Option<Arc<dyn Observer>>,
+    /// What the node gives to pods; `None`: the machine's capacity less
+    /// the configured reservations.
+    pub allocatable: Option<Allocatable>,
+    /// The pod cgroups (the daemon's, with a real runtime); `None`: none.
+    pub cgroups: Option<crate::node::cgroups::Cgroups>,
+    /// Where pulls find registry credentials (default: none, every pull
+    /// anonymous).
+    pub keyring: Option<Arc<crate::node::images::credentials::Keyring>>,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            worker_backoff: Duration::from_secs(10),
+            container_backoff: Duration::from_secs(10),
+            container_backoff_max: Duration::from_secs(300),
+            start_gate_wait: Duration::from_secs(5),
+            observer: None,
+            allocatable: None,
+            cgroups: None,
+            keyring: None,
+        }
+    }
+}
+
+/// Ephemeral storage for pods as the kubelet computes it with its defaults:
+/// the capacity of `rootDir`'s filesystem (of its nearest existing
+/// ancestor before it is made) less the default hard eviction threshold
+/// `nodefs.available<10%`.
+fn ephemeral_allocatable(root_dir: &std::path::Path) -> i64 {
+    let bytes = root_dir
+        .ancestors()
+        .filter_map(|p| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).ok())
+        .find_map(|p| crate::sys::filesystem_bytes(&p).ok())
+        .unwrap_or(0);
+    (bytes - bytes / 10).min(i64::MAX as u64) as i64
+}
+
+/// Both observers, in turn.
+struct Both(Arc<dyn Observer>, Arc<dyn Observer>);
+
+impl Observer for Both {
+    fn termination_requested(&self, uid: &str) {
+        self.0.termination_requested(uid);
+        self.1.termination_requested(uid);
+    }
+    fn phase_changed(&self, uid: &str, from: workers::Phase, to: workers::Phase) {
+        self.0.phase_changed(uid, from, to);
+        self.1.phase_changed(uid, from, to);
+    }
+    fn work_done(&self, kind: workers::WorkKind, took: Duration, failed: bool) {
+        self.0.work_done(kind, took, failed);
+        self.1.work_done(kind, took, failed);
+    }
+}
+
+/// Wire the agent's parts on `runtime` from `config` (and `tuning`): the
+/// one wiring, used by [`start`], the tests and the benches. No thread is
+/// started here besides the pod workers' own; [`start`] adds the source
+/// watcher, housekeeping, HTTP, logind and the API.
+pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tuning: Tuning) -> Parts {
+    let node_name = self::node_name(config);
+    let statuses = Arc::new(StatusManager::new());
+    let events = Arc::new(EventRecorder::new(1000));
+    let metrics = Arc::new(Metrics::new());
+    let runtime: Arc<dyn Runtime> = Arc::new(crate::runtime::metered::Metered::new(runtime, metrics.clone()));
+    let allocatable = tuning.allocatable.unwrap_or_else(|| {
+        Allocatable::detect(config.max_pods, config.reserved_cpu_millis, config.reserved_memory_bytes)
+    });
+    // the host's facts, read once for admission and the sync phases
+    let apparmor = apparmor_enabled();
+    let ephemeral = ephemeral_allocatable(&config.root_dir);
+    let mut admission = Admission::new(allocatable)
+        .with_pod_security(config.static_pod_security_level)
+        .with_security(crate::model::sysctl::Allowlist::new(&config.allowed_unsafe_sysctls), apparmor)
+        .with_other("ephemeral-storage", ephemeral);
+    for (size, bytes) in hugepages_allocatable() {
+        admission = admission.with_other(&size, bytes);
+    }
+    let admission = Arc::new(admission);
+    let sync_cfg = SyncConfig {
+        root_dir: config.root_dir.clone(),
+        pod_logs_dir: config.pod_logs_dir.clone(),
+        call_timeout: config.runtime_request_timeout,
+        backoff_initial: tuning.container_backoff,
+        backoff_max: tuning.container_backoff_max,
+        id_prefix: id_prefix.to_string(),
+        host_ip: Some(host_ip()),
+        allow_privileged: config.allow_privileged,
+        allocatable_cpu_millis: allocatable.cpu_millis,
+        allocatable_memory_bytes: allocatable.memory_bytes,
+        allocatable_ephemeral_bytes: ephemeral,
+        memory_capacity_bytes: allocatable.memory_capacity_bytes,
+        resolv_conf: config.resolv_conf.clone(),
+        seccomp_default: config.seccomp_default,
+        apparmor_enabled: apparmor,
+        cgroups: tuning.cgroups.clone(),
+        max_parallel_pulls: if config.serialize_image_pulls { 1 } else { config.max_parallel_image_pulls as usize },
+    };
+    let pod_cache = Arc::new(crate::runtime::cache::PodCache::new());
+    let objects = Arc::new(crate::model::objects::ObjectStore::new());
+    let prober = crate::pod::prober::Prober::start(crate::pod::prober::ProberDeps {
+        runtime: runtime.clone(),
+        events: events.clone(),
+        metrics: Some(metrics.clone()),
+    })
+    .unwrap_or_else(|e| panic!("cannot start the prober thread: {e}"));
+    let keyring = tuning.keyring.clone().unwrap_or_else(|| Arc::new(crate::node::images::credentials::Keyring::none()));
+    keyring.attach_metrics(metrics.clone());
+    let syncer = Arc::new(
+        PodSync::new(runtime.clone(), statuses.clone(), events.clone(), sync_cfg)
+            .with_metrics(metrics.clone())
+            .with_pod_cache(pod_cache.clone())
+            .with_objects(objects.clone())
+            .with_prober(prober.clone())
+            .with_keyring(keyring),
+    );
+    let observer: Arc<dyn Observer> = match tuning.observer {
+        Some(o) => Arc::new(Both(metrics.clone(), o)),
+        None => metrics.clone(),
+    };
+    let workers = PodWorkers::new(
+        syncer,
+        workers::Config {
+            resync: config.sync_frequency,
+            backoff: tuning.worker_backoff,
+            start_gate_wait: tuning.start_gate_wait,
+        },
+        Some(observer),
+    );
+    // probe results that matter (readiness, startup, a liveness failure)
+    // ask the pod's worker for a pass; weak: the workers own the prober
+    let weak = workers.downgrade();
+    prober.set_resync(Box::new(move |pod| {
+        if let Some(w) = weak.upgrade() {
+            w.update_pod(workers::UpdatePodOptions::new(workers::UpdateType::Sync, pod));
+        }
+    }));
+    let agent = Arc::new(Agent::new(
+        AgentConfig {
+            root_dir: config.root_dir.clone(),
+            runtime_call_timeout: config.runtime_request_timeout.min(Duration::from_secs(10)),
+        },
+        AgentDeps {
+            workers: workers.clone(),
+            runtime: runtime.clone(),
+            statuses: statuses.clone(),
+            events: events.clone(),
+            admission: admission.clone(),
+            metrics: metrics.clone(),
+            pod_cache: pod_cache.clone(),
+            objects: objects.clone(),
+        },
+    ));
+    let stats = Arc::new(
+        crate::node::stats::Collector::new(
+            runtime.clone(),
+            &config.root_dir,
+            &config.pod_logs_dir,
+            config.runtime_request_timeout,
+        )
+        .with_metrics(metrics.clone())
+        .with_cgroups(tuning.cgroups.clone())
+        .with_pod_cache(pod_cache.clone()),
+    );
+    Parts {
+        stats,
+        agent,
+        workers,
+        runtime,
+        statuses,
+        events,
+        admission,
+        metrics,
+        pod_cache,
+        objects,
+        shutdown: SharedState::default(),
+        node_name,
+    }
+}
+
+/// The running agent: its parts and the threads `run` starts.
+pub struct Running {
+    pub parts: Parts,
+    source: Option<crate::agent::source::SourceHandle>,
+    housekeeping: Option<Housekeeping>,
+    http: Option<crate::api::http::HttpServer>,
+    logind: Option<crate::agent::node_shutdown::logind::LogindThread>,
+    api: Option<crate::api::local::ApiServer>,
+    log_rotation: Option<crate::logs::monitor::LogRotation>,
+    eviction: Option<crate::agent::housekeeping::Periodic>,
+}
+
+impl Running {
+    pub fn rescan(&self) {
+        if let Some(s) = &self.source {
+            s.rescan();
+        }
+    }
+
+    pub fn wake_housekeeping(&self) {
+        if let Some(h) = &self.housekeeping {
+            h.waker().wake();
+        }
+    }
+
+    /// Stop the agent's threads; pods are left as they are.
+    pub fn stop(mut self) {
+        self.api.take();
+        self.logind.take();
+        self.http.take();
+        self.source.take();
+        self.housekeeping.take();
+        self.log_rotation.take();
+        self.eviction.take();
+    }
+
+    /// Where the read-only HTTP endpoint listens, if it is on.
+    pub fn http_addr(&self) -> Option<std::net::SocketAddr> {
+        self.http.as_ref().map(|h| h.local_addr())
+    }
+}
+
+/// Start every part of the agent on `runtime`: [`assemble`] with
+/// production's tuning, then the threads.
+pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Result<Running, DaemonError> {
+    let api_group = api_group(config)?;
+    std::fs::create_dir_all(config.root_dir.join("pods"))
+        .map_err(io(format!("creating rootDir {}", config.root_dir.display())))?;
+    // the machine is read once: for kubepods' limits and for admission
+    let allocatable = Allocatable::detect(config.max_pods, config.reserved_cpu_millis, config.reserved_memory_bytes);
+    let cgroups = node_cgroups(config, id_prefix, &allocatable)?;
+    let provider_config = &config.image_credential_provider_config;
+    let keyring = crate::node::images::credentials::Keyring::load(
+        &config.root_dir,
+        (!provider_config.as_os_str().is_empty()).then_some(provider_config.as_path()),
+        &config.image_credential_provider_bin_dir,
+    )?;
+    let tuning =
+        Tuning { cgroups, allocatable: Some(allocatable), keyring: Some(Arc::new(keyring)), ..Tuning::default() };
+    let parts = assemble(config, runtime, id_prefix, tuning);
+    let agent = parts.agent.clone();
+    let events = parts.events.clone();
+    let source = FileSource::new(&config.static_pod_path, &parts.node_name);
+    let a = agent.clone();
+    let source = start_watcher(
+        source,
+        config.file_check_frequency,
+        move |pods, objects| {
+            a.apply_objects(objects);
+            a.apply_source(pods);
+        },
+        move |file, msg| {
+            events.event(&ObjectRef::file(file), EventType::Warning, "InvalidManifest", msg);
+        },
+    )
+    .map_err(io("starting the manifest watcher"))?;
+    // relist every second (the kubelet's PLEG period), housekeeping every
+    // housekeepingInterval, on one thread from one runtime list
+    let relist = Duration::from_secs(1).min(config.housekeeping_interval);
+    let housekeeping = Housekeeping::with_relist(agent.clone(), config.housekeeping_interval, relist)
+        .map_err(io("starting housekeeping"))?;
+    // made now so that log rotation watches it before the first pod
+    std::fs::create_dir_all(&config.pod_logs_dir)
+        .map_err(io(format!("creating podLogsDir {}", config.pod_logs_dir.display())))?;
+    let log_rotation = crate::logs::monitor::start(
+        parts.runtime.clone(),
+        crate::logs::monitor::Settings {
+            pod_logs_dir: config.pod_logs_dir.clone(),
+            policy: crate::logs::rotation::Policy {
+                max_size: config.container_log_max_size,
+                max_files: config.container_log_max_files,
+            },
+            interval: config.container_log_monitor_interval,
+            workers: config.container_log_max_workers,
+            timeout: config.runtime_request_timeout,
+            pod_cache: Some(parts.pod_cache.clone()),
+        },
+    )
+    .map_err(io("starting container log rotation"))?;
+    let gc = Arc::new(crate::node::images::gc::ImageGc::new(
+        parts.runtime.clone(),
+        crate::node::images::gc::Policy {
+            high_percent: config.image_gc_high_threshold_percent,
+            low_percent: config.image_gc_low_threshold_percent,
+            min_age: config.image_minimum_gc_age,
+            max_age: config.image_maximum_gc_age,
+        },
+        parts.events.clone(),
+        parts.metrics.clone(),
+        &parts.node_name,
+        config.runtime_request_timeout,
+    ));
+    let eviction = {
+        let thresholds = config.thresholds().map_err(|(field, key, why)| DaemonError::Io {
+            what: format!("{field}.{key}"),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, why),
+        })?;
+        let m = crate::agent::eviction::Manager::new(
+            crate::agent::eviction::Settings {
+                thresholds,
+                max_pod_grace: config.eviction_max_pod_grace_period,
+                transition: config.eviction_pressure_transition_period,
+                priority_classes: config.priority_classes.clone(),
+                node_name: parts.node_name.clone(),
+            },
+            parts.stats.clone(),
+            Some(gc.clone()),
+            parts.agent.clone(),
+            parts.admission.pressure(),
+            parts.events.clone(),
+            parts.metrics.clone(),
+        );
+        // the monitoring period is housekeeping's, as in the kubelet; the
+        // same thread collects images every imageGCPeriod (one thread less
+        // on a small node: both only call the runtime)
+        let gc_period = config.image_gc_period;
+        let mut next_gc = Instant::now();
+        crate::agent::housekeeping::Periodic::every("eviction", config.housekeeping_interval, move || {
+            m.synchronize();
+            if Instant::now() >= next_gc {
+                if let Err(e) = gc.collect(Instant::now()) {
+                    log::warn!("image garbage collection failed: {e}");
+                }
+                next_gc = crate::base::cancel::deadline_in(gc_period);
+            }
+            // a snapshot's lists (110 pods' stats) are freed now: their
+            // pages go back at once rather than at the next trim
+            crate::sys::malloc_trim();
+        })
+        .map_err(io("starting the eviction manager"))?
+    };
+    // healthy (/healthz, the node's Ready condition): housekeeping and the
+    // runtime answered within a few housekeeping periods
+    let healthy_within = config.housekeeping_interval.saturating_mul(5).max(Duration::from_secs(10));
+    let http = if config.read_only_port == 0 {
+        None
+    } else {
+        let ip: std::net::IpAddr = config.address.parse().map_err(|e| DaemonError::Io {
+            what: format!("address {}", config.address),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
+        })?;
+        let addr = std::net::SocketAddr::new(ip, config.read_only_port);
+        let server =
+            crate::api::http::HttpServer::start(addr, parts.clone(), healthy_within, !config.read_only_port_shows_env)
+                .map_err(io(format!("listening on {addr} (address, readOnlyPort)")))?;
+        log::info!("read-only HTTP on http://{}", server.local_addr());
+        Some(server)
+    };
+    let logind = if config.shutdown_grace_period.is_zero() && config.shutdown_grace_period_by_pod_priority.is_empty() {
+        log::info!("graceful node shutdown off (shutdownGracePeriod is 0)");
+        None
+    } else {
+        let cfg = crate::agent::node_shutdown::logind::ShutdownConfig {
+            groups: crate::agent::node_shutdown::groups_from_config(
+                config.shutdown_grace_period.as_secs() as i64,
+                config.shutdown_grace_period_critical_pods.as_secs() as i64,
+                &config.shutdown_grace_period_by_pod_priority,
+            ),
+            priority_classes: config.priority_classes.clone(),
+            root_dir: config.root_dir.clone(),
+            dropin_dir: Some(config.logind_drop_in_dir.clone()),
+        };
+        let logind = Arc::new(crate::agent::node_shutdown::logind::dbus_impl::DbusLogind::new());
+        Some(
+            crate::agent::node_shutdown::logind::LogindThread::start(logind, parts.shutdown_runner(), cfg)
+                .map_err(io("starting the logind thread"))?,
+        )
+    };
+    let api = {
+        let cfg = crate::api::local::ApiConfig {
+            socket: config.api_socket.clone(),
+            group: api_group,
+            static_pod_path: config.static_pod_path.clone(),
+            pod_logs_dir: config.pod_logs_dir.clone(),
+            node_name: parts.node_name.clone(),
+            healthy_within,
+            rescan: source.rescanner(),
+            root_pod_security: config.static_pod_security_level,
+            group_pod_security: config.api_group_pod_security_level,
+        };
+        let server = crate::api::local::ApiServer::start(parts.clone(), cfg)
+            .map_err(io(format!("serving the local API on {} (apiSocket)", config.api_socket.display())))?;
+        log::info!("local API on {}", server.socket().display());
+        Some(server)
+    };
+    Ok(Running {
+        parts,
+        source: Some(source),
+        housekeeping: Some(housekeeping),
+        http,
+        logind,
+        api,
+        log_rotation: Some(log_rotation),
+        eviction: Some(eviction),
+    })
+}
+
+/// Run the daemon until SIGTERM or SIGINT.
+pub fn run(config: Config) -> Result<(), DaemonError> {
+    // One thread per pod: glibc would give each its own malloc arena (up to
+    // 8 per core), each keeping freed memory. Two arenas are plenty for an
+    // agent that mostly waits.
+    crate::sys::limit_malloc_arenas(2);
+    // a panic escaping any thread ends the agent (status 70) for systemd to
+    // restart it: never a dead thread behind a healthy /healthz
+    crate::base::thread::exit_on_panic(true);
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(io("installing signal handlers"))?;
+    // a config error before the runtime's: apiGroup is part of the config
+    api_group(&config)?;
+    let runtime = connect_runtime(&config)?;
+    log::info!(
+        "podwarden {} starting: node {}, staticPodPath {}, rootDir {}",
+        env!("CARGO_PKG_VERSION"),
+        node_name(&config),
+        config.static_pod_path.display(),
+        config.root_dir.display()
+    );
+    let prefix = if config.container_runtime_endpoint == "fake://" { "fake://" } else { "containerd://" };
+    let running = start(&config, runtime, prefix)?;
+    crate::base::notify::notify("READY=1");
+    for sig in signals.forever() {
+        match sig {
+            SIGHUP => {
+                log::info!("SIGHUP: rescanning {}", config.static_pod_path.display());
+                running.rescan();
+            }
+            _ => {
+                log::info!("signal {sig}: stopping; pods keep running and will be adopted on restart");
+                break;
+            }
+        }
+    }
+    crate::base::notify::notify("STOPPING=1");
+    running.stop();
+    Ok(())
+}

@@ -1,0 +1,384 @@
+//! Container log rotation: the `log-monitor` thread and its `log-rotate-<n>`
+//! workers (`containerLogMaxWorkers`).
+//!
+//! As the kubelet's container log manager, every
+//! `containerLogMonitorInterval` the monitor lists the running containers
+//! and has each one's live log checked (and rotated when it reached
+//! `containerLogMaxSize`: [`crate::logs::rotation::rotate`]). Unlike the
+//! kubelet, it also watches the containers' log directories (inotify,
+//! `IN_MODIFY`): a log that is being written is checked as it grows, at most
+//! every [`QUIET`], so a container writing fast cannot fill the disk in the
+//! time between two passes.
+//!
+//! The monitor never touches a file's content or waits for the runtime
+//! beyond its list: checks go to the workers through a bounded queue, one
+//! per container at a time. A worker compresses and calls
+//! `ReopenContainerLog`; nothing else waits for it.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use inotify::{Inotify, WatchDescriptor, WatchMask};
+use parking_lot::Mutex;
+
+use crate::logs::rotation::{Outcome, Policy};
+use crate::runtime::{CallCtx, ContainerState, Runtime};
+
+/// After the writes of a log woke the monitor, it reads the next ones only
+/// this much later: a container writing all the time costs a few checks a
+/// second, not one per write (inotify merges the events meanwhile).
+pub const QUIET: Duration = Duration::from_millis(100);
+
+/// The most checks waiting for a worker.
+const QUEUE: usize = 1024;
+
+/// What rotation needs to know; from the config.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub pod_logs_dir: PathBuf,
+    pub policy: Policy,
+    pub interval: Duration,
+    pub workers: u32,
+    /// The longest a runtime call (list, reopen) may take.
+    pub timeout: Duration,
+    /// The relist's newest list, used instead of a list of its own when
+    /// fresh.
+    pub pod_cache: Option<Arc<crate::runtime::cache::PodCache>>,
+}
+
+/// One running container's live log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Target {
+    id: String,
+    dir: PathBuf,
+    live: String,
+}
+
+/// Owns the monitor and the workers; dropping it stops and joins them.
+pub struct LogRotation {
+    wake: Arc<File>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    joins: Vec<JoinHandle<()>>,
+}
+
+impl Drop for LogRotation {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        crate::sys::eventfd_poke(&self.wake);
+        for j in self.joins.drain(..) {
+            let _ = j.join();
+        }
+    }
+}
+
+/// The live logs of the running containers the runtime lists (or the
+/// relist listed less than [`crate::runtime::cache::FRESH`] ago).
+fn running(runtime: &dyn Runtime, s: &Settings) -> Result<Vec<Target>, String> {
+    let pods = match s.pod_cache.as_ref().and_then(|c| c.recent(crate::runtime::cache::FRESH)) {
+        Some(p) => p,
+        None => Arc::new(runtime.list_pods(&CallCtx::background(s.timeout)).map_err(|e| e.to_string())?),
+    };
+    let mut out = Vec::new();
+    for p in pods.iter() {
+        let pod_dir = s.pod_logs_dir.join(crate::logs::reader::pod_dir_name(&p.namespace, &p.name, &p.uid));
+        for c in p.containers.iter().filter(|c| c.state == ContainerState::Running) {
+            out.push(Target { id: c.id.clone(), dir: pod_dir.join(&c.name), live: format!("{}.log", c.attempt) });
+        }
+    }
+    Ok(out)
+}
+
+/// Check one live log and rotate it if it is due; true when it rotated.
+fn check(runtime: &dyn Runtime, s: &Settings, t: &Target) -> bool {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    let stamp = crate::sys::local_timestamp(now);
+    let reopen = || runtime.reopen_container_log(&CallCtx::background(s.timeout), &t.id).map_err(|e| e.to_string());
+    match crate::logs::rotation::rotate(&t.dir, &t.live, s.policy, &stamp, reopen) {
+        Ok(Outcome::Rotated(to)) => {
+            log::debug!("container {}: log rotated to {}", t.id, to.display());
+            return true;
+        }
+        Ok(Outcome::Reopened) => log::info!("container {}: its log {} was missing; reopened", t.id, t.live),
+        Ok(Outcome::Small | Outcome::Later) => {}
+        Err(e) => {
+            // a container's log that cannot be rotated is retried every
+            // pass: say so at most once a minute
+            static FAILED: crate::base::logging::RateLimit =
+                crate::base::logging::RateLimit::new(Duration::from_secs(60));
+            if let Some(held) = FAILED.allow() {
+                let more = crate::base::logging::held_back(held, Duration::from_secs(60));
+                log::warn!("container {}: log rotation failed: {e}{more}", t.id);
+            }
+        }
+    }
+    false
+}
+
+/// Start the monitor and `settings.workers` workers.
+pub fn start(runtime: Arc<dyn Runtime>, settings: Settings) -> std::io::Result<LogRotation> {
+    let wake = Arc::new(File::from(crate::sys::eventfd(libc::EFD_CLOEXEC | libc::EFD_NONBLOCK)?));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (tx, rx) = crossbeam_channel::bounded::<Target>(QUEUE);
+    // containers queued or being checked: one check each at a time
+    let busy: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let mut joins = Vec::new();
+    // compression on its own thread: a rotation never waits for one
+    let (ztx, zrx) = crossbeam_channel::bounded::<Target>(QUEUE);
+    let zbusy: Arc<Mutex<HashSet<PathBuf>>> = Arc::default();
+    {
+        let zbusy = zbusy.clone();
+        joins.push(crate::base::thread::spawn("log-compress", None, move || {
+            for t in zrx {
+                zbusy.lock().remove(&t.dir.join(&t.live));
+                crate::logs::rotation::compress_older(&t.dir, &t.live);
+            }
+        })?);
+    }
+    for n in 0..settings.workers.max(1) {
+        let (rx, runtime, s, busy) = (rx.clone(), runtime.clone(), settings.clone(), busy.clone());
+        let (ztx, zbusy) = (ztx.clone(), zbusy.clone());
+        joins.push(crate::base::thread::spawn(format!("log-rotate-{n}"), None, move || {
+            for t in rx {
+                if check(&*runtime, &s, &t)
+                    && zbusy.lock().insert(t.dir.join(&t.live))
+                    && ztx.try_send(t.clone()).is_err()
+                {
+                    zbusy.lock().remove(&t.dir.join(&t.live));
+                }
+                busy.lock().remove(&t.id);
+            }
+        })?);
+    }
+    drop((rx, ztx));
+    let (wake2, stop2) = (wake.clone(), stop.clone());
+    joins.push(crate::base::thread::spawn("log-monitor", None, move || {
+        Monitor::new(runtime, settings, tx, busy).run(&wake2, &stop2);
+    })?);
+    Ok(LogRotation { wake, stop, joins })
+}
+
+/// What a watched directory is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// `podLogsDir`: pod directories appear here.
+    Root,
+    /// `<ns>_<pod>_<uid>`: container directories appear here.
+    Pod,
+    /// `<container>`: its log files are written here.
+    Container,
+}
+
+/// The soonest a write to a log the monitor does not know yet (a container
+/// started since the last pass) makes it list the containers again.
+const RELIST_AFTER: Duration = Duration::from_secs(1);
+
+struct Monitor {
+    runtime: Arc<dyn Runtime>,
+    s: Settings,
+    tx: crossbeam_channel::Sender<Target>,
+    busy: Arc<Mutex<HashSet<String>>>,
+    inotify: Option<Inotify>,
+    /// Every watched directory below `podLogsDir` (and it).
+    watched: HashMap<WatchDescriptor, (Kind, PathBuf)>,
+    /// The running containers' live logs by directory, from the last pass.
+    targets: HashMap<PathBuf, Vec<Target>>,
+    /// A log the last pass did not know grew past the limit.
+    relist: bool,
+    last_pass: Option<Instant>,
+}
+
+impl Monitor {
+    fn new(
+        runtime: Arc<dyn Runtime>,
+        s: Settings,
+        tx: crossbeam_channel::Sender<Target>,
+        busy: Arc<Mutex<HashSet<String>>>,
+    ) -> Self {
+        let inotify = match Inotify::init() {
+            Ok(i) => Some(i),
+            Err(e) => {
+                log::warn!(
+                    "container logs: inotify unavailable ({e}); logs are checked every containerLogMonitorInterval only"
+                );
+                None
+            }
+        };
+        Monitor {
+            runtime,
+            s,
+            tx,
+            busy,
+            inotify,
+            watched: HashMap::new(),
+            targets: HashMap::new(),
+            relist: false,
+            last_pass: None,
+        }
+    }
+
+    /// Queue a check of `t` unless one is queued or running.
+    fn queue(&self, t: &Target) {
+        if !self.busy.lock().insert(t.id.clone()) {
+            return;
+        }
+        if self.tx.try_send(t.clone()).is_err() {
+            // full: the next pass or write queues it again
+            self.busy.lock().remove(&t.id);
+        }
+    }
+
+    /// Watch `dir` as `kind` and, below the container level, the
+    /// directories already in it (made before the watch).
+    fn watch(&mut self, kind: Kind, dir: &std::path::Path) {
+        let Some(ino) = self.inotify.as_mut() else { return };
+        let mask = match kind {
+            Kind::Root | Kind::Pod => WatchMask::CREATE | WatchMask::MOVED_TO,
+            Kind::Container => WatchMask::MODIFY,
+        } | WatchMask::ONLYDIR
+            | WatchMask::DONT_FOLLOW;
+        match ino.watches().add(dir, mask) {
+            Ok(wd) => {
+                self.watched.insert(wd, (kind, dir.to_path_buf()));
+            }
+            Err(e) => {
+                log::debug!("container logs: cannot watch {}: {e}", dir.display());
+                return;
+            }
+        }
+        let below = match kind {
+            Kind::Root => Kind::Pod,
+            Kind::Pod => Kind::Container,
+            Kind::Container => return,
+        };
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for e in entries.flatten().take(10_000) {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                self.watch(below, &e.path());
+            }
+        }
+    }
+
+    /// A full pass: list the running containers, check every live log,
+    /// watch the log directories.
+    fn pass(&mut self) {
+        self.last_pass = Some(Instant::now());
+        self.relist = false;
+        let targets = match running(&*self.runtime, &self.s) {
+            Ok(t) => t,
+            Err(e) => {
+                log::debug!("container logs: cannot list the running containers: {e}");
+                return;
+            }
+        };
+        self.targets.clear();
+        for t in &targets {
+            self.targets.entry(t.dir.clone()).or_default().push(t.clone());
+            self.queue(t);
+        }
+        let root = self.s.pod_logs_dir.clone();
+        self.watch(Kind::Root, &root);
+    }
+
+    /// Read the events: watch new directories, check the live logs written
+    /// to that reached the limit.
+    fn events(&mut self, buf: &mut [u8]) {
+        let mut new_dirs: Vec<(Kind, PathBuf)> = Vec::new();
+        let mut written: Vec<(PathBuf, String)> = Vec::new();
+        if let Some(ino) = self.inotify.as_mut() {
+            while let Ok(events) = ino.read_events(buf) {
+                let mut any = false;
+                for ev in events {
+                    any = true;
+                    if ev.mask.contains(inotify::EventMask::IGNORED) {
+                        self.watched.remove(&ev.wd);
+                        continue;
+                    }
+                    let (Some((kind, dir)), Some(name)) = (self.watched.get(&ev.wd), ev.name) else { continue };
+                    match kind {
+                        Kind::Root | Kind::Pod if ev.mask.contains(inotify::EventMask::ISDIR) => {
+                            let below = if *kind == Kind::Root { Kind::Pod } else { Kind::Container };
+                            new_dirs.push((below, dir.join(name)));
+                        }
+                        Kind::Container => {
+                            let name = name.to_string_lossy().into_owned();
+                            if !written.iter().any(|(d, n)| d == dir && *n == name) {
+                                written.push((dir.clone(), name));
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                if !any {
+                    break;
+                }
+            }
+        }
+        for (kind, dir) in new_dirs {
+            self.watch(kind, &dir);
+        }
+        for (dir, name) in written {
+            let known = self.targets.get(&dir).and_then(|ts| ts.iter().find(|t| t.live == name)).cloned();
+            let live = known.is_some() || name.strip_suffix(".log").is_some_and(|n| n.parse::<u32>().is_ok());
+            if !live {
+                continue;
+            }
+            let size = std::fs::symlink_metadata(dir.join(&name)).map_or(0, |m| m.len());
+            if size < self.s.policy.max_size {
+                continue;
+            }
+            match known {
+                Some(t) => self.queue(&t),
+                // a container started since the last pass: list again soon
+                None => self.relist = true,
+            }
+        }
+    }
+
+    fn run(mut self, wake: &File, stop: &std::sync::atomic::AtomicBool) {
+        let mut next_pass = Instant::now();
+        let mut quiet_until = Instant::now();
+        let mut buf = vec![0u8; 4 << 10];
+        loop {
+            if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            let now = Instant::now();
+            let relist_due = self.relist && self.last_pass.is_none_or(|t| now >= t + RELIST_AFTER);
+            if now >= next_pass || relist_due {
+                self.pass();
+                next_pass = crate::base::cancel::deadline_in(self.s.interval);
+            }
+            let mut until = next_pass;
+            if self.relist
+                && let Some(t) = self.last_pass
+            {
+                until = until.min(t + RELIST_AFTER);
+            }
+            let listen = Instant::now() >= quiet_until;
+            if !listen {
+                until = until.min(quiet_until);
+            }
+            let mut fds = vec![libc::pollfd { fd: wake.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+            if listen && let Some(ino) = self.inotify.as_ref() {
+                fds.push(libc::pollfd { fd: ino.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+            }
+            let ms = until.saturating_duration_since(Instant::now()).as_millis().min(i32::MAX as u128) as i32;
+            if !matches!(crate::sys::poll(&mut fds, ms.max(1)), Ok(n) if n > 0) {
+                continue;
+            }
+            if fds[0].revents != 0 {
+                let _ = (&*wake).read(&mut [0u8; 8]);
+            }
+            if fds.len() > 1 && fds[1].revents != 0 {
+                self.events(&mut buf);
+                quiet_until = crate::base::cancel::deadline_in(QUIET);
+            }
+        }
+    }
+}

@@ -1,0 +1,10 @@
+//! Images on the node: the registry credentials a pull presents
+//! (`credentials`: the docker config keyring and credential provider
+//! plugins), how pulls are admitted and backed off (`pull`) and image
+//! garbage collection (`gc`, run by the eviction thread).
+//!
+//! The pull itself runs on the pod's thread as a step of its set-up
+//! (`pod::phases`), through the gate and policy defined here.
+
+pub mod credentials;
+pub mod gc;

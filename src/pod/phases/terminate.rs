@@ -1,0 +1,292 @@
+//! `sync_terminating_pod` (stop every container in parallel with the grace
+//! period, then the sandbox) and `sync_terminated_pod` (clean up).
+
+use std::sync::Arc;
+
+use crossbeam_channel::select;
+
+use crate::model::{self, Pod};
+use crate::pod::phases::PodSync;
+use crate::pod::status::{GenerateInput, generate};
+use crate::pod::workers::{StatusFn, SyncCtx, SyncError};
+use crate::runtime::{CallCtx, ContainerState, RuntimeError, RuntimePod};
+use crate::telemetry::events::{EventType, ObjectRef};
+
+impl PodSync {
+    /// Stop the live containers of `rp` in parallel, each with `grace`
+    /// seconds (a container's preStop hook first, its time taken off the
+    /// grace period), then its sandboxes. Interrupted by cancellation (a
+    /// shorter grace period or a newer update); stops in flight finish on
+    /// their own.
+    fn stop_all(&self, ctx: &SyncCtx, rp: &RuntimePod, grace: i64, pod: Option<&Arc<Pod>>) -> Result<(), SyncError> {
+        let live: Vec<_> = rp.live_containers().cloned().collect();
+        if let Some(p) = pod {
+            for c in &live {
+                self.events.event(
+                    &ObjectRef::container(p, &c.name),
+                    EventType::Normal,
+                    "Killing",
+                    &format!("Stopping container {} with grace period {grace}s", c.name),
+                );
+            }
+        }
+        let pod_ip = pod.and_then(|p| self.hook_ip(p, rp));
+        if let [c] = live.as_slice() {
+            // One container: stop it on this thread (stop_container returns
+            // on cancellation by contract).
+            match self.stopper().stop(&ctx.cancel, pod.map(|p| &**p), pod_ip.as_deref(), c, grace) {
+                Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        } else if !live.is_empty() {
+            // Every container on a helper thread of its own. Sidecars stop
+            // last, in reverse spec order (the kubelet's termination
+            // ordering): each one's preStop hook starts at once, its stop
+            // waits until the app containers and the sidecars after it
+            // are down, at most its grace period, and the wait comes off
+            // that period (2 s at least remain).
+            let spec_index = |name: &str| {
+                pod.and_then(|p| model::init_containers(p).iter().position(|c| c.name == name && model::is_sidecar(c)))
+            };
+            // the live sidecars (indices into `live`), last in spec order first
+            let mut order: Vec<(usize, usize)> =
+                live.iter().enumerate().filter_map(|(i, c)| spec_index(&c.name).map(|k| (k, i))).collect();
+            order.sort_by(|a, b| b.cmp(a));
+            let order: Vec<usize> = order.into_iter().map(|(_, i)| i).collect();
+            let mut turns: Vec<Option<crossbeam_channel::Sender<()>>> = vec![None; live.len()];
+            let (tx, rx) = crossbeam_channel::bounded(live.len());
+            for (i, c) in live.iter().enumerate() {
+                let turn = order.contains(&i).then(|| {
+                    let (go, wait) = crossbeam_channel::bounded(1);
+                    turns[i] = Some(go);
+                    wait
+                });
+                let stopper = self.stopper();
+                let cancel = ctx.cancel.clone();
+                let pod = pod.cloned();
+                let ip = pod_ip.clone();
+                let info = c.clone();
+                let tx = tx.clone();
+                let short: String = ctx.uid.chars().take(8).collect();
+                crate::base::thread::spawn(
+                    format!("stop-{short}"),
+                    Some(crate::base::thread::HELPER_STACK),
+                    move || {
+                        let r = match turn {
+                            None => stopper.stop(&cancel, pod.as_deref(), ip.as_deref(), &info, grace),
+                            Some(wait) => {
+                                stop_in_turn(&stopper, &cancel, pod.as_deref(), ip.as_deref(), &info, grace, &wait)
+                            }
+                        };
+                        let _ = tx.send((i, r));
+                    },
+                )
+                .map_err(|e| SyncError::Other(format!("cannot start a thread to stop container {}: {e}", c.id)))?;
+            }
+            drop(tx);
+            // Once no app container is left, the sidecars get their turn in
+            // `order`, each when the one before it is done (one that ended
+            // before its turn is passed over).
+            let mut done = vec![false; live.len()];
+            let mut apps_left = live.len() - order.len();
+            let mut next = 0;
+            let mut release = |done: &[bool]| {
+                while let Some(&j) = order.get(next) {
+                    if let Some(go) = turns[j].take() {
+                        let _ = go.send(());
+                    }
+                    if !done[j] {
+                        return;
+                    }
+                    next += 1;
+                }
+            };
+            if apps_left == 0 {
+                release(&done);
+            }
+            let mut first_err = None;
+            for _ in 0..live.len() {
+                select! {
+                    recv(rx) -> r => match r {
+                        Ok((i, r)) => {
+                            done[i] = true;
+                            if !order.contains(&i) {
+                                apps_left -= 1;
+                            }
+                            if apps_left == 0 {
+                                release(&done);
+                            }
+                            match r {
+                                Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
+                                Err(RuntimeError::Cancelled { .. }) => return Err(SyncError::Cancelled),
+                                Err(e) => { first_err.get_or_insert(e); }
+                            }
+                        }
+                        Err(_) => break,
+                    },
+                    recv(ctx.cancel.receiver()) -> _ => return Err(SyncError::Cancelled),
+                }
+            }
+            if let Some(e) = first_err {
+                return Err(e.into());
+            }
+        }
+        ctx.cancel_check()?;
+        for s in rp.sandboxes.iter().filter(|s| s.ready) {
+            match self.runtime.stop_sandbox(&self.call_plain(ctx), &s.id) {
+                Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    fn call_plain(&self, ctx: &SyncCtx) -> CallCtx {
+        CallCtx::new(self.cfg.call_timeout, &ctx.cancel)
+    }
+
+    pub(super) fn terminating(
+        &self,
+        ctx: &SyncCtx,
+        pod: &Arc<Pod>,
+        grace: i64,
+        status_fns: &[StatusFn],
+    ) -> Result<(), SyncError> {
+        let uid = model::uid(pod).to_string();
+        // start errors never show on, nor delay, a terminating pod
+        self.forget_pod(&uid);
+        let mut rp = self.runtime.pod_status(&self.call_plain(ctx), &uid)?;
+        self.stop_all(ctx, &rp, grace, Some(pod))?;
+        // only the stopped containers changed: ask for just their status
+        let stopped: Vec<String> = rp.live_containers().map(|c| c.id.clone()).collect();
+        if !stopped.is_empty() {
+            self.runtime.refresh_containers(&self.call_plain(ctx), &mut rp, &stopped)?;
+        }
+        self.fill_messages(pod, &mut rp);
+        let succeeded = !model::containers(pod).is_empty()
+            && model::containers(pod)
+                .iter()
+                .all(|c| rp.latest(&c.name).is_some_and(|l| l.state == ContainerState::Exited && l.exit_code == 0));
+        // a pod failed for a reason (its deadline, a set-up error) stays
+        // failed whatever its containers' exit codes
+        let failed_for_reason = self
+            .statuses
+            .get(&uid)
+            .is_some_and(|s| s.phase.as_deref() == Some(model::PHASE_FAILED) && s.reason.is_some());
+        let phase = if succeeded && !failed_for_reason { model::PHASE_SUCCEEDED } else { model::PHASE_FAILED };
+        let waiting = Default::default();
+        self.statuses.replace_with(&uid, |old| {
+            let mut status = generate(
+                pod,
+                &rp,
+                &GenerateInput {
+                    old,
+                    waiting: &waiting,
+                    terminal_phase: Some(phase),
+                    id_prefix: &self.cfg.id_prefix,
+                    host_ip: self.cfg.host_ip.as_deref(),
+                    probes: self.prober.as_ref().map(|p| &**p.results()),
+                },
+            );
+            for f in status_fns {
+                f(&mut status);
+            }
+            Some(status)
+        });
+        Ok(())
+    }
+
+    pub(super) fn terminating_runtime(&self, ctx: &SyncCtx, pod: &RuntimePod, grace: i64) -> Result<(), SyncError> {
+        let rp = self.runtime.pod_status(&self.call_plain(ctx), &pod.uid)?;
+        self.stop_all(ctx, &rp, grace, None)?;
+        // Nothing configures this pod: nobody will clean it up later.
+        self.remove_runtime_objects(ctx, &pod.uid)
+    }
+
+    fn remove_runtime_objects(&self, ctx: &SyncCtx, uid: &str) -> Result<(), SyncError> {
+        let rp = self.runtime.pod_status(&self.call_plain(ctx), uid)?;
+        for c in &rp.containers {
+            match self.runtime.remove_container(&self.call_plain(ctx), &c.id) {
+                Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        for s in &rp.sandboxes {
+            if s.ready {
+                self.runtime.stop_sandbox(&self.call_plain(ctx), &s.id)?;
+            }
+            match self.runtime.remove_sandbox(&self.call_plain(ctx), &s.id) {
+                Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn terminated(&self, ctx: &SyncCtx, pod: &Arc<Pod>, remove_content: bool) -> Result<(), SyncError> {
+        let uid = model::uid(pod).to_string();
+        self.forget_pod(&uid);
+        if !remove_content {
+            // Terminal but still desired: keep the exited containers (their
+            // state survives an agent restart, their logs stay readable).
+            return Ok(());
+        }
+        self.remove_runtime_objects(ctx, &uid)?;
+        if let Some(cg) = &self.cfg.cgroups
+            && let Err(e) = cg.remove_pod(pod)
+        {
+            log::warn!("pod {}: removing its cgroup: {e}", model::pod_ref(pod));
+        }
+        crate::pod::volumes::unmount_all_under(&self.cfg.pod_dir(&uid));
+        if crate::pod::volumes::has_mounts_under(&self.cfg.pod_dir(&uid)) {
+            // removing the directory would reach into what is mounted in it
+            // (a subPath bind mount is a volume's own content)
+            return Err(SyncError::Other(format!(
+                "{} still has mounts below it; not removed",
+                self.cfg.pod_dir(&uid).display()
+            )));
+        }
+        for dir in [self.cfg.pod_dir(&uid), self.cfg.pod_log_dir(pod)] {
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    let e = SyncError::Io { what: format!("removing {}", dir.display()), source };
+                    if !e.is_permanent() {
+                        return Err(e);
+                    }
+                    // Reported once; the clean-up goes on and the pod
+                    // finishes (a retry would fail the same way forever).
+                    let msg = format!("{e}; left as it is (this error cannot heal)");
+                    log::error!("pod {}: clean-up: {msg}", model::pod_ref(pod));
+                    self.events.event(&ObjectRef::pod(pod), EventType::Warning, "FailedCleanup", &msg);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Stop a sidecar in its turn: its preStop hook now, then wait for `turn`
+/// (at most the grace period left), then the stop with what is left of
+/// the grace period after the wait (2 s at least, as in the kubelet).
+fn stop_in_turn(
+    stopper: &crate::pod::phases::Stopper,
+    cancel: &crate::base::cancel::CancelToken,
+    pod: Option<&Pod>,
+    ip: Option<&str>,
+    c: &crate::runtime::ContainerInfo,
+    grace: i64,
+    turn: &crossbeam_channel::Receiver<()>,
+) -> Result<(), RuntimeError> {
+    let left = stopper.pre_stop(cancel, pod, ip, c, grace)?;
+    let t = std::time::Instant::now();
+    select! {
+        recv(turn) -> _ => {}
+        recv(cancel.receiver()) -> _ => return Err(RuntimeError::Cancelled { op: crate::runtime::Op::StopContainer }),
+        default(std::time::Duration::from_secs(left.max(0) as u64)) => {}
+    }
+    let waited = t.elapsed();
+    let left = if waited.as_secs() > 0 { crate::pod::phases::hooks::grace_after_pre_stop(left, waited) } else { left };
+    stopper.stop_now(cancel, c, left)
+}

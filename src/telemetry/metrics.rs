@@ -1,0 +1,571 @@
+//! Pod-count metrics as plain counters, kept under the kubelet's names; the
+//! HTTP endpoint renders them. Also the pod worker duration histogram.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use crate::runtime::Op;
+use crate::runtime::metered::FailedCalls;
+
+/// `le` bounds of the duration histograms (seconds), Prometheus defaults.
+pub const BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+/// `le` bounds of `kubelet_image_pull_duration_seconds`, the kubelet's.
+pub const PULL_BUCKETS: [f64; 19] = [
+    0.5, 1.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 180.0, 240.0, 300.0, 360.0, 480.0, 600.0, 900.0, 1200.0, 1800.0,
+    2700.0, 3600.0,
+];
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Histogram {
+    pub bounds: &'static [f64],
+    pub counts: Vec<u64>,
+    pub count: u64,
+    pub sum: f64,
+}
+
+impl Default for Histogram {
+    /// With the Prometheus default bounds ([`BUCKETS`]).
+    fn default() -> Self {
+        Histogram::with(&BUCKETS)
+    }
+}
+
+impl Histogram {
+    pub fn with(bounds: &'static [f64]) -> Self {
+        Histogram { bounds, counts: vec![0; bounds.len()], count: 0, sum: 0.0 }
+    }
+
+    pub fn observe(&mut self, v: f64) {
+        for (i, b) in self.bounds.iter().enumerate() {
+            if v <= *b {
+                self.counts[i] += 1;
+            }
+        }
+        self.count += 1;
+        self.sum += v;
+    }
+}
+
+/// Gauges refreshed by housekeeping.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Gauges {
+    /// `kubelet_desired_pods{static}`: index 0 = "false", 1 = "true".
+    pub desired_pods: [i64; 2],
+    /// `kubelet_active_pods{static}`.
+    pub active_pods: [i64; 2],
+    /// `kubelet_mirror_pods` (podwarden has no API server: always 0).
+    pub mirror_pods: i64,
+    /// `kubelet_working_pods{lifecycle,config,static}`.
+    pub working_pods: BTreeMap<(String, String, String), i64>,
+    /// `kubelet_running_pods`: pods with a ready sandbox.
+    pub running_pods: i64,
+    /// `kubelet_running_containers{container_state}`.
+    pub running_containers: BTreeMap<String, i64>,
+}
+
+/// One disk-backed emptyDir's measured usage (housekeeping,
+/// `sync::usage`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EmptyDirUsage {
+    pub namespace: String,
+    pub pod: String,
+    pub volume: String,
+    /// Allocated bytes, as `du` counts them (a lower bound when the walk
+    /// was capped).
+    pub used_bytes: u64,
+    /// Inodes: the files and directories counted.
+    pub used_inodes: u64,
+    /// Its `sizeLimit`, if it has one.
+    pub limit_bytes: Option<u64>,
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    /// `kubelet_restarted_pods_total{static}`.
+    pub restarted_pods_total: [AtomicU64; 2],
+    /// `kubelet_orphaned_runtime_pods_total`.
+    pub orphaned_runtime_pods_total: AtomicU64,
+    pub gauges: Mutex<Gauges>,
+    /// `kubelet_pod_worker_duration_seconds{operation_type}`.
+    pub pod_worker_duration: Mutex<BTreeMap<&'static str, Histogram>>,
+    /// `kubelet_graceful_shutdown_{start,end}_time_seconds` (Unix seconds).
+    shutdown_times: Mutex<[Option<f64>; 2]>,
+    /// `kubelet_pod_start_duration_seconds`, and when each pod not yet
+    /// running was first seen.
+    pod_start_duration: Mutex<Histogram>,
+    first_seen: Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    /// `kubelet_runtime_operations_errors_total{operation_type}`.
+    runtime_errors: Mutex<BTreeMap<&'static str, u64>>,
+    /// `podwarden_emptydir_{used,limit}_bytes{namespace,pod,volume}`.
+    empty_dirs: Mutex<Vec<EmptyDirUsage>>,
+    /// `prober_probe_total` and `prober_probe_duration_seconds` by probe.
+    probes: Mutex<BTreeMap<ProbeSeries, ProbeCounts>>,
+    /// `kubelet_image_pull_duration_seconds{image_size_in_bytes}`.
+    image_pulls: Mutex<BTreeMap<&'static str, Histogram>>,
+    /// `kubelet_image_garbage_collected_total{reason}`: "age", "space".
+    images_collected: Mutex<BTreeMap<&'static str, u64>>,
+    /// `kubelet_evictions{eviction_signal}`.
+    evictions: Mutex<BTreeMap<String, u64>>,
+    /// `kubelet_credential_provider_plugin_duration{plugin_name}` and
+    /// `kubelet_credential_provider_plugin_errors{plugin_name}`.
+    credential_plugins: Mutex<BTreeMap<String, (Histogram, u64)>>,
+}
+
+/// The kubelet's `image_size_in_bytes` label of a pull.
+pub fn image_size_label(bytes: u64) -> &'static str {
+    const MB: u64 = 1_000_000;
+    const GB: u64 = 1_000_000_000;
+    match bytes {
+        b if b < 10 * MB => "0-10MB",
+        b if b < 100 * MB => "10MB-100MB",
+        b if b < 500 * MB => "100MB-500MB",
+        b if b < GB => "500MB-1GB",
+        b if b < 5 * GB => "1GB-5GB",
+        b if b < 10 * GB => "5GB-10GB",
+        b if b < 20 * GB => "10GB-20GB",
+        b if b < 30 * GB => "20GB-30GB",
+        b if b < 40 * GB => "30GB-40GB",
+        b if b < 60 * GB => "40GB-60GB",
+        b if b < 100 * GB => "60GB-100GB",
+        _ => "GT100GB",
+    }
+}
+
+/// The labels of one probe's series.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ProbeSeries {
+    /// `Liveness`, `Readiness`, `Startup`.
+    pub probe_type: &'static str,
+    pub container: String,
+    pub pod: String,
+    pub namespace: String,
+    pub pod_uid: String,
+}
+
+/// Results by `result` label and the duration histogram of one probe.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProbeCounts {
+    /// successful, failed, unknown
+    pub results: [u64; 3],
+    pub duration: Histogram,
+}
+
+/// A probe's result as `prober_probe_total` labels it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeResult {
+    Successful = 0,
+    Failed = 1,
+    Unknown = 2,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn inc_restarted(&self, is_static: bool) {
+        self.restarted_pods_total[is_static as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn restarted(&self, is_static: bool) -> u64 {
+        self.restarted_pods_total[is_static as usize].load(Ordering::Relaxed)
+    }
+
+    pub fn inc_orphaned(&self) {
+        self.orphaned_runtime_pods_total.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn orphaned(&self) -> u64 {
+        self.orphaned_runtime_pods_total.load(Ordering::Relaxed)
+    }
+
+    /// A pod was admitted: its start duration counts from now.
+    pub fn pod_seen(&self, uid: &str) {
+        self.first_seen.lock().entry(uid.to_string()).or_insert_with(std::time::Instant::now);
+    }
+
+    /// A pod's containers all run: observe its start duration (once).
+    pub fn pod_running(&self, uid: &str) {
+        if let Some(t) = self.first_seen.lock().remove(uid) {
+            self.pod_start_duration.lock().observe(t.elapsed().as_secs_f64());
+        }
+    }
+
+    /// Forget pods that are gone before they ran.
+    pub fn retain_seen(&self, keep: impl Fn(&str) -> bool) {
+        self.first_seen.lock().retain(|u, _| keep(u));
+    }
+
+    pub fn pod_start_duration(&self) -> Histogram {
+        self.pod_start_duration.lock().clone()
+    }
+
+    /// A runtime call failed.
+    pub fn runtime_error(&self, op: Op) {
+        *self.runtime_errors.lock().entry(op.metric_label()).or_default() += 1;
+    }
+
+    pub fn runtime_errors(&self) -> BTreeMap<&'static str, u64> {
+        self.runtime_errors.lock().clone()
+    }
+
+    /// The last graceful node shutdown's start and end (Unix seconds).
+    pub fn set_shutdown_times(&self, start: Option<f64>, end: Option<f64>) {
+        *self.shutdown_times.lock() = [start, end];
+    }
+
+    pub fn shutdown_times(&self) -> [Option<f64>; 2] {
+        *self.shutdown_times.lock()
+    }
+
+    pub fn gauges(&self) -> Gauges {
+        self.gauges.lock().clone()
+    }
+
+    /// Replace the disk-backed emptyDirs' usage (every volume measured).
+    pub fn set_empty_dirs(&self, usage: Vec<EmptyDirUsage>) {
+        *self.empty_dirs.lock() = usage;
+    }
+
+    /// One probe run: counted by result; its duration is observed for
+    /// successes and unknowns only, as the kubelet does.
+    pub fn probe_done(&self, series: &ProbeSeries, result: ProbeResult, seconds: f64) {
+        let mut probes = self.probes.lock();
+        let c = probes.entry(series.clone()).or_default();
+        c.results[result as usize] += 1;
+        if result != ProbeResult::Failed {
+            c.duration.observe(seconds);
+        }
+    }
+
+    /// Drop the series of probes that are gone (the kubelet deletes them
+    /// with their worker).
+    pub fn retain_probes(&self, keep: impl Fn(&ProbeSeries) -> bool) {
+        self.probes.lock().retain(|s, _| keep(s));
+    }
+
+    pub fn probes(&self) -> BTreeMap<ProbeSeries, ProbeCounts> {
+        self.probes.lock().clone()
+    }
+
+    /// A successful pull of an image of `size` bytes that took `seconds`.
+    pub fn image_pulled(&self, size: u64, seconds: f64) {
+        self.image_pulls
+            .lock()
+            .entry(image_size_label(size))
+            .or_insert_with(|| Histogram::with(&PULL_BUCKETS))
+            .observe(seconds);
+    }
+
+    /// `n` images removed by garbage collection for `reason` ("age" or
+    /// "space").
+    pub fn images_collected(&self, reason: &'static str, n: u64) {
+        *self.images_collected.lock().entry(reason).or_default() += n;
+    }
+
+    /// A run of credential provider plugin `name` that took `seconds`;
+    /// `failed`: it gave no usable answer.
+    pub fn credential_plugin_ran(&self, name: &str, seconds: f64, failed: bool) {
+        let mut m = self.credential_plugins.lock();
+        let (h, errors) = m.entry(name.to_string()).or_default();
+        h.observe(seconds);
+        *errors += u64::from(failed);
+    }
+
+    /// A pod evicted for `signal`.
+    pub fn evicted(&self, signal: &str) {
+        *self.evictions.lock().entry(signal.to_string()).or_default() += 1;
+    }
+
+    pub fn images_collected_total(&self) -> BTreeMap<&'static str, u64> {
+        self.images_collected.lock().clone()
+    }
+
+    pub fn empty_dirs(&self) -> Vec<EmptyDirUsage> {
+        self.empty_dirs.lock().clone()
+    }
+}
+
+impl FailedCalls for Metrics {
+    fn failed(&self, op: Op) {
+        self.runtime_error(op);
+    }
+}
+
+impl Metrics {
+    /// One pass of a pod worker ended; `op` is `kubelet_pod_worker_duration_seconds`'
+    /// label (`sync`, `terminating`, `terminated`).
+    pub fn pod_worker_pass(&self, op: &'static str, took: Duration) {
+        self.pod_worker_duration.lock().entry(op).or_default().observe(took.as_secs_f64());
+    }
+}
+
+fn bools(v: &[i64; 2]) -> [(&'static str, i64); 2] {
+    [("false", v[0]), ("true", v[1])]
+}
+
+/// One histogram's series; `labels` is empty or ends with a comma.
+fn histogram(out: &mut String, name: &str, labels: &str, h: &Histogram) {
+    use std::fmt::Write;
+    for (i, b) in h.bounds.iter().enumerate() {
+        let _ = writeln!(out, "{name}_bucket{{{labels}le=\"{b}\"}} {}", h.counts[i]);
+    }
+    let _ = writeln!(out, "{name}_bucket{{{labels}le=\"+Inf\"}} {}", h.count);
+    let plain = labels.trim_end_matches(',');
+    let braces = if plain.is_empty() { String::new() } else { format!("{{{plain}}}") };
+    let _ = writeln!(out, "{name}_sum{braces} {}", h.sum);
+    let _ = writeln!(out, "{name}_count{braces} {}", h.count);
+}
+
+/// Render every metric in the Prometheus text format (0.0.4).
+pub fn render(m: &Metrics) -> String {
+    use std::fmt::Write;
+    let g = m.gauges();
+    let mut out = String::new();
+    let head = |out: &mut String, name: &str, kind: &str, help: &str| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    };
+    head(&mut out, "kubelet_desired_pods", "gauge", "The number of pods the kubelet is being instructed to run.");
+    for (s, v) in bools(&g.desired_pods) {
+        let _ = writeln!(out, "kubelet_desired_pods{{static=\"{s}\"}} {v}");
+    }
+    head(
+        &mut out,
+        "kubelet_active_pods",
+        "gauge",
+        "The number of pods the kubelet considers active and which are being considered when admitting new pods.",
+    );
+    for (s, v) in bools(&g.active_pods) {
+        let _ = writeln!(out, "kubelet_active_pods{{static=\"{s}\"}} {v}");
+    }
+    head(
+        &mut out,
+        "kubelet_mirror_pods",
+        "gauge",
+        "The number of mirror pods the kubelet will try to create (podwarden has no API server: always 0).",
+    );
+    let _ = writeln!(out, "kubelet_mirror_pods {}", g.mirror_pods);
+    head(
+        &mut out,
+        "kubelet_working_pods",
+        "gauge",
+        "Number of pods the kubelet is actually running, broken down by lifecycle phase, whether the pod is desired, orphaned, or runtime only, and whether the pod is static.",
+    );
+    for ((lifecycle, config, st), v) in &g.working_pods {
+        let _ =
+            writeln!(out, "kubelet_working_pods{{config=\"{config}\",lifecycle=\"{lifecycle}\",static=\"{st}\"}} {v}");
+    }
+    head(
+        &mut out,
+        "kubelet_restarted_pods_total",
+        "counter",
+        "Number of pods that have been restarted because they were deleted and recreated with the same UID while the kubelet was watching them.",
+    );
+    for s in [false, true] {
+        let _ = writeln!(out, "kubelet_restarted_pods_total{{static=\"{s}\"}} {}", m.restarted(s));
+    }
+    head(
+        &mut out,
+        "kubelet_orphaned_runtime_pods_total",
+        "counter",
+        "Number of pods that have been detected in the container runtime without being already known to the pod worker.",
+    );
+    let _ = writeln!(out, "kubelet_orphaned_runtime_pods_total {}", m.orphaned());
+    head(&mut out, "kubelet_running_pods", "gauge", "Number of pods that have a running pod sandbox.");
+    let _ = writeln!(out, "kubelet_running_pods {}", g.running_pods);
+    head(&mut out, "kubelet_running_containers", "gauge", "Number of containers currently running.");
+    for (state, v) in &g.running_containers {
+        let _ = writeln!(out, "kubelet_running_containers{{container_state=\"{state}\"}} {v}");
+    }
+    head(&mut out, "kubelet_image_pull_duration_seconds", "histogram", "Duration in seconds to pull an image.");
+    for (size, h) in m.image_pulls.lock().iter() {
+        histogram(&mut out, "kubelet_image_pull_duration_seconds", &format!("image_size_in_bytes=\"{size}\","), h);
+    }
+    {
+        let plugins = m.credential_plugins.lock();
+        head(
+            &mut out,
+            "kubelet_credential_provider_plugin_duration",
+            "histogram",
+            "Duration of execution in seconds for credential provider plugin",
+        );
+        for (name, (h, _)) in plugins.iter() {
+            histogram(&mut out, "kubelet_credential_provider_plugin_duration", &format!("plugin_name=\"{name}\","), h);
+        }
+        head(
+            &mut out,
+            "kubelet_credential_provider_plugin_errors",
+            "counter",
+            "Number of errors from credential provider plugin",
+        );
+        for (name, (_, n)) in plugins.iter() {
+            let _ = writeln!(out, "kubelet_credential_provider_plugin_errors{{plugin_name=\"{name}\"}} {n}");
+        }
+    }
+    head(&mut out, "kubelet_evictions", "counter", "Cumulative number of pod evictions by eviction signal");
+    for (signal, n) in m.evictions.lock().iter() {
+        let _ = writeln!(out, "kubelet_evictions{{eviction_signal=\"{signal}\"}} {n}");
+    }
+    head(
+        &mut out,
+        "kubelet_image_garbage_collected_total",
+        "counter",
+        "Total number of images garbage collected by the kubelet, whether through disk usage or image age.",
+    );
+    for (reason, n) in m.images_collected.lock().iter() {
+        let _ = writeln!(out, "kubelet_image_garbage_collected_total{{reason=\"{reason}\"}} {n}");
+    }
+    head(
+        &mut out,
+        "kubelet_pod_worker_duration_seconds",
+        "histogram",
+        "Duration in seconds to sync a single pod, broken down by operation type.",
+    );
+    for (op, h) in m.pod_worker_duration.lock().iter() {
+        histogram(&mut out, "kubelet_pod_worker_duration_seconds", &format!("operation_type=\"{op}\","), h);
+    }
+    head(
+        &mut out,
+        "kubelet_pod_start_duration_seconds",
+        "histogram",
+        "Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run",
+    );
+    histogram(&mut out, "kubelet_pod_start_duration_seconds", "", &m.pod_start_duration());
+    head(
+        &mut out,
+        "kubelet_runtime_operations_errors_total",
+        "counter",
+        "Cumulative number of runtime operation errors by operation type.",
+    );
+    for (op, n) in m.runtime_errors() {
+        let _ = writeln!(out, "kubelet_runtime_operations_errors_total{{operation_type=\"{op}\"}} {n}");
+    }
+    let [start, end] = m.shutdown_times();
+    head(
+        &mut out,
+        "kubelet_graceful_shutdown_start_time_seconds",
+        "gauge",
+        "Last graceful shutdown start time since unix epoch in seconds",
+    );
+    let _ = writeln!(out, "kubelet_graceful_shutdown_start_time_seconds {}", start.unwrap_or(0.0));
+    head(
+        &mut out,
+        "kubelet_graceful_shutdown_end_time_seconds",
+        "gauge",
+        "Last graceful shutdown end time since unix epoch in seconds",
+    );
+    let _ = writeln!(out, "kubelet_graceful_shutdown_end_time_seconds {}", end.unwrap_or(0.0));
+    let mut dirs = m.empty_dirs();
+    dirs.sort_by(|a, b| (&a.namespace, &a.pod, &a.volume).cmp(&(&b.namespace, &b.pod, &b.volume)));
+    let labels = |u: &EmptyDirUsage| {
+        format!("namespace=\"{}\",pod=\"{}\",volume=\"{}\"", escape(&u.namespace), escape(&u.pod), escape(&u.volume))
+    };
+    head(
+        &mut out,
+        "podwarden_emptydir_used_bytes",
+        "gauge",
+        "Bytes allocated in a disk-backed emptyDir volume, as du counts them, measured by housekeeping (a lower bound when the walk reached its caps).",
+    );
+    for u in &dirs {
+        let _ = writeln!(out, "podwarden_emptydir_used_bytes{{{}}} {}", labels(u), u.used_bytes);
+    }
+    head(&mut out, "podwarden_emptydir_limit_bytes", "gauge", "The sizeLimit of a disk-backed emptyDir volume.");
+    for u in &dirs {
+        if let Some(l) = u.limit_bytes {
+            let _ = writeln!(out, "podwarden_emptydir_limit_bytes{{{}}} {l}", labels(u));
+        }
+    }
+    let probes = m.probes();
+    let series = |s: &ProbeSeries| {
+        format!(
+            "container=\"{}\",namespace=\"{}\",pod=\"{}\",probe_type=\"{}\"",
+            escape(&s.container),
+            escape(&s.namespace),
+            escape(&s.pod),
+            s.probe_type
+        )
+    };
+    head(
+        &mut out,
+        "prober_probe_total",
+        "counter",
+        "Cumulative number of a liveness, readiness or startup probe for a container by result.",
+    );
+    for (s, c) in &probes {
+        for (i, result) in ["successful", "failed", "unknown"].iter().enumerate() {
+            if c.results[i] > 0 {
+                let _ = writeln!(
+                    out,
+                    "prober_probe_total{{{},pod_uid=\"{}\",result=\"{result}\"}} {}",
+                    series(s),
+                    escape(&s.pod_uid),
+                    c.results[i]
+                );
+            }
+        }
+    }
+    head(&mut out, "prober_probe_duration_seconds", "histogram", "Duration in seconds for a probe response.");
+    for (s, c) in &probes {
+        if c.duration.count > 0 {
+            histogram(&mut out, "prober_probe_duration_seconds", &format!("{},", series(s)), &c.duration);
+        }
+    }
+    out
+}
+
+/// A label value in the text format: backslash, quote and newline escaped.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let mut h = Histogram::default();
+        h.observe(0.003);
+        h.observe(0.2);
+        assert_eq!(h.counts[0], 1);
+        assert_eq!(h.counts[5], 2);
+        assert_eq!(h.count, 2);
+    }
+
+    #[test]
+    fn failed_runtime_calls_are_counted_under_the_kubelets_labels() {
+        use crate::runtime::fake::FakeRuntime;
+        use crate::runtime::metered::Metered;
+        use crate::runtime::{CallCtx, Runtime, SandboxConfig};
+        let fake = std::sync::Arc::new(FakeRuntime::new());
+        let metrics = std::sync::Arc::new(Metrics::new());
+        let rt = Metered::new(fake.clone(), metrics.clone());
+        let ctx = CallCtx::background(Duration::from_secs(5));
+        let sandbox =
+            SandboxConfig { name: "p".into(), namespace: "default".into(), uid: "u".into(), ..Default::default() };
+        fake.fail(Op::RunPodSandbox, None, 2);
+        let e = rt.run_sandbox(&ctx, &sandbox).unwrap_err();
+        assert_eq!(e.to_string(), "RunPodSandbox failed: injected fault");
+        assert!(rt.run_sandbox(&ctx, &sandbox).is_err());
+        let id = rt.run_sandbox(&ctx, &sandbox).unwrap();
+        fake.fail(Op::PodSandboxStatus, None, 1);
+        assert!(rt.pod_status(&ctx, "u").is_err());
+        // a cancelled call is podwarden's doing, not a runtime error
+        fake.set_latency(Op::StopPodSandbox, Duration::from_secs(5));
+        let cancel = crate::base::cancel::CancelToken::new();
+        cancel.cancel();
+        let e = rt.stop_sandbox(&CallCtx::new(Duration::from_secs(5), &cancel), &id).unwrap_err();
+        assert_eq!(e.to_string(), "StopPodSandbox was cancelled");
+        let counted: Vec<_> = metrics.runtime_errors().into_iter().collect();
+        assert_eq!(counted, [("podsandbox_status", 1), ("run_podsandbox", 2)]);
+        let text = render(&metrics);
+        assert!(
+            text.contains("kubelet_runtime_operations_errors_total{operation_type=\"run_podsandbox\"} 2\n"),
+            "{text}"
+        );
+    }
+}
