@@ -444,3 +444,115 @@ fn few_top_level_modules_each_a_documented_folder() {
         assert!(header.contains("May use") || header.contains("may use"), "{m}/mod.rs does not say what it may use");
     }
 }
+
+/// Every source file with the text before its first `#[cfg(test)]` (its
+/// production code), relative to `src/`.
+fn production_sources() -> Vec<(String, String)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut all = Vec::new();
+    files(&src, &mut all);
+    let mut out: Vec<(String, String)> = all
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            let production = text.split("#[cfg(test)]").next().unwrap().to_string();
+            (f.strip_prefix(&src).unwrap().to_string_lossy().into_owned(), production)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Errors are typed to the edge: outside the CLI no function returns
+/// `Result<_, String>` (strings only where a person reads the error).
+#[test]
+fn no_string_errors_outside_the_cli() {
+    let mut found = Vec::new();
+    for (name, text) in production_sources() {
+        if name.starts_with("cli/") {
+            continue;
+        }
+        let code = code_only(&text);
+        for (at, _) in code.match_indices("Result<") {
+            let rest = &code[at..];
+            let end = rest.find([';', '{']).unwrap_or(rest.len());
+            let sig: String = rest[..end].split_whitespace().collect::<Vec<_>>().join(" ");
+            if sig.contains(", String>") || sig.contains(",String>") {
+                let line = code[..at].matches('\n').count() + 1;
+                found.push(format!("{name}:{line}"));
+            }
+        }
+    }
+    assert!(found.is_empty(), "Result<_, String> outside the CLI at: {}", found.join(", "));
+}
+
+/// Small pieces: no production file over 1,000 lines.
+#[test]
+fn no_file_over_a_thousand_production_lines() {
+    let big: Vec<String> = production_sources()
+        .into_iter()
+        .filter(|(_, text)| text.lines().count() > 1000)
+        .map(|(name, text)| format!("{name} ({} lines)", text.lines().count()))
+        .collect();
+    assert!(big.is_empty(), "production files over 1,000 lines: {}", big.join(", "));
+}
+
+/// The length of each function in `code` (comments and strings removed),
+/// from its `fn` line to its closing brace: (name, first line, lines).
+fn function_lengths(code: &str) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = code.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(at) = line.find("fn ") else { continue };
+        if at > 0 && !line[..at].ends_with(' ') {
+            continue; // part of a longer word
+        }
+        let name: String = line[at + 3..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect::<String>();
+        if name.is_empty() {
+            continue;
+        }
+        let mut depth = 0i64;
+        let mut opened = false;
+        for (j, l) in lines.iter().enumerate().skip(i) {
+            if !opened && l.trim_end().ends_with(';') && !l.contains('{') {
+                break; // a declaration without a body
+            }
+            for c in l.chars() {
+                match c {
+                    '{' => {
+                        depth += 1;
+                        opened = true;
+                    }
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+            }
+            if opened && depth <= 0 {
+                out.push((name.clone(), i + 1, j - i + 1));
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// Small pieces: at most two functions over 120 lines in production code.
+#[test]
+fn at_most_two_functions_over_120_lines() {
+    let mut long = Vec::new();
+    for (name, text) in production_sources() {
+        for (f, line, n) in function_lengths(&code_only(&text)) {
+            if n > 120 {
+                long.push(format!("{name}:{line} {f} ({n} lines)"));
+            }
+        }
+    }
+    assert!(long.len() <= 2, "{} functions over 120 lines (at most 2): {}", long.len(), long.join(", "));
+}
+
+#[test]
+fn function_lengths_count_from_fn_to_its_brace() {
+    let code = "fn a() {\n    let x = 1;\n}\nfn b();\npub fn c(\n    y: u8,\n) -> u8 {\n    y\n}\n";
+    let got = function_lengths(code);
+    assert_eq!(got, [("a".to_string(), 1, 3), ("c".to_string(), 5, 5)]);
+}
