@@ -149,7 +149,9 @@ vm_dir() { echo "$RUN/$1"; }
 alive() {
   local d
   d=$(vm_dir "$1")
-  [ -f "$d/qemu.pid" ] && kill -0 "$(cat "$d/qemu.pid")" 2>/dev/null
+  local pid
+  pid=$(cat "$d/qemu.pid" 2>/dev/null) || return 1
+  kill -0 "$pid" 2>/dev/null
 }
 
 ssh_to() {
@@ -246,7 +248,7 @@ down() {
   local name="$1" d
   d=$(vm_dir "$name")
   if alive "$name"; then
-    kill -KILL "$(cat "$d/qemu.pid")" 2>/dev/null || true
+    kill -KILL "$(cat "$d/qemu.pid" 2>/dev/null)" 2>/dev/null || true
     wait_down "$name" 10 || die "$name: QEMU did not die"
   fi
   rm -rf "$d"
