@@ -3,7 +3,8 @@
 # end-to-end tests (a private containerd from scripts/e2e-env.sh, a private
 # logind from scripts/logind-env.sh) and the .deb/.rpm packages (built,
 # checked, installed). Idempotent; as root on Debian it installs the
-# packages it needs. Everything builds with the `ci` profile (Cargo.toml),
+# packages it needs. The VM tests (tests/vm.rs) boot a Debian 12 VM from
+# scripts/vm-env.sh's cached image. Everything builds with the `ci` profile (Cargo.toml),
 # so grpcio's C core is compiled once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,12 +34,17 @@ scripts/e2e-env.sh up
 echo "== logind test environment (private system bus, systemd-logind)"
 scripts/logind-env.sh up
 
+echo "== Debian 12 VM image (systemd, cgroup v2, AppArmor; cached)"
+scripts/vm-env.sh build
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --profile ci --all-targets --quiet -- -D warnings
+echo "== packages (the VM tests install the .deb)"
+mapfile -t pkgs < <(scripts/package.sh --profile ci)
+export PODWARDEN_DEB="$PWD/${pkgs[0]}"
 echo "== cargo test"
 cargo test --profile ci --lib --bins --tests
-echo "== packages"
-mapfile -t pkgs < <(scripts/package.sh --profile ci)
+echo "== packages checked and installed here"
 scripts/check-packages.sh "${pkgs[0]}" "${pkgs[1]}"

@@ -1,0 +1,224 @@
+//! podwarden on the machine its users run: a Debian 12 VM (QEMU, TCG) with
+//! systemd as PID 1, cgroup v2, AppArmor, journald, logind and Debian's
+//! containerd, made by `scripts/vm-env.sh` from Debian's packages. Nothing
+//! inside the VM is faked: the package is installed with apt, the unit runs
+//! under systemd, logs go to the journal.
+//!
+//! Needs: the VM image (`scripts/vm-env.sh build`), the e2e images
+//! (`scripts/e2e-env.sh up`) and the `.deb` to test in `PODWARDEN_DEB`
+//! (`scripts/package.sh --profile ci`); `scripts/test.sh` prepares all
+//! three. The VMs run one at a time (a lock), each with a hard time limit.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn deb() -> PathBuf {
+    let Some(p) = std::env::var_os("PODWARDEN_DEB") else {
+        panic!(
+            "PODWARDEN_DEB is not set: build the package with `scripts/package.sh --profile ci` and set \
+             PODWARDEN_DEB to the .deb it prints (scripts/test.sh does both)"
+        )
+    };
+    let p = PathBuf::from(p);
+    assert!(p.is_file(), "PODWARDEN_DEB={} is not a file (scripts/package.sh --profile ci builds it)", p.display());
+    p
+}
+
+/// One VM, killed and removed when dropped.
+struct Vm {
+    name: String,
+}
+
+impl Vm {
+    fn up(name: &str) -> Vm {
+        let out = Command::new(root().join("scripts/vm-env.sh"))
+            .args(["up", name, "1500"])
+            .output()
+            .expect("run scripts/vm-env.sh");
+        assert!(
+            out.status.success(),
+            "scripts/vm-env.sh up {name} failed (prepare the VM image with `scripts/vm-env.sh build`, the e2e images \
+             with `scripts/e2e-env.sh up`, or run scripts/test.sh):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Vm { name: name.to_string() }
+    }
+
+    /// Runs `script` in the VM with bash; its output, whatever its status.
+    fn run(&self, script: &str) -> Output {
+        Command::new(root().join("scripts/vm-env.sh"))
+            .args(["ssh", &self.name, "bash", "-c", &shell_quote(script)])
+            .output()
+            .expect("run scripts/vm-env.sh ssh")
+    }
+
+    /// Runs `script` and returns its standard output; fails the test on a
+    /// non-zero status, with both outputs.
+    fn sh(&self, script: &str) -> String {
+        let out = self.run(script);
+        assert!(
+            out.status.success(),
+            "in the VM: {script}\nstatus {:?}\nstdout: {}\nstderr: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn put(&self, src: &Path, dst: &str) {
+        let out = Command::new(root().join("scripts/vm-env.sh"))
+            .args(["put", &self.name, &src.to_string_lossy(), dst])
+            .output()
+            .expect("run scripts/vm-env.sh put");
+        assert!(out.status.success(), "copy {} to {dst}: {}", src.display(), String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// Polls `script` until it succeeds; its last output on failure.
+    fn wait(&self, what: &str, timeout: Duration, script: &str) -> String {
+        let t = Instant::now();
+        loop {
+            let out = self.run(script);
+            if out.status.success() {
+                return String::from_utf8_lossy(&out.stdout).into_owned();
+            }
+            assert!(
+                t.elapsed() < timeout,
+                "{what}: not within {timeout:?}; last try of `{script}`:\n{}{}\njournal:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+                String::from_utf8_lossy(&self.run("journalctl -u podwarden --no-pager | tail -n 40").stdout)
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        let _ = Command::new(root().join("scripts/vm-env.sh")).args(["down", &self.name]).output();
+    }
+}
+
+/// `s` as one word for the remote shell.
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+const WEB: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: web}
+spec:
+  terminationGracePeriodSeconds: 30
+  containers:
+  - name: c
+    image: localhost/busybox:e2e
+    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done"]
+"#;
+
+/// The container IDs and restart counts of every pod, one line each.
+const CONTAINERS: &str =
+    "podwarden get pods -A -o json | tr -d ' ' | tr ',' '\\n' | grep -E '\"(containerID|restartCount)\"' | sort";
+
+#[test]
+fn the_deb_on_a_real_systemd_machine() {
+    let deb = deb();
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let vm = Vm::up("pw-deb");
+    vm.put(&deb, "/root/podwarden.deb");
+
+    // apt installs it with what the machine has (no network in the VM): the
+    // unit is enabled, not started
+    vm.sh("apt-get install -y -q /root/podwarden.deb >/root/apt.log 2>&1 || { cat /root/apt.log; exit 1; }");
+    assert_eq!(vm.sh("systemctl is-enabled podwarden").trim(), "enabled");
+    assert_eq!(vm.run("systemctl is-active podwarden").stdout, b"inactive\n", "installing must not start it");
+    assert!(vm.sh("ls -d /etc/systemd/logind.conf.d").contains("logind.conf.d"), "the package makes the drop-in dir");
+
+    // configure graceful shutdown, a static pod, then start: Type=notify,
+    // active only after READY
+    vm.sh(
+        "sed -i 's/^#\\? *shutdownGracePeriod: .*/shutdownGracePeriod: 20s/; \
+         s/^#\\? *shutdownGracePeriodCriticalPods: .*/shutdownGracePeriodCriticalPods: 5s/' /etc/podwarden/config.yaml && \
+         echo '# edited by the administrator' >> /etc/podwarden/config.yaml",
+    );
+    vm.sh(&format!("cat > /etc/podwarden/manifests/web.yaml <<'EOF'\n{WEB}EOF"));
+    vm.sh("rm -rf /etc/systemd/logind.conf.d && systemctl start podwarden");
+    let show = vm.sh("systemctl show podwarden -p Type -p ActiveState -p SubState -p NRestarts");
+    for want in ["Type=notify", "ActiveState=active", "SubState=running", "NRestarts=0"] {
+        assert!(show.contains(want), "systemctl show: {show}");
+    }
+    vm.wait(
+        "the static pod Running",
+        Duration::from_secs(120),
+        "podwarden get pods -A | grep -E '^default +web +1/1 +Running'",
+    );
+
+    // graceful node shutdown is on: the drop-in (its directory made again by
+    // the unit, under ProtectSystem=full), logind took it, podwarden holds
+    // the delay lock
+    let dropin = vm.sh("cat /etc/systemd/logind.conf.d/99-podwarden.conf");
+    assert!(dropin.contains("InhibitDelayMaxSec=20"), "{dropin}");
+    let delay =
+        vm.sh("busctl get-property org.freedesktop.login1 /org/freedesktop/login1 org.freedesktop.login1.Manager InhibitDelayMaxUSec");
+    assert_eq!(delay.trim(), "t 20000000");
+    let locks = vm.sh("systemd-inhibit --list --no-pager --no-legend");
+    assert!(
+        locks.lines().any(|l| l.starts_with("podwarden") && l.contains("shutdown") && l.ends_with("delay")),
+        "{locks}"
+    );
+
+    // the journal keeps podwarden's priorities: a broken manifest is a warning
+    vm.sh("echo 'kind: [' > /etc/podwarden/manifests/broken.yaml");
+    let warning = vm.wait(
+        "the broken manifest in the journal at warning",
+        Duration::from_secs(60),
+        "journalctl -u podwarden -o json --no-pager | grep broken.yaml | grep '\"PRIORITY\":\"4\"'",
+    );
+    assert!(warning.contains("broken.yaml"));
+    vm.sh("rm /etc/podwarden/manifests/broken.yaml");
+
+    // reinstalling restarts the agent, not the containers, and keeps the
+    // edited config
+    let before = vm.sh(CONTAINERS);
+    assert!(before.contains("\"restartCount\":0"), "{before}");
+    let pid = vm.sh("systemctl show podwarden -p MainPID --value");
+    vm.sh(
+        "apt-get install -y -q --reinstall /root/podwarden.deb >/root/apt.log 2>&1 || { cat /root/apt.log; exit 1; }",
+    );
+    vm.wait(
+        "the agent restarted",
+        Duration::from_secs(60),
+        &format!(
+            "test \"$(systemctl show podwarden -p MainPID --value)\" != {} && systemctl is-active podwarden",
+            pid.trim()
+        ),
+    );
+    vm.wait(
+        "the pod Running after the restart",
+        Duration::from_secs(60),
+        "podwarden get pods -A | grep -E '^default +web +1/1 +Running'",
+    );
+    assert_eq!(vm.sh(CONTAINERS), before, "same containers, no restart, after the reinstall");
+    assert!(vm.sh("cat /etc/podwarden/config.yaml").contains("# edited by the administrator"));
+
+    // purge: the agent, its files and its logind drop-in go; the pods'
+    // containers keep running (as a removed kubelet's do) and the manifests
+    // the administrator wrote stay
+    vm.sh("apt-get purge -y -q podwarden >/root/apt.log 2>&1 || { cat /root/apt.log; exit 1; }");
+    assert!(vm.run("test -e /usr/bin/podwarden").status.code() == Some(1), "binary removed");
+    assert!(vm.run("test -e /etc/podwarden/config.yaml").status.code() == Some(1), "config removed");
+    assert!(vm.run("test -e /etc/systemd/logind.conf.d/99-podwarden.conf").status.code() == Some(1), "drop-in removed");
+    assert!(vm.run("test -e /var/lib/podwarden").status.code() == Some(1), "state removed");
+    assert!(vm.sh("cat /etc/podwarden/manifests/web.yaml").contains("name: web"), "the administrator's manifests stay");
+    assert_eq!(vm.run("systemctl is-active podwarden").stdout, b"inactive\n");
+    let running = vm.sh("ctr -n k8s.io tasks ls | grep -c RUNNING || true");
+    assert!(running.trim().parse::<u32>().unwrap_or(0) >= 2, "the pod's sandbox and container still run: {running}");
+}
