@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::Mutex;
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -131,7 +131,7 @@ const CONTAINERS: &str =
 #[test]
 fn the_deb_on_a_real_systemd_machine() {
     let deb = deb();
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = ONE_AT_A_TIME.lock();
     let vm = Vm::up("pw-deb");
     vm.put(&deb, "/root/podwarden.deb");
 
