@@ -565,7 +565,7 @@ impl PodSync {
             Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
             Err(e) => return Err(e.into()),
         }
-        self.remember(ctx, &c.name, "PostStartHookError", message);
+        self.remember(ctx, &c.name, "PostStartHookError", message.to_string());
         Ok(Some(self.cfg.backoff_initial))
     }
 
