@@ -23,7 +23,7 @@ pub enum HookError {
     #[error(
         "Exec lifecycle hook ({command}) for Container {container:?} in Pod {pod:?} failed - error: {cause}, message: {output:?}"
     )]
-    Exec { command: String, container: String, pod: String, cause: ExecHookError, output: String },
+    Exec { command: String, container: String, pod: String, cause: Box<ExecHookError>, output: String },
     #[error("HTTP lifecycle hook ({path}) for Container {container:?} in Pod {pod:?} failed - error: {cause}")]
     Http { path: String, container: String, pod: String, cause: HttpHookError },
     #[error(
@@ -88,7 +88,7 @@ pub fn run(
             command: format!("[{}]", cmd.join(" ")),
             container: c.name.clone(),
             pod: pod_text(pod),
-            cause,
+            cause: Box::new(cause),
             output,
         };
         let (tx, rx) = crossbeam_channel::bounded(1);
@@ -212,7 +212,7 @@ mod tests {
             command: "[sh -c exit 3]".into(),
             container: "app".into(),
             pod: "web_default(u1)".into(),
-            cause: ExecHookError::Exited { command: "sh -c exit 3".into(), code: 3, stderr: "bad".into() },
+            cause: Box::new(ExecHookError::Exited { command: "sh -c exit 3".into(), code: 3, stderr: "bad".into() }),
             output: "out bad".into(),
         };
         assert_eq!(
