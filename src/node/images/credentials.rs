@@ -58,12 +58,150 @@ const PLUGIN_API_VERSIONS: &[&str] = &[
 const CONFIG_API_VERSIONS: &[&str] =
     &["kubelet.config.k8s.io/v1", "kubelet.config.k8s.io/v1beta1", "kubelet.config.k8s.io/v1alpha1"];
 
+/// Why the plugins could not be loaded: the start stops.
 #[derive(Debug, Error)]
 pub enum CredentialError {
-    #[error("imageCredentialProviderConfig {path}: {message}")]
-    Config { path: String, message: String },
-    #[error("imageCredentialProviderBinDir {path}: {message}")]
-    BinDir { path: String, message: String },
+    #[error("imageCredentialProviderConfig {path}: {source}")]
+    Config { path: String, source: ProviderConfigError },
+    #[error("imageCredentialProviderBinDir {path}: {source}")]
+    BinDir { path: String, source: BinDirError },
+}
+
+/// An administrator's file that could not be read ([`read_small`]).
+#[derive(Debug, Error)]
+pub enum AdminFileError {
+    #[error("{0}")]
+    Read(std::io::Error),
+    #[error("larger than {} bytes", MAX_FILE_BYTES)]
+    TooLarge,
+}
+
+/// Why a docker config file gives no keyring; never quotes a value.
+#[derive(Debug, Error)]
+pub enum DockerConfigError {
+    #[error("{0}")]
+    Read(AdminFileError),
+    /// serde_json's messages name a line and column, never the text.
+    #[error("{0}")]
+    Parse(serde_json::Error),
+    #[error("entry {key:?}: unable to parse auth field, must be formatted as base64(username:password)")]
+    BadAuth { key: String },
+}
+
+/// What is wrong with a credential provider config (its files, their
+/// documents, the providers they list).
+#[derive(Debug, Error)]
+pub enum ProviderConfigError {
+    #[error("{0}")]
+    Read(AdminFileError),
+    /// The config path cannot be looked at or listed.
+    #[error("{0}")]
+    List(std::io::Error),
+    #[error("a directory without *.json, *.yaml or *.yml files")]
+    EmptyDir,
+    #[error("{0}")]
+    Yaml(crate::model::bounded_yaml::YamlError),
+    #[error("holds {0} documents; expected one")]
+    Documents(usize),
+    /// Not a config's shape; `at` is the field's path (`None`: the top).
+    #[error("{}", decode_text(.at.as_deref(), .source))]
+    Decode { at: Option<String>, source: serde_json::Error },
+    #[error("failed to decode {file:?} (wrong Kind): kind {kind:?}")]
+    WrongKind { file: String, kind: String },
+    #[error("apiVersion {version:?} is not supported: expected one of {versions:?}", versions = CONFIG_API_VERSIONS)]
+    ApiVersion { version: String },
+    #[error("{0}")]
+    Provider(ProviderError),
+    #[error("duplicate provider name {name:?} found in configuration file(s)")]
+    Duplicate { name: String },
+    #[error("at least 1 item in plugins is required")]
+    NoProviders,
+}
+
+/// `<field path>: <error>`, or the error alone at the top.
+fn decode_text(at: Option<&str>, e: &serde_json::Error) -> String {
+    match at {
+        Some(at) => format!("{at}: {e}"),
+        None => e.to_string(),
+    }
+}
+
+/// The kubelet's checks of one provider, each naming the provider and field.
+#[derive(Debug, Error)]
+pub enum ProviderError {
+    #[error("providers: name is required")]
+    NameRequired,
+    #[error("providers[{name:?}].name: provider name cannot contain '/'")]
+    NameSlash { name: String },
+    #[error("providers[{name:?}].name: provider name cannot contain spaces")]
+    NameSpace { name: String },
+    #[error("providers[{name:?}].name: provider name cannot be {name:?}")]
+    NameDots { name: String },
+    #[error("providers[{name:?}].apiVersion: Required value")]
+    ApiVersionRequired { name: String },
+    #[error("providers[{name:?}].apiVersion: Unsupported value {version:?}: supported values: {versions:?}", versions = PLUGIN_API_VERSIONS)]
+    ApiVersionUnsupported { name: String, version: String },
+    #[error("providers[{name:?}].matchImages: at least 1 item in matchImages is required")]
+    NoMatchImages { name: String },
+    #[error("providers[{name:?}].matchImages: match image is invalid: {image:?}")]
+    MatchImage { name: String, image: String },
+    #[error("providers[{name:?}].defaultCacheDuration: Required value")]
+    CacheDurationRequired { name: String },
+    #[error("providers[{name:?}].defaultCacheDuration: must be greater than or equal to 0")]
+    CacheDurationNegative { name: String },
+    #[error("providers[{name:?}].defaultCacheDuration: {value:?} is not a duration")]
+    CacheDurationInvalid { name: String, value: String },
+    #[error("providers[{name:?}].tokenAttributes: service account tokens for plugins are not implemented by podwarden")]
+    TokenAttributes { name: String },
+}
+
+/// What is wrong with `imageCredentialProviderBinDir`.
+#[derive(Debug, Error)]
+pub enum BinDirError {
+    #[error("required with imageCredentialProviderConfig")]
+    Required,
+    #[error("plugin binary directory {} did not exist", dir.display())]
+    NoDir { dir: PathBuf },
+    #[error("plugin binary executable {} did not exist", exe.display())]
+    NoExecutable { exe: PathBuf },
+}
+
+/// Why running a plugin process gave no answer.
+#[derive(Debug, Error)]
+pub enum ExecError {
+    #[error("{0}")]
+    Spawn(std::io::Error),
+    /// Its pipes could not be made non-blocking.
+    #[error("{0}")]
+    Pipes(std::io::Error),
+    #[error("cancelled")]
+    Cancelled,
+    #[error("no answer within {}s; killed", PLUGIN_TIMEOUT.as_secs())]
+    Timeout,
+    #[error("answer larger than {} bytes", MAX_FILE_BYTES)]
+    TooLarge,
+    /// It exited unsuccessfully; `stderr` is what it wrote there, trimmed.
+    #[error("{status}: {stderr}")]
+    Exited { status: std::process::ExitStatus, stderr: String },
+}
+
+/// Why a plugin gave no credentials (logged; the pull goes on without).
+#[derive(Debug, Error)]
+pub enum PluginError {
+    #[error("error execing credential provider plugin {plugin} for image {image}: {source}")]
+    Exec { plugin: String, image: String, source: ExecError },
+    #[error("error decoding credential provider plugin response from stdout: {0}")]
+    Decode(serde_json::Error),
+    #[error(
+        "apiVersion from credential plugin response did not match expected apiVersion:{expected}, actual apiVersion:{actual}"
+    )]
+    ApiVersion { expected: String, actual: String },
+    #[error("credential plugin {plugin} answered kind {kind:?}, not CredentialProviderResponse")]
+    Kind { plugin: String, kind: String },
+    #[error("credential provider plugin did not return a valid cacheKeyType: {0:?}")]
+    CacheKeyType(String),
+    #[error("credential plugin {plugin} answered cacheDuration {value:?}: not a duration")]
+    CacheDuration { plugin: String, value: String },
 }
 
 // ---------------------------------------------------------------------
@@ -270,7 +408,7 @@ fn base64_decode(s: &str) -> Option<Vec<u8>> {
 
 /// A docker config's entries as a keyring; `Err` names what is wrong
 /// without quoting a value.
-fn keyring_of(entries: BTreeMap<String, DockerEntry>) -> Result<BasicKeyring, String> {
+fn keyring_of(entries: BTreeMap<String, DockerEntry>) -> Result<BasicKeyring, DockerConfigError> {
     let mut ring = BasicKeyring::default();
     for (key, e) in entries {
         let (username, password) = if e.auth.is_empty() {
@@ -279,11 +417,7 @@ fn keyring_of(entries: BTreeMap<String, DockerEntry>) -> Result<BasicKeyring, St
             let decoded = base64_decode(&e.auth).and_then(|b| String::from_utf8(b).ok());
             match decoded.as_deref().and_then(|d| d.split_once(':')) {
                 Some((u, p)) => (u.to_string(), p.to_string()),
-                None => {
-                    return Err(format!(
-                        "entry {key:?}: unable to parse auth field, must be formatted as base64(username:password)"
-                    ));
-                }
+                None => return Err(DockerConfigError::BadAuth { key }),
             }
         };
         if !ring.add(&key, Auth::new(username, password)) {
@@ -294,23 +428,23 @@ fn keyring_of(entries: BTreeMap<String, DockerEntry>) -> Result<BasicKeyring, St
 }
 
 /// A file the administrator controls, at most [`MAX_FILE_BYTES`] of it.
-fn read_small(path: &Path) -> Result<String, String> {
-    let text = crate::base::fsutil::read_host_file(path, MAX_FILE_BYTES + 1).map_err(|e| e.to_string())?;
+fn read_small(path: &Path) -> Result<String, AdminFileError> {
+    let text = crate::base::fsutil::read_host_file(path, MAX_FILE_BYTES + 1).map_err(AdminFileError::Read)?;
     if text.len() as u64 > MAX_FILE_BYTES {
-        return Err(format!("larger than {MAX_FILE_BYTES} bytes"));
+        return Err(AdminFileError::TooLarge);
     }
     Ok(text)
 }
 
 /// A docker config file's keyring: `config.json` (`{"auths": {...}}`) or,
 /// `legacy`, a `.dockercfg` (the entries alone).
-fn read_docker_config(path: &Path, legacy: bool) -> Result<BasicKeyring, String> {
-    let text = read_small(path)?;
+fn read_docker_config(path: &Path, legacy: bool) -> Result<BasicKeyring, DockerConfigError> {
+    let text = read_small(path).map_err(DockerConfigError::Read)?;
     // serde_json's messages name a line and column, never the text
     let entries = if legacy {
-        serde_json::from_str::<BTreeMap<String, DockerEntry>>(&text).map_err(|e| e.to_string())?
+        serde_json::from_str::<BTreeMap<String, DockerEntry>>(&text).map_err(DockerConfigError::Parse)?
     } else {
-        serde_json::from_str::<DockerConfigJson>(&text).map_err(|e| e.to_string())?.auths
+        serde_json::from_str::<DockerConfigJson>(&text).map_err(DockerConfigError::Parse)?.auths
     };
     keyring_of(entries)
 }
@@ -489,42 +623,35 @@ impl Plugin {
     }
 
     /// Run the plugin for `repo`, cache its answer, return it.
-    fn run(&self, repo: &str, cancel: &CancelToken) -> Result<BasicKeyring, String> {
+    fn run(&self, repo: &str, cancel: &CancelToken) -> Result<BasicKeyring, PluginError> {
         let request = serde_json::json!({
             "kind": "CredentialProviderRequest",
             "apiVersion": self.api_version,
             "image": repo,
         });
-        let fail = |m: String| format!("error execing credential provider plugin {} for image {repo}: {m}", self.name);
+        let fail = |source: ExecError| PluginError::Exec { plugin: self.name.clone(), image: repo.to_string(), source };
         let (status, stdout, stderr) =
             exec(&self.exe, &self.args, &self.env, request.to_string().as_bytes(), cancel).map_err(fail)?;
         if !status.success() {
-            let err = String::from_utf8_lossy(&stderr);
-            return Err(fail(format!("{status}: {}", err.trim())));
+            let stderr = String::from_utf8_lossy(&stderr).trim().to_string();
+            return Err(fail(ExecError::Exited { status, stderr }));
         }
-        let r: PluginResponse = serde_json::from_slice(&stdout)
-            .map_err(|e| format!("error decoding credential provider plugin response from stdout: {e}"))?;
+        let r: PluginResponse = serde_json::from_slice(&stdout).map_err(PluginError::Decode)?;
         if r.api_version != self.api_version {
-            return Err(format!(
-                "apiVersion from credential plugin response did not match expected apiVersion:{}, actual apiVersion:{}",
-                self.api_version, r.api_version
-            ));
+            return Err(PluginError::ApiVersion { expected: self.api_version.clone(), actual: r.api_version });
         }
         if r.kind != "CredentialProviderResponse" {
-            return Err(format!(
-                "credential plugin {} answered kind {:?}, not CredentialProviderResponse",
-                self.name, r.kind
-            ));
+            return Err(PluginError::Kind { plugin: self.name.clone(), kind: r.kind });
         }
         let key = match r.cache_key_type.as_str() {
             "Image" => format!("image:{repo}"),
             "Registry" => format!("registry:{}", repo.split('/').next().unwrap_or_default()),
             "Global" => "global".to_string(),
-            other => return Err(format!("credential provider plugin did not return a valid cacheKeyType: {other:?}")),
+            _ => return Err(PluginError::CacheKeyType(r.cache_key_type)),
         };
-        let ttl = match &r.cache_duration {
-            Some(d) => crate::config::parse_duration_checked(d)
-                .map_err(|_| format!("credential plugin {} answered cacheDuration {d:?}: not a duration", self.name))?,
+        let ttl = match r.cache_duration {
+            Some(d) => crate::config::parse_duration_checked(&d)
+                .map_err(|_| PluginError::CacheDuration { plugin: self.name.clone(), value: d })?,
             None => self.default_cache,
         };
         let mut ring = BasicKeyring::default();
@@ -554,7 +681,7 @@ fn exec(
     env: &[(String, String)],
     stdin: &[u8],
     cancel: &CancelToken,
-) -> Result<(std::process::ExitStatus, Vec<u8>, Vec<u8>), String> {
+) -> Result<(std::process::ExitStatus, Vec<u8>, Vec<u8>), ExecError> {
     use std::io::Write;
     use std::os::fd::{AsFd, AsRawFd};
     let mut child = Command::new(exe)
@@ -564,7 +691,7 @@ fn exec(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| e.to_string())?;
+        .map_err(ExecError::Spawn)?;
     // a request is far below a pipe's capacity: this write cannot block
     if let Some(mut i) = child.stdin.take() {
         let _ = i.write_all(stdin);
@@ -574,7 +701,7 @@ fn exec(
     if let Err(e) = crate::sys::set_nonblocking(out.as_fd()).and_then(|()| crate::sys::set_nonblocking(err.as_fd())) {
         let _ = child.kill();
         let _ = child.wait();
-        return Err(e.to_string());
+        return Err(ExecError::Pipes(e));
     }
     let deadline = Instant::now() + PLUGIN_TIMEOUT;
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
@@ -583,10 +710,10 @@ fn exec(
     let mut buf = [0u8; 8192];
     let outcome = loop {
         if cancel.is_cancelled() {
-            break Err("cancelled".to_string());
+            break Err(ExecError::Cancelled);
         }
         if Instant::now() >= deadline {
-            break Err(format!("no answer within {}s; killed", PLUGIN_TIMEOUT.as_secs()));
+            break Err(ExecError::Timeout);
         }
         let mut fds: Vec<libc::pollfd> = Vec::new();
         if out_open {
@@ -617,7 +744,7 @@ fn exec(
             }
         }
         if stdout.len() > MAX_FILE_BYTES as usize {
-            break Err(format!("answer larger than {MAX_FILE_BYTES} bytes"));
+            break Err(ExecError::TooLarge);
         }
         if exited.is_none()
             && let Ok(Some(s)) = child.try_wait()
@@ -643,91 +770,83 @@ fn exec(
 
 /// Parse and check a credential provider config (the kubelet's
 /// `CredentialProviderConfig`, YAML or JSON, strict): its providers.
-fn parse_provider_config(path: &str, text: &str) -> Result<Vec<ProviderSpec>, String> {
-    let mut docs = crate::model::bounded_yaml::parse_bounded(text).map_err(|e| e.to_string())?;
+fn parse_provider_config(path: &str, text: &str) -> Result<Vec<ProviderSpec>, ProviderConfigError> {
+    let mut docs = crate::model::bounded_yaml::parse_bounded(text).map_err(ProviderConfigError::Yaml)?;
     docs.retain(|d| !d.is_null());
-    let [doc] = <[_; 1]>::try_from(docs).map_err(|d| format!("holds {} documents; expected one", d.len()))?;
+    let [doc] = <[_; 1]>::try_from(docs).map_err(|d| ProviderConfigError::Documents(d.len()))?;
     let file: ProviderConfigFile = serde_path_to_error::deserialize(&doc).map_err(|e| {
         let at = e.path().to_string();
-        if at == "." { e.into_inner().to_string() } else { format!("{at}: {}", e.into_inner()) }
+        ProviderConfigError::Decode { at: (at != ".").then_some(at), source: e.into_inner() }
     })?;
     if file.kind != "CredentialProviderConfig" {
-        return Err(format!("failed to decode {path:?} (wrong Kind): kind {:?}", file.kind));
+        return Err(ProviderConfigError::WrongKind { file: path.to_string(), kind: file.kind });
     }
     if !CONFIG_API_VERSIONS.contains(&file.api_version.as_str()) {
-        return Err(format!(
-            "apiVersion {:?} is not supported: expected one of {CONFIG_API_VERSIONS:?}",
-            file.api_version
-        ));
+        return Err(ProviderConfigError::ApiVersion { version: file.api_version });
     }
     Ok(file.providers)
 }
 
 /// The kubelet's checks of one provider.
-fn check_provider(p: &ProviderSpec) -> Result<(), String> {
-    let at = format!("providers[{:?}]", p.name);
+fn check_provider(p: &ProviderSpec) -> Result<(), ProviderError> {
+    let name = || p.name.clone();
     if p.name.is_empty() {
-        return Err("providers: name is required".into());
+        return Err(ProviderError::NameRequired);
     }
     if p.name.contains('/') {
-        return Err(format!("{at}.name: provider name cannot contain '/'"));
+        return Err(ProviderError::NameSlash { name: name() });
     }
     if p.name.contains(' ') {
-        return Err(format!("{at}.name: provider name cannot contain spaces"));
+        return Err(ProviderError::NameSpace { name: name() });
     }
     if p.name == "." || p.name == ".." {
-        return Err(format!("{at}.name: provider name cannot be {:?}", p.name));
+        return Err(ProviderError::NameDots { name: name() });
     }
     if p.api_version.is_empty() {
-        return Err(format!("{at}.apiVersion: Required value"));
+        return Err(ProviderError::ApiVersionRequired { name: name() });
     }
     if !PLUGIN_API_VERSIONS.contains(&p.api_version.as_str()) {
-        return Err(format!(
-            "{at}.apiVersion: Unsupported value {:?}: supported values: {PLUGIN_API_VERSIONS:?}",
-            p.api_version
-        ));
+        return Err(ProviderError::ApiVersionUnsupported { name: name(), version: p.api_version.clone() });
     }
     if p.match_images.is_empty() {
-        return Err(format!("{at}.matchImages: at least 1 item in matchImages is required"));
+        return Err(ProviderError::NoMatchImages { name: name() });
     }
     for m in &p.match_images {
         if m.is_empty() || m.contains(['@', ' ', '?', '#']) || split_url(m).labels.iter().any(|l| l.is_empty()) {
-            return Err(format!("{at}.matchImages: match image is invalid: {m:?}"));
+            return Err(ProviderError::MatchImage { name: name(), image: m.clone() });
         }
     }
     match p.default_cache_duration.as_deref() {
-        None => return Err(format!("{at}.defaultCacheDuration: Required value")),
+        None => return Err(ProviderError::CacheDurationRequired { name: name() }),
         Some(d) => match crate::config::parse_duration_checked(d) {
             Ok(_) => {}
             Err(crate::config::DurationError::Negative) => {
-                return Err(format!("{at}.defaultCacheDuration: must be greater than or equal to 0"));
+                return Err(ProviderError::CacheDurationNegative { name: name() });
             }
-            Err(_) => return Err(format!("{at}.defaultCacheDuration: {d:?} is not a duration")),
+            Err(_) => return Err(ProviderError::CacheDurationInvalid { name: name(), value: d.to_string() }),
         },
     }
     if p.token_attributes.is_some() {
-        return Err(format!(
-            "{at}.tokenAttributes: service account tokens for plugins are not implemented by podwarden"
-        ));
+        return Err(ProviderError::TokenAttributes { name: name() });
     }
     Ok(())
 }
 
 /// The provider config files `path` names: itself, or a directory's
 /// `*.json`, `*.yaml` and `*.yml` in name order.
-fn provider_config_files(path: &Path) -> Result<Vec<PathBuf>, String> {
-    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+fn provider_config_files(path: &Path) -> Result<Vec<PathBuf>, ProviderConfigError> {
+    let meta = std::fs::metadata(path).map_err(ProviderConfigError::List)?;
     if !meta.is_dir() {
         return Ok(vec![path.to_path_buf()]);
     }
     let mut files: Vec<PathBuf> = std::fs::read_dir(path)
-        .map_err(|e| e.to_string())?
+        .map_err(ProviderConfigError::List)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "json" || x == "yaml" || x == "yml") && p.is_file())
         .collect();
     files.sort();
     if files.is_empty() {
-        return Err("a directory without *.json, *.yaml or *.yml files".into());
+        return Err(ProviderConfigError::EmptyDir);
     }
     Ok(files)
 }
@@ -735,31 +854,29 @@ fn provider_config_files(path: &Path) -> Result<Vec<PathBuf>, String> {
 /// Load the plugins `config` configures from `bin_dir`, as the kubelet does
 /// at its start: any error stops the start.
 fn load_plugins(config: &Path, bin_dir: &Path) -> Result<Vec<Plugin>, CredentialError> {
-    let cfg_err = |path: &Path, message: String| CredentialError::Config { path: path.display().to_string(), message };
+    let cfg_err =
+        |path: &Path, source: ProviderConfigError| CredentialError::Config { path: path.display().to_string(), source };
     let mut specs = Vec::new();
-    for file in provider_config_files(config).map_err(|m| cfg_err(config, m))? {
-        let text = read_small(&file).map_err(|m| cfg_err(&file, m))?;
-        let providers = parse_provider_config(&file.display().to_string(), &text).map_err(|m| cfg_err(&file, m))?;
+    for file in provider_config_files(config).map_err(|e| cfg_err(config, e))? {
+        let text = read_small(&file).map_err(|e| cfg_err(&file, ProviderConfigError::Read(e)))?;
+        let providers = parse_provider_config(&file.display().to_string(), &text).map_err(|e| cfg_err(&file, e))?;
         for p in providers {
-            check_provider(&p).map_err(|m| cfg_err(&file, m))?;
+            check_provider(&p).map_err(|e| cfg_err(&file, ProviderConfigError::Provider(e)))?;
             if specs.iter().any(|s: &ProviderSpec| s.name == p.name) {
-                return Err(cfg_err(
-                    &file,
-                    format!("duplicate provider name {:?} found in configuration file(s)", p.name),
-                ));
+                return Err(cfg_err(&file, ProviderConfigError::Duplicate { name: p.name }));
             }
             specs.push(p);
         }
     }
     if specs.is_empty() {
-        return Err(cfg_err(config, "at least 1 item in plugins is required".into()));
+        return Err(cfg_err(config, ProviderConfigError::NoProviders));
     }
-    let bin_err = |message: String| CredentialError::BinDir { path: bin_dir.display().to_string(), message };
+    let bin_err = |source: BinDirError| CredentialError::BinDir { path: bin_dir.display().to_string(), source };
     if bin_dir.as_os_str().is_empty() {
-        return Err(bin_err("required with imageCredentialProviderConfig".into()));
+        return Err(bin_err(BinDirError::Required));
     }
     if !bin_dir.is_dir() {
-        return Err(bin_err(format!("plugin binary directory {} did not exist", bin_dir.display())));
+        return Err(bin_err(BinDirError::NoDir { dir: bin_dir.to_path_buf() }));
     }
     specs
         .into_iter()
@@ -768,7 +885,7 @@ fn load_plugins(config: &Path, bin_dir: &Path) -> Result<Vec<Plugin>, Credential
             let runnable = std::fs::metadata(&exe)
                 .is_ok_and(|m| m.is_file() && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0);
             if !runnable {
-                return Err(bin_err(format!("plugin binary executable {} did not exist", exe.display())));
+                return Err(bin_err(BinDirError::NoExecutable { exe }));
             }
             let default_cache =
                 s.default_cache_duration.as_deref().and_then(crate::config::parse_duration).unwrap_or_default();
@@ -929,7 +1046,7 @@ mod tests {
         assert_eq!(ring.lookup("c.io/x")[0].password(), "p3");
         // a bad auth fails the whole file, naming the key, not the value
         std::fs::write(&f, r#"{"auths": {"a.io": {"auth": "bm9jb2xvbg=="}}}"#).unwrap();
-        let e = read_docker_config(&f, false).unwrap_err();
+        let e = read_docker_config(&f, false).unwrap_err().to_string();
         assert!(e.contains("\"a.io\"") && e.contains("base64(username:password)") && !e.contains("bm9j"), "{e}");
         // legacy .dockercfg: the entries alone
         let l = dir.join(".dockercfg");
@@ -980,9 +1097,9 @@ mod tests {
 
     #[test]
     fn provider_configs_are_checked_as_the_kubelet_checks_them() {
-        let check = |providers: &str| -> Result<(), String> {
+        let check = |providers: &str| -> Result<(), ProviderConfigError> {
             for p in parse_provider_config("p.yaml", &format!("{PROVIDER}{providers}"))? {
-                check_provider(&p)?;
+                check_provider(&p).map_err(ProviderConfigError::Provider)?;
             }
             Ok(())
         };
@@ -1000,13 +1117,43 @@ mod tests {
             (good.to_string() + "  shell: true\n", "unknown field `shell`"),
             (good.to_string() + "  tokenAttributes: {}\n", "not implemented"),
         ] {
-            let e = check(&bad).unwrap_err();
+            let e = check(&bad).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");
         }
         let e = parse_provider_config("p.yaml", "apiVersion: kubelet.config.k8s.io/v1\nkind: Other\nproviders: []\n")
             .err()
-            .unwrap();
+            .unwrap()
+            .to_string();
         assert!(e.contains("wrong Kind"), "{e}");
+    }
+
+    #[test]
+    fn error_texts_are_the_ones_people_read() {
+        let name = "a b".to_string();
+        assert_eq!(
+            ProviderConfigError::ApiVersion { version: "v9".into() }.to_string(),
+            format!("apiVersion \"v9\" is not supported: expected one of {CONFIG_API_VERSIONS:?}")
+        );
+        assert_eq!(
+            ProviderError::ApiVersionUnsupported { name: name.clone(), version: "v9".into() }.to_string(),
+            format!(
+                "providers[\"a b\"].apiVersion: Unsupported value \"v9\": supported values: {PLUGIN_API_VERSIONS:?}"
+            )
+        );
+        assert_eq!(
+            ProviderError::NameDots { name: "..".into() }.to_string(),
+            "providers[\"..\"].name: provider name cannot be \"..\""
+        );
+        assert_eq!(ExecError::Timeout.to_string(), "no answer within 60s; killed");
+        assert_eq!(ExecError::TooLarge.to_string(), "answer larger than 1048576 bytes");
+        assert_eq!(AdminFileError::TooLarge.to_string(), "larger than 1048576 bytes");
+        let e =
+            CredentialError::BinDir { path: "/bin".into(), source: BinDirError::NoDir { dir: PathBuf::from("/bin") } };
+        assert_eq!(e.to_string(), "imageCredentialProviderBinDir /bin: plugin binary directory /bin did not exist");
+        let json = serde_json::from_str::<DockerConfigJson>("{").err().unwrap();
+        let shown = json.to_string();
+        let e = ProviderConfigError::Decode { at: Some("providers[0]".into()), source: json };
+        assert_eq!(e.to_string(), format!("providers[0]: {shown}"));
     }
 
     fn plugin_dir(tag: &str, script: &str) -> (PathBuf, PathBuf) {
@@ -1081,7 +1228,7 @@ printf '{"apiVersion":"credentialprovider.kubelet.k8s.io/v1","kind":"CredentialP
         ] {
             let (dir, cfg) = plugin_dir("bad", script);
             let plugins = load_plugins(&cfg, &dir.join("bin")).unwrap();
-            let e = plugins[0].run("r.example:5000/app", &CancelToken::new()).err().unwrap();
+            let e = plugins[0].run("r.example:5000/app", &CancelToken::new()).err().unwrap().to_string();
             assert!(e.contains(_what), "{script}: {e}");
             let ring = Keyring { docker: None, plugins, metrics: Default::default() };
             assert!(ring.lookup("r.example:5000/app", &CancelToken::new()).is_empty());
@@ -1102,6 +1249,8 @@ printf '{"apiVersion":"credentialprovider.kubelet.k8s.io/v1","kind":"CredentialP
         })
         .unwrap();
         let e = plugins[0].run("r.example:5000/app", &cancel).err().unwrap();
+        assert!(matches!(&e, PluginError::Exec { source: ExecError::Cancelled, .. }), "{e}");
+        let e = e.to_string();
         assert!(e.contains("cancelled") && t.elapsed() < Duration::from_secs(5), "{e} after {:?}", t.elapsed());
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -19,10 +19,26 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use thiserror::Error;
 
-use crate::runtime::{CallCtx, ImageInfo, Runtime};
+use crate::runtime::{CallCtx, ImageInfo, Runtime, RuntimeError};
 use crate::telemetry::events::{EventRecorder, EventType, ObjectRef};
 use crate::telemetry::metrics::Metrics;
+
+/// Why a collection (or a reclaim) could not run; shown in the
+/// `ImageGCFailed` event.
+#[derive(Debug, Error)]
+pub enum ImageGcError {
+    /// Listing images, containers or the image filesystem failed.
+    #[error("{0}")]
+    Runtime(#[from] RuntimeError),
+    #[error("the runtime names no image filesystem")]
+    NoImageFs,
+    #[error("image filesystem {mount}: cannot measure it")]
+    Unmeasurable { mount: String },
+    #[error("the image filesystem reports no capacity")]
+    NoCapacity,
+}
 
 /// The thresholds and ages, from the config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,12 +115,12 @@ impl ImageGc {
     /// List the images and the containers: record new images and the use of
     /// those in use. Returns the images and which of them (IDs) are in use
     /// or kept (pinned, the sandbox image).
-    fn detect(&self, now: Instant) -> Result<(Vec<ImageInfo>, HashSet<String>), String> {
+    fn detect(&self, now: Instant) -> Result<(Vec<ImageInfo>, HashSet<String>), ImageGcError> {
         if self.sandbox_image.lock().is_none() {
             *self.sandbox_image.lock() = self.runtime.sandbox_image(&self.call()).ok().flatten();
         }
-        let images = self.runtime.list_images(&self.call()).map_err(|e| e.to_string())?;
-        let pods = self.runtime.list_pods(&self.call()).map_err(|e| e.to_string())?;
+        let images = self.runtime.list_images(&self.call())?;
+        let pods = self.runtime.list_pods(&self.call())?;
         let used: HashSet<&str> = pods
             .iter()
             .flat_map(|p| &p.containers)
@@ -131,12 +147,13 @@ impl ImageGc {
     }
 
     /// The image filesystem's capacity and available bytes.
-    fn fs_usage(&self) -> Result<(u64, u64), String> {
-        let fs = self.runtime.image_fs_info(&self.call()).map_err(|e| e.to_string())?;
+    fn fs_usage(&self) -> Result<(u64, u64), ImageGcError> {
+        let fs = self.runtime.image_fs_info(&self.call())?;
         let mount = fs.first().map(|f| f.mountpoint.clone()).filter(|m| !m.is_empty());
-        let mount = mount.ok_or("the runtime names no image filesystem")?;
-        let f = crate::node::stats::fs_of(std::path::Path::new(&mount), None)
-            .ok_or_else(|| format!("image filesystem {mount}: cannot measure it"))?;
+        let mount = mount.ok_or(ImageGcError::NoImageFs)?;
+        let Some(f) = crate::node::stats::fs_of(std::path::Path::new(&mount), None) else {
+            return Err(ImageGcError::Unmeasurable { mount });
+        };
         Ok((f.capacity_bytes, f.available_bytes))
     }
 
@@ -164,7 +181,7 @@ impl ImageGc {
     }
 
     /// One collection at `now`.
-    pub fn collect(&self, now: Instant) -> Result<Report, String> {
+    pub fn collect(&self, now: Instant) -> Result<Report, ImageGcError> {
         let r = self.run(now);
         if let Err(e) = &r {
             self.events.event(
@@ -186,7 +203,7 @@ impl ImageGc {
             .collect()
     }
 
-    fn run(&self, now: Instant) -> Result<Report, String> {
+    fn run(&self, now: Instant) -> Result<Report, ImageGcError> {
         let (images, keep) = self.detect(now)?;
         let mut report = Report::default();
         if !self.policy.max_age.is_zero() {
@@ -202,7 +219,7 @@ impl ImageGc {
         }
         let (capacity, available) = self.fs_usage()?;
         if capacity == 0 {
-            return Err("the image filesystem reports no capacity".into());
+            return Err(ImageGcError::NoCapacity);
         }
         let usage = 100 - (available.saturating_mul(100) / capacity).min(100) as u8;
         if usage >= self.policy.high_percent {
@@ -235,7 +252,7 @@ impl ImageGc {
 
     /// Free at least `want` bytes of unused images now (node-pressure
     /// reclaim): the same rules as a collection over the high threshold.
-    pub fn free_bytes(&self, now: Instant, want: u64) -> Result<u64, String> {
+    pub fn free_bytes(&self, now: Instant, want: u64) -> Result<u64, ImageGcError> {
         let (images, keep) = self.detect(now)?;
         Ok(self.free(now, want, &images, &keep).1)
     }
@@ -283,6 +300,19 @@ mod tests {
         assert_eq!(removed, ["sha256:a", "sha256:b", "sha256:c"]);
         assert_eq!(r.freed_bytes, 60);
         assert_eq!(metrics.images_collected_total().get("space"), Some(&3));
+    }
+
+    #[test]
+    fn a_filesystem_that_cannot_be_measured_fails_the_collection_with_an_event() {
+        let fake = Arc::new(FakeRuntime::new());
+        fake.set_image_fs("/nonexistent/podwarden-image-fs");
+        let policy = Policy { high_percent: 85, low_percent: 80, min_age: Duration::ZERO, max_age: Duration::ZERO };
+        let (g, events, _) = gc(&fake, policy);
+        let e = g.collect(Instant::now()).unwrap_err();
+        assert!(matches!(&e, ImageGcError::Unmeasurable { mount } if mount == "/nonexistent/podwarden-image-fs"));
+        assert!(events.list().iter().any(|ev| ev.reason == "ImageGCFailed"
+            && ev.message
+                == "Failed to garbage collect images: image filesystem /nonexistent/podwarden-image-fs: cannot measure it"));
     }
 
     #[test]

@@ -7,18 +7,68 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::LifecycleHandler;
+use thiserror::Error;
 
 use crate::base::cancel::CancelToken;
 use crate::model::{self, Container, Pod};
 use crate::pod::prober::net::{self, HttpGet, NetProbe};
+use crate::pod::prober::{Outcome, TargetError};
 use crate::runtime::{Runtime, RuntimeError};
+
+/// A failed hook, in the kubelet's words (logged, and the container's
+/// `PostStartHookError` message). `pod` is the kubelet's `format.Pod`:
+/// `name_namespace(uid)`.
+#[derive(Debug, Error)]
+pub enum HookError {
+    #[error(
+        "Exec lifecycle hook ({command}) for Container {container:?} in Pod {pod:?} failed - error: {cause}, message: {output:?}"
+    )]
+    Exec { command: String, container: String, pod: String, cause: Box<ExecHookError>, output: String },
+    #[error("HTTP lifecycle hook ({path}) for Container {container:?} in Pod {pod:?} failed - error: {cause}")]
+    Http { path: String, container: String, pod: String, cause: HttpHookError },
+    #[error(
+        "Sleep lifecycle hook ({seconds}) for Container {container:?} in Pod {pod:?} failed - error: container terminated before sleep hook finished"
+    )]
+    Sleep { seconds: i64, container: String, pod: String },
+    #[error("Cannot run handler: invalid handler")]
+    NoHandler,
+}
+
+/// Why an `exec` hook failed.
+#[derive(Debug, Error)]
+pub enum ExecHookError {
+    /// The command ran and exited non-zero; `stderr` is what it wrote there.
+    #[error("command '{command}' exited with {code}: {stderr}")]
+    Exited { command: String, code: i32, stderr: String },
+    /// The runtime refused or failed the call (or it was cancelled).
+    #[error("{0}")]
+    Runtime(RuntimeError),
+    #[error("the runtime dropped the call")]
+    Dropped,
+    #[error("command {0:?} timed out")]
+    TimedOut(String),
+}
+
+/// Why an `httpGet` hook failed: it never got an answer.
+#[derive(Debug, Error)]
+pub enum HttpHookError {
+    #[error("{0}")]
+    Target(TargetError),
+    #[error("{0}")]
+    Poll(std::io::Error),
+    #[error("cancelled")]
+    Cancelled,
+    /// The GET failed (Go's words: `Get "<url>": dial tcp ...`).
+    #[error("{0}")]
+    Get(String),
+}
 
 /// The kubelet's `format.Pod`: `name_namespace(uid)`.
 fn pod_text(pod: &Pod) -> String {
     format!("{}_{}({})", model::name(pod), model::namespace(pod), model::uid(pod))
 }
 
-/// Run `h` for container instance `id` of `c`. `Err` holds the kubelet's
+/// Run `h` for container instance `id` of `c`. `Err` is the kubelet's
 /// message for a failed hook (exec: its output; http: the transport
 /// error; sleep: cut short).
 #[allow(clippy::too_many_arguments)]
@@ -31,16 +81,15 @@ pub fn run(
     h: &LifecycleHandler,
     pod_ip: Option<&str>,
     deadline: Instant,
-) -> Result<(), String> {
+) -> Result<(), HookError> {
     if let Some(e) = &h.exec {
         let cmd = e.command.clone().unwrap_or_default();
-        let shown = format!("[{}]", cmd.join(" "));
-        let fail = |err: String, out: &str| {
-            format!(
-                "Exec lifecycle hook ({shown}) for Container {:?} in Pod {:?} failed - error: {err}, message: {out:?}",
-                c.name,
-                pod_text(pod)
-            )
+        let fail = |cause: ExecHookError, output: String| HookError::Exec {
+            command: format!("[{}]", cmd.join(" ")),
+            container: c.name.clone(),
+            pod: pod_text(pod),
+            cause: Box::new(cause),
+            output,
         };
         let (tx, rx) = crossbeam_channel::bounded(1);
         let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
@@ -56,74 +105,78 @@ pub fn run(
             recv(rx) -> r => match r {
                 Ok(Ok(r)) if r.exit_code == 0 => Ok(()),
                 Ok(Ok(r)) => {
-                    let out = crate::pod::prober::exec_output(&r);
+                    let output = crate::pod::prober::exec_output(&r);
                     let stderr = String::from_utf8_lossy(&r.stderr).into_owned();
-                    Err(fail(format!("command '{}' exited with {}: {stderr}", cmd.join(" "), r.exit_code), &out))
+                    Err(fail(ExecHookError::Exited { command: cmd.join(" "), code: r.exit_code, stderr }, output))
                 }
-                Ok(Err(e)) => Err(fail(e.to_string(), "")),
-                Err(_) => Err(fail("the runtime dropped the call".into(), "")),
+                Ok(Err(e)) => Err(fail(ExecHookError::Runtime(e), String::new())),
+                Err(_) => Err(fail(ExecHookError::Dropped, String::new())),
             },
-            recv(cancel.receiver()) -> _ => Err(fail(RuntimeError::Cancelled { op: crate::runtime::Op::ExecSync }.to_string(), "")),
-            default(deadline.saturating_duration_since(Instant::now())) => Err(fail(format!("command {:?} timed out", cmd.join(" ")), "")),
+            recv(cancel.receiver()) -> _ => Err(fail(
+                ExecHookError::Runtime(RuntimeError::Cancelled { op: crate::runtime::Op::ExecSync }),
+                String::new(),
+            )),
+            default(deadline.saturating_duration_since(Instant::now())) => {
+                Err(fail(ExecHookError::TimedOut(cmd.join(" ")), String::new()))
+            }
         }
     } else if let Some(g) = &h.http_get {
-        let path = g.path.clone().unwrap_or_default();
-        let fail = |err: String| {
-            format!(
-                "HTTP lifecycle hook ({path}) for Container {:?} in Pod {:?} failed - error: {err}",
-                c.name,
-                pod_text(pod)
-            )
+        let fail = |cause: HttpHookError| HookError::Http {
+            path: g.path.clone().unwrap_or_default(),
+            container: c.name.clone(),
+            pod: pod_text(pod),
+            cause,
         };
-        let get = HttpGet::of(g, pod_ip, c, net::HOOK_USER_AGENT).map_err(fail)?;
+        let get = HttpGet::of(g, pod_ip, c, net::HOOK_USER_AGENT).map_err(|e| fail(HttpHookError::Target(e)))?;
         let mut p = match NetProbe::http(get, deadline) {
             Ok(p) => p,
-            Err(o) => return outcome(o).map_err(fail),
+            Err(o) => return outcome(o, None).map_err(fail),
         };
         loop {
             if cancel.is_cancelled() {
-                return Err(fail("cancelled".into()));
+                return Err(fail(HttpHookError::Cancelled));
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return outcome(p.timed_out()).map_err(fail);
+                return outcome(p.timed_out(), None).map_err(fail);
             }
             let mut fds = [libc::pollfd { fd: p.fd(), events: p.events(), revents: 0 }];
             let slice = left.min(Duration::from_millis(50));
             match crate::sys::poll(&mut fds, slice.as_millis().max(1) as i32) {
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(fail(e.to_string())),
+                Err(e) => return Err(fail(HttpHookError::Poll(e))),
             }
             if fds[0].revents != 0
                 && let Some(o) = p.advance()
             {
-                return outcome(o).map_err(fail);
+                return outcome(o, p.failed_status()).map_err(fail);
             }
         }
     } else if let Some(s) = &h.sleep {
         let wait = Duration::from_secs(s.seconds.max(0) as u64);
         let until = crate::base::cancel::add_saturating(Instant::now(), wait).min(deadline);
         crossbeam_channel::select! {
-            recv(cancel.receiver()) -> _ => Err(format!(
-                "Sleep lifecycle hook ({}) for Container {:?} in Pod {:?} failed - error: container terminated before sleep hook finished",
-                s.seconds, c.name, pod_text(pod)
-            )),
+            recv(cancel.receiver()) -> _ => Err(HookError::Sleep {
+                seconds: s.seconds,
+                container: c.name.clone(),
+                pod: pod_text(pod),
+            }),
             default(until.saturating_duration_since(Instant::now())) => Ok(()),
         }
     } else {
-        Err("Cannot run handler: invalid handler".into())
+        Err(HookError::NoHandler)
     }
 }
 
-/// An HTTP hook fails only on a transport error: any status is a success,
+/// An HTTP hook fails only on a transport error: an answer with any status
+/// (`failed_status`: the one that failed the GET as a probe) is a success,
 /// as the kubelet does not look at it.
-fn outcome(o: crate::pod::prober::Outcome) -> Result<(), String> {
-    use crate::pod::prober::Outcome;
+fn outcome(o: Outcome, failed_status: Option<u16>) -> Result<(), HttpHookError> {
     match o {
-        Outcome::Failure(m) if m.starts_with("HTTP probe failed with statuscode") => Ok(()),
         Outcome::Success | Outcome::Warning(_) => Ok(()),
-        Outcome::Failure(m) | Outcome::Error(m) => Err(m),
+        Outcome::Failure(_) if failed_status.is_some() => Ok(()),
+        Outcome::Failure(m) | Outcome::Error(m) => Err(HttpHookError::Get(m)),
     }
 }
 
@@ -147,8 +200,44 @@ mod tests {
 
     #[test]
     fn http_hooks_fail_only_on_transport_errors() {
-        use crate::pod::prober::Outcome;
-        assert_eq!(outcome(Outcome::Failure("HTTP probe failed with statuscode: 500".into())), Ok(()));
-        assert!(outcome(Outcome::Failure("Get \"http://x/\": dial tcp: connect: connection refused".into())).is_err());
+        assert!(outcome(Outcome::Failure("HTTP probe failed with statuscode: 500".into()), Some(500)).is_ok());
+        let refused = "Get \"http://x/\": dial tcp: connect: connection refused";
+        let e = outcome(Outcome::Failure(refused.into()), None).unwrap_err();
+        assert_eq!(e.to_string(), refused);
+    }
+
+    #[test]
+    fn hook_failures_read_as_the_kubelets() {
+        let e = HookError::Exec {
+            command: "[sh -c exit 3]".into(),
+            container: "app".into(),
+            pod: "web_default(u1)".into(),
+            cause: Box::new(ExecHookError::Exited { command: "sh -c exit 3".into(), code: 3, stderr: "bad".into() }),
+            output: "out bad".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "Exec lifecycle hook ([sh -c exit 3]) for Container \"app\" in Pod \"web_default(u1)\" failed - error: \
+             command 'sh -c exit 3' exited with 3: bad, message: \"out bad\""
+        );
+        let e = HookError::Http {
+            path: "/hook".into(),
+            container: "app".into(),
+            pod: "web_default(u1)".into(),
+            cause: HttpHookError::Target(TargetError::NoPodIp),
+        };
+        assert_eq!(
+            e.to_string(),
+            "HTTP lifecycle hook (/hook) for Container \"app\" in Pod \"web_default(u1)\" failed - error: \
+             the pod has no IP address yet"
+        );
+        let e = HookError::Sleep { seconds: 5, container: "app".into(), pod: "web_default(u1)".into() };
+        assert_eq!(
+            e.to_string(),
+            "Sleep lifecycle hook (5) for Container \"app\" in Pod \"web_default(u1)\" failed - error: \
+             container terminated before sleep hook finished"
+        );
+        assert_eq!(ExecHookError::TimedOut("sleep 9".into()).to_string(), "command \"sleep 9\" timed out");
+        assert_eq!(HookError::NoHandler.to_string(), "Cannot run handler: invalid handler");
     }
 }

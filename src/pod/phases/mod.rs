@@ -6,7 +6,7 @@
 pub mod dns;
 pub mod env;
 pub mod hooks;
-pub mod pull;
+mod image;
 mod setup;
 mod terminate;
 
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 pub use crate::base::backoff::Backoff;
-pub use pull::pull_policy;
+pub use crate::node::images::pull::pull_policy;
 pub use setup::{APPARMOR_ANNOTATION_PREFIX, apparmor_profile};
 
 use crate::model::{self, Pod, Uid};
@@ -106,7 +106,7 @@ pub struct PodSync {
     /// Image pull back-off per pod and image.
     image_backoff: Backoff,
     /// Pulls at a time.
-    pulls: pull::PullGate,
+    pulls: crate::node::images::pull::PullGate,
     /// Where pulls find registry credentials.
     keyring: Arc<crate::node::images::credentials::Keyring>,
     /// Told when a pod's containers first all run (pod start duration).
@@ -206,7 +206,7 @@ impl PodSync {
         cfg: SyncConfig,
     ) -> Self {
         let backoff = Backoff::new(cfg.backoff_initial, cfg.backoff_max);
-        let pulls = pull::PullGate::new(cfg.max_parallel_pulls);
+        let pulls = crate::node::images::pull::PullGate::new(cfg.max_parallel_pulls);
         PodSync {
             runtime,
             statuses,
@@ -214,7 +214,10 @@ impl PodSync {
             cfg,
             reasons: Mutex::new(HashMap::new()),
             backoff,
-            image_backoff: Backoff::new(pull::PULL_BACKOFF_INITIAL, pull::PULL_BACKOFF_MAX),
+            image_backoff: Backoff::new(
+                crate::node::images::pull::PULL_BACKOFF_INITIAL,
+                crate::node::images::pull::PULL_BACKOFF_MAX,
+            ),
             pulls,
             keyring: Arc::new(crate::node::images::credentials::Keyring::none()),
             metrics: None,

@@ -565,7 +565,7 @@ impl PodSync {
             Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
             Err(e) => return Err(e.into()),
         }
-        self.remember(ctx, &c.name, "PostStartHookError", message);
+        self.remember(ctx, &c.name, "PostStartHookError", message.to_string());
         Ok(Some(self.cfg.backoff_initial))
     }
 
@@ -1124,7 +1124,7 @@ mod tests {
 
     #[test]
     fn default_pull_policy() {
-        use crate::pod::phases::pull::pull_policy;
+        use crate::pod::phases::pull_policy;
         let c = |image: &str| Container { name: "c".into(), image: Some(image.into()), ..Default::default() };
         assert_eq!(pull_policy(&c("busybox")), "Always");
         assert_eq!(pull_policy(&c("busybox:latest")), "Always");

@@ -477,7 +477,7 @@ impl Loop {
             // the pod's IP, never a host of its own (the field has none)
             let port = u16::try_from(g.port).unwrap_or(0);
             match p.pod_ip.as_deref().and_then(|ip| net::socket_addr(ip, port)) {
-                None => Err(Outcome::Error(NO_POD_IP.into())),
+                None => Err(Outcome::Error(TargetError::NoPodIp.to_string())),
                 Some(addr) => {
                     let done = self.in_flight_elsewhere(token, flight, now, timeout + Duration::from_secs(5));
                     grpc::check(addr, g.service.as_deref().unwrap_or(""), timeout, done);
@@ -487,12 +487,12 @@ impl Loop {
         } else if let Some(t) = &probe.tcp_socket {
             match target(p.pod_ip.as_deref(), t.host.as_deref(), &t.port, c) {
                 Ok((host, port)) => net::NetProbe::tcp(&host, port, deadline),
-                Err(e) => Err(Outcome::Error(e)),
+                Err(e) => Err(Outcome::Error(e.to_string())),
             }
         } else if let Some(h) = &probe.http_get {
             match net::HttpGet::of(h, p.pod_ip.as_deref(), c, net::PROBE_USER_AGENT) {
                 Ok(get) => net::NetProbe::http(get, deadline),
-                Err(e) => Err(Outcome::Error(e)),
+                Err(e) => Err(Outcome::Error(e.to_string())),
             }
         } else {
             Err(Outcome::Error("no handler".into()))
@@ -610,12 +610,27 @@ impl Loop {
     }
 }
 
+/// Why a probe or hook has nowhere to connect to; the texts are the
+/// kubelet's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TargetError {
+    /// A port name that is neither one of the container's nor a number.
+    #[error("strconv.Atoi: parsing {0:?}: invalid syntax")]
+    PortName(String),
+    /// A port number outside 1..=65535.
+    #[error("invalid port number: {0}")]
+    PortNumber(i32),
+    /// No `host` and the pod has no IP yet.
+    #[error("the pod has no IP address yet")]
+    NoPodIp,
+}
+
 /// The container's port a probe names: a number, or the name of one of the
 /// container's ports. The error is the kubelet's.
 pub fn resolve_port(
     port: &k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
     c: &Container,
-) -> Result<u16, String> {
+) -> Result<u16, TargetError> {
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
     let n = match port {
         IntOrString::Int(n) => *n,
@@ -624,15 +639,13 @@ pub fn resolve_port(
                 Some(p) => p.container_port,
                 None => match name.parse::<i32>() {
                     Ok(n) => n,
-                    Err(_) => return Err(format!("strconv.Atoi: parsing {name:?}: invalid syntax")),
+                    Err(_) => return Err(TargetError::PortName(name.clone())),
                 },
             }
         }
     };
-    u16::try_from(n).ok().filter(|p| *p > 0).ok_or_else(|| format!("invalid port number: {n}"))
+    u16::try_from(n).ok().filter(|p| *p > 0).ok_or(TargetError::PortNumber(n))
 }
-
-const NO_POD_IP: &str = "the pod has no IP address yet";
 
 /// Where a probe or hook connects: its `host` (an address or a name) or
 /// the pod's IP, and its port (by number or by the container's port name).
@@ -641,9 +654,9 @@ pub(crate) fn target(
     host: Option<&str>,
     port: &k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
     c: &Container,
-) -> Result<(String, u16), String> {
+) -> Result<(String, u16), TargetError> {
     let port = resolve_port(port, c)?;
-    let host = host.filter(|h| !h.is_empty()).or(pod_ip).ok_or_else(|| NO_POD_IP.to_string())?;
+    let host = host.filter(|h| !h.is_empty()).or(pod_ip).ok_or(TargetError::NoPodIp)?;
     Ok((host.to_string(), port))
 }
 
@@ -718,11 +731,17 @@ mod tests {
         assert_eq!(resolve_port(&IntOrString::Int(80), &c), Ok(80));
         assert_eq!(resolve_port(&IntOrString::String("http".into()), &c), Ok(8080));
         assert_eq!(resolve_port(&IntOrString::String("9090".into()), &c), Ok(9090));
+        let e = resolve_port(&IntOrString::String("web".into()), &c).unwrap_err();
+        assert_eq!(e, TargetError::PortName("web".into()));
+        assert_eq!(e.to_string(), "strconv.Atoi: parsing \"web\": invalid syntax");
+        let e = resolve_port(&IntOrString::Int(70000), &c).unwrap_err();
+        assert_eq!(e, TargetError::PortNumber(70000));
+        assert_eq!(e.to_string(), "invalid port number: 70000");
         assert_eq!(
-            resolve_port(&IntOrString::String("web".into()), &c),
-            Err("strconv.Atoi: parsing \"web\": invalid syntax".into())
+            target(None, None, &IntOrString::Int(80), &c).unwrap_err().to_string(),
+            "the pod has no IP address yet"
         );
-        assert_eq!(resolve_port(&IntOrString::Int(70000), &c), Err("invalid port number: 70000".into()));
+        assert_eq!(target(None, Some("db"), &IntOrString::Int(80), &c), Ok(("db".into(), 80)));
     }
 
     #[test]

@@ -66,7 +66,7 @@ impl HttpGet {
         pod_ip: Option<&str>,
         c: &k8s_openapi::api::core::v1::Container,
         user_agent: &'static str,
-    ) -> Result<HttpGet, String> {
+    ) -> Result<HttpGet, super::TargetError> {
         let (host, port) = super::target(pod_ip, h.host.as_deref(), &h.port, c)?;
         let path = match h.path.as_deref() {
             None | Some("") => "/".to_string(),
@@ -200,24 +200,39 @@ impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
 }
 
 /// The TLS client settings of every HTTPS probe and hook (built once).
-static TLS: LazyLock<Result<Arc<rustls::ClientConfig>, String>> = LazyLock::new(|| {
+static TLS: LazyLock<Result<Arc<rustls::ClientConfig>, rustls::Error>> = LazyLock::new(|| {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .with_safe_default_protocol_versions()?
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
         .with_no_client_auth();
     Ok(Arc::new(config))
 });
 
+/// Why an HTTPS probe could not begin its TLS session; shown after
+/// `Get "<url>": `.
+#[derive(Debug, thiserror::Error)]
+enum TlsStartError {
+    /// The client settings could not be built.
+    #[error("{0}")]
+    Config(rustls::Error),
+    /// The host is no name a certificate could be for.
+    #[error("{0}")]
+    ServerName(rustls::pki_types::InvalidDnsNameError),
+    #[error("{0}")]
+    Session(rustls::Error),
+    #[error("{0}")]
+    Request(std::io::Error),
+}
+
 /// A TLS session to `get`'s host holding the request, ready to go out.
-fn tls_session(get: &HttpGet) -> Result<Box<rustls::ClientConnection>, String> {
-    let config = TLS.as_ref().map_err(Clone::clone)?.clone();
+fn tls_session(get: &HttpGet) -> Result<Box<rustls::ClientConnection>, TlsStartError> {
+    let config = TLS.as_ref().map_err(|e| TlsStartError::Config(e.clone()))?.clone();
     // an IP address sends no SNI, a name does (Go's rules)
-    let name = rustls::pki_types::ServerName::try_from(get.host.clone()).map_err(|e| e.to_string())?;
-    let mut conn = rustls::ClientConnection::new(config, name).map_err(|e| e.to_string())?;
-    conn.writer().write_all(&get.request()).map_err(|e| e.to_string())?;
+    let name = rustls::pki_types::ServerName::try_from(get.host.clone()).map_err(TlsStartError::ServerName)?;
+    let mut conn = rustls::ClientConnection::new(config, name).map_err(TlsStartError::Session)?;
+    conn.writer().write_all(&get.request()).map_err(TlsStartError::Request)?;
     Ok(Box::new(conn))
 }
 
@@ -280,6 +295,9 @@ pub struct NetProbe {
     step: Step,
     what: What,
     pub deadline: Instant,
+    /// The status of the HTTP answer that failed the probe (outside
+    /// 200..=399); `None` while no answer failed it.
+    failed_status: Option<u16>,
 }
 
 impl NetProbe {
@@ -305,7 +323,7 @@ impl NetProbe {
                     .map_err(|e| what.dial_failure(format!("dial tcp: lookup {host}: {e}")))?,
             ),
         };
-        Ok(NetProbe { conn, port, step: Step::Connecting, what, deadline })
+        Ok(NetProbe { conn, port, step: Step::Connecting, what, deadline, failed_status: None })
     }
 
     pub fn fd(&self) -> RawFd {
@@ -313,6 +331,14 @@ impl NetProbe {
             Conn::Lookup(l) => l.fd(),
             Conn::Open { stream, .. } => stream.as_raw_fd(),
         }
+    }
+
+    /// The status code of the HTTP answer that failed the probe (the
+    /// `HTTP probe failed with statuscode` outcome); `None` when it failed
+    /// before an answer (a transport error) or did not fail. Lifecycle
+    /// hooks take such an answer as a success.
+    pub fn failed_status(&self) -> Option<u16> {
+        self.failed_status
     }
 
     /// The poll events this probe waits for.
@@ -528,6 +554,7 @@ impl NetProbe {
                 }
             }
         }
+        self.failed_status = Some(code);
         Some(Some(Outcome::Failure(format!("HTTP probe failed with statuscode: {code}"))))
     }
 }
@@ -692,6 +719,11 @@ mod tests {
     use std::time::Duration;
 
     fn run(mut p: NetProbe) -> Outcome {
+        finish(&mut p)
+    }
+
+    /// Drive `p` to its outcome (it stays for a look at its state).
+    fn finish(p: &mut NetProbe) -> Outcome {
         loop {
             let mut fds = [libc::pollfd { fd: p.fd(), events: p.events(), revents: 0 }];
             let left = p.deadline.saturating_duration_since(Instant::now());
@@ -781,6 +813,12 @@ mod tests {
             run(NetProbe::http(get(addr, "/bad"), deadline()).unwrap()),
             Outcome::Failure("HTTP probe failed with statuscode: 503".into())
         );
+        let mut p = NetProbe::http(get(addr, "/bad"), deadline()).unwrap();
+        assert_eq!(finish(&mut p), Outcome::Failure("HTTP probe failed with statuscode: 503".into()));
+        assert_eq!(p.failed_status(), Some(503), "a failing answer is told by its status, not its text");
+        let mut p = NetProbe::http(get(addr, "/loop"), deadline()).unwrap();
+        assert!(matches!(finish(&mut p), Outcome::Failure(_)));
+        assert_eq!(p.failed_status(), None, "too many redirects is no failing answer");
         assert_eq!(run(NetProbe::http(get(addr, "/moved"), deadline()).unwrap()), Outcome::Success);
         assert_eq!(
             run(NetProbe::http(get(addr, "/away"), deadline()).unwrap()),

@@ -19,6 +19,7 @@ use std::sync::LazyLock;
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use parking_lot::Mutex;
+use thiserror::Error;
 
 /// Resolver threads at most.
 pub const MAX_THREADS: usize = 4;
@@ -26,6 +27,32 @@ pub const MAX_THREADS: usize = 4;
 pub const MAX_QUEUED: usize = 64;
 /// The answer's size at most (a list of addresses or an error).
 const MAX_ANSWER: usize = 4096;
+
+/// Why a host name has no addresses; shown after `lookup <host>: ` in a
+/// probe's or hook's failure, in Go's resolver's words where it has some.
+#[derive(Debug, Error)]
+pub enum LookupError {
+    #[error("no such host")]
+    NoSuchHost,
+    #[error("no suitable address found")]
+    NoAddress,
+    /// Another `getaddrinfo` failure: its code and text.
+    #[error("{text}")]
+    Resolver { code: i32, text: String },
+    #[error("cannot start a resolver thread: {0}")]
+    NoThread(std::io::Error),
+    #[error("too many host name lookups waiting")]
+    TooManyWaiting,
+    #[error("no resolver")]
+    NoResolver,
+    /// The asker's end of the answer socket failed (making or reading it).
+    #[error("{0}")]
+    Socket(std::io::Error),
+    #[error("answer too long")]
+    AnswerTooLong,
+    #[error("the resolver gave no answer")]
+    NoAnswer,
+}
 
 struct Job {
     host: String,
@@ -54,10 +81,10 @@ pub struct Lookup {
 
 impl Lookup {
     /// Ask for `host`'s addresses. An error (no thread could be started,
-    /// too many lookups waiting) is the text of a failed lookup.
-    pub fn start(host: &str) -> Result<Lookup, String> {
-        let (mine, theirs) = UnixStream::pair().map_err(|e| e.to_string())?;
-        mine.set_nonblocking(true).map_err(|e| e.to_string())?;
+    /// too many lookups waiting) is a failed lookup.
+    pub fn start(host: &str) -> Result<Lookup, LookupError> {
+        let (mine, theirs) = UnixStream::pair().map_err(LookupError::Socket)?;
+        mine.set_nonblocking(true).map_err(LookupError::Socket)?;
         let pool = &*POOL;
         let mut t = pool.threads.lock();
         t.1 += 1;
@@ -67,7 +94,7 @@ impl Lookup {
                 Ok(_) => t.0 += 1,
                 Err(e) if t.0 == 0 => {
                     t.1 -= 1;
-                    return Err(format!("cannot start a resolver thread: {e}"));
+                    return Err(LookupError::NoThread(e));
                 }
                 Err(e) => log::warn!("resolver: cannot start another thread: {e}"),
             }
@@ -75,8 +102,8 @@ impl Lookup {
         if let Err(e) = pool.tx.try_send(Job { host: host.to_string(), answer: theirs }) {
             t.1 -= 1;
             return Err(match e {
-                TrySendError::Full(_) => "too many host name lookups waiting".into(),
-                TrySendError::Disconnected(_) => "no resolver".into(),
+                TrySendError::Full(_) => LookupError::TooManyWaiting,
+                TrySendError::Disconnected(_) => LookupError::NoResolver,
             });
         }
         Ok(Lookup { answer: mine, buf: Vec::new() })
@@ -87,40 +114,49 @@ impl Lookup {
     }
 
     /// The answer once it is whole: the addresses in the resolver's order
-    /// of preference, or the error in Go's words (`no such host`).
+    /// of preference, or the error (in Go's words: `no such host`).
     /// `None`: not yet.
-    pub fn read(&mut self) -> Option<Result<Vec<IpAddr>, String>> {
+    pub fn read(&mut self) -> Option<Result<Vec<IpAddr>, LookupError>> {
         let mut chunk = [0u8; 512];
         loop {
             match self.answer.read(&mut chunk) {
                 Ok(0) => break,
-                Ok(n) if self.buf.len() + n > MAX_ANSWER => return Some(Err("answer too long".into())),
+                Ok(n) if self.buf.len() + n > MAX_ANSWER => return Some(Err(LookupError::AnswerTooLong)),
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return None,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Some(Err(e.to_string())),
+                Err(e) => return Some(Err(LookupError::Socket(e))),
             }
         }
         Some(decode(&String::from_utf8_lossy(&self.buf)))
     }
 }
 
-/// `+ip ip ...` or `-error`.
-fn encode(r: &Result<Vec<IpAddr>, String>) -> String {
+/// The answer on the wire: `+ip ip ...`, `!` (no such host) or
+/// `-<code> <text>` (another resolver error). A resolver thread only
+/// answers what [`lookup`] returns; anything else is sent as no answer.
+fn encode(r: &Result<Vec<IpAddr>, LookupError>) -> String {
     match r {
         Ok(ips) => format!("+{}", ips.iter().map(|ip| ip.to_string()).collect::<Vec<_>>().join(" ")),
-        Err(e) => format!("-{e}"),
+        Err(LookupError::NoSuchHost) => "!".to_string(),
+        Err(LookupError::NoAddress) => "+".to_string(),
+        Err(LookupError::Resolver { code, text }) => format!("-{code} {text}"),
+        Err(_) => String::new(),
     }
 }
 
-fn decode(s: &str) -> Result<Vec<IpAddr>, String> {
+fn decode(s: &str) -> Result<Vec<IpAddr>, LookupError> {
     match s.split_at_checked(1) {
         Some(("+", ips)) => {
             let ips: Vec<IpAddr> = ips.split(' ').filter_map(|ip| ip.parse().ok()).collect();
-            if ips.is_empty() { Err("no suitable address found".into()) } else { Ok(ips) }
+            if ips.is_empty() { Err(LookupError::NoAddress) } else { Ok(ips) }
         }
-        Some(("-", e)) => Err(e.to_string()),
-        _ => Err("the resolver gave no answer".into()),
+        Some(("!", "")) => Err(LookupError::NoSuchHost),
+        Some(("-", e)) => match e.split_once(' ').and_then(|(code, text)| Some((code.parse().ok()?, text))) {
+            Some((code, text)) => Err(LookupError::Resolver { code, text: text.to_string() }),
+            None => Err(LookupError::NoAnswer),
+        },
+        _ => Err(LookupError::NoAnswer),
     }
 }
 
@@ -143,16 +179,16 @@ fn asker_gone(s: &UnixStream) -> bool {
 }
 
 /// `host`'s addresses, in the words of Go's resolver on failure.
-fn lookup(host: &str) -> Result<Vec<IpAddr>, String> {
+fn lookup(host: &str) -> Result<Vec<IpAddr>, LookupError> {
     #[cfg(test)]
     if let Some(r) = tests::injected(host) {
         return r;
     }
     match crate::sys::getaddrinfo(host) {
-        Ok(ips) if ips.is_empty() => Err("no suitable address found".into()),
+        Ok(ips) if ips.is_empty() => Err(LookupError::NoAddress),
         Ok(ips) => Ok(ips),
-        Err((code, _)) if code == libc::EAI_NONAME || code == libc::EAI_NODATA => Err("no such host".into()),
-        Err((_, text)) => Err(text),
+        Err((code, _)) if code == libc::EAI_NONAME || code == libc::EAI_NODATA => Err(LookupError::NoSuchHost),
+        Err((code, text)) => Err(LookupError::Resolver { code, text }),
     }
 }
 
@@ -163,18 +199,18 @@ mod tests {
 
     /// Fault injection: `*.slow.test` takes 3 s and then fails;
     /// `two.addrs.test` has 127.0.0.2 first and 127.0.0.1 second.
-    pub(super) fn injected(host: &str) -> Option<Result<Vec<IpAddr>, String>> {
+    pub(super) fn injected(host: &str) -> Option<Result<Vec<IpAddr>, LookupError>> {
         if host == "two.addrs.test" {
             return Some(Ok(vec!["127.0.0.2".parse().unwrap(), "127.0.0.1".parse().unwrap()]));
         }
         host.ends_with(".slow.test").then(|| {
             std::thread::sleep(Duration::from_secs(3));
-            Err("no such host".into())
+            Err(LookupError::NoSuchHost)
         })
     }
 
     /// Wait for `l`'s answer up to `within`.
-    pub(crate) fn wait(l: &mut Lookup, within: Duration) -> Option<Result<Vec<IpAddr>, String>> {
+    pub(crate) fn wait(l: &mut Lookup, within: Duration) -> Option<Result<Vec<IpAddr>, LookupError>> {
         let until = Instant::now() + within;
         loop {
             if let Some(r) = l.read() {
@@ -197,7 +233,7 @@ mod tests {
         assert!(ips.iter().all(|ip| ip.is_loopback()) && !ips.is_empty(), "{ips:?}");
         let mut l = Lookup::start("nothing-here.invalid").unwrap();
         match wait(&mut l, Duration::from_secs(30)).expect("answered") {
-            Err(e) => assert!(!e.is_empty()),
+            Err(e) => assert!(!e.to_string().is_empty()),
             Ok(ips) => panic!("nothing-here.invalid resolved to {ips:?}"),
         }
     }
@@ -226,8 +262,16 @@ mod tests {
     #[test]
     fn answers_round_trip() {
         let ips: Vec<IpAddr> = vec!["10.0.0.1".parse().unwrap(), "fd00::1".parse().unwrap()];
-        assert_eq!(decode(&encode(&Ok(ips.clone()))), Ok(ips));
-        assert_eq!(decode(&encode(&Err("no such host".into()))), Err("no such host".into()));
-        assert_eq!(decode(""), Err("the resolver gave no answer".into()));
+        assert_eq!(decode(&encode(&Ok(ips.clone()))).unwrap(), ips);
+        let e = decode(&encode(&Err(LookupError::NoSuchHost))).unwrap_err();
+        assert!(matches!(e, LookupError::NoSuchHost) && e.to_string() == "no such host", "{e}");
+        let e = decode(&encode(&Err(LookupError::NoAddress))).unwrap_err();
+        assert!(matches!(e, LookupError::NoAddress) && e.to_string() == "no suitable address found", "{e}");
+        let gai = LookupError::Resolver { code: libc::EAI_AGAIN, text: "Temporary failure in name resolution".into() };
+        let e = decode(&encode(&Err(gai))).unwrap_err();
+        assert!(matches!(e, LookupError::Resolver { code: libc::EAI_AGAIN, .. }), "{e:?}");
+        assert_eq!(e.to_string(), "Temporary failure in name resolution");
+        let e = decode("").unwrap_err();
+        assert!(matches!(e, LookupError::NoAnswer) && e.to_string() == "the resolver gave no answer", "{e}");
     }
 }

@@ -1,64 +1,18 @@
-//! Images for containers, as the kubelet's image manager brings them: the
-//! pull policy, a back-off per pod and image (10 s doubling to 5 min:
-//! `ImagePullBackOff`), pulls one at a time (`serializeImagePulls`) or at
-//! most `maxParallelImagePulls` at once, the `Pulling`/`Pulled`/`Failed`/
-//! `BackOff` events with the kubelet's texts, and
-//! `kubelet_image_pull_duration_seconds`.
+//! A container's image, as a step of the pod's set-up: present already,
+//! or pulled by its policy through the node's gate, back-off and
+//! credentials (`node::images`), with the kubelet's `Pulling`/`Pulled`/
+//! `Failed`/`BackOff` events and `kubelet_image_pull_duration_seconds`.
 //!
-//! A pull has no deadline (the kubelet sets none: a large image on a slow
-//! link takes what it takes); it ends when the runtime answers or the pod's
-//! pass is cancelled.
+//! A pull has no deadline (the kubelet sets none); it ends when the runtime
+//! answers or the pod's pass is cancelled.
 
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
-
 use crate::model::{self, Container, Pod};
+use crate::node::images::pull::{PULL_BACKOFF_INITIAL, PULL_DEADLINE, go_duration, pull_policy};
 use crate::pod::phases::{PodSync, SyncCtx, SyncError};
 use crate::runtime::{Auth, CallCtx, RuntimeError};
 use crate::telemetry::events::{EventType, ObjectRef};
-
-/// The kubelet's image pull back-off.
-pub const PULL_BACKOFF_INITIAL: Duration = Duration::from_secs(10);
-pub const PULL_BACKOFF_MAX: Duration = Duration::from_secs(300);
-
-/// The deadline of a pull: none to speak of (a cancelled pass ends it).
-const PULL_DEADLINE: Duration = Duration::from_secs(30 * 24 * 3600);
-
-/// How many pulls may run at once (0: any number).
-pub struct PullGate {
-    max: usize,
-    running: Mutex<usize>,
-    freed: Condvar,
-}
-
-impl PullGate {
-    pub fn new(max: usize) -> Self {
-        PullGate { max, running: Mutex::new(0), freed: Condvar::new() }
-    }
-
-    /// Wait for a turn; `None` when `ctx` was cancelled first.
-    fn enter(&self, ctx: &SyncCtx) -> Option<PullTurn<'_>> {
-        let mut n = self.running.lock();
-        while self.max > 0 && *n >= self.max {
-            if ctx.cancel.is_cancelled() {
-                return None;
-            }
-            self.freed.wait_for(&mut n, Duration::from_millis(100));
-        }
-        *n += 1;
-        Some(PullTurn(self))
-    }
-}
-
-struct PullTurn<'a>(&'a PullGate);
-
-impl Drop for PullTurn<'_> {
-    fn drop(&mut self) {
-        *self.0.running.lock() -= 1;
-        self.0.freed.notify_one();
-    }
-}
 
 /// Why a container's image is not there: its Waiting reason and message,
 /// and when to try again.
@@ -66,33 +20,6 @@ pub(super) struct NoImage {
     pub reason: &'static str,
     pub message: String,
     pub retry: Duration,
-}
-
-/// The kubelet's default pull policy: Always for `:latest` or no tag.
-pub fn pull_policy(c: &Container) -> &str {
-    if let Some(p) = c.image_pull_policy.as_deref() {
-        return p;
-    }
-    let image = c.image.as_deref().unwrap_or_default();
-    if image.contains('@') {
-        return "IfNotPresent";
-    }
-    let last = image.rsplit('/').next().unwrap_or(image);
-    match last.split_once(':') {
-        Some((_, tag)) if tag != "latest" => "IfNotPresent",
-        _ => "Always",
-    }
-}
-
-/// A duration as Go prints it in the kubelet's pull message (`1.234s`,
-/// `512ms`).
-fn go_duration(d: Duration) -> String {
-    if d < Duration::from_secs(1) {
-        format!("{}ms", d.as_millis())
-    } else {
-        let s = format!("{:.3}", d.as_secs_f64());
-        format!("{}s", s.trim_end_matches('0').trim_end_matches('.'))
-    }
 }
 
 impl PodSync {
@@ -170,7 +97,7 @@ impl PodSync {
         self.events.event(&obj, EventType::Normal, "Pulling", &format!("Pulling image {image:?}"));
         // credentials before the turn: a slow plugin holds no other pull up
         let creds = self.keyring.lookup(image, &ctx.cancel);
-        let Some(turn) = self.pulls.enter(ctx) else { return Err(SyncError::Cancelled) };
+        let Some(turn) = self.pulls.enter(&ctx.cancel) else { return Err(SyncError::Cancelled) };
         let began = Instant::now();
         let pulled = self.pull_with(ctx, image, &creds);
         drop(turn);
@@ -207,32 +134,5 @@ impl PodSync {
                 Ok(Err(NoImage { reason: "ErrImagePull", message, retry: PULL_BACKOFF_INITIAL }))
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pull_messages_print_durations_as_go_does() {
-        assert_eq!(go_duration(Duration::from_millis(512)), "512ms");
-        assert_eq!(go_duration(Duration::from_millis(1234)), "1.234s");
-        assert_eq!(go_duration(Duration::from_secs(3)), "3s");
-        assert_eq!(go_duration(Duration::from_millis(2500)), "2.5s");
-    }
-
-    #[test]
-    fn the_gate_lets_max_pulls_through_at_once() {
-        let gate = PullGate::new(1);
-        let ctx = SyncCtx::detached("u");
-        let first = gate.enter(&ctx).unwrap();
-        ctx.cancel.cancel();
-        assert!(gate.enter(&ctx).is_none(), "a second waits, and gives up when cancelled");
-        drop(first);
-        assert!(gate.enter(&ctx).is_some());
-        let any = PullGate::new(0);
-        let _a = any.enter(&ctx).unwrap();
-        let _b = any.enter(&ctx).unwrap();
     }
 }
