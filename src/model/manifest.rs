@@ -9,6 +9,7 @@ use std::path::{Component, Path};
 use serde_json::Value;
 use thiserror::Error;
 
+use super::field::{FieldError, err};
 use super::{
     CONFIG_FILE_ANNOTATION, CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, Pod, bounded_yaml, fields, fnv128_hex,
 };
@@ -42,8 +43,9 @@ pub enum ManifestError {
     NoPod { path: String },
     #[error("{path}: cannot parse {format}: {message}")]
     Syntax { path: String, format: &'static str, message: String },
-    #[error("{path}: field {field}: {message}")]
-    Invalid { path: String, field: String, message: String },
+    /// A field refused: `<path>: field <field>: <reason>`.
+    #[error("{path}: {error}")]
+    Invalid { path: String, error: FieldError },
 }
 
 impl ManifestError {
@@ -194,34 +196,36 @@ pub fn parse_all(path: &str, bytes: &[u8], node_name: &str) -> Result<FileConten
     for (i, doc) in docs.into_iter().enumerate() {
         // in a file of several documents, a field is named with its
         // document: `documents[1].data["a b"]`
-        let at = |field: &str| if many { format!("documents[{i}].{field}") } else { field.to_string() };
-        let invalid =
-            |field: &str, message: String| ManifestError::Invalid { path: path_s.clone(), field: at(field), message };
+        let invalid = |error: FieldError| ManifestError::Invalid {
+            path: path_s.clone(),
+            error: if many { error.under(&format!("documents[{i}]")) } else { error },
+        };
         let kind = match doc.get("kind").and_then(Value::as_str) {
             Some("ConfigMap") => Kind::ConfigMap,
             Some("Secret") => Kind::Secret,
             Some("Pod") => {
                 let (pod, warnings) = to_pod(path, doc).map_err(|e| match e {
-                    ManifestError::Invalid { field, message, .. } => invalid(&field, message),
+                    ManifestError::Invalid { error, .. } => invalid(error),
                     other => other,
                 })?;
                 let mut pod = finish(path, pod, node_name)?;
-                validate(&pod).map_err(|(field, message)| invalid(&field, message))?;
+                validate(&pod).map_err(invalid)?;
                 pod.status = None;
                 content.pod =
                     Some(Parsed { pod, warnings: warnings.into_iter().map(|w| at_warning(many, i, w)).collect() });
                 continue;
             }
             Some(other) => {
-                return Err(invalid("kind", format!("is {other:?}; a manifest holds a Pod, ConfigMaps and Secrets")));
+                let why = format!("is {other:?}; a manifest holds a Pod, ConfigMaps and Secrets");
+                return Err(invalid(FieldError::new("kind", why)));
             }
-            None if !doc.is_object() => return Err(invalid("(top level)", "expected a Pod object".into())),
-            None => return Err(invalid("kind", "missing; expected \"Pod\"".into())),
+            None if !doc.is_object() => return Err(invalid(FieldError::new("(top level)", "expected a Pod object"))),
+            None => return Err(invalid(FieldError::new("kind", "missing; expected \"Pod\""))),
         };
-        let (obj, warnings) =
-            objects::from_value(kind, path, doc).map_err(|(field, message)| invalid(&field, message))?;
+        let (obj, warnings) = objects::from_value(kind, path, doc).map_err(invalid)?;
         if !seen.insert(obj.key.clone()) {
-            return Err(invalid("metadata.name", format!("{} is defined twice in this file", obj.key)));
+            let why = format!("{} is defined twice in this file", obj.key);
+            return Err(invalid(FieldError::new("metadata.name", why)));
         }
         content.warnings.extend(warnings.into_iter().map(|w| at_warning(many, i, w)));
         content.objects.push(obj);
@@ -255,8 +259,7 @@ fn to_values(path: &str, text: &str) -> Result<Vec<Value>, ManifestError> {
 fn to_pod(path: &str, mut value: Value) -> Result<(Pod, Vec<String>), ManifestError> {
     let invalid = |field: &str, message: String| ManifestError::Invalid {
         path: path.to_string(),
-        field: field.to_string(),
-        message,
+        error: FieldError::new(field, message),
     };
     let Value::Object(map) = &value else {
         return Err(invalid("(top level)", "expected a Pod object".into()));
@@ -273,7 +276,7 @@ fn to_pod(path: &str, mut value: Value) -> Result<(Pod, Vec<String>), ManifestEr
     }
     // every set field must be one podwarden implements; fields that are
     // not in the schema are warnings
-    let warnings = fields::check(&value).map_err(|(field, message)| invalid(&field, message))?;
+    let warnings = fields::check(&value).map_err(|error| ManifestError::Invalid { path: path.to_string(), error })?;
     // status is output: ignored, whatever it holds
     if let Value::Object(map) = &mut value {
         map.remove("status");
@@ -344,12 +347,6 @@ fn finish(path: &str, mut pod: Pod, node_name: &str) -> Result<Pod, ManifestErro
     ann.insert(CONFIG_HASH_ANNOTATION.into(), uid);
     ann.insert(CONFIG_FILE_ANNOTATION.into(), path.to_string());
     Ok(pod)
-}
-
-type FieldError = (String, String);
-
-fn err<T>(field: impl Into<String>, message: impl Into<String>) -> Result<T, FieldError> {
-    Err((field.into(), message.into()))
 }
 
 /// RFC 1123 label: lowercase alphanumerics and '-', alphanumeric at both
@@ -912,7 +909,7 @@ fn validate_value_from(
         if !is_dns1123_subdomain(name) {
             return err(format!("{vf}.{field}.name"), format!("{name:?} is not a valid DNS-1123 subdomain"));
         }
-        super::objects::check_key(key).map_err(|m| (format!("{vf}.{field}.key"), m))
+        super::objects::check_key(key).map_err(|e| FieldError::new(format!("{vf}.{field}.key"), e.to_string()))
     };
     if let Some(r) = &from.config_map_key_ref {
         return key_ref("configMapKeyRef", &r.name, &r.key);
@@ -1124,7 +1121,7 @@ fn check_key_items(
 ) -> Result<(), FieldError> {
     for (j, it) in items.iter().flatten().enumerate() {
         let itf = format!("{f}.items[{j}]");
-        super::objects::check_key(&it.key).map_err(|m| (format!("{itf}.key"), m))?;
+        super::objects::check_key(&it.key).map_err(|e| FieldError::new(format!("{itf}.key"), e.to_string()))?;
         check_item_path(format!("{itf}.path"), &it.path, paths)?;
         check_mode(format!("{itf}.mode"), it.mode)?;
     }
@@ -1291,7 +1288,7 @@ mod tests {
 
     fn field_of(r: Result<Pod, ManifestError>) -> String {
         match r {
-            Err(ManifestError::Invalid { field, .. }) => field,
+            Err(ManifestError::Invalid { error: FieldError { field, .. }, .. }) => field,
             other => panic!("expected a field error, got {other:?}"),
         }
     }
@@ -1373,7 +1370,7 @@ mod tests {
     fn value_from_is_checked_as_the_api_server_checks_it() {
         let with_env = |env: &str| format!("{GOOD}    env:\n    - name: X\n{env}  - name: d\n    image: i\n");
         let invalid = |env: &str| match parse("m.yaml", with_env(env).as_bytes(), "n") {
-            Err(ManifestError::Invalid { field, message, .. }) => (field, message),
+            Err(ManifestError::Invalid { error: FieldError { field, reason: message }, .. }) => (field, message),
             other => panic!("expected a field error for {env:?}, got {other:?}"),
         };
         let ok = [
@@ -1444,7 +1441,7 @@ mod tests {
         };
         let result = |mode: &str, privileged: bool| match parse("m.yaml", pod(mode, privileged).as_bytes(), "n") {
             Ok(_) => Ok(()),
-            Err(ManifestError::Invalid { field, message, .. }) => Err((field, message)),
+            Err(ManifestError::Invalid { error: FieldError { field, reason: message }, .. }) => Err((field, message)),
             Err(e) => panic!("{e}"),
         };
         for (mode, privileged) in
@@ -1477,7 +1474,9 @@ mod tests {
             assert!(parse("m.yaml", m.as_bytes(), "n").is_ok(), "{m}");
             let bad = m.replace("1Gi", "lots");
             match parse("m.yaml", bad.as_bytes(), "n") {
-                Err(ManifestError::Invalid { field, .. }) => assert_eq!(field, "spec.volumes[0].emptyDir.sizeLimit"),
+                Err(ManifestError::Invalid { error: FieldError { field, .. }, .. }) => {
+                    assert_eq!(field, "spec.volumes[0].emptyDir.sizeLimit")
+                }
                 other => panic!("{other:?}"),
             }
         }
@@ -1731,7 +1730,7 @@ mod tests {
                 "apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n  containers:\n  - name: c\n    image: b\n{spec_tail}"
             );
             match parse("/m/p.yaml", y.as_bytes(), "n").unwrap_err() {
-                ManifestError::Invalid { field, message, .. } => (field, message),
+                ManifestError::Invalid { error: FieldError { field, reason: message }, .. } => (field, message),
                 e => panic!("{e}"),
             }
         };

@@ -12,6 +12,7 @@
 
 pub mod bounded_yaml;
 pub mod downward;
+pub mod field;
 pub mod fields;
 pub mod manifest;
 pub mod objects;

@@ -12,6 +12,9 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use parking_lot::RwLock;
 use serde_json::Value;
+use thiserror::Error;
+
+use super::field::{FieldError, err};
 
 /// The kinds of object a manifest file may hold besides its pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -156,33 +159,50 @@ impl ObjectStore {
 /// (`MaxSecretSize`, also the ConfigMap limit).
 pub const MAX_OBJECT_DATA_BYTES: usize = 1024 * 1024;
 
-type FieldError = (String, String);
-
-fn err<T>(field: impl Into<String>, message: impl Into<String>) -> Result<T, FieldError> {
-    Err((field.into(), message.into()))
+/// Why a ConfigMap or Secret key is refused (the API server's
+/// `IsConfigMapKey`).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum KeyError {
+    #[error("a key must not be empty")]
+    Empty,
+    #[error("must be no more than 253 characters ({0} here)")]
+    TooLong(usize),
+    #[error(
+        "{0:?}: a valid config key must consist of alphanumeric characters, '-', '_' or '.' \
+         (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"
+    )]
+    Characters(String),
+    #[error("must not be '.'")]
+    Dot,
+    #[error("must not be '..'")]
+    DotDot,
+    #[error("{0:?} must not start with '..'")]
+    StartsWithDotDot(String),
 }
 
 /// A ConfigMap or Secret key, as the API server checks it
 /// (`IsConfigMapKey`).
-pub fn check_key(k: &str) -> Result<(), String> {
+pub fn check_key(k: &str) -> Result<(), KeyError> {
     if k.is_empty() {
-        return Err("a key must not be empty".into());
+        return Err(KeyError::Empty);
     }
     if k.len() > 253 {
-        return Err(format!("must be no more than 253 characters ({} here)", k.len()));
+        return Err(KeyError::TooLong(k.len()));
     }
     if !k.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.')) {
-        return Err(format!(
-            "{k:?}: a valid config key must consist of alphanumeric characters, '-', '_' or '.' \
-             (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"
-        ));
+        return Err(KeyError::Characters(k.to_string()));
     }
     match k {
-        "." => Err("must not be '.'".into()),
-        ".." => Err("must not be '..'".into()),
-        _ if k.starts_with("..") => Err(format!("{k:?} must not start with '..'")),
+        "." => Err(KeyError::Dot),
+        ".." => Err(KeyError::DotDot),
+        _ if k.starts_with("..") => Err(KeyError::StartsWithDotDot(k.to_string())),
         _ => Ok(()),
     }
+}
+
+/// [`check_key`] for the key of `field`, as that field's error.
+fn check_key_of(field: String, k: &str) -> Result<(), FieldError> {
+    check_key(k).map_err(|e| FieldError::new(field, e.to_string()))
 }
 
 /// The fields a local object may set, and the output fields accepted and
@@ -239,18 +259,20 @@ pub fn from_value(kind: Kind, file: &str, mut value: Value) -> Result<(LocalObje
         }
         meta.retain(|k, _| METADATA_FIELDS.contains(&k.as_str()));
     }
-    let de = |e: serde_path_to_error::Error<serde_json::Error>| (e.path().to_string(), e.into_inner().to_string());
+    let de = |e: serde_path_to_error::Error<serde_json::Error>| {
+        FieldError::new(e.path().to_string(), e.into_inner().to_string())
+    };
     let (meta, type_, immutable, data, binary_keys) = match kind {
         Kind::ConfigMap => {
             let cm: ConfigMap = serde_path_to_error::deserialize(value).map_err(de)?;
             let mut data: BTreeMap<String, Vec<u8>> = BTreeMap::new();
             for (k, v) in cm.data.unwrap_or_default() {
-                check_key(&k).map_err(|m| (format!("data[{k:?}]"), m))?;
+                check_key_of(format!("data[{k:?}]"), &k)?;
                 data.insert(k, v.into_bytes());
             }
             let mut binary = BTreeSet::new();
             for (k, v) in cm.binary_data.unwrap_or_default() {
-                check_key(&k).map_err(|m| (format!("binaryData[{k:?}]"), m))?;
+                check_key_of(format!("binaryData[{k:?}]"), &k)?;
                 if data.contains_key(&k) {
                     return err(format!("binaryData[{k:?}]"), "duplicate of key present in data");
                 }
@@ -270,13 +292,13 @@ pub fn from_value(kind: Kind, file: &str, mut value: Value) -> Result<(LocalObje
             }
             let mut data: BTreeMap<String, Vec<u8>> = BTreeMap::new();
             for (k, v) in s.data.unwrap_or_default() {
-                check_key(&k).map_err(|m| (format!("data[{k:?}]"), m))?;
+                check_key_of(format!("data[{k:?}]"), &k)?;
                 data.insert(k, v.0);
             }
             // the API server merges stringData over data when it stores a
             // Secret
             for (k, v) in s.string_data.unwrap_or_default() {
-                check_key(&k).map_err(|m| (format!("stringData[{k:?}]"), m))?;
+                check_key_of(format!("stringData[{k:?}]"), &k)?;
                 data.insert(k, v.into_bytes());
             }
             for any_of in required_secret_keys(&type_) {
@@ -400,37 +422,37 @@ mod tests {
     fn bad_objects_are_named() {
         let bad = |kind, v: Value| from_value(kind, "f", v).unwrap_err();
         let e = bad(Kind::ConfigMap, json!({"apiVersion": "v1", "metadata": {"name": "a"}, "data": {"a b": "x"}}));
-        assert_eq!(e.0, "data[\"a b\"]");
-        assert!(e.1.contains("[-._a-zA-Z0-9]+"), "{}", e.1);
+        assert_eq!(e.field, "data[\"a b\"]");
+        assert!(e.reason.contains("[-._a-zA-Z0-9]+"), "{}", e.reason);
         let e = bad(Kind::ConfigMap, json!({"apiVersion": "v1", "metadata": {"name": "a"}, "data": {"..x": "x"}}));
-        assert!(e.1.contains("must not start with '..'"), "{}", e.1);
+        assert!(e.reason.contains("must not start with '..'"), "{}", e.reason);
         let e = bad(Kind::ConfigMap, json!({"apiVersion": "v1", "metadata": {"name": "A_b"}}));
-        assert_eq!(e.0, "metadata.name");
+        assert_eq!(e.field, "metadata.name");
         let e = bad(Kind::ConfigMap, json!({"apiVersion": "v1", "metadata": {}}));
-        assert!(e.1.contains("missing"), "{}", e.1);
+        assert!(e.reason.contains("missing"), "{}", e.reason);
         let e = bad(
             Kind::ConfigMap,
             json!({"apiVersion": "v1", "metadata": {"name": "a"}, "data": {"k": "x"}, "binaryData": {"k": "AA=="}}),
         );
-        assert!(e.1.contains("duplicate"), "{}", e.1);
+        assert!(e.reason.contains("duplicate"), "{}", e.reason);
         let e = bad(Kind::Secret, json!({"apiVersion": "v1", "metadata": {"name": "a"}, "data": {"k": "not base64!"}}));
-        assert!(e.0.contains("data"), "{e:?}");
+        assert!(e.field.contains("data"), "{e:?}");
         let e = bad(
             Kind::Secret,
             json!({"apiVersion": "v1", "metadata": {"name": "a"}, "type": "kubernetes.io/tls",
             "stringData": {"tls.crt": "x"}}),
         );
-        assert!(e.1.contains("tls.key"), "{}", e.1);
+        assert!(e.reason.contains("tls.key"), "{}", e.reason);
         let e = bad(
             Kind::Secret,
             json!({"apiVersion": "v1", "metadata": {"name": "a"},
             "type": "kubernetes.io/service-account-token"}),
         );
-        assert_eq!(e.0, "type");
+        assert_eq!(e.field, "type");
         let e = bad(Kind::Secret, json!({"apiVersion": "v1", "metadata": {"name": "a", "ownerReferences": [{}]}}));
-        assert_eq!(e.0, "metadata.ownerReferences");
+        assert_eq!(e.field, "metadata.ownerReferences");
         let e = bad(Kind::ConfigMap, json!({"apiVersion": "v2", "metadata": {"name": "a"}}));
-        assert_eq!(e.0, "apiVersion");
+        assert_eq!(e.field, "apiVersion");
     }
 
     #[test]
