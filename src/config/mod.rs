@@ -853,7 +853,7 @@ impl Config {
             return Err(refused("cgroupDriver", "expected systemd or cgroupfs"));
         }
         if let Some(n) = &self.node_name
-            && !crate::model::manifest::is_dns1123_subdomain(n)
+            && !crate::model::names::is_dns1123_subdomain(n)
         {
             return Err(refused("nodeName", "expected a DNS-1123 subdomain"));
         }

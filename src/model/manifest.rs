@@ -4,12 +4,13 @@
 //! where there is one, the field, so an operator can fix the input.
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::{Component, Path};
+use std::path::Path;
 
 use serde_json::Value;
 use thiserror::Error;
 
 use super::field::{FieldError, err};
+use super::names::{NAME_MAX, check_key, has_dot_dot, is_dns1123_label, is_dns1123_subdomain};
 use super::{
     CONFIG_FILE_ANNOTATION, CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, Pod, bounded_yaml, fields, fnv128_hex,
 };
@@ -347,30 +348,6 @@ fn finish(path: &str, mut pod: Pod, node_name: &str) -> Result<Pod, ManifestErro
     ann.insert(CONFIG_HASH_ANNOTATION.into(), uid);
     ann.insert(CONFIG_FILE_ANNOTATION.into(), path.to_string());
     Ok(pod)
-}
-
-/// RFC 1123 label: lowercase alphanumerics and '-', alphanumeric at both
-/// ends, at most 63 characters.
-pub fn is_dns1123_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
-}
-
-/// RFC 1123 subdomain: labels joined by '.', at most 253 characters.
-pub fn is_dns1123_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label)
-}
-
-/// The longest file name (one path component) Linux takes.
-pub const NAME_MAX: usize = 255;
-
-/// Whether a path has a `..` component.
-fn has_dot_dot(p: &str) -> bool {
-    Path::new(p).components().any(|c| c == Component::ParentDir)
 }
 
 /// Validate a parsed pod. Returns the failing field and why.
@@ -909,7 +886,7 @@ fn validate_value_from(
         if !is_dns1123_subdomain(name) {
             return err(format!("{vf}.{field}.name"), format!("{name:?} is not a valid DNS-1123 subdomain"));
         }
-        super::objects::check_key(key).map_err(|e| FieldError::new(format!("{vf}.{field}.key"), e.to_string()))
+        check_key(key).map_err(|e| FieldError::new(format!("{vf}.{field}.key"), e.to_string()))
     };
     if let Some(r) = &from.config_map_key_ref {
         return key_ref("configMapKeyRef", &r.name, &r.key);
@@ -1121,7 +1098,7 @@ fn check_key_items(
 ) -> Result<(), FieldError> {
     for (j, it) in items.iter().flatten().enumerate() {
         let itf = format!("{f}.items[{j}]");
-        super::objects::check_key(&it.key).map_err(|e| FieldError::new(format!("{itf}.key"), e.to_string()))?;
+        check_key(&it.key).map_err(|e| FieldError::new(format!("{itf}.key"), e.to_string()))?;
         check_item_path(format!("{itf}.path"), &it.path, paths)?;
         check_mode(format!("{itf}.mode"), it.mode)?;
     }
@@ -1493,16 +1470,6 @@ mod tests {
         assert!(matches!(parse("m.yaml", &big, "n"), Err(ManifestError::TooLarge { .. })));
         let e = parse("dir/m.yaml", b"- 1\n", "n").unwrap_err();
         assert!(e.to_string().starts_with("dir/m.yaml: "), "{e}");
-    }
-
-    #[test]
-    fn dns_names() {
-        assert!(is_dns1123_label("a-1"));
-        assert!(!is_dns1123_label("-a"));
-        assert!(!is_dns1123_label("a-"));
-        assert!(!is_dns1123_label(&"a".repeat(64)));
-        assert!(is_dns1123_subdomain("a.b-c.d"));
-        assert!(!is_dns1123_subdomain("a..b"));
     }
 
     #[test]

@@ -9,12 +9,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use super::field::{FieldError, err};
+use super::names::{check_key, is_dns1123_label, is_dns1123_subdomain};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use parking_lot::RwLock;
 use serde_json::Value;
-use thiserror::Error;
-
-use super::field::{FieldError, err};
 
 /// The kinds of object a manifest file may hold besides its pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -159,47 +158,6 @@ impl ObjectStore {
 /// (`MaxSecretSize`, also the ConfigMap limit).
 pub const MAX_OBJECT_DATA_BYTES: usize = 1024 * 1024;
 
-/// Why a ConfigMap or Secret key is refused (the API server's
-/// `IsConfigMapKey`).
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum KeyError {
-    #[error("a key must not be empty")]
-    Empty,
-    #[error("must be no more than 253 characters ({0} here)")]
-    TooLong(usize),
-    #[error(
-        "{0:?}: a valid config key must consist of alphanumeric characters, '-', '_' or '.' \
-         (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"
-    )]
-    Characters(String),
-    #[error("must not be '.'")]
-    Dot,
-    #[error("must not be '..'")]
-    DotDot,
-    #[error("{0:?} must not start with '..'")]
-    StartsWithDotDot(String),
-}
-
-/// A ConfigMap or Secret key, as the API server checks it
-/// (`IsConfigMapKey`).
-pub fn check_key(k: &str) -> Result<(), KeyError> {
-    if k.is_empty() {
-        return Err(KeyError::Empty);
-    }
-    if k.len() > 253 {
-        return Err(KeyError::TooLong(k.len()));
-    }
-    if !k.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.')) {
-        return Err(KeyError::Characters(k.to_string()));
-    }
-    match k {
-        "." => Err(KeyError::Dot),
-        ".." => Err(KeyError::DotDot),
-        _ if k.starts_with("..") => Err(KeyError::StartsWithDotDot(k.to_string())),
-        _ => Ok(()),
-    }
-}
-
 /// [`check_key`] for the key of `field`, as that field's error.
 fn check_key_of(field: String, k: &str) -> Result<(), FieldError> {
     check_key(k).map_err(|e| FieldError::new(field, e.to_string()))
@@ -313,14 +271,14 @@ pub fn from_value(kind: Kind, file: &str, mut value: Value) -> Result<(LocalObje
     if name.is_empty() {
         return err("metadata.name", format!("missing; a {} needs a name", kind.as_str()));
     }
-    if !super::manifest::is_dns1123_subdomain(&name) {
+    if !is_dns1123_subdomain(&name) {
         return err(
             "metadata.name",
             format!("{name:?} is not a valid DNS-1123 subdomain (lowercase letters, digits, '-', '.')"),
         );
     }
     let namespace = meta.namespace.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| "default".to_string());
-    if !super::manifest::is_dns1123_label(&namespace) {
+    if !is_dns1123_label(&namespace) {
         return err("metadata.namespace", format!("{namespace:?} is not a valid DNS-1123 label"));
     }
     let obj = LocalObject {
