@@ -12,6 +12,7 @@ use std::sync::Arc;
 use super::field::{FieldError, err};
 use super::names::{check_key, is_dns1123_label, is_dns1123_subdomain};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use parking_lot::RwLock;
 use serde_json::Value;
 
@@ -217,55 +218,9 @@ pub fn from_value(kind: Kind, file: &str, mut value: Value) -> Result<(LocalObje
         }
         meta.retain(|k, _| METADATA_FIELDS.contains(&k.as_str()));
     }
-    let de = |e: serde_path_to_error::Error<serde_json::Error>| {
-        FieldError::new(e.path().to_string(), e.into_inner().to_string())
-    };
     let (meta, type_, immutable, data, binary_keys) = match kind {
-        Kind::ConfigMap => {
-            let cm: ConfigMap = serde_path_to_error::deserialize(value).map_err(de)?;
-            let mut data: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-            for (k, v) in cm.data.unwrap_or_default() {
-                check_key_of(format!("data[{k:?}]"), &k)?;
-                data.insert(k, v.into_bytes());
-            }
-            let mut binary = BTreeSet::new();
-            for (k, v) in cm.binary_data.unwrap_or_default() {
-                check_key_of(format!("binaryData[{k:?}]"), &k)?;
-                if data.contains_key(&k) {
-                    return err(format!("binaryData[{k:?}]"), "duplicate of key present in data");
-                }
-                binary.insert(k.clone());
-                data.insert(k, v.0);
-            }
-            (cm.metadata, None, cm.immutable.unwrap_or(false), data, binary)
-        }
-        Kind::Secret => {
-            let s: Secret = serde_path_to_error::deserialize(value).map_err(de)?;
-            let type_ = s.type_.filter(|t| !t.is_empty()).unwrap_or_else(|| "Opaque".to_string());
-            if SECRET_TYPES_REJECTED.contains(&type_.as_str()) {
-                return err(
-                    "type",
-                    format!("{type_:?} needs an API server's token controller; podwarden has none (use Opaque)"),
-                );
-            }
-            let mut data: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-            for (k, v) in s.data.unwrap_or_default() {
-                check_key_of(format!("data[{k:?}]"), &k)?;
-                data.insert(k, v.0);
-            }
-            // the API server merges stringData over data when it stores a
-            // Secret
-            for (k, v) in s.string_data.unwrap_or_default() {
-                check_key_of(format!("stringData[{k:?}]"), &k)?;
-                data.insert(k, v.into_bytes());
-            }
-            for any_of in required_secret_keys(&type_) {
-                if !any_of.iter().any(|k| data.contains_key(*k)) {
-                    return err("data", format!("a {type_} Secret needs the key {}", any_of.join(" or ")));
-                }
-            }
-            (s.metadata, Some(type_), s.immutable.unwrap_or(false), data, BTreeSet::new())
-        }
+        Kind::ConfigMap => config_map(value)?,
+        Kind::Secret => secret(value)?,
     };
     let name = meta.name.clone().unwrap_or_default();
     if name.is_empty() {
@@ -295,6 +250,65 @@ pub fn from_value(kind: Kind, file: &str, mut value: Value) -> Result<(LocalObje
         return err("data", format!("{size} bytes of data: must have at most {MAX_OBJECT_DATA_BYTES} bytes"));
     }
     Ok((obj, warnings))
+}
+
+/// What a ConfigMap or Secret document holds: metadata, Secret type,
+/// `immutable`, the data by key, the keys from `binaryData`.
+type Decoded = (ObjectMeta, Option<String>, bool, BTreeMap<String, Vec<u8>>, BTreeSet<String>);
+
+/// A deserialization error, at the field it names.
+fn deserialize_error(e: serde_path_to_error::Error<serde_json::Error>) -> FieldError {
+    FieldError::new(e.path().to_string(), e.into_inner().to_string())
+}
+
+/// A ConfigMap's data: `data` and `binaryData`, keys checked and distinct.
+fn config_map(value: Value) -> Result<Decoded, FieldError> {
+    let cm: ConfigMap = serde_path_to_error::deserialize(value).map_err(deserialize_error)?;
+    let mut data: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    for (k, v) in cm.data.unwrap_or_default() {
+        check_key_of(format!("data[{k:?}]"), &k)?;
+        data.insert(k, v.into_bytes());
+    }
+    let mut binary = BTreeSet::new();
+    for (k, v) in cm.binary_data.unwrap_or_default() {
+        check_key_of(format!("binaryData[{k:?}]"), &k)?;
+        if data.contains_key(&k) {
+            return err(format!("binaryData[{k:?}]"), "duplicate of key present in data");
+        }
+        binary.insert(k.clone());
+        data.insert(k, v.0);
+    }
+    Ok((cm.metadata, None, cm.immutable.unwrap_or(false), data, binary))
+}
+
+/// A Secret's type and data: `stringData` merged over `data`, the keys its
+/// type requires.
+fn secret(value: Value) -> Result<Decoded, FieldError> {
+    let s: Secret = serde_path_to_error::deserialize(value).map_err(deserialize_error)?;
+    let type_ = s.type_.filter(|t| !t.is_empty()).unwrap_or_else(|| "Opaque".to_string());
+    if SECRET_TYPES_REJECTED.contains(&type_.as_str()) {
+        return err(
+            "type",
+            format!("{type_:?} needs an API server's token controller; podwarden has none (use Opaque)"),
+        );
+    }
+    let mut data: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    for (k, v) in s.data.unwrap_or_default() {
+        check_key_of(format!("data[{k:?}]"), &k)?;
+        data.insert(k, v.0);
+    }
+    // the API server merges stringData over data when it stores a
+    // Secret
+    for (k, v) in s.string_data.unwrap_or_default() {
+        check_key_of(format!("stringData[{k:?}]"), &k)?;
+        data.insert(k, v.into_bytes());
+    }
+    for any_of in required_secret_keys(&type_) {
+        if !any_of.iter().any(|k| data.contains_key(*k)) {
+            return err("data", format!("a {type_} Secret needs the key {}", any_of.join(" or ")));
+        }
+    }
+    Ok((s.metadata, Some(type_), s.immutable.unwrap_or(false), data, BTreeSet::new()))
 }
 
 /// Every object a pod refers to (environment and volumes), with whether
