@@ -457,9 +457,9 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
         config.runtime_request_timeout,
     ));
     let eviction = {
-        let thresholds = config.thresholds().map_err(|(field, key, why)| DaemonError::Io {
-            what: format!("{field}.{key}"),
-            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, why),
+        let thresholds = config.thresholds().map_err(|e| DaemonError::Io {
+            what: format!("{}.{}", e.field, e.key),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e.reason),
         })?;
         let m = crate::agent::eviction::Manager::new(
             crate::agent::eviction::Settings {

@@ -16,6 +16,8 @@ use std::sync::LazyLock;
 
 use serde_json::Value;
 
+use super::field::FieldError;
+
 /// What podwarden does with a field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Support {
@@ -465,9 +467,6 @@ fn is_set(v: &Value) -> bool {
     }
 }
 
-/// A rejected field: its path (with list indices) and why.
-pub type FieldError = (String, String);
-
 /// Check a parsed manifest against the table: the first set field that is
 /// rejected is an error; fields not in the schema are returned as
 /// warnings (`unknown field "spec.contaners"`). Values of the wrong type
@@ -508,7 +507,7 @@ fn walk(
             }
             Some(Ignored) => {}
             Some(Rejected) if (volume && !value.is_null()) || is_set(value) => {
-                return Err((s, NOT_SUPPORTED.to_string()));
+                return Err(FieldError::new(s, NOT_SUPPORTED));
             }
             Some(Rejected) => {}
             Some(Only(want)) => {
@@ -522,7 +521,7 @@ fn walk(
                         }
                         _ => "",
                     };
-                    return Err((s, format!("{value} is {NOT_SUPPORTED} (only {want}){why}")));
+                    return Err(FieldError::new(s, format!("{value} is {NOT_SUPPORTED} (only {want}){why}")));
                 }
             }
             Some(Supported) => match value {
@@ -787,7 +786,8 @@ mod tests {
                 };
             }
             at[path[path.len() - 1]] = v;
-            check(&p).unwrap_err()
+            let e = check(&p).unwrap_err();
+            (e.field, e.reason)
         };
         let e = |f: &str| (f.to_string(), NOT_SUPPORTED.to_string());
         assert_eq!(

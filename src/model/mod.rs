@@ -1,10 +1,11 @@
 //! The pod model: Kubernetes v1 types from k8s-openapi plus the few derived
 //! facts the rest of podwarden asks about a pod; reading and validating
 //! manifests (`manifest`, the field table in `fields`, typed
-//! [`field::FieldError`]s), local ConfigMaps and Secrets (`objects`), and
-//! the pure rules derived from a spec: quantities, QoS, sysctls, the
-//! downward API, the Pod Security Standards (`pss`). YAML comes through the
-//! bounded parser (`bounded_yaml`).
+//! [`field::FieldError`]s), local ConfigMaps and Secrets (`objects`), the
+//! name and key checks both make (`names`), and the pure rules derived
+//! from a spec: quantities, QoS, sysctls, the downward API, the Pod
+//! Security Standards (`pss`). YAML comes through the bounded parser
+//! (`bounded_yaml`).
 //!
 //! Owns no state: everything here is a pure function of its input (and of
 //! a manifest file's bytes). May use `sys` (libyaml) and `base` (bounded
@@ -12,8 +13,10 @@
 
 pub mod bounded_yaml;
 pub mod downward;
+pub mod field;
 pub mod fields;
 pub mod manifest;
+pub mod names;
 pub mod objects;
 pub mod pss;
 pub mod qos;

@@ -9,7 +9,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use super::field::{FieldError, err};
+use super::names::{check_key, is_dns1123_label, is_dns1123_subdomain};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use parking_lot::RwLock;
 use serde_json::Value;
 
@@ -156,33 +159,9 @@ impl ObjectStore {
 /// (`MaxSecretSize`, also the ConfigMap limit).
 pub const MAX_OBJECT_DATA_BYTES: usize = 1024 * 1024;
 
-type FieldError = (String, String);
-
-fn err<T>(field: impl Into<String>, message: impl Into<String>) -> Result<T, FieldError> {
-    Err((field.into(), message.into()))
-}
-
-/// A ConfigMap or Secret key, as the API server checks it
-/// (`IsConfigMapKey`).
-pub fn check_key(k: &str) -> Result<(), String> {
-    if k.is_empty() {
-        return Err("a key must not be empty".into());
-    }
-    if k.len() > 253 {
-        return Err(format!("must be no more than 253 characters ({} here)", k.len()));
-    }
-    if !k.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.')) {
-        return Err(format!(
-            "{k:?}: a valid config key must consist of alphanumeric characters, '-', '_' or '.' \
-             (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"
-        ));
-    }
-    match k {
-        "." => Err("must not be '.'".into()),
-        ".." => Err("must not be '..'".into()),
-        _ if k.starts_with("..") => Err(format!("{k:?} must not start with '..'")),
-        _ => Ok(()),
-    }
+/// [`check_key`] for the key of `field`, as that field's error.
+fn check_key_of(field: String, k: &str) -> Result<(), FieldError> {
+    check_key(k).map_err(|e| FieldError::new(field, e.to_string()))
 }
 
 /// The fields a local object may set, and the output fields accepted and
@@ -239,66 +218,22 @@ pub fn from_value(kind: Kind, file: &str, mut value: Value) -> Result<(LocalObje
         }
         meta.retain(|k, _| METADATA_FIELDS.contains(&k.as_str()));
     }
-    let de = |e: serde_path_to_error::Error<serde_json::Error>| (e.path().to_string(), e.into_inner().to_string());
     let (meta, type_, immutable, data, binary_keys) = match kind {
-        Kind::ConfigMap => {
-            let cm: ConfigMap = serde_path_to_error::deserialize(value).map_err(de)?;
-            let mut data: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-            for (k, v) in cm.data.unwrap_or_default() {
-                check_key(&k).map_err(|m| (format!("data[{k:?}]"), m))?;
-                data.insert(k, v.into_bytes());
-            }
-            let mut binary = BTreeSet::new();
-            for (k, v) in cm.binary_data.unwrap_or_default() {
-                check_key(&k).map_err(|m| (format!("binaryData[{k:?}]"), m))?;
-                if data.contains_key(&k) {
-                    return err(format!("binaryData[{k:?}]"), "duplicate of key present in data");
-                }
-                binary.insert(k.clone());
-                data.insert(k, v.0);
-            }
-            (cm.metadata, None, cm.immutable.unwrap_or(false), data, binary)
-        }
-        Kind::Secret => {
-            let s: Secret = serde_path_to_error::deserialize(value).map_err(de)?;
-            let type_ = s.type_.filter(|t| !t.is_empty()).unwrap_or_else(|| "Opaque".to_string());
-            if SECRET_TYPES_REJECTED.contains(&type_.as_str()) {
-                return err(
-                    "type",
-                    format!("{type_:?} needs an API server's token controller; podwarden has none (use Opaque)"),
-                );
-            }
-            let mut data: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-            for (k, v) in s.data.unwrap_or_default() {
-                check_key(&k).map_err(|m| (format!("data[{k:?}]"), m))?;
-                data.insert(k, v.0);
-            }
-            // the API server merges stringData over data when it stores a
-            // Secret
-            for (k, v) in s.string_data.unwrap_or_default() {
-                check_key(&k).map_err(|m| (format!("stringData[{k:?}]"), m))?;
-                data.insert(k, v.into_bytes());
-            }
-            for any_of in required_secret_keys(&type_) {
-                if !any_of.iter().any(|k| data.contains_key(*k)) {
-                    return err("data", format!("a {type_} Secret needs the key {}", any_of.join(" or ")));
-                }
-            }
-            (s.metadata, Some(type_), s.immutable.unwrap_or(false), data, BTreeSet::new())
-        }
+        Kind::ConfigMap => config_map(value)?,
+        Kind::Secret => secret(value)?,
     };
     let name = meta.name.clone().unwrap_or_default();
     if name.is_empty() {
         return err("metadata.name", format!("missing; a {} needs a name", kind.as_str()));
     }
-    if !super::manifest::is_dns1123_subdomain(&name) {
+    if !is_dns1123_subdomain(&name) {
         return err(
             "metadata.name",
             format!("{name:?} is not a valid DNS-1123 subdomain (lowercase letters, digits, '-', '.')"),
         );
     }
     let namespace = meta.namespace.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| "default".to_string());
-    if !super::manifest::is_dns1123_label(&namespace) {
+    if !is_dns1123_label(&namespace) {
         return err("metadata.namespace", format!("{namespace:?} is not a valid DNS-1123 label"));
     }
     let obj = LocalObject {
@@ -315,6 +250,65 @@ pub fn from_value(kind: Kind, file: &str, mut value: Value) -> Result<(LocalObje
         return err("data", format!("{size} bytes of data: must have at most {MAX_OBJECT_DATA_BYTES} bytes"));
     }
     Ok((obj, warnings))
+}
+
+/// What a ConfigMap or Secret document holds: metadata, Secret type,
+/// `immutable`, the data by key, the keys from `binaryData`.
+type Decoded = (ObjectMeta, Option<String>, bool, BTreeMap<String, Vec<u8>>, BTreeSet<String>);
+
+/// A deserialization error, at the field it names.
+fn deserialize_error(e: serde_path_to_error::Error<serde_json::Error>) -> FieldError {
+    FieldError::new(e.path().to_string(), e.into_inner().to_string())
+}
+
+/// A ConfigMap's data: `data` and `binaryData`, keys checked and distinct.
+fn config_map(value: Value) -> Result<Decoded, FieldError> {
+    let cm: ConfigMap = serde_path_to_error::deserialize(value).map_err(deserialize_error)?;
+    let mut data: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    for (k, v) in cm.data.unwrap_or_default() {
+        check_key_of(format!("data[{k:?}]"), &k)?;
+        data.insert(k, v.into_bytes());
+    }
+    let mut binary = BTreeSet::new();
+    for (k, v) in cm.binary_data.unwrap_or_default() {
+        check_key_of(format!("binaryData[{k:?}]"), &k)?;
+        if data.contains_key(&k) {
+            return err(format!("binaryData[{k:?}]"), "duplicate of key present in data");
+        }
+        binary.insert(k.clone());
+        data.insert(k, v.0);
+    }
+    Ok((cm.metadata, None, cm.immutable.unwrap_or(false), data, binary))
+}
+
+/// A Secret's type and data: `stringData` merged over `data`, the keys its
+/// type requires.
+fn secret(value: Value) -> Result<Decoded, FieldError> {
+    let s: Secret = serde_path_to_error::deserialize(value).map_err(deserialize_error)?;
+    let type_ = s.type_.filter(|t| !t.is_empty()).unwrap_or_else(|| "Opaque".to_string());
+    if SECRET_TYPES_REJECTED.contains(&type_.as_str()) {
+        return err(
+            "type",
+            format!("{type_:?} needs an API server's token controller; podwarden has none (use Opaque)"),
+        );
+    }
+    let mut data: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    for (k, v) in s.data.unwrap_or_default() {
+        check_key_of(format!("data[{k:?}]"), &k)?;
+        data.insert(k, v.0);
+    }
+    // the API server merges stringData over data when it stores a
+    // Secret
+    for (k, v) in s.string_data.unwrap_or_default() {
+        check_key_of(format!("stringData[{k:?}]"), &k)?;
+        data.insert(k, v.into_bytes());
+    }
+    for any_of in required_secret_keys(&type_) {
+        if !any_of.iter().any(|k| data.contains_key(*k)) {
+            return err("data", format!("a {type_} Secret needs the key {}", any_of.join(" or ")));
+        }
+    }
+    Ok((s.metadata, Some(type_), s.immutable.unwrap_or(false), data, BTreeSet::new()))
 }
 
 /// Every object a pod refers to (environment and volumes), with whether
@@ -400,37 +394,37 @@ mod tests {
     fn bad_objects_are_named() {
         let bad = |kind, v: Value| from_value(kind, "f", v).unwrap_err();
         let e = bad(Kind::ConfigMap, json!({"apiVersion": "v1", "metadata": {"name": "a"}, "data": {"a b": "x"}}));
-        assert_eq!(e.0, "data[\"a b\"]");
-        assert!(e.1.contains("[-._a-zA-Z0-9]+"), "{}", e.1);
+        assert_eq!(e.field, "data[\"a b\"]");
+        assert!(e.reason.contains("[-._a-zA-Z0-9]+"), "{}", e.reason);
         let e = bad(Kind::ConfigMap, json!({"apiVersion": "v1", "metadata": {"name": "a"}, "data": {"..x": "x"}}));
-        assert!(e.1.contains("must not start with '..'"), "{}", e.1);
+        assert!(e.reason.contains("must not start with '..'"), "{}", e.reason);
         let e = bad(Kind::ConfigMap, json!({"apiVersion": "v1", "metadata": {"name": "A_b"}}));
-        assert_eq!(e.0, "metadata.name");
+        assert_eq!(e.field, "metadata.name");
         let e = bad(Kind::ConfigMap, json!({"apiVersion": "v1", "metadata": {}}));
-        assert!(e.1.contains("missing"), "{}", e.1);
+        assert!(e.reason.contains("missing"), "{}", e.reason);
         let e = bad(
             Kind::ConfigMap,
             json!({"apiVersion": "v1", "metadata": {"name": "a"}, "data": {"k": "x"}, "binaryData": {"k": "AA=="}}),
         );
-        assert!(e.1.contains("duplicate"), "{}", e.1);
+        assert!(e.reason.contains("duplicate"), "{}", e.reason);
         let e = bad(Kind::Secret, json!({"apiVersion": "v1", "metadata": {"name": "a"}, "data": {"k": "not base64!"}}));
-        assert!(e.0.contains("data"), "{e:?}");
+        assert!(e.field.contains("data"), "{e:?}");
         let e = bad(
             Kind::Secret,
             json!({"apiVersion": "v1", "metadata": {"name": "a"}, "type": "kubernetes.io/tls",
             "stringData": {"tls.crt": "x"}}),
         );
-        assert!(e.1.contains("tls.key"), "{}", e.1);
+        assert!(e.reason.contains("tls.key"), "{}", e.reason);
         let e = bad(
             Kind::Secret,
             json!({"apiVersion": "v1", "metadata": {"name": "a"},
             "type": "kubernetes.io/service-account-token"}),
         );
-        assert_eq!(e.0, "type");
+        assert_eq!(e.field, "type");
         let e = bad(Kind::Secret, json!({"apiVersion": "v1", "metadata": {"name": "a", "ownerReferences": [{}]}}));
-        assert_eq!(e.0, "metadata.ownerReferences");
+        assert_eq!(e.field, "metadata.ownerReferences");
         let e = bad(Kind::ConfigMap, json!({"apiVersion": "v2", "metadata": {"name": "a"}}));
-        assert_eq!(e.0, "apiVersion");
+        assert_eq!(e.field, "apiVersion");
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! node's `allowedUnsafeSysctls` lists (names or `prefix*` patterns), each
 //! refused when it belongs to a namespace the pod shares with the host.
 
+use thiserror::Error;
+
 /// The kernel namespace a sysctl lives in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Namespace {
@@ -106,18 +108,18 @@ impl Allowlist {
 
     /// Whether a pod (sharing the host's network or IPC namespace or not)
     /// may set `name`; the error is the kubelet's.
-    pub fn check(&self, name: &str, host_network: bool, host_ipc: bool) -> Result<(), String> {
+    pub fn check(&self, name: &str, host_network: bool, host_ipc: bool) -> Result<(), SysctlError> {
         let n = normalize(name);
         let allowed = self.names.contains(&n) || self.prefixes.iter().any(|p| n.starts_with(p.as_str()));
         if !allowed {
-            return Err(format!("{name:?} not allowlisted"));
+            return Err(SysctlError::NotAllowlisted { name: name.to_string() });
         }
         match namespace(&n) {
             Some(ns @ Namespace::Net) if host_network => {
-                Err(format!("{name:?} not allowed with host {} enabled", ns.word()))
+                Err(SysctlError::HostNamespace { name: name.to_string(), namespace: ns })
             }
             Some(ns @ Namespace::Ipc) if host_ipc => {
-                Err(format!("{name:?} not allowed with host {} enabled", ns.word()))
+                Err(SysctlError::HostNamespace { name: name.to_string(), namespace: ns })
             }
             _ => Ok(()),
         }
@@ -125,16 +127,31 @@ impl Allowlist {
 
     /// A pod's sysctls, in order: the first one refused, as the kubelet's
     /// admission message (`forbidden sysctl: ...`).
-    pub fn admit(&self, pod: &super::Pod) -> Result<(), String> {
+    pub fn admit(&self, pod: &super::Pod) -> Result<(), Forbidden> {
         let Some(spec) = super::spec(pod) else { return Ok(()) };
         let sysctls = spec.security_context.as_ref().and_then(|s| s.sysctls.as_ref());
         for s in sysctls.into_iter().flatten() {
-            self.check(&s.name, spec.host_network.unwrap_or(false), spec.host_ipc.unwrap_or(false))
-                .map_err(|e| format!("forbidden sysctl: {e}"))?;
+            self.check(&s.name, spec.host_network.unwrap_or(false), spec.host_ipc.unwrap_or(false))?;
         }
         Ok(())
     }
 }
+
+/// Why a node refuses a sysctl, in the kubelet's words.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum SysctlError {
+    /// Neither safe nor in `allowedUnsafeSysctls`.
+    #[error("{name:?} not allowlisted")]
+    NotAllowlisted { name: String },
+    /// In a namespace the pod shares with the host.
+    #[error("{name:?} not allowed with host {} enabled", namespace.word())]
+    HostNamespace { name: String, namespace: Namespace },
+}
+
+/// A pod refused for a sysctl: the kubelet's admission message.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("forbidden sysctl: {0}")]
+pub struct Forbidden(#[from] pub SysctlError);
 
 #[cfg(test)]
 mod tests {
@@ -143,21 +160,23 @@ mod tests {
     #[test]
     fn the_safe_set_and_the_allowed_patterns() {
         let a = Allowlist::new(&["net.core.somaxconn".into(), "kernel.msg*".into()]);
-        assert_eq!(a.check("net.ipv4.ip_local_port_range", false, false), Ok(()));
-        assert_eq!(a.check("net/ipv4/ip_local_port_range", false, false), Ok(()));
-        assert_eq!(a.check("net.core.somaxconn", false, false), Ok(()));
-        assert_eq!(a.check("kernel.msgmax", false, false), Ok(()));
-        assert_eq!(a.check("kernel.sem", false, false), Err("\"kernel.sem\" not allowlisted".into()));
+        // the errors as the kubelet words them
+        let check = |name, host_network, host_ipc| a.check(name, host_network, host_ipc).map_err(|e| e.to_string());
+        assert_eq!(check("net.ipv4.ip_local_port_range", false, false), Ok(()));
+        assert_eq!(check("net/ipv4/ip_local_port_range", false, false), Ok(()));
+        assert_eq!(check("net.core.somaxconn", false, false), Ok(()));
+        assert_eq!(check("kernel.msgmax", false, false), Ok(()));
+        assert_eq!(check("kernel.sem", false, false), Err("\"kernel.sem\" not allowlisted".into()));
         assert_eq!(
-            a.check("net.core.somaxconn", true, false),
+            check("net.core.somaxconn", true, false),
             Err("\"net.core.somaxconn\" not allowed with host Net enabled".into())
         );
         assert_eq!(
-            a.check("kernel.shm_rmid_forced", false, true),
+            check("kernel.shm_rmid_forced", false, true),
             Err("\"kernel.shm_rmid_forced\" not allowed with host IPC enabled".into())
         );
         assert_eq!(
-            Allowlist::new(&[]).check("net.core.somaxconn", false, false).unwrap_err(),
+            Allowlist::new(&[]).check("net.core.somaxconn", false, false).unwrap_err().to_string(),
             "\"net.core.somaxconn\" not allowlisted"
         );
     }

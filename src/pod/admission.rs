@@ -304,7 +304,7 @@ impl Admission {
                 ));
             }
         }
-        self.sysctls.admit(pod).map_err(|m| Rejection::new(model::sysctl::REASON_FORBIDDEN, m))?;
+        self.sysctls.admit(pod).map_err(|m| Rejection::new(model::sysctl::REASON_FORBIDDEN, m.to_string()))?;
         let confined = model::all_containers(pod).any(|c| {
             crate::pod::phases::apparmor_profile(pod, c)
                 .is_some_and(|p| p != crate::runtime::SecurityProfile::Unconfined)

@@ -1,0 +1,263 @@
+//! A pod's volumes, as the API server validates them: one source each,
+//! the sources podwarden implements (emptyDir, hostPath, configMap, secret,
+//! downwardAPI, projected), modes, and the files a volume podwarden writes
+//! may hold (relative paths, no `..`, no duplicates).
+
+use std::collections::HashSet;
+
+use crate::model::Container;
+use crate::model::field::{FieldError, err};
+use crate::model::names::{NAME_MAX, check_key, has_dot_dot, is_dns1123_label, is_dns1123_subdomain};
+
+/// A volume: exactly one source, emptyDir or hostPath, with values
+/// podwarden implements.
+pub(super) fn validate_volume(
+    i: usize,
+    v: &k8s_openapi::api::core::v1::Volume,
+    containers: &[&Container],
+) -> Result<(), FieldError> {
+    let f = format!("spec.volumes[{i}]");
+    if !is_dns1123_label(&v.name) {
+        return err(format!("{f}.name"), format!("{:?} is not a valid DNS-1123 label", v.name));
+    }
+    let sources: Vec<&str> = [
+        ("emptyDir", v.empty_dir.is_some()),
+        ("hostPath", v.host_path.is_some()),
+        ("configMap", v.config_map.is_some()),
+        ("secret", v.secret.is_some()),
+        ("downwardAPI", v.downward_api.is_some()),
+        ("projected", v.projected.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(n, set)| set.then_some(n))
+    .collect();
+    if sources.len() > 1 {
+        return err(f, format!("more than one volume source ({})", sources.join(", ")));
+    }
+    if v.config_map.is_some() || v.secret.is_some() || v.downward_api.is_some() || v.projected.is_some() {
+        return validate_projection(&f, v, containers);
+    }
+    match (&v.empty_dir, &v.host_path) {
+        (Some(_), Some(_)) => unreachable!("counted above"),
+        (None, None) => err(
+            f,
+            "no volume source; podwarden supports emptyDir, hostPath, configMap, secret, downwardAPI and projected",
+        ),
+        (Some(ed), None) => {
+            let medium = ed.medium.as_deref().unwrap_or("");
+            if !matches!(medium, "" | "Memory") {
+                return err(
+                    format!("{f}.emptyDir.medium"),
+                    format!("{medium:?} is not supported by podwarden (\"\" or Memory)"),
+                );
+            }
+            if let Some(q) = &ed.size_limit {
+                // Memory: it sizes the tmpfs; on disk, usage is measured
+                // and reported against it (housekeeping)
+                if crate::model::quantity::bytes(&q.0).is_err() {
+                    return err(format!("{f}.emptyDir.sizeLimit"), format!("{:?} is not a quantity", q.0));
+                }
+            }
+            Ok(())
+        }
+        (None, Some(hp)) => {
+            let p = hp.path.as_str();
+            let pf = format!("{f}.hostPath.path");
+            if p.contains('\0') {
+                return err(pf, format!("{p:?} holds a NUL byte"));
+            }
+            if !p.starts_with('/') {
+                return err(pf, format!("{p:?} must be an absolute path"));
+            }
+            if has_dot_dot(p) {
+                return err(pf, format!("{p:?} must not contain '..'"));
+            }
+            let kind = hp.type_.as_deref().unwrap_or("");
+            if !matches!(
+                kind,
+                "" | "DirectoryOrCreate"
+                    | "Directory"
+                    | "FileOrCreate"
+                    | "File"
+                    | "Socket"
+                    | "CharDevice"
+                    | "BlockDevice"
+            ) {
+                return err(
+                    format!("{f}.hostPath.type"),
+                    format!(
+                        "{kind:?} is not one of DirectoryOrCreate, Directory, FileOrCreate, File, Socket, CharDevice, BlockDevice"
+                    ),
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+/// A mode, as the API server checks it.
+fn check_mode(field: String, m: Option<i32>) -> Result<(), FieldError> {
+    match m {
+        Some(m) if !(0..=0o777).contains(&m) => {
+            err(field, format!("{m}: must be a number between 0 and 0777 (octal), both inclusive"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A file path in a volume podwarden writes (the atomic writer's rules).
+fn check_item_path(field: String, p: &str, paths: &mut HashSet<String>) -> Result<(), FieldError> {
+    if p.is_empty() {
+        return err(field, "missing; an item needs a path");
+    }
+    if p.starts_with('/') {
+        return err(field, format!("{p:?} must be a relative path"));
+    }
+    if p.contains('\0') {
+        return err(field, format!("{p:?} holds a NUL byte"));
+    }
+    let parts: Vec<&str> = p.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+    if parts.contains(&"..") {
+        return err(field, format!("{p:?} must not contain '..'"));
+    }
+    if parts.first().is_some_and(|c| c.starts_with("..")) {
+        return err(field, format!("{p:?} must not start with '..'"));
+    }
+    if parts.is_empty() {
+        return err(field, format!("{p:?} names no file"));
+    }
+    if parts.iter().any(|c| c.len() > NAME_MAX) || p.len() > 4096 {
+        return err(field, format!("{p:?} is too long (4096 bytes, {NAME_MAX} per file name)"));
+    }
+    if !paths.insert(parts.join("/")) {
+        return err(field, format!("{p:?}: conflicting duplicate paths"));
+    }
+    Ok(())
+}
+
+/// `items` of a configMap or secret volume (or projected source).
+fn check_key_items(
+    f: &str,
+    items: &Option<Vec<k8s_openapi::api::core::v1::KeyToPath>>,
+    paths: &mut HashSet<String>,
+) -> Result<(), FieldError> {
+    for (j, it) in items.iter().flatten().enumerate() {
+        let itf = format!("{f}.items[{j}]");
+        check_key(&it.key).map_err(|e| FieldError::new(format!("{itf}.key"), e.to_string()))?;
+        check_item_path(format!("{itf}.path"), &it.path, paths)?;
+        check_mode(format!("{itf}.mode"), it.mode)?;
+    }
+    Ok(())
+}
+
+/// `items` of a downwardAPI volume (or projected source): the paths a
+/// volume may show (whole label and annotation maps too), resources of a
+/// named container.
+fn check_downward_items(
+    f: &str,
+    items: &Option<Vec<k8s_openapi::api::core::v1::DownwardAPIVolumeFile>>,
+    containers: &[&Container],
+    paths: &mut HashSet<String>,
+) -> Result<(), FieldError> {
+    use crate::model::downward::{RESOURCES, VOLUME_FIELD_PATHS, divisor_allowed, subscript};
+    for (j, it) in items.iter().flatten().enumerate() {
+        let itf = format!("{f}.items[{j}]");
+        check_item_path(format!("{itf}.path"), &it.path, paths)?;
+        check_mode(format!("{itf}.mode"), it.mode)?;
+        match (&it.field_ref, &it.resource_field_ref) {
+            (Some(_), Some(_)) => return err(itf, "fieldRef and resourceFieldRef can not be specified simultaneously"),
+            (None, None) => return err(itf, "must specify one of: `fieldRef` or `resourceFieldRef`"),
+            (Some(fr), None) => {
+                let p = fr.field_path.as_str();
+                if !(VOLUME_FIELD_PATHS.contains(&p) || subscript(p).is_some_and(|(_, k)| !k.is_empty())) {
+                    return err(
+                        format!("{itf}.fieldRef.fieldPath"),
+                        format!("{p:?} is not one of {}", VOLUME_FIELD_PATHS.join(", ")),
+                    );
+                }
+            }
+            (None, Some(rf)) => {
+                let rff = format!("{itf}.resourceFieldRef");
+                let name = rf.container_name.as_deref().unwrap_or("");
+                if name.is_empty() {
+                    return err(format!("{rff}.containerName"), "must specify container name");
+                }
+                if !containers.iter().any(|c| c.name == name) {
+                    return err(format!("{rff}.containerName"), format!("no container named {name:?} in this pod"));
+                }
+                if !RESOURCES.contains(&rf.resource.as_str()) {
+                    return err(
+                        format!("{rff}.resource"),
+                        format!("{:?} is not one of {}", rf.resource, RESOURCES.join(", ")),
+                    );
+                }
+                if let Some(d) = &rf.divisor
+                    && !divisor_allowed(&rf.resource, &d.0)
+                {
+                    return err(format!("{rff}.divisor"), format!("{:?} is not an allowed divisor", d.0));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// configMap, secret, downwardAPI and projected volumes.
+fn validate_projection(
+    f: &str,
+    v: &k8s_openapi::api::core::v1::Volume,
+    containers: &[&Container],
+) -> Result<(), FieldError> {
+    let mut paths = HashSet::new();
+    let object_name = |field: String, name: &str| -> Result<(), FieldError> {
+        if name.is_empty() {
+            return err(field, "missing; name the object");
+        }
+        if !is_dns1123_subdomain(name) {
+            return err(field, format!("{name:?} is not a valid DNS-1123 subdomain"));
+        }
+        Ok(())
+    };
+    if let Some(cm) = &v.config_map {
+        let cf = format!("{f}.configMap");
+        object_name(format!("{cf}.name"), &cm.name)?;
+        check_mode(format!("{cf}.defaultMode"), cm.default_mode)?;
+        check_key_items(&cf, &cm.items, &mut paths)?;
+    }
+    if let Some(sec) = &v.secret {
+        let sf = format!("{f}.secret");
+        object_name(format!("{sf}.secretName"), sec.secret_name.as_deref().unwrap_or(""))?;
+        check_mode(format!("{sf}.defaultMode"), sec.default_mode)?;
+        check_key_items(&sf, &sec.items, &mut paths)?;
+    }
+    if let Some(d) = &v.downward_api {
+        let df = format!("{f}.downwardAPI");
+        check_mode(format!("{df}.defaultMode"), d.default_mode)?;
+        check_downward_items(&df, &d.items, containers, &mut paths)?;
+    }
+    if let Some(p) = &v.projected {
+        let pf = format!("{f}.projected");
+        check_mode(format!("{pf}.defaultMode"), p.default_mode)?;
+        for (j, src) in p.sources.iter().flatten().enumerate() {
+            let sf = format!("{pf}.sources[{j}]");
+            let set = [src.config_map.is_some(), src.secret.is_some(), src.downward_api.is_some()];
+            match set.iter().filter(|b| **b).count() {
+                0 => return err(sf, "must specify one of: `configMap`, `secret` or `downwardAPI`"),
+                1 => {}
+                _ => return err(sf, "may not specify more than 1 volume type per source"),
+            }
+            if let Some(cm) = &src.config_map {
+                object_name(format!("{sf}.configMap.name"), &cm.name)?;
+                check_key_items(&format!("{sf}.configMap"), &cm.items, &mut paths)?;
+            }
+            if let Some(s) = &src.secret {
+                object_name(format!("{sf}.secret.name"), &s.name)?;
+                check_key_items(&format!("{sf}.secret"), &s.items, &mut paths)?;
+            }
+            if let Some(d) = &src.downward_api {
+                check_downward_items(&format!("{sf}.downwardAPI"), &d.items, containers, &mut paths)?;
+            }
+        }
+    }
+    Ok(())
+}
