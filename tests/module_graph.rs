@@ -463,6 +463,34 @@ fn production_sources() -> Vec<(String, String)> {
     out
 }
 
+/// The error type of a `Result<T, E>` whose arguments start `args`: the
+/// last top-level argument (`None` for a one-argument alias).
+fn result_error_type(args: &str) -> Option<String> {
+    let mut depth = 0;
+    let mut last_comma = None;
+    for (i, c) in args.char_indices() {
+        match c {
+            '<' | '(' | '[' => depth += 1,
+            ')' | ']' => depth -= 1,
+            '>' if i > 0 && args[..i].ends_with('-') => {} // an arrow
+            '>' if depth == 0 => return last_comma.map(|j: usize| args[j + 1..i].trim().to_string()),
+            '>' => depth -= 1,
+            ',' if depth == 0 => last_comma = Some(i),
+            ';' | '{' => return None,
+            _ => {}
+        }
+    }
+    None
+}
+
+#[test]
+fn the_error_type_is_the_last_argument() {
+    assert_eq!(result_error_type("u8, String>").as_deref(), Some("String"));
+    assert_eq!(result_error_type("BTreeMap<String, String>, D::Error>").as_deref(), Some("D::Error"));
+    assert_eq!(result_error_type("Vec<(String, String)>, String>").as_deref(), Some("String"));
+    assert_eq!(result_error_type("u8>").as_deref(), None);
+}
+
 /// Errors are typed to the edge: outside the CLI no function returns
 /// `Result<_, String>` (strings only where a person reads the error).
 #[test]
@@ -474,10 +502,7 @@ fn no_string_errors_outside_the_cli() {
         }
         let code = code_only(&text);
         for (at, _) in code.match_indices("Result<") {
-            let rest = &code[at..];
-            let end = rest.find([';', '{']).unwrap_or(rest.len());
-            let sig: String = rest[..end].split_whitespace().collect::<Vec<_>>().join(" ");
-            if sig.contains(", String>") || sig.contains(",String>") {
+            if result_error_type(&code[at + "Result<".len()..]).is_some_and(|e| e == "String") {
                 let line = code[..at].matches('\n').count() + 1;
                 found.push(format!("{name}:{line}"));
             }

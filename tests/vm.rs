@@ -9,9 +9,9 @@
 //! (`scripts/package.sh --profile ci`); `scripts/test.sh` prepares all
 //! three. The VMs run one at a time (a lock), each with a hard time limit.
 
+use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
