@@ -127,7 +127,8 @@ fn node_cgroups(
         return Ok(None);
     }
     let driver = crate::node::cgroups::Driver::parse(&config.cgroup_driver);
-    let cg = crate::node::cgroups::Cgroups::detect(driver, std::path::Path::new("/sys/fs/cgroup"));
+    let cg = crate::node::cgroups::Cgroups::detect(driver, std::path::Path::new("/sys/fs/cgroup"))
+        .with_pod_pids_limit(config.pod_pids_limit);
     let (cpu, mem) = if config.enforce_node_allocatable.iter().any(|e| e == "pods") {
         (a.cpu_millis, a.memory_bytes)
     } else {

@@ -154,6 +154,11 @@ pub struct Config {
     /// `pods` (limit `kubepods` to the allocatable) or nothing.
     #[serde(deserialize_with = "de::enforce_node_allocatable")]
     pub enforce_node_allocatable: Vec<String>,
+    /// The most processes (threads included) in any pod: every pod
+    /// cgroup's `pids.max`; -1 or 0 is unlimited (the kubelet's
+    /// `podPidsLimit`).
+    #[serde(deserialize_with = "de::int::<_, _, -1, 4_194_304>")]
+    pub pod_pids_limit: i64,
     /// `systemd` or `cgroupfs` (the kubelet's default); empty means the
     /// default. Must be containerd's.
     #[serde(deserialize_with = "de::string_or_empty")]
@@ -304,6 +309,7 @@ impl Default for Config {
             reserved_cpu_millis: 0,
             reserved_memory_bytes: 0,
             cgroup_driver: "cgroupfs".into(),
+            pod_pids_limit: -1,
             cgroups_per_qos: true,
             enforce_node_allocatable: vec!["pods".into()],
             seccomp_default: false,

@@ -79,6 +79,8 @@ pub struct Limits {
     /// CFS quota over [`CPU_PERIOD`].
     pub cpu_quota: Option<i64>,
     pub memory_bytes: Option<i64>,
+    /// `pids.max` (the config's `podPidsLimit` for a pod's cgroup).
+    pub pids: Option<i64>,
 }
 
 /// The pod's limit of `resource`: its app containers' and sidecars'
@@ -111,7 +113,12 @@ pub fn pod_limits(pod: &Pod) -> Limits {
     let mem_limit = pod_limit(pod, "memory").map(|l| l.saturating_add(overhead("memory")));
     match model::qos::qos_class(pod) {
         QosClass::BestEffort => Limits { cpu_shares: Some(MIN_SHARES), ..Default::default() },
-        _ => Limits { cpu_shares: Some(shares(cpu_request)), cpu_quota: cpu_limit.map(quota), memory_bytes: mem_limit },
+        _ => Limits {
+            cpu_shares: Some(shares(cpu_request)),
+            cpu_quota: cpu_limit.map(quota),
+            memory_bytes: mem_limit,
+            pids: None,
+        },
     }
 }
 
@@ -158,6 +165,8 @@ pub struct Cgroups {
     pub version: Version,
     /// The cgroup filesystem's mount point (`/sys/fs/cgroup`).
     pub root: PathBuf,
+    /// `podPidsLimit`: every pod cgroup's `pids.max` (`None`: unlimited).
+    pub pod_pids_limit: Option<i64>,
 }
 
 /// cgroup v1 hierarchies podwarden makes pod cgroups in (cpuset is left
@@ -169,7 +178,14 @@ impl Cgroups {
     /// cgroup2 mount (`cgroup.controllers` at its top), else v1.
     pub fn detect(driver: Driver, root: &Path) -> Cgroups {
         let version = if root.join("cgroup.controllers").exists() { Version::V2 } else { Version::V1 };
-        Cgroups { driver, version, root: root.to_path_buf() }
+        Cgroups { driver, version, root: root.to_path_buf(), pod_pids_limit: None }
+    }
+
+    /// Every pod cgroup gets `pids.max` = `limit` when it is positive (the
+    /// kubelet's `podPidsLimit`; -1 or 0: unlimited).
+    pub fn with_pod_pids_limit(mut self, limit: i64) -> Cgroups {
+        self.pod_pids_limit = Some(limit).filter(|l| *l > 0);
+        self
     }
 
     /// The directories of cgroup `name`: one per v1 hierarchy this machine
@@ -238,6 +254,7 @@ impl Cgroups {
                 write("cpu.cfs_period_us", CPU_PERIOD.to_string())?;
                 write("cpu.cfs_quota_us", l.cpu_quota.filter(|q| *q > 0).unwrap_or(-1).to_string())?;
                 write("memory.limit_in_bytes", l.memory_bytes.filter(|m| *m > 0).unwrap_or(-1).to_string())?;
+                write("pids.max", l.pids.filter(|p| *p > 0).map_or("max".to_string(), |p| p.to_string()))?;
             }
             Version::V2 => {
                 if let Some(s) = l.cpu_shares {
@@ -247,6 +264,7 @@ impl Cgroups {
                 write("cpu.max", format!("{q} {CPU_PERIOD}"))?;
                 let m = l.memory_bytes.filter(|m| *m > 0).map_or("max".to_string(), |m| m.to_string());
                 write("memory.max", m)?;
+                write("pids.max", l.pids.filter(|p| *p > 0).map_or("max".to_string(), |p| p.to_string()))?;
             }
         }
         Ok(())
@@ -257,7 +275,8 @@ impl Cgroups {
     /// the QoS cgroups (besteffort with 2 shares).
     pub fn ensure_node(&self, cpu_millis: i64, memory_bytes: i64) -> std::io::Result<()> {
         let kubepods = vec!["kubepods".to_string()];
-        let node = Limits { cpu_shares: Some(shares(cpu_millis)), cpu_quota: None, memory_bytes: Some(memory_bytes) };
+        let node =
+            Limits { cpu_shares: Some(shares(cpu_millis)), memory_bytes: Some(memory_bytes), ..Default::default() };
         if let Err(e) = self.ensure(&name(self.driver, &kubepods), &node) {
             // the pods already use more than the new limit (the kernel
             // refuses it): they keep running under the old one
@@ -274,7 +293,7 @@ impl Cgroups {
     /// Make the pod's cgroup with its limits; its name for the runtime.
     pub fn ensure_pod(&self, pod: &Pod) -> std::io::Result<String> {
         let n = pod_cgroup(self.driver, pod);
-        self.ensure(&n, &pod_limits(pod))?;
+        self.ensure(&n, &Limits { pids: self.pod_pids_limit, ..pod_limits(pod) })?;
         Ok(n)
     }
 
@@ -368,11 +387,11 @@ mod tests {
         let g = pod(&["{limits: {cpu: 500m, memory: 64Mi}}", "{limits: {cpu: 250m, memory: 32Mi}}"]);
         assert_eq!(
             pod_limits(&g),
-            Limits { cpu_shares: Some(768), cpu_quota: Some(75_000), memory_bytes: Some(96 << 20) }
+            Limits { cpu_shares: Some(768), cpu_quota: Some(75_000), memory_bytes: Some(96 << 20), pids: None }
         );
         // one container without a memory limit: no pod memory limit
         let b = pod(&["{limits: {cpu: 500m, memory: 64Mi}}", "{requests: {cpu: 100m}}"]);
-        assert_eq!(pod_limits(&b), Limits { cpu_shares: Some(614), cpu_quota: None, memory_bytes: None });
+        assert_eq!(pod_limits(&b), Limits { cpu_shares: Some(614), cpu_quota: None, memory_bytes: None, pids: None });
         assert_eq!(shares(1), 2);
         assert_eq!(quota(1), 1000);
         assert_eq!(cpu_weight(2), 1);
@@ -391,15 +410,19 @@ mod tests {
         // a fake tree: the files a kernel would show exist beforehand
         let dir = root.join("kubepods/pod1234-abcd");
         std::fs::create_dir_all(&dir).unwrap();
-        for f in ["cpu.weight", "cpu.max", "memory.max"] {
+        for f in ["cpu.weight", "cpu.max", "memory.max", "pids.max"] {
             std::fs::write(dir.join(f), "").unwrap();
         }
         let g = pod(&["{limits: {cpu: 500m, memory: 64Mi}}"]);
+        assert_eq!(cg.ensure_pod(&g).unwrap(), "/kubepods/pod1234-abcd");
+        assert_eq!(std::fs::read_to_string(dir.join("pids.max")).unwrap(), "max", "no podPidsLimit: unlimited");
+        let cg = cg.with_pod_pids_limit(123);
         assert_eq!(cg.ensure_pod(&g).unwrap(), "/kubepods/pod1234-abcd");
         let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
         assert_eq!(read("cpu.weight"), cpu_weight(512).to_string());
         assert_eq!(read("cpu.max"), "50000 100000");
         assert_eq!(read("memory.max"), (64i64 << 20).to_string());
+        assert_eq!(read("pids.max"), "123", "podPidsLimit");
         assert_eq!(std::fs::read_to_string(root.join("cgroup.subtree_control")).unwrap(), "+cpu +memory +pids");
         std::fs::remove_dir_all(&root).unwrap();
     }
