@@ -65,6 +65,114 @@ fn is_manifest_name(p: &Path) -> bool {
     !name.starts_with('.') && (name.ends_with(".yaml") || name.ends_with(".yml") || name.ends_with(".json"))
 }
 
+/// What reading one file left.
+enum Read {
+    /// The file is there (valid, or broken and reported).
+    Present,
+    /// Removed between listing and reading: gone, not broken.
+    Vanished,
+}
+
+impl FileEntry {
+    /// Read the file at `path` again: a valid file replaces the entry's
+    /// content, a broken one keeps it (reported once per change).
+    fn read(&mut self, path: &Path, node_name: &str, errors: &mut Vec<(String, String)>) -> Read {
+        match manifest::read_file_all(path, node_name) {
+            Ok(content) => {
+                self.update(path, content, errors);
+                Read::Present
+            }
+            Err(_) if std::fs::symlink_metadata(path).is_err() => Read::Vanished,
+            Err(e) => {
+                let mut msg = e.to_string();
+                if self.valid {
+                    msg.push_str("; keeping the last valid version of this file");
+                }
+                if self.reported.as_deref() != Some(&msg) {
+                    errors.push((path.display().to_string(), msg.clone()));
+                    self.reported = Some(msg);
+                }
+                Read::Present
+            }
+        }
+    }
+
+    /// The file read valid: its warnings logged (once per change), its pod
+    /// and objects taken (an unchanged one keeps its `Arc`).
+    fn update(&mut self, path: &Path, content: manifest::FileContent, errors: &mut Vec<(String, String)>) {
+        self.reported = None;
+        self.valid = true;
+        let mut warnings = content.warnings;
+        if let Some(p) = &content.pod {
+            warnings.extend(p.warnings.iter().cloned());
+        }
+        if self.warned != warnings {
+            for w in &warnings {
+                log::warn!("{}: {w}", path.display());
+            }
+            self.warned = warnings;
+        }
+        match content.pod {
+            None => self.pod = None,
+            Some(manifest::Parsed { pod, .. }) => {
+                let same = self.pod.as_ref().is_some_and(|old| old.metadata == pod.metadata && old.spec == pod.spec);
+                if !same {
+                    self.pod = Some(Arc::new(pod));
+                }
+            }
+        }
+        let immutable_changed = self.take_objects(path, content.objects);
+        if !immutable_changed.is_empty() {
+            let msg = immutable_changed.join("; ");
+            if self.reported.as_deref() != Some(&msg) {
+                errors.push((path.display().to_string(), msg.clone()));
+            }
+            self.reported = Some(msg);
+        }
+    }
+
+    /// Take the file's objects: an unchanged object keeps its `Arc`; an
+    /// immutable one keeps its first version (the API server refuses the
+    /// change; removing the object and adding it again is how it changes).
+    /// Returns a message for each immutable object whose change is ignored.
+    fn take_objects(&mut self, path: &Path, objects: Vec<LocalObject>) -> Vec<String> {
+        let old = std::mem::take(&mut self.objects);
+        let mut immutable_changed = Vec::new();
+        self.objects = objects
+            .into_iter()
+            .map(|o| match old.iter().find(|x| x.key == o.key) {
+                Some(x) if **x == o => x.clone(),
+                Some(x) if x.immutable => {
+                    immutable_changed.push(format!(
+                        "{}: {} is immutable: the change is ignored (remove it and add it again to change it)",
+                        path.display(),
+                        o.key
+                    ));
+                    x.clone()
+                }
+                _ => Arc::new(o),
+            })
+            .collect();
+        immutable_changed
+    }
+}
+
+/// Which of `claims` (key -> the files claiming it, in name order) each
+/// key stays with: the file that held it before if it still claims it,
+/// else the first by name.
+fn owners<K: std::hash::Hash + Eq + Clone>(
+    claims: HashMap<K, Vec<PathBuf>>,
+    before: &HashMap<K, PathBuf>,
+) -> HashMap<K, PathBuf> {
+    claims
+        .into_iter()
+        .filter_map(|(key, paths)| {
+            let keep = before.get(&key).filter(|o| paths.contains(o)).or(paths.first())?.clone();
+            Some((key, keep))
+        })
+        .collect()
+}
+
 impl FileSource {
     pub fn new(dir: impl Into<PathBuf>, node_name: impl Into<String>) -> Self {
         FileSource {
@@ -81,8 +189,30 @@ impl FileSource {
         &self.dir
     }
 
+    /// Read the directory again: every manifest file, then the pods and
+    /// objects of the set.
     pub fn scan(&mut self) -> ScanReport {
         let mut report = ScanReport::default();
+        let Some(present) = self.list(&mut report) else { return report };
+        self.files.retain(|p, _| present.contains(p));
+        let mut vanished = Vec::new();
+        for path in &present {
+            let entry = self.files.entry(path.clone()).or_default();
+            if let Read::Vanished = entry.read(path, &self.node_name, &mut report.errors) {
+                vanished.push(path.clone());
+            }
+        }
+        for path in vanished {
+            self.files.remove(&path);
+        }
+        report.pods = Some(self.pods(&mut report));
+        report.objects = Some(self.objects(&mut report));
+        report
+    }
+
+    /// The manifest files in the directory, by name; `None` when it cannot
+    /// be read (reported once while it lasts).
+    fn list(&mut self, report: &mut ScanReport) -> Option<Vec<PathBuf>> {
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(e) => e,
             Err(e) => {
@@ -92,106 +222,28 @@ impl FileSource {
                     report.errors.push((self.dir.display().to_string(), msg.clone()));
                     self.dir_error = Some(msg);
                 }
-                return report;
+                return None;
             }
         };
         self.dir_error = None;
         let mut present: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| is_manifest_name(p)).collect();
         present.sort();
-        self.files.retain(|p, _| present.contains(p));
-        let mut vanished = Vec::new();
-        for path in &present {
-            let entry = self.files.entry(path.clone()).or_default();
-            match manifest::read_file_all(path, &self.node_name) {
-                Ok(content) => {
-                    entry.reported = None;
-                    entry.valid = true;
-                    let mut warnings = content.warnings;
-                    if let Some(p) = &content.pod {
-                        warnings.extend(p.warnings.iter().cloned());
-                    }
-                    if entry.warned != warnings {
-                        for w in &warnings {
-                            log::warn!("{}: {w}", path.display());
-                        }
-                        entry.warned = warnings;
-                    }
-                    match content.pod {
-                        None => entry.pod = None,
-                        Some(manifest::Parsed { pod, .. }) => {
-                            let same = entry
-                                .pod
-                                .as_ref()
-                                .is_some_and(|old| old.metadata == pod.metadata && old.spec == pod.spec);
-                            if !same {
-                                entry.pod = Some(Arc::new(pod));
-                            }
-                        }
-                    }
-                    // an unchanged object keeps its Arc; an immutable one
-                    // keeps its first version (the API server refuses the
-                    // change; removing the object and adding it again is
-                    // how it changes)
-                    let old = std::mem::take(&mut entry.objects);
-                    let mut immutable_changed = Vec::new();
-                    entry.objects = content
-                        .objects
-                        .into_iter()
-                        .map(|o| match old.iter().find(|x| x.key == o.key) {
-                            Some(x) if **x == o => x.clone(),
-                            Some(x) if x.immutable => {
-                                immutable_changed.push(format!(
-                                    "{}: {} is immutable: the change is ignored (remove it and add it again to \
-                                     change it)",
-                                    path.display(),
-                                    o.key
-                                ));
-                                x.clone()
-                            }
-                            _ => Arc::new(o),
-                        })
-                        .collect();
-                    if !immutable_changed.is_empty() {
-                        let msg = immutable_changed.join("; ");
-                        if entry.reported.as_deref() != Some(&msg) {
-                            report.errors.push((path.display().to_string(), msg.clone()));
-                        }
-                        entry.reported = Some(msg);
-                    }
-                }
-                // removed between listing and reading: gone, not broken
-                Err(_) if std::fs::symlink_metadata(path).is_err() => vanished.push(path.clone()),
-                Err(e) => {
-                    let mut msg = e.to_string();
-                    if entry.valid {
-                        msg.push_str("; keeping the last valid version of this file");
-                    }
-                    if entry.reported.as_deref() != Some(&msg) {
-                        report.errors.push((path.display().to_string(), msg.clone()));
-                        entry.reported = Some(msg);
-                    }
-                }
-            }
-        }
-        for path in vanished {
-            self.files.remove(&path);
-        }
-        // Two files claiming one UID (an explicit metadata.uid): the file
-        // that held it first keeps it, however the names sort, so a new
-        // manifest can never take over (and replace) a running pod; among
-        // files that claim it at the same scan, the first by name wins.
+        Some(present)
+    }
+
+    /// The pods of every file. Two files claiming one UID (an explicit
+    /// metadata.uid): the file that held it first keeps it, however the
+    /// names sort, so a new manifest can never take over (and replace) a
+    /// running pod; among files that claim it at the same scan, the first
+    /// by name wins.
+    fn pods(&mut self, report: &mut ScanReport) -> Vec<Arc<Pod>> {
         let mut claims: HashMap<String, Vec<PathBuf>> = HashMap::new();
         for (path, entry) in &self.files {
             if let Some(pod) = &entry.pod {
                 claims.entry(model::uid(pod).to_string()).or_default().push(path.clone());
             }
         }
-        let mut owner: HashMap<String, PathBuf> = HashMap::new();
-        for (uid, paths) in claims {
-            let keep = self.uid_owner.get(&uid).filter(|o| paths.contains(o)).unwrap_or(&paths[0]).clone();
-            owner.insert(uid, keep);
-        }
-        self.uid_owner = owner;
+        self.uid_owner = owners(claims, &self.uid_owner);
         let mut pods = Vec::new();
         for (path, entry) in &mut self.files {
             let Some(pod) = &entry.pod else { continue };
@@ -214,9 +266,7 @@ impl FileSource {
                 }
             }
         }
-        report.pods = Some(pods);
-        report.objects = Some(self.objects(&mut report));
-        report
+        pods
     }
 
     /// The objects of every file; an object defined in two files stays
@@ -229,12 +279,7 @@ impl FileSource {
                 claims.entry(o.key.clone()).or_default().push(path.clone());
             }
         }
-        let mut owner: HashMap<ObjKey, PathBuf> = HashMap::new();
-        for (key, paths) in claims {
-            let keep = self.object_owner.get(&key).filter(|o| paths.contains(o)).unwrap_or(&paths[0]).clone();
-            owner.insert(key, keep);
-        }
-        self.object_owner = owner;
+        self.object_owner = owners(claims, &self.object_owner);
         let mut set = ObjectSet::new();
         for (path, entry) in &mut self.files {
             let mut conflicts = Vec::new();
