@@ -34,7 +34,7 @@ use crate::model::quantity::{format_bytes, format_decimal};
 use crate::model::{self, Pod};
 use crate::node::images::gc::ImageGc;
 use crate::node::stats::{Collector, NodeStat, PodStat, Snapshot};
-use crate::pod::admission::{NodePressure, Pressure};
+use crate::pod::admission::{Cause, NodePressure, Pressure};
 use crate::telemetry::events::{EventRecorder, EventType, ObjectRef};
 
 /// The grace period of a hard or local storage eviction, the kubelet's.
@@ -283,9 +283,9 @@ impl Manager {
         }
     }
 
-    /// Evict `p` and remember it until it has terminated.
-    fn evict(&self, p: &Pod, msg: &str, grace: i64) -> bool {
-        match self.agent.evict(model::uid(p), msg, grace) {
+    /// Evict `p` (for `cause`) and remember it until it has terminated.
+    fn evict(&self, p: &Pod, msg: &str, cause: Cause, grace: i64) -> bool {
+        match self.agent.evict(model::uid(p), msg, cause, grace) {
             Some(done) => {
                 self.cleanup.lock().push((done, Instant::now()));
                 true
@@ -338,7 +338,7 @@ impl Manager {
         for p in pods {
             let Some(st) = stats.iter().find(|s| s.uid == model::uid(p)) else { continue };
             if let Some(msg) = storage_limit_exceeded(p, st)
-                && self.evict(p, &msg, IMMEDIATE_GRACE)
+                && self.evict(p, &msg, Cause::Other, IMMEDIATE_GRACE)
             {
                 self.metrics.evicted("ephemeral-storage-limit");
                 evicted_any = true;
@@ -390,11 +390,7 @@ impl Manager {
         if on.is_empty() {
             // pressure gone for the transition period: pods evicted or
             // rejected for it come back (not those over their own limits)
-            let n = self.agent.readmit_where(|r| {
-                r.reason == crate::pod::admission::REASON_EVICTED
-                    && (r.message.starts_with(MESSAGE_LOW_ON_RESOURCE)
-                        || r.message.starts_with(crate::pod::admission::MESSAGE_NODE_CONDITION))
-            });
+            let n = self.agent.readmit_where(|r| r.cause == Cause::NodePressure);
             if n > 0 {
                 log::info!("eviction manager: the node has no pressure; {n} evicted or rejected pods admitted again");
             }
@@ -475,7 +471,7 @@ impl Manager {
             } else {
                 IMMEDIATE_GRACE
             };
-            if self.evict(p, &msg, grace) {
+            if self.evict(p, &msg, Cause::NodePressure, grace) {
                 self.metrics.evicted(t.signal.name());
                 break;
             }

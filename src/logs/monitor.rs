@@ -28,7 +28,7 @@ use inotify::{Inotify, WatchDescriptor, WatchMask};
 use parking_lot::Mutex;
 
 use crate::logs::rotation::{Outcome, Policy};
-use crate::runtime::{CallCtx, ContainerState, Runtime};
+use crate::runtime::{CallCtx, ContainerState, Runtime, RuntimeError};
 
 /// After the writes of a log woke the monitor, it reads the next ones only
 /// this much later: a container writing all the time costs a few checks a
@@ -79,10 +79,10 @@ impl Drop for LogRotation {
 
 /// The live logs of the running containers the runtime lists (or the
 /// relist listed less than [`crate::runtime::cache::FRESH`] ago).
-fn running(runtime: &dyn Runtime, s: &Settings) -> Result<Vec<Target>, String> {
+fn running(runtime: &dyn Runtime, s: &Settings) -> Result<Vec<Target>, RuntimeError> {
     let pods = match s.pod_cache.as_ref().and_then(|c| c.recent(crate::runtime::cache::FRESH)) {
         Some(p) => p,
-        None => Arc::new(runtime.list_pods(&CallCtx::background(s.timeout)).map_err(|e| e.to_string())?),
+        None => Arc::new(runtime.list_pods(&CallCtx::background(s.timeout))?),
     };
     let mut out = Vec::new();
     for p in pods.iter() {
@@ -98,7 +98,7 @@ fn running(runtime: &dyn Runtime, s: &Settings) -> Result<Vec<Target>, String> {
 fn check(runtime: &dyn Runtime, s: &Settings, t: &Target) -> bool {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
     let stamp = crate::sys::local_timestamp(now);
-    let reopen = || runtime.reopen_container_log(&CallCtx::background(s.timeout), &t.id).map_err(|e| e.to_string());
+    let reopen = || runtime.reopen_container_log(&CallCtx::background(s.timeout), &t.id);
     match crate::logs::rotation::rotate(&t.dir, &t.live, s.policy, &stamp, reopen) {
         Ok(Outcome::Rotated(to)) => {
             log::debug!("container {}: log rotated to {}", t.id, to.display());
