@@ -306,3 +306,229 @@ impl FileSource {
         set
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory removed when dropped.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(tag: &str) -> Self {
+            let d = std::env::temp_dir().join(format!("podwarden-scan-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&d);
+            std::fs::create_dir_all(&d).unwrap();
+            TempDir(d)
+        }
+
+        fn write(&self, name: &str, text: &str) {
+            std::fs::write(self.0.join(name), text).unwrap();
+        }
+
+        fn remove(&self, name: &str) {
+            std::fs::remove_file(self.0.join(name)).unwrap();
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn pod(name: &str, extra_meta: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n{extra_meta}spec:\n  containers:\n  - name: c\n    image: busybox\n"
+        )
+    }
+
+    fn cm(name: &str, value: &str, extra: &str) -> String {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\n{extra}data: {{k: \"{value}\"}}\n")
+    }
+
+    fn names(r: &ScanReport) -> Vec<String> {
+        r.pods.iter().flatten().map(|p| model::name(p).to_string()).collect()
+    }
+
+    /// Each object's name, value of `k` and file name.
+    fn objects(r: &ScanReport) -> Vec<(String, String, String)> {
+        let file = |f: &str| Path::new(f).file_name().unwrap().to_string_lossy().into_owned();
+        r.objects
+            .iter()
+            .flat_map(|s| s.values())
+            .map(|o| (o.key.name.clone(), String::from_utf8_lossy(&o.data["k"]).into_owned(), file(&o.file)))
+            .collect()
+    }
+
+    /// The files the errors name, by file name.
+    fn errors_of(r: &ScanReport) -> Vec<String> {
+        r.errors.iter().map(|(f, _)| Path::new(f).file_name().unwrap().to_string_lossy().into_owned()).collect()
+    }
+
+    #[test]
+    fn a_valid_pod_is_read_other_names_are_skipped_and_an_unchanged_file_keeps_its_pod() {
+        let d = TempDir::new("valid");
+        d.write("web.yaml", &pod("web", ""));
+        d.write("api.json", r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"api"},"spec":{"containers":[{"name":"c","image":"i"}]}}"#);
+        d.write("notes.txt", "not a manifest");
+        d.write(".web.yaml.swp", "editor swap");
+        let mut s = FileSource::new(&d.0, "node");
+        let r = s.scan();
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        assert_eq!(names(&r), ["api", "web"], "ordered by file name");
+        assert_eq!(objects(&r), []);
+        let again = s.scan();
+        let (a, b) = (&r.pods.unwrap()[1], &again.pods.unwrap()[1]);
+        assert!(Arc::ptr_eq(a, b), "an unchanged file keeps its pod");
+        // the pod's node and UID: the file's, the node's
+        assert_eq!(a.spec.as_ref().and_then(|s| s.node_name.as_deref()), Some("node"));
+        assert!(!model::uid(a).is_empty());
+    }
+
+    #[test]
+    fn a_broken_file_keeps_its_last_good_pod_reported_once_until_fixed() {
+        let d = TempDir::new("broken");
+        d.write("web.yaml", &pod("web", ""));
+        let mut s = FileSource::new(&d.0, "node");
+        let first = s.scan().pods.unwrap();
+        // a half-written edit: the last valid pod stays
+        d.write("web.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  contai");
+        let r = s.scan();
+        assert!(Arc::ptr_eq(&first[0], &r.pods.as_ref().unwrap()[0]));
+        assert_eq!(errors_of(&r), ["web.yaml"]);
+        assert!(r.errors[0].1.ends_with("; keeping the last valid version of this file"), "{:?}", r.errors);
+        assert!(s.scan().errors.is_empty(), "reported once while it lasts");
+        // a file never valid: reported without keeping anything
+        d.write("new.yaml", "kind: Pod\napiVersion: v1\nmetadata: {name: new}\nspec: {containers: []}\n");
+        let r = s.scan();
+        assert_eq!(names(&r), ["web"]);
+        assert_eq!(errors_of(&r), ["new.yaml"]);
+        assert!(!r.errors[0].1.contains("keeping"), "{:?}", r.errors);
+        // fixed: the new content, and a new error would be reported again
+        d.write("web.yaml", &pod("web", "  labels: {v: '2'}\n"));
+        let r = s.scan();
+        let fixed = &r.pods.as_ref().unwrap()[0];
+        assert!(!Arc::ptr_eq(&first[0], fixed));
+        assert_eq!(fixed.metadata.labels.as_ref().map(|l| l["v"].as_str()), Some("2"));
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+    }
+
+    #[test]
+    fn a_removed_file_takes_its_pod_and_objects_with_it() {
+        let d = TempDir::new("removed");
+        d.write("a.yaml", &pod("a", ""));
+        d.write("b.yaml", &format!("{}---\n{}", pod("b", ""), cm("side", "s", "")));
+        let mut s = FileSource::new(&d.0, "node");
+        let r = s.scan();
+        assert_eq!(names(&r), ["a", "b"]);
+        assert_eq!(objects(&r), [("side".into(), "s".into(), "b.yaml".into())]);
+        d.remove("b.yaml");
+        let r = s.scan();
+        assert_eq!(names(&r), ["a"]);
+        assert_eq!(objects(&r), []);
+        assert!(r.errors.is_empty(), "removed is not broken: {:?}", r.errors);
+        assert_eq!(s.files.len(), 1);
+        // even a broken file that is removed: gone, its last good pod too
+        d.write("a.yaml", "kind: Pod\n  : broken");
+        assert_eq!(names(&s.scan()), ["a"]);
+        d.remove("a.yaml");
+        let r = s.scan();
+        assert_eq!(r.pods.map(|p| p.len()), Some(0));
+        assert!(s.files.is_empty());
+    }
+
+    #[test]
+    fn a_uid_claimed_by_two_files_stays_with_the_file_that_held_it_first() {
+        let d = TempDir::new("uid");
+        let uid = "  uid: same\n";
+        d.write("b.yaml", &pod("b", uid));
+        let mut s = FileSource::new(&d.0, "node");
+        assert_eq!(names(&s.scan()), ["b"]);
+        // a.yaml sorts first, but b.yaml held the UID: a.yaml is ignored
+        d.write("a.yaml", &pod("a", uid));
+        let r = s.scan();
+        assert_eq!(names(&r), ["b"]);
+        assert_eq!(errors_of(&r), ["a.yaml"]);
+        let b = d.0.join("b.yaml").display().to_string();
+        assert!(
+            r.errors[0].1.ends_with(&format!("metadata.uid \"same\" is already used by {b}; ignoring this file")),
+            "{:?}",
+            r.errors
+        );
+        assert!(s.scan().errors.is_empty(), "reported once while it lasts");
+        // the holder goes: the other file's pod takes the UID
+        d.remove("b.yaml");
+        let r = s.scan();
+        assert_eq!(names(&r), ["a"]);
+        assert!(r.errors.is_empty());
+        assert_eq!(model::uid(&r.pods.unwrap()[0]), "same");
+        // two new files at once: the first by name wins
+        let d2 = TempDir::new("uid2");
+        d2.write("y.yaml", &pod("y", uid));
+        d2.write("x.yaml", &pod("x", uid));
+        let r = FileSource::new(&d2.0, "node").scan();
+        assert_eq!(names(&r), ["x"]);
+        assert_eq!(errors_of(&r), ["y.yaml"]);
+    }
+
+    #[test]
+    fn config_maps_beside_a_pod_or_alone_and_one_defined_twice_stays_with_its_first_file() {
+        let d = TempDir::new("objects");
+        d.write(
+            "p.yaml",
+            &format!("{}---\n{}---\n{}", pod("p", ""), cm("side", "s", ""), cm("frozen", "1", "immutable: true\n")),
+        );
+        d.write("z.yaml", &cm("app", "1", ""));
+        let mut s = FileSource::new(&d.0, "node");
+        let r = s.scan();
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        assert_eq!(names(&r), ["p"]);
+        assert_eq!(
+            objects(&r),
+            [
+                ("app".into(), "1".into(), "z.yaml".into()),
+                ("frozen".into(), "1".into(), "p.yaml".into()),
+                ("side".into(), "s".into(), "p.yaml".into()),
+            ]
+        );
+        // a.yaml sorts first and defines `app` too: z.yaml keeps it
+        d.write("a.yaml", &cm("app", "dup", ""));
+        let r = s.scan();
+        assert_eq!(objects(&r)[0], ("app".into(), "1".into(), "z.yaml".into()));
+        assert_eq!(errors_of(&r), ["a.yaml"]);
+        assert!(r.errors[0].1.contains("is already defined in"), "{:?}", r.errors);
+        assert!(s.scan().errors.is_empty(), "reported once");
+        // an immutable object keeps its first version; the pod is untouched
+        let before = s.scan().pods.unwrap();
+        d.write(
+            "p.yaml",
+            &format!("{}---\n{}---\n{}", pod("p", ""), cm("side", "t", ""), cm("frozen", "2", "immutable: true\n")),
+        );
+        let r = s.scan();
+        assert!(Arc::ptr_eq(&before[0], &r.pods.as_ref().unwrap()[0]));
+        assert!(objects(&r).contains(&("frozen".into(), "1".into(), "p.yaml".into())));
+        assert!(objects(&r).contains(&("side".into(), "t".into(), "p.yaml".into())));
+        assert_eq!(errors_of(&r), ["p.yaml"]);
+        assert!(r.errors[0].1.contains("is immutable: the change is ignored"), "{:?}", r.errors);
+        // z.yaml goes: a.yaml's definition takes over
+        d.remove("z.yaml");
+        assert_eq!(objects(&s.scan())[0], ("app".into(), "dup".into(), "a.yaml".into()));
+    }
+
+    #[test]
+    fn an_unreadable_directory_keeps_the_pods_as_they_are_and_is_reported_once() {
+        let d = TempDir::new("nodir");
+        let missing = d.0.join("missing");
+        let mut s = FileSource::new(&missing, "node");
+        let r = s.scan();
+        assert!(r.pods.is_none() && r.objects.is_none(), "None: keep the pods as they are");
+        assert_eq!(r.errors.len(), 1);
+        assert!(r.errors[0].1.starts_with(&format!("cannot read staticPodPath {}: ", missing.display())));
+        assert!(r.errors[0].1.ends_with("; keeping the pods as they are"));
+        assert!(s.scan().errors.is_empty(), "reported once while it lasts");
+        std::fs::create_dir(&missing).unwrap();
+        std::fs::write(missing.join("a.yaml"), pod("a", "")).unwrap();
+        assert_eq!(names(&s.scan()), ["a"]);
+    }
+}
