@@ -33,8 +33,8 @@ use crate::config::{Signal, Threshold};
 use crate::model::quantity::{format_bytes, format_decimal};
 use crate::model::{self, Pod};
 use crate::node::images::gc::ImageGc;
-use crate::node::stats::{Collector, NodeStat, PodStat};
-use crate::pod::admission::{NodePressure, Pressure};
+use crate::node::stats::{Collector, NodeStat, PodStat, Snapshot};
+use crate::pod::admission::{Cause, NodePressure, Pressure};
 use crate::telemetry::events::{EventRecorder, EventType, ObjectRef};
 
 /// The grace period of a hard or local storage eviction, the kubelet's.
@@ -283,9 +283,9 @@ impl Manager {
         }
     }
 
-    /// Evict `p` and remember it until it has terminated.
-    fn evict(&self, p: &Pod, msg: &str, grace: i64) -> bool {
-        match self.agent.evict(model::uid(p), msg, grace) {
+    /// Evict `p` (for `cause`) and remember it until it has terminated.
+    fn evict(&self, p: &Pod, msg: &str, cause: Cause, grace: i64) -> bool {
+        match self.agent.evict(model::uid(p), msg, cause, grace) {
             Some(done) => {
                 self.cleanup.lock().push((done, Instant::now()));
                 true
@@ -302,7 +302,8 @@ impl Manager {
         !self.cleanup.lock().is_empty()
     }
 
-    /// One monitoring pass.
+    /// One monitoring pass: the signals, the thresholds they meet (and the
+    /// node's conditions), then at most one action.
     pub fn synchronize(&self) {
         let snap = match self.collector.collect() {
             Ok(s) => s,
@@ -320,17 +321,36 @@ impl Manager {
         }
         let pods = self.agent.admitted();
         let waiting = self.cleaning_up();
-        let mut evicted_any = false;
         // pods over their own storage limits go first, all of them
-        for p in pods.iter().filter(|_| !waiting) {
-            let Some(st) = snap.pods.iter().find(|s| s.uid == model::uid(p)) else { continue };
+        let evicted_any = !waiting && self.evict_over_limits(&pods, &snap.pods);
+        let (active, on) = self.thresholds(now, &obs);
+        self.set_conditions(&on);
+        if active.is_empty() || evicted_any || waiting {
+            return;
+        }
+        self.act(now, &active, &snap, &obs, &pods);
+    }
+
+    /// Evict every pod over one of its own local storage limits; whether
+    /// any was.
+    fn evict_over_limits(&self, pods: &[Arc<Pod>], stats: &[PodStat]) -> bool {
+        let mut evicted_any = false;
+        for p in pods {
+            let Some(st) = stats.iter().find(|s| s.uid == model::uid(p)) else { continue };
             if let Some(msg) = storage_limit_exceeded(p, st)
-                && self.evict(p, &msg, IMMEDIATE_GRACE)
+                && self.evict(p, &msg, Cause::Other, IMMEDIATE_GRACE)
             {
                 self.metrics.evicted("ephemeral-storage-limit");
                 evicted_any = true;
             }
         }
+        evicted_any
+    }
+
+    /// Compare the signals with the thresholds: the thresholds met for
+    /// their grace period (by index), and the conditions on now (a
+    /// threshold of theirs met within the transition period).
+    fn thresholds(&self, now: Instant, obs: &BTreeMap<Signal, Observed>) -> (Vec<usize>, Vec<Pressure>) {
         let mut st = self.state.lock();
         let mut active = Vec::new();
         for (i, t) in self.s.thresholds.iter().enumerate() {
@@ -338,9 +358,9 @@ impl Manager {
             // met before: met until its minimum reclaim is reclaimed
             let was = st.first_met.contains_key(&i);
             if met(t, o, was) {
-                st.first_met.entry(i).or_insert(now);
+                let first = *st.first_met.entry(i).or_insert(now);
                 st.last_observed.insert(condition_of(t.signal), now);
-                if now.saturating_duration_since(st.first_met[&i]) >= t.grace {
+                if now.saturating_duration_since(first) >= t.grace {
                     active.push(i);
                 }
             } else {
@@ -351,8 +371,13 @@ impl Manager {
             .into_iter()
             .filter(|p| st.last_observed.get(p).is_some_and(|t| now.saturating_duration_since(*t) < self.s.transition))
             .collect();
-        drop(st);
-        for (p, v) in self.pressure.set(&on) {
+        (active, on)
+    }
+
+    /// Set the node's pressure conditions (an event for each change); with
+    /// none on, pods evicted or rejected for pressure are admitted again.
+    fn set_conditions(&self, on: &[Pressure]) {
+        for (p, v) in self.pressure.set(on) {
             let reason = p.event_reason(v);
             let node = &self.s.node_name;
             self.events.event(
@@ -365,21 +390,30 @@ impl Manager {
         if on.is_empty() {
             // pressure gone for the transition period: pods evicted or
             // rejected for it come back (not those over their own limits)
-            let n = self.agent.readmit_where(|r| {
-                r.reason == crate::pod::admission::REASON_EVICTED
-                    && (r.message.starts_with(MESSAGE_LOW_ON_RESOURCE)
-                        || r.message.starts_with(crate::pod::admission::MESSAGE_NODE_CONDITION))
-            });
+            let n = self.agent.readmit_where(|r| r.cause == Cause::NodePressure);
             if n > 0 {
                 log::info!("eviction manager: the node has no pressure; {n} evicted or rejected pods admitted again");
             }
         }
-        if active.is_empty() || evicted_any || waiting {
+    }
+
+    /// The most pressing threshold met (memory first, then the config's
+    /// order): reclaim images for a disk signal, and if it is still met
+    /// evict one pod.
+    fn act(
+        &self,
+        now: Instant,
+        active: &[usize],
+        snap: &Snapshot,
+        obs: &BTreeMap<Signal, Observed>,
+        pods: &[Arc<Pod>],
+    ) {
+        let Some(&first) =
+            active.iter().min_by_key(|i| (condition_of(self.s.thresholds[**i].signal) != Pressure::Memory, **i))
+        else {
             return;
-        }
-        // memory first, then the others in the config's order
-        active.sort_by_key(|i| (condition_of(self.s.thresholds[*i].signal) != Pressure::Memory, *i));
-        let t = &self.s.thresholds[active[0]];
+        };
+        let t = &self.s.thresholds[first];
         let resource = resource_of(t.signal);
         let node = &self.s.node_name;
         self.events.event(
@@ -388,34 +422,44 @@ impl Manager {
             "EvictionThresholdMet",
             &format!("Attempting to reclaim {resource}"),
         );
-        let o = obs[&t.signal];
-        if matches!(
+        let Some(&o) = obs.get(&t.signal) else { return };
+        if self.reclaimed_images(now, t, o, snap) {
+            return;
+        }
+        self.evict_one(t, (t.value.of(o.capacity), o.available), snap, pods);
+    }
+
+    /// For a disk signal: free images towards the threshold (and its
+    /// minimum reclaim); whether the threshold is no longer met.
+    fn reclaimed_images(&self, now: Instant, t: &Threshold, o: Observed, snap: &Snapshot) -> bool {
+        let disk = matches!(
             t.signal,
             Signal::NodeFsAvailable | Signal::ImageFsAvailable | Signal::NodeFsInodesFree | Signal::ImageFsInodesFree
-        ) && let Some(gc) = &self.gc
-        {
-            let goal = t.value.of(o.capacity).saturating_add(t.min_reclaim.map_or(0, |r| r.of(o.capacity)));
-            let want = if resource == "inodes" { u64::MAX } else { goal.saturating_sub(o.available) };
-            match gc.free_bytes(now, want) {
-                Ok(freed) if freed > 0 => {
-                    // measure the filesystems again (not a whole snapshot)
-                    let mut node = snap.node.clone();
-                    (node.fs, node.image_fs) = self.collector.filesystems();
-                    if observe(&node).get(&t.signal).is_some_and(|o| !met(t, o, true)) {
-                        log::info!(
-                            "eviction manager: freed {freed} bytes of images; {} no longer met",
-                            t.signal.name()
-                        );
-                        return;
-                    }
+        );
+        let Some(gc) = self.gc.as_ref().filter(|_| disk) else { return false };
+        let goal = t.value.of(o.capacity).saturating_add(t.min_reclaim.map_or(0, |r| r.of(o.capacity)));
+        let want = if resource_of(t.signal) == "inodes" { u64::MAX } else { goal.saturating_sub(o.available) };
+        match gc.free_bytes(now, want) {
+            Ok(freed) if freed > 0 => {
+                // measure the filesystems again (not a whole snapshot)
+                let mut node = snap.node.clone();
+                (node.fs, node.image_fs) = self.collector.filesystems();
+                if observe(&node).get(&t.signal).is_some_and(|o| !met(t, o, true)) {
+                    log::info!("eviction manager: freed {freed} bytes of images; {} no longer met", t.signal.name());
+                    return true;
                 }
-                Ok(_) => {}
-                Err(e) => log::warn!("eviction manager: cannot free images: {e}"),
             }
+            Ok(_) => {}
+            Err(e) => log::warn!("eviction manager: cannot free images: {e}"),
         }
-        let threshold = (t.value.of(o.capacity), o.available);
-        let ranked = rank(&pods, &snap.pods, resource, &self.s.priority_classes);
-        for p in ranked {
+        false
+    }
+
+    /// Evict the first pod of the ranking that is not critical and can be
+    /// evicted (one pod a pass, as the kubelet).
+    fn evict_one(&self, t: &Threshold, threshold: (u64, u64), snap: &Snapshot, pods: &[Arc<Pod>]) {
+        let resource = resource_of(t.signal);
+        for p in rank(pods, &snap.pods, resource, &self.s.priority_classes) {
             if model::is_critical(p, &self.s.priority_classes) {
                 continue;
             }
@@ -427,9 +471,8 @@ impl Manager {
             } else {
                 IMMEDIATE_GRACE
             };
-            if self.evict(p, &msg, grace) {
+            if self.evict(p, &msg, Cause::NodePressure, grace) {
                 self.metrics.evicted(t.signal.name());
-                // one pod a pass, as the kubelet
                 break;
             }
         }

@@ -14,7 +14,7 @@ use thiserror::Error;
 
 use crate::model::objects::{self, ObjectSet, ObjectStore};
 use crate::model::{self, Pod, PodStatus, Uid};
-use crate::pod::admission::{Admission, Rejection};
+use crate::pod::admission::{Admission, Cause, Rejection};
 use crate::pod::status::StatusManager;
 use crate::pod::workers::{KillPodOptions, Phase, PodWorkers, UpdatePodOptions, UpdateType};
 use crate::runtime::cache::PodCache;
@@ -186,7 +186,7 @@ impl Agent {
         let removed: Vec<Uid> = pm.by_uid.keys().filter(|u| !incoming.contains_key(*u)).cloned().collect();
         let mut kills = Vec::new();
         for uid in removed {
-            let d = pm.by_uid.remove(&uid).expect("listed above");
+            let Some(d) = pm.by_uid.remove(&uid) else { continue };
             if d.rejected.is_some() {
                 self.statuses.remove(&uid);
                 continue;
@@ -269,20 +269,21 @@ impl Agent {
             pm.by_uid.iter().filter(|(_, d)| d.rejected.as_ref().is_some_and(&which)).map(|(u, _)| u.clone()).collect();
         let mut admitted = 0;
         for uid in again {
-            let pod = pm.by_uid[&uid].pod.clone();
+            let Some(pod) = pm.by_uid.get(&uid).map(|d| d.pod.clone()) else { continue };
             let active = self.active_pods(&pm);
-            match self.admission.admit(&pod, &active) {
+            let outcome = self.admission.admit(&pod, &active);
+            let Some(d) = pm.by_uid.get_mut(&uid) else { continue };
+            match outcome {
                 Ok(()) => {
-                    let reason = pm.by_uid[&uid].rejected.as_ref().map(|r| r.reason.clone()).unwrap_or_default();
+                    let reason = d.rejected.take().map(|r| r.reason).unwrap_or_default();
                     log::info!("pod {}: admitted (was rejected: {reason})", model::pod_ref(&pod));
                     self.statuses.remove(&uid);
                     self.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, pod));
-                    pm.by_uid.get_mut(&uid).expect("listed above").rejected = None;
                     admitted += 1;
                 }
                 Err(r) => {
                     self.reject(&pod, &r);
-                    pm.by_uid.get_mut(&uid).expect("listed above").rejected = Some(r);
+                    d.rejected = Some(r);
                 }
             }
         }
@@ -295,13 +296,16 @@ impl Agent {
     /// removed. It stays out (rejected with that reason) until
     /// [`Agent::readmit`] with it. `None` when the pod is not admitted,
     /// else a receiver told when the pod has terminated.
-    pub fn evict(&self, uid: &str, message: &str, grace: i64) -> Option<crossbeam_channel::Receiver<()>> {
+    pub fn evict(&self, uid: &str, message: &str, cause: Cause, grace: i64) -> Option<crossbeam_channel::Receiver<()>> {
         let _serial = self.sync_lock.lock();
         let pod = {
             let mut pm = self.pods.lock();
             let d = pm.by_uid.get_mut(uid).filter(|d| d.rejected.is_none())?;
-            d.rejected =
-                Some(Rejection { reason: crate::pod::admission::REASON_EVICTED.into(), message: message.into() });
+            d.rejected = Some(Rejection {
+                reason: crate::pod::admission::REASON_EVICTED.into(),
+                message: message.into(),
+                cause,
+            });
             d.pod.clone()
         };
         log::warn!("pod {}: evicted: {message}", model::pod_ref(&pod));

@@ -388,12 +388,42 @@ impl Running {
 }
 
 /// Start every part of the agent on `runtime`: [`assemble`] with
-/// production's tuning, then the threads.
+/// production's tuning, then the threads, in this order (a failure drops,
+/// and so stops, the threads already started).
 pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Result<Running, DaemonError> {
     let api_group = api_group(config)?;
     std::fs::create_dir_all(config.root_dir.join("pods"))
         .map_err(io(format!("creating rootDir {}", config.root_dir.display())))?;
-    // the machine is read once: for kubepods' limits and for admission
+    let parts = assemble(config, runtime, id_prefix, production_tuning(config, id_prefix)?);
+    let source = start_source(config, &parts)?;
+    // relist every second (the kubelet's PLEG period), housekeeping every
+    // housekeepingInterval, on one thread from one runtime list
+    let relist = Duration::from_secs(1).min(config.housekeeping_interval);
+    let housekeeping = Housekeeping::with_relist(parts.agent.clone(), config.housekeeping_interval, relist)
+        .map_err(io("starting housekeeping"))?;
+    let log_rotation = start_log_rotation(config, &parts)?;
+    let eviction = start_eviction(config, &parts)?;
+    // healthy (/healthz, the node's Ready condition): housekeeping and the
+    // runtime answered within a few housekeeping periods
+    let healthy_within = config.housekeeping_interval.saturating_mul(5).max(Duration::from_secs(10));
+    let http = start_http(config, &parts, healthy_within)?;
+    let logind = start_logind(config, &parts)?;
+    let api = start_api(config, &parts, api_group, healthy_within, source.rescanner())?;
+    Ok(Running {
+        parts,
+        source: Some(source),
+        housekeeping: Some(housekeeping),
+        http,
+        logind,
+        api: Some(api),
+        log_rotation: Some(log_rotation),
+        eviction: Some(eviction),
+    })
+}
+
+/// Production's [`Tuning`]: the machine read once (for kubepods' limits
+/// and for admission), the pod cgroups, the registry credentials.
+fn production_tuning(config: &Config, id_prefix: &str) -> Result<Tuning, DaemonError> {
     let allocatable = Allocatable::detect(config.max_pods, config.reserved_cpu_millis, config.reserved_memory_bytes);
     let cgroups = node_cgroups(config, id_prefix, &allocatable)?;
     let provider_config = &config.image_credential_provider_config;
@@ -402,14 +432,16 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
         (!provider_config.as_os_str().is_empty()).then_some(provider_config.as_path()),
         &config.image_credential_provider_bin_dir,
     )?;
-    let tuning =
-        Tuning { cgroups, allocatable: Some(allocatable), keyring: Some(Arc::new(keyring)), ..Tuning::default() };
-    let parts = assemble(config, runtime, id_prefix, tuning);
-    let agent = parts.agent.clone();
-    let events = parts.events.clone();
+    Ok(Tuning { cgroups, allocatable: Some(allocatable), keyring: Some(Arc::new(keyring)), ..Tuning::default() })
+}
+
+/// The `source-file` thread: each scan's objects, then its pods, to the
+/// agent; its problems to the event recorder.
+fn start_source(config: &Config, parts: &Parts) -> Result<crate::agent::source::SourceHandle, DaemonError> {
     let source = FileSource::new(&config.static_pod_path, &parts.node_name);
-    let a = agent.clone();
-    let source = start_watcher(
+    let a = parts.agent.clone();
+    let events = parts.events.clone();
+    start_watcher(
         source,
         config.file_check_frequency,
         move |pods, objects| {
@@ -420,16 +452,15 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
             events.event(&ObjectRef::file(file), EventType::Warning, "InvalidManifest", msg);
         },
     )
-    .map_err(io("starting the manifest watcher"))?;
-    // relist every second (the kubelet's PLEG period), housekeeping every
-    // housekeepingInterval, on one thread from one runtime list
-    let relist = Duration::from_secs(1).min(config.housekeeping_interval);
-    let housekeeping = Housekeeping::with_relist(agent.clone(), config.housekeeping_interval, relist)
-        .map_err(io("starting housekeeping"))?;
-    // made now so that log rotation watches it before the first pod
+    .map_err(io("starting the manifest watcher"))
+}
+
+/// The `log-monitor` thread and its workers; `podLogsDir` is made first so
+/// that it is watched before the first pod.
+fn start_log_rotation(config: &Config, parts: &Parts) -> Result<crate::logs::monitor::LogRotation, DaemonError> {
     std::fs::create_dir_all(&config.pod_logs_dir)
         .map_err(io(format!("creating podLogsDir {}", config.pod_logs_dir.display())))?;
-    let log_rotation = crate::logs::monitor::start(
+    crate::logs::monitor::start(
         parts.runtime.clone(),
         crate::logs::monitor::Settings {
             pod_logs_dir: config.pod_logs_dir.clone(),
@@ -443,7 +474,12 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
             pod_cache: Some(parts.pod_cache.clone()),
         },
     )
-    .map_err(io("starting container log rotation"))?;
+    .map_err(io("starting container log rotation"))
+}
+
+/// The `eviction` thread: the eviction manager every
+/// `housekeepingInterval`, image garbage collection every `imageGCPeriod`.
+fn start_eviction(config: &Config, parts: &Parts) -> Result<crate::agent::housekeeping::Periodic, DaemonError> {
     let gc = Arc::new(crate::node::images::gc::ImageGc::new(
         parts.runtime.clone(),
         crate::node::images::gc::Policy {
@@ -457,109 +493,117 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
         &parts.node_name,
         config.runtime_request_timeout,
     ));
-    let eviction = {
-        let thresholds = config.thresholds().map_err(|e| DaemonError::Io {
-            what: format!("{}.{}", e.field, e.key),
-            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e.reason),
-        })?;
-        let m = crate::agent::eviction::Manager::new(
-            crate::agent::eviction::Settings {
-                thresholds,
-                max_pod_grace: config.eviction_max_pod_grace_period,
-                transition: config.eviction_pressure_transition_period,
-                priority_classes: config.priority_classes.clone(),
-                node_name: parts.node_name.clone(),
-            },
-            parts.stats.clone(),
-            Some(gc.clone()),
-            parts.agent.clone(),
-            parts.admission.pressure(),
-            parts.events.clone(),
-            parts.metrics.clone(),
-        );
-        // the monitoring period is housekeeping's, as in the kubelet; the
-        // same thread collects images every imageGCPeriod (one thread less
-        // on a small node: both only call the runtime)
-        let gc_period = config.image_gc_period;
-        let mut next_gc = Instant::now();
-        crate::agent::housekeeping::Periodic::every("eviction", config.housekeeping_interval, move || {
-            m.synchronize();
-            if Instant::now() >= next_gc {
-                if let Err(e) = gc.collect(Instant::now()) {
-                    log::warn!("image garbage collection failed: {e}");
-                }
-                next_gc = crate::base::cancel::deadline_in(gc_period);
-            }
-            // a snapshot's lists (110 pods' stats) are freed now: their
-            // pages go back at once rather than at the next trim
-            crate::sys::malloc_trim();
-        })
-        .map_err(io("starting the eviction manager"))?
-    };
-    // healthy (/healthz, the node's Ready condition): housekeeping and the
-    // runtime answered within a few housekeeping periods
-    let healthy_within = config.housekeeping_interval.saturating_mul(5).max(Duration::from_secs(10));
-    let http = if config.read_only_port == 0 {
-        None
-    } else {
-        let ip: std::net::IpAddr = config.address.parse().map_err(|e| DaemonError::Io {
-            what: format!("address {}", config.address),
-            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
-        })?;
-        let addr = std::net::SocketAddr::new(ip, config.read_only_port);
-        let server =
-            crate::api::http::HttpServer::start(addr, parts.clone(), healthy_within, !config.read_only_port_shows_env)
-                .map_err(io(format!("listening on {addr} (address, readOnlyPort)")))?;
-        log::info!("read-only HTTP on http://{}", server.local_addr());
-        Some(server)
-    };
-    let logind = if config.shutdown_grace_period.is_zero() && config.shutdown_grace_period_by_pod_priority.is_empty() {
-        log::info!("graceful node shutdown off (shutdownGracePeriod is 0)");
-        None
-    } else {
-        let cfg = crate::agent::node_shutdown::logind::ShutdownConfig {
-            groups: crate::agent::node_shutdown::groups_from_config(
-                config.shutdown_grace_period.as_secs() as i64,
-                config.shutdown_grace_period_critical_pods.as_secs() as i64,
-                &config.shutdown_grace_period_by_pod_priority,
-            ),
+    let thresholds = config.thresholds().map_err(|e| DaemonError::Io {
+        what: format!("{}.{}", e.field, e.key),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e.reason),
+    })?;
+    let m = crate::agent::eviction::Manager::new(
+        crate::agent::eviction::Settings {
+            thresholds,
+            max_pod_grace: config.eviction_max_pod_grace_period,
+            transition: config.eviction_pressure_transition_period,
             priority_classes: config.priority_classes.clone(),
-            root_dir: config.root_dir.clone(),
-            dropin_dir: Some(config.logind_drop_in_dir.clone()),
-        };
-        let logind = Arc::new(crate::agent::node_shutdown::logind::dbus_impl::DbusLogind::new());
-        Some(
-            crate::agent::node_shutdown::logind::LogindThread::start(logind, parts.shutdown_runner(), cfg)
-                .map_err(io("starting the logind thread"))?,
-        )
-    };
-    let api = {
-        let cfg = crate::api::local::ApiConfig {
-            socket: config.api_socket.clone(),
-            group: api_group,
-            static_pod_path: config.static_pod_path.clone(),
-            pod_logs_dir: config.pod_logs_dir.clone(),
             node_name: parts.node_name.clone(),
-            healthy_within,
-            rescan: source.rescanner(),
-            root_pod_security: config.static_pod_security_level,
-            group_pod_security: config.api_group_pod_security_level,
-        };
-        let server = crate::api::local::ApiServer::start(parts.clone(), cfg)
-            .map_err(io(format!("serving the local API on {} (apiSocket)", config.api_socket.display())))?;
-        log::info!("local API on {}", server.socket().display());
-        Some(server)
-    };
-    Ok(Running {
-        parts,
-        source: Some(source),
-        housekeeping: Some(housekeeping),
-        http,
-        logind,
-        api,
-        log_rotation: Some(log_rotation),
-        eviction: Some(eviction),
+        },
+        parts.stats.clone(),
+        Some(gc.clone()),
+        parts.agent.clone(),
+        parts.admission.pressure(),
+        parts.events.clone(),
+        parts.metrics.clone(),
+    );
+    // the monitoring period is housekeeping's, as in the kubelet; the
+    // same thread collects images every imageGCPeriod (one thread less
+    // on a small node: both only call the runtime)
+    let gc_period = config.image_gc_period;
+    let mut next_gc = Instant::now();
+    crate::agent::housekeeping::Periodic::every("eviction", config.housekeeping_interval, move || {
+        m.synchronize();
+        if Instant::now() >= next_gc {
+            if let Err(e) = gc.collect(Instant::now()) {
+                log::warn!("image garbage collection failed: {e}");
+            }
+            next_gc = crate::base::cancel::deadline_in(gc_period);
+        }
+        // a snapshot's lists (110 pods' stats) are freed now: their
+        // pages go back at once rather than at the next trim
+        crate::sys::malloc_trim();
     })
+    .map_err(io("starting the eviction manager"))
+}
+
+/// The read-only HTTP endpoint (`http` and its pool), unless
+/// `readOnlyPort` is 0.
+fn start_http(
+    config: &Config,
+    parts: &Parts,
+    healthy_within: Duration,
+) -> Result<Option<crate::api::http::HttpServer>, DaemonError> {
+    if config.read_only_port == 0 {
+        return Ok(None);
+    }
+    let ip: std::net::IpAddr = config.address.parse().map_err(|e| DaemonError::Io {
+        what: format!("address {}", config.address),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
+    })?;
+    let addr = std::net::SocketAddr::new(ip, config.read_only_port);
+    let server =
+        crate::api::http::HttpServer::start(addr, parts.clone(), healthy_within, !config.read_only_port_shows_env)
+            .map_err(io(format!("listening on {addr} (address, readOnlyPort)")))?;
+    log::info!("read-only HTTP on http://{}", server.local_addr());
+    Ok(Some(server))
+}
+
+/// The `logind` thread (graceful node shutdown), unless no grace period is
+/// configured.
+fn start_logind(
+    config: &Config,
+    parts: &Parts,
+) -> Result<Option<crate::agent::node_shutdown::logind::LogindThread>, DaemonError> {
+    if config.shutdown_grace_period.is_zero() && config.shutdown_grace_period_by_pod_priority.is_empty() {
+        log::info!("graceful node shutdown off (shutdownGracePeriod is 0)");
+        return Ok(None);
+    }
+    let cfg = crate::agent::node_shutdown::logind::ShutdownConfig {
+        groups: crate::agent::node_shutdown::groups_from_config(
+            config.shutdown_grace_period.as_secs() as i64,
+            config.shutdown_grace_period_critical_pods.as_secs() as i64,
+            &config.shutdown_grace_period_by_pod_priority,
+        ),
+        priority_classes: config.priority_classes.clone(),
+        root_dir: config.root_dir.clone(),
+        dropin_dir: Some(config.logind_drop_in_dir.clone()),
+    };
+    let logind = Arc::new(crate::agent::node_shutdown::logind::dbus_impl::DbusLogind::new());
+    let thread = crate::agent::node_shutdown::logind::LogindThread::start(logind, parts.shutdown_runner(), cfg)
+        .map_err(io("starting the logind thread"))?;
+    Ok(Some(thread))
+}
+
+/// The local API (`api-accept`, its gRPC server; `api-work`/`api-kill`
+/// start with their first job).
+fn start_api(
+    config: &Config,
+    parts: &Parts,
+    group: Option<(String, u32)>,
+    healthy_within: Duration,
+    rescan: Arc<dyn Fn() + Send + Sync>,
+) -> Result<crate::api::local::ApiServer, DaemonError> {
+    let cfg = crate::api::local::ApiConfig {
+        socket: config.api_socket.clone(),
+        group,
+        static_pod_path: config.static_pod_path.clone(),
+        pod_logs_dir: config.pod_logs_dir.clone(),
+        node_name: parts.node_name.clone(),
+        healthy_within,
+        rescan,
+        root_pod_security: config.static_pod_security_level,
+        group_pod_security: config.api_group_pod_security_level,
+    };
+    let server = crate::api::local::ApiServer::start(parts.clone(), cfg)
+        .map_err(io(format!("serving the local API on {} (apiSocket)", config.api_socket.display())))?;
+    log::info!("local API on {}", server.socket().display());
+    Ok(server)
 }
 
 /// Run the daemon until SIGTERM or SIGINT.

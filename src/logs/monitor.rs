@@ -28,7 +28,7 @@ use inotify::{Inotify, WatchDescriptor, WatchMask};
 use parking_lot::Mutex;
 
 use crate::logs::rotation::{Outcome, Policy};
-use crate::runtime::{CallCtx, ContainerState, Runtime};
+use crate::runtime::{CallCtx, ContainerState, Runtime, RuntimeError};
 
 /// After the writes of a log woke the monitor, it reads the next ones only
 /// this much later: a container writing all the time costs a few checks a
@@ -79,10 +79,10 @@ impl Drop for LogRotation {
 
 /// The live logs of the running containers the runtime lists (or the
 /// relist listed less than [`crate::runtime::cache::FRESH`] ago).
-fn running(runtime: &dyn Runtime, s: &Settings) -> Result<Vec<Target>, String> {
+fn running(runtime: &dyn Runtime, s: &Settings) -> Result<Vec<Target>, RuntimeError> {
     let pods = match s.pod_cache.as_ref().and_then(|c| c.recent(crate::runtime::cache::FRESH)) {
         Some(p) => p,
-        None => Arc::new(runtime.list_pods(&CallCtx::background(s.timeout)).map_err(|e| e.to_string())?),
+        None => Arc::new(runtime.list_pods(&CallCtx::background(s.timeout))?),
     };
     let mut out = Vec::new();
     for p in pods.iter() {
@@ -98,7 +98,7 @@ fn running(runtime: &dyn Runtime, s: &Settings) -> Result<Vec<Target>, String> {
 fn check(runtime: &dyn Runtime, s: &Settings, t: &Target) -> bool {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
     let stamp = crate::sys::local_timestamp(now);
-    let reopen = || runtime.reopen_container_log(&CallCtx::background(s.timeout), &t.id).map_err(|e| e.to_string());
+    let reopen = || runtime.reopen_container_log(&CallCtx::background(s.timeout), &t.id);
     match crate::logs::rotation::rotate(&t.dir, &t.live, s.policy, &stamp, reopen) {
         Ok(Outcome::Rotated(to)) => {
             log::debug!("container {}: log rotated to {}", t.id, to.display());
@@ -380,5 +380,173 @@ impl Monitor {
                 quiet_until = crate::base::cancel::deadline_in(QUIET);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::runtime::Op;
+    use crate::runtime::fake::FakeRuntime;
+
+    /// A directory removed when dropped.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(tag: &str) -> Self {
+            let d = std::env::temp_dir().join(format!("podwarden-monitor-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&d);
+            std::fs::create_dir_all(&d).unwrap();
+            TempDir(d)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// Poll `cond` every 5 ms until it holds; fail after `within`.
+    fn wait_for(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
+        let end = Instant::now() + within;
+        while Instant::now() < end {
+            if cond() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(cond(), "timed out after {within:?} waiting for {what}");
+    }
+
+    /// The file names in `dir`, sorted.
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> =
+            std::fs::read_dir(dir).unwrap().flatten().map(|e| e.file_name().into_string().unwrap()).collect();
+        v.sort();
+        v
+    }
+
+    /// A running pod's container log directory in `root`, made.
+    fn log_dir(root: &Path, ns: &str, name: &str, uid: &str, container: &str) -> PathBuf {
+        let d = root.join(crate::logs::reader::pod_dir_name(ns, name, uid)).join(container);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn settings(root: &Path, policy: Policy, interval: Duration) -> Settings {
+        Settings {
+            pod_logs_dir: root.to_path_buf(),
+            policy,
+            interval,
+            workers: 1,
+            timeout: Duration::from_secs(5),
+            pod_cache: None,
+        }
+    }
+
+    const POLICY: Policy = Policy { max_size: 1000, max_files: 5 };
+
+    /// Rotated files of `0.log` in `dir` (compressed or not).
+    fn rotated(dir: &Path) -> Vec<String> {
+        names(dir).into_iter().filter(|n| n.starts_with("0.log.")).collect()
+    }
+
+    #[test]
+    fn the_first_pass_rotates_a_running_containers_log_over_the_limit_and_reopens_it() {
+        let root = TempDir::new("pass");
+        let fake = Arc::new(FakeRuntime::new());
+        fake.set_recording(true);
+        fake.add_running_pod("u1", "web", "default", "c", None);
+        fake.add_running_pod("u2", "done", "default", "c", None);
+        assert!(fake.exit_container("u2", "c", 0));
+        let live = log_dir(&root.0, "default", "web", "u1", "c");
+        let exited = log_dir(&root.0, "default", "done", "u2", "c");
+        std::fs::write(live.join("0.log"), vec![b'a'; 1500]).unwrap();
+        std::fs::write(exited.join("0.log"), vec![b'a'; 1500]).unwrap();
+        // a long interval: only the first pass, at start, can rotate it
+        let rotation = start(fake.clone(), settings(&root.0, POLICY, Duration::from_secs(3600))).unwrap();
+        wait_for("the running container's log rotated", Duration::from_secs(5), || rotated(&live).len() == 1);
+        // renamed to 0.log.<YYYYMMDD-hhmmss>, the live name reopened by the runtime
+        let to = &rotated(&live)[0];
+        assert_eq!(to.len(), "0.log.".len() + "YYYYMMDD-hhmmss".len(), "{to}");
+        assert_eq!(std::fs::read(live.join(to)).unwrap().len(), 1500);
+        assert!(!live.join("0.log").exists(), "the fake runtime does not write a new live log");
+        assert_eq!(fake.calls_for("u1", Op::ReopenContainerLog).len(), 1);
+        drop(rotation);
+        // an exited container's log is not its to rotate
+        assert_eq!(names(&exited), ["0.log"]);
+        assert!(fake.calls_for("u2", Op::ReopenContainerLog).is_empty());
+    }
+
+    #[test]
+    fn a_log_growing_past_the_limit_is_rotated_as_it_is_written_not_at_the_next_pass() {
+        let root = TempDir::new("grow");
+        let fake = Arc::new(FakeRuntime::new());
+        fake.add_running_pod("u1", "web", "default", "c", None);
+        let live = log_dir(&root.0, "default", "web", "u1", "c");
+        std::fs::write(live.join("0.log"), b"small\n").unwrap();
+        fake.set_recording(true);
+        let rotation = start(fake.clone(), settings(&root.0, POLICY, Duration::from_secs(3600))).unwrap();
+        // the first pass lists the containers, checks the log (small: kept)
+        // and watches its directory
+        let listed = || fake.calls().iter().any(|c| c.op == Op::ListPodSandbox);
+        wait_for("the first pass's list", Duration::from_secs(5), listed);
+        // the container writes on: inotify, not the hour-long interval,
+        // brings the check (written again while the watch may still be
+        // being set up, right after the list)
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut writes = 0;
+        while rotated(&live).is_empty() && Instant::now() < deadline {
+            let mut f = std::fs::OpenOptions::new().append(true).open(live.join("0.log")).unwrap();
+            std::io::Write::write_all(&mut f, &[b'b'; 1200]).unwrap();
+            drop(f);
+            writes += 1;
+            let until = Instant::now() + Duration::from_millis(500);
+            while rotated(&live).is_empty() && Instant::now() < until.min(deadline) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let r = rotated(&live);
+        assert_eq!(r.len(), 1, "not rotated within 5 s of the writes: {:?}", names(&live));
+        let content = std::fs::read(live.join(&r[0])).unwrap();
+        assert!(content.starts_with(b"small\n"));
+        assert_eq!(content.len(), 6 + writes * 1200);
+        assert_eq!(fake.calls_for("u1", Op::ReopenContainerLog).len(), 1);
+        drop(rotation);
+    }
+
+    #[test]
+    fn rotated_files_beyond_container_log_max_files_are_removed_and_older_ones_compressed() {
+        let root = TempDir::new("maxfiles");
+        let fake = Arc::new(FakeRuntime::new());
+        fake.add_running_pod("u1", "web", "default", "c", None);
+        let live = log_dir(&root.0, "default", "web", "u1", "c");
+        let old = ["0.log.20200101-000001", "0.log.20200101-000002", "0.log.20200101-000003"];
+        for n in old {
+            std::fs::write(live.join(n), b"2020-01-01T00:00:00Z stdout F old\n").unwrap();
+        }
+        std::fs::write(live.join("0.log"), vec![b'a'; 1500]).unwrap();
+        // three files in all: the live one and two rotated
+        let policy = Policy { max_size: 1000, max_files: 3 };
+        let rotation = start(fake.clone(), settings(&root.0, policy, Duration::from_secs(3600))).unwrap();
+        let done = |r: &[String]| r.len() == 2 && r[0] == "0.log.20200101-000003.gz" && !r[1].starts_with("0.log.2020");
+        wait_for("the oldest removed, the older compressed", Duration::from_secs(5), || done(&rotated(&live)));
+        let r = rotated(&live);
+        assert_eq!(std::fs::read(live.join(&r[1])).unwrap().len(), 1500, "the newest stays plain: {r:?}");
+        assert!(!names(&live).iter().any(|n| n.ends_with(crate::logs::rotation::TMP)));
+        drop(rotation);
+    }
+
+    #[test]
+    fn dropping_the_handle_stops_every_thread_promptly() {
+        let root = TempDir::new("stop");
+        let fake = Arc::new(FakeRuntime::new());
+        let rotation = start(fake, settings(&root.0, POLICY, Duration::from_secs(3600))).unwrap();
+        let t = Instant::now();
+        drop(rotation);
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     }
 }

@@ -15,10 +15,49 @@ use std::io::{BufWriter, Read};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use thiserror::Error;
+
+use crate::runtime::RuntimeError;
+
 /// The suffix of a compressed rotated log.
 pub const COMPRESSED: &str = ".gz";
 /// The suffix of a compression in progress (left by a crash: removed).
 pub const TMP: &str = ".tmp";
+
+/// Why a live log was not rotated; each names the live log's path.
+#[derive(Debug, Error)]
+pub enum RotateError {
+    /// A symlink or anything but a regular file: never followed.
+    #[error("{}: not a regular file; not rotated", .path.display())]
+    NotRegular { path: PathBuf },
+    /// The live log is missing and the runtime did not reopen it.
+    #[error("{}: missing; reopening it failed: {source}", .path.display())]
+    ReopenMissing {
+        path: PathBuf,
+        #[source]
+        source: RuntimeError,
+    },
+    /// Its metadata could not be read.
+    #[error("{}: {source}", .path.display())]
+    Stat {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: cannot rename it: {source}", .path.display())]
+    Rename {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Renamed, then the runtime did not reopen it (the rename is undone).
+    #[error("{}: the runtime did not reopen it: {source}", .path.display())]
+    Reopen {
+        path: PathBuf,
+        #[source]
+        source: RuntimeError,
+    },
+}
 
 /// How logs are rotated (`containerLogMaxSize`, `containerLogMaxFiles`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,19 +183,19 @@ pub fn rotate(
     live: &str,
     policy: Policy,
     stamp: &str,
-    reopen: impl FnOnce() -> Result<(), String>,
-) -> Result<Outcome, String> {
+    reopen: impl FnOnce() -> Result<(), RuntimeError>,
+) -> Result<Outcome, RotateError> {
     let path = dir.join(live);
     let size = match std::fs::symlink_metadata(&path) {
         Ok(m) if m.is_file() => m.size(),
-        Ok(_) => return Err(format!("{}: not a regular file; not rotated", path.display())),
+        Ok(_) => return Err(RotateError::NotRegular { path }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             // a rename whose reopen never came (a crash between the two):
             // the runtime writes to the renamed file until it reopens
-            reopen().map_err(|e| format!("{}: missing; reopening it failed: {e}", path.display()))?;
+            reopen().map_err(|source| RotateError::ReopenMissing { path, source })?;
             return Ok(Outcome::Reopened);
         }
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+        Err(source) => return Err(RotateError::Stat { path, source }),
     };
     if size < policy.max_size {
         return Ok(Outcome::Small);
@@ -176,12 +215,14 @@ pub fn rotate(
         return Ok(Outcome::Later);
     };
     clean_up(dir, live);
-    std::fs::rename(&path, &target).map_err(|e| format!("{}: cannot rename it: {e}", path.display()))?;
-    if let Err(e) = reopen() {
+    if let Err(source) = std::fs::rename(&path, &target) {
+        return Err(RotateError::Rename { path, source });
+    }
+    if let Err(source) = reopen() {
         if let Err(back) = std::fs::rename(&target, &path) {
             log::warn!("container log {}: cannot rename it back after a failed reopen: {back}", target.display());
         }
-        return Err(format!("{}: the runtime did not reopen it: {e}", path.display()));
+        return Err(RotateError::Reopen { path, source });
     }
     // the live file counts too
     let mut old = rotated(dir, live);
@@ -318,13 +359,13 @@ mod tests {
             reopened += 1;
             Ok(())
         });
-        assert_eq!((r, reopened), (Ok(Outcome::Small), 0));
+        assert_eq!((r.map_err(|e| e.to_string()), reopened), (Ok(Outcome::Small), 0));
         write(&d.join("0.log"), &[b'a'; 100]);
         let r = rotate(&d, "0.log", POLICY, "20261124-010000", || {
             reopened += 1;
             Ok(())
         });
-        assert_eq!(r, Ok(Outcome::Rotated(d.join("0.log.20261124-010000"))));
+        assert_eq!(r.map_err(|e| e.to_string()), Ok(Outcome::Rotated(d.join("0.log.20261124-010000"))));
         assert_eq!(reopened, 1);
         assert_eq!(names(&d), ["0.log.20261124-010000"]);
         // the same second again: `-1`..`-9`, then later, never over a file
@@ -332,13 +373,17 @@ mod tests {
             write(&d.join("0.log"), &[b'b'; 200]);
             let to = d.join(format!("0.log.20261124-010000-{k}"));
             assert_eq!(
-                rotate(&d, "0.log", Policy { max_size: 100, max_files: 20 }, "20261124-010000", || Ok(())),
+                rotate(&d, "0.log", Policy { max_size: 100, max_files: 20 }, "20261124-010000", || Ok(()))
+                    .map_err(|e| e.to_string()),
                 Ok(Outcome::Rotated(to))
             );
             compress_older(&d, "0.log");
         }
         write(&d.join("0.log"), &[b'b'; 200]);
-        assert_eq!(rotate(&d, "0.log", POLICY, "20261124-010000", || Ok(())), Ok(Outcome::Later));
+        assert_eq!(
+            rotate(&d, "0.log", POLICY, "20261124-010000", || Ok(())).map_err(|e| e.to_string()),
+            Ok(Outcome::Later)
+        );
         assert!(std::fs::read(d.join("0.log.20261124-010000.gz")).unwrap().len() < 100);
         // they sort in the order they were made
         let r = rotated(&d, "0.log");
@@ -375,8 +420,17 @@ mod tests {
     fn a_failed_reopen_undoes_the_rename_and_a_missing_live_log_is_reopened() {
         let d = tmpdir("reopen");
         write(&d.join("0.log"), &[b'a'; 150]);
-        let r = rotate(&d, "0.log", POLICY, "20261124-010000", || Err("container is not running".into()));
-        assert!(r.unwrap_err().ends_with("the runtime did not reopen it: container is not running"));
+        let r = rotate(&d, "0.log", POLICY, "20261124-010000", || {
+            Err(RuntimeError::Failed {
+                op: crate::runtime::Op::ReopenContainerLog,
+                message: "container is not running".into(),
+            })
+        });
+        assert!(
+            r.unwrap_err()
+                .to_string()
+                .ends_with("the runtime did not reopen it: ReopenContainerLog failed: container is not running")
+        );
         assert_eq!(names(&d), ["0.log"]);
         std::fs::remove_file(d.join("0.log")).unwrap();
         let mut asked = false;
@@ -384,7 +438,8 @@ mod tests {
             rotate(&d, "0.log", POLICY, "20261124-010001", || {
                 asked = true;
                 Ok(())
-            }),
+            })
+            .map_err(|e| e.to_string()),
             Ok(Outcome::Reopened)
         );
         assert!(asked);
@@ -411,6 +466,7 @@ mod tests {
         assert!(
             rotate(&d, "1.log", POLICY, "20261124-010003", || Ok(()))
                 .unwrap_err()
+                .to_string()
                 .ends_with("not a regular file; not rotated")
         );
         assert!(compress(&d.join("1.log")).is_err());

@@ -82,11 +82,23 @@ impl Allocatable {
 pub struct Rejection {
     pub reason: String,
     pub message: String,
+    /// What caused it, for what is decided on it later (readmission).
+    pub cause: Cause,
+}
+
+/// What caused a rejection or an eviction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// The node's pressure (an eviction for it, or a pod refused under
+    /// it): the pod is admitted again once the node has no pressure.
+    NodePressure,
+    /// Anything else: the pod itself, or the node's state besides pressure.
+    Other,
 }
 
 impl Rejection {
     fn new(reason: &str, message: String) -> Self {
-        Rejection { reason: reason.into(), message }
+        Rejection { reason: reason.into(), message, cause: Cause::Other }
     }
 }
 
@@ -298,10 +310,10 @@ impl Admission {
             let memory_only = on == [Pressure::Memory];
             if !memory_only || (best_effort && !tolerates) {
                 let names: Vec<&str> = on.iter().map(|p| p.condition()).collect();
-                return Err(Rejection::new(
-                    REASON_EVICTED,
-                    format!("{MESSAGE_NODE_CONDITION}: [{}]. ", names.join(" ")),
-                ));
+                return Err(Rejection {
+                    cause: Cause::NodePressure,
+                    ..Rejection::new(REASON_EVICTED, format!("{MESSAGE_NODE_CONDITION}: [{}]. ", names.join(" ")))
+                });
             }
         }
         self.sysctls.admit(pod).map_err(|m| Rejection::new(model::sysctl::REASON_FORBIDDEN, m.to_string()))?;

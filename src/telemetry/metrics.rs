@@ -304,10 +304,6 @@ impl Metrics {
     }
 }
 
-fn bools(v: &[i64; 2]) -> [(&'static str, i64); 2] {
-    [("false", v[0]), ("true", v[1])]
-}
-
 /// One histogram's series; `labels` is empty or ends with a comma.
 fn histogram(out: &mut String, name: &str, labels: &str, h: &Histogram) {
     use std::fmt::Write;
@@ -321,198 +317,287 @@ fn histogram(out: &mut String, name: &str, labels: &str, h: &Histogram) {
     let _ = writeln!(out, "{name}_count{braces} {}", h.count);
 }
 
+/// One sample: `name value`, or `name{labels} value` when it has labels.
+fn sample(out: &mut String, name: &str, labels: &str, value: impl std::fmt::Display) {
+    use std::fmt::Write;
+    let _ =
+        if labels.is_empty() { writeln!(out, "{name} {value}") } else { writeln!(out, "{name}{{{labels}}} {value}") };
+}
+
+/// A pair of series by the `static` label: index 0 = "false", 1 = "true".
+fn by_static(out: &mut String, name: &str, v: [impl std::fmt::Display; 2]) {
+    for (s, v) in ["false", "true"].into_iter().zip(v) {
+        sample(out, name, &format!("static=\"{s}\""), v);
+    }
+}
+
+/// One series per key of `m`, labelled `label="<key>"`.
+fn by_label<K: std::fmt::Display, V: std::fmt::Display>(out: &mut String, name: &str, label: &str, m: &BTreeMap<K, V>) {
+    for (k, v) in m {
+        sample(out, name, &format!("{label}=\"{k}\""), v);
+    }
+}
+
+/// What one render reads of the metrics, taken once, before any is written.
+struct Snapshot {
+    gauges: Gauges,
+    restarted: [u64; 2],
+    orphaned: u64,
+    image_pulls: BTreeMap<&'static str, Histogram>,
+    /// By plugin name: its duration histogram and its errors.
+    credential_plugins: BTreeMap<String, (Histogram, u64)>,
+    evictions: BTreeMap<String, u64>,
+    images_collected: BTreeMap<&'static str, u64>,
+    pod_worker_duration: BTreeMap<&'static str, Histogram>,
+    pod_start_duration: Histogram,
+    runtime_errors: BTreeMap<&'static str, u64>,
+    shutdown_times: [Option<f64>; 2],
+    /// Sorted by namespace, pod, volume.
+    empty_dirs: Vec<EmptyDirUsage>,
+    probes: BTreeMap<ProbeSeries, ProbeCounts>,
+}
+
+impl Snapshot {
+    fn of(m: &Metrics) -> Self {
+        let mut empty_dirs = m.empty_dirs();
+        empty_dirs.sort_by(|a, b| (&a.namespace, &a.pod, &a.volume).cmp(&(&b.namespace, &b.pod, &b.volume)));
+        Snapshot {
+            gauges: m.gauges(),
+            restarted: [m.restarted(false), m.restarted(true)],
+            orphaned: m.orphaned(),
+            image_pulls: m.image_pulls.lock().clone(),
+            credential_plugins: m.credential_plugins.lock().clone(),
+            evictions: m.evictions.lock().clone(),
+            images_collected: m.images_collected_total(),
+            pod_worker_duration: m.pod_worker_duration.lock().clone(),
+            pod_start_duration: m.pod_start_duration(),
+            runtime_errors: m.runtime_errors(),
+            shutdown_times: m.shutdown_times(),
+            empty_dirs,
+            probes: m.probes(),
+        }
+    }
+}
+
+/// One metric family: its `# HELP` and `# TYPE` lines, then its series.
+struct Family {
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    /// Writes the family's series (`name` is the family's).
+    series: fn(out: &mut String, name: &str, s: &Snapshot),
+}
+
+const GAUGE: &str = "gauge";
+const COUNTER: &str = "counter";
+const HISTOGRAM: &str = "histogram";
+
+/// Every family, in the order `/metrics` shows them.
+const FAMILIES: &[Family] = &[
+    Family {
+        name: "kubelet_desired_pods",
+        kind: GAUGE,
+        help: "The number of pods the kubelet is being instructed to run.",
+        series: |out, name, s| by_static(out, name, s.gauges.desired_pods),
+    },
+    Family {
+        name: "kubelet_active_pods",
+        kind: GAUGE,
+        help: "The number of pods the kubelet considers active and which are being considered when admitting new pods.",
+        series: |out, name, s| by_static(out, name, s.gauges.active_pods),
+    },
+    Family {
+        name: "kubelet_mirror_pods",
+        kind: GAUGE,
+        help: "The number of mirror pods the kubelet will try to create (podwarden has no API server: always 0).",
+        series: |out, name, s| sample(out, name, "", s.gauges.mirror_pods),
+    },
+    Family {
+        name: "kubelet_working_pods",
+        kind: GAUGE,
+        help: "Number of pods the kubelet is actually running, broken down by lifecycle phase, whether the pod is desired, orphaned, or runtime only, and whether the pod is static.",
+        series: |out, name, s| {
+            for ((lifecycle, config, st), v) in &s.gauges.working_pods {
+                sample(out, name, &format!("config=\"{config}\",lifecycle=\"{lifecycle}\",static=\"{st}\""), v);
+            }
+        },
+    },
+    Family {
+        name: "kubelet_restarted_pods_total",
+        kind: COUNTER,
+        help: "Number of pods that have been restarted because they were deleted and recreated with the same UID while the kubelet was watching them.",
+        series: |out, name, s| by_static(out, name, s.restarted),
+    },
+    Family {
+        name: "kubelet_orphaned_runtime_pods_total",
+        kind: COUNTER,
+        help: "Number of pods that have been detected in the container runtime without being already known to the pod worker.",
+        series: |out, name, s| sample(out, name, "", s.orphaned),
+    },
+    Family {
+        name: "kubelet_running_pods",
+        kind: GAUGE,
+        help: "Number of pods that have a running pod sandbox.",
+        series: |out, name, s| sample(out, name, "", s.gauges.running_pods),
+    },
+    Family {
+        name: "kubelet_running_containers",
+        kind: GAUGE,
+        help: "Number of containers currently running.",
+        series: |out, name, s| by_label(out, name, "container_state", &s.gauges.running_containers),
+    },
+    Family {
+        name: "kubelet_image_pull_duration_seconds",
+        kind: HISTOGRAM,
+        help: "Duration in seconds to pull an image.",
+        series: |out, name, s| {
+            for (size, h) in &s.image_pulls {
+                histogram(out, name, &format!("image_size_in_bytes=\"{size}\","), h);
+            }
+        },
+    },
+    Family {
+        name: "kubelet_credential_provider_plugin_duration",
+        kind: HISTOGRAM,
+        help: "Duration of execution in seconds for credential provider plugin",
+        series: |out, name, s| {
+            for (plugin, (h, _)) in &s.credential_plugins {
+                histogram(out, name, &format!("plugin_name=\"{plugin}\","), h);
+            }
+        },
+    },
+    Family {
+        name: "kubelet_credential_provider_plugin_errors",
+        kind: COUNTER,
+        help: "Number of errors from credential provider plugin",
+        series: |out, name, s| {
+            for (plugin, (_, n)) in &s.credential_plugins {
+                sample(out, name, &format!("plugin_name=\"{plugin}\""), n);
+            }
+        },
+    },
+    Family {
+        name: "kubelet_evictions",
+        kind: COUNTER,
+        help: "Cumulative number of pod evictions by eviction signal",
+        series: |out, name, s| by_label(out, name, "eviction_signal", &s.evictions),
+    },
+    Family {
+        name: "kubelet_image_garbage_collected_total",
+        kind: COUNTER,
+        help: "Total number of images garbage collected by the kubelet, whether through disk usage or image age.",
+        series: |out, name, s| by_label(out, name, "reason", &s.images_collected),
+    },
+    Family {
+        name: "kubelet_pod_worker_duration_seconds",
+        kind: HISTOGRAM,
+        help: "Duration in seconds to sync a single pod, broken down by operation type.",
+        series: |out, name, s| {
+            for (op, h) in &s.pod_worker_duration {
+                histogram(out, name, &format!("operation_type=\"{op}\","), h);
+            }
+        },
+    },
+    Family {
+        name: "kubelet_pod_start_duration_seconds",
+        kind: HISTOGRAM,
+        help: "Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run",
+        series: |out, name, s| histogram(out, name, "", &s.pod_start_duration),
+    },
+    Family {
+        name: "kubelet_runtime_operations_errors_total",
+        kind: COUNTER,
+        help: "Cumulative number of runtime operation errors by operation type.",
+        series: |out, name, s| by_label(out, name, "operation_type", &s.runtime_errors),
+    },
+    Family {
+        name: "kubelet_graceful_shutdown_start_time_seconds",
+        kind: GAUGE,
+        help: "Last graceful shutdown start time since unix epoch in seconds",
+        series: |out, name, s| sample(out, name, "", s.shutdown_times[0].unwrap_or(0.0)),
+    },
+    Family {
+        name: "kubelet_graceful_shutdown_end_time_seconds",
+        kind: GAUGE,
+        help: "Last graceful shutdown end time since unix epoch in seconds",
+        series: |out, name, s| sample(out, name, "", s.shutdown_times[1].unwrap_or(0.0)),
+    },
+    Family {
+        name: "podwarden_emptydir_used_bytes",
+        kind: GAUGE,
+        help: "Bytes allocated in a disk-backed emptyDir volume, as du counts them, measured by housekeeping (a lower bound when the walk reached its caps).",
+        series: |out, name, s| {
+            for u in &s.empty_dirs {
+                sample(out, name, &empty_dir_labels(u), u.used_bytes);
+            }
+        },
+    },
+    Family {
+        name: "podwarden_emptydir_limit_bytes",
+        kind: GAUGE,
+        help: "The sizeLimit of a disk-backed emptyDir volume.",
+        series: |out, name, s| {
+            for u in &s.empty_dirs {
+                if let Some(l) = u.limit_bytes {
+                    sample(out, name, &empty_dir_labels(u), l);
+                }
+            }
+        },
+    },
+    Family {
+        name: "prober_probe_total",
+        kind: COUNTER,
+        help: "Cumulative number of a liveness, readiness or startup probe for a container by result.",
+        series: |out, name, s| {
+            for (p, c) in &s.probes {
+                for (i, result) in ["successful", "failed", "unknown"].iter().enumerate() {
+                    if c.results[i] > 0 {
+                        let labels =
+                            format!("{},pod_uid=\"{}\",result=\"{result}\"", probe_labels(p), escape(&p.pod_uid));
+                        sample(out, name, &labels, c.results[i]);
+                    }
+                }
+            }
+        },
+    },
+    Family {
+        name: "prober_probe_duration_seconds",
+        kind: HISTOGRAM,
+        help: "Duration in seconds for a probe response.",
+        series: |out, name, s| {
+            for (p, c) in &s.probes {
+                if c.duration.count > 0 {
+                    histogram(out, name, &format!("{},", probe_labels(p)), &c.duration);
+                }
+            }
+        },
+    },
+];
+
+/// An emptyDir's labels.
+fn empty_dir_labels(u: &EmptyDirUsage) -> String {
+    format!("namespace=\"{}\",pod=\"{}\",volume=\"{}\"", escape(&u.namespace), escape(&u.pod), escape(&u.volume))
+}
+
+/// A probe's labels but `pod_uid` (the duration histogram has none).
+fn probe_labels(s: &ProbeSeries) -> String {
+    format!(
+        "container=\"{}\",namespace=\"{}\",pod=\"{}\",probe_type=\"{}\"",
+        escape(&s.container),
+        escape(&s.namespace),
+        escape(&s.pod),
+        s.probe_type
+    )
+}
+
 /// Render every metric in the Prometheus text format (0.0.4).
 pub fn render(m: &Metrics) -> String {
     use std::fmt::Write;
-    let g = m.gauges();
+    let snapshot = Snapshot::of(m);
     let mut out = String::new();
-    let head = |out: &mut String, name: &str, kind: &str, help: &str| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-    };
-    head(&mut out, "kubelet_desired_pods", "gauge", "The number of pods the kubelet is being instructed to run.");
-    for (s, v) in bools(&g.desired_pods) {
-        let _ = writeln!(out, "kubelet_desired_pods{{static=\"{s}\"}} {v}");
-    }
-    head(
-        &mut out,
-        "kubelet_active_pods",
-        "gauge",
-        "The number of pods the kubelet considers active and which are being considered when admitting new pods.",
-    );
-    for (s, v) in bools(&g.active_pods) {
-        let _ = writeln!(out, "kubelet_active_pods{{static=\"{s}\"}} {v}");
-    }
-    head(
-        &mut out,
-        "kubelet_mirror_pods",
-        "gauge",
-        "The number of mirror pods the kubelet will try to create (podwarden has no API server: always 0).",
-    );
-    let _ = writeln!(out, "kubelet_mirror_pods {}", g.mirror_pods);
-    head(
-        &mut out,
-        "kubelet_working_pods",
-        "gauge",
-        "Number of pods the kubelet is actually running, broken down by lifecycle phase, whether the pod is desired, orphaned, or runtime only, and whether the pod is static.",
-    );
-    for ((lifecycle, config, st), v) in &g.working_pods {
-        let _ =
-            writeln!(out, "kubelet_working_pods{{config=\"{config}\",lifecycle=\"{lifecycle}\",static=\"{st}\"}} {v}");
-    }
-    head(
-        &mut out,
-        "kubelet_restarted_pods_total",
-        "counter",
-        "Number of pods that have been restarted because they were deleted and recreated with the same UID while the kubelet was watching them.",
-    );
-    for s in [false, true] {
-        let _ = writeln!(out, "kubelet_restarted_pods_total{{static=\"{s}\"}} {}", m.restarted(s));
-    }
-    head(
-        &mut out,
-        "kubelet_orphaned_runtime_pods_total",
-        "counter",
-        "Number of pods that have been detected in the container runtime without being already known to the pod worker.",
-    );
-    let _ = writeln!(out, "kubelet_orphaned_runtime_pods_total {}", m.orphaned());
-    head(&mut out, "kubelet_running_pods", "gauge", "Number of pods that have a running pod sandbox.");
-    let _ = writeln!(out, "kubelet_running_pods {}", g.running_pods);
-    head(&mut out, "kubelet_running_containers", "gauge", "Number of containers currently running.");
-    for (state, v) in &g.running_containers {
-        let _ = writeln!(out, "kubelet_running_containers{{container_state=\"{state}\"}} {v}");
-    }
-    head(&mut out, "kubelet_image_pull_duration_seconds", "histogram", "Duration in seconds to pull an image.");
-    for (size, h) in m.image_pulls.lock().iter() {
-        histogram(&mut out, "kubelet_image_pull_duration_seconds", &format!("image_size_in_bytes=\"{size}\","), h);
-    }
-    {
-        let plugins = m.credential_plugins.lock();
-        head(
-            &mut out,
-            "kubelet_credential_provider_plugin_duration",
-            "histogram",
-            "Duration of execution in seconds for credential provider plugin",
-        );
-        for (name, (h, _)) in plugins.iter() {
-            histogram(&mut out, "kubelet_credential_provider_plugin_duration", &format!("plugin_name=\"{name}\","), h);
-        }
-        head(
-            &mut out,
-            "kubelet_credential_provider_plugin_errors",
-            "counter",
-            "Number of errors from credential provider plugin",
-        );
-        for (name, (_, n)) in plugins.iter() {
-            let _ = writeln!(out, "kubelet_credential_provider_plugin_errors{{plugin_name=\"{name}\"}} {n}");
-        }
-    }
-    head(&mut out, "kubelet_evictions", "counter", "Cumulative number of pod evictions by eviction signal");
-    for (signal, n) in m.evictions.lock().iter() {
-        let _ = writeln!(out, "kubelet_evictions{{eviction_signal=\"{signal}\"}} {n}");
-    }
-    head(
-        &mut out,
-        "kubelet_image_garbage_collected_total",
-        "counter",
-        "Total number of images garbage collected by the kubelet, whether through disk usage or image age.",
-    );
-    for (reason, n) in m.images_collected.lock().iter() {
-        let _ = writeln!(out, "kubelet_image_garbage_collected_total{{reason=\"{reason}\"}} {n}");
-    }
-    head(
-        &mut out,
-        "kubelet_pod_worker_duration_seconds",
-        "histogram",
-        "Duration in seconds to sync a single pod, broken down by operation type.",
-    );
-    for (op, h) in m.pod_worker_duration.lock().iter() {
-        histogram(&mut out, "kubelet_pod_worker_duration_seconds", &format!("operation_type=\"{op}\","), h);
-    }
-    head(
-        &mut out,
-        "kubelet_pod_start_duration_seconds",
-        "histogram",
-        "Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run",
-    );
-    histogram(&mut out, "kubelet_pod_start_duration_seconds", "", &m.pod_start_duration());
-    head(
-        &mut out,
-        "kubelet_runtime_operations_errors_total",
-        "counter",
-        "Cumulative number of runtime operation errors by operation type.",
-    );
-    for (op, n) in m.runtime_errors() {
-        let _ = writeln!(out, "kubelet_runtime_operations_errors_total{{operation_type=\"{op}\"}} {n}");
-    }
-    let [start, end] = m.shutdown_times();
-    head(
-        &mut out,
-        "kubelet_graceful_shutdown_start_time_seconds",
-        "gauge",
-        "Last graceful shutdown start time since unix epoch in seconds",
-    );
-    let _ = writeln!(out, "kubelet_graceful_shutdown_start_time_seconds {}", start.unwrap_or(0.0));
-    head(
-        &mut out,
-        "kubelet_graceful_shutdown_end_time_seconds",
-        "gauge",
-        "Last graceful shutdown end time since unix epoch in seconds",
-    );
-    let _ = writeln!(out, "kubelet_graceful_shutdown_end_time_seconds {}", end.unwrap_or(0.0));
-    let mut dirs = m.empty_dirs();
-    dirs.sort_by(|a, b| (&a.namespace, &a.pod, &a.volume).cmp(&(&b.namespace, &b.pod, &b.volume)));
-    let labels = |u: &EmptyDirUsage| {
-        format!("namespace=\"{}\",pod=\"{}\",volume=\"{}\"", escape(&u.namespace), escape(&u.pod), escape(&u.volume))
-    };
-    head(
-        &mut out,
-        "podwarden_emptydir_used_bytes",
-        "gauge",
-        "Bytes allocated in a disk-backed emptyDir volume, as du counts them, measured by housekeeping (a lower bound when the walk reached its caps).",
-    );
-    for u in &dirs {
-        let _ = writeln!(out, "podwarden_emptydir_used_bytes{{{}}} {}", labels(u), u.used_bytes);
-    }
-    head(&mut out, "podwarden_emptydir_limit_bytes", "gauge", "The sizeLimit of a disk-backed emptyDir volume.");
-    for u in &dirs {
-        if let Some(l) = u.limit_bytes {
-            let _ = writeln!(out, "podwarden_emptydir_limit_bytes{{{}}} {l}", labels(u));
-        }
-    }
-    let probes = m.probes();
-    let series = |s: &ProbeSeries| {
-        format!(
-            "container=\"{}\",namespace=\"{}\",pod=\"{}\",probe_type=\"{}\"",
-            escape(&s.container),
-            escape(&s.namespace),
-            escape(&s.pod),
-            s.probe_type
-        )
-    };
-    head(
-        &mut out,
-        "prober_probe_total",
-        "counter",
-        "Cumulative number of a liveness, readiness or startup probe for a container by result.",
-    );
-    for (s, c) in &probes {
-        for (i, result) in ["successful", "failed", "unknown"].iter().enumerate() {
-            if c.results[i] > 0 {
-                let _ = writeln!(
-                    out,
-                    "prober_probe_total{{{},pod_uid=\"{}\",result=\"{result}\"}} {}",
-                    series(s),
-                    escape(&s.pod_uid),
-                    c.results[i]
-                );
-            }
-        }
-    }
-    head(&mut out, "prober_probe_duration_seconds", "histogram", "Duration in seconds for a probe response.");
-    for (s, c) in &probes {
-        if c.duration.count > 0 {
-            histogram(&mut out, "prober_probe_duration_seconds", &format!("{},", series(s)), &c.duration);
-        }
+    for f in FAMILIES {
+        let _ = writeln!(out, "# HELP {} {}\n# TYPE {} {}", f.name, f.help, f.name, f.kind);
+        (f.series)(&mut out, f.name, &snapshot);
     }
     out
 }
@@ -567,5 +652,139 @@ mod tests {
             text.contains("kubelet_runtime_operations_errors_total{operation_type=\"run_podsandbox\"} 2\n"),
             "{text}"
         );
+    }
+
+    /// Every family in its place with its header, and the samples of each
+    /// (buckets aside) as `/metrics` has always shown them.
+    #[test]
+    fn every_family_renders_its_header_and_series_in_order() {
+        let m = Metrics::new();
+        {
+            let mut g = m.gauges.lock();
+            g.desired_pods = [3, 1];
+            g.active_pods = [2, 1];
+            g.working_pods.insert(("sync".into(), "desired".into(), "false".into()), 2);
+            g.working_pods.insert(("terminating".into(), "orphan".into(), "true".into()), 1);
+            g.running_pods = 4;
+            g.running_containers.insert("running".into(), 5);
+            g.running_containers.insert("exited".into(), 1);
+        }
+        m.inc_restarted(true);
+        m.inc_orphaned();
+        m.image_pulled(5_000_000, 1.5);
+        m.image_pulled(50_000_000, 30.0);
+        m.credential_plugin_ran("ecr", 0.2, false);
+        m.credential_plugin_ran("gcr", 1.2, true);
+        m.evicted("memory.available");
+        m.images_collected("age", 2);
+        m.pod_worker_pass("sync", Duration::from_millis(30));
+        m.pod_seen("u1");
+        m.pod_running("u1");
+        m.runtime_error(Op::RunPodSandbox);
+        m.set_shutdown_times(Some(12.5), None);
+        let dir = |ns: &str, pod: &str, volume: &str, used_bytes, limit_bytes| EmptyDirUsage {
+            namespace: ns.into(),
+            pod: pod.into(),
+            volume: volume.into(),
+            used_bytes,
+            used_inodes: 1,
+            limit_bytes,
+        };
+        m.set_empty_dirs(vec![dir("z", "p\"q", "v", 10, Some(100)), dir("a", "p", "v\\", 20, None)]);
+        let s = ProbeSeries {
+            probe_type: "Liveness",
+            container: "c".into(),
+            pod: "p".into(),
+            namespace: "n".into(),
+            pod_uid: "u".into(),
+        };
+        m.probe_done(&s, ProbeResult::Successful, 0.01);
+        m.probe_done(&s, ProbeResult::Failed, 0.02);
+        m.probe_done(&ProbeSeries { probe_type: "Readiness", ..s.clone() }, ProbeResult::Failed, 0.02);
+        let text = render(&m);
+        let types: Vec<&str> = text.lines().filter(|l| l.starts_with("# TYPE")).collect();
+        assert_eq!(
+            types,
+            [
+                "# TYPE kubelet_desired_pods gauge",
+                "# TYPE kubelet_active_pods gauge",
+                "# TYPE kubelet_mirror_pods gauge",
+                "# TYPE kubelet_working_pods gauge",
+                "# TYPE kubelet_restarted_pods_total counter",
+                "# TYPE kubelet_orphaned_runtime_pods_total counter",
+                "# TYPE kubelet_running_pods gauge",
+                "# TYPE kubelet_running_containers gauge",
+                "# TYPE kubelet_image_pull_duration_seconds histogram",
+                "# TYPE kubelet_credential_provider_plugin_duration histogram",
+                "# TYPE kubelet_credential_provider_plugin_errors counter",
+                "# TYPE kubelet_evictions counter",
+                "# TYPE kubelet_image_garbage_collected_total counter",
+                "# TYPE kubelet_pod_worker_duration_seconds histogram",
+                "# TYPE kubelet_pod_start_duration_seconds histogram",
+                "# TYPE kubelet_runtime_operations_errors_total counter",
+                "# TYPE kubelet_graceful_shutdown_start_time_seconds gauge",
+                "# TYPE kubelet_graceful_shutdown_end_time_seconds gauge",
+                "# TYPE podwarden_emptydir_used_bytes gauge",
+                "# TYPE podwarden_emptydir_limit_bytes gauge",
+                "# TYPE prober_probe_total counter",
+                "# TYPE prober_probe_duration_seconds histogram",
+            ]
+        );
+        let samples: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.contains("_bucket"))
+            .filter(|l| !l.starts_with("kubelet_pod_start_duration_seconds_sum"))
+            .collect();
+        assert_eq!(
+            samples,
+            [
+                "kubelet_desired_pods{static=\"false\"} 3",
+                "kubelet_desired_pods{static=\"true\"} 1",
+                "kubelet_active_pods{static=\"false\"} 2",
+                "kubelet_active_pods{static=\"true\"} 1",
+                "kubelet_mirror_pods 0",
+                "kubelet_working_pods{config=\"desired\",lifecycle=\"sync\",static=\"false\"} 2",
+                "kubelet_working_pods{config=\"orphan\",lifecycle=\"terminating\",static=\"true\"} 1",
+                "kubelet_restarted_pods_total{static=\"false\"} 0",
+                "kubelet_restarted_pods_total{static=\"true\"} 1",
+                "kubelet_orphaned_runtime_pods_total 1",
+                "kubelet_running_pods 4",
+                "kubelet_running_containers{container_state=\"exited\"} 1",
+                "kubelet_running_containers{container_state=\"running\"} 5",
+                "kubelet_image_pull_duration_seconds_sum{image_size_in_bytes=\"0-10MB\"} 1.5",
+                "kubelet_image_pull_duration_seconds_count{image_size_in_bytes=\"0-10MB\"} 1",
+                "kubelet_image_pull_duration_seconds_sum{image_size_in_bytes=\"10MB-100MB\"} 30",
+                "kubelet_image_pull_duration_seconds_count{image_size_in_bytes=\"10MB-100MB\"} 1",
+                "kubelet_credential_provider_plugin_duration_sum{plugin_name=\"ecr\"} 0.2",
+                "kubelet_credential_provider_plugin_duration_count{plugin_name=\"ecr\"} 1",
+                "kubelet_credential_provider_plugin_duration_sum{plugin_name=\"gcr\"} 1.2",
+                "kubelet_credential_provider_plugin_duration_count{plugin_name=\"gcr\"} 1",
+                "kubelet_credential_provider_plugin_errors{plugin_name=\"ecr\"} 0",
+                "kubelet_credential_provider_plugin_errors{plugin_name=\"gcr\"} 1",
+                "kubelet_evictions{eviction_signal=\"memory.available\"} 1",
+                "kubelet_image_garbage_collected_total{reason=\"age\"} 2",
+                "kubelet_pod_worker_duration_seconds_sum{operation_type=\"sync\"} 0.03",
+                "kubelet_pod_worker_duration_seconds_count{operation_type=\"sync\"} 1",
+                "kubelet_pod_start_duration_seconds_count 1",
+                "kubelet_runtime_operations_errors_total{operation_type=\"run_podsandbox\"} 1",
+                "kubelet_graceful_shutdown_start_time_seconds 12.5",
+                "kubelet_graceful_shutdown_end_time_seconds 0",
+                "podwarden_emptydir_used_bytes{namespace=\"a\",pod=\"p\",volume=\"v\\\\\"} 20",
+                "podwarden_emptydir_used_bytes{namespace=\"z\",pod=\"p\\\"q\",volume=\"v\"} 10",
+                "podwarden_emptydir_limit_bytes{namespace=\"z\",pod=\"p\\\"q\",volume=\"v\"} 100",
+                "prober_probe_total{container=\"c\",namespace=\"n\",pod=\"p\",probe_type=\"Liveness\",pod_uid=\"u\",result=\"successful\"} 1",
+                "prober_probe_total{container=\"c\",namespace=\"n\",pod=\"p\",probe_type=\"Liveness\",pod_uid=\"u\",result=\"failed\"} 1",
+                "prober_probe_total{container=\"c\",namespace=\"n\",pod=\"p\",probe_type=\"Readiness\",pod_uid=\"u\",result=\"failed\"} 1",
+                "prober_probe_duration_seconds_sum{container=\"c\",namespace=\"n\",pod=\"p\",probe_type=\"Liveness\"} 0.01",
+                "prober_probe_duration_seconds_count{container=\"c\",namespace=\"n\",pod=\"p\",probe_type=\"Liveness\"} 1",
+            ]
+        );
+        assert!(text.contains("# HELP kubelet_mirror_pods The number of mirror pods the kubelet will try to create (podwarden has no API server: always 0).\n# TYPE kubelet_mirror_pods gauge\nkubelet_mirror_pods 0\n"), "{text}");
+        assert!(
+            text.contains("kubelet_image_pull_duration_seconds_bucket{image_size_in_bytes=\"0-10MB\",le=\"0.5\"} 0\n"),
+            "{text}"
+        );
+        assert!(text.contains("prober_probe_duration_seconds_bucket{container=\"c\",namespace=\"n\",pod=\"p\",probe_type=\"Liveness\",le=\"+Inf\"} 1\n"), "{text}");
+        assert!(text.contains("kubelet_pod_start_duration_seconds_bucket{le=\"+Inf\"} 1\n"), "{text}");
     }
 }

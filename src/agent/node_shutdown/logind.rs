@@ -321,140 +321,230 @@ fn finished(run: InFlight, runner: &Runner, stopped: &mut Vec<crate::model::Uid>
     );
 }
 
-fn run(logind: &dyn Logind, runner: &Runner, cfg: &ShutdownConfig, stop: &CancelToken) {
-    let poll = Duration::from_millis(200);
-    let mut warned = false;
-    let mut checked = false;
-    // pods this shutdown stopped (kept across reconnects: `false` may come
-    // from a restarted logind)
-    let mut stopped: Vec<crate::model::Uid> = Vec::new();
-    // the shutdown running now, and whether one was signalled and not
-    // cancelled (both kept across reconnects)
-    let mut in_flight: Option<InFlight> = None;
-    let mut shutting_down = false;
-    runner.state.lock().configured = true;
-    runner.load_state(&cfg.root_dir);
-    // what the node view shows: the problem, and whether a lock is held
-    // (by this thread or by a shutdown run)
-    let problem = |p: Option<String>, held: bool| {
-        let mut st = runner.state.lock();
+/// How often the logind thread looks at its stop token between events.
+const POLL: Duration = Duration::from_millis(200);
+
+/// What podwarden tells logind it is holding the shutdown for.
+const WHO: &str = "podwarden";
+const WHY: &str = "Kubernetes pods shutting down";
+
+/// After an event: keep listening, or reconnect (and take the lock again).
+enum Flow {
+    Listen,
+    Reconnect,
+}
+
+/// After (re)connecting.
+enum Connected {
+    /// Connected; the delay lock taken (`None`: a shutdown run holds one).
+    Lock(Option<Box<dyn InhibitLock>>),
+    /// Not now: try again (after a second's wait).
+    Retry,
+    /// Graceful node shutdown cannot work (logind's delay is wrong): the
+    /// thread ends.
+    Off,
+}
+
+/// The logind thread's state, kept across reconnects.
+struct Watch<'a> {
+    logind: &'a dyn Logind,
+    runner: &'a Runner,
+    cfg: &'a ShutdownConfig,
+    stop: &'a CancelToken,
+    /// Warned that logind is unavailable (once until the lock is back).
+    warned: bool,
+    /// `InhibitDelayMaxSec` checked (once, at the first connection).
+    checked: bool,
+    /// Pods this shutdown stopped (`false` may come from a restarted
+    /// logind).
+    stopped: Vec<crate::model::Uid>,
+    /// The shutdown running now.
+    in_flight: Option<InFlight>,
+    /// A shutdown was signalled and not cancelled.
+    shutting_down: bool,
+}
+
+impl Watch<'_> {
+    /// What the node view shows: the problem, and whether a lock is held
+    /// (by this thread or by a shutdown run).
+    fn problem(&self, p: Option<String>, held: bool) {
+        let mut st = self.runner.state.lock();
         st.problem = p;
         st.lock_held = held;
-    };
-    // no bus or no logind (yet): warn once, show why, try again in a second
-    let unavailable = |e: &dyn std::fmt::Display, warned: &mut bool, run_holds_lock: bool| {
-        if !*warned {
+    }
+
+    /// No bus or no logind (yet): warn once, show why, wait a second.
+    fn unavailable(&mut self, e: &dyn std::fmt::Display, run_holds_lock: bool) {
+        if !self.warned {
             log::warn!("graceful node shutdown unavailable for now: {e}; retrying every second");
-            *warned = true;
+            self.warned = true;
         }
-        problem(Some(e.to_string()), run_holds_lock);
-        stop.sleep(Duration::from_secs(1));
-    };
-    while !stop.is_cancelled() {
-        if in_flight.as_ref().is_some_and(|r| r.join.is_finished()) {
-            finished(in_flight.take().expect("checked"), runner, &mut stopped);
+        self.problem(Some(e.to_string()), run_holds_lock);
+        self.stop.sleep(Duration::from_secs(1));
+    }
+
+    /// A shutdown run that is over: note the pods it stopped, release its
+    /// lock.
+    fn reap(&mut self) {
+        if let Some(run) = self.in_flight.take_if(|r| r.join.is_finished()) {
+            finished(run, self.runner, &mut self.stopped);
         }
-        if !checked {
-            if let Err(e) = logind.connect() {
-                unavailable(&e, &mut warned, false);
-                continue;
+    }
+
+    /// (Re)connect (the first time also checking logind's delay) and take
+    /// the delay lock unless a shutdown run holds one.
+    fn connect(&mut self) -> Connected {
+        if !self.checked {
+            if let Err(e) = self.logind.connect() {
+                self.unavailable(&e, false);
+                return Connected::Retry;
             }
-            match ensure_inhibit_delay(logind, cfg.total(), cfg.dropin_dir.as_deref()) {
-                Ok(_) => checked = true,
+            match ensure_inhibit_delay(self.logind, self.cfg.total(), self.cfg.dropin_dir.as_deref()) {
+                Ok(_) => self.checked = true,
                 Err(e) => {
                     log::error!("graceful node shutdown is off: {e}");
-                    problem(Some(e.to_string()), false);
-                    return;
+                    self.problem(Some(e.to_string()), false);
+                    return Connected::Off;
                 }
             }
         }
-        // (Re)connect and take the delay lock (unless a shutdown run holds
-        // one); retry every second.
-        let mut lock = None;
-        if let Err(e) = logind.connect() {
-            unavailable(&e, &mut warned, in_flight.is_some());
-            continue;
+        if let Err(e) = self.logind.connect() {
+            self.unavailable(&e, self.in_flight.is_some());
+            return Connected::Retry;
         }
-        if in_flight.is_none() {
-            match logind.inhibit("podwarden", "Kubernetes pods shutting down") {
+        let mut lock = None;
+        if self.in_flight.is_none() {
+            match self.logind.inhibit(WHO, WHY) {
                 Ok(l) => lock = Some(l),
                 Err(e) => {
-                    unavailable(&e, &mut warned, false);
-                    continue;
+                    self.unavailable(&e, false);
+                    return Connected::Retry;
                 }
             }
         }
-        if warned {
+        if self.warned {
             log::info!("logind: inhibitor lock taken again");
         }
-        warned = false;
-        problem(None, true);
-        loop {
-            if stop.is_cancelled() {
+        self.warned = false;
+        self.problem(None, true);
+        Connected::Lock(lock)
+    }
+
+    /// Handle logind's events on this connection until it is lost (or the
+    /// lock cannot be taken again) or the thread is stopped; `lock` is
+    /// released when it returns.
+    fn listen(&mut self, mut lock: Option<Box<dyn InhibitLock>>) {
+        while !self.stop.is_cancelled() {
+            let event = self.logind.next_event(POLL);
+            self.reap();
+            let flow = match event {
+                Ok(None) => Flow::Listen,
+                Ok(Some(Event::PrepareForShutdown(true))) => self.shutdown_coming(&mut lock),
+                Ok(Some(Event::PrepareForShutdown(false))) => self.shutdown_cancelled(&mut lock),
+                Ok(Some(Event::Lost)) | Err(_) => self.lost(),
+            };
+            if let Flow::Reconnect = flow {
                 break;
-            }
-            let event = logind.next_event(poll);
-            if in_flight.as_ref().is_some_and(|r| r.join.is_finished()) {
-                finished(in_flight.take().expect("checked"), runner, &mut stopped);
-            }
-            match event {
-                Ok(None) => {}
-                Ok(Some(Event::PrepareForShutdown(true))) => {
-                    if shutting_down {
-                        continue; // a repeated signal during the same shutdown
-                    }
-                    log::info!("logind: shutdown coming; stopping pods within {:?}", cfg.total());
-                    match InFlight::start(runner, cfg, lock.take()) {
-                        Ok(run) => {
-                            in_flight = Some(run);
-                            shutting_down = true;
-                        }
-                        Err(e) => log::error!("logind: cannot start the shutdown thread: {e}"),
-                    }
-                }
-                Ok(Some(Event::PrepareForShutdown(false))) => {
-                    if !shutting_down {
-                        continue;
-                    }
-                    shutting_down = false;
-                    if let Some(run) = in_flight.take() {
-                        log::info!("logind: shutdown cancelled while it ran; stopping it");
-                        let (report, run_lock) = run.cancel();
-                        if let Some(r) = report {
-                            stopped = r.killed;
-                        }
-                        lock = run_lock.or(lock);
-                    }
-                    log::info!("logind: shutdown cancelled; reopening admission and restarting stopped pods");
-                    runner.cancel(&stopped);
-                    stopped.clear();
-                    if lock.is_none() {
-                        match logind.inhibit("podwarden", "Kubernetes pods shutting down") {
-                            Ok(l) => lock = Some(l),
-                            Err(e) => {
-                                log::warn!("logind: cannot take the inhibitor lock again: {e}");
-                                runner.state.lock().lock_held = false;
-                                break;
-                            }
-                        }
-                    }
-                    runner.state.lock().lock_held = true;
-                }
-                Ok(Some(Event::Lost)) | Err(_) => {
-                    log::warn!("logind: connection lost; reconnecting");
-                    problem(Some("connection to logind lost; reconnecting".into()), in_flight.is_some());
-                    break;
-                }
             }
         }
         drop(lock);
     }
-    // stopping: a run in progress stops waiting (its pods go on stopping)
-    if let Some(run) = in_flight.take() {
-        log::info!("logind: stopping while a node shutdown runs; it stops waiting");
-        drop(run.cancel());
+
+    /// `PrepareForShutdown(true)`: the run starts on its own thread with
+    /// the lock (a repeated signal during the same shutdown is ignored).
+    fn shutdown_coming(&mut self, lock: &mut Option<Box<dyn InhibitLock>>) -> Flow {
+        if self.shutting_down {
+            return Flow::Listen;
+        }
+        log::info!("logind: shutdown coming; stopping pods within {:?}", self.cfg.total());
+        match InFlight::start(self.runner, self.cfg, lock.take()) {
+            Ok(run) => {
+                self.in_flight = Some(run);
+                self.shutting_down = true;
+            }
+            Err(e) => log::error!("logind: cannot start the shutdown thread: {e}"),
+        }
+        Flow::Listen
     }
-    runner.state.lock().lock_held = false;
+
+    /// `PrepareForShutdown(false)`: a run in progress stops at once, the
+    /// stopped pods start again, the lock is held again (reconnect when it
+    /// cannot be taken).
+    fn shutdown_cancelled(&mut self, lock: &mut Option<Box<dyn InhibitLock>>) -> Flow {
+        if !self.shutting_down {
+            return Flow::Listen;
+        }
+        self.shutting_down = false;
+        if let Some(run) = self.in_flight.take() {
+            log::info!("logind: shutdown cancelled while it ran; stopping it");
+            let (report, run_lock) = run.cancel();
+            if let Some(r) = report {
+                self.stopped = r.killed;
+            }
+            if run_lock.is_some() {
+                *lock = run_lock;
+            }
+        }
+        log::info!("logind: shutdown cancelled; reopening admission and restarting stopped pods");
+        self.runner.cancel(&self.stopped);
+        self.stopped.clear();
+        if lock.is_none() {
+            match self.logind.inhibit(WHO, WHY) {
+                Ok(l) => *lock = Some(l),
+                Err(e) => {
+                    log::warn!("logind: cannot take the inhibitor lock again: {e}");
+                    self.runner.state.lock().lock_held = false;
+                    return Flow::Reconnect;
+                }
+            }
+        }
+        self.runner.state.lock().lock_held = true;
+        Flow::Listen
+    }
+
+    /// The bus connection broke, or logind's owner changed.
+    fn lost(&mut self) -> Flow {
+        log::warn!("logind: connection lost; reconnecting");
+        self.problem(Some("connection to logind lost; reconnecting".into()), self.in_flight.is_some());
+        Flow::Reconnect
+    }
+
+    /// The thread stops: a run in progress stops waiting (its pods go on
+    /// stopping).
+    fn stopping(&mut self) {
+        if let Some(run) = self.in_flight.take() {
+            log::info!("logind: stopping while a node shutdown runs; it stops waiting");
+            drop(run.cancel());
+        }
+        self.runner.state.lock().lock_held = false;
+    }
+}
+
+/// The logind thread: connect, hold the delay lock, act on logind's
+/// events; reconnect every second while logind is away.
+fn run(logind: &dyn Logind, runner: &Runner, cfg: &ShutdownConfig, stop: &CancelToken) {
+    let mut watch = Watch {
+        logind,
+        runner,
+        cfg,
+        stop,
+        warned: false,
+        checked: false,
+        stopped: Vec::new(),
+        in_flight: None,
+        shutting_down: false,
+    };
+    runner.state.lock().configured = true;
+    runner.load_state(&cfg.root_dir);
+    while !stop.is_cancelled() {
+        watch.reap();
+        match watch.connect() {
+            Connected::Lock(lock) => watch.listen(lock),
+            Connected::Retry => {}
+            Connected::Off => return,
+        }
+    }
+    watch.stopping();
 }
 
 /// logind over D-Bus (the system bus; `DBUS_SYSTEM_BUS_ADDRESS` is honoured).
