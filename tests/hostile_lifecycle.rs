@@ -210,7 +210,7 @@ fn set_up_error_that_cannot_heal_fails_the_pod_without_retrying() {
     let h = Harness::new(); // back-off 50 ms
     const MSG: &str =
         "failed to create pod log directory \"/var/log/pods/x\": mkdir /var/log/pods/x: file name too long";
-    h.fake.fail_with(Op::RunPodSandbox, Some("perm1"), 1000, MSG);
+    h.fake.fail_with(Op::RunPodSandbox, Some("perm1"), 1000, podwarden::runtime::Code::Unknown, MSG);
     h.agent.apply_source(vec![arc(pod("perm", "perm1"))]);
     h.wait_phase("perm1", Phase::Finished, T);
     assert_eq!(h.fake.calls_for("perm1", Op::RunPodSandbox).len(), 1, "not retried");

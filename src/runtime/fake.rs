@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 
 use super::{
-    Auth, CallCtx, ContainerConfig, ContainerInfo, ContainerState, ImageInfo, Result, Runtime, RuntimeError,
+    Auth, CallCtx, Code, ContainerConfig, ContainerInfo, ContainerState, ImageInfo, Result, Runtime, RuntimeError,
     RuntimePod, SandboxConfig, SandboxInfo,
 };
 
@@ -40,8 +40,9 @@ pub enum FaultKind {
     Hang,
     /// Panic in the calling thread (tests of what a panicking thread does).
     Panic,
-    /// Fail at once with this message (e.g. one that cannot heal).
-    ErrorWith(&'static str),
+    /// Fail at once with this status code and message, as a runtime
+    /// answers.
+    ErrorWith(Code, &'static str),
 }
 
 #[derive(Debug, Clone)]
@@ -187,10 +188,10 @@ impl FakeRuntime {
         self.inject(op, uid, times, FaultKind::Hang);
     }
 
-    /// Fail the next `times` calls of `op` with `message` (for example
-    /// "... file name too long", an error retrying cannot cure).
-    pub fn fail_with(&self, op: Op, uid: Option<&str>, times: u32, message: &'static str) {
-        self.inject(op, uid, times, FaultKind::ErrorWith(message));
+    /// Fail the next `times` calls of `op` with status `code` and
+    /// `message`, as the runtime answers them.
+    pub fn fail_with(&self, op: Op, uid: Option<&str>, times: u32, code: Code, message: &'static str) {
+        self.inject(op, uid, times, FaultKind::ErrorWith(code, message));
     }
 
     /// Make the next `times` calls of `op` panic in the calling thread.
@@ -400,8 +401,12 @@ impl FakeRuntime {
         }
         match fault {
             None => Ok(()),
-            Some(FaultKind::Error) => Err(RuntimeError::Failed { op, message: "injected fault".into() }),
-            Some(FaultKind::ErrorWith(message)) => Err(RuntimeError::Failed { op, message: message.into() }),
+            Some(FaultKind::Error) => {
+                Err(RuntimeError::Failed { op, code: Code::Unknown, message: "injected fault".into() })
+            }
+            Some(FaultKind::ErrorWith(code, message)) => {
+                Err(RuntimeError::Failed { op, code, message: message.into() })
+            }
             Some(FaultKind::Panic) => panic!("injected panic in {}", op.name()),
             Some(FaultKind::Hang) => {
                 self.wait(ctx, op, ctx.deadline)?;
@@ -576,6 +581,7 @@ impl Runtime for FakeRuntime {
         if st.sandboxes.get(id).is_some_and(|s| s.info.ready) {
             return Err(RuntimeError::Failed {
                 op: Op::RemovePodSandbox,
+                code: Code::Unknown,
                 message: format!("sandbox {id} is still running"),
             });
         }
@@ -617,6 +623,7 @@ impl Runtime for FakeRuntime {
             // as containerd's CRI plugin
             return Err(RuntimeError::Failed {
                 op: Op::CreateContainer,
+                code: Code::Unknown,
                 message: "no privileged container allowed in sandbox".into(),
             });
         }
@@ -657,6 +664,7 @@ impl Runtime for FakeRuntime {
         if c.info.state != ContainerState::Created {
             return Err(RuntimeError::Failed {
                 op: Op::StartContainer,
+                code: Code::Unknown,
                 message: format!("container {id} is not in created state"),
             });
         }
@@ -716,6 +724,7 @@ impl Runtime for FakeRuntime {
         if st.containers.get(id).is_some_and(|c| c.info.state == ContainerState::Running) {
             return Err(RuntimeError::Failed {
                 op: Op::RemoveContainer,
+                code: Code::Unknown,
                 message: format!("container {id} is running"),
             });
         }
@@ -779,6 +788,7 @@ impl Runtime for FakeRuntime {
             Some(c) if c.info.state == ContainerState::Running => Ok(()),
             Some(_) => Err(RuntimeError::Failed {
                 op: Op::ReopenContainerLog,
+                code: Code::Unknown,
                 message: format!("container {id} is not running"),
             }),
             None => Err(RuntimeError::NotFound { what: format!("container {id}") }),
@@ -796,7 +806,11 @@ impl Runtime for FakeRuntime {
                 Some(c) if c.info.state == ContainerState::Running => {
                     Ok(st.exec.get(&c.info.name).cloned().unwrap_or(Some(super::ExecResult::default())))
                 }
-                _ => Err(RuntimeError::Failed { op: Op::ExecSync, message: format!("container {id} is not running") }),
+                _ => Err(RuntimeError::Failed {
+                    op: Op::ExecSync,
+                    code: Code::Unknown,
+                    message: format!("container {id} is not running"),
+                }),
             }
         };
         match script {

@@ -177,6 +177,30 @@ impl std::fmt::Display for Op {
     }
 }
 
+/// The gRPC status code of a failed runtime call: podwarden's copy of the
+/// codes, so that nothing past the CRI client (`cri`, which maps grpcio's
+/// at the boundary) depends on the transport. `Unknown` is also what a
+/// failure without a status (the transport, a helper thread) carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Code {
+    Cancelled,
+    Unknown,
+    InvalidArgument,
+    DeadlineExceeded,
+    NotFound,
+    AlreadyExists,
+    PermissionDenied,
+    ResourceExhausted,
+    FailedPrecondition,
+    Aborted,
+    OutOfRange,
+    Unimplemented,
+    Internal,
+    Unavailable,
+    DataLoss,
+    Unauthenticated,
+}
+
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum RuntimeError {
     #[error("runtime unavailable: {0}")]
@@ -193,8 +217,10 @@ pub enum RuntimeError {
     ImageNeverPull { image: String },
     #[error("pulling image {image:?} failed: {message}")]
     ImagePull { image: String, message: String },
+    /// Any other failure: the status code the runtime answered with (the
+    /// codes above have variants of their own) and its message.
     #[error("{op} failed: {message}")]
-    Failed { op: Op, message: String },
+    Failed { op: Op, code: Code, message: String },
 }
 
 impl RuntimeError {
@@ -654,7 +680,7 @@ mod op_tests {
             "StopContainer did not answer before its deadline"
         );
         assert_eq!(
-            RuntimeError::Failed { op: Op::RunPodSandbox, message: "x".into() }.to_string(),
+            RuntimeError::Failed { op: Op::RunPodSandbox, code: Code::Unknown, message: "x".into() }.to_string(),
             "RunPodSandbox failed: x"
         );
         assert_eq!(RuntimeError::Cancelled { op: Op::ListPodSandbox }.to_string(), "ListPodSandbox was cancelled");

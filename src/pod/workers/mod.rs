@@ -900,7 +900,11 @@ mod permanent_tests {
     fn errors_that_cannot_heal_are_told_from_the_others() {
         let io = |errno| SyncError::Io { what: "x".into(), source: std::io::Error::from_raw_os_error(errno) };
         let failed = |m: &str| {
-            SyncError::Runtime(RuntimeError::Failed { op: crate::runtime::Op::RunPodSandbox, message: m.into() })
+            SyncError::Runtime(RuntimeError::Failed {
+                op: crate::runtime::Op::RunPodSandbox,
+                code: crate::runtime::Code::Unknown,
+                message: m.into(),
+            })
         };
         for e in [
             io(libc::ENAMETOOLONG),
