@@ -746,6 +746,9 @@ impl Runtime for CriRuntime {
     }
 
     fn run_sandbox(&self, ctx: &CallCtx, config: &SandboxConfig) -> Result<String> {
+        // containerd makes the log directory (and fails on it only when
+        // the first container starts): refused here, once and for good
+        config.check_paths(Op::RunPodSandbox)?;
         let mut req = api::RunPodSandboxRequest::new();
         req.config = protobuf::MessageField::some(Self::sandbox_config(config));
         let r = call(ctx, Op::RunPodSandbox, |o| self.runtime.run_pod_sandbox_opt(&req, o))?;

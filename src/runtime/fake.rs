@@ -32,7 +32,7 @@ pub struct Call {
     pub timeout: Option<Duration>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FaultKind {
     /// Fail at once with an error.
     Error,
@@ -40,9 +40,9 @@ pub enum FaultKind {
     Hang,
     /// Panic in the calling thread (tests of what a panicking thread does).
     Panic,
-    /// Fail at once with this status code and message, as a runtime
-    /// answers.
-    ErrorWith(Code, &'static str),
+    /// Fail at once with this error (a status code and message as the
+    /// runtime answers, or one podwarden's client finds before the call).
+    ErrorWith(RuntimeError),
 }
 
 #[derive(Debug, Clone)]
@@ -190,8 +190,16 @@ impl FakeRuntime {
 
     /// Fail the next `times` calls of `op` with status `code` and
     /// `message`, as the runtime answers them.
-    pub fn fail_with(&self, op: Op, uid: Option<&str>, times: u32, code: Code, message: &'static str) {
-        self.inject(op, uid, times, FaultKind::ErrorWith(code, message));
+    pub fn fail_with(&self, op: Op, uid: Option<&str>, times: u32, code: Code, message: &str) {
+        let e = RuntimeError::Failed { op, code, message: message.to_string() };
+        self.inject(op, uid, times, FaultKind::ErrorWith(e));
+    }
+
+    /// Fail the next `times` calls of `op` with `error`, for example
+    /// [`RuntimeError::PathTooLong`], an error retrying cannot cure (the
+    /// fake creates no directories: it never finds one itself).
+    pub fn fail_with_error(&self, op: Op, uid: Option<&str>, times: u32, error: RuntimeError) {
+        self.inject(op, uid, times, FaultKind::ErrorWith(error));
     }
 
     /// Make the next `times` calls of `op` panic in the calling thread.
@@ -391,7 +399,7 @@ impl FakeRuntime {
                 .find(|f| f.op == op && f.remaining > 0 && f.uid.as_deref().is_none_or(|u| u == uid))
             {
                 f.remaining -= 1;
-                fault = Some(f.kind);
+                fault = Some(f.kind.clone());
             }
             st.faults.retain(|f| f.remaining > 0);
             (fault, st.latency.get(&op).copied().unwrap_or_default())
@@ -404,9 +412,7 @@ impl FakeRuntime {
             Some(FaultKind::Error) => {
                 Err(RuntimeError::Failed { op, code: Code::Unknown, message: "injected fault".into() })
             }
-            Some(FaultKind::ErrorWith(code, message)) => {
-                Err(RuntimeError::Failed { op, code, message: message.into() })
-            }
+            Some(FaultKind::ErrorWith(e)) => Err(e),
             Some(FaultKind::Panic) => panic!("injected panic in {}", op.name()),
             Some(FaultKind::Hang) => {
                 self.wait(ctx, op, ctx.deadline)?;

@@ -909,7 +909,11 @@ mod permanent_tests {
         for e in [
             io(libc::ENAMETOOLONG),
             io(libc::EINVAL),
-            failed("mkdir /var/log/pods/x: File name too long"),
+            SyncError::Runtime(RuntimeError::PathTooLong {
+                op: crate::runtime::Op::RunPodSandbox,
+                what: "pod log directory",
+                path: "/var/log/pods/x".into(),
+            }),
             SyncError::Invalid("bad".into()),
         ] {
             assert!(e.is_permanent(), "{e}");
@@ -919,6 +923,8 @@ mod permanent_tests {
             io(libc::EACCES),
             io(libc::ENOSPC),
             failed("injected fault"),
+            // the runtime's text decides nothing
+            failed("mkdir /var/log/pods/x: File name too long"),
             SyncError::Runtime(RuntimeError::Unavailable("down".into())),
             SyncError::Runtime(RuntimeError::DeadlineExceeded { op: crate::runtime::Op::StopContainer }),
             SyncError::Cancelled,
