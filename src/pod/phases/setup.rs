@@ -11,6 +11,7 @@ use crate::model::{self, Container, Pod};
 use crate::pod::phases::PodSync;
 use crate::pod::status::{GenerateInput, generate};
 use crate::pod::volumes::projection::{self, Node, Plugin};
+use crate::pod::volumes::{MountError, SetUpError};
 use crate::pod::workers::{SyncCtx, SyncError, SyncResult, UpdateType};
 use crate::runtime::{
     ANNOTATION_GRACE, ANNOTATION_RESTART_COUNT, ContainerConfig, ContainerState, LABEL_CONTAINER_NAME, LABEL_POD_NAME,
@@ -45,8 +46,13 @@ pub enum ConfigError {
         #[source]
         source: crate::pod::volumes::VolumeError,
     },
-    #[error("failed to prepare subPath for volumeMount {mount:?} of container {container:?}: {message}")]
-    SubPathExpr { mount: String, container: String, message: String },
+    #[error("failed to prepare subPath for volumeMount {mount:?} of container {container:?}: {source}")]
+    SubPathExpr {
+        mount: String,
+        container: String,
+        #[source]
+        source: crate::pod::phases::env::SubPathExprError,
+    },
     /// The kubelet's `translateMountPropagation` error (validation keeps
     /// such a value out).
     #[error("invalid MountPropagation mode: {0:?}")]
@@ -158,9 +164,10 @@ impl PodSync {
                 // the pod's cgroup with its limits, the sandbox's parent
                 if let Some(cg) = &self.cfg.cgroups {
                     sandbox.cgroup_parent = cg.ensure_pod(pod).map_err(|e| {
-                        let msg = format!("creating the pod's cgroup: {e}");
+                        let e = SyncError::PodCgroup(e);
+                        let msg = e.to_string();
                         self.events.event(&ObjectRef::pod(pod), EventType::Warning, "FailedCreatePodSandBox", &msg);
-                        SyncError::Other(msg)
+                        e
                     })?;
                 }
                 let id = ctx.start(|| self.runtime.run_sandbox(&self.call(ctx), &sandbox))??;
@@ -685,16 +692,11 @@ impl PodSync {
         plugin: Plugin,
     ) -> Result<(), SyncError> {
         let dir = self.projection_path(pod, &v.name, plugin);
-        let setup_failed = |message: String| {
-            // the kubelet's FailedMount text
-            let msg = format!("MountVolume.SetUp failed for volume {:?} : {message}", v.name);
-            self.events.event(&ObjectRef::pod(pod), EventType::Warning, "FailedMount", &msg);
-            SyncError::Other(msg)
-        };
+        let setup_failed = |source| self.mount_failed(pod, MountError::SetUp { volume: v.name.clone(), source });
         crate::base::fsutil::create_dir_mode(&dir, 0o755)
-            .map_err(|e| setup_failed(format!("creating {}: {e}", dir.display())))?;
+            .map_err(|source| setup_failed(SetUpError::CreateDir { dir: dir.clone(), source }))?;
         if plugin.in_memory() {
-            crate::pod::volumes::mount_tmpfs(&dir, None, 0o755).map_err(|e| setup_failed(e.to_string()))?;
+            crate::pod::volumes::mount_tmpfs(&dir, None, 0o755).map_err(|e| setup_failed(SetUpError::Tmpfs(e)))?;
         }
         let objects = self.objects.snapshot();
         let node = Node {
@@ -704,14 +706,14 @@ impl PodSync {
         };
         let payload = projection::payload(pod, v, &objects, node)
             .unwrap_or_else(|| Ok(Default::default()))
-            .map_err(|e| setup_failed(e.to_string()))?;
+            .map_err(|e| setup_failed(SetUpError::Payload(e)))?;
         match crate::pod::volumes::atomic_writer::write(&dir, &payload) {
             Ok(true) => {
                 log::info!("pod {}: volume {:?} written ({} files)", model::pod_ref(pod), v.name, payload.len());
                 self.own_volume(pod, &v.name, &dir, true, true)?;
             }
             Ok(false) => {}
-            Err(e) => return Err(setup_failed(format!("writing {}: {e}", dir.display()))),
+            Err(source) => return Err(setup_failed(SetUpError::Write { dir, source })),
         }
         Ok(())
     }
@@ -732,11 +734,10 @@ impl PodSync {
                 log::info!("pod {}: volume {name:?}: group {gid} set on {n} entries (fsGroup)", model::pod_ref(pod));
                 Ok(())
             }
-            Err(e) => {
-                let msg = format!("MountVolume.SetUp failed for volume {name:?} : setting fsGroup {gid}: {e}");
-                self.events.event(&ObjectRef::pod(pod), EventType::Warning, "FailedMount", &msg);
-                Err(SyncError::Other(msg))
-            }
+            Err(source) => Err(self.mount_failed(
+                pod,
+                MountError::SetUp { volume: name.to_string(), source: SetUpError::FsGroup { gid, source } },
+            )),
         }
     }
 
@@ -744,10 +745,14 @@ impl PodSync {
         self.cfg.pod_dir(model::uid(pod)).join("volumes").join(plugin.dir()).join(volume)
     }
 
-    fn failed_mount(&self, pod: &Pod, volume: &str, e: crate::pod::volumes::VolumeError) -> SyncError {
-        let msg = format!("volume {volume:?}: {e}");
-        self.events.event(&ObjectRef::pod(pod), EventType::Warning, "FailedMount", &msg);
-        SyncError::Other(msg)
+    fn failed_mount(&self, pod: &Pod, volume: &str, source: crate::pod::volumes::VolumeError) -> SyncError {
+        self.mount_failed(pod, MountError::Volume { volume: volume.to_string(), source })
+    }
+
+    /// The pod's `FailedMount` event for `e`, and the pass's error.
+    fn mount_failed(&self, pod: &Pod, e: MountError) -> SyncError {
+        self.events.event(&ObjectRef::pod(pod), EventType::Warning, "FailedMount", &e.to_string());
+        SyncError::Mount(e)
     }
 
     fn empty_dir_path(&self, pod: &Pod, volume: &str) -> PathBuf {
@@ -907,7 +912,7 @@ impl PodSync {
                     (Some(sub), _) => Some(sub.to_string()),
                     (None, Some(expr)) if !expr.is_empty() => {
                         Some(crate::pod::phases::env::sub_path_expr(expr, &env).map_err(|e| {
-                            ConfigError::SubPathExpr { mount: m.name.clone(), container: c.name.clone(), message: e }
+                            ConfigError::SubPathExpr { mount: m.name.clone(), container: c.name.clone(), source: e }
                         })?)
                     }
                     _ => None,

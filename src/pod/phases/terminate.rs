@@ -81,7 +81,7 @@ impl PodSync {
                         let _ = tx.send((i, r));
                     },
                 )
-                .map_err(|e| SyncError::Other(format!("cannot start a thread to stop container {}: {e}", c.id)))?;
+                .map_err(|source| SyncError::StopThread { container: c.id.clone(), source })?;
             }
             drop(tx);
             // Once no app container is left, the sidecars get their turn in
@@ -241,10 +241,7 @@ impl PodSync {
         if crate::pod::volumes::has_mounts_under(&self.cfg.pod_dir(&uid)) {
             // removing the directory would reach into what is mounted in it
             // (a subPath bind mount is a volume's own content)
-            return Err(SyncError::Other(format!(
-                "{} still has mounts below it; not removed",
-                self.cfg.pod_dir(&uid).display()
-            )));
+            return Err(SyncError::StillMounted { dir: self.cfg.pod_dir(&uid) });
         }
         for dir in [self.cfg.pod_dir(&uid), self.cfg.pod_log_dir(pod)] {
             match std::fs::remove_dir_all(&dir) {

@@ -94,8 +94,23 @@ pub enum SyncError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{0}")]
-    Other(String),
+    /// A helper thread to stop a container could not be started.
+    #[error("cannot start a thread to stop container {container}: {source}")]
+    StopThread {
+        container: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Clean-up found something still mounted below the pod's directory
+    /// (removing it would reach into what is mounted there).
+    #[error("{} still has mounts below it; not removed", dir.display())]
+    StillMounted { dir: std::path::PathBuf },
+    /// The pod's cgroup could not be made.
+    #[error("creating the pod's cgroup: {0}")]
+    PodCgroup(#[source] std::io::Error),
+    /// A volume could not be set up.
+    #[error(transparent)]
+    Mount(#[from] crate::pod::volumes::MountError),
     /// The pod's spec cannot be run as it is (retrying cannot help).
     #[error("{0}")]
     Invalid(String),
@@ -114,7 +129,11 @@ impl SyncError {
             }
             SyncError::Runtime(e) => e.is_permanent(),
             SyncError::Invalid(_) => true,
-            SyncError::Cancelled | SyncError::Other(_) => false,
+            SyncError::Cancelled
+            | SyncError::StopThread { .. }
+            | SyncError::StillMounted { .. }
+            | SyncError::PodCgroup(_)
+            | SyncError::Mount(_) => false,
         }
     }
 }
@@ -928,7 +947,16 @@ mod permanent_tests {
             SyncError::Runtime(RuntimeError::Unavailable("down".into())),
             SyncError::Runtime(RuntimeError::DeadlineExceeded { op: crate::runtime::Op::StopContainer }),
             SyncError::Cancelled,
-            SyncError::Other("hostPath /x is not a directory".into()),
+            SyncError::Mount(crate::pod::volumes::MountError::Volume {
+                volume: "x".into(),
+                source: crate::pod::volumes::VolumeError::WrongType {
+                    path: "/x".into(),
+                    what: "a directory",
+                    kind: "Directory".into(),
+                },
+            }),
+            SyncError::PodCgroup(std::io::Error::from_raw_os_error(libc::ENAMETOOLONG)),
+            SyncError::StillMounted { dir: "/var/lib/podwarden/pods/u".into() },
         ] {
             assert!(!e.is_permanent(), "{e}");
         }
