@@ -9,7 +9,7 @@ use crate::model::{self, Pod};
 use crate::pod::phases::PodSync;
 use crate::pod::status::{GenerateInput, generate};
 use crate::pod::workers::{StatusFn, SyncCtx, SyncError};
-use crate::runtime::{CallCtx, ContainerState, RuntimeError, RuntimePod};
+use crate::runtime::{CallCtx, ContainerInfo, ContainerState, RuntimeError, RuntimePod};
 use crate::telemetry::events::{EventType, ObjectRef};
 
 impl PodSync {
@@ -39,97 +39,7 @@ impl PodSync {
                 Err(e) => return Err(e.into()),
             }
         } else if !live.is_empty() {
-            // Every container on a helper thread of its own. Sidecars stop
-            // last, in reverse spec order (the kubelet's termination
-            // ordering): each one's preStop hook starts at once, its stop
-            // waits until the app containers and the sidecars after it
-            // are down, at most its grace period, and the wait comes off
-            // that period (2 s at least remain).
-            let spec_index = |name: &str| {
-                pod.and_then(|p| model::init_containers(p).iter().position(|c| c.name == name && model::is_sidecar(c)))
-            };
-            // the live sidecars (indices into `live`), last in spec order first
-            let mut order: Vec<(usize, usize)> =
-                live.iter().enumerate().filter_map(|(i, c)| spec_index(&c.name).map(|k| (k, i))).collect();
-            order.sort_by(|a, b| b.cmp(a));
-            let order: Vec<usize> = order.into_iter().map(|(_, i)| i).collect();
-            let mut turns: Vec<Option<crossbeam_channel::Sender<()>>> = vec![None; live.len()];
-            let (tx, rx) = crossbeam_channel::bounded(live.len());
-            for (i, c) in live.iter().enumerate() {
-                let turn = order.contains(&i).then(|| {
-                    let (go, wait) = crossbeam_channel::bounded(1);
-                    turns[i] = Some(go);
-                    wait
-                });
-                let stopper = self.stopper();
-                let cancel = ctx.cancel.clone();
-                let pod = pod.cloned();
-                let ip = pod_ip.clone();
-                let info = c.clone();
-                let tx = tx.clone();
-                let short: String = ctx.uid.chars().take(8).collect();
-                crate::base::thread::spawn(
-                    format!("stop-{short}"),
-                    Some(crate::base::thread::HELPER_STACK),
-                    move || {
-                        let r = match turn {
-                            None => stopper.stop(&cancel, pod.as_deref(), ip.as_deref(), &info, grace),
-                            Some(wait) => {
-                                stop_in_turn(&stopper, &cancel, pod.as_deref(), ip.as_deref(), &info, grace, &wait)
-                            }
-                        };
-                        let _ = tx.send((i, r));
-                    },
-                )
-                .map_err(|source| SyncError::StopThread { container: c.id.clone(), source })?;
-            }
-            drop(tx);
-            // Once no app container is left, the sidecars get their turn in
-            // `order`, each when the one before it is done (one that ended
-            // before its turn is passed over).
-            let mut done = vec![false; live.len()];
-            let mut apps_left = live.len() - order.len();
-            let mut next = 0;
-            let mut release = |done: &[bool]| {
-                while let Some(&j) = order.get(next) {
-                    if let Some(go) = turns[j].take() {
-                        let _ = go.send(());
-                    }
-                    if !done[j] {
-                        return;
-                    }
-                    next += 1;
-                }
-            };
-            if apps_left == 0 {
-                release(&done);
-            }
-            let mut first_err = None;
-            for _ in 0..live.len() {
-                select! {
-                    recv(rx) -> r => match r {
-                        Ok((i, r)) => {
-                            done[i] = true;
-                            if !order.contains(&i) {
-                                apps_left -= 1;
-                            }
-                            if apps_left == 0 {
-                                release(&done);
-                            }
-                            match r {
-                                Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
-                                Err(RuntimeError::Cancelled { .. }) => return Err(SyncError::Cancelled),
-                                Err(e) => { first_err.get_or_insert(e); }
-                            }
-                        }
-                        Err(_) => break,
-                    },
-                    recv(ctx.cancel.receiver()) -> _ => return Err(SyncError::Cancelled),
-                }
-            }
-            if let Some(e) = first_err {
-                return Err(e.into());
-            }
+            self.stop_in_parallel(ctx, &live, grace, pod, pod_ip)?;
         }
         ctx.cancel_check()?;
         for s in rp.sandboxes.iter().filter(|s| s.ready) {
@@ -137,6 +47,103 @@ impl PodSync {
                 Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
+        }
+        Ok(())
+    }
+
+    /// Stop `live` (two or more containers), every one on a helper thread
+    /// of its own. Sidecars stop last, in reverse spec order (the
+    /// kubelet's termination ordering): each one's preStop hook starts at
+    /// once, its stop waits until the app containers and the sidecars
+    /// after it are down, at most its grace period, and the wait comes off
+    /// that period (2 s at least remain). The first error is returned once
+    /// all are done.
+    fn stop_in_parallel(
+        &self,
+        ctx: &SyncCtx,
+        live: &[ContainerInfo],
+        grace: i64,
+        pod: Option<&Arc<Pod>>,
+        pod_ip: Option<String>,
+    ) -> Result<(), SyncError> {
+        let spec_index = |name: &str| {
+            pod.and_then(|p| model::init_containers(p).iter().position(|c| c.name == name && model::is_sidecar(c)))
+        };
+        // the live sidecars (indices into `live`), last in spec order first
+        let mut order: Vec<(usize, usize)> =
+            live.iter().enumerate().filter_map(|(i, c)| spec_index(&c.name).map(|k| (k, i))).collect();
+        order.sort_by(|a, b| b.cmp(a));
+        let order: Vec<usize> = order.into_iter().map(|(_, i)| i).collect();
+        let mut turns: Vec<Option<crossbeam_channel::Sender<()>>> = vec![None; live.len()];
+        let (tx, rx) = crossbeam_channel::bounded(live.len());
+        for (i, c) in live.iter().enumerate() {
+            let turn = order.contains(&i).then(|| {
+                let (go, wait) = crossbeam_channel::bounded(1);
+                turns[i] = Some(go);
+                wait
+            });
+            let stopper = self.stopper();
+            let cancel = ctx.cancel.clone();
+            let pod = pod.cloned();
+            let ip = pod_ip.clone();
+            let info = c.clone();
+            let tx = tx.clone();
+            let short: String = ctx.uid.chars().take(8).collect();
+            crate::base::thread::spawn(format!("stop-{short}"), Some(crate::base::thread::HELPER_STACK), move || {
+                let r = match turn {
+                    None => stopper.stop(&cancel, pod.as_deref(), ip.as_deref(), &info, grace),
+                    Some(wait) => stop_in_turn(&stopper, &cancel, pod.as_deref(), ip.as_deref(), &info, grace, &wait),
+                };
+                let _ = tx.send((i, r));
+            })
+            .map_err(|source| SyncError::StopThread { container: c.id.clone(), source })?;
+        }
+        drop(tx);
+        // Once no app container is left, the sidecars get their turn in
+        // `order`, each when the one before it is done (one that ended
+        // before its turn is passed over).
+        let mut done = vec![false; live.len()];
+        let mut apps_left = live.len() - order.len();
+        let mut next = 0;
+        let mut release = |done: &[bool]| {
+            while let Some(&j) = order.get(next) {
+                if let Some(go) = turns[j].take() {
+                    let _ = go.send(());
+                }
+                if !done[j] {
+                    return;
+                }
+                next += 1;
+            }
+        };
+        if apps_left == 0 {
+            release(&done);
+        }
+        let mut first_err = None;
+        for _ in 0..live.len() {
+            select! {
+                recv(rx) -> r => match r {
+                    Ok((i, r)) => {
+                        done[i] = true;
+                        if !order.contains(&i) {
+                            apps_left -= 1;
+                        }
+                        if apps_left == 0 {
+                            release(&done);
+                        }
+                        match r {
+                            Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
+                            Err(RuntimeError::Cancelled { .. }) => return Err(SyncError::Cancelled),
+                            Err(e) => { first_err.get_or_insert(e); }
+                        }
+                    }
+                    Err(_) => break,
+                },
+                recv(ctx.cancel.receiver()) -> _ => return Err(SyncError::Cancelled),
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e.into());
         }
         Ok(())
     }
