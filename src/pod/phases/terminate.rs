@@ -414,10 +414,11 @@ mod tests {
         s.fake.set_term_delay("second", Some(Duration::from_millis(200)));
         let watch = {
             let fake = s.fake.clone();
-            std::thread::spawn(move || {
+            crate::base::thread::spawn("test-watch", None, move || {
                 std::thread::sleep(Duration::from_millis(250));
                 fake.live_containers(UID)
             })
+            .expect("a watcher thread")
         };
         s.stop_all(&SyncCtx::detached(UID), 30).expect("stopped");
         // while an app container was still stopping, both sidecars ran
@@ -477,10 +478,11 @@ mod tests {
             s.fake.set_term_delay("stubborn", None);
             let ctx = SyncCtx::detached(UID);
             let cancel = ctx.cancel.clone();
-            let canceller = std::thread::spawn(move || {
+            let canceller = crate::base::thread::spawn("test-cancel", None, move || {
                 std::thread::sleep(Duration::from_millis(200));
                 cancel.cancel();
-            });
+            })
+            .expect("a canceller thread");
             let t = Instant::now();
             let r = s.stop_all(&ctx, 60);
             canceller.join().expect("canceller");

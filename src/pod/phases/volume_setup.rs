@@ -109,7 +109,7 @@ impl PodSync {
     /// The pod's `FailedMount` event for `e`, and the pass's error.
     fn mount_failed(&self, pod: &Pod, e: MountError) -> SyncError {
         self.events.event(&ObjectRef::pod(pod), EventType::Warning, "FailedMount", &e.to_string());
-        SyncError::Mount(e)
+        SyncError::Mount(Box::new(e))
     }
 
     pub(super) fn empty_dir_path(&self, pod: &Pod, volume: &str) -> PathBuf {

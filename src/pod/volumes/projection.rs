@@ -91,8 +91,9 @@ pub enum DownwardFileError {
     NoSource,
     #[error("container {0} not found")]
     NoContainer(String),
+    /// Boxed: an `EnvError` is large.
     #[error(transparent)]
-    Resource(EnvError),
+    Resource(Box<EnvError>),
 }
 
 /// What the downward API reads besides the pod, for volume files.
@@ -279,7 +280,8 @@ fn resource_file(
         allocatable_ephemeral_bytes: node.allocatable_ephemeral_bytes,
         objects: &objects,
     };
-    crate::pod::phases::env::resource_value(pod, c, &r.resource, r, &dw).map_err(DownwardFileError::Resource)
+    crate::pod::phases::env::resource_value(pod, c, &r.resource, r, &dw)
+        .map_err(|e| DownwardFileError::Resource(Box::new(e)))
 }
 
 #[cfg(test)]

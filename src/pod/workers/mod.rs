@@ -108,9 +108,10 @@ pub enum SyncError {
     /// The pod's cgroup could not be made.
     #[error("creating the pod's cgroup: {0}")]
     PodCgroup(#[source] std::io::Error),
-    /// A volume could not be set up.
+    /// A volume could not be set up (boxed: the rarest error is the
+    /// largest).
     #[error(transparent)]
-    Mount(#[from] crate::pod::volumes::MountError),
+    Mount(Box<crate::pod::volumes::MountError>),
     /// The pod's spec cannot be run as it is (retrying cannot help).
     #[error("{0}")]
     Invalid(String),
@@ -947,14 +948,14 @@ mod permanent_tests {
             SyncError::Runtime(RuntimeError::Unavailable("down".into())),
             SyncError::Runtime(RuntimeError::DeadlineExceeded { op: crate::runtime::Op::StopContainer }),
             SyncError::Cancelled,
-            SyncError::Mount(crate::pod::volumes::MountError::Volume {
+            SyncError::Mount(Box::new(crate::pod::volumes::MountError::Volume {
                 volume: "x".into(),
                 source: crate::pod::volumes::VolumeError::WrongType {
                     path: "/x".into(),
                     what: "a directory",
                     kind: "Directory".into(),
                 },
-            }),
+            })),
             SyncError::PodCgroup(std::io::Error::from_raw_os_error(libc::ENAMETOOLONG)),
             SyncError::StillMounted { dir: "/var/lib/podwarden/pods/u".into() },
         ] {
