@@ -210,7 +210,13 @@ fn set_up_error_that_cannot_heal_fails_the_pod_without_retrying() {
     let h = Harness::new(); // back-off 50 ms
     const MSG: &str =
         "failed to create pod log directory \"/var/log/pods/x\": mkdir /var/log/pods/x: file name too long";
-    h.fake.fail_with(Op::RunPodSandbox, Some("perm1"), 1000, MSG);
+    // as podwarden's CRI client refuses a log directory the kernel would
+    let too_long = podwarden::runtime::RuntimeError::PathTooLong {
+        op: Op::RunPodSandbox,
+        what: "pod log directory",
+        path: "/var/log/pods/x".into(),
+    };
+    h.fake.fail_with_error(Op::RunPodSandbox, Some("perm1"), 1000, too_long);
     h.agent.apply_source(vec![arc(pod("perm", "perm1"))]);
     h.wait_phase("perm1", Phase::Finished, T);
     assert_eq!(h.fake.calls_for("perm1", Op::RunPodSandbox).len(), 1, "not retried");

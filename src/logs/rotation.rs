@@ -423,6 +423,7 @@ mod tests {
         let r = rotate(&d, "0.log", POLICY, "20261124-010000", || {
             Err(RuntimeError::Failed {
                 op: crate::runtime::Op::ReopenContainerLog,
+                code: crate::runtime::Code::FailedPrecondition,
                 message: "container is not running".into(),
             })
         });

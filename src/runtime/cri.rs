@@ -11,8 +11,8 @@ use crossbeam_channel::select;
 use grpcio::{CallOption, ChannelBuilder, Environment, RpcStatusCode};
 
 use super::{
-    Auth, CallCtx, ContainerConfig, ContainerInfo, ContainerState, ImageInfo, LABEL_POD_UID, Op, Propagation, Result,
-    Runtime, RuntimeError, RuntimePod, SandboxConfig, SandboxInfo, SecurityProfile,
+    Auth, CallCtx, Code, ContainerConfig, ContainerInfo, ContainerState, ImageInfo, LABEL_POD_UID, Op, Propagation,
+    Result, Runtime, RuntimeError, RuntimePod, SandboxConfig, SandboxInfo, SecurityProfile,
 };
 
 #[allow(clippy::all, clippy::pedantic, dead_code, unused_imports, unused_mut, unused_qualifications, missing_docs)]
@@ -108,17 +108,39 @@ fn socket_path(endpoint: &str) -> &str {
     endpoint.strip_prefix("unix://").unwrap_or(endpoint)
 }
 
+/// grpcio's status code as podwarden's (an unknown number: `Unknown`).
+fn code_of(c: RpcStatusCode) -> Code {
+    match c {
+        RpcStatusCode::CANCELLED => Code::Cancelled,
+        RpcStatusCode::INVALID_ARGUMENT => Code::InvalidArgument,
+        RpcStatusCode::DEADLINE_EXCEEDED => Code::DeadlineExceeded,
+        RpcStatusCode::NOT_FOUND => Code::NotFound,
+        RpcStatusCode::ALREADY_EXISTS => Code::AlreadyExists,
+        RpcStatusCode::PERMISSION_DENIED => Code::PermissionDenied,
+        RpcStatusCode::RESOURCE_EXHAUSTED => Code::ResourceExhausted,
+        RpcStatusCode::FAILED_PRECONDITION => Code::FailedPrecondition,
+        RpcStatusCode::ABORTED => Code::Aborted,
+        RpcStatusCode::OUT_OF_RANGE => Code::OutOfRange,
+        RpcStatusCode::UNIMPLEMENTED => Code::Unimplemented,
+        RpcStatusCode::INTERNAL => Code::Internal,
+        RpcStatusCode::UNAVAILABLE => Code::Unavailable,
+        RpcStatusCode::DATA_LOSS => Code::DataLoss,
+        RpcStatusCode::UNAUTHENTICATED => Code::Unauthenticated,
+        _ => Code::Unknown,
+    }
+}
+
 fn convert_err(op: Op, e: grpcio::Error) -> RuntimeError {
     match e {
-        grpcio::Error::RpcFailure(s) => match s.code() {
-            RpcStatusCode::NOT_FOUND => RuntimeError::NotFound { what: format!("{op}: {}", s.message()) },
-            RpcStatusCode::DEADLINE_EXCEEDED => RuntimeError::DeadlineExceeded { op },
-            RpcStatusCode::UNAVAILABLE => RuntimeError::Unavailable(format!("{op}: {}", s.message())),
-            RpcStatusCode::CANCELLED => RuntimeError::Cancelled { op },
-            RpcStatusCode::UNIMPLEMENTED => RuntimeError::Unimplemented { op },
-            _ => RuntimeError::Failed { op, message: s.message().to_string() },
+        grpcio::Error::RpcFailure(s) => match code_of(s.code()) {
+            Code::NotFound => RuntimeError::NotFound { what: format!("{op}: {}", s.message()) },
+            Code::DeadlineExceeded => RuntimeError::DeadlineExceeded { op },
+            Code::Unavailable => RuntimeError::Unavailable(format!("{op}: {}", s.message())),
+            Code::Cancelled => RuntimeError::Cancelled { op },
+            Code::Unimplemented => RuntimeError::Unimplemented { op },
+            code => RuntimeError::Failed { op, code, message: s.message().to_string() },
         },
-        other => RuntimeError::Failed { op, message: other.to_string() },
+        other => RuntimeError::Failed { op, code: Code::Unknown, message: other.to_string() },
     }
 }
 
@@ -724,6 +746,9 @@ impl Runtime for CriRuntime {
     }
 
     fn run_sandbox(&self, ctx: &CallCtx, config: &SandboxConfig) -> Result<String> {
+        // containerd makes the log directory (and fails on it only when
+        // the first container starts): refused here, once and for good
+        config.check_paths(Op::RunPodSandbox)?;
         let mut req = api::RunPodSandboxRequest::new();
         req.config = protobuf::MessageField::some(Self::sandbox_config(config));
         let r = call(ctx, Op::RunPodSandbox, |o| self.runtime.run_pod_sandbox_opt(&req, o))?;
@@ -779,12 +804,16 @@ impl Runtime for CriRuntime {
         crate::base::thread::spawn("cri-stop", Some(crate::base::thread::HELPER_STACK), move || {
             let _ = tx.send(client.stop_container_opt(&req, call));
         })
-        .map_err(|e| RuntimeError::Failed { op: Op::StopContainer, message: format!("cannot start a thread: {e}") })?;
+        .map_err(|e| RuntimeError::Failed {
+            op: Op::StopContainer,
+            code: Code::Unknown,
+            message: format!("cannot start a thread: {e}"),
+        })?;
         select! {
             recv(rx) -> r => match r {
                 Ok(Ok(_)) => Ok(()),
                 Ok(Err(e)) => Err(convert_err(Op::StopContainer, e)),
-                Err(_) => Err(RuntimeError::Failed { op: Op::StopContainer, message: "the call's thread ended without an answer".into() }),
+                Err(_) => Err(RuntimeError::Failed { op: Op::StopContainer, code: Code::Unknown, message: "the call's thread ended without an answer".into() }),
             },
             recv(ctx.cancel.receiver()) -> _ => Err(RuntimeError::Cancelled { op: Op::StopContainer }),
         }
@@ -939,6 +968,39 @@ mod tests {
             });
         }
         assert_eq!(reads, 0, "the first read is a second after the pull began");
+    }
+
+    #[test]
+    fn a_failed_call_keeps_the_runtimes_status_code() {
+        let rpc = |code, m: &str| grpcio::Error::RpcFailure(grpcio::RpcStatus::with_message(code, m.into()));
+        let e = convert_err(Op::StartContainer, rpc(RpcStatusCode::FAILED_PRECONDITION, "not created"));
+        assert_eq!(
+            e,
+            RuntimeError::Failed {
+                op: Op::StartContainer,
+                code: Code::FailedPrecondition,
+                message: "not created".into()
+            }
+        );
+        assert_eq!(e.to_string(), "StartContainer failed: not created");
+        let e = convert_err(Op::RunPodSandbox, rpc(RpcStatusCode::UNKNOWN, "mkdir x: file name too long"));
+        assert!(matches!(e, RuntimeError::Failed { code: Code::Unknown, .. }), "{e:?}");
+        let e = convert_err(Op::CreateContainer, rpc(RpcStatusCode::INVALID_ARGUMENT, "bad"));
+        assert!(matches!(e, RuntimeError::Failed { code: Code::InvalidArgument, .. }), "{e:?}");
+        // containerd ends an exec at its timeout with DEADLINE_EXCEEDED
+        // ("failed to exec in container: timeout 1s exceeded: context
+        // deadline exceeded", containerd 1.6.20)
+        let e = convert_err(Op::ExecSync, rpc(RpcStatusCode::DEADLINE_EXCEEDED, "timeout 1s exceeded"));
+        assert_eq!(e, RuntimeError::DeadlineExceeded { op: Op::ExecSync });
+        // the codes with a variant of their own
+        assert!(convert_err(Op::ContainerStatus, rpc(RpcStatusCode::NOT_FOUND, "x")).is_not_found());
+        assert_eq!(
+            convert_err(Op::ListPodSandboxStats, rpc(RpcStatusCode::UNIMPLEMENTED, "")),
+            RuntimeError::Unimplemented { op: Op::ListPodSandboxStats }
+        );
+        // a failure without a status
+        let e = convert_err(Op::Version, grpcio::Error::RemoteStopped);
+        assert!(matches!(e, RuntimeError::Failed { code: Code::Unknown, .. }), "{e:?}");
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 
 use super::{
-    Auth, CallCtx, ContainerConfig, ContainerInfo, ContainerState, ImageInfo, Result, Runtime, RuntimeError,
+    Auth, CallCtx, Code, ContainerConfig, ContainerInfo, ContainerState, ImageInfo, Result, Runtime, RuntimeError,
     RuntimePod, SandboxConfig, SandboxInfo,
 };
 
@@ -32,7 +32,7 @@ pub struct Call {
     pub timeout: Option<Duration>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FaultKind {
     /// Fail at once with an error.
     Error,
@@ -40,8 +40,9 @@ pub enum FaultKind {
     Hang,
     /// Panic in the calling thread (tests of what a panicking thread does).
     Panic,
-    /// Fail at once with this message (e.g. one that cannot heal).
-    ErrorWith(&'static str),
+    /// Fail at once with this error (a status code and message as the
+    /// runtime answers, or one podwarden's client finds before the call).
+    ErrorWith(RuntimeError),
 }
 
 #[derive(Debug, Clone)]
@@ -187,10 +188,18 @@ impl FakeRuntime {
         self.inject(op, uid, times, FaultKind::Hang);
     }
 
-    /// Fail the next `times` calls of `op` with `message` (for example
-    /// "... file name too long", an error retrying cannot cure).
-    pub fn fail_with(&self, op: Op, uid: Option<&str>, times: u32, message: &'static str) {
-        self.inject(op, uid, times, FaultKind::ErrorWith(message));
+    /// Fail the next `times` calls of `op` with status `code` and
+    /// `message`, as the runtime answers them.
+    pub fn fail_with(&self, op: Op, uid: Option<&str>, times: u32, code: Code, message: &str) {
+        let e = RuntimeError::Failed { op, code, message: message.to_string() };
+        self.inject(op, uid, times, FaultKind::ErrorWith(e));
+    }
+
+    /// Fail the next `times` calls of `op` with `error`, for example
+    /// [`RuntimeError::PathTooLong`], an error retrying cannot cure (the
+    /// fake creates no directories: it never finds one itself).
+    pub fn fail_with_error(&self, op: Op, uid: Option<&str>, times: u32, error: RuntimeError) {
+        self.inject(op, uid, times, FaultKind::ErrorWith(error));
     }
 
     /// Make the next `times` calls of `op` panic in the calling thread.
@@ -390,7 +399,7 @@ impl FakeRuntime {
                 .find(|f| f.op == op && f.remaining > 0 && f.uid.as_deref().is_none_or(|u| u == uid))
             {
                 f.remaining -= 1;
-                fault = Some(f.kind);
+                fault = Some(f.kind.clone());
             }
             st.faults.retain(|f| f.remaining > 0);
             (fault, st.latency.get(&op).copied().unwrap_or_default())
@@ -400,8 +409,10 @@ impl FakeRuntime {
         }
         match fault {
             None => Ok(()),
-            Some(FaultKind::Error) => Err(RuntimeError::Failed { op, message: "injected fault".into() }),
-            Some(FaultKind::ErrorWith(message)) => Err(RuntimeError::Failed { op, message: message.into() }),
+            Some(FaultKind::Error) => {
+                Err(RuntimeError::Failed { op, code: Code::Unknown, message: "injected fault".into() })
+            }
+            Some(FaultKind::ErrorWith(e)) => Err(e),
             Some(FaultKind::Panic) => panic!("injected panic in {}", op.name()),
             Some(FaultKind::Hang) => {
                 self.wait(ctx, op, ctx.deadline)?;
@@ -576,6 +587,7 @@ impl Runtime for FakeRuntime {
         if st.sandboxes.get(id).is_some_and(|s| s.info.ready) {
             return Err(RuntimeError::Failed {
                 op: Op::RemovePodSandbox,
+                code: Code::Unknown,
                 message: format!("sandbox {id} is still running"),
             });
         }
@@ -617,6 +629,7 @@ impl Runtime for FakeRuntime {
             // as containerd's CRI plugin
             return Err(RuntimeError::Failed {
                 op: Op::CreateContainer,
+                code: Code::Unknown,
                 message: "no privileged container allowed in sandbox".into(),
             });
         }
@@ -657,6 +670,7 @@ impl Runtime for FakeRuntime {
         if c.info.state != ContainerState::Created {
             return Err(RuntimeError::Failed {
                 op: Op::StartContainer,
+                code: Code::Unknown,
                 message: format!("container {id} is not in created state"),
             });
         }
@@ -716,6 +730,7 @@ impl Runtime for FakeRuntime {
         if st.containers.get(id).is_some_and(|c| c.info.state == ContainerState::Running) {
             return Err(RuntimeError::Failed {
                 op: Op::RemoveContainer,
+                code: Code::Unknown,
                 message: format!("container {id} is running"),
             });
         }
@@ -779,6 +794,7 @@ impl Runtime for FakeRuntime {
             Some(c) if c.info.state == ContainerState::Running => Ok(()),
             Some(_) => Err(RuntimeError::Failed {
                 op: Op::ReopenContainerLog,
+                code: Code::Unknown,
                 message: format!("container {id} is not running"),
             }),
             None => Err(RuntimeError::NotFound { what: format!("container {id}") }),
@@ -796,7 +812,11 @@ impl Runtime for FakeRuntime {
                 Some(c) if c.info.state == ContainerState::Running => {
                     Ok(st.exec.get(&c.info.name).cloned().unwrap_or(Some(super::ExecResult::default())))
                 }
-                _ => Err(RuntimeError::Failed { op: Op::ExecSync, message: format!("container {id} is not running") }),
+                _ => Err(RuntimeError::Failed {
+                    op: Op::ExecSync,
+                    code: Code::Unknown,
+                    message: format!("container {id} is not running"),
+                }),
             }
         };
         match script {

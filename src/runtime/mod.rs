@@ -177,6 +177,30 @@ impl std::fmt::Display for Op {
     }
 }
 
+/// The gRPC status code of a failed runtime call: podwarden's copy of the
+/// codes, so that nothing past the CRI client (`cri`, which maps grpcio's
+/// at the boundary) depends on the transport. `Unknown` is also what a
+/// failure without a status (the transport, a helper thread) carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Code {
+    Cancelled,
+    Unknown,
+    InvalidArgument,
+    DeadlineExceeded,
+    NotFound,
+    AlreadyExists,
+    PermissionDenied,
+    ResourceExhausted,
+    FailedPrecondition,
+    Aborted,
+    OutOfRange,
+    Unimplemented,
+    Internal,
+    Unavailable,
+    DataLoss,
+    Unauthenticated,
+}
+
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum RuntimeError {
     #[error("runtime unavailable: {0}")]
@@ -193,8 +217,16 @@ pub enum RuntimeError {
     ImageNeverPull { image: String },
     #[error("pulling image {image:?} failed: {message}")]
     ImagePull { image: String, message: String },
+    /// The call was not made: a directory the runtime would have to create
+    /// (`what`) is a path the kernel refuses as too long (see
+    /// [`path_too_long`]), which the runtime would fail (`ENAMETOOLONG`)
+    /// however often asked. The text is the runtime's for that failure.
+    #[error("{op} failed: failed to create {what} {path:?}: mkdir {path}: file name too long")]
+    PathTooLong { op: Op, what: &'static str, path: String },
+    /// Any other failure: the status code the runtime answered with (the
+    /// codes above have variants of their own) and its message.
     #[error("{op} failed: {message}")]
-    Failed { op: Op, message: String },
+    Failed { op: Op, code: Code, message: String },
 }
 
 impl RuntimeError {
@@ -203,15 +235,36 @@ impl RuntimeError {
     }
 
     /// An error that retrying cannot cure: the same request fails the same
-    /// way every time. Today: a path the kernel refuses as too long
-    /// (`ENAMETOOLONG`, which containerd passes on as "file name too long",
-    /// e.g. creating a sandbox's log directory). Deadlines, an unavailable
-    /// runtime and everything else may heal and are retried.
+    /// way every time. Today: a directory the runtime would have to create
+    /// is a path the kernel refuses as too long ([`RuntimeError::PathTooLong`],
+    /// found before the call). Deadlines, an unavailable runtime and
+    /// everything else may heal and are retried.
     pub fn is_permanent(&self) -> bool {
-        match self {
-            RuntimeError::Failed { message, .. } => message.to_ascii_lowercase().contains("file name too long"),
-            _ => false,
+        matches!(self, RuntimeError::PathTooLong { .. })
+    }
+}
+
+/// The kernel's longest file name in bytes (`NAME_MAX`).
+pub const NAME_MAX: usize = 255;
+/// The kernel's longest path in bytes (`PATH_MAX`, less its NUL).
+pub const PATH_MAX: usize = 4095;
+
+/// Whether the kernel refuses `path` as too long (`ENAMETOOLONG`): a name
+/// in it over [`NAME_MAX`] bytes, or the whole over [`PATH_MAX`].
+pub fn path_too_long(path: &str) -> bool {
+    path.len() > PATH_MAX || path.split('/').any(|name| name.len() > NAME_MAX)
+}
+
+impl SandboxConfig {
+    /// Refuse, before `op` is called, a sandbox whose log directory (which
+    /// the runtime creates, and its containers' logs below it) is a path
+    /// the kernel refuses as too long: the runtime would fail on it
+    /// (`ENAMETOOLONG`) however often asked.
+    pub fn check_paths(&self, op: Op) -> Result<()> {
+        if path_too_long(&self.log_directory) {
+            return Err(RuntimeError::PathTooLong { op, what: "pod log directory", path: self.log_directory.clone() });
         }
+        Ok(())
     }
 }
 
@@ -654,9 +707,43 @@ mod op_tests {
             "StopContainer did not answer before its deadline"
         );
         assert_eq!(
-            RuntimeError::Failed { op: Op::RunPodSandbox, message: "x".into() }.to_string(),
+            RuntimeError::Failed { op: Op::RunPodSandbox, code: Code::Unknown, message: "x".into() }.to_string(),
             "RunPodSandbox failed: x"
         );
         assert_eq!(RuntimeError::Cancelled { op: Op::ListPodSandbox }.to_string(), "ListPodSandbox was cancelled");
+    }
+
+    #[test]
+    fn a_log_directory_the_kernel_refuses_is_a_permanent_error_before_the_call() {
+        assert!(!path_too_long("/var/log/pods/ns_name_uid"));
+        assert!(!path_too_long(&format!("/var/log/pods/{}", "x".repeat(NAME_MAX))));
+        assert!(path_too_long(&format!("/var/log/pods/{}", "x".repeat(NAME_MAX + 1))));
+        let deep = format!("/{}", vec!["y".repeat(200); 21].join("/"));
+        assert!(deep.len() > PATH_MAX && path_too_long(&deep));
+        let ok = SandboxConfig { log_directory: "/var/log/pods/ns_p_u".into(), ..Default::default() };
+        assert_eq!(ok.check_paths(Op::RunPodSandbox), Ok(()));
+        let dir = format!("/var/log/pods/ns_{}_u", "p".repeat(253));
+        let long = SandboxConfig { log_directory: dir.clone(), ..Default::default() };
+        let e = long.check_paths(Op::RunPodSandbox).unwrap_err();
+        assert!(e.is_permanent(), "{e}");
+        assert_eq!(
+            e,
+            RuntimeError::PathTooLong { op: Op::RunPodSandbox, what: "pod log directory", path: dir.clone() }
+        );
+        // the text the runtime gives for it
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "RunPodSandbox failed: failed to create pod log directory {dir:?}: mkdir {dir}: file name too long"
+            )
+        );
+        // the runtime's own errors are retried, whatever their text or code
+        for code in [Code::Unknown, Code::InvalidArgument, Code::Internal] {
+            let e =
+                RuntimeError::Failed { op: Op::StartContainer, code, message: "mkdir x: file name too long".into() };
+            assert!(!e.is_permanent(), "{e:?}");
+        }
+        assert!(!RuntimeError::DeadlineExceeded { op: Op::RunPodSandbox }.is_permanent());
+        assert!(!RuntimeError::Unavailable("down".into()).is_permanent());
     }
 }

@@ -146,10 +146,22 @@ pub fn command_and_args(c: &Container, env: &[(String, String)]) -> (Vec<String>
     (all(&c.command), all(&c.args))
 }
 
+/// Why a `subPathExpr` cannot be expanded.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum SubPathExprError {
+    /// Variables it names that have no value (sorted, once each).
+    #[error("missing value for {}", .0.join(", "))]
+    Missing(Vec<String>),
+    #[error("subPathExpr {expr:?} expands to an absolute path {out:?}")]
+    Absolute { expr: String, out: String },
+    #[error("subPathExpr {expr:?} expands to {out:?}, which contains '..'")]
+    DotDot { expr: String, out: String },
+}
+
 /// `subPathExpr` expanded against the container's environment, as the
 /// kubelet expands it: every reference must name a variable with a value,
 /// and the result must be a relative path without `..`.
-pub fn sub_path_expr(expr: &str, env: &[(String, String)]) -> Result<String, String> {
+pub fn sub_path_expr(expr: &str, env: &[(String, String)]) -> Result<String, SubPathExprError> {
     let missing = std::cell::RefCell::new(Vec::new());
     let out = expand(expr, |name| match lookup(env, name) {
         Some(v) if !v.is_empty() => Some(v),
@@ -162,13 +174,13 @@ pub fn sub_path_expr(expr: &str, env: &[(String, String)]) -> Result<String, Str
     if !missing.is_empty() {
         missing.sort();
         missing.dedup();
-        return Err(format!("missing value for {}", missing.join(", ")));
+        return Err(SubPathExprError::Missing(missing));
     }
     if out.starts_with('/') {
-        return Err(format!("subPathExpr {expr:?} expands to an absolute path {out:?}"));
+        return Err(SubPathExprError::Absolute { expr: expr.to_string(), out });
     }
     if out.split('/').any(|c| c == "..") {
-        return Err(format!("subPathExpr {expr:?} expands to {out:?}, which contains '..'"));
+        return Err(SubPathExprError::DotDot { expr: expr.to_string(), out });
     }
     Ok(out)
 }
@@ -493,10 +505,13 @@ spec:
     fn sub_path_expr_is_expanded_as_the_kubelet_does() {
         let env = vec![("POD".to_string(), "web-1".to_string()), ("EMPTY".to_string(), String::new())];
         assert_eq!(sub_path_expr("logs/$(POD)", &env).unwrap(), "logs/web-1");
-        assert_eq!(sub_path_expr("$(EMPTY)/$(NOPE)/$(POD)", &env).unwrap_err(), "missing value for EMPTY, NOPE");
-        assert!(sub_path_expr("/$(POD)", &env).unwrap_err().contains("absolute"));
+        assert_eq!(
+            sub_path_expr("$(EMPTY)/$(NOPE)/$(POD)", &env).unwrap_err().to_string(),
+            "missing value for EMPTY, NOPE"
+        );
+        assert!(sub_path_expr("/$(POD)", &env).unwrap_err().to_string().contains("absolute"));
         let up = vec![("X".to_string(), "..".to_string())];
-        assert!(sub_path_expr("a/$(X)/b", &up).unwrap_err().contains("'..'"));
+        assert!(sub_path_expr("a/$(X)/b", &up).unwrap_err().to_string().contains("'..'"));
     }
 
     #[test]

@@ -3,12 +3,16 @@
 //! up). Effects are idempotent: running a phase twice equals running it once,
 //! and clean-up tolerates set-up never having run.
 
+mod container_config;
 pub mod dns;
 pub mod env;
 pub mod hooks;
 mod image;
+mod sandbox;
+pub mod security;
 mod setup;
 mod terminate;
+mod volume_setup;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -19,7 +23,7 @@ use parking_lot::Mutex;
 
 pub use crate::base::backoff::Backoff;
 pub use crate::node::images::pull::pull_policy;
-pub use setup::{APPARMOR_ANNOTATION_PREFIX, apparmor_profile};
+pub use security::{APPARMOR_ANNOTATION_PREFIX, apparmor_profile};
 
 use crate::model::{self, Pod, Uid};
 use crate::pod::status::{StatusManager, Waiting};
@@ -27,6 +31,11 @@ use crate::pod::workers::{PodSyncer, StatusFn, SyncCtx, SyncError, SyncResult, U
 use crate::runtime::cache::PodCache;
 use crate::runtime::{CallCtx, Runtime, RuntimePod};
 use crate::telemetry::events::{EventRecorder, EventType, ObjectRef};
+
+/// A closure turning an I/O error into the pass's error about `what`.
+fn io_err(what: String) -> impl FnOnce(std::io::Error) -> SyncError {
+    move |source| SyncError::Io { what, source }
+}
 
 /// The phases' settings; built by the wiring (`daemon::assemble`) from the
 /// config and its tuning, which hold the defaults.

@@ -9,7 +9,7 @@ use crate::model::{self, Pod};
 use crate::pod::phases::PodSync;
 use crate::pod::status::{GenerateInput, generate};
 use crate::pod::workers::{StatusFn, SyncCtx, SyncError};
-use crate::runtime::{CallCtx, ContainerState, RuntimeError, RuntimePod};
+use crate::runtime::{CallCtx, ContainerInfo, ContainerState, RuntimeError, RuntimePod};
 use crate::telemetry::events::{EventType, ObjectRef};
 
 impl PodSync {
@@ -39,97 +39,7 @@ impl PodSync {
                 Err(e) => return Err(e.into()),
             }
         } else if !live.is_empty() {
-            // Every container on a helper thread of its own. Sidecars stop
-            // last, in reverse spec order (the kubelet's termination
-            // ordering): each one's preStop hook starts at once, its stop
-            // waits until the app containers and the sidecars after it
-            // are down, at most its grace period, and the wait comes off
-            // that period (2 s at least remain).
-            let spec_index = |name: &str| {
-                pod.and_then(|p| model::init_containers(p).iter().position(|c| c.name == name && model::is_sidecar(c)))
-            };
-            // the live sidecars (indices into `live`), last in spec order first
-            let mut order: Vec<(usize, usize)> =
-                live.iter().enumerate().filter_map(|(i, c)| spec_index(&c.name).map(|k| (k, i))).collect();
-            order.sort_by(|a, b| b.cmp(a));
-            let order: Vec<usize> = order.into_iter().map(|(_, i)| i).collect();
-            let mut turns: Vec<Option<crossbeam_channel::Sender<()>>> = vec![None; live.len()];
-            let (tx, rx) = crossbeam_channel::bounded(live.len());
-            for (i, c) in live.iter().enumerate() {
-                let turn = order.contains(&i).then(|| {
-                    let (go, wait) = crossbeam_channel::bounded(1);
-                    turns[i] = Some(go);
-                    wait
-                });
-                let stopper = self.stopper();
-                let cancel = ctx.cancel.clone();
-                let pod = pod.cloned();
-                let ip = pod_ip.clone();
-                let info = c.clone();
-                let tx = tx.clone();
-                let short: String = ctx.uid.chars().take(8).collect();
-                crate::base::thread::spawn(
-                    format!("stop-{short}"),
-                    Some(crate::base::thread::HELPER_STACK),
-                    move || {
-                        let r = match turn {
-                            None => stopper.stop(&cancel, pod.as_deref(), ip.as_deref(), &info, grace),
-                            Some(wait) => {
-                                stop_in_turn(&stopper, &cancel, pod.as_deref(), ip.as_deref(), &info, grace, &wait)
-                            }
-                        };
-                        let _ = tx.send((i, r));
-                    },
-                )
-                .map_err(|e| SyncError::Other(format!("cannot start a thread to stop container {}: {e}", c.id)))?;
-            }
-            drop(tx);
-            // Once no app container is left, the sidecars get their turn in
-            // `order`, each when the one before it is done (one that ended
-            // before its turn is passed over).
-            let mut done = vec![false; live.len()];
-            let mut apps_left = live.len() - order.len();
-            let mut next = 0;
-            let mut release = |done: &[bool]| {
-                while let Some(&j) = order.get(next) {
-                    if let Some(go) = turns[j].take() {
-                        let _ = go.send(());
-                    }
-                    if !done[j] {
-                        return;
-                    }
-                    next += 1;
-                }
-            };
-            if apps_left == 0 {
-                release(&done);
-            }
-            let mut first_err = None;
-            for _ in 0..live.len() {
-                select! {
-                    recv(rx) -> r => match r {
-                        Ok((i, r)) => {
-                            done[i] = true;
-                            if !order.contains(&i) {
-                                apps_left -= 1;
-                            }
-                            if apps_left == 0 {
-                                release(&done);
-                            }
-                            match r {
-                                Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
-                                Err(RuntimeError::Cancelled { .. }) => return Err(SyncError::Cancelled),
-                                Err(e) => { first_err.get_or_insert(e); }
-                            }
-                        }
-                        Err(_) => break,
-                    },
-                    recv(ctx.cancel.receiver()) -> _ => return Err(SyncError::Cancelled),
-                }
-            }
-            if let Some(e) = first_err {
-                return Err(e.into());
-            }
+            self.stop_in_parallel(ctx, &live, grace, pod, pod_ip)?;
         }
         ctx.cancel_check()?;
         for s in rp.sandboxes.iter().filter(|s| s.ready) {
@@ -137,6 +47,103 @@ impl PodSync {
                 Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
+        }
+        Ok(())
+    }
+
+    /// Stop `live` (two or more containers), every one on a helper thread
+    /// of its own. Sidecars stop last, in reverse spec order (the
+    /// kubelet's termination ordering): each one's preStop hook starts at
+    /// once, its stop waits until the app containers and the sidecars
+    /// after it are down, at most its grace period, and the wait comes off
+    /// that period (2 s at least remain). The first error is returned once
+    /// all are done.
+    fn stop_in_parallel(
+        &self,
+        ctx: &SyncCtx,
+        live: &[ContainerInfo],
+        grace: i64,
+        pod: Option<&Arc<Pod>>,
+        pod_ip: Option<String>,
+    ) -> Result<(), SyncError> {
+        let spec_index = |name: &str| {
+            pod.and_then(|p| model::init_containers(p).iter().position(|c| c.name == name && model::is_sidecar(c)))
+        };
+        // the live sidecars (indices into `live`), last in spec order first
+        let mut order: Vec<(usize, usize)> =
+            live.iter().enumerate().filter_map(|(i, c)| spec_index(&c.name).map(|k| (k, i))).collect();
+        order.sort_by(|a, b| b.cmp(a));
+        let order: Vec<usize> = order.into_iter().map(|(_, i)| i).collect();
+        let mut turns: Vec<Option<crossbeam_channel::Sender<()>>> = vec![None; live.len()];
+        let (tx, rx) = crossbeam_channel::bounded(live.len());
+        for (i, c) in live.iter().enumerate() {
+            let turn = order.contains(&i).then(|| {
+                let (go, wait) = crossbeam_channel::bounded(1);
+                turns[i] = Some(go);
+                wait
+            });
+            let stopper = self.stopper();
+            let cancel = ctx.cancel.clone();
+            let pod = pod.cloned();
+            let ip = pod_ip.clone();
+            let info = c.clone();
+            let tx = tx.clone();
+            let short: String = ctx.uid.chars().take(8).collect();
+            crate::base::thread::spawn(format!("stop-{short}"), Some(crate::base::thread::HELPER_STACK), move || {
+                let r = match turn {
+                    None => stopper.stop(&cancel, pod.as_deref(), ip.as_deref(), &info, grace),
+                    Some(wait) => stop_in_turn(&stopper, &cancel, pod.as_deref(), ip.as_deref(), &info, grace, &wait),
+                };
+                let _ = tx.send((i, r));
+            })
+            .map_err(|source| SyncError::StopThread { container: c.id.clone(), source })?;
+        }
+        drop(tx);
+        // Once no app container is left, the sidecars get their turn in
+        // `order`, each when the one before it is done (one that ended
+        // before its turn is passed over).
+        let mut done = vec![false; live.len()];
+        let mut apps_left = live.len() - order.len();
+        let mut next = 0;
+        let mut release = |done: &[bool]| {
+            while let Some(&j) = order.get(next) {
+                if let Some(go) = turns[j].take() {
+                    let _ = go.send(());
+                }
+                if !done[j] {
+                    return;
+                }
+                next += 1;
+            }
+        };
+        if apps_left == 0 {
+            release(&done);
+        }
+        let mut first_err = None;
+        for _ in 0..live.len() {
+            select! {
+                recv(rx) -> r => match r {
+                    Ok((i, r)) => {
+                        done[i] = true;
+                        if !order.contains(&i) {
+                            apps_left -= 1;
+                        }
+                        if apps_left == 0 {
+                            release(&done);
+                        }
+                        match r {
+                            Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
+                            Err(RuntimeError::Cancelled { .. }) => return Err(SyncError::Cancelled),
+                            Err(e) => { first_err.get_or_insert(e); }
+                        }
+                    }
+                    Err(_) => break,
+                },
+                recv(ctx.cancel.receiver()) -> _ => return Err(SyncError::Cancelled),
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e.into());
         }
         Ok(())
     }
@@ -241,10 +248,7 @@ impl PodSync {
         if crate::pod::volumes::has_mounts_under(&self.cfg.pod_dir(&uid)) {
             // removing the directory would reach into what is mounted in it
             // (a subPath bind mount is a volume's own content)
-            return Err(SyncError::Other(format!(
-                "{} still has mounts below it; not removed",
-                self.cfg.pod_dir(&uid).display()
-            )));
+            return Err(SyncError::StillMounted { dir: self.cfg.pod_dir(&uid) });
         }
         for dir in [self.cfg.pod_dir(&uid), self.cfg.pod_log_dir(pod)] {
             match std::fs::remove_dir_all(&dir) {
@@ -289,4 +293,202 @@ fn stop_in_turn(
     let waited = t.elapsed();
     let left = if waited.as_secs() > 0 { crate::pod::phases::hooks::grace_after_pre_stop(left, waited) } else { left };
     stopper.stop_now(cancel, c, left)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::pod::phases::SyncConfig;
+    use crate::runtime::fake::{FakeRuntime, Op};
+    use crate::runtime::{ContainerConfig, Runtime, SandboxConfig};
+
+    const UID: &str = "u-stop";
+
+    struct Setup {
+        fake: Arc<FakeRuntime>,
+        events: Arc<crate::telemetry::events::EventRecorder>,
+        sync: PodSync,
+        pod: Arc<Pod>,
+    }
+
+    /// A pod with `apps` app containers and `sidecars` (init containers
+    /// with restartPolicy Always), every one running in the fake.
+    fn running(apps: &[&str], sidecars: &[&str]) -> Setup {
+        let list = |names: &[&str]| {
+            names
+                .iter()
+                .map(|n| format!("  - name: {n}\n    image: i\n    restartPolicy: Always\n"))
+                .collect::<String>()
+        };
+        let apps_yaml: String = apps.iter().map(|n| format!("  - name: {n}\n    image: i\n")).collect();
+        let yaml = format!(
+            "metadata:\n  name: p\n  namespace: ns\n  uid: {UID}\nspec:\n  initContainers:\n{}  containers:\n{apps_yaml}",
+            list(sidecars)
+        );
+        let pod: Pod = serde_yaml_ng::from_str(&yaml.replace("  initContainers:\n  containers:", "  containers:"))
+            .expect("the test pod");
+        let fake = Arc::new(FakeRuntime::new());
+        let ctx = CallCtx::background(Duration::from_secs(5));
+        let sandbox = SandboxConfig { name: "p".into(), namespace: "ns".into(), uid: UID.into(), ..Default::default() };
+        let sid = fake.run_sandbox(&ctx, &sandbox).expect("sandbox");
+        for name in sidecars.iter().chain(apps) {
+            let c = ContainerConfig { name: name.to_string(), image: "i".into(), ..Default::default() };
+            let id = fake.create_container(&ctx, &sid, &c, &sandbox).expect("create");
+            fake.start_container(&ctx, &id).expect("start");
+        }
+        let events = Arc::new(crate::telemetry::events::EventRecorder::new(64));
+        let cfg = SyncConfig {
+            root_dir: "/nonexistent/root".into(),
+            pod_logs_dir: "/nonexistent/logs".into(),
+            call_timeout: Duration::from_secs(5),
+            backoff_initial: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(1),
+            id_prefix: "fake://".into(),
+            host_ip: None,
+            allow_privileged: false,
+            allocatable_cpu_millis: 1000,
+            allocatable_memory_bytes: 1 << 30,
+            allocatable_ephemeral_bytes: 10 << 30,
+            memory_capacity_bytes: 4 << 30,
+            resolv_conf: "/etc/resolv.conf".into(),
+            seccomp_default: false,
+            apparmor_enabled: false,
+            cgroups: None,
+            max_parallel_pulls: 1,
+        };
+        let sync = PodSync::new(fake.clone(), Arc::new(crate::pod::status::StatusManager::new()), events.clone(), cfg);
+        fake.clear_calls();
+        Setup { fake, events, sync, pod: Arc::new(pod) }
+    }
+
+    impl Setup {
+        fn runtime_pod(&self) -> RuntimePod {
+            self.fake.pod_status(&CallCtx::background(Duration::from_secs(5)), UID).expect("pod status")
+        }
+
+        fn stop_all(&self, ctx: &SyncCtx, grace: i64) -> Result<(), SyncError> {
+            self.sync.stop_all(ctx, &self.runtime_pod(), grace, Some(&self.pod))
+        }
+
+        /// The container names of the StopContainer calls, in call order,
+        /// with their timeouts.
+        fn stops(&self) -> Vec<(String, Option<Duration>)> {
+            let rp = self.runtime_pod();
+            let name = |id: &str| rp.containers.iter().find(|c| c.id == id).map(|c| c.name.clone()).unwrap_or_default();
+            let mut calls = self.fake.calls_for(UID, Op::StopContainer);
+            calls.sort_by_key(|c| c.seq);
+            calls.iter().map(|c| (name(&c.target), c.timeout)).collect()
+        }
+    }
+
+    #[test]
+    fn every_container_is_stopped_with_the_grace_period_then_the_sandbox() {
+        for apps in [&["one"][..], &["a", "b", "c"][..]] {
+            let s = running(apps, &[]);
+            s.stop_all(&SyncCtx::detached(UID), 7).expect("stopped");
+            let mut stops = s.stops();
+            stops.sort();
+            let want: Vec<_> = apps.iter().map(|n| (n.to_string(), Some(Duration::from_secs(7)))).collect();
+            assert_eq!(stops, want);
+            assert_eq!(s.fake.live_containers(UID), 0);
+            assert_eq!(s.fake.ready_sandboxes(UID), 0, "the sandbox is stopped too");
+            let last_stop = s.fake.calls_for(UID, Op::StopContainer).iter().map(|c| c.seq).max();
+            let sandbox_stops = s.fake.calls_for(UID, Op::StopPodSandbox);
+            assert_eq!(sandbox_stops.len(), 1);
+            assert!(Some(sandbox_stops[0].seq) > last_stop, "the sandbox after its containers");
+            // the kubelet's Killing event for each
+            let mut killing: Vec<_> =
+                s.events.list().into_iter().filter(|e| e.reason == "Killing").map(|e| e.message).collect();
+            killing.sort();
+            let want: Vec<_> = apps.iter().map(|n| format!("Stopping container {n} with grace period 7s")).collect();
+            assert_eq!(killing, want);
+        }
+    }
+
+    #[test]
+    fn sidecars_stop_after_the_app_containers_in_reverse_order() {
+        let s = running(&["app", "web"], &["first", "second"]);
+        s.fake.set_term_delay("app", Some(Duration::from_millis(600)));
+        s.fake.set_term_delay("second", Some(Duration::from_millis(200)));
+        let watch = {
+            let fake = s.fake.clone();
+            crate::base::thread::spawn("test-watch", None, move || {
+                std::thread::sleep(Duration::from_millis(250));
+                fake.live_containers(UID)
+            })
+            .expect("a watcher thread")
+        };
+        s.stop_all(&SyncCtx::detached(UID), 30).expect("stopped");
+        // while an app container was still stopping, both sidecars ran
+        assert_eq!(watch.join().expect("watcher"), 3, "app and both sidecars still running at 250 ms");
+        let order: Vec<String> = s.stops().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(order.len(), 4, "{order:?}");
+        let mut apps = order[..2].to_vec();
+        apps.sort();
+        assert_eq!(apps, ["app", "web"], "the app containers first: {order:?}");
+        assert_eq!(order[2..], ["second", "first"], "then the sidecars, last in the spec first");
+        // a wait under a second takes nothing off their grace period
+        assert!(s.stops().iter().all(|(_, t)| *t == Some(Duration::from_secs(30))), "{:?}", s.stops());
+        assert_eq!(s.fake.live_containers(UID), 0);
+        assert_eq!(s.fake.ready_sandboxes(UID), 0);
+    }
+
+    #[test]
+    fn a_stop_error_is_reported_and_the_sandbox_left_running() {
+        // one container (stopped on the calling thread), then several
+        for apps in [&["one"][..], &["a", "b"][..]] {
+            let s = running(apps, &[]);
+            s.fake.fail(Op::StopContainer, Some(UID), 1);
+            match s.stop_all(&SyncCtx::detached(UID), 5) {
+                Err(SyncError::Runtime(RuntimeError::Failed { op: Op::StopContainer, .. })) => {}
+                other => panic!("{apps:?}: {other:?}"),
+            }
+            // the others were stopped all the same; the sandbox was not
+            assert_eq!(s.fake.calls_for(UID, Op::StopContainer).len(), apps.len());
+            assert_eq!(s.fake.live_containers(UID), 1);
+            assert!(s.fake.calls_for(UID, Op::StopPodSandbox).is_empty());
+            assert_eq!(s.fake.ready_sandboxes(UID), 1);
+            // the next pass finishes the job
+            s.stop_all(&SyncCtx::detached(UID), 5).expect("stopped on the next pass");
+            assert_eq!(s.fake.live_containers(UID), 0);
+            assert_eq!(s.fake.ready_sandboxes(UID), 0);
+        }
+    }
+
+    #[test]
+    fn a_container_already_gone_is_not_an_error() {
+        let s = running(&["a", "b"], &[]);
+        let mut rp = s.runtime_pod();
+        let mut ghost = rp.containers[0].clone();
+        ghost.id = "ctr-gone".into();
+        ghost.name = "ghost".into();
+        rp.containers.push(ghost);
+        s.sync.stop_all(&SyncCtx::detached(UID), &rp, 5, Some(&s.pod)).expect("stopped");
+        assert_eq!(s.fake.live_containers(UID), 0);
+        assert_eq!(s.fake.ready_sandboxes(UID), 0);
+    }
+
+    #[test]
+    fn cancellation_ends_the_stop_at_once() {
+        for apps in [&["stubborn"][..], &["stubborn", "b"][..]] {
+            let s = running(apps, &[]);
+            // ignores SIGTERM: its stop takes the whole grace period
+            s.fake.set_term_delay("stubborn", None);
+            let ctx = SyncCtx::detached(UID);
+            let cancel = ctx.cancel.clone();
+            let canceller = crate::base::thread::spawn("test-cancel", None, move || {
+                std::thread::sleep(Duration::from_millis(200));
+                cancel.cancel();
+            })
+            .expect("a canceller thread");
+            let t = Instant::now();
+            let r = s.stop_all(&ctx, 60);
+            canceller.join().expect("canceller");
+            assert!(matches!(r, Err(SyncError::Cancelled)), "{apps:?}: {r:?}");
+            assert!(t.elapsed() < Duration::from_secs(10), "returned after {:?}", t.elapsed());
+            assert!(s.fake.calls_for(UID, Op::StopPodSandbox).is_empty(), "no sandbox stop once cancelled");
+        }
+    }
 }

@@ -30,32 +30,51 @@ pub struct FileData {
 /// A volume's content: relative path -> file.
 pub type Payload = BTreeMap<String, FileData>;
 
+/// Why a payload path is refused (the kubelet's writer's messages).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PathError {
+    #[error("invalid path: must not be empty: {0:?}")]
+    Empty(String),
+    #[error("invalid path: must be relative path: {0}")]
+    Absolute(String),
+    #[error("invalid path: must be less than or equal to {MAX_PATH} characters")]
+    TooLong,
+    #[error("invalid path: must not contain a NUL byte: {0:?}")]
+    Nul(String),
+    #[error("invalid path: must not contain '..': {0}")]
+    DotDot(String),
+    #[error("invalid path: filenames must be less than or equal to {MAX_NAME} characters")]
+    NameTooLong,
+    #[error("invalid path: must not start with '..': {0}")]
+    DotDotStart(String),
+}
+
 /// Check a payload path as the kubelet's writer does (its messages).
-pub fn check_path(p: &str) -> Result<(), String> {
+pub fn check_path(p: &str) -> Result<(), PathError> {
     if p.is_empty() {
-        return Err(format!("invalid path: must not be empty: {p:?}"));
+        return Err(PathError::Empty(p.to_string()));
     }
     if p.starts_with('/') {
-        return Err(format!("invalid path: must be relative path: {p}"));
+        return Err(PathError::Absolute(p.to_string()));
     }
     if p.len() > MAX_PATH {
-        return Err(format!("invalid path: must be less than or equal to {MAX_PATH} characters"));
+        return Err(PathError::TooLong);
     }
     if p.contains('\0') {
-        return Err(format!("invalid path: must not contain a NUL byte: {p:?}"));
+        return Err(PathError::Nul(p.to_string()));
     }
     let parts: Vec<&str> = p.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
     if parts.contains(&"..") {
-        return Err(format!("invalid path: must not contain '..': {p}"));
+        return Err(PathError::DotDot(p.to_string()));
     }
     if parts.iter().any(|c| c.len() > MAX_NAME) {
-        return Err(format!("invalid path: filenames must be less than or equal to {MAX_NAME} characters"));
+        return Err(PathError::NameTooLong);
     }
     if parts.first().is_some_and(|c| c.starts_with("..")) {
-        return Err(format!("invalid path: must not start with '..': {p}"));
+        return Err(PathError::DotDotStart(p.to_string()));
     }
     if parts.is_empty() {
-        return Err(format!("invalid path: must not be empty: {p:?}"));
+        return Err(PathError::Empty(p.to_string()));
     }
     Ok(())
 }
@@ -282,11 +301,12 @@ mod tests {
     fn paths_are_checked_with_the_kubelet_messages() {
         assert!(check_path("a/b.conf").is_ok());
         assert!(check_path("./a").is_ok());
-        assert_eq!(check_path("").unwrap_err(), "invalid path: must not be empty: \"\"");
-        assert_eq!(check_path("/etc/x").unwrap_err(), "invalid path: must be relative path: /etc/x");
-        assert_eq!(check_path("a/../../x").unwrap_err(), "invalid path: must not contain '..': a/../../x");
-        assert_eq!(check_path("..data").unwrap_err(), "invalid path: must not start with '..': ..data");
-        assert!(check_path(&"x".repeat(256)).unwrap_err().contains("255"));
+        let err = |p: &str| check_path(p).unwrap_err().to_string();
+        assert_eq!(err(""), "invalid path: must not be empty: \"\"");
+        assert_eq!(err("/etc/x"), "invalid path: must be relative path: /etc/x");
+        assert_eq!(err("a/../../x"), "invalid path: must not contain '..': a/../../x");
+        assert_eq!(err("..data"), "invalid path: must not start with '..': ..data");
+        assert!(err(&"x".repeat(256)).contains("255"));
         assert_eq!(clean("./a//b/"), "a/b");
     }
 }

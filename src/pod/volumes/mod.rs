@@ -71,6 +71,54 @@ pub fn set_ownership(dir: &Path, gid: u32, read_only: bool) -> std::io::Result<u
     Ok(done)
 }
 
+/// A volume of the pod that could not be set up: the text of the pod's
+/// `FailedMount` event (and of the set-up pass's error).
+#[derive(Debug, Error)]
+pub enum MountError {
+    /// An emptyDir or hostPath that failed its checks or its mount.
+    #[error("volume {volume:?}: {source}")]
+    Volume {
+        volume: String,
+        #[source]
+        source: VolumeError,
+    },
+    /// A volume whose files podwarden writes, or whose group it sets (the
+    /// kubelet's `MountVolume.SetUp failed` text).
+    #[error("MountVolume.SetUp failed for volume {volume:?} : {source}")]
+    SetUp {
+        volume: String,
+        #[source]
+        source: SetUpError,
+    },
+}
+
+/// What failed in a volume's `MountVolume.SetUp`.
+#[derive(Debug, Error)]
+pub enum SetUpError {
+    #[error("creating {}: {source}", dir.display())]
+    CreateDir {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Tmpfs(VolumeError),
+    #[error(transparent)]
+    Payload(projection::PayloadError),
+    #[error("writing {}: {source}", dir.display())]
+    Write {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("setting fsGroup {gid}: {source}")]
+    FsGroup {
+        gid: u32,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// Why a volume could not be set up (the pod's FailedMount event).
 #[derive(Debug, Error)]
 pub enum VolumeError {

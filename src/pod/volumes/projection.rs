@@ -11,7 +11,8 @@ use thiserror::Error;
 
 use crate::model;
 use crate::model::objects::{Kind, ObjKey, ObjectSet};
-use crate::pod::volumes::atomic_writer::{FileData, Payload, check_path, clean};
+use crate::pod::phases::env::EnvError;
+use crate::pod::volumes::atomic_writer::{FileData, PathError, Payload, check_path, clean};
 
 /// The defaults of the API: every volume's files are 0644, except a
 /// Secret's, which podwarden writes 0400 (readable by the container's root
@@ -71,10 +72,28 @@ pub enum PayloadError {
     ConfigMapKey(String),
     #[error("secret references non-existent secret key: {0}")]
     SecretKey(String),
-    #[error("{0}")]
-    Path(String),
-    #[error("downward API item {path:?}: {message}")]
-    Downward { path: String, message: String },
+    #[error(transparent)]
+    Path(#[from] PathError),
+    #[error("downward API item {path:?}: {source}")]
+    Downward {
+        path: String,
+        #[source]
+        source: DownwardFileError,
+    },
+}
+
+/// Why a downward API volume file cannot be made.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum DownwardFileError {
+    #[error("unsupported fieldPath: {0}")]
+    FieldPath(String),
+    #[error("needs a fieldRef or a resourceFieldRef")]
+    NoSource,
+    #[error("container {0} not found")]
+    NoContainer(String),
+    /// Boxed: an `EnvError` is large.
+    #[error(transparent)]
+    Resource(Box<EnvError>),
 }
 
 /// What the downward API reads besides the pod, for volume files.
@@ -144,7 +163,7 @@ fn object_files(
     match items.as_ref().filter(|i| !i.is_empty()) {
         None => {
             for (k, v) in &obj.data {
-                check_path(k).map_err(PayloadError::Path)?;
+                check_path(k)?;
                 out.insert(k.clone(), FileData { data: v.clone(), mode: default_mode });
             }
         }
@@ -159,7 +178,7 @@ fn object_files(
                         Kind::Secret => PayloadError::SecretKey(it.key.clone()),
                     });
                 };
-                check_path(&it.path).map_err(PayloadError::Path)?;
+                check_path(&it.path)?;
                 let mode = it.mode.map_or(default_mode, |m| m as u32);
                 out.insert(clean(&it.path), FileData { data: v.clone(), mode });
             }
@@ -177,14 +196,14 @@ fn downward_files<'a>(
     node: Node,
 ) -> Result<(), PayloadError> {
     for it in items {
-        check_path(&it.path).map_err(PayloadError::Path)?;
-        let bad = |message: String| PayloadError::Downward { path: it.path.clone(), message };
+        check_path(&it.path)?;
+        let bad = |source| PayloadError::Downward { path: it.path.clone(), source };
         let text = if let Some(f) = &it.field_ref {
-            field_file(pod, &f.field_path).ok_or_else(|| bad(format!("unsupported fieldPath: {}", f.field_path)))?
+            field_file(pod, &f.field_path).ok_or_else(|| bad(DownwardFileError::FieldPath(f.field_path.clone())))?
         } else if let Some(r) = &it.resource_field_ref {
             resource_file(pod, r, node).map_err(bad)?
         } else {
-            return Err(bad("needs a fieldRef or a resourceFieldRef".into()));
+            return Err(bad(DownwardFileError::NoSource));
         };
         let mode = it.mode.map_or(default_mode, |m| m as u32);
         out.insert(clean(&it.path), FileData { data: text.into_bytes(), mode });
@@ -249,9 +268,9 @@ fn resource_file(
     pod: &Pod,
     r: &k8s_openapi::api::core::v1::ResourceFieldSelector,
     node: Node,
-) -> Result<String, String> {
+) -> Result<String, DownwardFileError> {
     let name = r.container_name.as_deref().unwrap_or("");
-    let c = model::find_container(pod, name).ok_or_else(|| format!("container {name} not found"))?;
+    let c = model::find_container(pod, name).ok_or_else(|| DownwardFileError::NoContainer(name.to_string()))?;
     let objects = ObjectSet::new();
     let dw = crate::pod::phases::env::Downward {
         pod_ip: None,
@@ -261,7 +280,8 @@ fn resource_file(
         allocatable_ephemeral_bytes: node.allocatable_ephemeral_bytes,
         objects: &objects,
     };
-    crate::pod::phases::env::resource_value(pod, c, &r.resource, r, &dw).map_err(|e| e.to_string())
+    crate::pod::phases::env::resource_value(pod, c, &r.resource, r, &dw)
+        .map_err(|e| DownwardFileError::Resource(Box::new(e)))
 }
 
 #[cfg(test)]

@@ -94,8 +94,24 @@ pub enum SyncError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{0}")]
-    Other(String),
+    /// A helper thread to stop a container could not be started.
+    #[error("cannot start a thread to stop container {container}: {source}")]
+    StopThread {
+        container: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Clean-up found something still mounted below the pod's directory
+    /// (removing it would reach into what is mounted there).
+    #[error("{} still has mounts below it; not removed", dir.display())]
+    StillMounted { dir: std::path::PathBuf },
+    /// The pod's cgroup could not be made.
+    #[error("creating the pod's cgroup: {0}")]
+    PodCgroup(#[source] std::io::Error),
+    /// A volume could not be set up (boxed: the rarest error is the
+    /// largest).
+    #[error(transparent)]
+    Mount(Box<crate::pod::volumes::MountError>),
     /// The pod's spec cannot be run as it is (retrying cannot help).
     #[error("{0}")]
     Invalid(String),
@@ -114,7 +130,11 @@ impl SyncError {
             }
             SyncError::Runtime(e) => e.is_permanent(),
             SyncError::Invalid(_) => true,
-            SyncError::Cancelled | SyncError::Other(_) => false,
+            SyncError::Cancelled
+            | SyncError::StopThread { .. }
+            | SyncError::StillMounted { .. }
+            | SyncError::PodCgroup(_)
+            | SyncError::Mount(_) => false,
         }
     }
 }
@@ -900,12 +920,20 @@ mod permanent_tests {
     fn errors_that_cannot_heal_are_told_from_the_others() {
         let io = |errno| SyncError::Io { what: "x".into(), source: std::io::Error::from_raw_os_error(errno) };
         let failed = |m: &str| {
-            SyncError::Runtime(RuntimeError::Failed { op: crate::runtime::Op::RunPodSandbox, message: m.into() })
+            SyncError::Runtime(RuntimeError::Failed {
+                op: crate::runtime::Op::RunPodSandbox,
+                code: crate::runtime::Code::Unknown,
+                message: m.into(),
+            })
         };
         for e in [
             io(libc::ENAMETOOLONG),
             io(libc::EINVAL),
-            failed("mkdir /var/log/pods/x: File name too long"),
+            SyncError::Runtime(RuntimeError::PathTooLong {
+                op: crate::runtime::Op::RunPodSandbox,
+                what: "pod log directory",
+                path: "/var/log/pods/x".into(),
+            }),
             SyncError::Invalid("bad".into()),
         ] {
             assert!(e.is_permanent(), "{e}");
@@ -915,10 +943,21 @@ mod permanent_tests {
             io(libc::EACCES),
             io(libc::ENOSPC),
             failed("injected fault"),
+            // the runtime's text decides nothing
+            failed("mkdir /var/log/pods/x: File name too long"),
             SyncError::Runtime(RuntimeError::Unavailable("down".into())),
             SyncError::Runtime(RuntimeError::DeadlineExceeded { op: crate::runtime::Op::StopContainer }),
             SyncError::Cancelled,
-            SyncError::Other("hostPath /x is not a directory".into()),
+            SyncError::Mount(Box::new(crate::pod::volumes::MountError::Volume {
+                volume: "x".into(),
+                source: crate::pod::volumes::VolumeError::WrongType {
+                    path: "/x".into(),
+                    what: "a directory",
+                    kind: "Directory".into(),
+                },
+            })),
+            SyncError::PodCgroup(std::io::Error::from_raw_os_error(libc::ENAMETOOLONG)),
+            SyncError::StillMounted { dir: "/var/lib/podwarden/pods/u".into() },
         ] {
             assert!(!e.is_permanent(), "{e}");
         }
