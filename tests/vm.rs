@@ -222,3 +222,120 @@ fn the_deb_on_a_real_systemd_machine() {
     let running = vm.sh("ctr -n k8s.io tasks ls | grep -c RUNNING || true");
     assert!(running.trim().parse::<u32>().unwrap_or(0) >= 2, "the pod's sandbox and container still run: {running}");
 }
+
+/// The pods as podwarden reports them (`get pods -A -o json`).
+fn pods(vm: &Vm) -> serde_json::Value {
+    serde_json::from_str(&vm.sh("podwarden get pods -A -o json")).expect("get pods -o json is JSON")
+}
+
+fn uid_of(vm: &Vm, name: &str) -> String {
+    let list = pods(vm);
+    let pod = list["items"].as_array().into_iter().flatten().find(|p| p["metadata"]["name"] == name);
+    pod.and_then(|p| p["metadata"]["uid"].as_str()).unwrap_or_else(|| panic!("no pod {name} in {list}")).to_string()
+}
+
+/// Installs the package, sets `config` lines (each `key: value`, replacing
+/// the commented default), writes `manifests` and starts the agent.
+fn install_and_start(vm: &Vm, config: &[&str], manifests: &[(&str, &str)]) {
+    vm.put(&deb(), "/root/podwarden.deb");
+    vm.sh("apt-get install -y -q /root/podwarden.deb >/root/apt.log 2>&1 || { cat /root/apt.log; exit 1; }");
+    for line in config {
+        let key = line.split(':').next().unwrap();
+        vm.sh(&format!(
+            "sed -i '/^#\\? *{key}:/d' /etc/podwarden/config.yaml && echo {} >> /etc/podwarden/config.yaml",
+            shell_quote(line)
+        ));
+    }
+    for (name, text) in manifests {
+        vm.sh(&format!("cat > /etc/podwarden/manifests/{name}.yaml <<'EOF'\n{text}EOF"));
+    }
+    vm.sh("systemctl start podwarden");
+}
+
+fn pod_yaml(name: &str, resources: &str, command: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  \
+         - name: c\n    image: localhost/busybox:e2e\n    command: [\"sh\", \"-c\", {command:?}]\n{resources}"
+    )
+}
+
+#[test]
+fn cgroup_v2_pod_limits_and_oom_scores_read_back_from_the_kernel() {
+    let _one = ONE_AT_A_TIME.lock();
+    let vm = Vm::up("pw-cgroupv2");
+    let sleep = "trap 'exit 0' TERM; while true; do sleep 0.2; done";
+    let burstable = pod_yaml(
+        "burstable",
+        "    resources:\n      requests: {cpu: 100m, memory: 32Mi}\n      limits: {cpu: 500m, memory: 64Mi}\n",
+        sleep,
+    );
+    let guaranteed = pod_yaml("guaranteed", "    resources:\n      limits: {cpu: 200m, memory: 48Mi}\n", sleep);
+    let besteffort = pod_yaml("besteffort", "", sleep);
+    let hog = pod_yaml(
+        "hog",
+        "    resources:\n      limits: {memory: 16Mi}\n",
+        "x=0123456789abcdef; while true; do x=$x$x; done",
+    );
+    install_and_start(
+        &vm,
+        &["cgroupDriver: cgroupfs", "podPidsLimit: 123"],
+        &[("burstable", &burstable), ("guaranteed", &guaranteed), ("besteffort", &besteffort), ("hog", &hog)],
+    );
+    for name in ["burstable", "guaranteed", "besteffort"] {
+        vm.wait(
+            &format!("{name} Running"),
+            Duration::from_secs(120),
+            &format!("podwarden get pods -A | grep -E '^default +{name} +1/1 +Running'"),
+        );
+    }
+    let cg = "/sys/fs/cgroup";
+    assert_eq!(vm.sh(&format!("stat -fc %T {cg}")).trim(), "cgroup2fs", "the VM runs the unified hierarchy");
+
+    // the pod level, as the kubelet sets it
+    let b = uid_of(&vm, "burstable");
+    let read = |path: String| vm.sh(&format!("cat {path}")).trim().to_string();
+    assert_eq!(read(format!("{cg}/kubepods/burstable/pod{b}/memory.max")), "67108864");
+    assert_eq!(read(format!("{cg}/kubepods/burstable/pod{b}/cpu.max")), "50000 100000");
+    // cpu.shares 102 (100m) as cpu.weight: 1 + (102 - 2) * 9999 / 262142
+    assert_eq!(read(format!("{cg}/kubepods/burstable/pod{b}/cpu.weight")), "4");
+    assert_eq!(read(format!("{cg}/kubepods/burstable/pod{b}/pids.max")), "123");
+    let g = uid_of(&vm, "guaranteed");
+    assert_eq!(read(format!("{cg}/kubepods/pod{g}/memory.max")), "50331648");
+    assert_eq!(read(format!("{cg}/kubepods/pod{g}/cpu.max")), "20000 100000");
+    let e = uid_of(&vm, "besteffort");
+    assert_eq!(read(format!("{cg}/kubepods/besteffort/pod{e}/memory.max")), "max");
+    // cpu.shares 2 for BestEffort: weight 1
+    assert_eq!(read(format!("{cg}/kubepods/besteffort/cpu.weight")), "1");
+
+    // kubepods carries the allocatable podwarden computed and logged
+    let logged =
+        vm.sh("journalctl -u podwarden --no-pager | grep -o 'kubepods limited to [0-9]*m CPU and [0-9]* bytes'");
+    let bytes = logged.split_whitespace().nth(6).expect("bytes in the log line").to_string();
+    assert_eq!(read(format!("{cg}/kubepods/memory.max")), bytes, "{logged}");
+
+    // oom_score_adj by QoS, not clamped (root in the VM has CAP_SYS_RESOURCE)
+    // (the container's own process: the sandbox's pause process gets -998)
+    let score = |name: &str| {
+        let list = pods(&vm);
+        let pod = list["items"].as_array().into_iter().flatten().find(|p| p["metadata"]["name"] == name);
+        let id = pod
+            .and_then(|p| p["status"]["containerStatuses"][0]["containerID"].as_str())
+            .and_then(|id| id.strip_prefix("containerd://"))
+            .unwrap_or_else(|| panic!("no container ID for {name}: {list}"))
+            .to_string();
+        vm.sh(&format!("cat /proc/$(ctr -n k8s.io tasks ls | awk '$1 == \"{id}\" {{print $2}}')/oom_score_adj"))
+            .trim()
+            .to_string()
+    };
+    assert_eq!(score("guaranteed"), "-997", "Guaranteed");
+    assert_eq!(score("besteffort"), "1000", "BestEffort");
+    let burst_score: i64 = score("burstable").parse().expect("one score");
+    assert!((2..1000).contains(&burst_score), "Burstable between 2 and 999: {burst_score}");
+
+    // a container over its memory limit is killed by the kernel: OOMKilled
+    vm.wait(
+        "the hog OOMKilled",
+        Duration::from_secs(120),
+        "podwarden get pods -A -o json | tr -d ' ' | grep -q '\"reason\":\"OOMKilled\"'",
+    );
+}
