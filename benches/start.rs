@@ -68,7 +68,9 @@ impl Agent {
             ),
         )
         .unwrap();
-        let bin = env!("CARGO_BIN_EXE_podwarden");
+        // the binary under test: $PODWARDEN_BIN (to compare two builds
+        // in one run), else this build's
+        let bin = std::env::var("PODWARDEN_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_podwarden").to_string());
         let child = Command::new(bin)
             .args(["run", "--config", config.to_str().unwrap()])
             .env("RUST_LOG", "warn")
