@@ -479,3 +479,30 @@ impl PodSyncer for PodSync {
         self.terminated(ctx, pod, remove_content)
     }
 }
+
+#[cfg(test)]
+impl SyncConfig {
+    /// A node of 1 CPU and 1 GiB allocatable, paths that do not exist and
+    /// 1 s deadlines and back-off: what the phases' unit tests start from.
+    pub(crate) fn for_tests() -> Self {
+        SyncConfig {
+            root_dir: "/nonexistent/root".into(),
+            pod_logs_dir: "/nonexistent/logs".into(),
+            call_timeout: Duration::from_secs(1),
+            backoff_initial: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(1),
+            id_prefix: "fake://".into(),
+            host_ip: None,
+            allow_privileged: false,
+            allocatable_cpu_millis: 1000,
+            allocatable_memory_bytes: 1 << 30,
+            allocatable_ephemeral_bytes: 10 << 30,
+            memory_capacity_bytes: 4 << 30,
+            resolv_conf: "/etc/resolv.conf".into(),
+            seccomp_default: false,
+            apparmor_enabled: false,
+            cgroups: None,
+            max_parallel_pulls: 1,
+        }
+    }
+}

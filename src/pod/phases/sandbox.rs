@@ -217,25 +217,7 @@ mod tests {
         )
         .unwrap();
         let sync = |allow: bool| {
-            let cfg = SyncConfig {
-                root_dir: "/nonexistent/root".into(),
-                pod_logs_dir: "/nonexistent/logs".into(),
-                call_timeout: Duration::from_secs(1),
-                backoff_initial: Duration::from_secs(1),
-                backoff_max: Duration::from_secs(1),
-                id_prefix: "fake://".into(),
-                host_ip: None,
-                allow_privileged: allow,
-                allocatable_cpu_millis: 1000,
-                allocatable_memory_bytes: 1 << 30,
-                allocatable_ephemeral_bytes: 10 << 30,
-                memory_capacity_bytes: 4 << 30,
-                resolv_conf: "/etc/resolv.conf".into(),
-                seccomp_default: false,
-                apparmor_enabled: false,
-                cgroups: None,
-                max_parallel_pulls: 1,
-            };
+            let cfg = SyncConfig { allow_privileged: allow, ..SyncConfig::for_tests() };
             PodSync::new(
                 Arc::new(crate::runtime::fake::FakeRuntime::new()),
                 Arc::new(crate::pod::status::StatusManager::new()),

@@ -339,25 +339,7 @@ mod tests {
             fake.start_container(&ctx, &id).expect("start");
         }
         let events = Arc::new(crate::telemetry::events::EventRecorder::new(64));
-        let cfg = SyncConfig {
-            root_dir: "/nonexistent/root".into(),
-            pod_logs_dir: "/nonexistent/logs".into(),
-            call_timeout: Duration::from_secs(5),
-            backoff_initial: Duration::from_secs(1),
-            backoff_max: Duration::from_secs(1),
-            id_prefix: "fake://".into(),
-            host_ip: None,
-            allow_privileged: false,
-            allocatable_cpu_millis: 1000,
-            allocatable_memory_bytes: 1 << 30,
-            allocatable_ephemeral_bytes: 10 << 30,
-            memory_capacity_bytes: 4 << 30,
-            resolv_conf: "/etc/resolv.conf".into(),
-            seccomp_default: false,
-            apparmor_enabled: false,
-            cgroups: None,
-            max_parallel_pulls: 1,
-        };
+        let cfg = SyncConfig { call_timeout: Duration::from_secs(5), ..SyncConfig::for_tests() };
         let sync = PodSync::new(fake.clone(), Arc::new(crate::pod::status::StatusManager::new()), events.clone(), cfg);
         fake.clear_calls();
         Setup { fake, events, sync, pod: Arc::new(pod) }
