@@ -43,7 +43,7 @@ echo "== cargo clippy"
 cargo clippy --profile ci --all-targets --quiet -- -D warnings
 echo "== packages (the VM tests install the .deb)"
 mapfile -t pkgs < <(scripts/package.sh --profile ci)
-export PODWARDEN_DEB="$PWD/${pkgs[0]}"
+export PODWARDEN_DEB="$(realpath "${pkgs[0]}")"
 echo "== cargo test"
 cargo test --profile ci --lib --bins --tests
 echo "== packages checked and installed here"

@@ -281,6 +281,7 @@ fn inhibit_delay_raised_to_30s_and_a_later_drop_in_is_a_clear_start_up_error() {
     let log = a.log();
     let line = log.lines().find(|l| l.contains("graceful node shutdown is off")).unwrap();
     assert!(line.contains("99-zz-unattended.conf") && line.contains("InhibitDelayMaxSec=7"), "{line}");
+    assert!(line.contains("GracefulNodeShutdownOff"), "a Warning event on the node: {line}");
     let n = node(&a);
     assert_eq!(n["gracefulShutdown"]["enabled"], false);
     assert!(n["gracefulShutdown"]["problem"].as_str().unwrap().contains("99-zz-unattended.conf"), "{n}");

@@ -65,6 +65,8 @@ impl Parts {
             metrics: self.metrics.clone(),
             agent: self.agent.clone(),
             state: self.shutdown.clone(),
+            events: self.events.clone(),
+            node_name: self.node_name.clone(),
         }
     }
 }

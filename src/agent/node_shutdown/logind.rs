@@ -373,10 +373,22 @@ impl Watch<'_> {
         st.lock_held = held;
     }
 
-    /// No bus or no logind (yet): warn once, show why, wait a second.
+    /// A Warning event on the node (logged too, at warning): graceful
+    /// shutdown is configured and cannot work, now or at all; `podwarden
+    /// node` also shows why.
+    fn tell(&self, reason: &str, message: &str) {
+        let node = crate::telemetry::events::ObjectRef::node(&self.runner.node_name);
+        self.runner.events.event(&node, crate::telemetry::events::EventType::Warning, reason, message);
+    }
+
+    /// No bus or no logind (yet): warn once (log and event), show why, wait
+    /// a second.
     fn unavailable(&mut self, e: &dyn std::fmt::Display, run_holds_lock: bool) {
         if !self.warned {
-            log::warn!("graceful node shutdown unavailable for now: {e}; retrying every second");
+            self.tell(
+                "GracefulNodeShutdownUnavailable",
+                &format!("graceful node shutdown unavailable for now: {e}; retrying every second"),
+            );
             self.warned = true;
         }
         self.problem(Some(e.to_string()), run_holds_lock);
@@ -402,7 +414,7 @@ impl Watch<'_> {
             match ensure_inhibit_delay(self.logind, self.cfg.total(), self.cfg.dropin_dir.as_deref()) {
                 Ok(_) => self.checked = true,
                 Err(e) => {
-                    log::error!("graceful node shutdown is off: {e}");
+                    self.tell("GracefulNodeShutdownOff", &format!("graceful node shutdown is off: {e}"));
                     self.problem(Some(e.to_string()), false);
                     return Connected::Off;
                 }

@@ -188,6 +188,9 @@ pub struct Runner {
     pub metrics: Arc<Metrics>,
     pub agent: Arc<Agent>,
     pub state: SharedState,
+    /// Where graceful shutdown's own problems are told (events on the node).
+    pub events: Arc<crate::telemetry::events::EventRecorder>,
+    pub node_name: String,
 }
 
 impl Runner {
