@@ -4,8 +4,10 @@
 //! `PrepareForShutdown` into a [`Runner::run`] on its own `shutdown`
 //! thread (so the logind thread keeps listening) / [`Runner::cancel`].
 //!
-//! The D-Bus implementation of the trait (dbus crate, system bus) is the
-//! next step; the thread's logic is tested here against the fake.
+//! The D-Bus implementation of the trait (`dbus_impl`: the dbus crate on
+//! the system bus) talks to the real systemd-logind; the thread's logic is
+//! tested here against the fake, and end to end against systemd-logind in
+//! tests/logind.rs, tests/shutdown_e2e.rs and the Debian VM (tests/vm.rs).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
