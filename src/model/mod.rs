@@ -21,6 +21,7 @@ pub mod objects;
 pub mod pss;
 pub mod qos;
 pub mod quantity;
+pub mod quote;
 pub mod sysctl;
 
 use std::collections::BTreeMap;

@@ -182,36 +182,6 @@ fn containers_phrase(names: &[&str]) -> String {
     format!("{} {}", pluralize("container", "containers", names.len()), join_quote(names))
 }
 
-/// Go's `%q` of a string: double-quoted, with Go escapes.
-fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\x07' => out.push_str("\\a"),
-            '\x08' => out.push_str("\\b"),
-            '\x0c' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\x0b' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c if c.is_control() => {
-                if (c as u32) <= 0xffff {
-                    out.push_str(&format!("\\u{:04x}", c as u32))
-                } else {
-                    out.push_str(&format!("\\U{:08x}", c as u32))
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 /// What the checks read of a container, init container or ephemeral
 /// container (upstream visits all three, in that order).
 struct ContainerView<'a> {
@@ -303,7 +273,7 @@ fn app_armor_profile(meta: &ObjectMeta, spec: &PodSpec) -> Option<Forbidden> {
             k.starts_with(APPARMOR_ANNOTATION_PREFIX)
                 && !(v.is_empty() || *v == "runtime/default" || v.starts_with("localhost/"))
         })
-        .map(|(k, v)| format!("{k}={}", go_quote(v)))
+        .map(|(k, v)| format!("{k}={}", crate::model::quote::go_quote(v)))
         .collect();
     if !annotations.is_empty() {
         annotations.sort();
@@ -1346,10 +1316,5 @@ mod tests {
             seccomp_profile_restricted,
             &with_spec("  securityContext:\n    seccompProfile:\n      type: RuntimeDefault\n"),
         );
-    }
-
-    #[test]
-    fn go_quoting() {
-        assert_eq!(go_quote("a\"b\\c\n\x01é"), "\"a\\\"b\\\\c\\n\\x01é\"");
     }
 }

@@ -215,7 +215,8 @@ fn downward_files<'a>(
 /// as sorted `key="value"` lines (Go-quoted values, no final newline).
 pub fn field_file(pod: &Pod, path: &str) -> Option<String> {
     let map = |m: &Option<std::collections::BTreeMap<String, String>>| {
-        let lines: Vec<String> = m.iter().flatten().map(|(k, v)| format!("{k}={}", go_quote(v))).collect();
+        let lines: Vec<String> =
+            m.iter().flatten().map(|(k, v)| format!("{k}={}", crate::model::quote::go_quote(v))).collect();
         lines.join("\n")
     };
     match path {
@@ -230,37 +231,6 @@ pub fn field_file(pod: &Pod, path: &str) -> Option<String> {
             Some(m.as_ref().and_then(|m| m.get(key)).cloned().unwrap_or_default())
         }
     }
-}
-
-/// Go's `strconv.Quote`: `"`, `\` and control characters escaped,
-/// printable text (also non-ASCII) as it is.
-pub fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            '\x07' => out.push_str("\\a"),
-            '\x08' => out.push_str("\\b"),
-            '\x0c' => out.push_str("\\f"),
-            '\x0b' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c if c.is_control() => {
-                if (c as u32) <= 0xffff {
-                    out.push_str(&format!("\\u{:04x}", c as u32))
-                } else {
-                    out.push_str(&format!("\\U{:08x}", c as u32))
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 /// A `resourceFieldRef` file (`containerName` is required in volumes).
@@ -380,10 +350,5 @@ mod tests {
             {"name": "pj", "projected": {"sources": [{"configMap": {"name": "cm"}}]}}]}}));
         assert_eq!(files(&p2, 0, &objs).unwrap(), vec![("a".into(), "1".into(), 0o644)]);
         assert_eq!(files(&p, 1, &objs).unwrap_err().to_string(), "configmap \"cm\" not found");
-    }
-
-    #[test]
-    fn go_quoting() {
-        assert_eq!(go_quote("a\"b\\c\n\t\x01é"), "\"a\\\"b\\\\c\\n\\t\\x01é\"");
     }
 }
