@@ -157,6 +157,12 @@ impl Args {
         Ok(Client::connect(&self.socket.clone().unwrap_or_else(default_socket))?)
     }
 
+    /// kubectl's text for an empty list in the namespace (or all of them)
+    /// these arguments name.
+    pub(super) fn no_resources(&self) -> String {
+        if self.all { "No resources found".into() } else { format!("No resources found in {} namespace.", self.ns()) }
+    }
+
     pub(super) fn ns(&self) -> String {
         self.namespace.clone().unwrap_or_else(|| "default".into())
     }

@@ -42,11 +42,7 @@ fn get_objects(a: &Args, kind: &str) -> Result<String> {
                 None => vec![list.clone()],
             };
             if items.is_empty() {
-                return Ok(if a.all {
-                    "No resources found\n".into()
-                } else {
-                    format!("No resources found in {} namespace.\n", a.ns())
-                });
+                return Ok(format!("{}\n", a.no_resources()));
             }
             let mut head = Vec::new();
             if a.all {
@@ -108,11 +104,7 @@ pub(super) fn get(a: &Args) -> Result<String> {
         "yaml" => yaml_text(&list),
         _ => {
             if list.items.is_empty() {
-                return Ok(if a.all {
-                    "No resources found\n".into()
-                } else {
-                    format!("No resources found in {} namespace.\n", a.ns())
-                });
+                return Ok(format!("{}\n", a.no_resources()));
             }
             let mut head = Vec::new();
             if a.all {
@@ -335,11 +327,7 @@ pub(super) fn top(a: &Args) -> Result<String> {
         .unwrap_or_default();
     pods.sort_by_key(|p| (p["podRef"]["namespace"].as_str().unwrap_or(""), p["podRef"]["name"].as_str().unwrap_or("")));
     if pods.is_empty() {
-        return Err(CliError::NotFound(if a.all {
-            "No resources found".into()
-        } else {
-            format!("No resources found in {ns} namespace.")
-        }));
+        return Err(CliError::NotFound(a.no_resources()));
     }
     for p in pods {
         let mut row = Vec::new();

@@ -246,6 +246,8 @@ impl Cgroups {
             }
             std::fs::write(&p, value)
         };
+        // the same file on v1 (the pids hierarchy) and v2
+        write("pids.max", l.pids.filter(|p| *p > 0).map_or("max".to_string(), |p| p.to_string()))?;
         match self.version {
             Version::V1 => {
                 if let Some(s) = l.cpu_shares {
@@ -254,7 +256,6 @@ impl Cgroups {
                 write("cpu.cfs_period_us", CPU_PERIOD.to_string())?;
                 write("cpu.cfs_quota_us", l.cpu_quota.filter(|q| *q > 0).unwrap_or(-1).to_string())?;
                 write("memory.limit_in_bytes", l.memory_bytes.filter(|m| *m > 0).unwrap_or(-1).to_string())?;
-                write("pids.max", l.pids.filter(|p| *p > 0).map_or("max".to_string(), |p| p.to_string()))?;
             }
             Version::V2 => {
                 if let Some(s) = l.cpu_shares {
@@ -264,7 +265,6 @@ impl Cgroups {
                 write("cpu.max", format!("{q} {CPU_PERIOD}"))?;
                 let m = l.memory_bytes.filter(|m| *m > 0).map_or("max".to_string(), |m| m.to_string());
                 write("memory.max", m)?;
-                write("pids.max", l.pids.filter(|p| *p > 0).map_or("max".to_string(), |p| p.to_string()))?;
             }
         }
         Ok(())
