@@ -400,6 +400,83 @@ fn containerd_pid() -> Option<i32> {
     std::fs::read_to_string("/run/podwarden-e2e/containerd.pid").ok()?.trim().parse().ok()
 }
 
+/// A unix-socket proxy to the e2e containerd whose first connection is cut
+/// (both ways, nothing answered) at the first request sent after `arm`;
+/// later connections are forwarded as they are.
+struct CuttingProxy {
+    path: std::path::PathBuf,
+    armed: Arc<std::sync::atomic::AtomicBool>,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl CuttingProxy {
+    fn start(path: std::path::PathBuf) -> Self {
+        use std::os::unix::net::{UnixListener, UnixStream};
+        use std::sync::atomic::Ordering::SeqCst;
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).unwrap();
+        let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (a, c) = (armed.clone(), cut.clone());
+        std::thread::spawn(move || {
+            for (n, client) in listener.incoming().flatten().enumerate() {
+                let server = UnixStream::connect(socket()).unwrap();
+                let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut &s2, &mut &c2);
+                    let _ = c2.shutdown(std::net::Shutdown::Both);
+                });
+                let (a, c) = (a.clone(), c.clone());
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 16384];
+                    loop {
+                        let k = match std::io::Read::read(&mut &client, &mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(k) => k,
+                        };
+                        if n == 0 && a.load(SeqCst) {
+                            c.store(true, SeqCst);
+                            break;
+                        }
+                        if std::io::Write::write_all(&mut &server, &buf[..k]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = client.shutdown(std::net::Shutdown::Both);
+                    let _ = server.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        });
+        CuttingProxy { path, armed, cut }
+    }
+}
+
+/// A connection that closes under a call that only reads (containerd
+/// restarting, a GOAWAY: "Socket closed") is retried on a new connection
+/// within the call's deadline; the relist does not fail for it.
+#[test]
+fn a_read_call_whose_connection_is_cut_is_retried_on_a_new_connection_on_containerd() {
+    use podwarden::runtime::Runtime;
+    use std::sync::atomic::Ordering::SeqCst;
+    let dir = std::env::temp_dir().join(format!("pw-cut-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let proxy = CuttingProxy::start(dir.join("cri.sock"));
+    let endpoint = format!("unix://{}", proxy.path.display());
+    let rt = CriRuntime::connect(&endpoint, Duration::from_secs(5)).unwrap();
+    rt.list_pods(&call()).unwrap();
+    // the connection settles (settings, window updates), then the next
+    // request is cut off unanswered
+    std::thread::sleep(Duration::from_millis(300));
+    proxy.armed.store(true, SeqCst);
+    let t = Instant::now();
+    let listed = rt.list_pods(&call());
+    let took = t.elapsed();
+    assert!(proxy.cut.load(SeqCst), "the proxy never cut the connection");
+    listed.unwrap_or_else(|e| panic!("ListPodSandbox over a cut connection: {e}"));
+    assert!(took < Duration::from_secs(5), "the retry took {took:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn containerd_restarted_during_a_deletion_the_pod_still_finishes() {
     let _serial = SERIAL.lock();

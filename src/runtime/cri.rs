@@ -84,6 +84,29 @@ pub fn grpc_env() -> Arc<Environment> {
     ENV.get_or_init(|| Arc::new(grpcio::EnvBuilder::new().cq_count(1).name_prefix("grpc").build())).clone()
 }
 
+/// gRPC's own retry policy for the CRI calls that only read: when the
+/// connection closes under one of them (containerd restarting, a GOAWAY,
+/// "Socket closed"), it is tried again on a new connection within the same
+/// deadline instead of failing a relist or a status. Calls that change
+/// state (create, start, stop, remove, pull, exec) are never retried: the
+/// first attempt may have been carried out.
+const READ_RETRY_SERVICE_CONFIG: &str = concat!(
+    r#"{"methodConfig":[{"name":["#,
+    r#"{"service":"runtime.v1.RuntimeService","method":"Version"},"#,
+    r#"{"service":"runtime.v1.RuntimeService","method":"PodSandboxStatus"},"#,
+    r#"{"service":"runtime.v1.RuntimeService","method":"ListPodSandbox"},"#,
+    r#"{"service":"runtime.v1.RuntimeService","method":"ListContainers"},"#,
+    r#"{"service":"runtime.v1.RuntimeService","method":"ContainerStatus"},"#,
+    r#"{"service":"runtime.v1.RuntimeService","method":"Status"},"#,
+    r#"{"service":"runtime.v1.RuntimeService","method":"ListContainerStats"},"#,
+    r#"{"service":"runtime.v1.RuntimeService","method":"ListPodSandboxStats"},"#,
+    r#"{"service":"runtime.v1.ImageService","method":"ImageStatus"},"#,
+    r#"{"service":"runtime.v1.ImageService","method":"ListImages"},"#,
+    r#"{"service":"runtime.v1.ImageService","method":"ImageFsInfo"}"#,
+    r#"],"retryPolicy":{"maxAttempts":3,"initialBackoff":"0.1s","maxBackoff":"1s","#,
+    r#""backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE"]}}]}"#
+);
+
 /// The CRI API version podwarden speaks.
 pub const CRI_API_VERSION: &str = "v1";
 
@@ -313,6 +336,11 @@ impl CriRuntime {
             .initial_reconnect_backoff(Duration::from_millis(100))
             .max_reconnect_backoff(Duration::from_secs(1))
             .max_receive_message_len(16 << 20)
+            .enable_retry(true)
+            .raw_cfg_string(
+                std::ffi::CString::new("grpc.service_config").expect("no NUL"),
+                std::ffi::CString::new(READ_RETRY_SERVICE_CONFIG).expect("no NUL"),
+            )
             .connect(&format!("unix:{path}"));
         let rt = CriRuntime {
             endpoint: endpoint.to_string(),
