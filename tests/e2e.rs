@@ -418,16 +418,17 @@ impl CuttingProxy {
         let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (a, c) = (armed.clone(), cut.clone());
-        std::thread::spawn(move || {
+        podwarden::base::thread::spawn("proxy", None, move || {
             for (n, client) in listener.incoming().flatten().enumerate() {
                 let server = UnixStream::connect(socket()).unwrap();
                 let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-                std::thread::spawn(move || {
+                podwarden::base::thread::spawn("proxy-down", None, move || {
                     let _ = std::io::copy(&mut &s2, &mut &c2);
                     let _ = c2.shutdown(std::net::Shutdown::Both);
-                });
+                })
+                .unwrap();
                 let (a, c) = (a.clone(), c.clone());
-                std::thread::spawn(move || {
+                podwarden::base::thread::spawn("proxy-up", None, move || {
                     let mut buf = [0u8; 16384];
                     loop {
                         let k = match std::io::Read::read(&mut &client, &mut buf) {
@@ -444,9 +445,11 @@ impl CuttingProxy {
                     }
                     let _ = client.shutdown(std::net::Shutdown::Both);
                     let _ = server.shutdown(std::net::Shutdown::Both);
-                });
+                })
+                .unwrap();
             }
-        });
+        })
+        .unwrap();
         CuttingProxy { path, armed, cut }
     }
 }
