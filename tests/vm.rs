@@ -9,109 +9,10 @@
 //! (`scripts/package.sh --profile ci`); `scripts/test.sh` prepares all
 //! three. The VMs run one at a time (a lock), each with a hard time limit.
 
-use parking_lot::Mutex;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+mod guest;
 
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn deb() -> PathBuf {
-    let Some(p) = std::env::var_os("PODWARDEN_DEB") else {
-        panic!(
-            "PODWARDEN_DEB is not set: build the package with `scripts/package.sh --profile ci` and set \
-             PODWARDEN_DEB to the .deb it prints (scripts/test.sh does both)"
-        )
-    };
-    let p = PathBuf::from(p);
-    assert!(p.is_file(), "PODWARDEN_DEB={} is not a file (scripts/package.sh --profile ci builds it)", p.display());
-    p
-}
-
-/// One VM, killed and removed when dropped.
-struct Vm {
-    name: String,
-}
-
-impl Vm {
-    fn up(name: &str) -> Vm {
-        let out = Command::new(root().join("scripts/vm-env.sh"))
-            .args(["up", name, "1500"])
-            .output()
-            .expect("run scripts/vm-env.sh");
-        assert!(
-            out.status.success(),
-            "scripts/vm-env.sh up {name} failed (prepare the VM image with `scripts/vm-env.sh build`, the e2e images \
-             with `scripts/e2e-env.sh up`, or run scripts/test.sh):\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Vm { name: name.to_string() }
-    }
-
-    /// Runs `script` in the VM with bash; its output, whatever its status.
-    fn run(&self, script: &str) -> Output {
-        Command::new(root().join("scripts/vm-env.sh"))
-            .args(["ssh", &self.name, "bash", "-c", &shell_quote(script)])
-            .output()
-            .expect("run scripts/vm-env.sh ssh")
-    }
-
-    /// Runs `script` and returns its standard output; fails the test on a
-    /// non-zero status, with both outputs.
-    fn sh(&self, script: &str) -> String {
-        let out = self.run(script);
-        assert!(
-            out.status.success(),
-            "in the VM: {script}\nstatus {:?}\nstdout: {}\nstderr: {}",
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn put(&self, src: &Path, dst: &str) {
-        let out = Command::new(root().join("scripts/vm-env.sh"))
-            .args(["put", &self.name, &src.to_string_lossy(), dst])
-            .output()
-            .expect("run scripts/vm-env.sh put");
-        assert!(out.status.success(), "copy {} to {dst}: {}", src.display(), String::from_utf8_lossy(&out.stderr));
-    }
-
-    /// Polls `script` until it succeeds; its last output on failure.
-    fn wait(&self, what: &str, timeout: Duration, script: &str) -> String {
-        let t = Instant::now();
-        loop {
-            let out = self.run(script);
-            if out.status.success() {
-                return String::from_utf8_lossy(&out.stdout).into_owned();
-            }
-            assert!(
-                t.elapsed() < timeout,
-                "{what}: not within {timeout:?}; last try of `{script}`:\n{}{}\njournal:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr),
-                String::from_utf8_lossy(&self.run("journalctl -u podwarden --no-pager | tail -n 40").stdout)
-            );
-            std::thread::sleep(Duration::from_millis(500));
-        }
-    }
-}
-
-impl Drop for Vm {
-    fn drop(&mut self) {
-        let _ = Command::new(root().join("scripts/vm-env.sh")).args(["down", &self.name]).output();
-    }
-}
-
-/// `s` as one word for the remote shell.
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
-}
+use guest::*;
+use std::time::Duration;
 
 const WEB: &str = r#"apiVersion: v1
 kind: Pod
@@ -221,42 +122,6 @@ fn the_deb_on_a_real_systemd_machine() {
     assert_eq!(vm.run("systemctl is-active podwarden").stdout, b"inactive\n");
     let running = vm.sh("ctr -n k8s.io tasks ls | grep -c RUNNING || true");
     assert!(running.trim().parse::<u32>().unwrap_or(0) >= 2, "the pod's sandbox and container still run: {running}");
-}
-
-/// The pods as podwarden reports them (`get pods -A -o json`).
-fn pods(vm: &Vm) -> serde_json::Value {
-    serde_json::from_str(&vm.sh("podwarden get pods -A -o json")).expect("get pods -o json is JSON")
-}
-
-fn uid_of(vm: &Vm, name: &str) -> String {
-    let list = pods(vm);
-    let pod = list["items"].as_array().into_iter().flatten().find(|p| p["metadata"]["name"] == name);
-    pod.and_then(|p| p["metadata"]["uid"].as_str()).unwrap_or_else(|| panic!("no pod {name} in {list}")).to_string()
-}
-
-/// Installs the package, sets `config` lines (each `key: value`, replacing
-/// the commented default), writes `manifests` and starts the agent.
-fn install_and_start(vm: &Vm, config: &[&str], manifests: &[(&str, &str)]) {
-    vm.put(&deb(), "/root/podwarden.deb");
-    vm.sh("apt-get install -y -q /root/podwarden.deb >/root/apt.log 2>&1 || { cat /root/apt.log; exit 1; }");
-    for line in config {
-        let key = line.split(':').next().unwrap();
-        vm.sh(&format!(
-            "sed -i '/^#\\? *{key}:/d' /etc/podwarden/config.yaml && echo {} >> /etc/podwarden/config.yaml",
-            shell_quote(line)
-        ));
-    }
-    for (name, text) in manifests {
-        vm.sh(&format!("cat > /etc/podwarden/manifests/{name}.yaml <<'EOF'\n{text}EOF"));
-    }
-    vm.sh("systemctl start podwarden");
-}
-
-fn pod_yaml(name: &str, resources: &str, command: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  \
-         - name: c\n    image: localhost/busybox:e2e\n    command: [\"sh\", \"-c\", {command:?}]\n{resources}"
-    )
 }
 
 #[test]
