@@ -570,6 +570,42 @@ fn housekeeping_before_the_first_manifest_scan_kills_nothing() {
     assert!(h.fake.calls_for("adopt-me", Op::StopContainer).is_empty());
 }
 
+/// A node shutdown waits for the pods' processes, not for the teardown of
+/// their sandboxes (slow network plugins): the critical group starts, and
+/// the run ends (the inhibitor lock is released), once every container has
+/// stopped; the sandboxes are stopped after, and the pods still end
+/// Terminated.
+#[test]
+fn node_shutdown_goes_on_when_the_containers_stopped_not_when_the_sandboxes_did() {
+    let h = Harness::new();
+    let mut dns = pod("dns", "cd");
+    dns.spec.as_mut().unwrap().priority_class_name = Some("system-node-critical".into());
+    let all = vec![arc(pod("web", "cw")), arc(dns)];
+    h.agent.apply_source(all);
+    for u in ["cw", "cd"] {
+        wait_for("running", T, || h.fake.live_containers(u) == 1);
+    }
+    // each pod's first sandbox stop hangs for the call's whole timeout
+    h.fake.hang(Op::StopPodSandbox, Some("cw"), 1);
+    h.fake.hang(Op::StopPodSandbox, Some("cd"), 1);
+    let groups = podwarden::agent::node_shutdown::groups_from_config(20, 10, &[]);
+    let report =
+        h.parts.shutdown_runner().run(&groups, &Default::default(), None, &podwarden::base::cancel::CancelToken::new());
+    // the run is over while the sandbox stops still hang
+    assert!(!h.workers.wait_terminated(&report.killed, Instant::now()), "the run waited for the sandboxes");
+    assert_eq!(report.killed.len(), 2);
+    assert!(!report.timed_out);
+    let first = |u: &str| h.fake.calls_for(u, Op::StopContainer).first().map(|c| c.seq);
+    assert!(first("cd") > first("cw"), "critical pods are killed last");
+    assert!(h.fake.live_containers("cw") == 0 && h.fake.live_containers("cd") == 0);
+    // the sandboxes are stopped after (the retry), the pods end Terminated
+    assert!(h.workers.wait_terminated(&report.killed, Instant::now() + 3 * T), "the pods terminated");
+    for u in ["cw", "cd"] {
+        assert!(h.fake.calls_for(u, Op::StopPodSandbox).len() >= 2, "{u}'s sandbox stop retried");
+        assert_eq!(h.statuses.get(u).unwrap().reason.as_deref(), Some("Terminated"));
+    }
+}
+
 #[test]
 fn node_shutdown_kills_normal_pods_before_critical_ones_and_cancel_restarts_them() {
     let h = Harness::new();

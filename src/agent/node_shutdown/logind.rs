@@ -386,7 +386,7 @@ impl Watch<'_> {
     /// No bus or no logind (yet): warn once (log and event), show why, wait
     /// a second.
     fn unavailable(&mut self, e: &dyn std::fmt::Display, run_holds_lock: bool) {
-        if !self.warned {
+        if !self.warned && !self.shutting_down && !self.stop.is_cancelled() {
             self.tell(
                 "GracefulNodeShutdownUnavailable",
                 &format!("graceful node shutdown unavailable for now: {e}; retrying every second"),
@@ -518,6 +518,13 @@ impl Watch<'_> {
 
     /// The bus connection broke, or logind's owner changed.
     fn lost(&mut self) -> Flow {
+        if self.shutting_down || self.stop.is_cancelled() {
+            // the machine is going down (the bus and logind stop with it)
+            // or the agent is: nothing to warn about
+            log::info!("logind: connection lost while the node or the agent stops");
+            self.warned = true;
+            return Flow::Reconnect;
+        }
         log::warn!("logind: connection lost; reconnecting");
         self.problem(Some("connection to logind lost; reconnecting".into()), self.in_flight.is_some());
         Flow::Reconnect

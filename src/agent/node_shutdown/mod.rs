@@ -256,7 +256,7 @@ impl Runner {
                 uids.push(model::uid(pod).to_string());
             }
             killed.extend(uids.iter().cloned());
-            match self.wait_terminated(&uids, deadline, cancel) {
+            match self.wait_stopped(&uids, deadline, cancel) {
                 Wait::Terminated => {}
                 Wait::Cancelled => break,
                 Wait::TimedOut => {
@@ -275,16 +275,17 @@ impl Runner {
         Report { started, ended, killed, timed_out, cancelled }
     }
 
-    /// Wait until each of `uids` is terminated, `deadline` passes or
-    /// `cancel` is cancelled.
-    fn wait_terminated(&self, uids: &[crate::model::Uid], deadline: Instant, cancel: &CancelToken) -> Wait {
+    /// Wait until every container of each of `uids` has stopped (the
+    /// sandboxes' teardown goes on after), `deadline` passes or `cancel`
+    /// is cancelled.
+    fn wait_stopped(&self, uids: &[crate::model::Uid], deadline: Instant, cancel: &CancelToken) -> Wait {
         loop {
             if cancel.is_cancelled() {
                 return Wait::Cancelled;
             }
             let now = Instant::now();
             let slice = deadline.min(crate::base::cancel::add_saturating(now, CANCEL_SLICE));
-            if self.workers.wait_terminated(uids, slice) {
+            if self.workers.wait_containers_stopped(uids, slice) {
                 return Wait::Terminated;
             }
             if Instant::now() >= deadline {

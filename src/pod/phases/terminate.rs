@@ -42,6 +42,7 @@ impl PodSync {
             self.stop_in_parallel(ctx, &live, grace, pod, pod_ip)?;
         }
         ctx.cancel_check()?;
+        ctx.containers_stopped();
         for s in rp.sandboxes.iter().filter(|s| s.ready) {
             match self.runtime.stop_sandbox(&self.call_plain(ctx), &s.id) {
                 Ok(()) | Err(RuntimeError::NotFound { .. }) => {}

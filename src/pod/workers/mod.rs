@@ -168,12 +168,27 @@ pub struct SyncCtx {
     pub uid: Uid,
     pub cancel: CancelToken,
     gate: Arc<StartGate>,
+    /// Told when a termination pass has stopped every container (the
+    /// sandbox may still be up): what a node shutdown waits for.
+    on_containers_stopped: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 impl SyncCtx {
     /// A context for calling the phases directly (tests, tools).
     pub fn detached(uid: &str) -> Self {
-        SyncCtx { uid: uid.to_string(), cancel: CancelToken::new(), gate: Arc::new(StartGate::default()) }
+        SyncCtx {
+            uid: uid.to_string(),
+            cancel: CancelToken::new(),
+            gate: Arc::new(StartGate::default()),
+            on_containers_stopped: None,
+        }
+    }
+
+    /// Every container of the pod has stopped; its sandbox is next.
+    pub fn containers_stopped(&self) {
+        if let Some(f) = &self.on_containers_stopped {
+            f();
+        }
     }
 
     /// Fail with `Cancelled` if this pass was interrupted.
@@ -323,6 +338,9 @@ struct PodSyncStatus {
     gate: Arc<StartGate>,
     handle: Option<worker::WorkerHandle>,
     phase_since: Instant,
+    /// A termination pass stopped every container (reset when the pod
+    /// syncs again).
+    containers_stopped: bool,
 }
 
 impl PodSyncStatus {
@@ -576,6 +594,26 @@ impl PodWorkers {
     pub fn wait_terminated(&self, uids: &[Uid], deadline: Instant) -> bool {
         self.wait_until(deadline, |phase| uids.iter().all(|u| phase(u).is_none_or(|p| p >= Phase::Terminated)))
     }
+
+    /// Wait until every container of each of `uids` has stopped (their
+    /// sandboxes may still be stopping), each is terminated or unknown.
+    /// Returns whether they all were before `deadline`. A node shutdown
+    /// waits for this: what must end before the machine goes down is the
+    /// pods' processes, not the teardown of their network.
+    pub fn wait_containers_stopped(&self, uids: &[Uid], deadline: Instant) -> bool {
+        let done = |st: &State| {
+            uids.iter().all(|u| st.pods.get(u).is_none_or(|e| e.containers_stopped || e.lc.phase >= Phase::Terminated))
+        };
+        let mut st = self.inner.state.lock();
+        loop {
+            if done(&st) {
+                return true;
+            }
+            if self.inner.changed.wait_until(&mut st, deadline).timed_out() {
+                return done(&st);
+            }
+        }
+    }
 }
 
 impl Inner {
@@ -647,6 +685,7 @@ impl Inner {
                     gate: Arc::new(StartGate::default()),
                     handle: None,
                     phase_since: Instant::now(),
+                    containers_stopped: false,
                 },
             );
         }
@@ -716,6 +755,9 @@ impl Inner {
     fn phase_changed(&self, st: &mut State, uid: &str, from: Phase, to: Phase) {
         if let Some(entry) = st.pods.get_mut(uid) {
             entry.phase_since = Instant::now();
+            if to < Phase::Terminating {
+                entry.containers_stopped = false;
+            }
             if from < Phase::Terminated && to >= Phase::Terminated {
                 for tx in entry.notify_done.drain(..) {
                     signal_done(tx);
@@ -801,7 +843,17 @@ impl Inner {
 
     /// Take the pending update for a pass. `rx` is the worker's notifier,
     /// drained under the lock so no notification for a later update is lost.
-    fn start_work(&self, uid: &str, rx: &Receiver<()>) -> StartWork {
+    /// A termination pass of `uid` stopped every container.
+    fn containers_stopped(&self, uid: &str) {
+        let mut st = self.state.lock();
+        if let Some(entry) = st.pods.get_mut(uid) {
+            entry.containers_stopped = true;
+        }
+        drop(st);
+        self.changed.notify_all();
+    }
+
+    fn start_work(self: &Arc<Self>, uid: &str, rx: &Receiver<()>) -> StartWork {
         let mut st = self.state.lock();
         while rx.try_recv().is_ok() {}
         let Some(entry) = st.pods.get_mut(uid) else {
@@ -833,7 +885,19 @@ impl Inner {
                 StartWork::Run(Box::new(WorkItem {
                     kind,
                     work,
-                    ctx: SyncCtx { uid: uid.to_string(), cancel: entry.cancel.clone(), gate: entry.gate.clone() },
+                    ctx: SyncCtx {
+                        uid: uid.to_string(),
+                        cancel: entry.cancel.clone(),
+                        gate: entry.gate.clone(),
+                        on_containers_stopped: Some({
+                            let (inner, uid) = (Arc::downgrade(self), uid.to_string());
+                            Arc::new(move || {
+                                if let Some(inner) = inner.upgrade() {
+                                    inner.containers_stopped(&uid);
+                                }
+                            })
+                        }),
+                    },
                     grace: entry.lc.grace_period.unwrap_or(1),
                     status_fns: entry.status_fns.clone(),
                     remove_content: entry.lc.should_content_be_removed(),
