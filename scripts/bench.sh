@@ -13,6 +13,9 @@
 #   scripts/bench.sh unattended a container writing 1 GiB of log: bytes on disk after and at most; RSS and
 #                              CPU with 110 pods; eviction reaction; garbage collection of 20 images
 #                              (private containerd; the release binary; busybox is imported again after)
+#   scripts/bench.sh machine   a Debian 12 VM (systemd, cgroup v2): boot; pod start with the cgroupfs and the
+#                              systemd drivers (median of 10 each); a real reboot with pods: lock released
+#                              after the last pod exit, power-off after the slowest pod (the release .deb)
 #   scripts/bench.sh hostile   alias bombs, deep nesting, slow HTTP clients, delete during start, a 2 GiB
 #                              termination-log (private containerd; the ci profile the tests build)
 set -euo pipefail
@@ -60,12 +63,18 @@ case "$name" in
     PODWARDEN_BIN="$PWD/target/release/podwarden" cargo bench --bench unattended --quiet 2>/dev/null | tail -n 9
     scripts/e2e-env.sh up >/dev/null
     ;;
+  machine)
+    scripts/e2e-env.sh up >/dev/null
+    scripts/vm-env.sh build
+    mapfile -t pkgs < <(scripts/package.sh)
+    PODWARDEN_DEB="$(realpath "${pkgs[0]}")" cargo bench --bench machine --quiet 2>/dev/null | tail -n 1
+    ;;
   hostile)
     scripts/e2e-env.sh up >/dev/null
     cargo bench --profile ci --bench hostile --quiet 2>/dev/null | tail -n 1
     ;;
   *)
-    echo "usage: scripts/bench.sh core|start|shutdown|footprint|config|probes|isolation|unattended|hostile" >&2
+    echo "usage: scripts/bench.sh core|start|shutdown|footprint|config|probes|isolation|unattended|machine|hostile" >&2
     exit 2
     ;;
 esac

@@ -29,6 +29,7 @@ pub fn deb() -> PathBuf {
 }
 
 /// One VM, killed and removed when dropped.
+#[derive(Debug)]
 pub struct Vm {
     pub name: String,
 }
@@ -143,4 +144,156 @@ pub fn pod_yaml(name: &str, resources: &str, command: &str) -> String {
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  \
          - name: c\n    image: localhost/busybox:e2e\n    command: [\"sh\", \"-c\", {command:?}]\n{resources}"
     )
+}
+
+/// A pod that records its moments (TERM received, exit, preStop) in
+/// `/var/pw/<name>`: `term_delay` seconds between TERM and exit.
+pub fn recording_pod(name: &str, critical: bool, term_delay: u32) -> String {
+    let now = "$(cut -d\" \" -f1 /proc/uptime)";
+    let stall = if term_delay > 0 { format!("sleep {term_delay}; ") } else { String::new() };
+    let priority = if critical { "  priorityClassName: system-node-critical\n" } else { "" };
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n{priority}  terminationGracePeriodSeconds: 30\n  \
+         volumes:\n  - name: pw\n    hostPath: {{path: /var/pw, type: DirectoryOrCreate}}\n  containers:\n  - name: c\n    \
+         image: localhost/busybox:e2e\n    volumeMounts: [{{name: pw, mountPath: /var/pw}}]\n    \
+         command: [\"sh\", \"-c\", {cmd:?}]\n    lifecycle:\n      preStop:\n        exec:\n          \
+         command: [\"sh\", \"-c\", {hook:?}]\n",
+        cmd = format!(
+            "trap 'echo term {now} >> /var/pw/{name}; {stall}echo exit {now} >> /var/pw/{name}; exit 0' TERM; \
+             while true; do sleep 1 & wait $!; done"
+        ),
+        hook = format!("echo prestop {now} >> /var/pw/{name}"),
+    )
+}
+
+/// The moments `what` recorded in `/var/pw/<name>` (seconds since boot).
+pub fn moments(records: &str, what: &str) -> Vec<f64> {
+    records.lines().filter_map(|l| l.strip_prefix(what)?.strip_prefix(' ')?.trim().parse().ok()).collect()
+}
+
+pub fn one(vm: &Vm, name: &str, what: &str) -> f64 {
+    let records = vm.sh(&format!("cat /var/pw/{name}"));
+    let m = moments(&records, what);
+    assert_eq!(m.len(), 1, "one {what} for {name}: {records}");
+    m[0]
+}
+
+/// The kernel's stamp (seconds since boot) of its console line containing `what`.
+pub fn console_stamp(console: &str, what: &str) -> Option<f64> {
+    console
+        .lines()
+        .filter(|l| l.contains(what))
+        .find_map(|l| l.split_once('[')?.1.split_once(']')?.0.trim().parse().ok())
+}
+
+/// The monotonic time (seconds since boot) of podwarden's journal line
+/// containing `what` in the previous boot.
+pub fn journal_stamp(vm: &Vm, what: &str) -> Option<f64> {
+    let out = vm.sh("journalctl -b -1 -u podwarden -o json --no-pager");
+    out.lines().find_map(|l| {
+        let v: serde_json::Value = serde_json::from_str(l).ok()?;
+        v["MESSAGE"].as_str()?.contains(what).then_some(())?;
+        Some(v["__MONOTONIC_TIMESTAMP"].as_str()?.parse::<f64>().ok()? / 1e6)
+    })
+}
+
+/// The moments of a reboot with the three recording pods, in seconds on
+/// the guest's clock (since its boot).
+#[derive(Debug, Clone, Copy)]
+pub struct RebootMoments {
+    pub asked: f64,
+    pub quick_prestop: f64,
+    pub quick_term: f64,
+    pub quick_exit: f64,
+    pub slow_exit: f64,
+    pub critical_term: f64,
+    pub critical_exit: f64,
+    /// podwarden released logind's delay lock.
+    pub released: f64,
+    /// The kernel restarts the machine.
+    pub restart: f64,
+}
+
+impl RebootMoments {
+    pub fn last_exit(&self) -> f64 {
+        self.quick_exit.max(self.slow_exit).max(self.critical_exit)
+    }
+}
+
+#[derive(Debug)]
+pub struct Reboot {
+    /// The machine, booted again.
+    pub vm: Vm,
+    pub moments: RebootMoments,
+    /// podwarden's journal lines about the shutdown (the previous boot).
+    pub journal: String,
+}
+
+/// On `vm` (just booted): the package with `shutdownGracePeriod: 20s`
+/// (5 s for critical pods) and three static pods that record their
+/// moments (`quick` exits at SIGTERM, `slow` 2 s after it, `critical` is
+/// system-node-critical), `systemctl reboot`, the machine booted again
+/// with the pods Running; the moments read from the guest's clocks.
+pub fn reboot_with_recording_pods(vm: Vm) -> Reboot {
+    // a persistent journal, to read the boot that is shut down
+    vm.sh("mkdir -p /var/log/journal && systemctl restart systemd-journald");
+    install_and_start(
+        &vm,
+        &["shutdownGracePeriod: 20s", "shutdownGracePeriodCriticalPods: 5s"],
+        &[
+            ("quick", &recording_pod("quick", false, 0)),
+            ("slow", &recording_pod("slow", false, 2)),
+            ("critical", &recording_pod("critical", true, 0)),
+        ],
+    );
+    let running = |vm: &Vm, what: &str| {
+        for name in ["quick", "slow", "critical"] {
+            vm.wait(
+                &format!("{name} Running{what}"),
+                Duration::from_secs(180),
+                &format!("podwarden get pods -A | grep -E '^default +{name} +1/1 +Running'"),
+            );
+        }
+    };
+    running(&vm, "");
+    let locks = vm.sh("systemd-inhibit --list --no-pager --no-legend");
+    assert!(locks.lines().any(|l| l.starts_with("podwarden") && l.ends_with("delay")), "{locks}");
+
+    // the reboot, as an administrator asks for it
+    let asked: f64 = vm
+        .sh("cut -d' ' -f1 /proc/uptime; systemctl reboot")
+        .trim()
+        .parse()
+        .expect("the guest's uptime before the reboot");
+    let down = Command::new(root().join("scripts/vm-env.sh")).args(["wait-down", &vm.name, "180"]).status().unwrap();
+    assert!(down.success(), "the VM did not reboot within 180 s");
+    let console = String::from_utf8_lossy(
+        &Command::new(root().join("scripts/vm-env.sh")).args(["console", &vm.name]).output().unwrap().stdout,
+    )
+    .into_owned();
+    let restart = console_stamp(&console, "reboot: Restarting system")
+        .unwrap_or_else(|| panic!("no 'reboot: Restarting system' on the console:\n{console}"));
+
+    // the machine comes back (the same disk) and the static pods run again
+    let name = vm.name.clone();
+    std::mem::forget(vm); // the same machine: its overlay stays
+    let vm = Vm::up(&name);
+    running(&vm, " again after the boot");
+    let journal = vm.sh(
+        "journalctl -b -1 -u podwarden -o short-monotonic --no-pager | grep -iE 'shutdown|logind|kill' | tail -n 30",
+    );
+    let released = journal_stamp(&vm, "inhibitor lock released")
+        .unwrap_or_else(|| panic!("no lock release in the previous boot's journal:\n{journal}"));
+    let moments = RebootMoments {
+        asked,
+        quick_prestop: one(&vm, "quick", "prestop"),
+        quick_term: one(&vm, "quick", "term"),
+        quick_exit: one(&vm, "quick", "exit"),
+        slow_exit: one(&vm, "slow", "exit"),
+        critical_term: one(&vm, "critical", "term"),
+        critical_exit: one(&vm, "critical", "exit"),
+        released,
+        restart,
+    };
+    Reboot { vm, moments, journal }
 }
