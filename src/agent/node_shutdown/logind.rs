@@ -287,40 +287,62 @@ impl Drop for LogindThread {
 struct InFlight {
     cancel: CancelToken,
     join: JoinHandle<Report>,
-    /// The delay inhibitor lock, released when the run is over.
-    lock: Option<Box<dyn InhibitLock>>,
+    /// The delay inhibitor lock: the `shutdown` thread releases it the
+    /// moment its run is over (not at the logind thread's next poll); a
+    /// cancel takes it back.
+    lock: Arc<Mutex<Option<Box<dyn InhibitLock>>>>,
 }
 
 impl InFlight {
     fn start(runner: &Runner, cfg: &ShutdownConfig, lock: Option<Box<dyn InhibitLock>>) -> std::io::Result<Self> {
         let cancel = CancelToken::new();
-        let (r, c, groups, classes, root) =
-            (runner.clone(), cancel.clone(), cfg.groups.clone(), cfg.priority_classes.clone(), cfg.root_dir.clone());
-        let join = crate::base::thread::spawn("shutdown", None, move || r.run(&groups, &classes, Some(&root), &c))?;
+        let lock = Arc::new(Mutex::new(lock));
+        let (r, c, groups, classes, root, held) = (
+            runner.clone(),
+            cancel.clone(),
+            cfg.groups.clone(),
+            cfg.priority_classes.clone(),
+            cfg.root_dir.clone(),
+            lock.clone(),
+        );
+        let join = crate::base::thread::spawn("shutdown", None, move || {
+            let report = r.run(&groups, &classes, Some(&root), &c);
+            if !c.is_cancelled() {
+                // release: every pod's containers stopped or the windows are over
+                let released = held.lock().take();
+                r.state.lock().lock_held = false;
+                drop(released);
+                log::info!(
+                    "logind: {} pod(s) stopped{}; inhibitor lock released",
+                    report.killed.len(),
+                    if report.timed_out { " (some at the end of their window)" } else { "" }
+                );
+            }
+            report
+        })?;
         Ok(InFlight { cancel, join, lock })
     }
 
     /// Stop the run now and wait for it (it returns within a wait slice).
-    /// Returns what it did and its lock.
+    /// Returns what it did and its lock (unless the run ended first and
+    /// released it).
     fn cancel(self) -> (Option<Report>, Option<Box<dyn InhibitLock>>) {
         self.cancel.cancel();
-        (self.join.join().ok(), self.lock)
+        let report = self.join.join().ok();
+        let lock = self.lock.lock().take();
+        (report, lock)
     }
 }
 
-/// The run is over: note the pods it stopped, release its lock.
+/// The run is over (it released its lock): note the pods it stopped.
 fn finished(run: InFlight, runner: &Runner, stopped: &mut Vec<crate::model::Uid>) {
-    let InFlight { join, lock, .. } = run;
-    let report = join.join().ok();
-    drop(lock); // release: every pod is terminated or the window is over
+    let report = run.join.join().ok();
+    // a run that panicked still holds it
+    drop(run.lock.lock().take());
     runner.state.lock().lock_held = false;
-    let Some(report) = report else { return }; // it panicked (recorded, logged)
-    *stopped = report.killed;
-    log::info!(
-        "logind: {} pod(s) stopped{}; inhibitor lock released",
-        stopped.len(),
-        if report.timed_out { " (some at the end of their window)" } else { "" }
-    );
+    if let Some(report) = report {
+        *stopped = report.killed;
+    }
 }
 
 /// How often the logind thread looks at its stop token between events.
