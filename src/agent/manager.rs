@@ -456,16 +456,21 @@ impl Agent {
     /// Healthy (`/healthz`, the node's Ready condition): no thread
     /// panicked, the runtime answered and housekeeping ran within `within`.
     /// Otherwise, what is wrong.
+    /// A runtime that has not answered and gave no error was not asked:
+    /// when housekeeping is stale too, that is the one to name (its thread
+    /// also does the relists).
     pub fn health(&self, within: Duration) -> Result<(), HealthError> {
         Self::no_panic()?;
         let (answered, err) = self.runtime_answered.lock().clone();
-        if !fresh(answered, within) {
-            return Err(match err {
-                Some(source) => HealthError::RuntimeFailing { source },
-                None => HealthError::RuntimeSilent { within },
-            });
+        let answered = fresh(answered, within);
+        if let (false, Some(source)) = (answered, err) {
+            return Err(HealthError::RuntimeFailing { source });
         }
-        self.housekeeping_ran(within)
+        self.housekeeping_ran(within)?;
+        if !answered {
+            return Err(HealthError::RuntimeSilent { within });
+        }
+        Ok(())
     }
 
     /// Live (systemd's watchdog): the part of [`Agent::health`] about the

@@ -1,8 +1,9 @@
 //! Process plumbing every other layer stands on, none of it about pods:
 //! cancellation and deadlines (`cancel`), named threads and the panic rule
 //! (`thread`), bounded and atomic file access (`fsutil`), logging for the
-//! journal (`logging`), systemd notification and its watchdog (`notify`),
-//! the restart back-off (`backoff`) and test-only hang points (`faults`).
+//! journal (`logging`), systemd notification (`notify`) and its watchdog
+//! (`watchdog`), the restart back-off (`backoff`) and test-only hang points
+//! (`faults`).
 //!
 //! Owns nothing shared but the panic record. May use `sys` only.
 
@@ -13,3 +14,4 @@ pub mod fsutil;
 pub mod logging;
 pub mod notify;
 pub mod thread;
+pub mod watchdog;

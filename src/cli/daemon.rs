@@ -637,7 +637,7 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
     crate::base::notify::notify("READY=1");
     // systemd's watchdog (WatchdogSec=): pinged while the threads are live
     let (agent, within) = (running.parts.agent.clone(), healthy_within(&config));
-    let watchdog = crate::base::notify::Watchdog::from_env(move || agent.liveness(within))
+    let watchdog = crate::base::watchdog::Watchdog::from_env(move || agent.liveness(within))
         .map_err(io("starting the watchdog thread"))?;
     for sig in signals.forever() {
         match sig {
