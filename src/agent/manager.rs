@@ -455,10 +455,9 @@ impl Agent {
 
     /// Healthy (`/healthz`, the node's Ready condition): no thread
     /// panicked, the runtime answered and housekeeping ran within `within`.
-    /// Otherwise, what is wrong.
-    /// A runtime that has not answered and gave no error was not asked:
-    /// when housekeeping is stale too, that is the one to name (its thread
-    /// also does the relists).
+    /// Otherwise, what is wrong. A runtime that has not answered and gave
+    /// no error was not asked: when housekeeping is stale too, that is the
+    /// one to name (its thread also does the relists).
     pub fn health(&self, within: Duration) -> Result<(), HealthError> {
         Self::no_panic()?;
         let (answered, err) = self.runtime_answered.lock().clone();

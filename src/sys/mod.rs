@@ -124,6 +124,12 @@ pub fn writable(path: &CStr) -> io::Result<()> {
     zero_or_errno(unsafe { libc::faccessat(libc::AT_FDCWD, path.as_ptr(), libc::W_OK, libc::AT_EACCESS) })
 }
 
+/// `geteuid()`: this process's effective user ID.
+pub fn effective_uid() -> u32 {
+    // SAFETY: no arguments; always succeeds.
+    unsafe { libc::geteuid() }
+}
+
 /// `mkfifo(path, mode)` (tests use it to plant FIFOs).
 pub fn mkfifo(path: &CStr, mode: libc::mode_t) -> io::Result<()> {
     // SAFETY: a valid NUL-terminated path; the call reads nothing else.

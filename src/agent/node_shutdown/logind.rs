@@ -258,12 +258,18 @@ pub enum DropInDirError {
 /// Whether [`ensure_inhibit_delay`] could write its drop-in into `dir`
 /// (making it first if need be), as far as can be told without writing:
 /// the directory, or the nearest existing one above it, is a directory this
-/// process may write (`faccessat`; a read-only mount refuses even root).
+/// process may write (`faccessat`; a read-only mount or an immutable
+/// directory refuses even root). Run by another user than root, a mode
+/// that refuses that user (`EACCES`) says nothing about the agent, which
+/// runs as root: not reported.
 pub fn check_dropin_dir(dir: &std::path::Path) -> Result<(), DropInDirError> {
     let writable = |p: &std::path::Path| {
         let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
             .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-        crate::sys::writable(&c)
+        match crate::sys::writable(&c) {
+            Err(e) if e.raw_os_error() == Some(libc::EACCES) && crate::sys::effective_uid() != 0 => Ok(()),
+            r => r,
+        }
     };
     if let Ok(m) = std::fs::metadata(dir) {
         if !m.is_dir() {
