@@ -204,7 +204,7 @@ mod tests {
         while t.elapsed() < Duration::from_millis(700) {
             assert!(rx.recv(&mut buf).is_err(), "a ping while unhealthy");
         }
-        assert!(looks.load(Ordering::SeqCst) >= 4, "looked {} times", looks.load(Ordering::SeqCst));
+        assert!(looks.load(Ordering::SeqCst) >= 3, "looked {} times", looks.load(Ordering::SeqCst));
         // live: pings at half the interval
         live.store(true, Ordering::SeqCst);
         let t = Instant::now();
@@ -215,7 +215,7 @@ mod tests {
                 pings += 1;
             }
         }
-        assert!((4..=9).contains(&pings), "{pings} pings in 700 ms at 100 ms");
+        assert!((3..=9).contains(&pings), "{pings} pings in 700 ms at 100 ms");
         // unhealthy again: the pings stop
         live.store(false, Ordering::SeqCst);
         std::thread::sleep(Duration::from_millis(150));
