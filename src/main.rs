@@ -13,7 +13,7 @@ podwarden: run Kubernetes pods on this machine through a CRI runtime
 
 Usage:
   podwarden run [--config FILE]     run the node agent (default config: /etc/podwarden/config.yaml if present)
-  podwarden validate [--config FILE] FILE...  check pod manifests and print each pod's UID
+  podwarden validate [--config FILE] [FILE...]  check a config and pod manifests, print each pod's UID
 
 Client commands (talk to the running agent over its local API socket):
   podwarden get pods [NAME] [-o wide|json|yaml] [-n NS | -A]
@@ -66,11 +66,17 @@ The UID depends on the node name, taken from the config as `run` takes it,
 and on the file's path as the agent reads it (staticPodPath/NAME for a file
 in staticPodPath, else its absolute path).
 
-Usage:
-  podwarden validate [--config FILE] FILE...
+With --config and no manifest, only the config is checked. A config that
+`run` could not carry out on this host is warned about on stderr:
+graceful node shutdown (shutdownGracePeriod) when podwarden cannot write its
+logind drop-in into logindDropInDir (not a directory, read-only, or missing
+and impossible to create).
 
-Exit status: 0 if every file is a valid pod, 78 if the config is bad, 1
-otherwise.
+Usage:
+  podwarden validate [--config FILE] [FILE...]
+
+Exit status: 0 if every file is a valid pod (warnings do not count), 78 if
+the config is bad, 1 otherwise.
 ";
 
 /// Why the command failed; each kind has its exit status.
@@ -138,13 +144,23 @@ fn run(args: &[String]) -> Result<(), MainError> {
             let Some((config_path, files)) = config_args(&args[1..], VALIDATE_USAGE)? else {
                 return Ok(());
             };
-            if files.is_empty() {
-                return Err(MainError::Usage(format!("validate: name at least one manifest file\n\n{VALIDATE_USAGE}")));
+            if files.is_empty() && config_path.is_none() {
+                return Err(MainError::Usage(format!(
+                    "validate: name a config (--config) or at least one manifest file\n\n{VALIDATE_USAGE}"
+                )));
             }
             // the UID depends on the node name and on the path the agent
             // reads the file under: take both from the config the agent
             // would use
-            let config = load_config(config_file(config_path))?;
+            let file = config_file(config_path);
+            let config = load_config(file.clone())?;
+            let name = file.as_ref().map_or("the default config".into(), |f| f.display().to_string());
+            if let Some(w) = podwarden::agent::node_shutdown::logind::dropin_warning(&config) {
+                eprintln!("Warning: {name}: {w}");
+            }
+            if files.is_empty() {
+                println!("{name}: ok: config");
+            }
             let node_name = podwarden::cli::daemon::node_name(&config);
             let mut failed = false;
             for f in files {

@@ -375,3 +375,141 @@ impl Drop for Reset {
         }
     }
 }
+
+/// A read-only bind mount of a directory, undone when dropped.
+struct ReadOnly(PathBuf);
+
+impl ReadOnly {
+    fn mount(dir: &Path) -> Self {
+        std::fs::create_dir_all(dir).unwrap();
+        let run = |args: &[&str]| {
+            let st = Command::new("mount").args(args).status().unwrap();
+            assert!(st.success(), "mount {args:?}");
+        };
+        let d = dir.to_str().unwrap();
+        run(&["--bind", d, d]);
+        let ro = ReadOnly(dir.to_path_buf());
+        run(&["-o", "remount,ro,bind", d]);
+        ro
+    }
+}
+
+impl Drop for ReadOnly {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+fn condition(a: &Agent, kind: &str) -> Value {
+    node(a)["node"]["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == kind).cloned())
+        .unwrap_or_default()
+}
+
+/// Graceful node shutdown set up wrong does not pass quietly, and does not
+/// touch liveness: `validate` warns about a drop-in directory podwarden
+/// cannot write (read-only; under a file), exit status 0; the agent on
+/// such a directory shows the node condition `GracefulNodeShutdownUnavailable`
+/// True (`GracefulNodeShutdownOff`) with the path and the error, as on a
+/// bus without logind (`LogindUnavailable`, retried), while `/healthz` stays
+/// 200 and the node Ready; set up right, the condition is False.
+#[test]
+fn an_unwritable_drop_in_dir_is_warned_by_validate_and_shown_as_a_node_condition_healthz_stays_ok() {
+    let _serial = SERIAL.lock();
+    let _logind = Reset;
+    let addr = bus();
+    assert_eq!(inhibit_delay_max(), Duration::from_secs(5), "logind at 5 s: 30 s needs the drop-in");
+    let tmp = TempDir::new("dropin-ro");
+    let ro_dir = tmp.0.join("logind.conf.d");
+    let _ro = ReadOnly::mount(&ro_dir);
+    assert!(std::fs::write(ro_dir.join("probe"), "").is_err(), "read-only even for root");
+
+    // validate: a warning naming the file, the directory and why; exit 0
+    let validate = |dir: &Path| {
+        let config = tmp.0.join("config.yaml");
+        std::fs::write(&config, format!("shutdownGracePeriod: 30s\nlogindDropInDir: {}\n", dir.display())).unwrap();
+        let out = Command::new(BIN).args(["validate", "--config", config.to_str().unwrap()]).output().unwrap();
+        let (stdout, stderr) =
+            (String::from_utf8_lossy(&out.stdout).to_string(), String::from_utf8_lossy(&out.stderr).to_string());
+        assert_eq!(out.status.code(), Some(0), "a warning, not an error: {stderr}");
+        assert_eq!(stdout, format!("{}: ok: config\n", config.display()));
+        (config, stderr)
+    };
+    let (config, stderr) = validate(&ro_dir);
+    let want = format!(
+        "Warning: {}: shutdownGracePeriod needs logind's InhibitDelayMaxSec at 30s or more, and podwarden could not \
+         write its drop-in 99-podwarden.conf (logindDropInDir): {} is not writable: Read-only file system (os error \
+         30); graceful node shutdown will be off unless InhibitDelayMaxSec is already that high\n",
+        config.display(),
+        ro_dir.display()
+    );
+    assert_eq!(stderr, want);
+    let file = tmp.0.join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let (_, stderr) = validate(&file.join("logind.conf.d"));
+    assert!(
+        stderr.contains(&format!(
+            "{}/logind.conf.d does not exist and cannot be created: {}: Not a directory (os error 20)",
+            file.display(),
+            file.display()
+        )),
+        "{stderr}"
+    );
+    let (_, stderr) = validate(&tmp.0.join("new/logind.conf.d"));
+    assert_eq!(stderr, "", "a directory it can make: no warning");
+
+    // the agent on the read-only directory: off for good, said by the node
+    // condition; liveness and readiness untouched
+    let extra = format!("logindDropInDir: {}\nshutdownGracePeriod: 30s\n", ro_dir.display());
+    let mut a = Agent::start_with("dropin-ro", &extra, &[("DBUS_SYSTEM_BUS_ADDRESS", &addr)]);
+    wait_for("the condition", Duration::from_secs(15), || {
+        condition(&a, "GracefulNodeShutdownUnavailable")["status"] == "True"
+    });
+    let c = condition(&a, "GracefulNodeShutdownUnavailable");
+    assert_eq!(c["reason"], "GracefulNodeShutdownOff", "{c}");
+    let message = c["message"].as_str().unwrap();
+    assert_eq!(
+        message,
+        format!(
+            "graceful node shutdown is off: writing {}/99-podwarden.conf: Read-only file system (os error 30)",
+            ro_dir.display()
+        )
+    );
+    assert!(a.log().contains("GracefulNodeShutdownOff"), "the Warning event too: {}", a.log());
+    assert_eq!(node(&a)["gracefulShutdown"]["enabled"], false);
+    assert_eq!(podwarden_inhibitors(), 0);
+    assert_holds_for("/healthz 200 ok and the node Ready", Duration::from_secs(3), || {
+        a.get("/healthz").as_deref() == Some("ok") && condition(&a, "Ready")["status"] == "True"
+    });
+    // `podwarden node`: the problem, and no pressure from the new condition
+    let out = Command::new(BIN).args(["node", "--socket", a.api_socket().to_str().unwrap()]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Graceful shutdown: off: writing "), "{text}");
+    assert!(text.contains("Pressure:          none"), "{text}");
+    a.kill9();
+    drop(a);
+
+    // no logind on the bus: unavailable for now, retried; healthz still ok
+    let nobody = format!("unix:path={}", tmp.0.join("no-bus").display());
+    let mut a = Agent::start_with("dropin-nobus", &extra, &[("DBUS_SYSTEM_BUS_ADDRESS", &nobody)]);
+    wait_for("the condition", Duration::from_secs(15), || {
+        condition(&a, "GracefulNodeShutdownUnavailable")["status"] == "True"
+    });
+    let c = condition(&a, "GracefulNodeShutdownUnavailable");
+    assert_eq!(c["reason"], "LogindUnavailable", "{c}");
+    assert!(c["message"].as_str().unwrap().ends_with("; retrying every second"), "{c}");
+    assert_holds_for("/healthz 200 ok", Duration::from_secs(2), || a.get("/healthz").as_deref() == Some("ok"));
+    a.kill9();
+    drop(a);
+
+    // set up right (4 s fits logind's 5 s): False
+    let a = start("dropin-ok", "shutdownGracePeriod: 4s\nshutdownGracePeriodCriticalPods: 1s\n");
+    let c = condition(&a, "GracefulNodeShutdownUnavailable");
+    assert_eq!((c["status"].as_str(), c["reason"].as_str()), (Some("False"), Some("GracefulNodeShutdownOn")), "{c}");
+    // a node without shutdownGracePeriod has no such condition (as the kubelet)
+    drop(a);
+    let a = Agent::start("dropin-none");
+    assert_eq!(condition(&a, "GracefulNodeShutdownUnavailable"), Value::Null);
+    assert_eq!(condition(&a, "Ready")["status"], "True");
+}

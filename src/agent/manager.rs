@@ -365,6 +365,9 @@ impl Agent {
     /// One housekeeping pass (see DESIGN.md "Housekeeping").
     pub fn housekeeping(&self) {
         let serial = self.sync_lock.lock();
+        // test-only (`PODWARDEN_TEST_FAULTS`): a deadlock here, holding the
+        // source lock, as the watchdog's tests need one
+        crate::base::faults::hang_point("housekeeping");
         if !self.sources_ready() {
             log::debug!("housekeeping: waiting for the first manifest scan");
             return;
@@ -450,24 +453,49 @@ impl Agent {
         r
     }
 
-    /// Healthy: housekeeping ran and the runtime answered within `within`.
-    /// Otherwise, what is wrong.
+    /// Healthy (`/healthz`, the node's Ready condition): no thread
+    /// panicked, the runtime answered and housekeeping ran within `within`.
+    /// Otherwise, what is wrong. A runtime that has not answered and gave
+    /// no error was not asked: when housekeeping is stale too, that is the
+    /// one to name (its thread also does the relists).
     pub fn health(&self, within: Duration) -> Result<(), HealthError> {
-        if let Some((thread, message)) = crate::base::thread::panicked() {
-            return Err(HealthError::ThreadPanicked { thread, message });
-        }
-        let fresh = |t: Option<Instant>| t.is_some_and(|t| t.elapsed() < within);
+        Self::no_panic()?;
         let (answered, err) = self.runtime_answered.lock().clone();
-        if !fresh(answered) {
-            return Err(match err {
-                Some(source) => HealthError::RuntimeFailing { source },
-                None => HealthError::RuntimeSilent { within },
-            });
+        let answered = fresh(answered, within);
+        if let (false, Some(source)) = (answered, err) {
+            return Err(HealthError::RuntimeFailing { source });
         }
-        if !fresh(*self.last_housekeeping.lock()) {
-            return Err(HealthError::HousekeepingStale { within });
+        self.housekeeping_ran(within)?;
+        if !answered {
+            return Err(HealthError::RuntimeSilent { within });
         }
         Ok(())
+    }
+
+    /// Live (systemd's watchdog): the part of [`Agent::health`] about the
+    /// agent's own threads, no thread panicked and housekeeping ran within
+    /// `within`. A runtime that does not answer fails `health` but not this:
+    /// restarting the agent cannot mend containerd, and the new agent could
+    /// not even start without it. Takes two locks that are only ever held
+    /// for a copy, so it never waits for a pod, a client or the runtime.
+    pub fn liveness(&self, within: Duration) -> Result<(), HealthError> {
+        Self::no_panic()?;
+        self.housekeeping_ran(within)
+    }
+
+    fn no_panic() -> Result<(), HealthError> {
+        match crate::base::thread::panicked() {
+            Some((thread, message)) => Err(HealthError::ThreadPanicked { thread, message }),
+            None => Ok(()),
+        }
+    }
+
+    fn housekeeping_ran(&self, within: Duration) -> Result<(), HealthError> {
+        if fresh(*self.last_housekeeping.lock(), within) {
+            Ok(())
+        } else {
+            Err(HealthError::HousekeepingStale { within })
+        }
     }
 
     /// Resources the active pods request: (cpu millicores, memory bytes, pods).
@@ -583,4 +611,9 @@ impl Agent {
             }
         }
     }
+}
+
+/// `t` is less than `within` ago.
+fn fresh(t: Option<Instant>, within: Duration) -> bool {
+    t.is_some_and(|t| t.elapsed() < within)
 }

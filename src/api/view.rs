@@ -282,6 +282,14 @@ pub fn node_report(src: NodeSources) -> NodeReport {
                         }),
                     }
                 }))
+                .chain(src.shutdown.condition().map(|(status, reason, message)| NodeCondition {
+                    type_: crate::agent::node_shutdown::CONDITION.into(),
+                    status: status.into(),
+                    reason: Some(reason.into()),
+                    message: Some(message),
+                    last_heartbeat_time: Some(model::now_time()),
+                    last_transition_time: None,
+                }))
                 .collect(),
             ),
             node_info: Some(NodeSystemInfo {
@@ -309,7 +317,7 @@ pub fn node_report(src: NodeSources) -> NodeReport {
             configured: st.configured,
             shutting_down: src.shutting_down,
             inhibitor_lock_held: st.lock_held,
-            problem: st.problem.clone(),
+            problem: st.problem.as_ref().map(|p| p.message.clone()),
             last_start_time: st.last_start.map(model::rfc3339),
             last_end_time: st.last_end.map(model::rfc3339),
         },
@@ -520,7 +528,7 @@ mod tests {
     fn the_node_report_keeps_its_json_shape() {
         let shutdown = crate::agent::node_shutdown::State {
             configured: true,
-            problem: Some("no bus".into()),
+            problem: Some(crate::agent::node_shutdown::Problem { off: false, message: "no bus".into() }),
             lock_held: false,
             last_start: Some(SystemTime::UNIX_EPOCH + Duration::from_millis(1_500)),
             last_end: None,
@@ -551,9 +559,11 @@ mod tests {
             host: &host,
         });
         let mut v: serde_json::Value = serde_json::from_slice(&to_json(&report)).unwrap();
-        let beat = v["node"]["status"]["conditions"][0]["lastHeartbeatTime"].take();
-        assert!(beat.as_str().is_some_and(|t| t.ends_with('Z')), "{beat}");
-        let want = r#"{"allocated":{"cpu":"250m","memory":"65536Ki","pods":"2"},"gracefulShutdown":{"configured":true,"enabled":false,"inhibitorLockHeld":false,"lastEndTime":null,"lastStartTime":"1970-01-01T00:00:01.5Z","problem":"no bus","shuttingDown":false},"node":{"apiVersion":"v1","kind":"Node","metadata":{"labels":{"kubernetes.io/arch":"arm64","kubernetes.io/hostname":"edge-1","kubernetes.io/os":"linux"},"name":"edge-1"},"status":{"allocatable":{"cpu":"1500m","memory":"1048576Ki","pods":"110"},"capacity":{"cpu":"2","memory":"2097152Ki","pods":"110"},"conditions":[{"lastHeartbeatTime":null,"message":"housekeeping has not run for 10s","reason":"KubeletNotReady","status":"False","type":"Ready"}],"nodeInfo":{"architecture":"arm64","bootID":"b1","containerRuntimeVersion":"containerd 2.0","kernelVersion":"6.1.0","kubeProxyVersion":"","kubeletVersion":"podwarden-0.1.0","machineID":"m1","operatingSystem":"linux","osImage":"Debian","systemUUID":""}}}}"#;
+        for i in 0..2 {
+            let beat = v["node"]["status"]["conditions"][i]["lastHeartbeatTime"].take();
+            assert!(beat.as_str().is_some_and(|t| t.ends_with('Z')), "{beat}");
+        }
+        let want = r#"{"allocated":{"cpu":"250m","memory":"65536Ki","pods":"2"},"gracefulShutdown":{"configured":true,"enabled":false,"inhibitorLockHeld":false,"lastEndTime":null,"lastStartTime":"1970-01-01T00:00:01.5Z","problem":"no bus","shuttingDown":false},"node":{"apiVersion":"v1","kind":"Node","metadata":{"labels":{"kubernetes.io/arch":"arm64","kubernetes.io/hostname":"edge-1","kubernetes.io/os":"linux"},"name":"edge-1"},"status":{"allocatable":{"cpu":"1500m","memory":"1048576Ki","pods":"110"},"capacity":{"cpu":"2","memory":"2097152Ki","pods":"110"},"conditions":[{"lastHeartbeatTime":null,"message":"housekeeping has not run for 10s","reason":"KubeletNotReady","status":"False","type":"Ready"},{"lastHeartbeatTime":null,"message":"graceful node shutdown unavailable for now: no bus; retrying every second","reason":"LogindUnavailable","status":"True","type":"GracefulNodeShutdownUnavailable"}],"nodeInfo":{"architecture":"arm64","bootID":"b1","containerRuntimeVersion":"containerd 2.0","kernelVersion":"6.1.0","kubeProxyVersion":"","kubeletVersion":"podwarden-0.1.0","machineID":"m1","operatingSystem":"linux","osImage":"Debian","systemUUID":""}}}}"#;
         assert_eq!(serde_json::to_string(&v).unwrap(), want);
         // the CLI reads it back into the same report (the heartbeat is a v1
         // Time: whole seconds on the wire)

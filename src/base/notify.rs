@@ -1,7 +1,10 @@
 //! systemd readiness notification (`Type=notify`): a datagram to
-//! `$NOTIFY_SOCKET`, no dependency needed.
+//! `$NOTIFY_SOCKET`, no dependency needed (`READY=1`, `STOPPING=1`; the
+//! watchdog's `WATCHDOG=1` comes from `base::watchdog`).
 
+use std::ffi::OsStr;
 use std::os::unix::net::UnixDatagram;
+use std::time::Duration;
 
 /// Send `state` (e.g. `READY=1`) to systemd if it asked for notifications.
 /// Returns whether a message was sent.
@@ -11,9 +14,18 @@ pub fn notify(state: &str) -> bool {
 
 /// Send `state` to the socket `$NOTIFY_SOCKET` names (`@` for an abstract
 /// name), if any.
-fn notify_to(socket: Option<&std::ffi::OsStr>, state: &str) -> bool {
+fn notify_to(socket: Option<&OsStr>, state: &str) -> bool {
+    send(socket, state, None)
+}
+
+/// Send `state` to `socket` (a `$NOTIFY_SOCKET` value), waiting at most
+/// `timeout` (if any) for room in the socket's queue.
+pub fn send(socket: Option<&OsStr>, state: &str, timeout: Option<Duration>) -> bool {
     let Some(path) = socket else { return false };
     let Ok(sock) = UnixDatagram::unbound() else { return false };
+    if timeout.is_some() && sock.set_write_timeout(timeout).is_err() {
+        return false;
+    }
     let bytes = path.as_encoded_bytes();
     let sent = if let Some(abstract_name) = bytes.strip_prefix(b"@") {
         use std::os::linux::net::SocketAddrExt;

@@ -403,9 +403,7 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
         .map_err(io("starting housekeeping"))?;
     let log_rotation = start_log_rotation(config, &parts)?;
     let eviction = start_eviction(config, &parts)?;
-    // healthy (/healthz, the node's Ready condition): housekeeping and the
-    // runtime answered within a few housekeeping periods
-    let healthy_within = config.housekeeping_interval.saturating_mul(5).max(Duration::from_secs(10));
+    let healthy_within = healthy_within(config);
     let http = start_http(config, &parts, healthy_within)?;
     let logind = start_logind(config, &parts)?;
     let api = start_api(config, &parts, api_group, healthy_within, source.rescanner())?;
@@ -419,6 +417,13 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
         log_rotation: Some(log_rotation),
         eviction: Some(eviction),
     })
+}
+
+/// Healthy (/healthz, the node's Ready condition) and live (systemd's
+/// watchdog): housekeeping (and, for health, the runtime) answered within a
+/// few housekeeping periods.
+fn healthy_within(config: &Config) -> Duration {
+    config.housekeeping_interval.saturating_mul(5).max(Duration::from_secs(10))
 }
 
 /// Production's [`Tuning`]: the machine read once (for kubepods' limits
@@ -630,6 +635,10 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
     let prefix = if config.container_runtime_endpoint == "fake://" { "fake://" } else { "containerd://" };
     let running = start(&config, runtime, prefix)?;
     crate::base::notify::notify("READY=1");
+    // systemd's watchdog (WatchdogSec=): pinged while the threads are live
+    let (agent, within) = (running.parts.agent.clone(), healthy_within(&config));
+    let watchdog = crate::base::watchdog::Watchdog::from_env(move || agent.liveness(within))
+        .map_err(io("starting the watchdog thread"))?;
     for sig in signals.forever() {
         match sig {
             SIGHUP => {
@@ -643,6 +652,7 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
         }
     }
     crate::base::notify::notify("STOPPING=1");
+    drop(watchdog);
     running.stop();
     Ok(())
 }

@@ -257,7 +257,7 @@ pub(super) fn node(a: &Args) -> Result<String> {
         .conditions
         .iter()
         .flatten()
-        .filter(|c| c.type_ != "Ready" && c.status == "True")
+        .filter(|c| c.type_.ends_with("Pressure") && c.status == "True")
         .map(|c| format!("{} ({})", c.type_, s(&c.message)))
         .collect();
     let rows = [

@@ -115,6 +115,21 @@ pub fn rename_noreplace(from: &CStr, to: &CStr) -> io::Result<()> {
     })
 }
 
+/// `faccessat(AT_FDCWD, path, W_OK, AT_EACCESS)`: whether this process
+/// may write `path` (a read-only mount or an immutable file says no even
+/// to root).
+pub fn writable(path: &CStr) -> io::Result<()> {
+    // SAFETY: a valid NUL-terminated path, relative to the cwd; the call
+    // reads nothing else.
+    zero_or_errno(unsafe { libc::faccessat(libc::AT_FDCWD, path.as_ptr(), libc::W_OK, libc::AT_EACCESS) })
+}
+
+/// `geteuid()`: this process's effective user ID.
+pub fn effective_uid() -> u32 {
+    // SAFETY: no arguments; always succeeds.
+    unsafe { libc::geteuid() }
+}
+
 /// `mkfifo(path, mode)` (tests use it to plant FIFOs).
 pub fn mkfifo(path: &CStr, mode: libc::mode_t) -> io::Result<()> {
     // SAFETY: a valid NUL-terminated path; the call reads nothing else.

@@ -232,6 +232,98 @@ pub fn ensure_inhibit_delay(
     })
 }
 
+/// Why podwarden could not write its drop-in into a directory, found
+/// without writing anything (`podwarden validate`).
+#[derive(Debug, Error)]
+pub enum DropInDirError {
+    #[error("{} is not a directory", .0.display())]
+    NotADirectory(std::path::PathBuf),
+    #[error("{} is not writable: {source}", .dir.display())]
+    NotWritable {
+        dir: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// It does not exist, and `at`, the nearest path above it that does,
+    /// is no directory or cannot be written.
+    #[error("{} does not exist and cannot be created: {}: {source}", .dir.display(), .at.display())]
+    CannotCreate {
+        dir: std::path::PathBuf,
+        at: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Whether [`ensure_inhibit_delay`] could write its drop-in into `dir`
+/// (making it first if need be), as far as can be told without writing:
+/// the directory, or the nearest existing one above it, is a directory this
+/// process may write (`faccessat`; a read-only mount or an immutable
+/// directory refuses even root). Run by another user than root, a mode
+/// that refuses that user (`EACCES`) says nothing about the agent, which
+/// runs as root: not reported.
+pub fn check_dropin_dir(dir: &std::path::Path) -> Result<(), DropInDirError> {
+    let writable = |p: &std::path::Path| {
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        match crate::sys::writable(&c) {
+            Err(e) if e.raw_os_error() == Some(libc::EACCES) && crate::sys::effective_uid() != 0 => Ok(()),
+            r => r,
+        }
+    };
+    if let Ok(m) = std::fs::metadata(dir) {
+        if !m.is_dir() {
+            return Err(DropInDirError::NotADirectory(dir.to_path_buf()));
+        }
+        return writable(dir).map_err(|source| DropInDirError::NotWritable { dir: dir.to_path_buf(), source });
+    }
+    let cannot = |at: &std::path::Path, source| DropInDirError::CannotCreate {
+        dir: dir.to_path_buf(),
+        at: at.to_path_buf(),
+        source,
+    };
+    for at in dir.ancestors().skip(1).filter(|a| !a.as_os_str().is_empty()) {
+        match std::fs::metadata(at) {
+            Ok(m) if m.is_dir() => return writable(at).map_err(|e| cannot(at, e)),
+            Ok(_) => return Err(cannot(at, std::io::Error::from_raw_os_error(libc::ENOTDIR))),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => continue,
+            Err(e) => return Err(cannot(at, e)),
+        }
+    }
+    Ok(())
+}
+
+/// `podwarden validate`'s warning about graceful node shutdown: configured,
+/// and logind's `InhibitDelayMaxSec` may have to be raised to `need`, but
+/// the drop-in could not be written.
+#[derive(Debug, Error)]
+#[error(
+    "shutdownGracePeriod needs logind's InhibitDelayMaxSec at {}s or more, and podwarden could not write its drop-in \
+     {DROPIN} (logindDropInDir): {source}; graceful node shutdown will be off unless InhibitDelayMaxSec is already \
+     that high",
+    .need.as_secs()
+)]
+pub struct DropInWarning {
+    pub need: Duration,
+    #[source]
+    pub source: DropInDirError,
+}
+
+/// [`DropInWarning`] for `config`, if graceful node shutdown is configured
+/// and its drop-in directory fails [`check_dropin_dir`].
+pub fn dropin_warning(config: &crate::config::Config) -> Option<DropInWarning> {
+    let groups = crate::agent::node_shutdown::groups_from_config(
+        config.shutdown_grace_period.as_secs() as i64,
+        config.shutdown_grace_period_critical_pods.as_secs() as i64,
+        &config.shutdown_grace_period_by_pod_priority,
+    );
+    let need = Duration::from_secs(groups.iter().map(|(_, g)| (*g).max(0) as u64).sum());
+    if need.is_zero() {
+        return None;
+    }
+    check_dropin_dir(&config.logind_drop_in_dir).err().map(|source| DropInWarning { need, source })
+}
+
 /// A drop-in that sorts after podwarden's and sets InhibitDelayMaxSec.
 fn later_override(dir: &std::path::Path) -> Option<(String, String)> {
     let mut files: Vec<std::path::PathBuf> = std::iter::once(dir.to_path_buf())
@@ -391,10 +483,15 @@ struct Watch<'a> {
 impl Watch<'_> {
     /// What the node view shows: the problem, and whether a lock is held
     /// (by this thread or by a shutdown run).
-    fn problem(&self, p: Option<String>, held: bool) {
+    fn problem(&self, p: Option<crate::agent::node_shutdown::Problem>, held: bool) {
         let mut st = self.runner.state.lock();
         st.problem = p;
         st.lock_held = held;
+    }
+
+    /// A problem for now (logind unreachable, retried).
+    fn for_now(message: String) -> Option<crate::agent::node_shutdown::Problem> {
+        Some(crate::agent::node_shutdown::Problem { off: false, message })
     }
 
     /// A Warning event on the node (logged too, at warning): graceful
@@ -410,12 +507,12 @@ impl Watch<'_> {
     fn unavailable(&mut self, e: &dyn std::fmt::Display, run_holds_lock: bool) {
         if !self.warned && !self.shutting_down && !self.stop.is_cancelled() {
             self.tell(
-                "GracefulNodeShutdownUnavailable",
+                crate::agent::node_shutdown::REASON_UNAVAILABLE,
                 &format!("graceful node shutdown unavailable for now: {e}; retrying every second"),
             );
             self.warned = true;
         }
-        self.problem(Some(e.to_string()), run_holds_lock);
+        self.problem(Self::for_now(e.to_string()), run_holds_lock);
         self.stop.sleep(Duration::from_secs(1));
     }
 
@@ -438,8 +535,10 @@ impl Watch<'_> {
             match ensure_inhibit_delay(self.logind, self.cfg.total(), self.cfg.dropin_dir.as_deref()) {
                 Ok(_) => self.checked = true,
                 Err(e) => {
-                    self.tell("GracefulNodeShutdownOff", &format!("graceful node shutdown is off: {e}"));
-                    self.problem(Some(e.to_string()), false);
+                    let off = crate::agent::node_shutdown::REASON_OFF;
+                    self.tell(off, &format!("graceful node shutdown is off: {e}"));
+                    let problem = crate::agent::node_shutdown::Problem { off: true, message: e.to_string() };
+                    self.problem(Some(problem), false);
                     return Connected::Off;
                 }
             }
@@ -548,7 +647,7 @@ impl Watch<'_> {
             return Flow::Reconnect;
         }
         log::warn!("logind: connection lost; reconnecting");
-        self.problem(Some("connection to logind lost; reconnecting".into()), self.in_flight.is_some());
+        self.problem(Self::for_now("connection to logind lost; reconnecting".into()), self.in_flight.is_some());
         Flow::Reconnect
     }
 
@@ -730,5 +829,45 @@ pub mod dbus_impl {
             }
             Ok(self.events.lock().pop_front())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DropInDirError, check_dropin_dir};
+
+    #[test]
+    fn a_dropin_dir_that_cannot_be_written_or_made_is_named_with_why() {
+        let base = std::env::temp_dir().join(format!("pw-dropin-dir-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&base).unwrap();
+        // there and writable; or not there and can be made
+        assert!(check_dropin_dir(&base).is_ok());
+        assert!(check_dropin_dir(&base.join("a/b/logind.conf.d")).is_ok());
+        // a file where the directory should be
+        let file = base.join("file");
+        std::fs::write(&file, "").unwrap();
+        let e = check_dropin_dir(&file).unwrap_err();
+        assert!(matches!(&e, DropInDirError::NotADirectory(p) if *p == file), "{e:?}");
+        assert_eq!(e.to_string(), format!("{} is not a directory", file.display()));
+        // a file above it: cannot be made, and where it stops is named
+        let under = file.join("sub/logind.conf.d");
+        let e = check_dropin_dir(&under).unwrap_err();
+        match &e {
+            DropInDirError::CannotCreate { dir, at, source } => {
+                assert_eq!((dir, at), (&under, &file));
+                assert_eq!(source.raw_os_error(), Some(libc::ENOTDIR));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            e.to_string().starts_with(&format!(
+                "{} does not exist and cannot be created: {}: ",
+                under.display(),
+                file.display()
+            )),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&base);
     }
 }

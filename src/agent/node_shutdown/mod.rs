@@ -73,6 +73,25 @@ pub fn plan(groups: &[(i32, i64)], pods: &[Arc<Pod>], classes: &BTreeMap<String,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_node_condition_says_a_problem_only_when_configured() {
+        let mut st = State::default();
+        assert_eq!(st.condition(), None, "not configured: no condition, as the kubelet");
+        st.configured = true;
+        st.lock_held = true;
+        assert_eq!(st.condition().map(|c| (c.0, c.1)), Some(("False", "GracefulNodeShutdownOn")));
+        st.lock_held = false;
+        st.problem =
+            Some(Problem { off: true, message: "writing /etc/x/99-podwarden.conf: Read-only file system".into() });
+        let (status, reason, message) = st.condition().unwrap();
+        assert_eq!((status, reason), ("True", "GracefulNodeShutdownOff"));
+        assert_eq!(message, "graceful node shutdown is off: writing /etc/x/99-podwarden.conf: Read-only file system");
+        st.problem = Some(Problem { off: false, message: "no bus".into() });
+        let (status, reason, message) = st.condition().unwrap();
+        assert_eq!((status, reason), ("True", "LogindUnavailable"));
+        assert_eq!(message, "graceful node shutdown unavailable for now: no bus; retrying every second");
+    }
     use crate::model::{ObjectMeta, PodSpec};
 
     fn pod(name: &str, priority: Option<i32>, class: Option<&str>, grace: Option<i64>) -> Arc<Pod> {
@@ -136,6 +155,32 @@ mod tests {
 pub const REASON: &str = "Terminated";
 pub const MESSAGE: &str = "Pod was terminated in response to imminent node shutdown.";
 
+/// The Warning event on the node (and the reason of the node's
+/// `GracefulNodeShutdownUnavailable` condition) when graceful node shutdown
+/// cannot work at all: logind's `InhibitDelayMaxSec` could not be raised
+/// (the drop-in could not be written, a later one overrides it).
+pub const REASON_OFF: &str = "GracefulNodeShutdownOff";
+/// The Warning event on the node when logind cannot be reached for now
+/// (retried every second).
+pub const REASON_UNAVAILABLE: &str = "GracefulNodeShutdownUnavailable";
+
+/// The node condition podwarden adds when graceful node shutdown is
+/// configured (the kubelet has none): `True` while it cannot work, as
+/// `NetworkUnavailable` and node-problem-detector's conditions say a
+/// problem; reason [`REASON_OFF`] (for good) or `LogindUnavailable` (for
+/// now), `False` with `GracefulNodeShutdownOn` otherwise. Readiness and
+/// `/healthz` (liveness: systemd's watchdog) do not depend on it.
+pub const CONDITION: &str = "GracefulNodeShutdownUnavailable";
+
+/// What keeps graceful node shutdown from working.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// For good (until the agent restarts): logind's delay could not be
+    /// raised. Otherwise for now: logind cannot be reached, retried.
+    pub off: bool,
+    pub message: String,
+}
+
 /// Graceful node shutdown as seen from the status side.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct State {
@@ -143,12 +188,38 @@ pub struct State {
     pub configured: bool,
     /// Why the feature is off or not working now (no bus, logind's delay
     /// could not be raised, ...); `None` while it works.
-    pub problem: Option<String>,
+    pub problem: Option<Problem>,
     /// The delay inhibitor lock is held.
     pub lock_held: bool,
     /// The last shutdown's start and end (from the state file at start-up).
     pub last_start: Option<SystemTime>,
     pub last_end: Option<SystemTime>,
+}
+
+impl State {
+    /// The [`CONDITION`] as (status, reason, message); `None` when graceful
+    /// node shutdown is not configured.
+    pub fn condition(&self) -> Option<(&'static str, &'static str, String)> {
+        if !self.configured {
+            return None;
+        }
+        Some(match &self.problem {
+            Some(p) if p.off => ("True", REASON_OFF, format!("graceful node shutdown is off: {}", p.message)),
+            Some(p) => (
+                "True",
+                "LogindUnavailable",
+                format!("graceful node shutdown unavailable for now: {}; retrying every second", p.message),
+            ),
+            None if self.lock_held => {
+                ("False", "GracefulNodeShutdownOn", "podwarden holds logind's delay inhibitor lock".into())
+            }
+            None => (
+                "False",
+                "GracefulNodeShutdownOn",
+                "podwarden does not hold logind's delay inhibitor lock now (taking it, or a node shutdown ran)".into(),
+            ),
+        })
+    }
 }
 
 /// The graceful-shutdown [`State`]: written by the logind thread and the
