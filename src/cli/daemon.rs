@@ -46,6 +46,8 @@ pub enum DaemonError {
     ApiGroup { value: String },
     #[error(transparent)]
     Credentials(#[from] crate::node::images::credentials::CredentialError),
+    #[error("creating the kubepods cgroups: {0}")]
+    Cgroups(#[from] crate::node::cgroups::CgroupError),
     #[error("{what}: {source}")]
     Io {
         what: String,
@@ -134,7 +136,7 @@ fn node_cgroups(
     } else {
         (a.cpu_capacity_millis, a.memory_capacity_bytes)
     };
-    cg.ensure_node(cpu, mem).map_err(io("creating the kubepods cgroups under /sys/fs/cgroup"))?;
+    cg.ensure_node(cpu, mem)?;
     log::info!(
         "pod cgroups: {} driver, cgroup {:?}, kubepods limited to {cpu}m CPU and {mem} bytes",
         driver.name(),
