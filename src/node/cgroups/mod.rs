@@ -406,9 +406,11 @@ impl Cgroups {
                         return true;
                     }
                     depth > 0
-                        && std::fs::read_dir(dir).into_iter().flatten().flatten().any(|e| {
-                            e.file_type().is_ok_and(|t| t.is_dir()) && any_procs(&e.path(), depth - 1)
-                        })
+                        && std::fs::read_dir(dir)
+                            .into_iter()
+                            .flatten()
+                            .flatten()
+                            .any(|e| e.file_type().is_ok_and(|t| t.is_dir()) && any_procs(&e.path(), depth - 1))
                 }
                 any_procs(&dir, 3)
             }
@@ -471,9 +473,10 @@ impl Cgroups {
                 let entry = e.file_name().to_string_lossy().into_owned();
                 let uid = match self.driver {
                     Driver::Cgroupfs => entry.strip_prefix("pod"),
-                    Driver::Systemd => {
-                        entry.strip_suffix(".slice").and_then(|s| s.rsplit('-').next()).and_then(|s| s.strip_prefix("pod"))
-                    }
+                    Driver::Systemd => entry
+                        .strip_suffix(".slice")
+                        .and_then(|s| s.rsplit('-').next())
+                        .and_then(|s| s.strip_prefix("pod")),
                 };
                 if let Some(uid) = uid.filter(|u| !u.is_empty()) {
                     out.push((uid.to_string(), format!("{parent}/{entry}")));
@@ -541,7 +544,10 @@ mod tests {
     #[test]
     fn pod_limits_as_the_kubelet_sets_them() {
         let none = Some(BTreeMap::new());
-        assert_eq!(pod_limits(&pod(&["{}"])), Limits { cpu_shares: Some(2), hugetlb: none.clone(), ..Default::default() });
+        assert_eq!(
+            pod_limits(&pod(&["{}"])),
+            Limits { cpu_shares: Some(2), hugetlb: none.clone(), ..Default::default() }
+        );
         let g = pod(&["{limits: {cpu: 500m, memory: 64Mi}}", "{limits: {cpu: 250m, memory: 32Mi}}"]);
         assert_eq!(
             pod_limits(&g),

@@ -244,9 +244,7 @@ impl Systemd {
     pub fn active_state(&self, unit: &str) -> Result<Option<String>, SystemdError> {
         let path = match self.manager::<_, (dbus::Path<'static>,)>("GetUnit", unit, (unit,)) {
             Ok((p,)) => p,
-            Err(SystemdError::Call { source, .. })
-                if source.name() == Some("org.freedesktop.systemd1.NoSuchUnit") =>
-            {
+            Err(SystemdError::Call { source, .. }) if source.name() == Some("org.freedesktop.systemd1.NoSuchUnit") => {
                 return Ok(None);
             }
             Err(e) => return Err(e),
