@@ -619,6 +619,25 @@ mod tests {
     }
 
     #[test]
+    fn without_systemd_the_systemd_driver_fails_loudly() {
+        let root = std::env::temp_dir().join(format!("pw-cgnosd-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("cgroup.controllers"), "cpu memory pids\n").unwrap();
+        let mut cg = Cgroups::detect(Driver::Systemd, &root);
+        assert!(cg.systemd.is_some());
+        cg.systemd = Some(Arc::new(systemd::Systemd::at(&format!("unix:path={}/no-bus", root.display()))));
+        let e = cg.ensure_pod(&pod(&["{requests: {cpu: 100m}}"])).unwrap_err();
+        assert!(matches!(e, CgroupError::Systemd(systemd::SystemdError::Connect { .. })), "{e:?}");
+        assert!(e.to_string().starts_with("cgroupDriver systemd: cannot reach systemd on the system bus: "), "{e}");
+        let e = cg.ensure_node(1000, 1 << 30).unwrap_err();
+        assert!(e.to_string().contains("cannot reach systemd"), "{e}");
+        // nothing made behind systemd's back
+        assert!(!root.join("kubepods.slice").exists());
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
     fn systemd_pod_slices_are_found_by_their_names() {
         let root = std::env::temp_dir().join(format!("pw-cgsd-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);

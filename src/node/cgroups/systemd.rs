@@ -194,6 +194,8 @@ fn transport(e: &dbus::Error) -> bool {
 #[derive(Default)]
 pub struct Systemd {
     conn: Mutex<Option<Connection>>,
+    /// A bus address instead of the system bus (tests).
+    address: Option<String>,
 }
 
 impl std::fmt::Debug for Systemd {
@@ -209,6 +211,23 @@ impl Systemd {
         Self::default()
     }
 
+    /// systemd on the bus at `address` (a D-Bus address,
+    /// `unix:path=...`) instead of the system bus.
+    pub fn at(address: &str) -> Self {
+        Systemd { conn: Mutex::new(None), address: Some(address.to_string()) }
+    }
+
+    fn connect(&self) -> Result<Connection, dbus::Error> {
+        match &self.address {
+            None => Connection::new_system(),
+            Some(a) => {
+                let mut c = dbus::channel::Channel::open_private(a)?;
+                c.register()?;
+                Ok(Connection::from(c))
+            }
+        }
+    }
+
     /// One call to `path` with the connection, reconnecting first when
     /// there is none; a transport error drops it.
     fn call<R>(
@@ -219,7 +238,7 @@ impl Systemd {
     ) -> Result<R, SystemdError> {
         let mut guard = self.conn.lock();
         if guard.is_none() {
-            *guard = Some(Connection::new_system().map_err(|source| SystemdError::Connect { source })?);
+            *guard = Some(self.connect().map_err(|source| SystemdError::Connect { source })?);
         }
         let Some(conn) = guard.as_ref() else { unreachable!("connected above") };
         let r = f(conn);
