@@ -197,5 +197,20 @@ fn systemd_driver_slices_read_back_from_systemd_and_the_kernel() {
         Duration::from_secs(60),
         "journalctl -u podwarden --no-pager | grep -q 'does not match containerd.s cgroup driver'",
     );
+
+    // systemd out of reach with cgroupDriver systemd: the agent does not
+    // start, and says why (no silent fallback to making cgroups itself)
+    vm.sh("mkdir -p /run/systemd/system/podwarden.service.d \
+         && printf '[Service]\nEnvironment=DBUS_SYSTEM_BUS_ADDRESS=unix:path=/run/pw-no-bus\n' \
+         > /run/systemd/system/podwarden.service.d/no-bus.conf \
+         && sed -i '/^cgroupDriver:/d' /etc/podwarden/config.yaml \
+         && echo 'cgroupDriver: systemd' >> /etc/podwarden/config.yaml \
+         && systemctl daemon-reload && systemctl reset-failed podwarden; systemctl restart podwarden || true");
+    let said = vm.wait(
+        "the agent refusing to start without systemd",
+        Duration::from_secs(60),
+        "journalctl -u podwarden --no-pager | grep -m1 'cgroupDriver systemd: cannot reach systemd on the system bus'",
+    );
+    eprintln!("without systemd: {}", said.trim());
     eprintln!("the whole test took {:?}", started.elapsed());
 }

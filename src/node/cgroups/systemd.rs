@@ -200,7 +200,9 @@ pub struct Systemd {
 
 impl std::fmt::Debug for Systemd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Systemd").field("connected", &self.conn.lock().is_some()).finish()
+        // never waits for a call in flight
+        let connected = self.conn.try_lock().map(|c| c.is_some());
+        f.debug_struct("Systemd").field("connected", &connected).field("address", &self.address).finish()
     }
 }
 
