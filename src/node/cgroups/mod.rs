@@ -210,8 +210,9 @@ pub struct Cgroups {
     pub root: PathBuf,
     /// `podPidsLimit`: every pod cgroup's `pids.max` (`None`: unlimited).
     pub pod_pids_limit: Option<i64>,
-    /// The connection to systemd (the `systemd` driver).
-    pub systemd: Option<Arc<systemd::Systemd>>,
+    /// The connection to systemd (used by the `systemd` driver only; it
+    /// connects at its first call).
+    pub systemd: Arc<systemd::Systemd>,
 }
 
 /// cgroup v1 hierarchies podwarden makes pod cgroups in (cpuset is left
@@ -226,7 +227,7 @@ impl Cgroups {
     /// cgroup2 mount (`cgroup.controllers` at its top), else v1.
     pub fn detect(driver: Driver, root: &Path) -> Cgroups {
         let version = if root.join("cgroup.controllers").exists() { Version::V2 } else { Version::V1 };
-        let systemd = (driver == Driver::Systemd).then(|| Arc::new(systemd::Systemd::new()));
+        let systemd = Arc::new(systemd::Systemd::new());
         Cgroups { driver, version, root: root.to_path_buf(), pod_pids_limit: None, systemd }
     }
 
@@ -253,10 +254,10 @@ impl Cgroups {
     /// `cgroupfs` directories and files, with `systemd` a slice started (or
     /// changed) through systemd, then the huge pages in its directory.
     pub fn ensure(&self, name: &str, limits: &Limits) -> Result<(), CgroupError> {
-        match (self.driver, &self.systemd) {
-            (Driver::Systemd, Some(sd)) => {
+        match self.driver {
+            Driver::Systemd => {
                 let unit = systemd::unit_of(name);
-                sd.ensure_slice(
+                self.systemd.ensure_slice(
                     unit,
                     &systemd::start_properties(unit, self.version, limits),
                     &systemd::resource_properties(self.version, limits),
@@ -266,7 +267,7 @@ impl Cgroups {
                 }
                 Ok(())
             }
-            _ => {
+            Driver::Cgroupfs => {
                 if self.version == Version::V2 {
                     self.enable_controllers(name, V2_CONTROLLERS)?;
                 }
@@ -427,14 +428,10 @@ impl Cgroups {
         if self.populated(name) {
             return Err(CgroupError::Busy { name: name.to_string() });
         }
-        let dirs = match (self.driver, &self.systemd) {
-            (Driver::Systemd, Some(sd)) => {
-                sd.stop_slice(systemd::unit_of(name))?;
-                self.dirs(name)
-            }
-            _ => self.dirs(name),
-        };
-        for d in dirs {
+        if self.driver == Driver::Systemd {
+            self.systemd.stop_slice(systemd::unit_of(name))?;
+        }
+        for d in self.dirs(name) {
             if !d.exists() {
                 continue;
             }
@@ -625,8 +622,7 @@ mod tests {
         std::fs::create_dir_all(&root).unwrap();
         std::fs::write(root.join("cgroup.controllers"), "cpu memory pids\n").unwrap();
         let mut cg = Cgroups::detect(Driver::Systemd, &root);
-        assert!(cg.systemd.is_some());
-        cg.systemd = Some(Arc::new(systemd::Systemd::at(&format!("unix:path={}/no-bus", root.display()))));
+        cg.systemd = Arc::new(systemd::Systemd::at(&format!("unix:path={}/no-bus", root.display())));
         let e = cg.ensure_pod(&pod(&["{requests: {cpu: 100m}}"])).unwrap_err();
         assert!(matches!(e, CgroupError::Systemd(systemd::SystemdError::Connect { .. })), "{e:?}");
         assert!(e.to_string().starts_with("cgroupDriver systemd: cannot reach systemd on the system bus: "), "{e}");
