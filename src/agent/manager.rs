@@ -50,6 +50,9 @@ pub struct AgentConfig {
     pub cgroups: Option<crate::node::cgroups::Cgroups>,
 }
 
+/// How old an empty pod cgroup of an unknown pod must be to be removed.
+pub const ORPHAN_CGROUP_AGE: Duration = Duration::from_secs(30);
+
 /// The services the agent uses, handed in by the wiring
 /// (`daemon::assemble`), which hands the same parts to whoever else needs
 /// them; nobody reaches them through the agent.
@@ -542,7 +545,9 @@ impl Agent {
     /// with no process left in them, as the kubelet's orphaned pod cgroup
     /// clean-up: an agent stopped between a pod's end and its clean-up
     /// leaves them. Under the source lock, so no pod is dispatched (and
-    /// makes its cgroup) meanwhile.
+    /// makes its cgroup) meanwhile; a cgroup made in the last
+    /// [`ORPHAN_CGROUP_AGE`] is left alone (someone else's pod about to
+    /// start in it: a second agent on the machine, as in tests).
     fn cleanup_pod_cgroups(&self, desired: &HashSet<Uid>) {
         let Some(cg) = &self.config.cgroups else { return };
         // with the systemd driver a UID's dashes are underscores in its slice
@@ -553,6 +558,7 @@ impl Agent {
             if wanted.contains(&norm(&uid))
                 || self.workers.phase(&uid).is_some()
                 || !self.workers.should_pod_content_be_removed(&uid)
+                || cg.unchanged_for(&name).is_none_or(|age| age < ORPHAN_CGROUP_AGE)
             {
                 continue;
             }

@@ -452,6 +452,12 @@ impl Cgroups {
         Ok(())
     }
 
+    /// How long ago cgroup `name`'s directory changed (its mtime, set when
+    /// the kernel made its inode); `None` when it cannot be read.
+    pub fn unchanged_for(&self, name: &str) -> Option<std::time::Duration> {
+        std::fs::metadata(self.memory_dir(name)).ok()?.modified().ok()?.elapsed().ok()
+    }
+
     /// The pod cgroups on this machine, found in the tree (v2) or the
     /// memory hierarchy (v1) under `kubepods` and the QoS cgroups: (the
     /// UID as the name gives it, the cgroup's name). With `systemd` the
