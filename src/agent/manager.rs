@@ -46,7 +46,12 @@ impl PodManager {
 pub struct AgentConfig {
     pub root_dir: PathBuf,
     pub runtime_call_timeout: Duration,
+    /// The pod cgroups, whose orphans housekeeping removes; `None`: none.
+    pub cgroups: Option<crate::node::cgroups::Cgroups>,
 }
+
+/// How old an empty pod cgroup of an unknown pod must be to be removed.
+pub const ORPHAN_CGROUP_AGE: Duration = Duration::from_secs(30);
 
 /// The services the agent uses, handed in by the wiring
 /// (`daemon::assemble`), which hands the same parts to whoever else needs
@@ -426,6 +431,7 @@ impl Agent {
         }
 
         self.cleanup_pod_dirs(&desired_uids);
+        self.cleanup_pod_cgroups(&desired_uids);
         self.statuses.retain(|uid| desired_uids.contains(uid) || workers.contains_key(uid));
         self.metrics.retain_seen(|uid| desired_uids.contains(uid));
         self.refresh_metrics(&desired, &workers, runtime_pods.as_deref());
@@ -559,6 +565,46 @@ impl Agent {
             match std::fs::remove_dir_all(e.path()) {
                 Ok(()) => log::info!("pod {uid}: removed its directory {}", e.path().display()),
                 Err(err) => log::warn!("pod {uid}: cannot remove {}: {err}", e.path().display()),
+            }
+        }
+    }
+
+    /// Pod cgroups (slices) of pods no worker knows and no source wants,
+    /// with no process left in them, as the kubelet's orphaned pod cgroup
+    /// clean-up: an agent stopped between a pod's end and its clean-up
+    /// leaves them. Under the source lock, so no pod is dispatched (and
+    /// makes its cgroup) meanwhile; a cgroup made in the last
+    /// [`ORPHAN_CGROUP_AGE`] is left alone (someone else's pod about to
+    /// start in it: a second agent on the machine, as in tests).
+    fn cleanup_pod_cgroups(&self, desired: &HashSet<Uid>) {
+        let Some(cg) = &self.config.cgroups else { return };
+        // with the systemd driver a UID's dashes are underscores in its slice
+        let norm = |u: &str| u.replace('-', "_");
+        let wanted: HashSet<String> = desired.iter().map(|u| norm(u)).collect();
+        for (found, name) in cg.pod_cgroups() {
+            let uid = if cg.driver == crate::node::cgroups::Driver::Systemd { found.replace('_', "-") } else { found };
+            if wanted.contains(&norm(&uid))
+                || self.workers.phase(&uid).is_some()
+                || !self.workers.should_pod_content_be_removed(&uid)
+                || cg.unchanged_for(&name).is_none_or(|age| age < ORPHAN_CGROUP_AGE)
+            {
+                continue;
+            }
+            match cg.remove(&name) {
+                Ok(()) => log::info!("pod {uid}: removed its orphaned cgroup {name}"),
+                Err(crate::node::cgroups::CgroupError::Busy { .. }) => {
+                    log::debug!("pod {uid}: orphaned cgroup {name} still has processes")
+                }
+                Err(e) => {
+                    static FAILED: crate::base::logging::RateLimit =
+                        crate::base::logging::RateLimit::new(Duration::from_secs(60));
+                    if let Some(held) = FAILED.allow() {
+                        log::warn!(
+                            "pod {uid}: removing its orphaned cgroup {name}: {e}{}",
+                            crate::base::logging::held_back(held, Duration::from_secs(60))
+                        );
+                    }
+                }
             }
         }
     }

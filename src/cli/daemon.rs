@@ -46,6 +46,8 @@ pub enum DaemonError {
     ApiGroup { value: String },
     #[error(transparent)]
     Credentials(#[from] crate::node::images::credentials::CredentialError),
+    #[error("creating the kubepods cgroups: {0}")]
+    Cgroups(#[from] crate::node::cgroups::CgroupError),
     #[error("{what}: {source}")]
     Io {
         what: String,
@@ -79,8 +81,12 @@ pub fn api_group(config: &Config) -> Result<Option<(String, u32)>, DaemonError> 
     }
 }
 
-fn connect_runtime(config: &Config) -> Result<Arc<dyn Runtime>, DaemonError> {
-    let endpoint = config.container_runtime_endpoint.as_str();
+/// Connect to the runtime; with `cgroupDriver` unset, take the runtime's
+/// cgroup driver into `config` (`cgroupfs` when it does not say); set, it
+/// must be the runtime's.
+fn connect_runtime(config: &mut Config) -> Result<Arc<dyn Runtime>, DaemonError> {
+    let endpoint = config.container_runtime_endpoint.clone();
+    let endpoint = endpoint.as_str();
     if endpoint == "fake://" {
         log::warn!("containerRuntimeEndpoint fake://: simulating containers in memory; nothing really runs");
         let fake = FakeRuntime::new();
@@ -93,6 +99,9 @@ fn connect_runtime(config: &Config) -> Result<Arc<dyn Runtime>, DaemonError> {
             log::warn!("PODWARDEN_FAKE_PANIC: the first {} call will panic", op.name());
             fake.panic_on(op, None, 1);
         }
+        if config.cgroup_driver.is_empty() {
+            config.cgroup_driver = "cgroupfs".into();
+        }
         return Ok(Arc::new(fake));
     }
     let cri = CriRuntime::connect(endpoint, Duration::from_secs(10))
@@ -102,15 +111,32 @@ fn connect_runtime(config: &Config) -> Result<Arc<dyn Runtime>, DaemonError> {
     // the kubelet and the runtime must agree on who manages the cgroups
     let cancel = crate::base::cancel::CancelToken::new();
     let ctx = crate::runtime::CallCtx::new(Duration::from_secs(10), &cancel);
-    match cri.systemd_cgroup(&ctx) {
-        Ok(Some(systemd)) if systemd != (config.cgroup_driver == "systemd") => {
+    let theirs = match cri.systemd_cgroup(&ctx) {
+        Ok(s) => s,
+        Err(e) => {
+            log::warn!("cannot read the runtime's cgroup driver (Status): {e}");
+            None
+        }
+    };
+    match theirs {
+        Some(systemd) if config.cgroup_driver.is_empty() => {
+            config.cgroup_driver = if systemd { "systemd" } else { "cgroupfs" }.into();
+            log::info!(
+                "cgroupDriver not set: {}, containerd's (its runc runtime has SystemdCgroup = {systemd})",
+                config.cgroup_driver
+            );
+        }
+        None if config.cgroup_driver.is_empty() => {
+            config.cgroup_driver = "cgroupfs".into();
+            log::info!("cgroupDriver not set and the runtime does not say its own: cgroupfs");
+        }
+        Some(systemd) if systemd != (config.cgroup_driver == "systemd") => {
             return Err(DaemonError::CgroupDriver {
                 ours: config.cgroup_driver.clone(),
                 theirs: if systemd { "true" } else { "false" },
             });
         }
-        Ok(_) => {}
-        Err(e) => log::warn!("cannot read the runtime's cgroup driver (Status): {e}"),
+        _ => {}
     }
     Ok(Arc::new(cri))
 }
@@ -134,7 +160,7 @@ fn node_cgroups(
     } else {
         (a.cpu_capacity_millis, a.memory_capacity_bytes)
     };
-    cg.ensure_node(cpu, mem).map_err(io("creating the kubepods cgroups under /sys/fs/cgroup"))?;
+    cg.ensure_node(cpu, mem)?;
     log::info!(
         "pod cgroups: {} driver, cgroup {:?}, kubepods limited to {cpu}m CPU and {mem} bytes",
         driver.name(),
@@ -306,6 +332,7 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
         AgentConfig {
             root_dir: config.root_dir.clone(),
             runtime_call_timeout: config.runtime_request_timeout.min(Duration::from_secs(10)),
+            cgroups: tuning.cgroups.clone(),
         },
         AgentDeps {
             workers: workers.clone(),
@@ -612,7 +639,7 @@ fn start_api(
 }
 
 /// Run the daemon until SIGTERM or SIGINT.
-pub fn run(config: Config) -> Result<(), DaemonError> {
+pub fn run(mut config: Config) -> Result<(), DaemonError> {
     // One thread per pod: glibc would give each its own malloc arena (up to
     // 8 per core), each keeping freed memory. Two arenas are plenty for an
     // agent that mostly waits.
@@ -624,7 +651,7 @@ pub fn run(config: Config) -> Result<(), DaemonError> {
         signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(io("installing signal handlers"))?;
     // a config error before the runtime's: apiGroup is part of the config
     api_group(&config)?;
-    let runtime = connect_runtime(&config)?;
+    let runtime = connect_runtime(&mut config)?;
     log::info!(
         "podwarden {} starting: node {}, staticPodPath {}, rootDir {}",
         env!("CARGO_PKG_VERSION"),

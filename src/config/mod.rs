@@ -159,8 +159,10 @@ pub struct Config {
     /// `podPidsLimit`).
     #[serde(deserialize_with = "de::int::<_, _, -1, 4_194_304>")]
     pub pod_pids_limit: i64,
-    /// `systemd` or `cgroupfs` (the kubelet's default); empty means the
-    /// default. Must be containerd's.
+    /// `systemd` or `cgroupfs`; must be containerd's. Empty (the default):
+    /// containerd's (its runc runtime's `SystemdCgroup`, read through the
+    /// CRI `Status`), `cgroupfs` when it does not say, as the kubelet
+    /// takes the runtime's driver since 1.28 (`KubeletCgroupDriverFromCRI`).
     #[serde(deserialize_with = "de::string_or_empty")]
     pub cgroup_driver: String,
     /// Pod data and the shutdown state file (podwarden-only).
@@ -308,7 +310,7 @@ impl Default for Config {
             kube_reserved: Reserved::default(),
             reserved_cpu_millis: 0,
             reserved_memory_bytes: 0,
-            cgroup_driver: "cgroupfs".into(),
+            cgroup_driver: String::new(),
             pod_pids_limit: -1,
             cgroups_per_qos: true,
             enforce_node_allocatable: vec!["pods".into()],

@@ -126,10 +126,8 @@ impl Config {
         }
         self.reserved_cpu_millis = self.system_reserved.cpu_millis + self.kube_reserved.cpu_millis;
         self.reserved_memory_bytes = self.system_reserved.memory_bytes + self.kube_reserved.memory_bytes;
-        if self.cgroup_driver.is_empty() {
-            self.cgroup_driver = d.cgroup_driver.clone();
-        }
-        if self.cgroup_driver != "systemd" && self.cgroup_driver != "cgroupfs" {
+        // empty stays empty: the daemon takes the runtime's driver
+        if !self.cgroup_driver.is_empty() && self.cgroup_driver != "systemd" && self.cgroup_driver != "cgroupfs" {
             return Err(refused("cgroupDriver", "expected systemd or cgroupfs"));
         }
         if let Some(n) = &self.node_name

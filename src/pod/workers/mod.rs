@@ -105,9 +105,10 @@ pub enum SyncError {
     /// (removing it would reach into what is mounted there).
     #[error("{} still has mounts below it; not removed", dir.display())]
     StillMounted { dir: std::path::PathBuf },
-    /// The pod's cgroup could not be made.
+    /// The pod's cgroup could not be made (with `cgroupDriver: systemd`,
+    /// systemd's error).
     #[error("creating the pod's cgroup: {0}")]
-    PodCgroup(#[source] std::io::Error),
+    PodCgroup(#[source] crate::node::cgroups::CgroupError),
     /// A volume could not be set up (boxed: the rarest error is the
     /// largest).
     #[error(transparent)]
@@ -1020,7 +1021,10 @@ mod permanent_tests {
                     kind: "Directory".into(),
                 },
             })),
-            SyncError::PodCgroup(std::io::Error::from_raw_os_error(libc::ENAMETOOLONG)),
+            SyncError::PodCgroup(crate::node::cgroups::CgroupError::Io {
+                path: "/sys/fs/cgroup/kubepods".into(),
+                source: std::io::Error::from_raw_os_error(libc::ENAMETOOLONG),
+            }),
             SyncError::StillMounted { dir: "/var/lib/podwarden/pods/u".into() },
         ] {
             assert!(!e.is_permanent(), "{e}");

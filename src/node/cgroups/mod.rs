@@ -9,20 +9,56 @@
 //! `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice`
 //! (dashes in the UID become underscores). With `cgroupfs` podwarden makes
 //! the cgroups and writes their limits itself, on cgroup v1 (the `cpu`,
-//! `cpuacct`, `memory` and `pids` hierarchies) or v2 (one tree, the
-//! controllers enabled down the path). With `systemd` the slices are
-//! systemd's: podwarden only names them (systemd creates a slice when a
-//! unit is placed in it).
+//! `cpuacct`, `memory`, `pids` and `hugetlb` hierarchies) or v2 (one tree,
+//! the controllers enabled down the path). With `systemd` the slices are
+//! transient systemd units podwarden starts, changes and stops through
+//! systemd's D-Bus API, their limits as unit properties (`systemd`); what
+//! systemd cannot set (huge pages) is written in the slice's cgroup after.
 //!
 //! Pod-level limits are the kubelet's `ResourceConfigForPod`: CPU shares
 //! from the requests (2 for BestEffort), a CFS quota only when every
 //! container limits CPU, a memory limit only when every container limits
-//! memory, `overhead` added to both.
+//! memory, `overhead` added to both, huge pages as the containers' sum
+//! (`hugetlb`).
 
+pub mod hugetlb;
+pub mod systemd;
+
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use thiserror::Error;
 
 use crate::model::qos::QosClass;
 use crate::model::{self, Pod};
+
+/// Why a cgroup could not be made, limited or removed.
+#[derive(Debug, Error)]
+pub enum CgroupError {
+    #[error("{}: {source}", .path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Systemd(#[from] systemd::SystemdError),
+    /// Processes still run in it: it stays, for a later clean-up.
+    #[error("{name} still has processes; not removed")]
+    Busy { name: String },
+}
+
+impl CgroupError {
+    /// The kernel refused a value as busy (a limit below the usage).
+    fn is_ebusy(&self) -> bool {
+        matches!(self, CgroupError::Io { source, .. } if source.raw_os_error() == Some(libc::EBUSY))
+    }
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CgroupError + '_ {
+    move |source| CgroupError::Io { path: path.to_path_buf(), source }
+}
 
 /// `cgroupDriver`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,8 +68,10 @@ pub enum Driver {
 }
 
 impl Driver {
+    /// `systemd`; anything else is `cgroupfs` (the config allows only
+    /// these two; empty, the runtime's driver, is resolved before).
     pub fn parse(s: &str) -> Driver {
-        if s == "cgroupfs" { Driver::Cgroupfs } else { Driver::Systemd }
+        if s == "systemd" { Driver::Systemd } else { Driver::Cgroupfs }
     }
 
     pub fn name(self) -> &'static str {
@@ -73,7 +111,7 @@ pub fn cpu_weight(shares: i64) -> i64 {
 }
 
 /// Limits of one cgroup (`None`: not limited).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Limits {
     pub cpu_shares: Option<i64>,
     /// CFS quota over [`CPU_PERIOD`].
@@ -81,6 +119,9 @@ pub struct Limits {
     pub memory_bytes: Option<i64>,
     /// `pids.max` (the config's `podPidsLimit` for a pod's cgroup).
     pub pids: Option<i64>,
+    /// Huge pages by page size (bytes), 0 for a size not named (a pod's
+    /// cgroup); `None`: left as they are (the node's and QoS cgroups).
+    pub hugetlb: Option<BTreeMap<u64, i64>>,
 }
 
 /// The pod's limit of `resource`: its app containers' and sidecars'
@@ -111,13 +152,15 @@ pub fn pod_limits(pod: &Pod) -> Limits {
     let cpu_request = model::qos::pod_request(pod, "cpu").saturating_add(overhead("cpu"));
     let cpu_limit = pod_limit(pod, "cpu").map(|l| l.saturating_add(overhead("cpu")));
     let mem_limit = pod_limit(pod, "memory").map(|l| l.saturating_add(overhead("memory")));
+    let hugetlb = Some(hugetlb::pod_hugepages(pod));
     match model::qos::qos_class(pod) {
-        QosClass::BestEffort => Limits { cpu_shares: Some(MIN_SHARES), ..Default::default() },
+        QosClass::BestEffort => Limits { cpu_shares: Some(MIN_SHARES), hugetlb, ..Default::default() },
         _ => Limits {
             cpu_shares: Some(shares(cpu_request)),
             cpu_quota: cpu_limit.map(quota),
             memory_bytes: mem_limit,
             pids: None,
+            hugetlb,
         },
     }
 }
@@ -167,18 +210,25 @@ pub struct Cgroups {
     pub root: PathBuf,
     /// `podPidsLimit`: every pod cgroup's `pids.max` (`None`: unlimited).
     pub pod_pids_limit: Option<i64>,
+    /// The connection to systemd (used by the `systemd` driver only; it
+    /// connects at its first call).
+    pub systemd: Arc<systemd::Systemd>,
 }
 
 /// cgroup v1 hierarchies podwarden makes pod cgroups in (cpuset is left
 /// to the runtime, which fills it in as it creates a container's).
-const V1_CONTROLLERS: &[&str] = &["cpu", "cpuacct", "memory", "pids"];
+const V1_CONTROLLERS: &[&str] = &["cpu", "cpuacct", "memory", "pids", "hugetlb"];
+
+/// cgroup v2 controllers podwarden enables down to the pod cgroups.
+const V2_CONTROLLERS: &[&str] = &["cpu", "memory", "pids", "hugetlb"];
 
 impl Cgroups {
     /// The machine's cgroup filesystem under `root`: v2 when `root` is a
     /// cgroup2 mount (`cgroup.controllers` at its top), else v1.
     pub fn detect(driver: Driver, root: &Path) -> Cgroups {
         let version = if root.join("cgroup.controllers").exists() { Version::V2 } else { Version::V1 };
-        Cgroups { driver, version, root: root.to_path_buf(), pod_pids_limit: None }
+        let systemd = Arc::new(systemd::Systemd::new());
+        Cgroups { driver, version, root: root.to_path_buf(), pod_pids_limit: None, systemd }
     }
 
     /// Every pod cgroup gets `pids.max` = `limit` when it is positive (the
@@ -200,54 +250,94 @@ impl Cgroups {
         }
     }
 
-    /// Make cgroup `name` (its parents too) and set `limits`. With the
-    /// systemd driver nothing is made here (systemd's slices).
-    pub fn ensure(&self, name: &str, limits: &Limits) -> std::io::Result<()> {
-        if self.driver == Driver::Systemd {
-            return Ok(());
+    /// Make cgroup `name` (its parents too) and set `limits`: with
+    /// `cgroupfs` directories and files, with `systemd` a slice started (or
+    /// changed) through systemd, then the huge pages in its directory.
+    pub fn ensure(&self, name: &str, limits: &Limits) -> Result<(), CgroupError> {
+        match self.driver {
+            Driver::Systemd => {
+                let unit = systemd::unit_of(name);
+                self.systemd.ensure_slice(
+                    unit,
+                    &systemd::start_properties(unit, self.version, limits),
+                    &systemd::resource_properties(self.version, limits),
+                )?;
+                if let Some(pages) = &limits.hugetlb {
+                    self.write_hugetlb(name, pages)?;
+                }
+                Ok(())
+            }
+            Driver::Cgroupfs => {
+                if self.version == Version::V2 {
+                    self.enable_controllers(name, V2_CONTROLLERS)?;
+                }
+                for d in self.dirs(name) {
+                    std::fs::create_dir_all(&d).map_err(io(&d))?;
+                    self.write_limits(&d, limits)?;
+                }
+                Ok(())
+            }
         }
-        if self.version == Version::V2 {
-            self.enable_controllers(name)?;
-        }
-        for d in self.dirs(name) {
-            std::fs::create_dir_all(&d)?;
-            self.write_limits(&d, limits)?;
-        }
-        Ok(())
     }
 
-    /// cgroup v2: the cpu, memory and pids controllers enabled in every
+    /// Huge page limits where systemd cannot set them: the hugetlb
+    /// controller enabled above `name` (v2; systemd leaves a controller it
+    /// does not know alone), the files written in its directory.
+    fn write_hugetlb(&self, name: &str, pages: &BTreeMap<u64, i64>) -> Result<(), CgroupError> {
+        let dir = match self.version {
+            Version::V2 => {
+                self.enable_controllers(name, &["hugetlb"])?;
+                self.root.join(name.trim_start_matches('/'))
+            }
+            Version::V1 => {
+                let h = self.root.join("hugetlb");
+                if !h.exists() {
+                    return Ok(());
+                }
+                let d = h.join(name.trim_start_matches('/'));
+                std::fs::create_dir_all(&d).map_err(io(&d))?;
+                d
+            }
+        };
+        hugetlb::write(&dir, self.version, pages).map_err(io(&dir))
+    }
+
+    /// cgroup v2: `controllers` (those the machine has) enabled in every
     /// cgroup above `name` (a controller must be in the parent's
-    /// `cgroup.subtree_control` to be used below it).
-    fn enable_controllers(&self, name: &str) -> std::io::Result<()> {
+    /// `cgroup.subtree_control` to be used below it), the cgroups made.
+    fn enable_controllers(&self, name: &str, controllers: &[&str]) -> Result<(), CgroupError> {
         let mut dir = self.root.clone();
         let parts: Vec<&str> = name.trim_start_matches('/').split('/').collect();
         for p in &parts {
             let available = std::fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
-            let want: Vec<String> = ["cpu", "memory", "pids"]
+            let want: Vec<String> = controllers
                 .iter()
                 .filter(|c| available.split_whitespace().any(|a| a == **c))
                 .map(|c| format!("+{c}"))
                 .collect();
             if !want.is_empty() {
-                std::fs::write(dir.join("cgroup.subtree_control"), want.join(" "))?;
+                let f = dir.join("cgroup.subtree_control");
+                std::fs::write(&f, want.join(" ")).map_err(io(&f))?;
             }
             dir = dir.join(p);
-            std::fs::create_dir_all(&dir)?;
+            std::fs::create_dir_all(&dir).map_err(io(&dir))?;
         }
         Ok(())
     }
 
-    fn write_limits(&self, dir: &Path, l: &Limits) -> std::io::Result<()> {
-        let write = |file: &str, value: String| -> std::io::Result<()> {
+    fn write_limits(&self, dir: &Path, l: &Limits) -> Result<(), CgroupError> {
+        let write = |file: &str, value: String| -> Result<(), CgroupError> {
             let p = dir.join(file);
             if !p.exists() {
                 return Ok(()); // this hierarchy has no such file
             }
-            std::fs::write(&p, value)
+            std::fs::write(&p, value).map_err(io(&p))
         };
         // the same file on v1 (the pids hierarchy) and v2
         write("pids.max", l.pids.filter(|p| *p > 0).map_or("max".to_string(), |p| p.to_string()))?;
+        if let Some(pages) = &l.hugetlb {
+            hugetlb::write(dir, self.version, pages).map_err(io(dir))?;
+        }
         match self.version {
             Version::V1 => {
                 if let Some(s) = l.cpu_shares {
@@ -273,14 +363,14 @@ impl Cgroups {
     /// The node's cgroups: `kubepods` with the node's limits (allocatable
     /// when `enforceNodeAllocatable` has `pods`, else the machine's), and
     /// the QoS cgroups (besteffort with 2 shares).
-    pub fn ensure_node(&self, cpu_millis: i64, memory_bytes: i64) -> std::io::Result<()> {
+    pub fn ensure_node(&self, cpu_millis: i64, memory_bytes: i64) -> Result<(), CgroupError> {
         let kubepods = vec!["kubepods".to_string()];
         let node =
             Limits { cpu_shares: Some(shares(cpu_millis)), memory_bytes: Some(memory_bytes), ..Default::default() };
         if let Err(e) = self.ensure(&name(self.driver, &kubepods), &node) {
             // the pods already use more than the new limit (the kernel
             // refuses it): they keep running under the old one
-            if e.raw_os_error() != Some(libc::EBUSY) {
+            if !e.is_ebusy() {
                 return Err(e);
             }
             log::warn!("kubepods: cannot lower its limits below what the pods use now: {e}");
@@ -291,21 +381,57 @@ impl Cgroups {
     }
 
     /// Make the pod's cgroup with its limits; its name for the runtime.
-    pub fn ensure_pod(&self, pod: &Pod) -> std::io::Result<String> {
+    pub fn ensure_pod(&self, pod: &Pod) -> Result<String, CgroupError> {
         let n = pod_cgroup(self.driver, pod);
         self.ensure(&n, &Limits { pids: self.pod_pids_limit, ..pod_limits(pod) })?;
         Ok(n)
     }
 
     /// Remove the pod's cgroup once nothing runs in it (the runtime has
-    /// removed its containers'): children first, each hierarchy. A cgroup
-    /// still holding a process stays (`EBUSY`), to be removed by a later
-    /// clean-up.
-    pub fn remove_pod(&self, pod: &Pod) -> std::io::Result<()> {
-        if self.driver == Driver::Systemd {
-            return Ok(());
+    /// removed its containers'); see [`Cgroups::remove`].
+    pub fn remove_pod(&self, pod: &Pod) -> Result<(), CgroupError> {
+        self.remove(&pod_cgroup(self.driver, pod))
+    }
+
+    /// Whether a process runs in cgroup `name` or below (v2: its
+    /// `cgroup.events`; v1: any `cgroup.procs` in its memory hierarchy,
+    /// three levels deep). A cgroup that is not there has none.
+    pub fn populated(&self, name: &str) -> bool {
+        let dir = self.memory_dir(name);
+        match self.version {
+            Version::V2 => std::fs::read_to_string(dir.join("cgroup.events"))
+                .is_ok_and(|e| e.lines().any(|l| l.trim() == "populated 1")),
+            Version::V1 => {
+                fn any_procs(dir: &Path, depth: u32) -> bool {
+                    if std::fs::read_to_string(dir.join("cgroup.procs")).is_ok_and(|p| !p.trim().is_empty()) {
+                        return true;
+                    }
+                    depth > 0
+                        && std::fs::read_dir(dir)
+                            .into_iter()
+                            .flatten()
+                            .flatten()
+                            .any(|e| e.file_type().is_ok_and(|t| t.is_dir()) && any_procs(&e.path(), depth - 1))
+                }
+                any_procs(&dir, 3)
+            }
         }
-        for d in self.dirs(&pod_cgroup(self.driver, pod)) {
+    }
+
+    /// Remove cgroup `name` when nothing runs in it ([`CgroupError::Busy`]
+    /// otherwise, for a later clean-up): with `systemd` its slice stopped
+    /// (systemd removes its cgroup; a slice systemd does not know is
+    /// gone already), with `cgroupfs` its directories, children first.
+    /// What podwarden made itself beside systemd (v1's hugetlb directory)
+    /// goes too.
+    pub fn remove(&self, name: &str) -> Result<(), CgroupError> {
+        if self.populated(name) {
+            return Err(CgroupError::Busy { name: name.to_string() });
+        }
+        if self.driver == Driver::Systemd {
+            self.systemd.stop_slice(systemd::unit_of(name))?;
+        }
+        for d in self.dirs(name) {
             if !d.exists() {
                 continue;
             }
@@ -320,10 +446,47 @@ impl Cgroups {
             match std::fs::remove_dir(&d) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
+                Err(e) => return Err(CgroupError::Io { path: d, source: e }),
             }
         }
         Ok(())
+    }
+
+    /// How long ago cgroup `name`'s directory changed (its mtime, set when
+    /// the kernel made its inode); `None` when it cannot be read.
+    pub fn unchanged_for(&self, name: &str) -> Option<std::time::Duration> {
+        std::fs::metadata(self.memory_dir(name)).ok()?.modified().ok()?.elapsed().ok()
+    }
+
+    /// The pod cgroups on this machine, found in the tree (v2) or the
+    /// memory hierarchy (v1) under `kubepods` and the QoS cgroups: (the
+    /// UID as the name gives it, the cgroup's name). With `systemd` the
+    /// UID's dashes are underscores.
+    pub fn pod_cgroups(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for qos in [&[][..], &["burstable"][..], &["besteffort"][..]] {
+            let mut c = vec!["kubepods".to_string()];
+            c.extend(qos.iter().map(|q| q.to_string()));
+            let parent = name(self.driver, &c);
+            let Ok(entries) = std::fs::read_dir(self.memory_dir(&parent)) else { continue };
+            for e in entries.flatten() {
+                if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                    continue;
+                }
+                let entry = e.file_name().to_string_lossy().into_owned();
+                let uid = match self.driver {
+                    Driver::Cgroupfs => entry.strip_prefix("pod"),
+                    Driver::Systemd => entry
+                        .strip_suffix(".slice")
+                        .and_then(|s| s.rsplit('-').next())
+                        .and_then(|s| s.strip_prefix("pod")),
+                };
+                if let Some(uid) = uid.filter(|u| !u.is_empty()) {
+                    out.push((uid.to_string(), format!("{parent}/{entry}")));
+                }
+            }
+        }
+        out
     }
 
     /// `kubepods`' memory: (limit, working set = usage minus inactive file
@@ -383,15 +546,28 @@ mod tests {
 
     #[test]
     fn pod_limits_as_the_kubelet_sets_them() {
-        assert_eq!(pod_limits(&pod(&["{}"])), Limits { cpu_shares: Some(2), ..Default::default() });
+        let none = Some(BTreeMap::new());
+        assert_eq!(
+            pod_limits(&pod(&["{}"])),
+            Limits { cpu_shares: Some(2), hugetlb: none.clone(), ..Default::default() }
+        );
         let g = pod(&["{limits: {cpu: 500m, memory: 64Mi}}", "{limits: {cpu: 250m, memory: 32Mi}}"]);
         assert_eq!(
             pod_limits(&g),
-            Limits { cpu_shares: Some(768), cpu_quota: Some(75_000), memory_bytes: Some(96 << 20), pids: None }
+            Limits {
+                cpu_shares: Some(768),
+                cpu_quota: Some(75_000),
+                memory_bytes: Some(96 << 20),
+                pids: None,
+                hugetlb: none.clone()
+            }
         );
         // one container without a memory limit: no pod memory limit
         let b = pod(&["{limits: {cpu: 500m, memory: 64Mi}}", "{requests: {cpu: 100m}}"]);
-        assert_eq!(pod_limits(&b), Limits { cpu_shares: Some(614), cpu_quota: None, memory_bytes: None, pids: None });
+        assert_eq!(
+            pod_limits(&b),
+            Limits { cpu_shares: Some(614), cpu_quota: None, memory_bytes: None, pids: None, hugetlb: none }
+        );
         assert_eq!(shares(1), 2);
         assert_eq!(quota(1), 1000);
         assert_eq!(cpu_weight(2), 1);
@@ -404,16 +580,16 @@ mod tests {
         let root = std::env::temp_dir().join(format!("pw-cg2-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(&root).unwrap();
-        std::fs::write(root.join("cgroup.controllers"), "cpuset cpu io memory pids\n").unwrap();
+        std::fs::write(root.join("cgroup.controllers"), "cpuset cpu io memory hugetlb pids\n").unwrap();
         let cg = Cgroups::detect(Driver::Cgroupfs, &root);
         assert_eq!(cg.version, Version::V2);
         // a fake tree: the files a kernel would show exist beforehand
         let dir = root.join("kubepods/pod1234-abcd");
         std::fs::create_dir_all(&dir).unwrap();
-        for f in ["cpu.weight", "cpu.max", "memory.max", "pids.max"] {
+        for f in ["cpu.weight", "cpu.max", "memory.max", "pids.max", "hugetlb.2MB.max", "hugetlb.1GB.max"] {
             std::fs::write(dir.join(f), "").unwrap();
         }
-        let g = pod(&["{limits: {cpu: 500m, memory: 64Mi}}"]);
+        let g = pod(&["{limits: {cpu: 500m, memory: 64Mi, hugepages-2Mi: 4Mi}}"]);
         assert_eq!(cg.ensure_pod(&g).unwrap(), "/kubepods/pod1234-abcd");
         assert_eq!(std::fs::read_to_string(dir.join("pids.max")).unwrap(), "max", "no podPidsLimit: unlimited");
         let cg = cg.with_pod_pids_limit(123);
@@ -423,7 +599,76 @@ mod tests {
         assert_eq!(read("cpu.max"), "50000 100000");
         assert_eq!(read("memory.max"), (64i64 << 20).to_string());
         assert_eq!(read("pids.max"), "123", "podPidsLimit");
-        assert_eq!(std::fs::read_to_string(root.join("cgroup.subtree_control")).unwrap(), "+cpu +memory +pids");
+        assert_eq!(read("hugetlb.2MB.max"), "4194304", "the pod's huge pages");
+        assert_eq!(read("hugetlb.1GB.max"), "0", "a size it does not ask for");
+        assert_eq!(
+            std::fs::read_to_string(root.join("cgroup.subtree_control")).unwrap(),
+            "+cpu +memory +pids +hugetlb"
+        );
+
+        // found as a pod cgroup; removed only when no process runs in it
+        assert_eq!(cg.pod_cgroups(), [("1234-abcd".to_string(), "/kubepods/pod1234-abcd".to_string())]);
+        for f in std::fs::read_dir(&dir).unwrap() {
+            std::fs::remove_file(f.unwrap().path()).unwrap();
+        }
+        std::fs::write(dir.join("cgroup.events"), "populated 1\nfrozen 0\n").unwrap();
+        assert!(matches!(cg.remove("/kubepods/pod1234-abcd"), Err(CgroupError::Busy { .. })));
+        assert!(dir.exists());
+        std::fs::remove_file(dir.join("cgroup.events")).unwrap();
+        cg.remove("/kubepods/pod1234-abcd").unwrap();
+        assert!(!dir.exists());
+        cg.remove("/kubepods/pod1234-abcd").expect("a cgroup already gone");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn without_systemd_the_systemd_driver_fails_loudly() {
+        let root = std::env::temp_dir().join(format!("pw-cgnosd-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("cgroup.controllers"), "cpu memory pids\n").unwrap();
+        let mut cg = Cgroups::detect(Driver::Systemd, &root);
+        cg.systemd = Arc::new(systemd::Systemd::at(&format!("unix:path={}/no-bus", root.display())));
+        let e = cg.ensure_pod(&pod(&["{requests: {cpu: 100m}}"])).unwrap_err();
+        assert!(matches!(e, CgroupError::Systemd(systemd::SystemdError::Connect { .. })), "{e:?}");
+        assert!(e.to_string().starts_with("cgroupDriver systemd: cannot reach systemd on the system bus: "), "{e}");
+        let e = cg.ensure_node(1000, 1 << 30).unwrap_err();
+        assert!(e.to_string().contains("cannot reach systemd"), "{e}");
+        // nothing made behind systemd's back
+        assert!(!root.join("kubepods.slice").exists());
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn systemd_pod_slices_are_found_by_their_names() {
+        let root = std::env::temp_dir().join(format!("pw-cgsd-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for d in [
+            "kubepods.slice/kubepods-pod1_2.slice",
+            "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod3_4.slice",
+            "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod5.slice",
+            "kubepods.slice/kubepods-besteffort.slice/cri-containerd-x.scope",
+        ] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("cgroup.controllers"), "cpu memory pids\n").unwrap();
+        let cg = Cgroups::detect(Driver::Systemd, &root);
+        let mut found = cg.pod_cgroups();
+        found.sort();
+        assert_eq!(
+            found,
+            [
+                ("1_2".to_string(), "/kubepods.slice/kubepods-pod1_2.slice".to_string()),
+                (
+                    "3_4".to_string(),
+                    "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod3_4.slice".to_string()
+                ),
+                (
+                    "5".to_string(),
+                    "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod5.slice".to_string()
+                ),
+            ]
+        );
         std::fs::remove_dir_all(&root).unwrap();
     }
 }
