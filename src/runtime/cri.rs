@@ -609,6 +609,17 @@ impl CriRuntime {
         res.cpu_period = c.resources.cpu_period;
         res.memory_limit_in_bytes = c.resources.memory_limit_bytes;
         res.oom_score_adj = c.resources.oom_score_adj;
+        res.hugepage_limits = c
+            .resources
+            .hugepage_limits
+            .iter()
+            .map(|h| {
+                let mut l = api::HugepageLimit::new();
+                l.page_size = h.page_size.clone();
+                l.limit = h.limit;
+                l
+            })
+            .collect();
         let mut sec = api::LinuxContainerSecurityContext::new();
         sec.namespace_options = protobuf::MessageField::some(Self::namespaces(sandbox));
         sec.privileged = c.security.privileged;

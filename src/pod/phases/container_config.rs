@@ -201,6 +201,7 @@ impl PodSync {
             mounts,
             resources: Resources {
                 oom_score_adj: model::qos::oom_score_adj(pod, c, self.cfg.memory_capacity_bytes),
+                hugepage_limits: crate::node::hugepages::container_limits(c, crate::node::hugepages::page_sizes()),
                 ..resources(c)
             },
             security: security(pod, c, &self.security_defaults()),
@@ -272,5 +273,6 @@ pub fn resources(c: &Container) -> Resources {
         cpu_period: if cpu_limit.is_some() { crate::node::cgroups::CPU_PERIOD } else { 0 },
         memory_limit_bytes: mem_limit.unwrap_or(0),
         oom_score_adj: 0,
+        hugepage_limits: Vec::new(),
     }
 }
