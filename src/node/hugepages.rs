@@ -54,11 +54,8 @@ pub fn runtime_size(bytes: u64) -> Option<String> {
 /// not have is sent too: the runtime then fails the container, as it
 /// should (admission keeps such pods out first).
 pub fn container_limits(c: &Container, sizes: &[u64]) -> Vec<HugepageLimit> {
-    let mut out: Vec<HugepageLimit> = sizes
-        .iter()
-        .filter_map(|&s| runtime_size(s))
-        .map(|page_size| HugepageLimit { page_size, limit: 0 })
-        .collect();
+    let mut out: Vec<HugepageLimit> =
+        sizes.iter().filter_map(|&s| runtime_size(s)).map(|page_size| HugepageLimit { page_size, limit: 0 }).collect();
     let limits = c.resources.as_ref().and_then(|r| r.limits.as_ref());
     for (name, q) in limits.into_iter().flatten() {
         let Some(size) = name.strip_prefix("hugepages-") else { continue };

@@ -22,6 +22,7 @@ use thiserror::Error;
 use super::Pod;
 use super::field::FieldError;
 use decode::{finish, to_pod, to_values};
+pub use security::APPARMOR_ANNOTATION_PREFIX;
 pub use validate::validate;
 pub use volumes::hugepages_medium_size;
 

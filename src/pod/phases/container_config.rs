@@ -45,6 +45,11 @@ pub enum ConfigError {
     /// `verifyRunAsNonRoot` texts).
     #[error("{0}")]
     NonRoot(String),
+    /// The container's `Localhost` AppArmor profile is not loaded on the
+    /// node (it is loaded with `apparmor_parser`; the next pass looks
+    /// again).
+    #[error("Cannot enforce AppArmor: profile {0:?} is not loaded on the node")]
+    AppArmorNotLoaded(String),
 }
 
 impl PodSync {

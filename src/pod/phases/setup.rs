@@ -402,6 +402,7 @@ impl PodSync {
         }
         let config = match self
             .verify_run_as_non_root(ctx, pod, c, &image)
+            .and_then(|()| self.verify_apparmor(pod, c))
             .and_then(|()| self.container_config(pod, c, sandbox.pod_ip, attempt))
         {
             Ok(config) => config,

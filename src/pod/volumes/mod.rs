@@ -431,6 +431,36 @@ mod tests {
     use super::*;
 
     #[test]
+    fn hugepages_page_size_from_the_pods_requests() {
+        let pod = |reqs: &[&str]| -> crate::model::Pod {
+            let containers: Vec<serde_json::Value> = reqs
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    let mut m = serde_json::Map::new();
+                    if !r.is_empty() {
+                        m.insert(format!("hugepages-{r}"), serde_json::json!("4Mi"));
+                    }
+                    serde_json::json!({"name": format!("c{i}"), "resources": {"requests": m, "limits": m}})
+                })
+                .collect();
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "p"}, "spec": {"containers": containers}}))
+                .unwrap()
+        };
+        assert_eq!(hugepages_page_size("HugePages", &pod(&["2Mi", ""])).unwrap(), 2 << 20);
+        assert_eq!(hugepages_page_size("HugePages-1Gi", &pod(&["2Mi", "1Gi"])).unwrap(), 1 << 30);
+        assert_eq!(
+            hugepages_page_size("HugePages", &pod(&["2Mi", "1Gi"])).unwrap_err().to_string(),
+            "medium: HugePages can't be used if container requests multiple huge page sizes"
+        );
+        assert_eq!(
+            hugepages_page_size("HugePages-2Mi", &pod(&["1Gi"])).unwrap_err().to_string(),
+            "medium HugePages-2Mi: hugePages storage requested, but there is no resource request for huge pages"
+        );
+        assert!(matches!(hugepages_page_size("HugePages", &pod(&[""])), Err(VolumeError::HugePagesNoRequest(_))));
+    }
+
+    #[test]
     fn host_path_types() {
         let d = std::env::temp_dir().join(format!("pw-hostpath-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
