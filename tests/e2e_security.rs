@@ -19,24 +19,17 @@ fn huge_pages_and_apparmor_refusals_on_a_host_without_either() {
     let mut a = Agent::start("security");
     // an ordinary container: its request carries hugepage limits of 0 for
     // the host's page sizes, which containerd takes
-    a.write(
-        "plain.yaml",
-        &(pod_yaml("plain", "", TRAPPING) + "    resources:\n      limits: {memory: 32Mi}\n"),
-    );
+    a.write("plain.yaml", &(pod_yaml("plain", "", TRAPPING) + "    resources:\n      limits: {memory: 32Mi}\n"));
     // the host has no huge pages reserved: refused at admission
     a.write(
         "wants.yaml",
-        &(pod_yaml("wants-pages", "", TRAPPING)
-            + "    resources:\n      limits: {hugepages-2Mi: 4Mi, memory: 32Mi}\n"),
+        &(pod_yaml("wants-pages", "", TRAPPING) + "    resources:\n      limits: {hugepages-2Mi: 4Mi, memory: 32Mi}\n"),
     );
     // a HugePages emptyDir needs a container asking for huge pages
     a.write(
         "medium.yaml",
-        &(pod_yaml(
-            "no-request",
-            "  volumes:\n  - name: huge\n    emptyDir: {medium: HugePages}\n",
-            TRAPPING,
-        ) + "    volumeMounts:\n    - {name: huge, mountPath: /huge}\n"),
+        &(pod_yaml("no-request", "  volumes:\n  - name: huge\n    emptyDir: {medium: HugePages}\n", TRAPPING)
+            + "    volumeMounts:\n    - {name: huge, mountPath: /huge}\n"),
     );
     // an AppArmor annotation that is not a profile
     a.write(

@@ -735,6 +735,11 @@ impl Runtime for CriRuntime {
         Ok(self.cri_config(ctx)?.as_ref().and_then(systemd_cgroup_of))
     }
 
+    /// containerd's `disable_hugetlb_controller`, from the same config.
+    fn drops_hugepage_limits(&self, ctx: &CallCtx) -> Result<Option<bool>> {
+        Ok(self.cri_config(ctx)?.and_then(|v| v.get("disableHugetlbController")?.as_bool()))
+    }
+
     fn sandbox_image(&self, ctx: &CallCtx) -> Result<Option<String>> {
         Ok(self.cri_config(ctx)?.and_then(|v| v.get("sandboxImage")?.as_str().map(str::to_string)))
     }

@@ -619,6 +619,12 @@ pub trait Runtime: Send + Sync {
     fn systemd_cgroup(&self, _ctx: &CallCtx) -> Result<Option<bool>> {
         Ok(None)
     }
+    /// Whether the runtime drops the hugetlb limits of the containers it
+    /// makes (containerd's `disable_hugetlb_controller`, true by default
+    /// in 1.6; `None`: it does not say).
+    fn drops_hugepage_limits(&self, _ctx: &CallCtx) -> Result<Option<bool>> {
+        Ok(None)
+    }
     /// The image the runtime runs pod sandboxes from (`None`: it does not
     /// say); image garbage collection keeps it.
     fn sandbox_image(&self, _ctx: &CallCtx) -> Result<Option<String>> {
