@@ -21,7 +21,8 @@ use std::time::Duration;
 
 const PROFILE: &str = "podwarden-test-deny-write";
 
-/// Everything allowed but writing under /tmp.
+/// Everything allowed but writing under /tmp (audited: a plain `deny` is
+/// quiet, the kernel would not log it).
 const PROFILE_TEXT: &str = "#include <tunables/global>
 profile podwarden-test-deny-write flags=(attach_disconnected,mediate_deleted) {
   #include <abstractions/base>
@@ -34,7 +35,7 @@ profile podwarden-test-deny-write flags=(attach_disconnected,mediate_deleted) {
   umount,
   pivot_root,
   unix,
-  deny /tmp/** w,
+  audit deny /tmp/** w,
 }
 ";
 
@@ -207,7 +208,7 @@ fn apparmor_profiles_and_huge_pages_enforced_by_the_kernel() {
     vm.wait(
         "the kernel's AppArmor denial",
         Duration::from_secs(30),
-        &format!("journalctl -k --no-pager | grep 'apparmor=\"DENIED\"' | grep -F 'profile=\"{PROFILE}\"'"),
+        &format!("dmesg | grep 'apparmor=\"DENIED\"' | grep -F 'profile=\"{PROFILE}\"' | grep -F 'name=\"/tmp/probe\"'"),
     );
 
     // a Localhost profile the node has not loaded: the container is not

@@ -10,7 +10,9 @@ use std::path::PathBuf;
 use crate::model::quantity;
 use crate::model::{self, Container, Pod};
 use crate::pod::phases::PodSync;
-use crate::pod::phases::security::security;
+use crate::pod::phases::security::{
+    APPARMOR_PROFILES, APPARMOR_PROFILES_MAX, apparmor_profile, apparmor_profile_listed, security,
+};
 use crate::pod::volumes::projection::Plugin;
 use crate::pod::workers::SyncCtx;
 use crate::runtime::{
@@ -53,6 +55,27 @@ pub enum ConfigError {
 }
 
 impl PodSync {
+    /// A `Localhost` AppArmor profile must be loaded before the container
+    /// is made: the runtime would fail its start with a text that does not
+    /// name the profile, again on every retry. Checked only when AppArmor
+    /// is on and the kernel's list can be read whole; anything else is the
+    /// runtime's to decide.
+    pub(super) fn verify_apparmor(&self, pod: &Pod, c: &Container) -> Result<(), ConfigError> {
+        if !self.cfg.apparmor_enabled {
+            return Ok(());
+        }
+        let Some(crate::runtime::SecurityProfile::Localhost(name)) = apparmor_profile(pod, c) else {
+            return Ok(());
+        };
+        let path = std::path::Path::new(APPARMOR_PROFILES);
+        match crate::base::fsutil::read_host_file(path, APPARMOR_PROFILES_MAX) {
+            Ok(list) if (list.len() as u64) < APPARMOR_PROFILES_MAX && !apparmor_profile_listed(&list, &name) => {
+                Err(ConfigError::AppArmorNotLoaded(name))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The kubelet's `verifyRunAsNonRoot`: with `runAsNonRoot`, an explicit
     /// `runAsUser` must not be 0, and without one the image's user (from
     /// `ImageStatus`; none at all is root) must be a numeric uid other

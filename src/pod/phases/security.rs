@@ -4,7 +4,6 @@
 
 use crate::model::{self, Container, Pod};
 use crate::pod::phases::PodSync;
-use crate::pod::phases::container_config::ConfigError;
 use crate::runtime::{Security, SecurityProfile};
 
 /// The node's security settings that fill what a pod leaves unset.
@@ -84,32 +83,11 @@ pub use crate::model::manifest::APPARMOR_ANNOTATION_PREFIX;
 pub const APPARMOR_PROFILES: &str = "/sys/kernel/security/apparmor/profiles";
 
 /// Most of the profile list read (a machine has a few hundred profiles).
-const APPARMOR_PROFILES_MAX: u64 = 4 << 20;
+pub const APPARMOR_PROFILES_MAX: u64 = 4 << 20;
 
 /// Whether `list` (the kernel's profile list) names profile `name`.
 pub fn apparmor_profile_listed(list: &str, name: &str) -> bool {
     list.lines().any(|l| l.rsplit_once(" (").is_some_and(|(n, _)| n == name))
-}
-
-impl PodSync {
-    /// A `Localhost` AppArmor profile must be loaded before the container
-    /// is made: the runtime would fail its start with a text that does not
-    /// name the profile, again on every retry. Checked only when AppArmor
-    /// is on and the kernel's list can be read whole; anything else is the
-    /// runtime's to decide.
-    pub(super) fn verify_apparmor(&self, pod: &Pod, c: &Container) -> Result<(), ConfigError> {
-        if !self.cfg.apparmor_enabled {
-            return Ok(());
-        }
-        let Some(SecurityProfile::Localhost(name)) = apparmor_profile(pod, c) else { return Ok(()) };
-        let path = std::path::Path::new(APPARMOR_PROFILES);
-        match crate::base::fsutil::read_host_file(path, APPARMOR_PROFILES_MAX) {
-            Ok(list) if (list.len() as u64) < APPARMOR_PROFILES_MAX && !apparmor_profile_listed(&list, &name) => {
-                Err(ConfigError::AppArmorNotLoaded(name))
-            }
-            _ => Ok(()),
-        }
-    }
 }
 
 /// Security settings from the pod's and the container's security contexts
