@@ -9,7 +9,9 @@
 //! Two things are set up in the guest first, as an administrator would:
 //! a test profile loaded with `apparmor_parser`, and containerd's
 //! `disable_hugetlb_controller = false` (Debian's containerd 1.6 defaults
-//! to true: it then drops every hugepage limit a kubelet sends).
+//! to true: it then drops every hugepage limit a kubelet sends; the end of
+//! the test puts the default back and sees podwarden's warning). A third
+//! is a workaround: see the drop-in below.
 //!
 //! Needs what `tests/vm.rs` needs: the VM image, the e2e images and
 //! `PODWARDEN_DEB`. One VM boot for every case.
@@ -208,7 +210,9 @@ fn apparmor_profiles_and_huge_pages_enforced_by_the_kernel() {
     vm.wait(
         "the kernel's AppArmor denial",
         Duration::from_secs(30),
-        &format!("dmesg | grep 'apparmor=\"DENIED\"' | grep -F 'profile=\"{PROFILE}\"' | grep -F 'name=\"/tmp/probe\"'"),
+        &format!(
+            "dmesg | grep 'apparmor=\"DENIED\"' | grep -F 'profile=\"{PROFILE}\"' | grep -F 'name=\"/tmp/probe\"'"
+        ),
     );
 
     // a Localhost profile the node has not loaded: the container is not
@@ -271,4 +275,23 @@ fn apparmor_profiles_and_huge_pages_enforced_by_the_kernel() {
         Duration::from_secs(30),
         "test $(cat /sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages) = 16",
     );
+
+    // Debian's default back: containerd drops every hugetlb limit. The
+    // container still runs (as under the kubelet) and its pod says so.
+    vm.sh(
+        "sed -i '/disable_hugetlb_controller = false/d' /etc/containerd/config.toml && systemctl restart containerd \
+         && containerd config dump | grep -q 'disable_hugetlb_controller = true'",
+    );
+    let dropped =
+        pod("huge-dropped", "", "", "    resources:\n      limits: {hugepages-2Mi: 4Mi, memory: 64Mi}\n", SLEEP);
+    vm.sh(&format!("cat > /etc/podwarden/manifests/huge-dropped.yaml <<'EOF'\n{dropped}EOF"));
+    running(&vm, "huge-dropped");
+    vm.wait(
+        "the HugePagesNotEnforced warning",
+        Duration::from_secs(60),
+        "podwarden events | grep huge-dropped | grep HugePagesNotEnforced \
+         | grep -F 'disable_hugetlb_controller = true'",
+    );
+    let cg = cgroup_of(&vm, &pid_of(&vm, "huge-dropped"));
+    assert_eq!(read(&vm, &format!("{cg}/hugetlb.2MB.max")), "max", "containerd dropped the limit: {cg}");
 }
