@@ -63,7 +63,7 @@ fn the_deb_on_a_real_systemd_machine() {
     );
 
     // graceful node shutdown is on: the drop-in (its directory made again by
-    // the unit, under ProtectSystem=full), logind took it, podwarden holds
+    // the unit before podwarden starts), logind took it, podwarden holds
     // the delay lock
     let dropin = vm.sh("cat /etc/systemd/logind.conf.d/99-podwarden.conf");
     assert!(dropin.contains("InhibitDelayMaxSec=20"), "{dropin}");

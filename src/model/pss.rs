@@ -239,7 +239,7 @@ fn setters(pod: bool, containers: &[&str]) -> Vec<String> {
 
 // ---- baseline ----
 
-const APPARMOR_ANNOTATION_PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";
+use crate::model::manifest::APPARMOR_ANNOTATION_PREFIX;
 
 /// appArmorProfile: the profile type (field) must be RuntimeDefault or
 /// Localhost; the deprecated annotation must be empty, `runtime/default` or

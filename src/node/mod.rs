@@ -1,5 +1,6 @@
 //! What the node gives its pods and how it measures them: the kubelet's
-//! cgroup hierarchy and pod limits (`cgroups`), images (pull gate,
+//! cgroup hierarchy and pod limits (`cgroups`), huge page sizes and a
+//! container's hugetlb limits (`hugepages`), images (pull gate,
 //! credentials, garbage collection: `images`) and resource statistics
 //! (`stats`, the Summary API's source and the eviction signals).
 //!
@@ -8,5 +9,6 @@
 //! `logs`; never a pod worker (the `pod` layer uses this one).
 
 pub mod cgroups;
+pub mod hugepages;
 pub mod images;
 pub mod stats;

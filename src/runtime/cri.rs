@@ -609,6 +609,17 @@ impl CriRuntime {
         res.cpu_period = c.resources.cpu_period;
         res.memory_limit_in_bytes = c.resources.memory_limit_bytes;
         res.oom_score_adj = c.resources.oom_score_adj;
+        res.hugepage_limits = c
+            .resources
+            .hugepage_limits
+            .iter()
+            .map(|h| {
+                let mut l = api::HugepageLimit::new();
+                l.page_size = h.page_size.clone();
+                l.limit = h.limit;
+                l
+            })
+            .collect();
         let mut sec = api::LinuxContainerSecurityContext::new();
         sec.namespace_options = protobuf::MessageField::some(Self::namespaces(sandbox));
         sec.privileged = c.security.privileged;
@@ -722,6 +733,11 @@ impl Runtime for CriRuntime {
     /// CRI plugin's config that a verbose `Status` shows.
     fn systemd_cgroup(&self, ctx: &CallCtx) -> Result<Option<bool>> {
         Ok(self.cri_config(ctx)?.as_ref().and_then(systemd_cgroup_of))
+    }
+
+    /// containerd's `disable_hugetlb_controller`, from the same config.
+    fn drops_hugepage_limits(&self, ctx: &CallCtx) -> Result<Option<bool>> {
+        Ok(self.cri_config(ctx)?.and_then(|v| v.get("disableHugetlbController")?.as_bool()))
     }
 
     fn sandbox_image(&self, ctx: &CallCtx) -> Result<Option<String>> {

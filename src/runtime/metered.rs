@@ -58,6 +58,10 @@ impl Runtime for Metered {
         self.inner.systemd_cgroup(ctx)
     }
 
+    fn drops_hugepage_limits(&self, ctx: &CallCtx) -> Result<Option<bool>> {
+        self.inner.drops_hugepage_limits(ctx)
+    }
+
     fn sandbox_image(&self, ctx: &CallCtx) -> Result<Option<String>> {
         self.inner.sandbox_image(ctx)
     }

@@ -326,7 +326,7 @@ pub struct DnsConfig {
 }
 
 /// Linux resources of a container (0: not set).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Resources {
     pub cpu_shares: i64,
     pub cpu_quota: i64,
@@ -334,6 +334,19 @@ pub struct Resources {
     pub memory_limit_bytes: i64,
     /// The kernel's OOM score adjustment of the container's processes.
     pub oom_score_adj: i64,
+    /// The container's hugetlb limit for each page size the node has (0
+    /// for a size it does not ask for), as the kubelet sends them.
+    pub hugepage_limits: Vec<HugepageLimit>,
+}
+
+/// One page size's limit in a container's hugetlb cgroup (CRI
+/// `HugepageLimit`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HugepageLimit {
+    /// The runtime's spelling of the size: `2MB`, `1GB`.
+    pub page_size: String,
+    /// Bytes.
+    pub limit: u64,
 }
 
 /// A seccomp or AppArmor profile (CRI `SecurityProfile`).
@@ -604,6 +617,12 @@ pub trait Runtime: Send + Sync {
     /// Whether the runtime runs containers with the systemd cgroup driver
     /// (`None`: it does not say).
     fn systemd_cgroup(&self, _ctx: &CallCtx) -> Result<Option<bool>> {
+        Ok(None)
+    }
+    /// Whether the runtime drops the hugetlb limits of the containers it
+    /// makes (containerd's `disable_hugetlb_controller`, true by default
+    /// in 1.6; `None`: it does not say).
+    fn drops_hugepage_limits(&self, _ctx: &CallCtx) -> Result<Option<bool>> {
         Ok(None)
     }
     /// The image the runtime runs pod sandboxes from (`None`: it does not

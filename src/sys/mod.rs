@@ -156,6 +156,24 @@ pub fn mount_tmpfs(target: &CStr, options: &CStr) -> io::Result<()> {
     })
 }
 
+/// Mount a hugetlbfs (`nodev`, `nosuid`) at `target` with `options` (a
+/// NUL-terminated option string: `pagesize=...,mode=...`).
+pub fn mount_hugetlbfs(target: &CStr, options: &CStr) -> io::Result<()> {
+    let fstype = c"hugetlbfs";
+    // SAFETY: source, target and type are valid NUL-terminated strings;
+    // hugetlbfs reads its data argument as a NUL-terminated option string,
+    // which `options` is.
+    zero_or_errno(unsafe {
+        libc::mount(
+            c"nodev".as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            options.as_ptr().cast(),
+        )
+    })
+}
+
 /// Bind-mount the file or directory `fd` refers to onto `target`, through
 /// `/proc/self/fd/N`: the kernel mounts exactly the object the descriptor
 /// holds, so no path is resolved again (what a container could swap for a

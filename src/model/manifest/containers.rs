@@ -332,6 +332,10 @@ fn validate_resources(f: &str, c: &Container) -> Result<(), FieldError> {
             }
         }
     }
+    let names = || r.limits.iter().chain(r.requests.iter()).flat_map(|m| m.keys());
+    if names().any(|n| n.starts_with("hugepages-")) && !names().any(|n| n == "cpu" || n == "memory") {
+        return err(format!("{f}.resources"), "Forbidden: HugePages require cpu or memory");
+    }
     // a request is at most its limit; huge pages are not overcommitted
     for (name, q) in r.requests.iter().flatten() {
         let limit = r.limits.as_ref().and_then(|l| l.get(name));

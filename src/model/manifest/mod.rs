@@ -22,7 +22,9 @@ use thiserror::Error;
 use super::Pod;
 use super::field::FieldError;
 use decode::{finish, to_pod, to_values};
+pub use security::APPARMOR_ANNOTATION_PREFIX;
 pub use validate::validate;
+pub use volumes::hugepages_medium_size;
 
 /// Largest manifest podwarden reads.
 pub const MAX_MANIFEST_BYTES: u64 = 1024 * 1024;

@@ -18,6 +18,7 @@ pub fn validate(pod: &Pod) -> Result<(), FieldError> {
         return err("spec", "missing; a pod needs a spec");
     };
     validate_spec(spec)?;
+    security::validate_apparmor_annotations(pod)?;
     // init containers (sidecars among them), then app containers: names
     // unique across both, as the API server checks
     let all: Vec<&Container> = spec.init_containers.iter().flatten().chain(&spec.containers).collect();

@@ -45,10 +45,25 @@ pub(super) fn validate_volume(
         ),
         (Some(ed), None) => {
             let medium = ed.medium.as_deref().unwrap_or("");
-            if !matches!(medium, "" | "Memory") {
+            let huge = medium == "HugePages" || medium.starts_with("HugePages-");
+            if huge && hugepages_medium_size(medium).is_none() {
                 return err(
                     format!("{f}.emptyDir.medium"),
-                    format!("{medium:?} is not supported by podwarden (\"\" or Memory)"),
+                    format!("{medium:?}: the page size after HugePages- must be a positive quantity (HugePages-2Mi)"),
+                );
+            }
+            if !huge && !matches!(medium, "" | "Memory") {
+                return err(
+                    format!("{f}.emptyDir.medium"),
+                    format!("{medium:?} is not supported by podwarden (\"\", Memory, HugePages or HugePages-<size>)"),
+                );
+            }
+            if huge && ed.size_limit.is_some() {
+                // the kubelet mounts hugetlbfs without a size: the
+                // containers' hugepages limits bound it, not this
+                return err(
+                    format!("{f}.emptyDir.sizeLimit"),
+                    format!("not supported by podwarden with medium {medium} (the hugepages-<size> limits bound it)"),
                 );
             }
             if let Some(q) = &ed.size_limit {
@@ -260,4 +275,15 @@ fn validate_projection(
         }
     }
     Ok(())
+}
+
+/// The page size (bytes) of an emptyDir medium `HugePages-<size>`;
+/// `Some(0)` for `HugePages` (the size the pod's containers ask for);
+/// `None` for another medium or a size that is not a positive quantity.
+pub fn hugepages_medium_size(medium: &str) -> Option<u64> {
+    if medium == "HugePages" {
+        return Some(0);
+    }
+    let size = medium.strip_prefix("HugePages-")?;
+    crate::model::quantity::bytes(size).ok().and_then(|b| u64::try_from(b).ok()).filter(|b| *b > 0)
 }

@@ -15,20 +15,10 @@ use std::path::Path;
 use super::Version;
 use crate::model::{self, Pod};
 
-const KB: u64 = 1024;
-const MB: u64 = 1024 * KB;
-const GB: u64 = 1024 * MB;
-
-/// The kernel's name of a huge page size in the hugetlb files: `2MB`,
-/// `1GB`, `64KB` (whole units, the largest that fits).
+/// The kernel's name of a huge page size in the hugetlb files (`2MB`,
+/// `1GB`, `64KB`): the spelling the runtime uses too.
 pub fn size_name(page_bytes: u64) -> String {
-    if page_bytes >= GB {
-        format!("{}GB", page_bytes / GB)
-    } else if page_bytes >= MB {
-        format!("{}MB", page_bytes / MB)
-    } else {
-        format!("{}KB", page_bytes / KB)
-    }
+    crate::node::hugepages::runtime_size(page_bytes).unwrap_or_else(|| format!("{page_bytes}B"))
 }
 
 /// A container's `hugepages-<size>` amounts (limit, else request: they

@@ -10,7 +10,9 @@ use std::path::PathBuf;
 use crate::model::quantity;
 use crate::model::{self, Container, Pod};
 use crate::pod::phases::PodSync;
-use crate::pod::phases::security::security;
+use crate::pod::phases::security::{
+    APPARMOR_PROFILES, APPARMOR_PROFILES_MAX, apparmor_profile, apparmor_profile_listed, security,
+};
 use crate::pod::volumes::projection::Plugin;
 use crate::pod::workers::SyncCtx;
 use crate::runtime::{
@@ -45,9 +47,35 @@ pub enum ConfigError {
     /// `verifyRunAsNonRoot` texts).
     #[error("{0}")]
     NonRoot(String),
+    /// The container's `Localhost` AppArmor profile is not loaded on the
+    /// node (it is loaded with `apparmor_parser`; the next pass looks
+    /// again).
+    #[error("Cannot enforce AppArmor: profile {0:?} is not loaded on the node")]
+    AppArmorNotLoaded(String),
 }
 
 impl PodSync {
+    /// A `Localhost` AppArmor profile must be loaded before the container
+    /// is made: the runtime would fail its start with a text that does not
+    /// name the profile, again on every retry. Checked only when AppArmor
+    /// is on and the kernel's list can be read whole; anything else is the
+    /// runtime's to decide.
+    pub(super) fn verify_apparmor(&self, pod: &Pod, c: &Container) -> Result<(), ConfigError> {
+        if !self.cfg.apparmor_enabled {
+            return Ok(());
+        }
+        let Some(crate::runtime::SecurityProfile::Localhost(name)) = apparmor_profile(pod, c) else {
+            return Ok(());
+        };
+        let path = std::path::Path::new(APPARMOR_PROFILES);
+        match crate::base::fsutil::read_host_file(path, APPARMOR_PROFILES_MAX) {
+            Ok(list) if (list.len() as u64) < APPARMOR_PROFILES_MAX && !apparmor_profile_listed(&list, &name) => {
+                Err(ConfigError::AppArmorNotLoaded(name))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The kubelet's `verifyRunAsNonRoot`: with `runAsNonRoot`, an explicit
     /// `runAsUser` must not be 0, and without one the image's user (from
     /// `ImageStatus`; none at all is root) must be a numeric uid other
@@ -201,6 +229,7 @@ impl PodSync {
             mounts,
             resources: Resources {
                 oom_score_adj: model::qos::oom_score_adj(pod, c, self.cfg.memory_capacity_bytes),
+                hugepage_limits: crate::node::hugepages::container_limits(c, crate::node::hugepages::page_sizes()),
                 ..resources(c)
             },
             security: security(pod, c, &self.security_defaults()),
@@ -272,5 +301,6 @@ pub fn resources(c: &Container) -> Resources {
         cpu_period: if cpu_limit.is_some() { crate::node::cgroups::CPU_PERIOD } else { 0 },
         memory_limit_bytes: mem_limit.unwrap_or(0),
         oom_score_adj: 0,
+        hugepage_limits: Vec::new(),
     }
 }

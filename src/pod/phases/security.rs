@@ -76,8 +76,19 @@ pub fn apparmor_profile(pod: &Pod, c: &Container) -> Option<SecurityProfile> {
         .or_else(|| psc.and_then(|s| s.app_armor_profile.as_ref()).map(field))
 }
 
-/// The annotation form of a container's AppArmor profile, before its name.
-pub const APPARMOR_ANNOTATION_PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";
+pub use crate::model::manifest::APPARMOR_ANNOTATION_PREFIX;
+
+/// Where the kernel lists the AppArmor profiles it has loaded, one
+/// `<name> (<mode>)` a line.
+pub const APPARMOR_PROFILES: &str = "/sys/kernel/security/apparmor/profiles";
+
+/// Most of the profile list read (a machine has a few hundred profiles).
+pub const APPARMOR_PROFILES_MAX: u64 = 4 << 20;
+
+/// Whether `list` (the kernel's profile list) names profile `name`.
+pub fn apparmor_profile_listed(list: &str, name: &str) -> bool {
+    list.lines().any(|l| l.rsplit_once(" (").is_some_and(|(n, _)| n == name))
+}
 
 /// Security settings from the pod's and the container's security contexts
 /// (the container's win), with the node's defaults.
@@ -97,5 +108,53 @@ pub fn security(pod: &Pod, c: &Container, d: &SecurityDefaults) -> Security {
         add_capabilities: caps.and_then(|c| c.add.clone()).unwrap_or_default(),
         drop_capabilities: caps.and_then(|c| c.drop.clone()).unwrap_or_default(),
         no_new_privs: csc.and_then(|s| s.allow_privilege_escalation) == Some(false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profile_list_as_the_kernel_writes_it() {
+        let list = "cri-containerd.apparmor.d (enforce)\n/usr/bin/man (enforce)\npodwarden-test (complain)\n\
+                    with space (x) (enforce)\n";
+        for name in ["cri-containerd.apparmor.d", "/usr/bin/man", "podwarden-test", "with space (x)"] {
+            assert!(apparmor_profile_listed(list, name), "{name}");
+        }
+        for name in ["podwarden", "enforce", "", "man"] {
+            assert!(!apparmor_profile_listed(list, name), "{name}");
+        }
+    }
+
+    fn pod(yaml: &str) -> Pod {
+        crate::model::manifest::parse("m.yaml", yaml.as_bytes(), "n").unwrap()
+    }
+
+    #[test]
+    fn a_containers_profile_from_its_field_then_the_annotation_then_the_pod() {
+        let base = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  annotations:\n    \
+                    container.apparmor.security.beta.kubernetes.io/b: localhost/from-annotation\n\
+                    spec:\n  containers:\n  \
+                    - name: a\n    image: busybox\n    securityContext:\n      appArmorProfile: {type: Unconfined}\n  \
+                    - name: b\n    image: busybox\n  - name: c\n    image: busybox\n";
+        let p = pod(base);
+        let spec = crate::model::spec(&p).unwrap();
+        let of = |i: usize| apparmor_profile(&p, &spec.containers[i]);
+        assert_eq!(of(0), Some(SecurityProfile::Unconfined));
+        assert_eq!(of(1), Some(SecurityProfile::Localhost("from-annotation".into())));
+        assert_eq!(of(2), None);
+        let p = pod(&base
+            .replace("spec:\n", "spec:\n  securityContext:\n    appArmorProfile: {type: RuntimeDefault}\n")
+            .replace(
+                "    container.apparmor.security.beta.kubernetes.io/b: localhost/from-annotation\n",
+                "    container.apparmor.security.beta.kubernetes.io/b: runtime/default\n",
+            ));
+        let spec = crate::model::spec(&p).unwrap();
+        assert_eq!(apparmor_profile(&p, &spec.containers[0]), Some(SecurityProfile::Unconfined));
+        assert_eq!(apparmor_profile(&p, &spec.containers[2]), Some(SecurityProfile::RuntimeDefault));
+        let none =
+            pod("apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n  - name: a\n    image: b\n");
+        assert_eq!(apparmor_profile(&none, &crate::model::spec(&none).unwrap().containers[0]), None);
     }
 }

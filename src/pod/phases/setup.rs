@@ -402,6 +402,7 @@ impl PodSync {
         }
         let config = match self
             .verify_run_as_non_root(ctx, pod, c, &image)
+            .and_then(|()| self.verify_apparmor(pod, c))
             .and_then(|()| self.container_config(pod, c, sandbox.pod_ip, attempt))
         {
             Ok(config) => config,
@@ -422,6 +423,19 @@ impl PodSync {
             self.remember(ctx, &c.name, "CreateContainerConfigError", msg.clone());
             self.events.event(&obj, EventType::Warning, "Failed", &msg);
             return Ok(Some(self.cfg.backoff_max));
+        }
+        if config.resources.hugepage_limits.iter().any(|l| l.limit > 0)
+            && self.runtime.drops_hugepage_limits(&self.call(ctx)).ok().flatten() == Some(true)
+        {
+            // the container runs as under the kubelet, but the pod says
+            // that its limits reach no cgroup
+            let msg = format!(
+                "the runtime drops hugetlb limits (containerd: disable_hugetlb_controller = true): the hugepages \
+                 limits of container {} are not set on its cgroup",
+                c.name
+            );
+            log::warn!("pod {}: {msg}", model::pod_ref(pod));
+            self.events.event(&obj, EventType::Warning, "HugePagesNotEnforced", &msg);
         }
         let id = match self.runtime.create_container(&self.call(ctx), sandbox.id, &config, sandbox.config) {
             Ok(id) => id,

@@ -1,7 +1,8 @@
 //! Setting up a pod's volumes on each set-up pass: its directory,
-//! emptyDirs (a tmpfs for `medium: Memory`), hostPath checks, the files of
-//! configMap, secret, downwardAPI and projected volumes, `fsGroup`
-//! ownership; a failure is the pod's `FailedMount` event.
+//! emptyDirs (a tmpfs for `medium: Memory`, a hugetlbfs for `HugePages`),
+//! hostPath checks, the files of configMap, secret, downwardAPI and
+//! projected volumes, `fsGroup` ownership; a failure is the pod's
+//! `FailedMount` event.
 
 use std::path::{Path, PathBuf};
 
@@ -22,9 +23,14 @@ impl PodSync {
                 let p = self.empty_dir_path(pod, &v.name);
                 // 0777 whatever the umask, as the kubelet makes it
                 crate::base::fsutil::create_dir_mode(&p, 0o777).map_err(io_err(format!("creating {}", p.display())))?;
-                if ed.medium.as_deref() == Some("Memory") {
+                let medium = ed.medium.as_deref().unwrap_or("");
+                if medium == "Memory" {
                     let limit = ed.size_limit.as_ref().and_then(|q| quantity::bytes(&q.0).ok());
                     crate::pod::volumes::mount_tmpfs(&p, limit, 0o777)
+                        .map_err(|e| self.failed_mount(pod, &v.name, e))?;
+                } else if model::manifest::hugepages_medium_size(medium).is_some() {
+                    crate::pod::volumes::hugepages_page_size(medium, pod)
+                        .and_then(|size| crate::pod::volumes::mount_hugetlbfs(&p, size, 0o777))
                         .map_err(|e| self.failed_mount(pod, &v.name, e))?;
                 }
                 self.own_volume(pod, &v.name, &p, false, false)?;

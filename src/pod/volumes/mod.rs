@@ -1,6 +1,7 @@
 //! Volume set-up that needs the host: tmpfs for `emptyDir.medium: Memory`,
-//! `hostPath` type checks, and unmounting what a pod left before its
-//! directory is removed.
+//! hugetlbfs for `medium: HugePages` and `HugePages-<size>`, `hostPath`
+//! type checks, and unmounting what a pod left before its directory is
+//! removed.
 
 pub mod atomic_writer;
 pub mod projection;
@@ -130,6 +131,19 @@ pub enum VolumeError {
         #[source]
         source: std::io::Error,
     },
+    #[error("mounting hugetlbfs (pagesize={page_size}) at {}: {source}", path.display())]
+    MountHugetlbfs {
+        path: PathBuf,
+        page_size: u64,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The kubelet's texts for a `HugePages` medium the pod's requests do
+    /// not settle.
+    #[error("medium: {0} can't be used if container requests multiple huge page sizes")]
+    HugePagesSizes(String),
+    #[error("medium {0}: hugePages storage requested, but there is no resource request for huge pages")]
+    HugePagesNoRequest(String),
     #[error("hostPath {path} is not {what} (type {kind})")]
     WrongType { path: String, what: &'static str, kind: String },
     #[error("creating {}: {source}", path.display())]
@@ -221,6 +235,49 @@ pub fn mount_tmpfs(p: &Path, limit: Option<i64>, mode: u32) -> Result<(), Volume
     })
     .expect("no NUL");
     crate::sys::mount_tmpfs(&target, &opts).map_err(|source| VolumeError::Mount { path: p.to_path_buf(), source })
+}
+
+/// The page size (bytes) of an emptyDir with a huge pages `medium`, as
+/// the kubelet settles it from the pod's containers and init containers:
+/// `HugePages-<size>` needs a container asking for `hugepages-<size>`;
+/// `HugePages` takes the one size they ask for (more than one is an
+/// error).
+pub fn hugepages_page_size(medium: &str, pod: &crate::model::Pod) -> Result<u64, VolumeError> {
+    let wanted = crate::model::manifest::hugepages_medium_size(medium).unwrap_or(0);
+    let mut found: Option<u64> = None;
+    for c in crate::model::all_containers(pod) {
+        let requests = c.resources.as_ref().and_then(|r| r.requests.as_ref());
+        for name in requests.into_iter().flat_map(|r| r.keys()) {
+            let Some(size) = name.strip_prefix("hugepages-") else { continue };
+            let Some(size) = crate::model::quantity::bytes(size).ok().and_then(|b| u64::try_from(b).ok()) else {
+                continue;
+            };
+            if wanted == 0 {
+                if found.is_some_and(|f| f != size) {
+                    return Err(VolumeError::HugePagesSizes(medium.to_string()));
+                }
+                found = Some(size);
+            } else if size == wanted {
+                found = Some(size);
+            }
+        }
+    }
+    found.ok_or_else(|| VolumeError::HugePagesNoRequest(medium.to_string()))
+}
+
+/// Mount a hugetlbfs of `page_size` pages at `p` (once), its root
+/// directory with `mode`.
+pub fn mount_hugetlbfs(p: &Path, page_size: u64, mode: u32) -> Result<(), VolumeError> {
+    if has_own_device(p) {
+        return Ok(());
+    }
+    let target = cstr(p)?;
+    let opts = CString::new(format!("pagesize={page_size},mode={mode:04o}")).expect("no NUL");
+    crate::sys::mount_hugetlbfs(&target, &opts).map_err(|source| VolumeError::MountHugetlbfs {
+        path: p.to_path_buf(),
+        page_size,
+        source,
+    })
 }
 
 /// Make `sub` (a relative path without `..`) of the volume at `volume`
@@ -372,6 +429,36 @@ pub fn check_host_path(path: &str, kind: &str) -> Result<(), VolumeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hugepages_page_size_from_the_pods_requests() {
+        let pod = |reqs: &[&str]| -> crate::model::Pod {
+            let containers: Vec<serde_json::Value> = reqs
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    let mut m = serde_json::Map::new();
+                    if !r.is_empty() {
+                        m.insert(format!("hugepages-{r}"), serde_json::json!("4Mi"));
+                    }
+                    serde_json::json!({"name": format!("c{i}"), "resources": {"requests": m, "limits": m}})
+                })
+                .collect();
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "p"}, "spec": {"containers": containers}}))
+                .unwrap()
+        };
+        assert_eq!(hugepages_page_size("HugePages", &pod(&["2Mi", ""])).unwrap(), 2 << 20);
+        assert_eq!(hugepages_page_size("HugePages-1Gi", &pod(&["2Mi", "1Gi"])).unwrap(), 1 << 30);
+        assert_eq!(
+            hugepages_page_size("HugePages", &pod(&["2Mi", "1Gi"])).unwrap_err().to_string(),
+            "medium: HugePages can't be used if container requests multiple huge page sizes"
+        );
+        assert_eq!(
+            hugepages_page_size("HugePages-2Mi", &pod(&["1Gi"])).unwrap_err().to_string(),
+            "medium HugePages-2Mi: hugePages storage requested, but there is no resource request for huge pages"
+        );
+        assert!(matches!(hugepages_page_size("HugePages", &pod(&[""])), Err(VolumeError::HugePagesNoRequest(_))));
+    }
 
     #[test]
     fn host_path_types() {
