@@ -45,6 +45,6 @@ echo "== packages (the VM tests install the .deb)"
 mapfile -t pkgs < <(scripts/package.sh --profile ci)
 export PODWARDEN_DEB="$(realpath "${pkgs[0]}")"
 echo "== cargo test"
-cargo test --profile ci --lib --bins --tests
+cargo test --profile ci --no-fail-fast --lib --bins --tests
 echo "== packages checked and installed here"
 scripts/check-packages.sh "${pkgs[0]}" "${pkgs[1]}"
