@@ -426,6 +426,22 @@ impl Manager {
         if self.reclaimed_images(now, t, o, snap) {
             return;
         }
+        // a disk ranking must not use emptyDir sizes measured before the
+        // pressure (each is measured at most every 10 s): the pod that just
+        // filled the disk would look empty and another pod would go
+        let fresh;
+        let snap = if resource == "ephemeral-storage" || resource == "inodes" {
+            self.agent.measure_empty_dirs_now();
+            match self.collector.collect() {
+                Ok(s) => {
+                    fresh = s;
+                    &*fresh
+                }
+                Err(_) => snap,
+            }
+        } else {
+            snap
+        };
         self.evict_one(t, (t.value.of(o.capacity), o.available), snap, pods);
     }
 

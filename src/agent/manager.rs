@@ -330,6 +330,15 @@ impl Agent {
     }
 
     /// The admitted pods (for the eviction manager's ranking).
+    /// Measure every disk-backed emptyDir of the admitted pods now (each
+    /// walk bounded as always), for a disk-pressure ranking that must not
+    /// use sizes measured before the pressure. Runs on the caller's thread
+    /// (the eviction manager's).
+    pub fn measure_empty_dirs_now(&self) {
+        let admitted = self.admitted();
+        self.empty_dirs.lock().pass_now(&admitted, &self.events, &self.metrics);
+    }
+
     pub fn admitted(&self) -> Vec<Arc<Pod>> {
         self.pods.lock().admitted().cloned().collect()
     }

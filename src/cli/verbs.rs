@@ -137,6 +137,7 @@ pub(super) fn logs(a: &Args, out: &mut impl Write) -> Result<()> {
     };
     let mut first = true;
     let mut failures = 0;
+    let mut stopped_seen = false;
     loop {
         let r = match c.logs(&req) {
             Ok(r) => r,
@@ -167,9 +168,20 @@ pub(super) fn logs(a: &Args, out: &mut impl Write) -> Result<()> {
         req.offset = r.next_offset;
         req.tail_lines = 0;
         // without -f: everything there is now; with -f: on while the
-        // container runs
-        if !more && (!a.follow || !r.running) {
+        // container runs, and once it has stopped, until a second look
+        // 250 ms later finds nothing more either (a rotation in progress
+        // can hide the next file for a moment: the follower would end
+        // before the container's last lines)
+        if !more && !a.follow {
             return Ok(());
+        }
+        if !more && !r.running {
+            if stopped_seen {
+                return Ok(());
+            }
+            stopped_seen = true;
+        } else {
+            stopped_seen = false;
         }
         if !more {
             std::thread::sleep(Duration::from_millis(250));

@@ -197,6 +197,14 @@ impl EmptyDirs {
         EmptyDirs { root_dir, interval, pass_budget, caps, tracked: HashMap::new() }
     }
 
+    /// A pass that measures every volume, however recently it was (the
+    /// pass's time budget and the walks' caps still hold).
+    pub fn pass_now(&mut self, pods: &[Arc<Pod>], events: &EventRecorder, metrics: &Metrics) {
+        let interval = std::mem::replace(&mut self.interval, Duration::ZERO);
+        self.pass(pods, events, metrics);
+        self.interval = interval;
+    }
+
     /// One pass over `pods` (the admitted ones): measure the disk-backed
     /// emptyDirs that are due and exist, send the over-limit event on the
     /// way over (once, again only after it went back under), and replace
@@ -387,6 +395,25 @@ mod tests {
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  namespace: ns\n  uid: u1\nspec:\n  containers:\n  - name: c\n    image: i\n  volumes:\n{volumes}"
         );
         Arc::new(crate::model::manifest::parse("p.yaml", yaml.as_bytes(), "n").unwrap())
+    }
+
+    #[test]
+    fn a_pass_now_measures_what_the_interval_would_skip() {
+        let root = temp("now");
+        let pod = pod_with("  - {name: free, emptyDir: {}}\n");
+        let dir = empty_dir_path(&root, "u1", "free");
+        std::fs::create_dir_all(&dir).unwrap();
+        let (events, metrics) = (EventRecorder::new(16), Metrics::new());
+        let mut t = EmptyDirs::with(root.clone(), Duration::from_secs(3600), Duration::from_secs(5), CAPS);
+        let used = |m: &Metrics| m.empty_dirs().iter().find(|u| u.volume == "free").unwrap().used_bytes;
+        t.pass(std::slice::from_ref(&pod), &events, &metrics);
+        let empty = used(&metrics);
+        std::fs::write(dir.join("fill"), vec![1u8; 300_000]).unwrap();
+        t.pass(std::slice::from_ref(&pod), &events, &metrics);
+        assert_eq!(used(&metrics), empty, "not due: the old size");
+        t.pass_now(std::slice::from_ref(&pod), &events, &metrics);
+        assert!(used(&metrics) >= 300_000, "measured now: {}", used(&metrics));
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
