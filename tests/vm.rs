@@ -128,14 +128,7 @@ fn the_deb_on_a_real_systemd_machine() {
 fn cgroup_v2_pod_limits_and_oom_scores_read_back_from_the_kernel() {
     let _one = ONE_AT_A_TIME.lock();
     let vm = Vm::up("pw-cgroupv2");
-    let sleep = "trap 'exit 0' TERM; while true; do sleep 0.2; done";
-    let burstable = pod_yaml(
-        "burstable",
-        "    resources:\n      requests: {cpu: 100m, memory: 32Mi}\n      limits: {cpu: 500m, memory: 64Mi}\n",
-        sleep,
-    );
-    let guaranteed = pod_yaml("guaranteed", "    resources:\n      limits: {cpu: 200m, memory: 48Mi}\n", sleep);
-    let besteffort = pod_yaml("besteffort", "", sleep);
+    let (burstable, guaranteed, besteffort) = qos_pods();
     let hog = pod_yaml(
         "hog",
         "    resources:\n      limits: {memory: 16Mi}\n",

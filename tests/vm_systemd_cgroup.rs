@@ -68,16 +68,9 @@ fn systemd_driver_slices_read_back_from_systemd_and_the_kernel() {
          && grep -q 'SystemdCgroup = true' /etc/containerd/config.toml && systemctl restart containerd");
     vm.wait("containerd answers", Duration::from_secs(60), "ctr version >/dev/null");
 
-    let sleep = "trap 'exit 0' TERM; while true; do sleep 0.2; done";
-    let burstable = pod_yaml(
-        "burstable",
-        "    resources:\n      requests: {cpu: 100m, memory: 32Mi}\n      limits: {cpu: 500m, memory: 64Mi}\n",
-        sleep,
-    );
-    let guaranteed = pod_yaml("guaranteed", "    resources:\n      limits: {cpu: 200m, memory: 48Mi}\n", sleep);
-    let besteffort = pod_yaml("besteffort", "", sleep);
+    let (burstable, guaranteed, besteffort) = qos_pods();
     // huge pages: requests equal to limits, with a memory request
-    let huge = pod_yaml("huge", "    resources:\n      limits: {memory: 32Mi, hugepages-2Mi: 4Mi}\n", sleep);
+    let huge = pod_yaml("huge", "    resources:\n      limits: {memory: 32Mi, hugepages-2Mi: 4Mi}\n", SLEEP);
     install_and_start(
         &vm,
         &["cgroupDriver: systemd", "podPidsLimit: 123"],

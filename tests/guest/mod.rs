@@ -146,6 +146,24 @@ pub fn pod_yaml(name: &str, resources: &str, command: &str) -> String {
     )
 }
 
+/// A container that sleeps until SIGTERM, then exits at once.
+pub const SLEEP: &str = "trap 'exit 0' TERM; while true; do sleep 0.2; done";
+
+/// The sleeping pods of the cgroup tests, one per QoS class: Burstable
+/// (requests 100m/32Mi, limits 500m/64Mi), Guaranteed (200m/48Mi),
+/// BestEffort.
+pub fn qos_pods() -> (String, String, String) {
+    (
+        pod_yaml(
+            "burstable",
+            "    resources:\n      requests: {cpu: 100m, memory: 32Mi}\n      limits: {cpu: 500m, memory: 64Mi}\n",
+            SLEEP,
+        ),
+        pod_yaml("guaranteed", "    resources:\n      limits: {cpu: 200m, memory: 48Mi}\n", SLEEP),
+        pod_yaml("besteffort", "", SLEEP),
+    )
+}
+
 /// A pod that records its moments (TERM received, exit, preStop) in
 /// `/var/pw/<name>`: `term_delay` seconds between TERM and exit.
 pub fn recording_pod(name: &str, critical: bool, term_delay: u32) -> String {
