@@ -4,6 +4,7 @@
 //! (every size the node supports, 0 unless the container's
 //! `hugepages-<size>` limit says otherwise).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::OnceLock;
 
@@ -48,20 +49,31 @@ pub fn runtime_size(bytes: u64) -> Option<String> {
     (n > 0 && (n <= 1024 || i == UNITS.len() - 1)).then(|| format!("{n}{}", UNITS[i]))
 }
 
+/// A container's `hugepages-<size>` amounts (limit, else request:
+/// validation makes them equal), in bytes by page size in bytes.
+pub fn container_pages(c: &Container) -> BTreeMap<u64, i64> {
+    let mut out = BTreeMap::new();
+    let Some(r) = c.resources.as_ref() else { return out };
+    for m in [&r.requests, &r.limits].into_iter().flatten() {
+        for (name, q) in m {
+            let Some(size) = name.strip_prefix("hugepages-") else { continue };
+            let Some(page) = crate::model::quantity::bytes(size).ok().filter(|b| *b > 0) else { continue };
+            out.insert(page as u64, crate::model::qos::amount(name, &q.0));
+        }
+    }
+    out
+}
+
 /// The hugetlb limits of container `c` on a node with page `sizes`: each
-/// size at 0, except those its `hugepages-<size>` limits name (requests
-/// equal limits, validation makes sure). A limit for a size the node does
-/// not have is sent too: the runtime then fails the container, as it
-/// should (admission keeps such pods out first).
+/// size at 0, except those its `hugepages-<size>` limits name. A limit for
+/// a size the node does not have is sent too: the runtime then fails the
+/// container, as it should (admission keeps such pods out first).
 pub fn container_limits(c: &Container, sizes: &[u64]) -> Vec<HugepageLimit> {
     let mut out: Vec<HugepageLimit> =
         sizes.iter().filter_map(|&s| runtime_size(s)).map(|page_size| HugepageLimit { page_size, limit: 0 }).collect();
-    let limits = c.resources.as_ref().and_then(|r| r.limits.as_ref());
-    for (name, q) in limits.into_iter().flatten() {
-        let Some(size) = name.strip_prefix("hugepages-") else { continue };
-        let size = crate::model::quantity::bytes(size).ok().and_then(|b| u64::try_from(b).ok());
-        let Some(page_size) = size.and_then(runtime_size) else { continue };
-        let limit = crate::model::quantity::bytes(&q.0).ok().and_then(|b| u64::try_from(b).ok()).unwrap_or(0);
+    for (page, bytes) in container_pages(c) {
+        let Some(page_size) = runtime_size(page) else { continue };
+        let limit = u64::try_from(bytes).unwrap_or(0);
         match out.iter_mut().find(|l| l.page_size == page_size) {
             Some(l) => l.limit = limit,
             None => out.push(HugepageLimit { page_size, limit }),

@@ -15,18 +15,11 @@ pub const REASON_APPARMOR: &str = "AppArmor";
 /// (`hugepages-2Mi`: `nr_hugepages` × the page size, in bytes).
 pub fn hugepages_allocatable() -> std::collections::BTreeMap<String, i64> {
     let mut out = std::collections::BTreeMap::new();
-    let Ok(dir) = std::fs::read_dir("/sys/kernel/mm/hugepages") else { return out };
-    for e in dir.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(kb) =
-            name.strip_prefix("hugepages-").and_then(|n| n.strip_suffix("kB")).and_then(|n| n.parse::<i64>().ok())
-        else {
-            continue;
-        };
-        let pages: i64 = crate::base::fsutil::read_host_file(&e.path().join("nr_hugepages"), 64)
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(0);
+    for &bytes in crate::node::hugepages::page_sizes() {
+        let kb = (bytes / 1024) as i64;
+        let nr = std::path::Path::new(crate::node::hugepages::SYSFS).join(format!("hugepages-{kb}kB/nr_hugepages"));
+        let pages: i64 =
+            crate::base::fsutil::read_host_file(&nr, 64).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
         let size = match kb {
             kb if kb % (1024 * 1024) == 0 => format!("{}Gi", kb / (1024 * 1024)),
             kb if kb % 1024 == 0 => format!("{}Mi", kb / 1024),

@@ -21,33 +21,18 @@ pub fn size_name(page_bytes: u64) -> String {
     crate::node::hugepages::runtime_size(page_bytes).unwrap_or_else(|| format!("{page_bytes}B"))
 }
 
-/// A container's `hugepages-<size>` amounts (limit, else request: they
-/// must be equal), by page size in bytes.
-fn container_pages(c: &model::Container) -> BTreeMap<u64, i64> {
-    let mut out = BTreeMap::new();
-    let Some(r) = c.resources.as_ref() else { return out };
-    for m in [&r.requests, &r.limits].into_iter().flatten() {
-        for (name, q) in m {
-            let Some(size) = name.strip_prefix("hugepages-") else { continue };
-            let Some(page) = crate::model::quantity::bytes(size).ok().filter(|b| *b > 0) else { continue };
-            out.insert(page as u64, model::qos::amount(name, &q.0));
-        }
-    }
-    out
-}
-
 /// The pod's huge pages by page size (bytes): its app containers' and
 /// sidecars' together, or an init container's if larger (it runs alone).
 pub fn pod_hugepages(pod: &Pod) -> BTreeMap<u64, i64> {
     let mut sum: BTreeMap<u64, i64> = BTreeMap::new();
     for c in model::long_running(pod) {
-        for (page, v) in container_pages(c) {
+        for (page, v) in crate::node::hugepages::container_pages(c) {
             let e = sum.entry(page).or_default();
             *e = e.saturating_add(v);
         }
     }
     for c in model::init_containers(pod).iter().filter(|c| !model::is_sidecar(c)) {
-        for (page, v) in container_pages(c) {
+        for (page, v) in crate::node::hugepages::container_pages(c) {
             let e = sum.entry(page).or_default();
             *e = (*e).max(v);
         }
