@@ -577,15 +577,19 @@ impl PodWorkers {
     /// Wait until `pred` holds for the phases of the known pods (unknown
     /// UIDs count as finished), or until `deadline`. Returns whether it held.
     pub fn wait_until(&self, deadline: Instant, mut pred: impl FnMut(&dyn Fn(&str) -> Option<Phase>) -> bool) -> bool {
+        self.wait_state(deadline, |st| pred(&|uid: &str| st.pods.get(uid).map(|s| s.lc.phase)))
+    }
+
+    /// Wait until `done` holds for the workers' state (looked at again at
+    /// every change), or until `deadline`. Returns whether it held.
+    fn wait_state(&self, deadline: Instant, mut done: impl FnMut(&State) -> bool) -> bool {
         let mut st = self.inner.state.lock();
         loop {
-            let lookup = |uid: &str| st.pods.get(uid).map(|s| s.lc.phase);
-            if pred(&lookup) {
+            if done(&st) {
                 return true;
             }
             if self.inner.changed.wait_until(&mut st, deadline).timed_out() {
-                let lookup = |uid: &str| st.pods.get(uid).map(|s| s.lc.phase);
-                return pred(&lookup);
+                return done(&st);
             }
         }
     }
@@ -602,18 +606,9 @@ impl PodWorkers {
     /// waits for this: what must end before the machine goes down is the
     /// pods' processes, not the teardown of their network.
     pub fn wait_containers_stopped(&self, uids: &[Uid], deadline: Instant) -> bool {
-        let done = |st: &State| {
+        self.wait_state(deadline, |st| {
             uids.iter().all(|u| st.pods.get(u).is_none_or(|e| e.containers_stopped || e.lc.phase >= Phase::Terminated))
-        };
-        let mut st = self.inner.state.lock();
-        loop {
-            if done(&st) {
-                return true;
-            }
-            if self.inner.changed.wait_until(&mut st, deadline).timed_out() {
-                return done(&st);
-            }
-        }
+        })
     }
 }
 
