@@ -531,6 +531,12 @@ impl Agent {
 
     /// Relist (about every second): wake the workers of pods whose
     /// containers changed state, so exits are noticed promptly.
+    /// The newest runtime list (a relist's or a housekeeping pass's) if it
+    /// is fresh.
+    pub fn last_list(&self) -> Option<Arc<Vec<RuntimePod>>> {
+        self.pod_cache.recent(crate::runtime::cache::FRESH)
+    }
+
     pub fn relist(&self) {
         let listed_at = Instant::now();
         let Ok(rps) = self.list_runtime_pods() else {

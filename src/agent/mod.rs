@@ -54,6 +54,9 @@ pub struct Parts {
     /// Resource stats: the eviction manager takes the snapshots, the views
     /// read the last.
     pub stats: Arc<crate::node::stats::Collector>,
+    /// The runtime's event stream as the `runtime-events` thread leaves it
+    /// (metrics, the node view).
+    pub runtime_events: Arc<crate::runtime::events::StreamState>,
 }
 
 impl Parts {

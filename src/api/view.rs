@@ -40,14 +40,16 @@ pub struct PodSources<'a> {
 
 /// Every pod the source wants, with its status, and the static pods still
 /// terminating after their manifest went (with a `deletionTimestamp`, shown
-/// as Terminating), as a v1 PodList. `redact` replaces env values (the
-/// read-only port).
+/// as Terminating) until their containers are stopped, as a v1 PodList:
+/// a deleted pod is gone once nothing of it runs, not when its sandbox
+/// and network are down too. `redact` replaces env values (the read-only
+/// port).
 pub fn pod_list(src: &PodSources, redact: bool) -> PodList {
     let wanted: HashSet<&str> = src.desired.iter().map(|p| model::uid(p)).collect();
     let going = src
         .workers
         .iter()
-        .filter(|w| !wanted.contains(w.uid.as_str()) && w.phase < Phase::Terminated)
+        .filter(|w| !wanted.contains(w.uid.as_str()) && w.phase < Phase::Terminated && !w.containers_stopped)
         .filter_map(|w| w.pod.as_ref())
         .filter(|p| model::is_static(p)) // not orphaned runtime pods
         .map(|p| {
@@ -482,6 +484,7 @@ mod tests {
             restart_requested: false,
             last_error: false,
             phase_since: Instant::now(),
+            containers_stopped: false,
         }
     }
 
@@ -489,6 +492,7 @@ mod tests {
     fn the_pod_list_holds_desired_pods_with_status_and_leaving_static_pods_as_terminating() {
         let (a, gone, finished, orphan) =
             (pod("a", "ua", "file"), pod("gone", "ug", "file"), pod("done", "uf", "file"), pod("o", "uo", "api"));
+        let stopped = pod("stopped", "us", "file");
         let statuses = StatusManager::new();
         statuses
             .set("ua", k8s_openapi::api::core::v1::PodStatus { phase: Some("Running".into()), ..Default::default() });
@@ -497,12 +501,17 @@ mod tests {
             worker(&gone, Phase::Terminating),
             worker(&finished, Phase::Terminated),
             worker(&orphan, Phase::Terminating),
+            WorkerInfo { containers_stopped: true, ..worker(&stopped, Phase::Terminating) },
         ];
         let desired = [a.clone()];
         let src = PodSources { desired: &desired, workers: &workers, statuses: &statuses };
         let list = pod_list(&src, true);
         let names: Vec<&str> = list.items.iter().map(model::name).collect();
-        assert_eq!(names, ["a", "gone"], "terminated and non-static pods are not listed");
+        assert_eq!(
+            names,
+            ["a", "gone"],
+            "terminated pods, pods whose containers are all stopped and non-static pods are not listed"
+        );
         assert_eq!(list.items[0].status.as_ref().and_then(|s| s.phase.as_deref()), Some("Running"));
         assert!(list.items[0].metadata.deletion_timestamp.is_none());
         assert!(list.items[1].metadata.deletion_timestamp.is_some(), "a leaving pod shows as Terminating");

@@ -18,6 +18,8 @@ pub fn syslog_priority(level: log::Level) -> u8 {
 pub fn init(default_level: &str) {
     let env = env_logger::Env::default().default_filter_or(default_level);
     let mut b = env_logger::Builder::from_env(env);
+    // milliseconds: the order of a pod's steps is read from them
+    b.format_timestamp_millis();
     if std::env::var_os("JOURNAL_STREAM").is_some() {
         b.format(|buf, rec| writeln!(buf, "<{}>{}: {}", syslog_priority(rec.level()), rec.target(), rec.args()));
     }

@@ -356,6 +356,7 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
         .with_cgroups(tuning.cgroups.clone())
         .with_pod_cache(pod_cache.clone()),
     );
+    let runtime_events = metrics.runtime_events.clone();
     Parts {
         stats,
         agent,
@@ -369,6 +370,7 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
         objects,
         shutdown: SharedState::default(),
         node_name,
+        runtime_events,
     }
 }
 
@@ -377,6 +379,8 @@ pub struct Running {
     pub parts: Parts,
     source: Option<crate::agent::source::SourceHandle>,
     housekeeping: Option<Housekeeping>,
+    /// The `runtime-events` thread (none when `runtimeEvents` is off).
+    events: Option<crate::runtime::events::EventStream>,
     http: Option<crate::api::http::HttpServer>,
     logind: Option<crate::agent::node_shutdown::logind::LogindThread>,
     api: Option<crate::api::local::ApiServer>,
@@ -403,6 +407,7 @@ impl Running {
         self.logind.take();
         self.http.take();
         self.source.take();
+        self.events.take();
         self.housekeeping.take();
         self.log_rotation.take();
         self.eviction.take();
@@ -428,6 +433,7 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
     let relist = Duration::from_secs(1).min(config.housekeeping_interval);
     let housekeeping = Housekeeping::with_relist(parts.agent.clone(), config.housekeeping_interval, relist)
         .map_err(io("starting housekeeping"))?;
+    let events = start_events(config, &parts, &housekeeping)?;
     let log_rotation = start_log_rotation(config, &parts)?;
     let eviction = start_eviction(config, &parts)?;
     let healthy_within = healthy_within(config);
@@ -438,12 +444,33 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
         parts,
         source: Some(source),
         housekeeping: Some(housekeeping),
+        events,
         http,
         logind,
         api: Some(api),
         log_rotation: Some(log_rotation),
         eviction: Some(eviction),
     })
+}
+
+/// The `runtime-events` thread: each container event (and each opening of
+/// the stream, after which events may have been missed) asks housekeeping
+/// for a relist now, which wakes the workers of the pods that changed.
+fn start_events(
+    config: &Config,
+    parts: &Parts,
+    housekeeping: &Housekeeping,
+) -> Result<Option<crate::runtime::events::EventStream>, DaemonError> {
+    if !config.runtime_events {
+        log::info!("runtimeEvents is false: pod changes are seen by the relist every second");
+        return Ok(None);
+    }
+    let waker = housekeeping.waker();
+    crate::runtime::events::EventStream::start(parts.runtime.clone(), parts.runtime_events.clone(), move |e| {
+        waker.relist_now(e)
+    })
+    .map(Some)
+    .map_err(io("starting the runtime-events thread"))
 }
 
 /// Healthy (/healthz, the node's Ready condition) and live (systemd's

@@ -104,6 +104,13 @@ pub struct Config {
     /// How often each pod is synced; zero means the default.
     #[serde(deserialize_with = "de::duration")]
     pub sync_frequency: Duration,
+    /// Follow the runtime's container events (the CRI's
+    /// `GetContainerEvents`, or containerd's event service) so that a
+    /// container's start or exit is acted on at once; false: the relist
+    /// (every second) alone sees them, as the kubelet without its
+    /// `EventedPLEG` feature (podwarden-only; default true).
+    #[serde(deserialize_with = "de::boolean")]
+    pub runtime_events: bool,
     /// How often `staticPodPath` is rescanned; zero means the default.
     #[serde(deserialize_with = "de::duration")]
     pub file_check_frequency: Duration,
@@ -298,6 +305,7 @@ impl Default for Config {
             container_runtime_endpoint: "unix:///run/containerd/containerd.sock".into(),
             runtime_request_timeout: Duration::from_secs(120),
             sync_frequency: Duration::from_secs(60),
+            runtime_events: true,
             file_check_frequency: Duration::from_secs(20),
             housekeeping_interval: Duration::from_secs(2),
             shutdown_grace_period: Duration::ZERO,
@@ -843,6 +851,7 @@ mod tests {
             ("nodeName: \"\"", "field nodeName: \"\" is invalid: expected a non-empty string"),
             ("apiGroup: 5", "field apiGroup: 5 is invalid: expected a non-empty string"),
             ("readOnlyPortShowsEnv: 1", "field readOnlyPortShowsEnv: 1 is invalid: expected true or false"),
+            ("runtimeEvents: \"no\"", "field runtimeEvents: \"no\" is invalid: expected true or false"),
             ("allowPrivileged: \"true\"", "field allowPrivileged: \"true\" is invalid: expected true or false"),
             ("staticPodSecurityLevel: 3", "field staticPodSecurityLevel: 3 is invalid: expected a non-empty string"),
             (

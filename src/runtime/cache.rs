@@ -65,14 +65,23 @@ impl PodCache {
     }
 
     /// Record a full runtime list begun at `listed_at`. Returns the UIDs
-    /// whose sandboxes or containers changed since the previous list (pods
-    /// new to this list are not counted: their workers made them).
+    /// whose sandboxes or containers changed since the previous list. A pod
+    /// new to the list counts as changed (as the kubelet's PLEG sees a
+    /// container it never saw): its worker made it, but what it made may
+    /// have moved on before any list saw it (an init container that exits
+    /// at once), and only this wake tells the worker. The first list
+    /// reports nothing: there is nothing to compare with.
     pub fn update(&self, listed_at: Instant, pods: &[RuntimePod]) -> Vec<Uid> {
         let mut fresh = HashMap::with_capacity(pods.len());
         let mut changed = Vec::new();
         let mut seen = self.seen.lock();
+        let first = seen.listed_at.is_none();
         for rp in pods {
-            if seen.pods.get(&rp.uid).is_some_and(|old| !old.matches(rp)) {
+            let moved = match seen.pods.get(&rp.uid) {
+                Some(old) => !old.matches(rp),
+                None => !first,
+            };
+            if moved {
                 changed.push(rp.uid.clone());
             }
             fresh.insert(rp.uid.clone(), Fingerprint::of(rp));
@@ -198,9 +207,16 @@ mod tests {
         let cache = PodCache::new();
         let t0 = Instant::now();
         let t1 = t0 + std::time::Duration::from_millis(5);
-        assert!(cache.update(t1, &[pod("a", true, &[("c1", Running)]), pod("b", true, &[])]).is_empty());
+        assert!(
+            cache.update(t1, &[pod("a", true, &[("c1", Running)]), pod("b", true, &[])]).is_empty(),
+            "the first list has nothing to compare with"
+        );
         let changed = cache.update(t1, &[pod("a", true, &[("c1", Exited)]), pod("b", true, &[]), pod("n", true, &[])]);
-        assert_eq!(changed, vec!["a".to_string()], "new pod n is not a change");
+        assert_eq!(
+            changed,
+            vec!["a".to_string(), "n".to_string()],
+            "a changed, n is new (its first container may be done)"
+        );
         // an older list is compared but not recorded
         let stale = pod("a", true, &[("c1", Running)]);
         assert_eq!(cache.update(t0, std::slice::from_ref(&stale)), vec!["a".to_string()]);

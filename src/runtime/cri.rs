@@ -1,7 +1,8 @@
 //! The CRI `runtime.v1` client over gRPC (grpcio) on a unix socket.
 //!
 //! Invariant: the generated protobuf types (module `pb`) never leave this
-//! file; everything is converted to podwarden's runtime types here.
+//! file and its child `cri/events.rs` (the event streams); everything is
+//! converted to podwarden's runtime types here.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -33,7 +34,18 @@ mod pb {
             include!(concat!(env!("OUT_DIR"), "/containerd/api_grpc.rs"));
         }
     }
+    /// containerd's event service (`Subscribe` only)
+    pub mod containerd_events {
+        pub mod api {
+            include!(concat!(env!("OUT_DIR"), "/containerd_events/api.rs"));
+        }
+        pub mod api_grpc {
+            include!(concat!(env!("OUT_DIR"), "/containerd_events/api_grpc.rs"));
+        }
+    }
 }
+
+mod events;
 
 use pb::api;
 use pb::api_grpc::{ImageServiceClient, RuntimeServiceClient};
@@ -123,6 +135,11 @@ pub struct CriRuntime {
     /// The runtime has no content service (not containerd): pulls are
     /// not watched.
     no_content_service: std::sync::atomic::AtomicBool,
+    /// containerd's event service on the same socket: container events
+    /// where the CRI has no `GetContainerEvents` (containerd 1.6).
+    containerd_events: pb::containerd_events::api_grpc::EventsClient,
+    /// The runtime answered `GetContainerEvents` with Unimplemented.
+    no_cri_events: std::sync::atomic::AtomicBool,
     /// Name and version from the `Version` call at start.
     pub version: String,
 }
@@ -346,9 +363,11 @@ impl CriRuntime {
             endpoint: endpoint.to_string(),
             runtime: RuntimeServiceClient::new(channel.clone()),
             images: ImageServiceClient::new(channel.clone()),
-            content: pb::containerd::api_grpc::ContentClient::new(channel),
+            content: pb::containerd::api_grpc::ContentClient::new(channel.clone()),
             pull_progress_deadline: Duration::ZERO,
             no_content_service: std::sync::atomic::AtomicBool::new(false),
+            containerd_events: pb::containerd_events::api_grpc::EventsClient::new(channel),
+            no_cri_events: std::sync::atomic::AtomicBool::new(false),
             version: String::new(),
         };
         let mut req = api::VersionRequest::new();
@@ -935,6 +954,14 @@ impl Runtime for CriRuntime {
         req.container_id = id.to_string();
         call(ctx, Op::ReopenContainerLog, |o| self.runtime.reopen_container_log_opt(&req, o))?;
         Ok(())
+    }
+
+    fn watch_events(
+        &self,
+        cancel: &crate::base::cancel::CancelToken,
+        on: &mut dyn FnMut(super::events::Note),
+    ) -> Result<()> {
+        events::watch(self, cancel, on)
     }
 
     fn exec_sync(&self, id: &str, cmd: &[String], timeout: Duration, done: super::ExecDone) {

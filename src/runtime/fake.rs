@@ -120,6 +120,11 @@ pub struct FakeRuntime {
     seq: AtomicU64,
     record: AtomicBool,
     started: AtomicU64,
+    /// The open event streams (bounded; a full one is cut, as a runtime
+    /// drops a client that does not read).
+    watchers: Mutex<Vec<crossbeam_channel::Sender<super::events::ContainerEvent>>>,
+    /// Whether the fake serves an event stream (as containerd does).
+    events_on: AtomicBool,
 }
 
 impl Default for FakeRuntime {
@@ -139,7 +144,33 @@ impl FakeRuntime {
             seq: AtomicU64::new(1),
             record: AtomicBool::new(true),
             started: AtomicU64::new(0),
+            watchers: Mutex::new(Vec::new()),
+            events_on: AtomicBool::new(true),
         }
+    }
+
+    /// Serve an event stream or not (a runtime without one: the relist
+    /// alone sees changes). On by default; off cuts the open streams.
+    pub fn set_events(&self, on: bool) {
+        self.events_on.store(on, Ordering::SeqCst);
+        if !on {
+            self.watchers.lock().clear();
+        }
+    }
+
+    /// Cut every open event stream (as a runtime restarting does).
+    pub fn break_event_streams(&self) {
+        self.watchers.lock().clear();
+    }
+
+    /// Event streams open now.
+    pub fn event_watchers(&self) -> usize {
+        self.watchers.lock().len()
+    }
+
+    fn emit(&self, id: &str, kind: super::events::Kind) {
+        let e = super::events::ContainerEvent { container_id: id.to_string(), kind };
+        self.watchers.lock().retain(|w| w.try_send(e.clone()).is_ok());
     }
 
     /// Keep (true, the default) or stop recording calls; the benchmark turns
@@ -274,17 +305,21 @@ impl FakeRuntime {
     /// Make the running container `name` of pod `uid` exit with `code`.
     pub fn exit_container(&self, uid: &str, name: &str, code: i32) -> bool {
         let mut st = self.state.lock();
-        let mut hit = false;
+        let mut hit = Vec::new();
         for c in st.containers.values_mut() {
             if c.uid == uid && c.info.name == name && c.info.state == ContainerState::Running {
                 c.info.state = ContainerState::Exited;
                 c.info.exit_code = code;
                 c.info.finished_at_ns = now_ns();
                 c.info.reason = if code == 0 { "Completed" } else { "Error" }.into();
-                hit = true;
+                hit.push(c.info.id.clone());
             }
         }
-        hit
+        drop(st);
+        for id in &hit {
+            self.emit(id, super::events::Kind::Exited);
+        }
+        !hit.is_empty()
     }
 
     /// Containers of `uid` that are running or created.
@@ -577,6 +612,8 @@ impl Runtime for FakeRuntime {
         if let Some(s) = st.sandboxes.get_mut(id) {
             s.info.ready = false;
         }
+        drop(st);
+        self.emit(id, super::events::Kind::Exited);
         Ok(())
     }
 
@@ -659,6 +696,8 @@ impl Runtime for FakeRuntime {
                 mounts: config.mounts.clone(),
             },
         );
+        drop(st);
+        self.emit(&id, super::events::Kind::Created);
         Ok(id)
     }
 
@@ -677,6 +716,8 @@ impl Runtime for FakeRuntime {
         c.info.state = ContainerState::Running;
         c.info.started_at_ns = now_ns();
         self.started.fetch_add(1, Ordering::SeqCst);
+        drop(st);
+        self.emit(id, super::events::Kind::Started);
         Ok(())
     }
 
@@ -720,6 +761,8 @@ impl Runtime for FakeRuntime {
             c.info.finished_at_ns = now_ns();
             c.info.reason = if code == 0 { "Completed" } else { "Error" }.into();
         }
+        drop(st);
+        self.emit(id, super::events::Kind::Exited);
         Ok(())
     }
 
@@ -737,6 +780,8 @@ impl Runtime for FakeRuntime {
         if let Some(c) = st.containers.remove(id) {
             st.unindex(&c.uid, id);
         }
+        drop(st);
+        self.emit(id, super::events::Kind::Deleted);
         Ok(())
     }
 
@@ -798,6 +843,29 @@ impl Runtime for FakeRuntime {
                 message: format!("container {id} is not running"),
             }),
             None => Err(RuntimeError::NotFound { what: format!("container {id}") }),
+        }
+    }
+
+    fn watch_events(
+        &self,
+        cancel: &crate::base::cancel::CancelToken,
+        on: &mut dyn FnMut(super::events::Note),
+    ) -> Result<()> {
+        use super::events::{Note, Source};
+        if !self.events_on.load(Ordering::SeqCst) {
+            return Err(RuntimeError::Unimplemented { op: Op::GetContainerEvents });
+        }
+        let (tx, rx) = crossbeam_channel::bounded(1024);
+        self.watchers.lock().push(tx);
+        on(Note::Opened(Source::Fake));
+        loop {
+            crossbeam_channel::select! {
+                recv(rx) -> e => match e {
+                    Ok(e) => on(Note::Event(e)),
+                    Err(_) => return Err(RuntimeError::Unavailable("fake: the event stream was cut".into())),
+                },
+                recv(cancel.receiver()) -> _ => return Ok(()),
+            }
         }
     }
 

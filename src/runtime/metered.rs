@@ -132,6 +132,16 @@ impl Runtime for Metered {
         self.count(Op::ReopenContainerLog, self.inner.reopen_container_log(ctx, id))
     }
 
+    /// A stream that breaks counts as a failed `GetContainerEvents` (the
+    /// end at cancellation and a runtime without a stream do not).
+    fn watch_events(
+        &self,
+        cancel: &crate::base::cancel::CancelToken,
+        on: &mut dyn FnMut(super::events::Note),
+    ) -> Result<()> {
+        self.count(Op::GetContainerEvents, self.inner.watch_events(cancel, on))
+    }
+
     fn exec_sync(&self, id: &str, cmd: &[String], timeout: Duration, done: super::ExecDone) {
         let failed = self.failed.clone();
         self.inner.exec_sync(

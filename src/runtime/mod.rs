@@ -12,6 +12,7 @@
 
 pub mod cache;
 pub mod cri;
+pub mod events;
 pub mod fake;
 pub mod metered;
 
@@ -81,10 +82,11 @@ pub enum Op {
     ImageFsInfo,
     ListContainerStats,
     ListPodSandboxStats,
+    GetContainerEvents,
 }
 
 impl Op {
-    pub const ALL: [Op; 22] = [
+    pub const ALL: [Op; 23] = [
         Op::Version,
         Op::ListPodSandbox,
         Op::PodSandboxStatus,
@@ -107,6 +109,7 @@ impl Op {
         Op::ImageFsInfo,
         Op::ListContainerStats,
         Op::ListPodSandboxStats,
+        Op::GetContainerEvents,
     ];
 
     /// The op with this CRI method name (`ListPodSandbox`, ...).
@@ -139,6 +142,7 @@ impl Op {
             Op::ImageFsInfo => "ImageFsInfo",
             Op::ListContainerStats => "ListContainerStats",
             Op::ListPodSandboxStats => "ListPodSandboxStats",
+            Op::GetContainerEvents => "GetContainerEvents",
         }
     }
 
@@ -167,6 +171,7 @@ impl Op {
             Op::ImageFsInfo => "image_fs_info",
             Op::ListContainerStats => "list_container_stats",
             Op::ListPodSandboxStats => "list_podsandbox_stats",
+            Op::GetContainerEvents => "get_container_events",
         }
     }
 }
@@ -668,6 +673,15 @@ pub trait Runtime: Send + Sync {
     /// once on the caller's when the call cannot be made. `done` must not
     /// block.
     fn exec_sync(&self, id: &str, cmd: &[String], timeout: Duration, done: ExecDone);
+    /// Follow the runtime's container events on this thread: `on` is told
+    /// when the stream is open and then gets each event as it comes, until
+    /// `cancel` fires (`Ok`) or the stream breaks (the error).
+    /// `Unimplemented`: the runtime has no event stream (the relist alone
+    /// sees changes).
+    fn watch_events(&self, cancel: &CancelToken, on: &mut dyn FnMut(events::Note)) -> Result<()> {
+        let _ = (cancel, on);
+        Err(RuntimeError::Unimplemented { op: Op::GetContainerEvents })
+    }
 }
 
 /// What [`Runtime::exec_sync`] found.

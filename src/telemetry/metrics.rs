@@ -113,6 +113,10 @@ pub struct Metrics {
     /// `kubelet_credential_provider_plugin_duration{plugin_name}` and
     /// `kubelet_credential_provider_plugin_errors{plugin_name}`.
     credential_plugins: Mutex<BTreeMap<String, (Histogram, u64)>>,
+    /// The runtime's event stream (the `runtime-events` thread writes it):
+    /// `kubelet_evented_pleg_connection_{success,error}_count`,
+    /// `podwarden_runtime_event_stream_open`, `podwarden_runtime_events_total`.
+    pub runtime_events: std::sync::Arc<crate::runtime::events::StreamState>,
 }
 
 /// The kubelet's `image_size_in_bytes` label of a pull.
@@ -355,6 +359,8 @@ struct Snapshot {
     /// Sorted by namespace, pod, volume.
     empty_dirs: Vec<EmptyDirUsage>,
     probes: BTreeMap<ProbeSeries, ProbeCounts>,
+    /// Opened, broken, events, the open stream's source.
+    runtime_events: (u64, u64, u64, Option<&'static str>),
 }
 
 impl Snapshot {
@@ -375,6 +381,12 @@ impl Snapshot {
             shutdown_times: m.shutdown_times(),
             empty_dirs,
             probes: m.probes(),
+            runtime_events: (
+                m.runtime_events.opened_total(),
+                m.runtime_events.broken_total(),
+                m.runtime_events.events_total(),
+                m.runtime_events.open_source().map(|s| s.name()),
+            ),
         }
     }
 }
@@ -572,6 +584,33 @@ const FAMILIES: &[Family] = &[
             }
         },
     },
+    Family {
+        name: "kubelet_evented_pleg_connection_success_count",
+        kind: COUNTER,
+        help: "The number of times the runtime's container event stream was opened (the first time included).",
+        series: |out, name, s| sample(out, name, "", s.runtime_events.0),
+    },
+    Family {
+        name: "kubelet_evented_pleg_connection_error_count",
+        kind: COUNTER,
+        help: "The number of times the runtime's container event stream broke or could not be opened.",
+        series: |out, name, s| sample(out, name, "", s.runtime_events.1),
+    },
+    Family {
+        name: "podwarden_runtime_events_total",
+        kind: COUNTER,
+        help: "Container events received from the runtime's event stream.",
+        series: |out, name, s| sample(out, name, "", s.runtime_events.2),
+    },
+    Family {
+        name: "podwarden_runtime_event_stream_open",
+        kind: GAUGE,
+        help: "1 while the runtime's container event stream is open (source: cri or containerd), 0 while only the relist sees changes.",
+        series: |out, name, s| match s.runtime_events.3 {
+            Some(src) => sample(out, name, &format!("source=\"{src}\""), 1),
+            None => sample(out, name, "", 0),
+        },
+    },
 ];
 
 /// An emptyDir's labels.
@@ -728,6 +767,10 @@ mod tests {
                 "# TYPE podwarden_emptydir_limit_bytes gauge",
                 "# TYPE prober_probe_total counter",
                 "# TYPE prober_probe_duration_seconds histogram",
+                "# TYPE kubelet_evented_pleg_connection_success_count counter",
+                "# TYPE kubelet_evented_pleg_connection_error_count counter",
+                "# TYPE podwarden_runtime_events_total counter",
+                "# TYPE podwarden_runtime_event_stream_open gauge",
             ]
         );
         let samples: Vec<&str> = text
@@ -777,6 +820,10 @@ mod tests {
                 "prober_probe_total{container=\"c\",namespace=\"n\",pod=\"p\",probe_type=\"Readiness\",pod_uid=\"u\",result=\"failed\"} 1",
                 "prober_probe_duration_seconds_sum{container=\"c\",namespace=\"n\",pod=\"p\",probe_type=\"Liveness\"} 0.01",
                 "prober_probe_duration_seconds_count{container=\"c\",namespace=\"n\",pod=\"p\",probe_type=\"Liveness\"} 1",
+                "kubelet_evented_pleg_connection_success_count 0",
+                "kubelet_evented_pleg_connection_error_count 0",
+                "podwarden_runtime_events_total 0",
+                "podwarden_runtime_event_stream_open 0",
             ]
         );
         assert!(text.contains("# HELP kubelet_mirror_pods The number of mirror pods the kubelet will try to create (podwarden has no API server: always 0).\n# TYPE kubelet_mirror_pods gauge\nkubelet_mirror_pods 0\n"), "{text}");

@@ -117,19 +117,22 @@ impl Agent {
 
     pub fn spawn(&mut self) {
         let config = self.dir.0.join("config.yaml");
-        std::fs::write(
-            &config,
-            format!(
-                "staticPodPath: {}\ncontainerRuntimeEndpoint: unix://{}\nrootDir: {}\napiSocket: {}\npodLogsDir: {}\nnodeName: e2e\nfileCheckFrequency: 2s\nhousekeepingInterval: 500ms\nsyncFrequency: 5s\naddress: 127.0.0.1\nreadOnlyPort: {}\n",
-                self.manifests().display(),
-                socket(),
-                self.root().display(),
-                self.api_socket().display(),
-                self.dir.0.join("logs").display(),
-                self.port
-            ) + &self.extra_config,
-        )
-        .unwrap();
+        let base = format!(
+            "staticPodPath: {}\ncontainerRuntimeEndpoint: unix://{}\nrootDir: {}\napiSocket: {}\npodLogsDir: {}\nnodeName: e2e\nfileCheckFrequency: 2s\nhousekeepingInterval: 500ms\nsyncFrequency: 5s\naddress: 127.0.0.1\nreadOnlyPort: {}\n",
+            self.manifests().display(),
+            socket(),
+            self.root().display(),
+            self.api_socket().display(),
+            self.dir.0.join("logs").display(),
+            self.port
+        );
+        // a key the test's extra lines set replaces the default line
+        let overridden = |line: &str| {
+            let key = line.split(':').next().unwrap_or_default();
+            self.extra_config.lines().any(|l| l.split(':').next() == Some(key))
+        };
+        let kept: String = base.lines().filter(|l| !overridden(l)).map(|l| format!("{l}\n")).collect();
+        std::fs::write(&config, kept + &self.extra_config).unwrap();
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.0.join("podwarden.log")).unwrap();
         let child = Command::new(BIN)
             .args(["run", "--config", config.to_str().unwrap()])

@@ -296,6 +296,9 @@ pub struct WorkerInfo {
     pub restart_requested: bool,
     pub last_error: bool,
     pub phase_since: Instant,
+    /// A terminating pod whose containers are all stopped (its sandbox
+    /// may still be going down).
+    pub containers_stopped: bool,
 }
 
 /// What a worker runs in one pass.
@@ -564,6 +567,7 @@ impl PodWorkers {
                 restart_requested: s.lc.restart_requested,
                 last_error: s.lc.last_error,
                 phase_since: s.phase_since,
+                containers_stopped: s.containers_stopped,
             })
             .collect()
     }

@@ -1,0 +1,131 @@
+//! The CRI client's container event streams: the CRI's own
+//! `GetContainerEvents` (containerd 1.7+, the kubelet's evented PLEG) where
+//! the runtime has it, otherwise containerd's event service
+//! (`/containerd.services.events.v1.Events/Subscribe`: task create, start,
+//! exit, OOM and delete in the CRI's `k8s.io` namespace), which containerd
+//! 1.6 serves on the socket podwarden dials. Both are server streams
+//! without a deadline, followed on the calling thread.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use futures_core::Stream;
+use grpcio::CallOption;
+
+use super::{CriRuntime, convert_err, pb};
+use crate::base::cancel::CancelToken;
+use crate::runtime::events::{ContainerEvent, Kind, Note, Source};
+use crate::runtime::{Op, Result, RuntimeError};
+
+/// A stream that neither failed nor delivered within this long counts as
+/// open: servers send nothing on a stream before its first event.
+const OPEN_AFTER: Duration = Duration::from_millis(300);
+
+/// How often a quiet stream looks at its cancel token.
+const CANCEL_POLL: Duration = Duration::from_millis(250);
+
+/// containerd's filter: the CRI's tasks only.
+const CONTAINERD_FILTER: &str = r#"namespace==k8s.io,topic~="^/tasks/""#;
+
+pub(super) fn watch(rt: &CriRuntime, cancel: &CancelToken, on: &mut dyn FnMut(Note)) -> Result<()> {
+    if !rt.no_cri_events.load(Ordering::Relaxed) {
+        let req = pb::api::GetEventsRequest::new();
+        let rx = rt
+            .runtime
+            .get_container_events_opt(&req, CallOption::default())
+            .map_err(|e| convert_err(Op::GetContainerEvents, e))?;
+        match follow(rx, Op::GetContainerEvents, Source::Cri, cancel, on, cri_event) {
+            Err(RuntimeError::Unimplemented { .. }) => {
+                log::debug!("the runtime has no CRI GetContainerEvents; trying containerd's event service");
+                rt.no_cri_events.store(true, Ordering::Relaxed);
+            }
+            other => return other,
+        }
+    }
+    let mut req = pb::containerd_events::api::SubscribeRequest::new();
+    req.filters.push(CONTAINERD_FILTER.to_string());
+    let rx = rt
+        .containerd_events
+        .subscribe_opt(&req, CallOption::default())
+        .map_err(|e| convert_err(Op::GetContainerEvents, e))?;
+    follow(rx, Op::GetContainerEvents, Source::Containerd, cancel, on, containerd_event)
+}
+
+fn cri_event(r: pb::api::ContainerEventResponse) -> Option<ContainerEvent> {
+    use pb::api::ContainerEventType as T;
+    let kind = match r.container_event_type.enum_value() {
+        Ok(T::CONTAINER_CREATED_EVENT) => Kind::Created,
+        Ok(T::CONTAINER_STARTED_EVENT) => Kind::Started,
+        Ok(T::CONTAINER_STOPPED_EVENT) => Kind::Exited,
+        Ok(T::CONTAINER_DELETED_EVENT) => Kind::Deleted,
+        Err(_) => return None,
+    };
+    Some(ContainerEvent { container_id: r.container_id, kind })
+}
+
+fn containerd_event(e: pb::containerd_events::api::Envelope) -> Option<ContainerEvent> {
+    let kind = match e.topic.as_str() {
+        "/tasks/create" => Kind::Created,
+        "/tasks/start" => Kind::Started,
+        "/tasks/exit" => Kind::Exited,
+        "/tasks/oom" => Kind::Oom,
+        "/tasks/delete" => Kind::Deleted,
+        _ => return None,
+    };
+    let body = e.event.as_ref()?;
+    let task: pb::containerd_events::api::TaskEvent = protobuf::Message::parse_from_bytes(&body.value).ok()?;
+    Some(ContainerEvent { container_id: task.container_id, kind })
+}
+
+/// Follow one server stream until it ends (an error), fails or `cancel`
+/// fires (`Ok`). `Opened` is noted on the first message, or once the
+/// stream went [`OPEN_AFTER`] without failing.
+fn follow<T>(
+    mut rx: grpcio::ClientSStreamReceiver<T>,
+    op: Op,
+    source: Source,
+    cancel: &CancelToken,
+    on: &mut dyn FnMut(Note),
+    convert: impl Fn(T) -> Option<ContainerEvent>,
+) -> Result<()> {
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let open_at = Instant::now() + OPEN_AFTER;
+    let mut open = false;
+    loop {
+        match std::pin::Pin::new(&mut rx).poll_next(&mut cx) {
+            Poll::Ready(Some(Ok(item))) => {
+                if !open {
+                    open = true;
+                    on(Note::Opened(source));
+                }
+                if let Some(e) = convert(item) {
+                    on(Note::Event(e));
+                }
+                continue;
+            }
+            Poll::Ready(Some(Err(e))) => return Err(convert_err(op, e)),
+            Poll::Ready(None) => return Err(RuntimeError::Unavailable(format!("{op}: the runtime ended the stream"))),
+            Poll::Pending => {}
+        }
+        if cancel.is_cancelled() {
+            rx.cancel();
+            return Ok(());
+        }
+        let now = Instant::now();
+        if !open && now >= open_at {
+            open = true;
+            on(Note::Opened(source));
+        }
+        let wait = if open { CANCEL_POLL } else { open_at.saturating_duration_since(now).min(CANCEL_POLL) };
+        std::thread::park_timeout(wait);
+    }
+}

@@ -1,0 +1,204 @@
+//! Reactions on the real containerd (`scripts/e2e-env.sh up`): each init
+//! container, sidecar and app container starts right after what it waits
+//! for, from containerd's event service (containerd 1.6 has no CRI
+//! `GetContainerEvents`) or, with `runtimeEvents: false`, from the relist
+//! alone; the stream is opened again after containerd restarts.
+//! Times are containerd's own (`startedAt`/`finishedAt` in nanoseconds).
+
+mod agent;
+mod common;
+
+use agent::*;
+use std::sync::Arc;
+
+/// Three init containers that exit at once, a sidecar, the app.
+fn chain_pod(name: &str) -> String {
+    let run = "trap 'exit 0' TERM; while :; do sleep 0.2; done";
+    let init = |n: &str| format!("  - {{name: {n}, image: {IMAGE}, imagePullPolicy: Never, command: [\"true\"]}}\n");
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: e2e}}\nspec:\n  terminationGracePeriodSeconds: 2\n  initContainers:\n{}{}{}  - {{name: side, image: {IMAGE}, imagePullPolicy: Never, restartPolicy: Always, command: [sh, -c, {run:?}]}}\n  containers:\n  - {{name: main, image: {IMAGE}, imagePullPolicy: Never, command: [sh, -c, {run:?}]}}\n",
+        init("i1"),
+        init("i2"),
+        init("i3"),
+    )
+}
+
+/// Each step of the chain in milliseconds: i2, i3 and the sidecar from
+/// the exit before them, main from the sidecar's start.
+fn steps(a: &Agent, uid: &str) -> Vec<(String, f64)> {
+    let rp = a.runtime_pod(uid);
+    let get = |n: &str| rp.latest(n).unwrap_or_else(|| panic!("container {n} in {rp:?}")).clone();
+    let ms = |from: i64, to: i64| (to - from) as f64 / 1e6;
+    let mut out = Vec::new();
+    for (prev, next) in [("i1", "i2"), ("i2", "i3"), ("i3", "side")] {
+        out.push((next.to_string(), ms(get(prev).finished_at_ns, get(next).started_at_ns)));
+    }
+    out.push(("main".into(), ms(get("side").started_at_ns, get("main").started_at_ns)));
+    out
+}
+
+fn run_chain(a: &Agent, name: &str) -> (String, Vec<(String, f64)>) {
+    a.write(&format!("{name}.yaml"), &chain_pod(name));
+    let uid = a.uid(name);
+    wait_for("main runs", Duration::from_secs(60), || {
+        a.runtime_pod(&uid).latest("main").is_some_and(|c| c.state == ContainerState::Running)
+    });
+    let s = steps(a, &uid);
+    eprintln!("{name}: steps (ms) {s:?}");
+    (uid, s)
+}
+
+fn metrics(a: &Agent) -> String {
+    a.get("/metrics").expect("/metrics answers")
+}
+
+/// With containerd's events every step follows at once: none waits for
+/// the relist (1 s) or the resync (60 s here).
+#[test]
+fn each_step_of_an_init_chain_follows_at_once_with_containerd_events() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start_with("react-events", "syncFrequency: 60s\n", &[]);
+    wait_for("the event stream open", Duration::from_secs(10), || {
+        metric(&metrics(&a), "podwarden_runtime_event_stream_open{source=\"containerd\"}") == Some(1.0)
+    });
+    let (uid, s) = run_chain(&a, "chain");
+    for (name, ms) in &s {
+        assert!(*ms < 600.0, "{name} started {ms} ms after what it waited for: {s:?}");
+    }
+    let total: f64 = s.iter().map(|(_, ms)| ms).sum();
+    assert!(total < 1200.0, "four steps took {total} ms (the relist alone takes about 500 ms each): {s:?}");
+    let m = metrics(&a);
+    assert!(metric(&m, "podwarden_runtime_events_total").unwrap() >= 8.0, "{m}");
+    assert_eq!(metric(&m, "kubelet_evented_pleg_connection_success_count"), Some(1.0));
+    assert_eq!(metric(&m, "kubelet_evented_pleg_connection_error_count"), Some(0.0));
+    a.clean_up(&[&uid]);
+}
+
+/// `runtimeEvents: false`: no stream, and the relist (every second) still
+/// moves each step on within about a second, never at the resync.
+#[test]
+fn without_events_the_relist_moves_each_step_within_a_second() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start_with("react-relist", "syncFrequency: 60s\nruntimeEvents: false\n", &[]);
+    let (uid, s) = run_chain(&a, "chain-relist");
+    for (name, ms) in &s {
+        assert!(*ms < 1600.0, "{name} started {ms} ms after what it waited for: {s:?}");
+    }
+    let m = metrics(&a);
+    assert_eq!(metric(&m, "podwarden_runtime_event_stream_open"), Some(0.0), "{m}");
+    assert_eq!(metric(&m, "podwarden_runtime_events_total"), Some(0.0));
+    a.clean_up(&[&uid]);
+}
+
+fn containerd_pid() -> i32 {
+    std::fs::read_to_string("/run/podwarden-e2e/containerd.pid")
+        .expect("the e2e containerd's pid file")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// containerd killed and started again: the stream breaks, is opened
+/// again (counted), and steps follow at once again.
+#[test]
+fn the_event_stream_is_opened_again_after_containerd_restarts() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start_with("react-restart", "syncFrequency: 60s\n", &[]);
+    wait_for("the event stream open", Duration::from_secs(10), || {
+        metric(&metrics(&a), "kubelet_evented_pleg_connection_success_count") == Some(1.0)
+    });
+    let pid = containerd_pid();
+    podwarden::sys::kill(pid, libc::SIGKILL).unwrap();
+    wait_for("containerd gone", Duration::from_secs(10), || podwarden::sys::kill(pid, 0).is_err());
+    wait_for("the break counted", Duration::from_secs(10), || {
+        metric(&metrics(&a), "kubelet_evented_pleg_connection_error_count").is_some_and(|n| n >= 1.0)
+    });
+    assert_eq!(metric(&metrics(&a), "podwarden_runtime_event_stream_open"), Some(0.0));
+    // in a session of its own: the restarted containerd is shared and must
+    // outlive this test's process group
+    let out = Command::new("setsid").args(["-w", "scripts/e2e-env.sh", "up"]).output().unwrap();
+    assert!(out.status.success(), "restarting containerd: {}", String::from_utf8_lossy(&out.stderr));
+    wait_for("the stream open again", Duration::from_secs(40), || {
+        let m = metrics(&a);
+        metric(&m, "kubelet_evented_pleg_connection_success_count").is_some_and(|n| n >= 2.0)
+            && metric(&m, "podwarden_runtime_event_stream_open{source=\"containerd\"}") == Some(1.0)
+    });
+    a.cri = cri();
+    let (uid, s) = run_chain(&a, "chain-again");
+    for (name, ms) in &s {
+        assert!(*ms < 600.0, "{name} started {ms} ms after what it waited for: {s:?}");
+    }
+    assert!(a.log().contains("the runtime's event stream (containerd) is open again"), "{}", a.log());
+    a.clean_up(&[&uid]);
+}
+
+/// The Instant each container's exit event reached this test (its own
+/// subscription to containerd's events, as podwarden's).
+struct ExitWatch {
+    exits: Arc<Mutex<Vec<(String, Instant)>>>,
+    cancel: podwarden::base::cancel::CancelToken,
+}
+
+impl ExitWatch {
+    fn start() -> Self {
+        let exits = Arc::new(Mutex::new(Vec::new()));
+        let cancel = podwarden::base::cancel::CancelToken::new();
+        let (e, c) = (exits.clone(), cancel.clone());
+        podwarden::base::thread::spawn("test-exits", None, move || {
+            let _ = cri().watch_events(&c, &mut |n| {
+                if let podwarden::runtime::events::Note::Event(ev) = n
+                    && ev.kind == podwarden::runtime::events::Kind::Exited
+                {
+                    e.lock().push((ev.container_id, Instant::now()));
+                }
+            });
+        })
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        ExitWatch { exits, cancel }
+    }
+
+    fn exited(&self, id: &str) -> Option<Instant> {
+        self.exits.lock().iter().find(|(c, _)| c == id).map(|(_, t)| *t)
+    }
+}
+
+impl Drop for ExitWatch {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+/// A pod whose container exits at once on SIGTERM is gone from the API
+/// right after that exit: nothing waits for a relist.
+#[test]
+fn a_deleted_pod_is_gone_right_after_its_container_exits() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start_with("react-gone", "syncFrequency: 60s\n", &[]);
+    let watch = ExitWatch::start();
+    let mut gaps = Vec::new();
+    for i in 0..3 {
+        let name = format!("quick{i}");
+        a.write(&format!("{name}.yaml"), &pod_yaml(&name, "  terminationGracePeriodSeconds: 5\n", TRAPPING));
+        let uid = a.uid(&name);
+        wait_for("running", Duration::from_secs(30), || a.running(&uid) == 1);
+        let id = a.runtime_pod(&uid).latest("main").unwrap().id.clone();
+        a.remove(&format!("{name}.yaml"));
+        let mut gone = None;
+        poll_until(Duration::from_secs(10), || {
+            let listed = a.get("/pods").is_some_and(|p| p.contains(&format!("\"{name}\"")));
+            if !listed {
+                gone = Some(Instant::now());
+            }
+            !listed
+        });
+        let gone = gone.expect("the pod left the API");
+        let exited = watch.exited(&id).expect("the container's exit event");
+        let ms = gone.saturating_duration_since(exited).as_secs_f64() * 1000.0;
+        eprintln!("{name}: gone {ms:.0} ms after its container exited");
+        gaps.push(ms);
+        a.clean_up(&[&uid]);
+    }
+    gaps.sort_by(f64::total_cmp);
+    assert!(gaps[1] < 300.0, "gone after the exit (ms): {gaps:?}");
+}
