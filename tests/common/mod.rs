@@ -68,6 +68,8 @@ pub struct Opts {
     pub first_scan: bool,
     /// Where pulls find credentials (default: none).
     pub keyring: Option<Arc<podwarden::node::images::credentials::Keyring>>,
+    /// `syncFrequency` (default 1 s).
+    pub resync: Option<Duration>,
 }
 
 impl Default for Opts {
@@ -81,6 +83,7 @@ impl Default for Opts {
             container_backoff: Duration::from_millis(200),
             first_scan: true,
             keyring: None,
+            resync: None,
         }
     }
 }
@@ -128,7 +131,11 @@ impl Harness {
             }),
             ..Tuning::default()
         };
-        let parts = podwarden::cli::daemon::assemble(&config(&root.0), fake.clone(), "fake://", tuning);
+        let mut cfg = config(&root.0);
+        if let Some(r) = o.resync {
+            cfg.sync_frequency = r;
+        }
+        let parts = podwarden::cli::daemon::assemble(&cfg, fake.clone(), "fake://", tuning);
         if o.first_scan {
             parts.agent.apply_source(Vec::new());
         }
