@@ -202,3 +202,69 @@ fn a_deleted_pod_is_gone_right_after_its_container_exits() {
     gaps.sort_by(f64::total_cmp);
     assert!(gaps[1] < 300.0, "gone after the exit (ms): {gaps:?}");
 }
+
+/// Bytes of the regular files in `dir` (their length: a file being
+/// compressed counts twice, as on disk).
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|es| es.flatten().filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum())
+        .unwrap_or(0)
+}
+
+/// A container that writes 27 MB of lines as fast as it can right after
+/// it starts (`containerLogMaxSize: 1Mi`, `containerLogMaxFiles: 3`): its
+/// log is rotated as it grows, so its files never hold more than twice
+/// the 3 MiB they may hold; once it is idle for a monitor interval, every
+/// rotated file is compressed.
+#[test]
+fn a_log_burst_from_a_new_container_is_rotated_as_it_grows() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start_with(
+        "react-burst",
+        "containerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 3\ncontainerLogMonitorInterval: 3s\n",
+        &[],
+    );
+    let cmd = "yes \"$(printf '%0999d' 0)\" | head -c 27000000; for i in 1 2 3 4 5; do echo burst-done; sleep 0.2; done; sleep 3600";
+    a.write("burst.yaml", &pod_yaml("burst", "  terminationGracePeriodSeconds: 1\n", cmd));
+    let uid = a.uid("burst");
+    let dir = a.dir.0.join("logs").join(format!("e2e_burst_{uid}")).join("main");
+    let (mut peak, mut samples) = (0u64, 0);
+    let start = Instant::now();
+    // the marker line ends the live log (read its tail only: the sampling
+    // must not slow the machine it measures)
+    let done = || {
+        use std::io::{Seek, SeekFrom};
+        let Ok(mut f) = std::fs::File::open(dir.join("0.log")) else { return false };
+        let len = f.metadata().map_or(0, |m| m.len());
+        let mut tail = Vec::new();
+        f.seek(SeekFrom::Start(len.saturating_sub(4096))).is_ok()
+            && f.read_to_end(&mut tail).is_ok()
+            && tail.windows(10).any(|w| w == b"burst-done")
+    };
+    let mut series = Vec::new();
+    while samples % 10 != 0 || !done() {
+        let b = dir_bytes(&dir);
+        series.push((start.elapsed().as_millis(), b));
+        peak = peak.max(b);
+        samples += 1;
+        assert!(start.elapsed() < Duration::from_secs(90), "the burst did not end within 90 s");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!("burst: 27 MB in {secs:.1} s, peak {peak} bytes on disk over {samples} samples");
+    assert!(
+        peak <= 2 * 3 * (1 << 20),
+        "the log files held {peak} bytes at once (limit 3 MiB, twice that tolerated); (ms, bytes): {series:?}"
+    );
+    // idle for a monitor interval (3 s): the newest rotated file is compressed too
+    wait_for("every rotated file compressed", Duration::from_secs(10), || {
+        let names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().into_string().unwrap())
+            .filter(|n| n != "0.log")
+            .collect();
+        !names.is_empty() && names.iter().all(|n| n.ends_with(".gz"))
+    });
+    a.clean_up(&[&uid]);
+}

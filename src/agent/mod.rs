@@ -57,6 +57,8 @@ pub struct Parts {
     /// The runtime's event stream as the `runtime-events` thread leaves it
     /// (metrics, the node view).
     pub runtime_events: Arc<crate::runtime::events::StreamState>,
+    /// New containers' logs, told by the workers to the log monitor.
+    pub new_logs: Arc<crate::logs::monitor::NewLogs>,
 }
 
 impl Parts {

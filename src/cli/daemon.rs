@@ -291,6 +291,7 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
     };
     let pod_cache = Arc::new(crate::runtime::cache::PodCache::new());
     let objects = Arc::new(crate::model::objects::ObjectStore::new());
+    let new_logs = Arc::new(crate::logs::monitor::NewLogs::default());
     let prober = crate::pod::prober::Prober::start(crate::pod::prober::ProberDeps {
         runtime: runtime.clone(),
         events: events.clone(),
@@ -305,7 +306,8 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
             .with_pod_cache(pod_cache.clone())
             .with_objects(objects.clone())
             .with_prober(prober.clone())
-            .with_keyring(keyring),
+            .with_keyring(keyring)
+            .with_new_logs(new_logs.clone()),
     );
     let observer: Arc<dyn Observer> = match tuning.observer {
         Some(o) => Arc::new(Both(metrics.clone(), o)),
@@ -371,6 +373,7 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
         shutdown: SharedState::default(),
         node_name,
         runtime_events,
+        new_logs,
     }
 }
 
@@ -531,6 +534,7 @@ fn start_log_rotation(config: &Config, parts: &Parts) -> Result<crate::logs::mon
             workers: config.container_log_max_workers,
             timeout: config.runtime_request_timeout,
             pod_cache: Some(parts.pod_cache.clone()),
+            new_logs: parts.new_logs.clone(),
         },
     )
     .map_err(io("starting container log rotation"))

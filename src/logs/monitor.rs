@@ -10,10 +10,21 @@
 //! every [`QUIET`], so a container writing fast cannot fill the disk in the
 //! time between two passes.
 //!
+//! A new container's log is known before the container starts: the pod
+//! worker tells [`NewLogs`] right after `CreateContainer`, and the monitor
+//! watches its directory and checks it from its first byte. While a log
+//! grows fast (past half the limit within the last second) the monitor
+//! reads inotify again after [`HOT`] instead of [`QUIET`], so a burst is
+//! rotated as it grows: many
+//! times a second if need be (rotated names carry `-001` to `-999` within
+//! a second).
+//!
 //! The monitor never touches a file's content or waits for the runtime
 //! beyond its list: checks go to the workers through a bounded queue, one
 //! per container at a time. A worker compresses and calls
-//! `ReopenContainerLog`; nothing else waits for it.
+//! `ReopenContainerLog`; nothing else waits for it. Every pass also has the
+//! newest rotated file of a log idle for a whole interval compressed (the
+//! kubelet leaves it plain for good).
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -35,8 +46,55 @@ use crate::runtime::{CallCtx, ContainerState, Runtime, RuntimeError};
 /// second, not one per write (inotify merges the events meanwhile).
 pub const QUIET: Duration = Duration::from_millis(100);
 
+/// While a log grows past half the limit, the monitor reads inotify again
+/// this soon: a burst of 100 MiB/s fills a 1 MiB log in 10 ms.
+pub const HOT: Duration = Duration::from_millis(2);
+
+/// How long the monitor stays that quick after it last saw a log past half
+/// the limit (a rotation leaves the live log small, and it is past the
+/// limit again a few milliseconds later) or was told of a new log.
+const HOT_FOR: Duration = Duration::from_secs(1);
+
 /// The most checks waiting for a worker.
 const QUEUE: usize = 1024;
+
+/// New containers' logs, told by the pod workers right after
+/// `CreateContainer` (before the container starts), so the monitor checks
+/// them from their first byte instead of from the next pass that lists
+/// the container. Shared by the workers (`created`) and the monitor.
+#[derive(Default)]
+pub struct NewLogs {
+    pending: Mutex<Vec<Target>>,
+    wake: Mutex<Option<Arc<File>>>,
+}
+
+impl std::fmt::Debug for NewLogs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewLogs").field("pending", &self.pending.lock().len()).finish()
+    }
+}
+
+impl NewLogs {
+    /// Container `id` will write `<dir>/<live>` (e.g. `0.log`). Never
+    /// blocks; beyond [`QUEUE`] waiting ones the log is left to the next
+    /// pass.
+    pub fn created(&self, id: &str, dir: PathBuf, live: String) {
+        {
+            let mut p = self.pending.lock();
+            if p.len() >= QUEUE {
+                return;
+            }
+            p.push(Target { id: id.to_string(), dir, live });
+        }
+        if let Some(w) = self.wake.lock().as_ref() {
+            crate::sys::eventfd_poke(w);
+        }
+    }
+
+    fn take(&self) -> Vec<Target> {
+        std::mem::take(&mut *self.pending.lock())
+    }
+}
 
 /// What rotation needs to know; from the config.
 #[derive(Debug, Clone)]
@@ -50,6 +108,8 @@ pub struct Settings {
     /// The relist's newest list, used instead of a list of its own when
     /// fresh.
     pub pod_cache: Option<Arc<crate::runtime::cache::PodCache>>,
+    /// Where the pod workers tell of new containers' logs.
+    pub new_logs: Arc<NewLogs>,
 }
 
 /// One running container's live log.
@@ -94,12 +154,14 @@ fn running(runtime: &dyn Runtime, s: &Settings) -> Result<Vec<Target>, RuntimeEr
     Ok(out)
 }
 
-/// Check one live log and rotate it if it is due; true when it rotated.
-fn check(runtime: &dyn Runtime, s: &Settings, t: &Target) -> bool {
+/// Check one live log and rotate it if it reached `max_size`; true when it
+/// rotated.
+fn check(runtime: &dyn Runtime, s: &Settings, t: &Target, max_size: u64) -> bool {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
     let stamp = crate::sys::local_timestamp(now);
     let reopen = || runtime.reopen_container_log(&CallCtx::background(s.timeout), &t.id);
-    match crate::logs::rotation::rotate(&t.dir, &t.live, s.policy, &stamp, reopen) {
+    let policy = crate::logs::rotation::Policy { max_size, ..s.policy };
+    match crate::logs::rotation::rotate(&t.dir, &t.live, policy, &stamp, reopen) {
         Ok(Outcome::Rotated(to)) => {
             log::debug!("container {}: log rotated to {}", t.id, to.display());
             return true;
@@ -124,19 +186,27 @@ fn check(runtime: &dyn Runtime, s: &Settings, t: &Target) -> bool {
 pub fn start(runtime: Arc<dyn Runtime>, settings: Settings) -> std::io::Result<LogRotation> {
     let wake = Arc::new(File::from(crate::sys::eventfd(libc::EFD_CLOEXEC | libc::EFD_NONBLOCK)?));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (tx, rx) = crossbeam_channel::bounded::<Target>(QUEUE);
+    let (tx, rx) = crossbeam_channel::bounded::<(Target, u64)>(QUEUE);
     // containers queued or being checked: one check each at a time
     let busy: Arc<Mutex<HashSet<String>>> = Arc::default();
     let mut joins = Vec::new();
     // compression on its own thread: a rotation never waits for one
-    let (ztx, zrx) = crossbeam_channel::bounded::<Target>(QUEUE);
+    let (ztx, zrx) = crossbeam_channel::bounded::<Compress>(QUEUE);
     let zbusy: Arc<Mutex<HashSet<PathBuf>>> = Arc::default();
     {
-        let zbusy = zbusy.clone();
+        let (zbusy, idle) = (zbusy.clone(), settings.interval);
         joins.push(crate::base::thread::spawn("log-compress", None, move || {
-            for t in zrx {
-                zbusy.lock().remove(&t.dir.join(&t.live));
-                crate::logs::rotation::compress_older(&t.dir, &t.live);
+            for job in zrx {
+                match job {
+                    Compress::Older(t) => {
+                        zbusy.lock().remove(&t.dir.join(&t.live));
+                        crate::logs::rotation::compress_older(&t.dir, &t.live);
+                    }
+                    Compress::Idle(dir) => {
+                        zbusy.lock().remove(&dir);
+                        crate::logs::rotation::compress_idle(&dir, idle);
+                    }
+                }
             }
         })?);
     }
@@ -144,10 +214,10 @@ pub fn start(runtime: Arc<dyn Runtime>, settings: Settings) -> std::io::Result<L
         let (rx, runtime, s, busy) = (rx.clone(), runtime.clone(), settings.clone(), busy.clone());
         let (ztx, zbusy) = (ztx.clone(), zbusy.clone());
         joins.push(crate::base::thread::spawn(format!("log-rotate-{n}"), None, move || {
-            for t in rx {
-                if check(&*runtime, &s, &t)
+            for (t, max_size) in rx {
+                if check(&*runtime, &s, &t, max_size)
                     && zbusy.lock().insert(t.dir.join(&t.live))
-                    && ztx.try_send(t.clone()).is_err()
+                    && ztx.try_send(Compress::Older(t.clone())).is_err()
                 {
                     zbusy.lock().remove(&t.dir.join(&t.live));
                 }
@@ -155,13 +225,28 @@ pub fn start(runtime: Arc<dyn Runtime>, settings: Settings) -> std::io::Result<L
             }
         })?);
     }
-    drop((rx, ztx));
+    drop(rx);
+    *settings.new_logs.wake.lock() = Some(wake.clone());
     let (wake2, stop2) = (wake.clone(), stop.clone());
     joins.push(crate::base::thread::spawn("log-monitor", None, move || {
-        Monitor::new(runtime, settings, tx, busy).run(&wake2, &stop2);
+        Monitor::new(runtime, settings, tx, busy, (ztx, zbusy)).run(&wake2, &stop2);
     })?);
     Ok(LogRotation { wake, stop, joins })
 }
+
+/// A compression job.
+enum Compress {
+    /// After a rotation: every rotated file of the log but the newest.
+    Older(Target),
+    /// A container directory at a pass: the logs idle for an interval,
+    /// their newest rotated file too.
+    Idle(PathBuf),
+}
+
+/// How long a log told by [`NewLogs`] stays known without a pass listing
+/// its container (a pass lists only running containers, from a list that
+/// may be older than the start).
+const NEW_LOG_KEPT: Duration = Duration::from_secs(30);
 
 /// What a watched directory is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,7 +266,7 @@ const RELIST_AFTER: Duration = Duration::from_secs(1);
 struct Monitor {
     runtime: Arc<dyn Runtime>,
     s: Settings,
-    tx: crossbeam_channel::Sender<Target>,
+    tx: crossbeam_channel::Sender<(Target, u64)>,
     busy: Arc<Mutex<HashSet<String>>>,
     inotify: Option<Inotify>,
     /// Every watched directory below `podLogsDir` (and it).
@@ -191,14 +276,20 @@ struct Monitor {
     /// A log the last pass did not know grew past the limit.
     relist: bool,
     last_pass: Option<Instant>,
+    /// Logs told by [`NewLogs`], and when: kept across passes for
+    /// [`NEW_LOG_KEPT`].
+    told: Vec<(Target, Instant)>,
+    /// The compression queue and the directories and logs in it.
+    compress: (crossbeam_channel::Sender<Compress>, Arc<Mutex<HashSet<PathBuf>>>),
 }
 
 impl Monitor {
     fn new(
         runtime: Arc<dyn Runtime>,
         s: Settings,
-        tx: crossbeam_channel::Sender<Target>,
+        tx: crossbeam_channel::Sender<(Target, u64)>,
         busy: Arc<Mutex<HashSet<String>>>,
+        compress: (crossbeam_channel::Sender<Compress>, Arc<Mutex<HashSet<PathBuf>>>),
     ) -> Self {
         let inotify = match Inotify::init() {
             Ok(i) => Some(i),
@@ -219,15 +310,45 @@ impl Monitor {
             targets: HashMap::new(),
             relist: false,
             last_pass: None,
+            told: Vec::new(),
+            compress,
+        }
+    }
+
+    /// Know and watch the logs the workers told of since the last look;
+    /// true if there were any.
+    fn take_new(&mut self) -> bool {
+        let new = self.s.new_logs.take();
+        let any = !new.is_empty();
+        for t in new {
+            if self.inotify.is_some() && !self.watched.values().any(|(_, d)| *d == t.dir) {
+                let dir = t.dir.clone();
+                self.watch(Kind::Container, &dir);
+            }
+            self.know(&t);
+            self.told.push((t, Instant::now()));
+        }
+        any
+    }
+
+    fn know(&mut self, t: &Target) {
+        let ts = self.targets.entry(t.dir.clone()).or_default();
+        if !ts.contains(t) {
+            ts.push(t.clone());
         }
     }
 
     /// Queue a check of `t` unless one is queued or running.
     fn queue(&self, t: &Target) {
+        self.queue_at(t, self.s.policy.max_size);
+    }
+
+    /// Queue a check that rotates `t` once it holds `max_size` bytes.
+    fn queue_at(&self, t: &Target, max_size: u64) {
         if !self.busy.lock().insert(t.id.clone()) {
             return;
         }
-        if self.tx.try_send(t.clone()).is_err() {
+        if self.tx.try_send((t.clone(), max_size)).is_err() {
             // full: the next pass or write queues it again
             self.busy.lock().remove(&t.id);
         }
@@ -281,13 +402,28 @@ impl Monitor {
             self.targets.entry(t.dir.clone()).or_default().push(t.clone());
             self.queue(t);
         }
+        self.told.retain(|(t, at)| at.elapsed() < NEW_LOG_KEPT && !targets.iter().any(|l| l.id == t.id));
+        for (t, _) in self.told.clone() {
+            self.know(&t);
+        }
         let root = self.s.pod_logs_dir.clone();
         self.watch(Kind::Root, &root);
+        // the newest rotated file of a log idle for an interval
+        let dirs: Vec<PathBuf> =
+            self.watched.values().filter(|(k, _)| *k == Kind::Container).map(|(_, d)| d.clone()).collect();
+        let (ztx, zbusy) = &self.compress;
+        for d in dirs {
+            if zbusy.lock().insert(d.clone()) && ztx.try_send(Compress::Idle(d.clone())).is_err() {
+                zbusy.lock().remove(&d);
+            }
+        }
     }
 
     /// Read the events: watch new directories, check the live logs written
-    /// to that reached the limit.
-    fn events(&mut self, buf: &mut [u8]) {
+    /// to that reached the limit (half of it when `quick`: a burst). True
+    /// when a live log written to is past half the limit (look again after
+    /// [`HOT`]).
+    fn events(&mut self, buf: &mut [u8], quick: bool) -> bool {
         let mut new_dirs: Vec<(Kind, PathBuf)> = Vec::new();
         let mut written: Vec<(PathBuf, String)> = Vec::new();
         if let Some(ino) = self.inotify.as_mut() {
@@ -322,6 +458,7 @@ impl Monitor {
         for (kind, dir) in new_dirs {
             self.watch(kind, &dir);
         }
+        let mut hot = false;
         for (dir, name) in written {
             let known = self.targets.get(&dir).and_then(|ts| ts.iter().find(|t| t.live == name)).cloned();
             let live = known.is_some() || name.strip_suffix(".log").is_some_and(|n| n.parse::<u32>().is_ok());
@@ -329,20 +466,28 @@ impl Monitor {
                 continue;
             }
             let size = std::fs::symlink_metadata(dir.join(&name)).map_or(0, |m| m.len());
-            if size < self.s.policy.max_size {
+            let half = self.s.policy.max_size / 2;
+            hot |= size >= half;
+            // while logs grow this fast (burst), a log is rotated at half
+            // the limit: it grows on while the rotation is made, and would
+            // end far past the limit otherwise
+            let due = if quick { half.max(1) } else { self.s.policy.max_size };
+            if size < due {
                 continue;
             }
             match known {
-                Some(t) => self.queue(&t),
+                Some(t) => self.queue_at(&t, due),
                 // a container started since the last pass: list again soon
                 None => self.relist = true,
             }
         }
+        hot
     }
 
     fn run(mut self, wake: &File, stop: &std::sync::atomic::AtomicBool) {
         let mut next_pass = Instant::now();
         let mut quiet_until = Instant::now();
+        let mut hot_until = Instant::now();
         let mut buf = vec![0u8; 4 << 10];
         loop {
             if stop.load(std::sync::atomic::Ordering::SeqCst) {
@@ -374,10 +519,17 @@ impl Monitor {
             }
             if fds[0].revents != 0 {
                 let _ = (&*wake).read(&mut [0u8; 8]);
+                // a new container may start with a burst: quick from its first byte
+                if self.take_new() {
+                    hot_until = crate::base::cancel::deadline_in(HOT_FOR);
+                }
             }
             if fds.len() > 1 && fds[1].revents != 0 {
-                self.events(&mut buf);
-                quiet_until = crate::base::cancel::deadline_in(QUIET);
+                if self.events(&mut buf, Instant::now() < hot_until) {
+                    hot_until = crate::base::cancel::deadline_in(HOT_FOR);
+                }
+                let quiet = if Instant::now() < hot_until { HOT } else { QUIET };
+                quiet_until = crate::base::cancel::deadline_in(quiet);
             }
         }
     }
@@ -444,6 +596,7 @@ mod tests {
             workers: 1,
             timeout: Duration::from_secs(5),
             pod_cache: None,
+            new_logs: Arc::default(),
         }
     }
 

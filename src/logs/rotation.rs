@@ -201,14 +201,19 @@ pub fn rotate(
         return Ok(Outcome::Small);
     }
     // the kubelet's name has seconds; a log written fast enough to be due
-    // again within the second gets `-1` to `-9` after it (names still sort
-    // in time order), then waits for the next second
+    // again within the second gets `-001` to `-999` after it (names still
+    // sort in time order: a burst rotates many times a second), then waits
+    // for the next second
     let taken = |p: &Path| {
         std::fs::symlink_metadata(p).is_ok()
             || std::fs::symlink_metadata(format!("{}{COMPRESSED}", p.display())).is_ok()
     };
+    // and after every name already made: the oldest removed frees a name
+    // that would sort before the newer ones
+    let newest = rotated(dir, live).pop().map(|r| r.base);
     let Some(target) = std::iter::once(format!("{live}.{stamp}"))
-        .chain((1..=9).map(|k| format!("{live}.{stamp}-{k}")))
+        .chain((1..=999).map(|k| format!("{live}.{stamp}-{k:03}")))
+        .filter(|n| newest.as_ref().is_none_or(|b| n.as_str() > b.as_str()))
         .map(|n| dir.join(n))
         .find(|p| !taken(p))
     else {
@@ -244,6 +249,42 @@ pub fn compress_older(dir: &Path, live: &str) {
             // removed meanwhile as the oldest
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
+                log::warn!("container log {}: cannot compress it: {e}", r.path.display());
+                let _ = std::fs::remove_file(format!("{}{TMP}", r.path.display()));
+            }
+        }
+    }
+}
+
+/// Compress the rotated files rotation leaves plain (the newest of each
+/// log, which the kubelet never compresses) of every log in `dir` whose
+/// live file was not written for `idle` (or is gone: the container
+/// exited and was removed). After a burst nothing rotates an idle log
+/// again, so its newest rotated file would stay plain for good.
+pub fn compress_idle(dir: &Path, idle: std::time::Duration) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut lives: Vec<String> = entries
+        .flatten()
+        .take(10_000)
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter_map(|n| n.split_once(".log.").map(|(a, _)| format!("{a}.log")))
+        .collect();
+    lives.sort();
+    lives.dedup();
+    let idle_for =
+        |p: &Path| std::fs::symlink_metadata(p).ok().and_then(|m| m.modified().ok()).and_then(|t| t.elapsed().ok());
+    for live in lives {
+        let old = rotated(dir, &live);
+        // the live file's last write; when it is gone, the newest rotated
+        // file's (the container removed, or a reopen still to come)
+        let written = idle_for(&dir.join(&live)).or_else(|| old.last().and_then(|r| idle_for(&r.path)));
+        if written.is_none_or(|age| age < idle) {
+            continue;
+        }
+        for r in old.iter().filter(|r| !r.compressed) {
+            if let Err(e) = compress(&r.path)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
                 log::warn!("container log {}: cannot compress it: {e}", r.path.display());
                 let _ = std::fs::remove_file(format!("{}{TMP}", r.path.display()));
             }
@@ -351,6 +392,33 @@ mod tests {
     const POLICY: Policy = Policy { max_size: 100, max_files: 4 };
 
     #[test]
+    fn an_idle_logs_newest_rotated_file_is_compressed_too() {
+        let d = std::env::temp_dir().join(format!("podwarden-rot-idle-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        for stamp in ["20261124-010001", "20261124-010002"] {
+            write(&d.join("0.log"), &[b'a'; 200]);
+            rotate(&d, "0.log", POLICY, stamp, || Ok(())).unwrap();
+            compress_older(&d, "0.log");
+        }
+        write(&d.join("0.log"), b"x");
+        // rotation leaves the newest plain; a log written just now is not idle
+        compress_idle(&d, std::time::Duration::from_secs(3600));
+        assert_eq!(names(&d), ["0.log", "0.log.20261124-010001.gz", "0.log.20261124-010002"]);
+        compress_idle(&d, std::time::Duration::ZERO);
+        assert_eq!(names(&d), ["0.log", "0.log.20261124-010001.gz", "0.log.20261124-010002.gz"]);
+        // a log whose live file is gone (the container removed): idle when
+        // its newest rotated file is
+        write(&d.join("1.log"), &[b'a'; 200]);
+        rotate(&d, "1.log", POLICY, "20261124-010003", || Ok(())).unwrap();
+        compress_idle(&d, std::time::Duration::from_secs(3600));
+        assert!(names(&d).contains(&"1.log.20261124-010003".to_string()), "{:?}", names(&d));
+        compress_idle(&d, std::time::Duration::ZERO);
+        assert!(names(&d).contains(&"1.log.20261124-010003.gz".to_string()), "{:?}", names(&d));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
     fn a_small_log_stays_and_a_large_one_is_rotated_and_reopened() {
         let d = tmpdir("basic");
         write(&d.join("0.log"), &[b'a'; 99]);
@@ -368,27 +436,30 @@ mod tests {
         assert_eq!(r.map_err(|e| e.to_string()), Ok(Outcome::Rotated(d.join("0.log.20261124-010000"))));
         assert_eq!(reopened, 1);
         assert_eq!(names(&d), ["0.log.20261124-010000"]);
-        // the same second again: `-1`..`-9`, then later, never over a file
-        for k in 1..=9 {
+        // the same second again: `-001`..`-999`, then later, never over a file
+        for k in 1..=999 {
             write(&d.join("0.log"), &[b'b'; 200]);
-            let to = d.join(format!("0.log.20261124-010000-{k}"));
+            let to = d.join(format!("0.log.20261124-010000-{k:03}"));
             assert_eq!(
                 rotate(&d, "0.log", Policy { max_size: 100, max_files: 20 }, "20261124-010000", || Ok(()))
                     .map_err(|e| e.to_string()),
                 Ok(Outcome::Rotated(to))
             );
-            compress_older(&d, "0.log");
+            if k % 100 == 0 || k > 990 {
+                compress_older(&d, "0.log");
+            }
         }
         write(&d.join("0.log"), &[b'b'; 200]);
         assert_eq!(
             rotate(&d, "0.log", POLICY, "20261124-010000", || Ok(())).map_err(|e| e.to_string()),
             Ok(Outcome::Later)
         );
-        assert!(std::fs::read(d.join("0.log.20261124-010000.gz")).unwrap().len() < 100);
-        // they sort in the order they were made
+        // they sort in the order they were made (the 19 newest are kept)
         let r = rotated(&d, "0.log");
         assert!(r.windows(2).all(|w| w[0].base < w[1].base));
-        assert!(r[0].base.ends_with("010000") && r[9].base.ends_with("010000-9"), "{r:?}");
+        assert_eq!(r.len(), 19);
+        assert!(r[0].base.ends_with("010000-981") && r[18].base.ends_with("010000-999"), "{r:?}");
+        assert!(r[..18].iter().all(|f| f.compressed) && !r[18].compressed, "{r:?}");
         std::fs::remove_dir_all(&d).unwrap();
     }
 

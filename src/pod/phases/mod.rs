@@ -123,6 +123,8 @@ pub struct PodSync {
     /// The relist's view: a set-up pass reuses its pod's last status read
     /// when a later relist saw the pod unchanged.
     pod_cache: Option<Arc<PodCache>>,
+    /// The log monitor's list of new containers' logs.
+    new_logs: Option<Arc<crate::logs::monitor::NewLogs>>,
     /// Each syncing pod's last status read and when it began.
     reads: Mutex<HashMap<Uid, (Instant, RuntimePod)>>,
     /// The local ConfigMaps and Secrets (environment, volumes).
@@ -231,6 +233,7 @@ impl PodSync {
             keyring: Arc::new(crate::node::images::credentials::Keyring::none()),
             metrics: None,
             pod_cache: None,
+            new_logs: None,
             reads: Mutex::new(HashMap::new()),
             objects: Arc::new(crate::model::objects::ObjectStore::new()),
             prober: None,
@@ -301,6 +304,12 @@ impl PodSync {
     }
 
     /// Report pod start durations to `metrics`.
+    /// Tell the log monitor of each container's log as it is created.
+    pub fn with_new_logs(mut self, new_logs: Arc<crate::logs::monitor::NewLogs>) -> Self {
+        self.new_logs = Some(new_logs);
+        self
+    }
+
     pub fn with_metrics(mut self, metrics: Arc<crate::telemetry::metrics::Metrics>) -> Self {
         self.metrics = Some(metrics);
         self

@@ -437,6 +437,12 @@ impl PodSync {
             log::warn!("pod {}: {msg}", model::pod_ref(pod));
             self.events.event(&obj, EventType::Warning, "HugePagesNotEnforced", &msg);
         }
+        // the container's log directory, as the kubelet makes it: watched
+        // by the log monitor before the container writes its first byte
+        let log_dir = self.cfg.pod_log_dir(pod).join(&c.name);
+        if let Err(e) = std::fs::create_dir_all(&log_dir) {
+            log::warn!("pod {}: cannot create the log directory {}: {e}", model::pod_ref(pod), log_dir.display());
+        }
         let id = match self.runtime.create_container(&self.call(ctx), sandbox.id, &config, sandbox.config) {
             Ok(id) => id,
             Err(RuntimeError::Cancelled { .. }) => return Err(SyncError::Cancelled),
@@ -446,6 +452,9 @@ impl PodSync {
                 return Ok(Some(self.cfg.backoff_initial));
             }
         };
+        if let Some(n) = &self.new_logs {
+            n.created(&id, log_dir, format!("{}.log", config.attempt));
+        }
         match ctx.start(|| self.runtime.start_container(&self.call(ctx), &id))? {
             Ok(()) => {
                 self.forget(uid, &c.name);
