@@ -937,6 +937,37 @@ impl Runtime for CriRuntime {
         Ok(())
     }
 
+    fn exec(&self, ctx: &CallCtx, id: &str, cmd: &[String], s: super::Streams) -> Result<String> {
+        let req = api::ExecRequest {
+            container_id: id.into(),
+            cmd: cmd.to_vec(),
+            tty: s.tty,
+            stdin: s.stdin,
+            stdout: s.stdout,
+            stderr: s.stderr,
+            ..Default::default()
+        };
+        Ok(call(ctx, Op::Exec, |o| self.runtime.exec_opt(&req, o))?.url)
+    }
+
+    fn attach(&self, ctx: &CallCtx, id: &str, s: super::Streams) -> Result<String> {
+        let req = api::AttachRequest {
+            container_id: id.into(),
+            stdin: s.stdin,
+            tty: s.tty,
+            stdout: s.stdout,
+            stderr: s.stderr,
+            ..Default::default()
+        };
+        Ok(call(ctx, Op::Attach, |o| self.runtime.attach_opt(&req, o))?.url)
+    }
+
+    fn port_forward(&self, ctx: &CallCtx, sandbox_id: &str, ports: &[u16]) -> Result<String> {
+        let port = ports.iter().map(|&p| i32::from(p)).collect();
+        let req = api::PortForwardRequest { pod_sandbox_id: sandbox_id.into(), port, ..Default::default() };
+        Ok(call(ctx, Op::PortForward, |o| self.runtime.port_forward_opt(&req, o))?.url)
+    }
+
     fn exec_sync(&self, id: &str, cmd: &[String], timeout: Duration, done: super::ExecDone) {
         let mut req = api::ExecSyncRequest::new();
         req.container_id = id.to_string();

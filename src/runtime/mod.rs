@@ -81,10 +81,13 @@ pub enum Op {
     ImageFsInfo,
     ListContainerStats,
     ListPodSandboxStats,
+    Exec,
+    Attach,
+    PortForward,
 }
 
 impl Op {
-    pub const ALL: [Op; 22] = [
+    pub const ALL: [Op; 25] = [
         Op::Version,
         Op::ListPodSandbox,
         Op::PodSandboxStatus,
@@ -107,6 +110,9 @@ impl Op {
         Op::ImageFsInfo,
         Op::ListContainerStats,
         Op::ListPodSandboxStats,
+        Op::Exec,
+        Op::Attach,
+        Op::PortForward,
     ];
 
     /// The op with this CRI method name (`ListPodSandbox`, ...).
@@ -139,6 +145,9 @@ impl Op {
             Op::ImageFsInfo => "ImageFsInfo",
             Op::ListContainerStats => "ListContainerStats",
             Op::ListPodSandboxStats => "ListPodSandboxStats",
+            Op::Exec => "Exec",
+            Op::Attach => "Attach",
+            Op::PortForward => "PortForward",
         }
     }
 
@@ -167,6 +176,9 @@ impl Op {
             Op::ImageFsInfo => "image_fs_info",
             Op::ListContainerStats => "list_container_stats",
             Op::ListPodSandboxStats => "list_podsandbox_stats",
+            Op::Exec => "exec",
+            Op::Attach => "attach",
+            Op::PortForward => "port_forward",
         }
     }
 }
@@ -668,6 +680,25 @@ pub trait Runtime: Send + Sync {
     /// once on the caller's when the call cannot be made. `done` must not
     /// block.
     fn exec_sync(&self, id: &str, cmd: &[String], timeout: Duration, done: ExecDone);
+    /// CRI `Exec`: the URL on the runtime's streaming server where a client
+    /// runs `cmd` in container `id` with the streams `streams` asks for.
+    fn exec(&self, ctx: &CallCtx, id: &str, cmd: &[String], streams: Streams) -> Result<String>;
+    /// CRI `Attach`: the URL where a client attaches to container `id`'s
+    /// main process.
+    fn attach(&self, ctx: &CallCtx, id: &str, streams: Streams) -> Result<String>;
+    /// CRI `PortForward`: the URL where a client forwards connections to
+    /// `ports` in sandbox `sandbox_id`'s network namespace.
+    fn port_forward(&self, ctx: &CallCtx, sandbox_id: &str, ports: &[u16]) -> Result<String>;
+}
+
+/// Which streams an exec or attach carries (CRI `ExecRequest`'s and
+/// `AttachRequest`'s flags); with `tty`, stderr is merged into stdout.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Streams {
+    pub stdin: bool,
+    pub stdout: bool,
+    pub stderr: bool,
+    pub tty: bool,
 }
 
 /// What [`Runtime::exec_sync`] found.
