@@ -35,6 +35,10 @@ pub enum CliError {
     /// exits with it.
     #[error("command terminated with exit code {0}")]
     Exit(u8),
+    /// A signal ended the session (exit status 128 + the signal); the
+    /// terminal is restored, the remote command runs on.
+    #[error("interrupted by signal {0}")]
+    Signal(u8),
 }
 
 /// The exit statuses of `podwarden` (sysexits.h names), as the man page's
@@ -66,6 +70,7 @@ impl CliError {
                 FailureKind::Failed => exit::FAILURE,
             },
             CliError::Exit(code) => *code,
+            CliError::Signal(sig) => 128 + *sig,
             _ => exit::FAILURE,
         }
     }

@@ -326,7 +326,7 @@ pub(super) fn session(conn: &mut Conn, mut input: Input, tty: bool, out: &mut dy
                     conn.send(4, &size)?;
                 }
             } else {
-                return Err(CliError::Exit(128 + *sig as u8));
+                return Err(CliError::Signal(*sig as u8));
             }
         }
     }
