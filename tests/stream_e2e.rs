@@ -269,3 +269,243 @@ fn port_forward_carries_16_mib_both_ways_byte_for_byte_and_cp_copies_both_ways()
     assert!(code == 1 && err.contains("nope"), "a missing file names it: {err}");
     a.clean_up(&[&uid]);
 }
+
+// ---- the relay (api::stream::serve), on an agent in this process ----
+
+use podwarden::api::stream::{self, StreamTarget, UpgradeRequest};
+use tungstenite::{Message, WebSocket};
+
+/// A plain-TCP stand-in for the kube API's connection thread: reads the
+/// request head, takes the target from a kubelet-style path
+/// (`/exec/NS/POD/C?...`, `/attach/...`, `/portForward/NS/POD?...`) and
+/// calls `serve`.
+fn relay_server(parts: podwarden::agent::Parts) -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in l.incoming().flatten() {
+            let parts = parts.clone();
+            std::thread::spawn(move || {
+                let mut conn = conn;
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                let end = loop {
+                    let n = conn.read(&mut chunk).unwrap();
+                    assert!(n > 0 && buf.len() < 65536, "a whole head");
+                    buf.extend_from_slice(&chunk[..n]);
+                    if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break p + 4;
+                    }
+                };
+                let req = UpgradeRequest::parse(&buf[..end], &buf[end..]).unwrap();
+                let (path, query) = req.target.split_once('?').unwrap_or((&req.target, ""));
+                let seg: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+                let kind = if seg[0] == "portForward" { "portforward" } else { seg[0] };
+                let target = StreamTarget::from_query(kind, seg[1], seg[2], seg.get(3).copied().unwrap_or(""), query)
+                    .unwrap();
+                let _ = stream::serve(&parts, Box::new(conn), &req, target, |_| Ok(()));
+            });
+        }
+    });
+    port
+}
+
+/// The answer head to a raw upgrade request.
+fn raw_upgrade(port: u16, head: &str) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(head.as_bytes()).unwrap();
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut chunk) {
+            Ok(n @ 1..) => got.extend_from_slice(&chunk[..n]),
+            _ => break,
+        }
+    }
+    // a refusal's body too
+    s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    while let Ok(n @ 1..) = s.read(&mut chunk) {
+        got.extend_from_slice(&chunk[..n]);
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+fn ws(addr: &str, path: &str, protocol: &str) -> Result<WebSocket<std::net::TcpStream>, String> {
+    use tungstenite::client::IntoClientRequest;
+    let tcp = std::net::TcpStream::connect(addr).unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let mut req = format!("ws://{addr}{path}").into_client_request().unwrap();
+    req.headers_mut().insert("Sec-WebSocket-Protocol", protocol.parse().unwrap());
+    match tungstenite::client(req, tcp) {
+        Ok((ws, _)) => Ok(ws),
+        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(r))) => Err(format!(
+            "{} {}",
+            r.status().as_u16(),
+            String::from_utf8_lossy(r.body().as_deref().unwrap_or_default())
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Run an exec session to its end: (stdout, the final status).
+fn ws_exec(mut w: WebSocket<std::net::TcpStream>) -> (String, String) {
+    let (mut out, mut status) = (String::new(), String::new());
+    loop {
+        match w.read() {
+            Ok(Message::Binary(b)) if b.len() > 1 && b[0] == 1 => out.push_str(&String::from_utf8_lossy(&b[1..])),
+            Ok(Message::Binary(b)) if b.len() > 1 && b[0] == 3 => status = String::from_utf8_lossy(&b[1..]).into(),
+            Ok(Message::Close(_)) | Err(_) => return (out, status),
+            Ok(_) => {}
+        }
+    }
+}
+
+/// `total` bytes through a port-forward stream to the echo server, in
+/// 1 MiB round trips: the seconds it took.
+fn ws_echo(mut w: WebSocket<std::net::TcpStream>, total: usize) -> f64 {
+    let data = payload(1 << 20);
+    let t = Instant::now();
+    let mut first = [true, true];
+    for _ in 0..total / data.len() {
+        let mut msg = vec![0u8];
+        msg.extend_from_slice(&data);
+        w.send(Message::binary(msg)).unwrap();
+        let mut got = 0;
+        while got < data.len() {
+            match w.read().unwrap() {
+                Message::Binary(b) if !b.is_empty() && b[0] < 2 => {
+                    let skip = if std::mem::replace(&mut first[b[0] as usize], false) { 3 } else { 1 };
+                    let part = &b[skip.min(b.len())..];
+                    assert!(b[0] == 0 || part.is_empty(), "error channel: {}", String::from_utf8_lossy(part));
+                    assert_eq!(part, &data[got..got + part.len()], "the echo is byte for byte");
+                    got += part.len();
+                }
+                _ => {}
+            }
+        }
+    }
+    t.elapsed().as_secs_f64()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+#[test]
+fn the_relay_answers_each_kubectl_protocol_as_containerd_allows_and_measures_its_cost() {
+    let _serial = SERIAL.lock();
+    let dir = TempDir::new("relay");
+    let manifests = dir.0.join("manifests");
+    std::fs::create_dir_all(&manifests).unwrap();
+    let config_file = dir.0.join("config.yaml");
+    std::fs::write(
+        &config_file,
+        format!(
+            "staticPodPath: {}\ncontainerRuntimeEndpoint: unix://{}\nrootDir: {}\napiSocket: {}\npodLogsDir: {}\nnodeName: e2e\nfileCheckFrequency: 1s\nhousekeepingInterval: 500ms\ncgroupDriver: cgroupfs\naddress: 127.0.0.1\nreadOnlyPort: {}\n",
+            manifests.display(),
+            socket(),
+            dir.0.join("root").display(),
+            dir.0.join("api.sock").display(),
+            dir.0.join("logs").display(),
+            free_port()
+        ),
+    )
+    .unwrap();
+    let config = podwarden::config::Config::load(&config_file).unwrap();
+    let cri_rt = cri();
+    clear_runtime(&cri_rt);
+    let runtime: Arc<dyn Runtime> = Arc::new(cri());
+    let running = podwarden::cli::daemon::start(&config, runtime, "containerd://").unwrap();
+    let parts = running.parts.clone();
+    std::fs::write(manifests.join("web.yaml"), pod_yaml("web", "", ECHO_AND_COUNT)).unwrap();
+    running.rescan();
+    let exec_target = StreamTarget::from_query("exec", "e2e", "web", "", "command=true&stdout=1").unwrap();
+    wait_for("web running", Duration::from_secs(30), || stream::runtime_url(&parts, &exec_target, |_| Ok(())).is_ok());
+    let port = relay_server(parts.clone());
+    let addr = format!("127.0.0.1:{port}");
+
+    // kubectl 1.27-1.29: SPDY/3.1 exec and port-forward, relayed to 101
+    let spdy = |path: &str, versions: &str| {
+        raw_upgrade(port, &format!("POST {path} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: {versions}\r\nContent-Length: 0\r\n\r\n"))
+    };
+    let a = spdy("/exec/e2e/web/main?command=true&stdout=true", "v4.channel.k8s.io, v3.channel.k8s.io, v2.channel.k8s.io, channel.k8s.io");
+    assert!(a.starts_with("HTTP/1.1 101 ") && a.contains("Upgrade: SPDY/3.1") && a.contains("X-Stream-Protocol-Version: v4.channel.k8s.io"), "{a}");
+    let a = spdy("/portForward/e2e/web", "portforward.k8s.io");
+    assert!(a.starts_with("HTTP/1.1 101 ") && a.contains("X-Stream-Protocol-Version: portforward.k8s.io"), "{a}");
+    // the runtime's own refusal passes through (SPDY with v5 only)
+    let a = spdy("/exec/e2e/web/main?command=true&stdout=true", "v5.channel.k8s.io");
+    assert!(a.starts_with("HTTP/1.1 403 ") && a.contains("unable to negotiate protocol"), "{a}");
+
+    // kubectl 1.30+: WebSocket v5 exec, 1.31+: WebSocket port-forward:
+    // refused here with a Status, so that kubectl falls back to SPDY
+    let e = ws(&addr, "/exec/e2e/web/main?command=true&stdout=1", "v5.channel.k8s.io").unwrap_err();
+    assert!(e.starts_with("400 ") && e.contains("\"reason\":\"BadRequest\"") && e.contains("v5.channel.k8s.io"), "{e}");
+    let e = ws(&addr, "/portForward/e2e/web?ports=8080", "SPDY/3.1+portforward.k8s.io").unwrap_err();
+    assert!(e.starts_with("400 ") && e.contains("SPDY/3.1+portforward.k8s.io"), "{e}");
+    // what containerd serves over WebSocket is relayed
+    let w = ws(&addr, "/exec/e2e/web/main?command=echo&command=hi&stdout=1", "v4.channel.k8s.io").unwrap();
+    let (out, status) = ws_exec(w);
+    assert_eq!(out, "hi\n");
+    assert!(status.contains("\"Success\""), "{status}");
+    // refusals name the pod or container
+    let e = ws(&addr, "/exec/e2e/nope/main?command=true&stdout=1", "v4.channel.k8s.io").unwrap_err();
+    assert!(e.starts_with("404 ") && e.contains("pod e2e/nope not found"), "{e}");
+    let e = ws(&addr, "/exec/e2e/web/side?command=true&stdout=1", "v4.channel.k8s.io").unwrap_err();
+    assert!(e.starts_with("400 ") && e.contains("container side is not valid"), "{e}");
+
+    // the bench: exec of `true` and 64 MiB through port-forward,
+    // against the runtime's URL directly and through the relay
+    let sandbox = {
+        let pod = stream::find_pod(&parts, "e2e", "web").unwrap();
+        let rp = parts.runtime.pod_status(&call(), podwarden::model::uid(&pod)).unwrap();
+        rp.ready_sandbox().unwrap().id.clone()
+    };
+    let direct_url = |kind: &str| -> (String, String) {
+        let url = match kind {
+            "exec" => stream::runtime_url(&parts, &exec_target, |_| Ok(())).unwrap(),
+            _ => parts.runtime.port_forward(&call(), &sandbox, &[8080]).unwrap(),
+        };
+        let (host, path) = stream::split_url(&url).unwrap();
+        (host, path)
+    };
+    let (mut direct, mut relayed) = (Vec::new(), Vec::new());
+    for _ in 0..10 {
+        let (host, path) = direct_url("exec");
+        let t = Instant::now();
+        let (_, status) = ws_exec(ws(&host, &path, "v4.channel.k8s.io").unwrap());
+        direct.push(t.elapsed().as_secs_f64());
+        assert!(status.contains("Success"), "{status}");
+        let t = Instant::now();
+        let (_, status) = ws_exec(ws(&addr, "/exec/e2e/web/main?command=true&stdout=1", "v4.channel.k8s.io").unwrap());
+        relayed.push(t.elapsed().as_secs_f64());
+        assert!(status.contains("Success"), "{status}");
+    }
+    let mut lookup = Vec::new();
+    for _ in 0..10 {
+        let t = Instant::now();
+        stream::runtime_url(&parts, &exec_target, |_| Ok(())).unwrap();
+        lookup.push(t.elapsed().as_secs_f64());
+    }
+    eprintln!("bench: the pod lookup and CRI Exec call alone: {:.2} ms", median(lookup) * 1e3);
+    let (d, r) = (median(direct), median(relayed));
+    eprintln!(
+        "bench: exec true: direct (URL fetched beforehand) {:.2} ms, relayed (CRI Exec included) {:.2} ms, ratio {:.2}",
+        d * 1e3,
+        r * 1e3,
+        r / d
+    );
+    let total = 64 << 20;
+    let (host, path) = direct_url("pf");
+    let d = ws_echo(ws(&host, &format!("{path}?port=8080"), "v4.channel.k8s.io").unwrap(), total);
+    let r = ws_echo(ws(&addr, "/portForward/e2e/web?port=8080", "v4.channel.k8s.io").unwrap(), total);
+    let mib = (total >> 20) as f64;
+    eprintln!("bench: port-forward 64 MiB each way: direct {:.0} MiB/s, relayed {:.0} MiB/s, ratio {:.2}", mib / d, mib / r, d / r);
+    assert!(d / r > 0.3, "the relay is not a bottleneck: {:.2}", d / r);
+
+    std::fs::remove_file(manifests.join("web.yaml")).unwrap();
+    running.rescan();
+    wait_for("web removed", Duration::from_secs(60), || cri_rt.list_pods(&call()).unwrap().iter().all(|p| p.sandboxes.is_empty()));
+    running.stop();
+}

@@ -55,6 +55,9 @@ pub trait Duplex: Read + Write + Send {
     /// The socket, for `poll`.
     fn fd(&self) -> RawFd;
     fn set_nonblocking(&self, on: bool) -> io::Result<()>;
+    /// Send small writes at once (`TCP_NODELAY`): a stream's round trips
+    /// must not wait for Nagle's algorithm.
+    fn set_nodelay(&self) -> io::Result<()>;
     /// Bytes written but still held back (TLS records not yet on the
     /// socket): `flush` must be retried when the socket is writable.
     fn wants_write(&self) -> bool {
@@ -69,6 +72,9 @@ impl Duplex for TcpStream {
     fn set_nonblocking(&self, on: bool) -> io::Result<()> {
         TcpStream::set_nonblocking(self, on)
     }
+    fn set_nodelay(&self) -> io::Result<()> {
+        TcpStream::set_nodelay(self, true)
+    }
 }
 
 impl Duplex for rustls::StreamOwned<rustls::ServerConnection, TcpStream> {
@@ -77,6 +83,9 @@ impl Duplex for rustls::StreamOwned<rustls::ServerConnection, TcpStream> {
     }
     fn set_nonblocking(&self, on: bool) -> io::Result<()> {
         self.sock.set_nonblocking(on)
+    }
+    fn set_nodelay(&self) -> io::Result<()> {
+        self.sock.set_nodelay(true)
     }
     fn wants_write(&self) -> bool {
         self.conn.wants_write()
@@ -538,6 +547,7 @@ pub fn serve(
     }
     runtime.set_nonblocking(true)?;
     client.set_nonblocking(true)?;
+    client.set_nodelay()?;
     let idle = if upgraded { IDLE } else { RUNTIME_DEADLINE };
     splice(client.as_mut(), &mut runtime, &answer, !upgraded, idle)
 }
