@@ -100,7 +100,11 @@ fn exec_exit_codes_stdin_tty_attach_and_refusals() {
     // containerd answers a Status InternalError (no exit code), kubectl
     // prints it and exits 1: so does podwarden
     assert_eq!(code, 1, "a missing binary: {err}");
-    assert!(err.contains("Internal error occurred") && err.contains("\"/nope-not-here\": stat /nope-not-here: no such file"), "{err}");
+    assert!(
+        err.contains("Internal error occurred")
+            && err.contains("\"/nope-not-here\": stat /nope-not-here: no such file"),
+        "{err}"
+    );
 
     // stdin
     let (code, out, err) =
@@ -139,7 +143,9 @@ fn exec_exit_codes_stdin_tty_attach_and_refusals() {
             g.lock().push_str(&String::from_utf8_lossy(&buf[..n]));
         }
     });
-    wait_for("attach printing the container's lines", Duration::from_secs(15), || got.lock().matches("line ").count() >= 3);
+    wait_for("attach printing the container's lines", Duration::from_secs(15), || {
+        got.lock().matches("line ").count() >= 3
+    });
     podwarden::sys::kill(attach.id() as i32, libc::SIGINT).unwrap();
     let status = attach.wait().unwrap();
     assert_eq!(status.code(), Some(130), "SIGINT ends attach (the container runs on)");
@@ -256,7 +262,16 @@ fn port_forward_carries_16_mib_both_ways_byte_for_byte_and_cp_copies_both_ways()
     };
     ok(&["cp", file.to_str().unwrap(), "e2e/web:/tmp/blob.bin"]);
     ok(&["cp", tree.to_str().unwrap(), "e2e/web:/tmp/tree"]);
-    let sums = ok(&["exec", "web", "-n", "e2e", "--", "sh", "-c", "wc -c < /tmp/blob.bin; cat /tmp/tree/a.txt /tmp/tree/sub/b.txt"]);
+    let sums = ok(&[
+        "exec",
+        "web",
+        "-n",
+        "e2e",
+        "--",
+        "sh",
+        "-c",
+        "wc -c < /tmp/blob.bin; cat /tmp/tree/a.txt /tmp/tree/sub/b.txt",
+    ]);
     assert_eq!(sums, format!("{}\nalpha\nbeta\n", 3 << 20), "what arrived in the pod");
     let back = dir.0.join("back.bin");
     ok(&["cp", "e2e/web:/tmp/blob.bin", back.to_str().unwrap()]);
@@ -301,8 +316,8 @@ fn relay_server(parts: podwarden::agent::Parts) -> u16 {
                 let (path, query) = req.target.split_once('?').unwrap_or((&req.target, ""));
                 let seg: Vec<&str> = path.trim_start_matches('/').split('/').collect();
                 let kind = if seg[0] == "portForward" { "portforward" } else { seg[0] };
-                let target = StreamTarget::from_query(kind, seg[1], seg[2], seg.get(3).copied().unwrap_or(""), query)
-                    .unwrap();
+                let target =
+                    StreamTarget::from_query(kind, seg[1], seg[2], seg.get(3).copied().unwrap_or(""), query).unwrap();
                 let _ = stream::serve(&parts, Box::new(conn), &req, target, |_| Ok(()));
             });
         }
@@ -339,11 +354,9 @@ fn ws(addr: &str, path: &str, protocol: &str) -> Result<WebSocket<std::net::TcpS
     req.headers_mut().insert("Sec-WebSocket-Protocol", protocol.parse().unwrap());
     match tungstenite::client(req, tcp) {
         Ok((ws, _)) => Ok(ws),
-        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(r))) => Err(format!(
-            "{} {}",
-            r.status().as_u16(),
-            String::from_utf8_lossy(r.body().as_deref().unwrap_or_default())
-        )),
+        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(r))) => {
+            Err(format!("{} {}", r.status().as_u16(), String::from_utf8_lossy(r.body().as_deref().unwrap_or_default())))
+        }
         Err(e) => Err(e.to_string()),
     }
 }
@@ -428,10 +441,23 @@ fn the_relay_answers_each_kubectl_protocol_as_containerd_allows_and_measures_its
 
     // kubectl 1.27-1.29: SPDY/3.1 exec and port-forward, relayed to 101
     let spdy = |path: &str, versions: &str| {
-        raw_upgrade(port, &format!("POST {path} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: {versions}\r\nContent-Length: 0\r\n\r\n"))
+        raw_upgrade(
+            port,
+            &format!(
+                "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: {versions}\r\nContent-Length: 0\r\n\r\n"
+            ),
+        )
     };
-    let a = spdy("/exec/e2e/web/main?command=true&stdout=true", "v4.channel.k8s.io, v3.channel.k8s.io, v2.channel.k8s.io, channel.k8s.io");
-    assert!(a.starts_with("HTTP/1.1 101 ") && a.contains("Upgrade: SPDY/3.1") && a.contains("X-Stream-Protocol-Version: v4.channel.k8s.io"), "{a}");
+    let a = spdy(
+        "/exec/e2e/web/main?command=true&stdout=true",
+        "v4.channel.k8s.io, v3.channel.k8s.io, v2.channel.k8s.io, channel.k8s.io",
+    );
+    assert!(
+        a.starts_with("HTTP/1.1 101 ")
+            && a.contains("Upgrade: SPDY/3.1")
+            && a.contains("X-Stream-Protocol-Version: v4.channel.k8s.io"),
+        "{a}"
+    );
     let a = spdy("/portForward/e2e/web", "portforward.k8s.io");
     assert!(a.starts_with("HTTP/1.1 101 ") && a.contains("X-Stream-Protocol-Version: portforward.k8s.io"), "{a}");
     // the runtime's own refusal passes through (SPDY with v5 only)
@@ -501,11 +527,18 @@ fn the_relay_answers_each_kubectl_protocol_as_containerd_allows_and_measures_its
     let d = ws_echo(ws(&host, &format!("{path}?port=8080"), "v4.channel.k8s.io").unwrap(), total);
     let r = ws_echo(ws(&addr, "/portForward/e2e/web?port=8080", "v4.channel.k8s.io").unwrap(), total);
     let mib = (total >> 20) as f64;
-    eprintln!("bench: port-forward 64 MiB each way: direct {:.0} MiB/s, relayed {:.0} MiB/s, ratio {:.2}", mib / d, mib / r, d / r);
+    eprintln!(
+        "bench: port-forward 64 MiB each way: direct {:.0} MiB/s, relayed {:.0} MiB/s, ratio {:.2}",
+        mib / d,
+        mib / r,
+        d / r
+    );
     assert!(d / r > 0.3, "the relay is not a bottleneck: {:.2}", d / r);
 
     std::fs::remove_file(manifests.join("web.yaml")).unwrap();
     running.rescan();
-    wait_for("web removed", Duration::from_secs(60), || cri_rt.list_pods(&call()).unwrap().iter().all(|p| p.sandboxes.is_empty()));
+    wait_for("web removed", Duration::from_secs(60), || {
+        cri_rt.list_pods(&call()).unwrap().iter().all(|p| p.sandboxes.is_empty())
+    });
     running.stop();
 }

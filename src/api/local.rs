@@ -531,7 +531,10 @@ impl Handlers {
         let ports = req.ports.iter().map(|&p| u16::try_from(p).ok().filter(|&p| p > 0));
         let ports: Option<Vec<u16>> = ports.collect();
         let ports = ports.ok_or_else(|| {
-            status(RpcStatusCode::INVALID_ARGUMENT, format!("pod {ns}/{name}: ports must be 1 to 65535: {:?}", req.ports))
+            status(
+                RpcStatusCode::INVALID_ARGUMENT,
+                format!("pod {ns}/{name}: ports must be 1 to 65535: {:?}", req.ports),
+            )
         })?;
         let action = match kind {
             "exec" if req.command.is_empty() => {
@@ -547,7 +550,13 @@ impl Handlers {
             stderr: req.stderr && !req.tty,
             tty: req.tty,
         };
-        let target = StreamTarget { namespace: ns.clone(), pod: name.clone(), container: req.container.clone(), action, streams };
+        let target = StreamTarget {
+            namespace: ns.clone(),
+            pod: name.clone(),
+            container: req.container.clone(),
+            action,
+            streams,
+        };
         let level = self.cfg.group_pod_security;
         let mut container = String::new();
         let allow = |pod: &Pod| -> Result<(), StreamError> {
@@ -560,7 +569,8 @@ impl Handlers {
             crate::model::pss::enforce(level, pod).map_err(|v| {
                 StreamError::forbidden(format!(
                     "pods \"{name}\" is forbidden: {kind} by an apiGroup member needs a pod that meets the {} \
-                     Pod Security level (the group's): {v}", level.as_str()
+                     Pod Security level (the group's): {v}",
+                    level.as_str()
                 ))
             })
         };
@@ -574,7 +584,10 @@ impl Handlers {
             };
             status(code, e.message)
         })?;
-        log::info!("local API: {kind} into pod {ns}/{name} {container} by {}", if root_caller { "root" } else { "an apiGroup member" });
+        log::info!(
+            "local API: {kind} into pod {ns}/{name} {container} by {}",
+            if root_caller { "root" } else { "an apiGroup member" }
+        );
         Ok(api::StreamResponse { url, container, ..Default::default() })
     }
 

@@ -135,7 +135,13 @@ impl StreamTarget {
     /// `tty`, and `ports`/`port` (repeated or comma-separated). `kind` is
     /// `exec`, `attach` or `portforward`; `container` from the path, if
     /// it names one, wins over the query's.
-    pub fn from_query(kind: &str, namespace: &str, pod: &str, container: &str, query: &str) -> Result<Self, StreamError> {
+    pub fn from_query(
+        kind: &str,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+        query: &str,
+    ) -> Result<Self, StreamError> {
         let mut t = StreamTarget {
             namespace: namespace.to_string(),
             pod: pod.to_string(),
@@ -350,12 +356,13 @@ pub fn runtime_url(
         Action::PortForward { ports } => parts.runtime.port_forward(&ctx, &sandbox.id, ports),
         action => {
             let c = container_of(&pod, &target.container)?;
-            let info = rp.latest_in(&c, &sandbox.id).filter(|i| i.state == ContainerState::Running).ok_or_else(|| {
-                StreamError::bad_request(format!(
-                    "container {c} is not running in pod {ns}/{name}: cannot {} (is it started?)",
-                    action.verb()
-                ))
-            })?;
+            let info =
+                rp.latest_in(&c, &sandbox.id).filter(|i| i.state == ContainerState::Running).ok_or_else(|| {
+                    StreamError::bad_request(format!(
+                        "container {c} is not running in pod {ns}/{name}: cannot {} (is it started?)",
+                        action.verb()
+                    ))
+                })?;
             match action {
                 Action::Exec { command } => parts.runtime.exec(&ctx, &info.id, command, target.streams),
                 _ => parts.runtime.attach(&ctx, &info.id, target.streams),
@@ -477,7 +484,12 @@ pub fn split_url(url: &str) -> Result<(String, String), StreamError> {
                 ),
             });
         }
-        _ => return Err(StreamError { code: 500, message: format!("the runtime answered a URL podwarden cannot use: {url:?}") }),
+        _ => {
+            return Err(StreamError {
+                code: 500,
+                message: format!("the runtime answered a URL podwarden cannot use: {url:?}"),
+            });
+        }
     };
     let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     Ok((host.to_string(), if path.is_empty() { "/".to_string() } else { path.to_string() }))
@@ -543,7 +555,12 @@ pub fn serve(
     let (answer, upgraded) = read_answer(&mut runtime)?;
     if !upgraded {
         let status = String::from_utf8_lossy(answer.split(|&b| b == b'\r').next().unwrap_or_default()).into_owned();
-        log::info!("stream: the runtime refused the {} of pod {}/{}: {status}", target.action.verb(), target.namespace, target.pod);
+        log::info!(
+            "stream: the runtime refused the {} of pod {}/{}: {status}",
+            target.action.verb(),
+            target.namespace,
+            target.pod
+        );
     }
     runtime.set_nonblocking(true)?;
     client.set_nonblocking(true)?;
@@ -609,7 +626,8 @@ fn connect(host: &str) -> Result<TcpStream, StreamError> {
         code: 503,
         message: format!("cannot reach the runtime's streaming server at {host}: {e}"),
     };
-    let addr: SocketAddr = host.to_socket_addrs().map_err(fail)?.next().ok_or_else(|| fail(io::ErrorKind::NotFound.into()))?;
+    let addr: SocketAddr =
+        host.to_socket_addrs().map_err(fail)?.next().ok_or_else(|| fail(io::ErrorKind::NotFound.into()))?;
     let s = TcpStream::connect_timeout(&addr, RUNTIME_DEADLINE).map_err(fail)?;
     s.set_nodelay(true).map_err(fail)?;
     s.set_write_timeout(Some(RUNTIME_DEADLINE)).map_err(fail)?;
@@ -720,7 +738,8 @@ pub fn splice(
         if left.is_zero() {
             return Err(io::Error::new(io::ErrorKind::TimedOut, format!("no byte either way for {idle:?}")));
         }
-        let ev = |read: bool, write: bool| (if read { libc::POLLIN } else { 0 }) | (if write { libc::POLLOUT } else { 0 });
+        let ev =
+            |read: bool, write: bool| (if read { libc::POLLIN } else { 0 }) | (if write { libc::POLLOUT } else { 0 });
         let mut fds = [
             libc::pollfd { fd: client.fd(), events: ev(up.room(), down.pending() || client.wants_write()), revents: 0 },
             libc::pollfd { fd: runtime.as_raw_fd(), events: ev(down.room(), up.pending()), revents: 0 },
@@ -760,7 +779,10 @@ mod tests {
         let resp = String::from_utf8(e.response()).unwrap();
         assert!(resp.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{resp}");
         let body: serde_json::Value = serde_json::from_str(resp.split("\r\n\r\n").nth(1).unwrap()).unwrap();
-        assert_eq!((body["kind"].as_str(), body["reason"].as_str(), body["code"].as_u64()), (Some("Status"), Some("BadRequest"), Some(400)));
+        assert_eq!(
+            (body["kind"].as_str(), body["reason"].as_str(), body["code"].as_u64()),
+            (Some("Status"), Some("BadRequest"), Some(400))
+        );
         // kubectl 1.31+ port-forward over WebSocket: the runtime lacks it
         let pf = Action::PortForward { ports: vec![] };
         assert_eq!(negotiate(&ws("SPDY/3.1+portforward.k8s.io"), &pf).unwrap_err().code, 400);
@@ -808,11 +830,21 @@ mod tests {
         let ws = req(
             "GET",
             "/portForward/e2e/web?port=8080",
-            &[("Upgrade", "websocket"), ("Sec-WebSocket-Key", "k=="), ("Sec-WebSocket-Version", "13"), ("Sec-WebSocket-Protocol", "v4.channel.k8s.io"), ("Origin", "http://evil")],
+            &[
+                ("Upgrade", "websocket"),
+                ("Sec-WebSocket-Key", "k=="),
+                ("Sec-WebSocket-Version", "13"),
+                ("Sec-WebSocket-Protocol", "v4.channel.k8s.io"),
+                ("Origin", "http://evil"),
+            ],
         );
         let head = String::from_utf8(runtime_head(&ws, "h:1", "/portforward/T")).unwrap();
         assert!(head.starts_with("GET /portforward/T?port=8080 HTTP/1.1\r\nHost: h:1\r\n"), "{head}");
-        for want in ["Sec-WebSocket-Key: k==\r\n", "Sec-WebSocket-Version: 13\r\n", "Sec-WebSocket-Protocol: v4.channel.k8s.io\r\n"] {
+        for want in [
+            "Sec-WebSocket-Key: k==\r\n",
+            "Sec-WebSocket-Version: 13\r\n",
+            "Sec-WebSocket-Protocol: v4.channel.k8s.io\r\n",
+        ] {
             assert!(head.contains(want), "{want} in {head}");
         }
         assert!(!head.contains("Origin") && !head.contains("Content-Length"), "{head}");
@@ -839,8 +871,15 @@ mod tests {
         assert_eq!(pf.action, Action::PortForward { ports: vec![8080, 9090, 7] });
         let e = StreamTarget::from_query("portforward", "e2e", "web", "", "ports=80a").unwrap_err();
         assert!(e.message.contains("\"80a\""), "{e}");
-        assert!(StreamTarget::from_query("exec", "e2e", "web", "", "stdout=true").unwrap_err().message.contains("command"));
-        assert!(StreamTarget::from_query("attach", "e2e", "web", "", "").unwrap_err().message.contains("stdin, stdout, stderr"));
+        assert!(
+            StreamTarget::from_query("exec", "e2e", "web", "", "stdout=true").unwrap_err().message.contains("command")
+        );
+        assert!(
+            StreamTarget::from_query("attach", "e2e", "web", "", "")
+                .unwrap_err()
+                .message
+                .contains("stdin, stdout, stderr")
+        );
         let path_wins = StreamTarget::from_query("attach", "e2e", "web", "side", "container=main&stdout=1").unwrap();
         assert_eq!(path_wins.container, "side");
     }

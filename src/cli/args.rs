@@ -167,7 +167,12 @@ pub(crate) fn parse(args: &[String], verb: &str) -> Result<Args> {
             break;
         }
         let streaming = matches!(verb, "exec" | "attach");
-        if streaming && arg.len() > 1 && arg.starts_with('-') && !arg.starts_with("--") && arg[1..].chars().all(|c| c == 'i' || c == 't') {
+        if streaming
+            && arg.len() > 1
+            && arg.starts_with('-')
+            && !arg.starts_with("--")
+            && arg[1..].chars().all(|c| c == 'i' || c == 't')
+        {
             a.stdin |= arg.contains('i');
             a.tty |= arg.contains('t');
             continue;

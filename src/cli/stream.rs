@@ -173,8 +173,9 @@ impl Conn {
 /// `Success`, its `ExitCode` cause for `NonZeroExitCode`; any other
 /// failure is an error with the runtime's message.
 pub(super) fn exit_status(status: &[u8]) -> Result<u8> {
-    let v: serde_json::Value = serde_json::from_slice(status)
-        .map_err(|e| stream_err(format!("the runtime's status is not JSON ({e}): {}", String::from_utf8_lossy(status))))?;
+    let v: serde_json::Value = serde_json::from_slice(status).map_err(|e| {
+        stream_err(format!("the runtime's status is not JSON ({e}): {}", String::from_utf8_lossy(status)))
+    })?;
     if v["status"] == "Success" {
         return Ok(0);
     }
@@ -217,9 +218,8 @@ impl Drop for RawTerminal {
 
 /// The terminal's size as the resize channel carries it.
 fn resize_message() -> Option<Vec<u8>> {
-    let (w, h) = crate::sys::window_size(io::stdout().as_fd())
-        .or_else(|_| crate::sys::window_size(io::stdin().as_fd()))
-        .ok()?;
+    let (w, h) =
+        crate::sys::window_size(io::stdout().as_fd()).or_else(|_| crate::sys::window_size(io::stdin().as_fd())).ok()?;
     Some(format!("{{\"Width\":{w},\"Height\":{h}}}").into_bytes())
 }
 
@@ -255,7 +255,13 @@ pub(super) enum Input {
 /// channel 0, channels 1 and 2 to `out` and `err`, the terminal's size to
 /// channel 4 with `tty` (now and on every SIGWINCH). Returns the exit
 /// status from channel 3 (0 when the runtime closed without one).
-pub(super) fn session(conn: &mut Conn, mut input: Input, tty: bool, out: &mut dyn Write, err: &mut dyn Write) -> Result<u8> {
+pub(super) fn session(
+    conn: &mut Conn,
+    mut input: Input,
+    tty: bool,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<u8> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGWINCH};
     let signals = Signals::new(&[SIGWINCH, SIGTERM, SIGHUP, SIGINT])?;
     if tty && let Some(size) = resize_message() {
@@ -263,7 +269,8 @@ pub(super) fn session(conn: &mut Conn, mut input: Input, tty: bool, out: &mut dy
     }
     let mut status: Option<Vec<u8>> = None;
     let mut buf = vec![0u8; CHUNK];
-    let write = |w: &mut dyn Write, d: &[u8]| w.write_all(d).and_then(|_| w.flush()).map_err(crate::cli::error::writing);
+    let write =
+        |w: &mut dyn Write, d: &[u8]| w.write_all(d).and_then(|_| w.flush()).map_err(crate::cli::error::writing);
     loop {
         // what the runtime sent
         while let Some(ev) = conn.recv()? {
@@ -298,7 +305,11 @@ pub(super) fn session(conn: &mut Conn, mut input: Input, tty: bool, out: &mut dy
             },
             libc::pollfd { fd: stdin_fd, events: libc::POLLIN, revents: 0 },
         ];
-        fds.extend(signals.pipes.iter().map(|(_, p)| libc::pollfd { fd: p.as_raw_fd(), events: libc::POLLIN, revents: 0 }));
+        fds.extend(signals.pipes.iter().map(|(_, p)| libc::pollfd {
+            fd: p.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }));
         match crate::sys::poll(&mut fds, -1) {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -336,7 +347,11 @@ pub(super) fn session(conn: &mut Conn, mut input: Input, tty: bool, out: &mut dy
 fn request(a: &Args, pod: &str, command: Vec<String>, ports: Vec<u32>) -> api::StreamRequest {
     let stdin = a.stdin;
     api::StreamRequest {
-        pod: protobuf::MessageField::some(api::PodRef { namespace: a.ns(), name: pod.to_string(), ..Default::default() }),
+        pod: protobuf::MessageField::some(api::PodRef {
+            namespace: a.ns(),
+            name: pod.to_string(),
+            ..Default::default()
+        }),
         container: a.container.clone().unwrap_or_default(),
         command,
         stdin,
@@ -404,7 +419,8 @@ pub(super) fn port_forward(a: &Args) -> Result<()> {
     };
     let specs = specs.iter().map(|s| port_spec(s)).collect::<Result<Vec<_>>>()?;
     // the pod and ports are checked once before listening
-    a.client()?.stream("portforward", &request(a, pod, Vec::new(), specs.iter().map(|&(_, r)| u32::from(r)).collect()))?;
+    a.client()?
+        .stream("portforward", &request(a, pod, Vec::new(), specs.iter().map(|&(_, r)| u32::from(r)).collect()))?;
     let address = a.address.clone().unwrap_or_else(|| "127.0.0.1".into());
     let mut threads = Vec::new();
     for (local, remote) in specs {
@@ -437,7 +453,14 @@ pub(super) fn port_forward(a: &Args) -> Result<()> {
 
 /// One local connection to `remote` in the pod: a fresh URL from the
 /// daemon, then bytes both ways until either side closes.
-fn forward_one(local: TcpStream, socket: Option<String>, ns: &str, pod: &str, container: Option<String>, remote: u16) -> Result<()> {
+fn forward_one(
+    local: TcpStream,
+    socket: Option<String>,
+    ns: &str,
+    pod: &str,
+    container: Option<String>,
+    remote: u16,
+) -> Result<()> {
     let client = crate::cli::client::Client::connect(&socket.unwrap_or_else(crate::cli::client::default_socket))?;
     let req = api::StreamRequest {
         pod: protobuf::MessageField::some(api::PodRef { namespace: ns.into(), name: pod.into(), ..Default::default() }),
@@ -505,7 +528,8 @@ pub(super) fn pump(conn: &mut Conn, mut local: TcpStream) -> Result<()> {
             },
             libc::pollfd {
                 fd: local.as_raw_fd(),
-                events: (if read_local { libc::POLLIN } else { 0 }) | if pending.is_empty() { 0 } else { libc::POLLOUT },
+                events: (if read_local { libc::POLLIN } else { 0 })
+                    | if pending.is_empty() { 0 } else { libc::POLLOUT },
                 revents: 0,
             },
         ];

@@ -198,7 +198,8 @@ pub fn extract(archive: &[u8], base: &str, dest: &Path) -> Result<usize, TarErro
         match kind {
             b'5' => {
                 std::fs::create_dir_all(&path).map_err(io_err(&path))?;
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode | 0o700)).map_err(io_err(&path))?;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode | 0o700))
+                    .map_err(io_err(&path))?;
             }
             b'0' | 0 | b'7' => {
                 if let Some(dir) = path.parent() {
