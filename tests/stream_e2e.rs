@@ -19,6 +19,11 @@ use std::sync::Arc;
 const ECHO_AND_COUNT: &str =
     "trap 'exit 0' TERM; nc -ll -p 8080 -e cat & i=0; while :; do echo line $i; i=$((i+1)); sleep 0.2 & wait $!; done";
 
+/// A named thread (podwarden's rule for every thread).
+fn spawn<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> std::thread::JoinHandle<T> {
+    podwarden::base::thread::spawn("stream-test", None, f).unwrap()
+}
+
 fn cli(a: &Agent, args: &[&str], stdin: &[u8]) -> (i32, String, String) {
     cli_as(a, None, args, stdin)
 }
@@ -43,7 +48,7 @@ fn cli_as(a: &Agent, ids: Option<(u32, u32)>, args: &[&str], stdin: &[u8]) -> (i
         cmd.args(&full).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let mut input = child.stdin.take().unwrap();
     let data = stdin.to_vec();
-    let writer = std::thread::spawn(move || {
+    let writer = spawn(move || {
         let _ = input.write_all(&data);
         // stdin stays open a moment: v4 cannot pass its end on anyway
         drop(input);
@@ -57,7 +62,7 @@ fn cli_as(a: &Agent, ids: Option<(u32, u32)>, args: &[&str], stdin: &[u8]) -> (i
 fn wait_output(child: Child, limit: Duration) -> (i32, String, String) {
     let pid = child.id() as i32;
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
+    spawn(move || {
         let _ = tx.send(child.wait_with_output());
     });
     match rx.recv_timeout(limit) {
@@ -137,7 +142,7 @@ fn exec_exit_codes_stdin_tty_attach_and_refusals() {
     let mut so = attach.stdout.take().unwrap();
     let got = Arc::new(Mutex::new(String::new()));
     let g = got.clone();
-    std::thread::spawn(move || {
+    spawn(move || {
         let mut buf = [0u8; 4096];
         while let Ok(n @ 1..) = so.read(&mut buf) {
             g.lock().push_str(&String::from_utf8_lossy(&buf[..n]));
@@ -206,7 +211,7 @@ fn echo_through(addr: (&str, u16), data: &[u8]) -> Vec<u8> {
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let mut w = s.try_clone().unwrap();
     let send = data.to_vec();
-    let writer = std::thread::spawn(move || w.write_all(&send).unwrap());
+    let writer = spawn(move || w.write_all(&send).unwrap());
     let mut back = vec![0u8; data.len()];
     (&s).read_exact(&mut back).unwrap();
     writer.join().unwrap();
@@ -297,10 +302,10 @@ use tungstenite::{Message, WebSocket};
 fn relay_server(parts: podwarden::agent::Parts) -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
-    std::thread::spawn(move || {
+    spawn(move || {
         for conn in l.incoming().flatten() {
             let parts = parts.clone();
-            std::thread::spawn(move || {
+            spawn(move || {
                 let mut conn = conn;
                 let mut buf = Vec::new();
                 let mut chunk = [0u8; 4096];
