@@ -502,16 +502,19 @@ fn the_relay_answers_each_kubectl_protocol_as_containerd_allows_and_measures_its
         (host, path)
     };
     let (mut direct, mut relayed) = (Vec::new(), Vec::new());
-    for _ in 0..10 {
-        let (host, path) = direct_url("exec");
-        let t = Instant::now();
-        let (_, status) = ws_exec(ws(&host, &path, "v4.channel.k8s.io").unwrap());
-        direct.push(t.elapsed().as_secs_f64());
-        assert!(status.contains("Success"), "{status}");
-        let t = Instant::now();
-        let (_, status) = ws_exec(ws(&addr, "/exec/e2e/web/main?command=true&stdout=1", "v4.channel.k8s.io").unwrap());
-        relayed.push(t.elapsed().as_secs_f64());
-        assert!(status.contains("Success"), "{status}");
+    for i in 0..10 {
+        // alternate which goes first
+        for relay in if i % 2 == 0 { [false, true] } else { [true, false] } {
+            let pre = (!relay).then(|| direct_url("exec"));
+            let t = Instant::now();
+            let w = match &pre {
+                Some((host, path)) => ws(host, path, "v4.channel.k8s.io"),
+                None => ws(&addr, "/exec/e2e/web/main?command=true&stdout=1", "v4.channel.k8s.io"),
+            };
+            let (_, status) = ws_exec(w.unwrap());
+            (if relay { &mut relayed } else { &mut direct }).push(t.elapsed().as_secs_f64());
+            assert!(status.contains("Success"), "{status}");
+        }
     }
     let mut lookup = Vec::new();
     for _ in 0..10 {

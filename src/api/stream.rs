@@ -48,7 +48,7 @@ pub const RUNTIME_DEADLINE: Duration = Duration::from_secs(10);
 /// Largest response head the runtime may send.
 const MAX_HEAD: usize = 16 << 10;
 /// Each direction's buffer.
-const BUF: usize = 64 << 10;
+const BUF: usize = 256 << 10;
 
 /// A client connection [`serve`] can relay: plain TCP or TLS over TCP.
 pub trait Duplex: Read + Write + Send {
