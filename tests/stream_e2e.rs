@@ -511,7 +511,11 @@ fn the_relay_answers_each_kubectl_protocol_as_containerd_allows_and_measures_its
                 Some((host, path)) => ws(host, path, "v4.channel.k8s.io"),
                 None => ws(&addr, "/exec/e2e/web/main?command=true&stdout=1", "v4.channel.k8s.io"),
             };
+            let hs = t.elapsed();
             let (_, status) = ws_exec(w.unwrap());
+            if std::env::var("STREAM_BENCH_DETAIL").is_ok() {
+                eprintln!("relay={relay} handshake {hs:?} total {:?}", t.elapsed());
+            }
             (if relay { &mut relayed } else { &mut direct }).push(t.elapsed().as_secs_f64());
             assert!(status.contains("Success"), "{status}");
         }

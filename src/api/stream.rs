@@ -37,7 +37,8 @@ use std::time::{Duration, Instant};
 
 use crate::agent::Parts;
 use crate::model::{self, Pod};
-use crate::runtime::{CallCtx, ContainerState, Streams};
+use crate::runtime::cache::FRESH;
+use crate::runtime::{CallCtx, ContainerState, RuntimePod, Streams};
 
 /// A stream with no byte either way for this long is ended (the kubelet's
 /// `streamingConnectionIdleTimeout` default).
@@ -347,29 +348,45 @@ pub fn runtime_url(
     let (ns, name) = (&target.namespace, &target.pod);
     let pod = find_pod(parts, ns, name)?;
     allow(&pod)?;
-    let ctx = CallCtx::background(RUNTIME_DEADLINE);
-    let rp = parts.runtime.pod_status(&ctx, model::uid(&pod)).map_err(StreamError::runtime)?;
-    let sandbox = rp
-        .ready_sandbox()
-        .ok_or_else(|| StreamError::bad_request(format!("pod {ns}/{name} is not running (no ready sandbox)")))?;
-    let url = match &target.action {
-        Action::PortForward { ports } => parts.runtime.port_forward(&ctx, &sandbox.id, ports),
-        action => {
-            let c = container_of(&pod, &target.container)?;
-            let info =
-                rp.latest_in(&c, &sandbox.id).filter(|i| i.state == ContainerState::Running).ok_or_else(|| {
-                    StreamError::bad_request(format!(
-                        "container {c} is not running in pod {ns}/{name}: cannot {} (is it started?)",
-                        action.verb()
-                    ))
-                })?;
-            match action {
-                Action::Exec { command } => parts.runtime.exec(&ctx, &info.id, command, target.streams),
-                _ => parts.runtime.attach(&ctx, &info.id, target.streams),
-            }
-        }
+    let container = match target.action {
+        Action::PortForward { .. } => String::new(),
+        _ => container_of(&pod, &target.container)?,
     };
-    url.map_err(StreamError::runtime)
+    let ctx = CallCtx::background(RUNTIME_DEADLINE);
+    let ask = |rp: &RuntimePod| -> Result<String, StreamError> {
+        let sandbox = rp
+            .ready_sandbox()
+            .ok_or_else(|| StreamError::bad_request(format!("pod {ns}/{name} is not running (no ready sandbox)")))?;
+        let url = match &target.action {
+            Action::PortForward { ports } => parts.runtime.port_forward(&ctx, &sandbox.id, ports),
+            action => {
+                let c = &container;
+                let info =
+                    rp.latest_in(c, &sandbox.id).filter(|i| i.state == ContainerState::Running).ok_or_else(|| {
+                        StreamError::bad_request(format!(
+                            "container {c} is not running in pod {ns}/{name}: cannot {} (is it started?)",
+                            action.verb()
+                        ))
+                    })?;
+                match action {
+                    Action::Exec { command } => parts.runtime.exec(&ctx, &info.id, command, target.streams),
+                    _ => parts.runtime.attach(&ctx, &info.id, target.streams),
+                }
+            }
+        };
+        url.map_err(StreamError::runtime)
+    };
+    // the relist's view (at most FRESH old) saves the pod's status call;
+    // when it is stale (a container restarted since), the runtime's own
+    let uid = model::uid(&pod);
+    let cached = parts.pod_cache.recent(FRESH).and_then(|l| l.iter().find(|rp| rp.uid == uid).cloned());
+    if let Some(rp) = cached
+        && let Ok(url) = ask(&rp)
+    {
+        return Ok(url);
+    }
+    let rp = parts.runtime.pod_status(&ctx, uid).map_err(StreamError::runtime)?;
+    ask(&rp)
 }
 
 /// An upgrade request as the server read it.
