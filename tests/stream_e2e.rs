@@ -207,15 +207,19 @@ fn payload(n: usize) -> Vec<u8> {
 /// Send `data` to `addr` and read as much back (an echo server), both at
 /// once; the bytes read.
 fn echo_through(addr: (&str, u16), data: &[u8]) -> Vec<u8> {
-    let s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let mut w = s.try_clone().unwrap();
+    try_echo(addr, data).unwrap()
+}
+
+fn try_echo(addr: (&str, u16), data: &[u8]) -> std::io::Result<Vec<u8>> {
+    let s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(60)))?;
+    let mut w = s.try_clone()?;
     let send = data.to_vec();
-    let writer = spawn(move || w.write_all(&send).unwrap());
+    let writer = spawn(move || w.write_all(&send));
     let mut back = vec![0u8; data.len()];
-    (&s).read_exact(&mut back).unwrap();
-    writer.join().unwrap();
-    back
+    let r = (&s).read_exact(&mut back);
+    writer.join().unwrap()?;
+    r.map(|_| back)
 }
 
 /// `podwarden port-forward` running: the child and its local port.
@@ -320,9 +324,56 @@ fn relay_server(parts: podwarden::agent::Parts) -> u16 {
                 let req = UpgradeRequest::parse(&buf[..end], &buf[end..]).unwrap();
                 let (path, query) = req.target.split_once('?').unwrap_or((&req.target, ""));
                 let seg: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-                let kind = if seg[0] == "portForward" { "portforward" } else { seg[0] };
-                let target =
-                    StreamTarget::from_query(kind, seg[1], seg[2], seg.get(3).copied().unwrap_or(""), query).unwrap();
+                // kubectl's: /api/v1/namespaces/NS/pods/NAME[/exec|attach|portforward]
+                // the discovery kubectl reads first
+                let discovery = match path {
+                    "/api" => Some(
+                        r#"{"kind":"APIVersions","versions":["v1"],"serverAddressByClientCIDRs":[{"clientCIDR":"0.0.0.0/0","serverAddress":"127.0.0.1"}]}"#,
+                    ),
+                    "/apis" => Some(r#"{"kind":"APIGroupList","apiVersion":"v1","groups":[]}"#),
+                    "/api/v1" => Some(
+                        r#"{"kind":"APIResourceList","groupVersion":"v1","resources":[{"name":"pods","singularName":"pod","namespaced":true,"kind":"Pod","verbs":["get","list"],"shortNames":["po"]},{"name":"pods/exec","singularName":"","namespaced":true,"kind":"PodExecOptions","verbs":["create","get"]},{"name":"pods/attach","singularName":"","namespaced":true,"kind":"PodAttachOptions","verbs":["create","get"]},{"name":"pods/portforward","singularName":"","namespaced":true,"kind":"PodPortForwardOptions","verbs":["create","get"]}]}"#,
+                    ),
+                    "/version" => Some(r#"{"major":"1","minor":"33","gitVersion":"v1.33.0"}"#),
+                    _ => None,
+                };
+                if let Some(body) = discovery {
+                    let _ = write!(
+                        conn,
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    return;
+                }
+                let (kind, ns, pod, container) = match seg.as_slice() {
+                    ["api", "v1", "namespaces", ns, "pods", pod, kind] => (*kind, *ns, *pod, ""),
+                    ["api", "v1", "namespaces", ns, "pods", pod] => {
+                        let body = match stream::find_pod(&parts, ns, pod) {
+                            Ok(p) => serde_json::to_string(&p).unwrap(),
+                            Err(e) => String::from_utf8(e.response()).unwrap(),
+                        };
+                        let _ = write!(
+                            conn,
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
+                        return;
+                    }
+                    ["portForward", ns, pod] => ("portforward", *ns, *pod, ""),
+                    [kind, ns, pod, c] => (*kind, *ns, *pod, *c),
+                    _ => {
+                        let body = format!(
+                            "{{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\",\"reason\":\"NotFound\",\"code\":404,\"message\":\"{path} not served by the test\"}}"
+                        );
+                        let _ = write!(
+                            conn,
+                            "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
+                        return;
+                    }
+                };
+                let target = StreamTarget::from_query(kind, ns, pod, container, query).unwrap();
                 let _ = stream::serve(&parts, Box::new(conn), &req, target, |_| Ok(()));
             });
         }
@@ -547,10 +598,107 @@ fn the_relay_answers_each_kubectl_protocol_as_containerd_allows_and_measures_its
     );
     assert!(d / r > 0.3, "the relay is not a bottleneck: {:.2}", d / r);
 
+    kubectl_through_the_relay(&dir, port);
+
     std::fs::remove_file(manifests.join("web.yaml")).unwrap();
     running.rescan();
     wait_for("web removed", Duration::from_secs(60), || {
         cri_rt.list_pods(&call()).unwrap().iter().all(|p| p.sandboxes.is_empty())
     });
     running.stop();
+}
+
+/// The real kubectl binaries (`kubectl.1.27`, `kubectl.1.33`) where these
+/// machines have them, else on PATH.
+fn kubectl(version: &str) -> PathBuf {
+    let name = format!("kubectl.{version}");
+    let mut places = vec![PathBuf::from("/usr/lib/google-cloud-sdk/bin").join(&name)];
+    places.extend(std::env::var_os("PATH").iter().flat_map(std::env::split_paths).map(|d| d.join(&name)));
+    places.into_iter().find(|p| p.exists()).unwrap_or_else(|| {
+        panic!("{name} is missing: install kubectl {version} as {name} on PATH or in /usr/lib/google-cloud-sdk/bin")
+    })
+}
+
+/// kubectl 1.27 (SPDY) and 1.33 (WebSocket first, refused, then SPDY)
+/// through the relay: exec's exit code and stdin, port-forward's bytes.
+/// The test's server answers kubectl's GET of the pod from the agent.
+fn kubectl_through_the_relay(dir: &TempDir, port: u16) {
+    let config = dir.0.join("kubeconfig");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: pw\n  cluster:\n    server: http://127.0.0.1:{port}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: c\n  context:\n    cluster: pw\n    user: u\n    namespace: e2e\ncurrent-context: c\n"
+        ),
+    )
+    .unwrap();
+    for version in ["1.27", "1.33"] {
+        let run = |args: &[&str], stdin: &[u8]| {
+            let mut child = Command::new(kubectl(version))
+                .arg("--kubeconfig")
+                .arg(&config)
+                .arg("--cache-dir")
+                .arg(dir.0.join("kube-cache"))
+                .args(args)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut input = child.stdin.take().unwrap();
+            input.write_all(stdin).unwrap();
+            drop(input);
+            wait_output(child, Duration::from_secs(60))
+        };
+        let (code, out, err) = run(&["exec", "web", "-c", "main", "--", "sh", "-c", "echo out; exit 3"], b"");
+        assert_eq!((code, out.as_str()), (3, "out\n"), "kubectl {version} exec: {err}");
+        let (code, out, err) = run(&["exec", "-i", "web", "-c", "main", "--", "sh", "-c", "cat; echo end"], b"in\n");
+        assert_eq!((code, out.as_str()), (0, "in\nend\n"), "kubectl {version} exec -i (stdin's end passed on): {err}");
+        // port-forward: 16 MiB through the echo server
+        let mut pf = Command::new(kubectl(version))
+            .arg("--kubeconfig")
+            .arg(&config)
+            .args(["port-forward", "pod/web", ":8080"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        let mut lines = std::io::BufReader::new(pf.stdout.take().unwrap());
+        std::io::BufRead::read_line(&mut lines, &mut line).unwrap();
+        // kubectl prints a line per connection: its stdout stays read
+        spawn(move || std::io::copy(&mut lines, &mut std::io::sink()));
+        let local: u16 = line
+            .split(':')
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("kubectl {version} port-forward printed {line:?}"));
+        std::thread::sleep(Duration::from_millis(500));
+        if let Ok(Some(st)) = pf.try_wait() {
+            let out = pf.wait_with_output().unwrap();
+            panic!("kubectl {version} port-forward ended ({st}): {}", String::from_utf8_lossy(&out.stderr));
+        }
+        if false {
+            let _ = pf.kill();
+            let out = pf.wait_with_output().unwrap();
+            panic!(
+                "kubectl {version} port-forward ({line:?}) is not listening: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let data = payload(16 << 20);
+        let t = Instant::now();
+        let back = match try_echo(("127.0.0.1", local), &data) {
+            Ok(b) => b,
+            Err(e) => {
+                let _ = pf.kill();
+                let out = pf.wait_with_output().unwrap();
+                panic!("kubectl {version} port-forward: {e}: {}", String::from_utf8_lossy(&out.stderr));
+            }
+        };
+        eprintln!("kubectl {version} port-forward through the relay: 16 MiB each way in {:?}", t.elapsed());
+        assert!(back == data, "kubectl {version} port-forward: the bytes came back as they went");
+        pf.kill().unwrap();
+        pf.wait().unwrap();
+    }
 }
