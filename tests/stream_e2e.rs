@@ -303,6 +303,9 @@ use tungstenite::{Message, WebSocket};
 /// request head, takes the target from a kubelet-style path
 /// (`/exec/NS/POD/C?...`, `/attach/...`, `/portForward/NS/POD?...`) and
 /// calls `serve`.
+/// Every upgrade the relay server saw: `METHOD UPGRADE PROTOCOLS PATH`.
+static UPGRADES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
 fn relay_server(parts: podwarden::agent::Parts) -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
@@ -373,6 +376,13 @@ fn relay_server(parts: podwarden::agent::Parts) -> u16 {
                         return;
                     }
                 };
+                let offered = [req.values("Sec-WebSocket-Protocol"), req.values("X-Stream-Protocol-Version")].concat();
+                UPGRADES.lock().push(format!(
+                    "{} {} {} {kind}",
+                    req.method,
+                    req.values("Upgrade").join(","),
+                    offered.join(",")
+                ));
                 let target = StreamTarget::from_query(kind, ns, pod, container, query).unwrap();
                 let _ = stream::serve(&parts, Box::new(conn), &req, target, |_| Ok(()));
             });
@@ -649,11 +659,25 @@ fn kubectl_through_the_relay(dir: &TempDir, port: u16) {
             drop(input);
             wait_output(child, Duration::from_secs(60))
         };
+        UPGRADES.lock().clear();
         let (code, out, err) = run(&["exec", "web", "-c", "main", "--", "sh", "-c", "echo out; exit 3"], b"");
         assert_eq!((code, out.as_str()), (3, "out\n"), "kubectl {version} exec: {err}");
+        // 1.27: SPDY at once; 1.33: WebSocket v5 (refused), then SPDY
+        let seen = UPGRADES.lock().clone();
+        // (1.33's SPDY offers v5 too; containerd picks v4)
+        let want = if version == "1.27" {
+            vec!["POST SPDY/3.1 v4.channel.k8s.io,v3.channel.k8s.io,v2.channel.k8s.io,channel.k8s.io exec"]
+        } else {
+            vec![
+                "GET websocket v5.channel.k8s.io exec",
+                "POST SPDY/3.1 v5.channel.k8s.io,v4.channel.k8s.io,v3.channel.k8s.io,v2.channel.k8s.io,channel.k8s.io exec",
+            ]
+        };
+        assert_eq!(seen, want, "kubectl {version}'s upgrades");
         let (code, out, err) = run(&["exec", "-i", "web", "-c", "main", "--", "sh", "-c", "cat; echo end"], b"in\n");
         assert_eq!((code, out.as_str()), (0, "in\nend\n"), "kubectl {version} exec -i (stdin's end passed on): {err}");
         // port-forward: 16 MiB through the echo server
+        UPGRADES.lock().clear();
         let mut pf = Command::new(kubectl(version))
             .arg("--kubeconfig")
             .arg(&config)
@@ -697,6 +721,15 @@ fn kubectl_through_the_relay(dir: &TempDir, port: u16) {
             }
         };
         eprintln!("kubectl {version} port-forward through the relay: 16 MiB each way in {:?}", t.elapsed());
+        let want = if version == "1.27" {
+            vec!["POST SPDY/3.1 portforward.k8s.io portforward"]
+        } else {
+            vec![
+                "GET websocket SPDY/3.1+portforward.k8s.io portforward",
+                "POST SPDY/3.1 portforward.k8s.io portforward",
+            ]
+        };
+        assert_eq!(*UPGRADES.lock(), want, "kubectl {version} port-forward's upgrades");
         assert!(back == data, "kubectl {version} port-forward: the bytes came back as they went");
         pf.kill().unwrap();
         pf.wait().unwrap();
