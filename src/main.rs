@@ -24,6 +24,10 @@ Client commands (talk to the running agent over its local API socket):
   podwarden top pods [-n NS | -A] | top node
   podwarden apply -f FILE|-
   podwarden delete pod NAME [-n NS] [--grace-period N]
+  podwarden exec [-i] [-t] POD [-c CONTAINER] [-n NS] -- CMD [ARG...]
+  podwarden attach [-i] [-t] POD [-c CONTAINER] [-n NS]
+  podwarden port-forward POD [LOCAL:]REMOTE... [-n NS] [--address IP]
+  podwarden cp [NS/]POD:PATH LOCAL | cp LOCAL [NS/]POD:PATH [-c CONTAINER]
   podwarden version
   Every client command takes --socket PATH (default $PODWARDEN_SOCKET, else
   /run/podwarden/podwarden.sock) and --help.
@@ -40,6 +44,7 @@ Exit status (the error message goes to stderr):
   77  the agent refused the caller: not root and not in apiGroup, or a pod
       its Pod Security level forbids
   78  the config file cannot be read or is invalid
+  exec exits with the command's status; a signal ending a session, 128+N
 ";
 
 const RUN_USAGE: &str = "\

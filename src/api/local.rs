@@ -150,6 +150,8 @@ enum Job {
     /// The manifest, the sink, and whether the caller is root.
     Apply(api::ApplyRequest, UnarySink<api::ApplyResponse>, bool),
     Logs(api::LogsRequest, UnarySink<api::LogsResponse>),
+    /// exec, attach or portforward; whether the caller is root.
+    Stream(&'static str, api::StreamRequest, UnarySink<api::StreamResponse>, bool),
 }
 
 /// A kill for `api-kill`: the pod's UID and the options.
@@ -374,6 +376,7 @@ fn work_loop(h: &Handlers, rx: Receiver<Job>) {
         match job {
             Job::Apply(req, sink, root) => finish(sink, h.apply(&req, root)),
             Job::Logs(req, sink) => finish(sink, h.logs(&req)),
+            Job::Stream(kind, req, sink, root) => finish(sink, h.stream(kind, &req, root)),
         }
     }
 }
@@ -515,6 +518,77 @@ impl Handlers {
             container,
             ..Default::default()
         })
+    }
+
+    /// The runtime's streaming URL for an exec, attach or port-forward
+    /// (`kind`) into a pod (a CRI call: on `api-work`). Root may stream
+    /// into any pod; an `apiGroup` member only into pods that meet the
+    /// group's Pod Security level, which it could have applied itself (an
+    /// exec into a privileged pod would be root on the node).
+    fn stream(&self, kind: &str, req: &api::StreamRequest, root_caller: bool) -> Res<api::StreamResponse> {
+        use crate::api::stream::{Action, StreamError, StreamTarget};
+        let (ns, name) = pod_ref(req.pod.as_ref().unwrap_or_default())?;
+        let ports = req.ports.iter().map(|&p| u16::try_from(p).ok().filter(|&p| p > 0));
+        let ports: Option<Vec<u16>> = ports.collect();
+        let ports = ports.ok_or_else(|| {
+            status(
+                RpcStatusCode::INVALID_ARGUMENT,
+                format!("pod {ns}/{name}: ports must be 1 to 65535: {:?}", req.ports),
+            )
+        })?;
+        let action = match kind {
+            "exec" if req.command.is_empty() => {
+                return Err(status(RpcStatusCode::INVALID_ARGUMENT, "exec: no command given"));
+            }
+            "exec" => Action::Exec { command: req.command.clone() },
+            "attach" => Action::Attach,
+            _ => Action::PortForward { ports },
+        };
+        let streams = crate::runtime::Streams {
+            stdin: req.stdin,
+            stdout: req.stdout,
+            stderr: req.stderr && !req.tty,
+            tty: req.tty,
+        };
+        let target = StreamTarget {
+            namespace: ns.clone(),
+            pod: name.clone(),
+            container: req.container.clone(),
+            action,
+            streams,
+        };
+        let level = self.cfg.group_pod_security;
+        let mut container = String::new();
+        let allow = |pod: &Pod| -> Result<(), StreamError> {
+            if !matches!(target.action, Action::PortForward { .. }) {
+                container = crate::api::stream::container_of(pod, &req.container)?;
+            }
+            if root_caller {
+                return Ok(());
+            }
+            crate::model::pss::enforce(level, pod).map_err(|v| {
+                StreamError::forbidden(format!(
+                    "pods \"{name}\" is forbidden: {kind} by an apiGroup member needs a pod that meets the {} \
+                     Pod Security level (the group's): {v}",
+                    level.as_str()
+                ))
+            })
+        };
+        let url = crate::api::stream::runtime_url(&self.parts, &target, allow).map_err(|e| {
+            let code = match e.code {
+                404 => RpcStatusCode::NOT_FOUND,
+                403 => RpcStatusCode::PERMISSION_DENIED,
+                400 => RpcStatusCode::FAILED_PRECONDITION,
+                503 => RpcStatusCode::UNAVAILABLE,
+                _ => RpcStatusCode::INTERNAL,
+            };
+            status(code, e.message)
+        })?;
+        log::info!(
+            "local API: {kind} into pod {ns}/{name} {container} by {}",
+            if root_caller { "root" } else { "an apiGroup member" }
+        );
+        Ok(api::StreamResponse { url, container, ..Default::default() })
     }
 
     /// Where a pod's manifest is, if a manifest defines it.
@@ -715,6 +789,7 @@ impl Service {
             Err(TrySendError::Full(j) | TrySendError::Disconnected(j)) => match j {
                 Job::Apply(_, sink, _) => reply(ctx, sink, Err(busy("calls"))),
                 Job::Logs(_, sink) => reply(ctx, sink, Err(busy("calls"))),
+                Job::Stream(_, _, sink, _) => reply(ctx, sink, Err(busy("calls"))),
             },
         }
     }
@@ -797,6 +872,18 @@ impl pb::api_grpc::PodWarden for Service {
     fn delete(&mut self, ctx: RpcContext, req: api::DeleteRequest, sink: UnarySink<api::DeleteResponse>) {
         let r = Service::delete(self, &req);
         reply(&ctx, sink, r);
+    }
+
+    fn exec(&mut self, ctx: RpcContext, req: api::StreamRequest, sink: UnarySink<api::StreamResponse>) {
+        self.hand_over(&ctx, Job::Stream("exec", req, sink, self.root_caller));
+    }
+
+    fn attach(&mut self, ctx: RpcContext, req: api::StreamRequest, sink: UnarySink<api::StreamResponse>) {
+        self.hand_over(&ctx, Job::Stream("attach", req, sink, self.root_caller));
+    }
+
+    fn port_forward(&mut self, ctx: RpcContext, req: api::StreamRequest, sink: UnarySink<api::StreamResponse>) {
+        self.hand_over(&ctx, Job::Stream("portforward", req, sink, self.root_caller));
     }
 
     fn get_stats(&mut self, ctx: RpcContext, _req: api::GetStatsRequest, sink: UnarySink<api::StatsResponse>) {

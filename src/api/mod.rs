@@ -1,11 +1,14 @@
 //! The node's interfaces for other programs: the local gRPC API on a unix
 //! socket (`local`, proto/podwarden/api.proto), the read-only HTTP endpoint
-//! (`http`: health, pods, metrics, stats) and the typed views both serve
-//! (`view`). Owns every listening socket; may use every layer below (the
-//! agent and its parts), never the CLI.
+//! (`http`: health, pods, metrics, stats), the typed views both serve
+//! (`view`), and exec/attach/port-forward (`stream`: the runtime's
+//! streaming URL, and the relay of an upgraded connection to it). Owns
+//! every listening socket; may use every layer below (the agent and its
+//! parts), never the CLI.
 
 pub mod http;
 pub mod local;
+pub mod stream;
 pub mod view;
 
 /// The generated types of podwarden's own API (server here, client in

@@ -90,9 +90,53 @@ Usage:
   podwarden version [--socket PATH]
 ";
 
+const EXEC_HELP: &str = "\
+Run a command in a pod's container (through the runtime's streaming server).
+podwarden exits with the command's exit status.
+
+Usage:
+  podwarden exec [-i] [-t] POD [-c CONTAINER] [-n NAMESPACE] [--socket PATH] -- COMMAND [ARG...]
+
+Options:
+  -i, --stdin             pass stdin to the command (its end is not passed on:
+                          the command must end by itself)
+  -t, --tty               a terminal: the local one in raw mode, resized with it
+  -c, --container NAME    the container (default: the pod's default container)
+";
+
+const ATTACH_HELP: &str = "\
+Attach to the main process of a pod's container: its output, and stdin with -i.
+
+Usage:
+  podwarden attach [-i] [-t] POD [-c CONTAINER] [-n NAMESPACE] [--socket PATH]
+";
+
+const PORT_FORWARD_HELP: &str = "\
+Forward local ports to a pod's ports: each connection to 127.0.0.1:LOCAL
+reaches REMOTE in the pod's network namespace. Runs until interrupted.
+
+Usage:
+  podwarden port-forward POD [LOCAL:]REMOTE... [-n NAMESPACE] [--address IP] [--socket PATH]
+
+Options:
+  --address IP    where to listen (default 127.0.0.1); LOCAL 0 or empty: any free port
+";
+
+const CP_HELP: &str = "\
+Copy files and directories into or out of a pod's container, as tar over
+exec (the container needs `tar`, and `sh` and `head` to copy into it).
+
+Usage:
+  podwarden cp [NAMESPACE/]POD:PATH LOCAL [-c CONTAINER] [--socket PATH]
+  podwarden cp LOCAL [NAMESPACE/]POD:PATH [-c CONTAINER] [--socket PATH]
+
+Entries of the pod's archive that would land outside LOCAL (absolute
+paths, `..`) are refused; symbolic links are not copied.
+";
+
 /// Parsed common flags and the remaining positional arguments.
 #[derive(Default)]
-pub(super) struct Args {
+pub(crate) struct Args {
     pub(super) socket: Option<String>,
     pub(super) namespace: Option<String>,
     pub(super) all: bool,
@@ -103,15 +147,36 @@ pub(super) struct Args {
     pub(super) tail: Option<u64>,
     pub(super) file: Option<String>,
     pub(super) grace: Option<i64>,
+    /// exec, attach: `-i`, `-t`.
+    pub(super) stdin: bool,
+    pub(super) tty: bool,
+    /// port-forward: where to listen.
+    pub(super) address: Option<String>,
     pub(super) help: bool,
     pub(super) rest: Vec<String>,
 }
 
 /// Parse the words after `verb`.
-pub(super) fn parse(args: &[String], verb: &str) -> Result<Args> {
+pub(crate) fn parse(args: &[String], verb: &str) -> Result<Args> {
     let mut a = Args::default();
     let mut it = args.iter();
     while let Some(arg) = it.next() {
+        if arg == "--" {
+            // exec: the command, verbatim
+            a.rest.extend(it.by_ref().cloned());
+            break;
+        }
+        let streaming = matches!(verb, "exec" | "attach");
+        if streaming
+            && arg.len() > 1
+            && arg.starts_with('-')
+            && !arg.starts_with("--")
+            && arg[1..].chars().all(|c| c == 'i' || c == 't')
+        {
+            a.stdin |= arg.contains('i');
+            a.tty |= arg.contains('t');
+            continue;
+        }
         let (flag, inline) = match arg.split_once('=') {
             Some((f, v)) if f.starts_with('-') => (f, Some(v.to_string())),
             _ => (arg.as_str(), None),
@@ -129,6 +194,9 @@ pub(super) fn parse(args: &[String], verb: &str) -> Result<Args> {
             "-c" | "--container" => a.container = Some(value("--container")?),
             "-f" | "--filename" if verb == "apply" => a.file = Some(value("-f")?),
             "-f" | "--follow" => a.follow = true,
+            "--stdin" if streaming => a.stdin = true,
+            "--tty" if streaming => a.tty = true,
+            "--address" if verb == "port-forward" => a.address = Some(value("--address")?),
             "-p" | "--previous" => a.previous = true,
             "--tail" => {
                 let v = value("--tail")?;
@@ -211,6 +279,10 @@ pub(super) fn help(verb: &str) -> Option<&'static str> {
         "apply" => APPLY_HELP,
         "delete" => DELETE_HELP,
         "version" => VERSION_HELP,
+        "exec" => EXEC_HELP,
+        "attach" => ATTACH_HELP,
+        "port-forward" => PORT_FORWARD_HELP,
+        "cp" => CP_HELP,
         _ => return None,
     })
 }

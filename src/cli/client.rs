@@ -250,6 +250,17 @@ impl Client {
     }
 
     /// The last stats snapshot (Summary API JSON).
+    /// The runtime's streaming URL for `kind` (`exec`, `attach`,
+    /// `portforward`) and the container it is for.
+    pub fn stream(&self, kind: &str, req: &api::StreamRequest) -> Result<api::StreamResponse> {
+        let r = match kind {
+            "exec" => self.inner.exec_opt(req, self.opt()),
+            "attach" => self.inner.attach_opt(req, self.opt()),
+            _ => self.inner.port_forward_opt(req, self.opt()),
+        };
+        r.map_err(ClientError::Call)
+    }
+
     pub fn stats(&self) -> Result<serde_json::Value> {
         let r = self.inner.get_stats_opt(&api::GetStatsRequest::default(), self.opt()).map_err(ClientError::Call)?;
         serde_json::from_slice(&r.summary_json).map_err(|source| ClientError::Decode { what: "stats summary", source })

@@ -28,6 +28,17 @@ pub enum CliError {
     /// A named ConfigMap or Secret that does not exist (kubectl's text).
     #[error("{0}")]
     NotFound(String),
+    /// exec, attach, port-forward, cp: the stream to the runtime failed.
+    #[error("{0}")]
+    Stream(String),
+    /// The remote command ended with this non-zero status (exec): podwarden
+    /// exits with it.
+    #[error("command terminated with exit code {0}")]
+    Exit(u8),
+    /// A signal ended the session (exit status 128 + the signal); the
+    /// terminal is restored, the remote command runs on.
+    #[error("interrupted by signal {0}")]
+    Signal(u8),
 }
 
 /// The exit statuses of `podwarden` (sysexits.h names), as the man page's
@@ -58,19 +69,21 @@ impl CliError {
                 FailureKind::Refused => exit::NOPERM,
                 FailureKind::Failed => exit::FAILURE,
             },
+            CliError::Exit(code) => *code,
+            CliError::Signal(sig) => 128 + *sig,
             _ => exit::FAILURE,
         }
     }
 }
 
-pub(super) type Result<T> = std::result::Result<T, CliError>;
+pub(crate) type Result<T> = std::result::Result<T, CliError>;
 
-pub(super) fn usage(msg: impl Into<String>) -> CliError {
+pub(crate) fn usage(msg: impl Into<String>) -> CliError {
     CliError::Usage(msg.into())
 }
 
 /// An error writing the output.
-pub(super) fn writing(source: std::io::Error) -> CliError {
+pub(crate) fn writing(source: std::io::Error) -> CliError {
     CliError::Io { what: "writing output".into(), source }
 }
 

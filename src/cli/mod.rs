@@ -3,17 +3,21 @@
 //! of the local API (`client`). May use every layer.
 //!
 //! The kubectl-like client verbs, on the local API: `get pods`, `describe pod`, `logs`, `events`, `node`, `apply`,
-//! `delete pod`, `version`. Output follows kubectl (aligned tables, `-o
+//! `delete pod`, `version`; `exec`, `attach`, `port-forward` and `cp`
+//! (`stream`, `cp`: the runtime's streaming server, over WebSocket). Output follows kubectl (aligned tables, `-o
 //! json|yaml|wide`). The pods and the node are the typed views of
 //! [`crate::api::view`], as the daemon sent them; errors are [`CliError`]s, each
 //! with its exit status.
 
 mod args;
 pub mod client;
+mod cp;
 pub mod daemon;
 mod describe;
 mod error;
 mod output;
+mod stream;
+mod tar;
 mod verbs;
 
 use std::io::Write;
@@ -23,7 +27,8 @@ pub use output::{age, pod_columns, pod_status, table};
 
 use error::{Result, usage, writing};
 
-pub const VERBS: &[&str] = &["get", "describe", "logs", "events", "node", "top", "apply", "delete"];
+pub const VERBS: &[&str] =
+    &["get", "describe", "logs", "events", "node", "top", "apply", "delete", "exec", "attach", "port-forward", "cp"];
 
 /// Run a client verb. `args` are the words after the verb.
 pub fn run(verb: &str, args: &[String]) -> Result<()> {
@@ -45,6 +50,10 @@ pub fn run(verb: &str, args: &[String]) -> Result<()> {
         "top" => verbs::top(&a)?,
         "apply" => verbs::apply(&a)?,
         "delete" => verbs::delete(&a)?,
+        "exec" => return stream::exec(&a),
+        "attach" => return stream::attach(&a),
+        "port-forward" => return stream::port_forward(&a),
+        "cp" => return cp::cp(&a),
         _ => verbs::version(&a)?,
     };
     out.write_all(text.as_bytes()).map_err(writing)

@@ -46,6 +46,9 @@ mod pb {
 }
 
 mod events;
+mod pull;
+
+use pull::PullWatch;
 
 use pb::api;
 use pb::api_grpc::{ImageServiceClient, RuntimeServiceClient};
@@ -226,58 +229,6 @@ fn wait_answer<T: Unpin>(
             return Err(e);
         }
         std::thread::park_timeout(Duration::from_millis(100));
-    }
-}
-
-/// Whether a pull still makes progress, from containerd's ingests (the
-/// downloads into its content store): it is stalled when, for the whole
-/// deadline, the ingests stayed the same, or none began yet (resolving).
-/// Once a download was seen, a time without any (unpacking, between
-/// blobs) is not a stall. Any pull's progress counts for all.
-struct PullWatch {
-    deadline: Duration,
-    /// The ingests last seen (none when the pull began).
-    last: Vec<(String, i64)>,
-    downloaded: bool,
-    since: std::time::Instant,
-    next: std::time::Instant,
-}
-
-impl PullWatch {
-    const EVERY: Duration = Duration::from_secs(1);
-
-    fn new(deadline: Duration) -> Self {
-        let now = std::time::Instant::now();
-        PullWatch { deadline, last: Vec::new(), downloaded: false, since: now, next: now + Self::EVERY }
-    }
-
-    /// How long there was no progress, once that reaches the deadline.
-    /// Reads `ingests` about once a second; `None` from it (the runtime
-    /// cannot tell) is never a stall.
-    fn stalled(&mut self, ingests: impl FnOnce() -> Option<Vec<(String, i64)>>) -> Option<Duration> {
-        self.observe(std::time::Instant::now(), ingests)
-    }
-
-    fn observe(
-        &mut self,
-        now: std::time::Instant,
-        ingests: impl FnOnce() -> Option<Vec<(String, i64)>>,
-    ) -> Option<Duration> {
-        if self.deadline.is_zero() || now < self.next {
-            return None;
-        }
-        self.next = now + Self::EVERY;
-        let Some(seen) = ingests() else {
-            self.since = now;
-            return None;
-        };
-        self.downloaded |= !seen.is_empty();
-        if seen != self.last || (seen.is_empty() && self.downloaded) {
-            self.since = now;
-        }
-        self.last = seen;
-        let idle = now - self.since;
-        (idle >= self.deadline).then_some(idle)
     }
 }
 
@@ -962,6 +913,37 @@ impl Runtime for CriRuntime {
         on: &mut dyn FnMut(super::events::Note),
     ) -> Result<()> {
         events::watch(self, cancel, on)
+    }
+
+    fn exec(&self, ctx: &CallCtx, id: &str, cmd: &[String], s: super::Streams) -> Result<String> {
+        let req = api::ExecRequest {
+            container_id: id.into(),
+            cmd: cmd.to_vec(),
+            tty: s.tty,
+            stdin: s.stdin,
+            stdout: s.stdout,
+            stderr: s.stderr,
+            ..Default::default()
+        };
+        Ok(call(ctx, Op::Exec, |o| self.runtime.exec_opt(&req, o))?.url)
+    }
+
+    fn attach(&self, ctx: &CallCtx, id: &str, s: super::Streams) -> Result<String> {
+        let req = api::AttachRequest {
+            container_id: id.into(),
+            stdin: s.stdin,
+            tty: s.tty,
+            stdout: s.stdout,
+            stderr: s.stderr,
+            ..Default::default()
+        };
+        Ok(call(ctx, Op::Attach, |o| self.runtime.attach_opt(&req, o))?.url)
+    }
+
+    fn port_forward(&self, ctx: &CallCtx, sandbox_id: &str, ports: &[u16]) -> Result<String> {
+        let port = ports.iter().map(|&p| i32::from(p)).collect();
+        let req = api::PortForwardRequest { pod_sandbox_id: sandbox_id.into(), port, ..Default::default() };
+        Ok(call(ctx, Op::PortForward, |o| self.runtime.port_forward_opt(&req, o))?.url)
     }
 
     fn exec_sync(&self, id: &str, cmd: &[String], timeout: Duration, done: super::ExecDone) {

@@ -96,6 +96,9 @@ struct State {
     /// Container name -> what an exec in it returns (default: exit 0, no
     /// output); `None` hangs until the exec's timeout.
     exec: HashMap<String, Option<super::ExecResult>>,
+    /// Where the streaming URLs of `exec`, `attach` and `port_forward`
+    /// point (default `fake://stream`): a test's own streaming server.
+    stream_base: Option<String>,
     next_id: u64,
 }
 
@@ -138,6 +141,29 @@ fn now_ns() -> i64 {
 }
 
 impl FakeRuntime {
+    /// Make the streaming calls answer with URLs under `base`
+    /// (`http://127.0.0.1:PORT`): `{base}/exec/<container>`,
+    /// `{base}/attach/<container>`, `{base}/portforward/<sandbox>`.
+    pub fn set_stream_base(&self, base: &str) {
+        self.state.lock().stream_base = Some(base.trim_end_matches('/').to_string());
+    }
+
+    /// The URL of a streaming call on a running container (`what`: exec or
+    /// attach), as the runtime answers it.
+    fn stream_url(&self, op: Op, what: &str, id: &str) -> Result<String> {
+        let st = self.state.lock();
+        let base = st.stream_base.clone().unwrap_or_else(|| "fake://stream".into());
+        match st.containers.get(id) {
+            Some(c) if c.info.state == ContainerState::Running => Ok(format!("{base}/{what}/{id}")),
+            Some(_) => Err(RuntimeError::Failed {
+                op,
+                code: Code::Unknown,
+                message: format!("container {id} is in {:?} state", c_state(&st, id)),
+            }),
+            None => Err(RuntimeError::NotFound { what: format!("container {id}") }),
+        }
+    }
+
     pub fn new() -> Self {
         FakeRuntime {
             state: Mutex::new(State::default()),
@@ -902,4 +928,35 @@ impl Runtime for FakeRuntime {
             }
         }
     }
+
+    fn exec(&self, ctx: &CallCtx, id: &str, cmd: &[String], _streams: super::Streams) -> Result<String> {
+        self.enter(ctx, Op::Exec, &self.uid_of_container(id), &cmd.join(" "))?;
+        self.stream_url(Op::Exec, "exec", id)
+    }
+
+    fn attach(&self, ctx: &CallCtx, id: &str, _streams: super::Streams) -> Result<String> {
+        self.enter(ctx, Op::Attach, &self.uid_of_container(id), id)?;
+        self.stream_url(Op::Attach, "attach", id)
+    }
+
+    fn port_forward(&self, ctx: &CallCtx, sandbox_id: &str, ports: &[u16]) -> Result<String> {
+        let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+        self.enter(ctx, Op::PortForward, &self.uid_of_sandbox(sandbox_id), &ports.join(","))?;
+        let st = self.state.lock();
+        let base = st.stream_base.clone().unwrap_or_else(|| "fake://stream".into());
+        match st.sandboxes.get(sandbox_id) {
+            Some(sb) if sb.info.ready => Ok(format!("{base}/portforward/{sandbox_id}")),
+            Some(_) => Err(RuntimeError::Failed {
+                op: Op::PortForward,
+                code: Code::Unknown,
+                message: format!("sandbox {sandbox_id} is not ready"),
+            }),
+            None => Err(RuntimeError::NotFound { what: format!("sandbox {sandbox_id}") }),
+        }
+    }
+}
+
+/// A container's state for a message.
+fn c_state(st: &State, id: &str) -> ContainerState {
+    st.containers.get(id).map(|c| c.info.state).unwrap_or_default()
 }

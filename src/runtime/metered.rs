@@ -158,4 +158,16 @@ impl Runtime for Metered {
             }),
         )
     }
+
+    fn exec(&self, ctx: &CallCtx, id: &str, cmd: &[String], streams: super::Streams) -> Result<String> {
+        self.count(Op::Exec, self.inner.exec(ctx, id, cmd, streams))
+    }
+
+    fn attach(&self, ctx: &CallCtx, id: &str, streams: super::Streams) -> Result<String> {
+        self.count(Op::Attach, self.inner.attach(ctx, id, streams))
+    }
+
+    fn port_forward(&self, ctx: &CallCtx, sandbox_id: &str, ports: &[u16]) -> Result<String> {
+        self.count(Op::PortForward, self.inner.port_forward(ctx, sandbox_id, ports))
+    }
 }

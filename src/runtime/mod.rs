@@ -83,10 +83,13 @@ pub enum Op {
     ListContainerStats,
     ListPodSandboxStats,
     GetContainerEvents,
+    Exec,
+    Attach,
+    PortForward,
 }
 
 impl Op {
-    pub const ALL: [Op; 23] = [
+    pub const ALL: [Op; 26] = [
         Op::Version,
         Op::ListPodSandbox,
         Op::PodSandboxStatus,
@@ -110,6 +113,9 @@ impl Op {
         Op::ListContainerStats,
         Op::ListPodSandboxStats,
         Op::GetContainerEvents,
+        Op::Exec,
+        Op::Attach,
+        Op::PortForward,
     ];
 
     /// The op with this CRI method name (`ListPodSandbox`, ...).
@@ -143,6 +149,9 @@ impl Op {
             Op::ListContainerStats => "ListContainerStats",
             Op::ListPodSandboxStats => "ListPodSandboxStats",
             Op::GetContainerEvents => "GetContainerEvents",
+            Op::Exec => "Exec",
+            Op::Attach => "Attach",
+            Op::PortForward => "PortForward",
         }
     }
 
@@ -172,6 +181,9 @@ impl Op {
             Op::ListContainerStats => "list_container_stats",
             Op::ListPodSandboxStats => "list_podsandbox_stats",
             Op::GetContainerEvents => "get_container_events",
+            Op::Exec => "exec",
+            Op::Attach => "attach",
+            Op::PortForward => "port_forward",
         }
     }
 }
@@ -682,6 +694,25 @@ pub trait Runtime: Send + Sync {
         let _ = (cancel, on);
         Err(RuntimeError::Unimplemented { op: Op::GetContainerEvents })
     }
+    /// CRI `Exec`: the URL on the runtime's streaming server where a client
+    /// runs `cmd` in container `id` with the streams `streams` asks for.
+    fn exec(&self, ctx: &CallCtx, id: &str, cmd: &[String], streams: Streams) -> Result<String>;
+    /// CRI `Attach`: the URL where a client attaches to container `id`'s
+    /// main process.
+    fn attach(&self, ctx: &CallCtx, id: &str, streams: Streams) -> Result<String>;
+    /// CRI `PortForward`: the URL where a client forwards connections to
+    /// `ports` in sandbox `sandbox_id`'s network namespace.
+    fn port_forward(&self, ctx: &CallCtx, sandbox_id: &str, ports: &[u16]) -> Result<String>;
+}
+
+/// Which streams an exec or attach carries (CRI `ExecRequest`'s and
+/// `AttachRequest`'s flags); with `tty`, stderr is merged into stdout.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Streams {
+    pub stdin: bool,
+    pub stdout: bool,
+    pub stderr: bool,
+    pub tty: bool,
 }
 
 /// What [`Runtime::exec_sync`] found.

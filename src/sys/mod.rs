@@ -10,7 +10,8 @@
 //! are `std::io::Error`s from `errno`, exactly as the calls reported them.
 //!
 //! - libc: files (`openat`, `fstat`, `renameat2`, `mkfifo`), mounts, the
-//!   eventfd, `poll`, the current thread's name, `_exit`, `kill`, network
+//!   eventfd, `poll`, terminals (`tcgetattr`, raw mode, the window size),
+//!   the current thread's name, `_exit`, `kill`, network
 //!   interfaces, `uname`, peer credentials, glibc's allocator tuning;
 //! - grpcio: handing an accepted connection to a server;
 //! - [`libyaml`]: libyaml's event parser (`unsafe-libyaml`) as a safe event
@@ -199,6 +200,44 @@ pub fn mkdirat(dir: BorrowedFd<'_>, name: &CStr, mode: libc::mode_t) -> io::Resu
 pub fn unmount_detach(target: &CStr) -> io::Result<()> {
     // SAFETY: a valid NUL-terminated path; the call reads nothing else.
     zero_or_errno(unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) })
+}
+
+// ------------------------------------------------------------ terminals
+
+/// The terminal settings of `fd` (`tcgetattr`); an error when `fd` is not
+/// a terminal.
+pub fn terminal_attrs(fd: BorrowedFd<'_>) -> io::Result<libc::termios> {
+    // SAFETY: termios is plain data; all-zero is a valid value to be
+    // overwritten.
+    let mut t: libc::termios = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is open for the call; `t` is a valid, writable termios.
+    zero_or_errno(unsafe { libc::tcgetattr(fd.as_raw_fd(), &mut t) })?;
+    Ok(t)
+}
+
+/// Set the terminal settings of `fd` at once (`tcsetattr`, `TCSANOW`).
+pub fn set_terminal_attrs(fd: BorrowedFd<'_>, t: &libc::termios) -> io::Result<()> {
+    // SAFETY: `fd` is open for the call; `t` is a valid termios, only read.
+    zero_or_errno(unsafe { libc::tcsetattr(fd.as_raw_fd(), libc::TCSANOW, t) })
+}
+
+/// `t` in raw mode (`cfmakeraw`): no echo, no line editing, no signals
+/// from keys, bytes as they come.
+pub fn raw_terminal_attrs(t: &libc::termios) -> libc::termios {
+    let mut raw = *t;
+    // SAFETY: `raw` is a valid, writable termios; cfmakeraw only changes
+    // its flags.
+    unsafe { libc::cfmakeraw(&mut raw) };
+    raw
+}
+
+/// The terminal `fd`'s size in (columns, rows) (`TIOCGWINSZ`).
+pub fn window_size(fd: BorrowedFd<'_>) -> io::Result<(u16, u16)> {
+    let mut w = libc::winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
+    // SAFETY: TIOCGWINSZ writes one winsize to the valid pointer given; `fd`
+    // is open for the call.
+    zero_or_errno(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCGWINSZ, &mut w) })?;
+    Ok((w.ws_col, w.ws_row))
 }
 
 // ---------------------------------------------------- events and polling
