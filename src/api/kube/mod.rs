@@ -1,0 +1,8 @@
+//! The node's Kubernetes API (issue 28): what `kubectl apply`, `patch`,
+//! `edit` and `explain` need, as pure functions the HTTPS server calls —
+//! the OpenAPI documents (`openapi`), patches and field validation
+//! (`patch`), server-side apply and `managedFields` (`ssa`).
+
+pub mod openapi;
+pub mod patch;
+pub mod ssa;

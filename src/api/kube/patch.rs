@@ -1,0 +1,904 @@
+//! Writes to an existing object, as the API server does them, pure: the
+//! three patch types kubectl sends (`application/json-patch+json`, RFC
+//! 6902; `application/merge-patch+json`, RFC 7386;
+//! `application/strategic-merge-patch+json`, lists merged by the
+//! `patchMergeKey` of the Kubernetes types), server-side apply
+//! (`application/apply-patch+yaml`, in `ssa`), the request's parameters
+//! (`fieldManager`, `force`, `fieldValidation`), field validation through
+//! the manifest parser's own field table, and the errors as `meta/v1
+//! Status` values (`StatusError`) for the HTTPS server to send.
+//!
+//! What a patched Pod then *is* is the caller's decision: podwarden's pods
+//! are manifests, so the server stores the result as the pod's new
+//! manifest (`manifest_of`), exactly as `podwarden apply` of the edited
+//! file does, and the pod is replaced; the API server's immutability rules
+//! for running pods do not apply. The identity (apiVersion, kind, name,
+//! namespace, uid) and the status cannot be changed by a patch.
+
+use serde_json::{Map, Value};
+
+use super::ssa;
+use crate::model::{bounded_yaml, fields, objects};
+
+/// Largest patch body read (the API server's limit is 3 MiB; a manifest
+/// here is at most 1 MiB).
+pub const MAX_PATCH_BYTES: usize = 1024 * 1024;
+
+/// A refused request as a `meta/v1 Status`: HTTP code, reason, message and
+/// the fields it concerns (`details.causes`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusError {
+    pub code: u16,
+    /// The Status `reason` (`Invalid`, `BadRequest`, `Conflict`, ...).
+    pub reason: &'static str,
+    pub message: String,
+    /// `(cause type, field, message)`.
+    pub causes: Vec<(String, String, String)>,
+}
+
+impl StatusError {
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        StatusError { code: 400, reason: "BadRequest", message: message.into(), causes: Vec::new() }
+    }
+
+    /// 422: `<Kind> "<name>" is invalid: <field>: <message>`.
+    pub fn invalid(kind: &str, name: &str, field: &str, message: impl Into<String>) -> Self {
+        let message = message.into();
+        StatusError {
+            code: 422,
+            reason: "Invalid",
+            message: format!("{kind} {name:?} is invalid: {field}: {message}"),
+            causes: vec![("FieldValueInvalid".into(), field.to_string(), message)],
+        }
+    }
+
+    pub fn conflict(message: impl Into<String>, causes: Vec<(String, String, String)>) -> Self {
+        StatusError { code: 409, reason: "Conflict", message: message.into(), causes }
+    }
+
+    pub fn unsupported_media_type(message: impl Into<String>) -> Self {
+        StatusError { code: 415, reason: "UnsupportedMediaType", message: message.into(), causes: Vec::new() }
+    }
+
+    /// The `meta/v1 Status` object to send with `code`.
+    pub fn to_status(&self) -> Value {
+        let mut status = serde_json::json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        });
+        if !self.causes.is_empty() {
+            let causes: Vec<Value> = self
+                .causes
+                .iter()
+                .map(|(t, f, m)| serde_json::json!({"reason": t, "message": m, "field": f}))
+                .collect();
+            status["details"] = serde_json::json!({ "causes": causes });
+        }
+        status
+    }
+}
+
+/// The body's format, from the request's `Content-Type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchType {
+    Json,
+    Merge,
+    Strategic,
+    Apply,
+}
+
+impl PatchType {
+    /// The patch type of a `Content-Type` (parameters such as `charset`
+    /// ignored); 415 for anything else, listing what is accepted.
+    pub fn from_content_type(content_type: &str) -> Result<PatchType, StatusError> {
+        let media = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        match media.as_str() {
+            "application/json-patch+json" => Ok(PatchType::Json),
+            "application/merge-patch+json" => Ok(PatchType::Merge),
+            "application/strategic-merge-patch+json" => Ok(PatchType::Strategic),
+            "application/apply-patch+yaml" => Ok(PatchType::Apply),
+            _ => Err(StatusError::unsupported_media_type(format!(
+                "the body of the request was in an unknown format - accepted media types include: \
+                 application/json-patch+json, application/merge-patch+json, \
+                 application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type:?})"
+            ))),
+        }
+    }
+}
+
+/// `fieldValidation`: what to do with fields the schema does not have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FieldValidation {
+    /// Drop them silently.
+    Ignore,
+    /// Drop them and say so in `Warning` headers (the API server's default).
+    #[default]
+    Warn,
+    /// Refuse the request (400), naming each.
+    Strict,
+}
+
+/// The query parameters of a write.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Params {
+    pub field_manager: Option<String>,
+    pub force: bool,
+    pub field_validation: FieldValidation,
+    /// The time recorded in `managedFields` (RFC 3339).
+    pub now: String,
+}
+
+impl Params {
+    /// The write parameters of a query string (`fieldManager=kubectl&force=false
+    /// &fieldValidation=Strict`); other parameters are left to the caller.
+    pub fn from_query(query: &str, now: &str) -> Result<Params, StatusError> {
+        let mut p = Params { now: now.to_string(), ..Params::default() };
+        for pair in query.split('&').filter(|s| !s.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let v = percent_decode(v);
+            match k {
+                "fieldManager" => {
+                    if v.len() > 128 || v.chars().any(|c| c.is_control()) {
+                        return Err(StatusError::invalid("PatchOptions", "", "fieldManager", "must be at most 128 printable characters"));
+                    }
+                    p.field_manager = Some(v);
+                }
+                "force" => {
+                    p.force = match v.as_str() {
+                        "true" | "" => true,
+                        "false" => false,
+                        other => return Err(StatusError::bad_request(format!("force: {other:?} is not a boolean"))),
+                    }
+                }
+                "fieldValidation" => {
+                    p.field_validation = match v.as_str() {
+                        "Strict" => FieldValidation::Strict,
+                        "Warn" | "" => FieldValidation::Warn,
+                        "Ignore" => FieldValidation::Ignore,
+                        other => {
+                            return Err(StatusError::bad_request(format!(
+                                "fieldValidation: invalid value {other:?}, expected Ignore, Warn or Strict"
+                            )));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(p)
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match b[i] {
+            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push((h * 16 + l) as u8);
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            b'+' => out.push(b' '),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A write's result: the new object and the `Warning` headers to send
+/// (`unknown field "spec.foo"`, as the API server words them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Patched {
+    pub object: Value,
+    pub warnings: Vec<String>,
+}
+
+/// Apply a PATCH request to `live` (the object as served, a `Pod`,
+/// `ConfigMap` or `Secret`): parse the body by `content_type`, patch,
+/// keep identity and status, check the fields by `params.field_validation`
+/// and record the field manager in `managedFields`.
+pub fn apply(
+    kind: &str,
+    live: &Value,
+    body: &[u8],
+    content_type: &str,
+    params: &Params,
+) -> Result<Patched, StatusError> {
+    let patch_type = PatchType::from_content_type(content_type)?;
+    if body.len() > MAX_PATCH_BYTES {
+        return Err(StatusError {
+            code: 413,
+            reason: "RequestEntityTooLarge",
+            message: format!("the patch is {} bytes, over the limit of {MAX_PATCH_BYTES}", body.len()),
+            causes: Vec::new(),
+        });
+    }
+    if patch_type == PatchType::Apply {
+        return ssa::server_side_apply(kind, Some(live), body, params);
+    }
+    let text = std::str::from_utf8(body).map_err(|e| StatusError::bad_request(format!("the patch is not UTF-8: {e}")))?;
+    let patch = one_json(text)?;
+    let patched = match patch_type {
+        PatchType::Json => json_patch(live, &patch)?,
+        PatchType::Merge => merge_patch(live, &patch),
+        PatchType::Strategic => strategic_merge(kind, live, &patch)?,
+        PatchType::Apply => unreachable!("handled above"),
+    };
+    let mut out = finish(kind, live, patched, params)?;
+    let manager = params.field_manager.as_deref().unwrap_or(default_manager(patch_type));
+    ssa::record_update(kind, Some(live), &mut out.object, manager, &params.now);
+    Ok(out)
+}
+
+/// The manager a patch without `fieldManager` is recorded under (the API
+/// server derives it from the user agent; kubectl always sends one).
+fn default_manager(_: PatchType) -> &'static str {
+    "unknown"
+}
+
+/// Exactly one JSON document, bounded like a manifest.
+fn one_json(text: &str) -> Result<Value, StatusError> {
+    let mut docs =
+        bounded_yaml::parse_json_bounded(text).map_err(|e| StatusError::bad_request(format!("invalid JSON patch: {e}")))?;
+    match docs.len() {
+        1 => Ok(docs.remove(0)),
+        n => Err(StatusError::bad_request(format!("invalid patch: expected one JSON document, got {n}"))),
+    }
+}
+
+/// The common end of every write: identity unchanged (400/409 as the API
+/// server answers), status kept from `live`, fields checked.
+pub(super) fn finish(kind: &str, live: &Value, mut new: Value, params: &Params) -> Result<Patched, StatusError> {
+    let name = live.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    if !new.is_object() {
+        return Err(StatusError::bad_request(format!("the patched {kind} is not an object")));
+    }
+    for (ptr, what) in [("/apiVersion", "apiVersion"), ("/kind", "kind")] {
+        if new.pointer(ptr) != live.pointer(ptr) {
+            return Err(StatusError::bad_request(format!(
+                "{what} cannot be changed by a patch ({} to {})",
+                live.pointer(ptr).unwrap_or(&Value::Null),
+                new.pointer(ptr).unwrap_or(&Value::Null)
+            )));
+        }
+    }
+    for (ptr, what) in [("/metadata/name", "name"), ("/metadata/namespace", "namespace")] {
+        if new.pointer(ptr) != live.pointer(ptr) {
+            return Err(StatusError::bad_request(format!(
+                "the {what} of the object ({}) does not match the {what} on the URL ({})",
+                new.pointer(ptr).unwrap_or(&Value::Null),
+                live.pointer(ptr).unwrap_or(&Value::Null)
+            )));
+        }
+    }
+    if let Some(uid) = new.pointer("/metadata/uid").filter(|u| !u.is_null())
+        && Some(uid) != live.pointer("/metadata/uid")
+    {
+        return Err(StatusError::conflict(
+            format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", live.pointer("/metadata/uid").unwrap_or(&Value::Null)),
+            Vec::new(),
+        ));
+    }
+    if let Some(rv) = new.pointer("/metadata/resourceVersion").filter(|v| !v.is_null())
+        && Some(rv) != live.pointer("/metadata/resourceVersion")
+    {
+        return Err(StatusError::conflict(
+            format!(
+                "Operation cannot be fulfilled on {}s {name:?}: the object has been modified; please apply your changes to the latest version and try again",
+                kind.to_ascii_lowercase()
+            ),
+            Vec::new(),
+        ));
+    }
+    // server-set metadata and the status are not written through a patch
+    for key in ["uid", "resourceVersion", "creationTimestamp", "generation", "selfLink"] {
+        match live.pointer(&format!("/metadata/{key}")) {
+            Some(v) => new["metadata"][key] = v.clone(),
+            None => {
+                if let Some(m) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.remove(key);
+                }
+            }
+        }
+    }
+    let map = new.as_object_mut().expect("checked above");
+    match live.get("status") {
+        Some(s) => {
+            map.insert("status".into(), s.clone());
+        }
+        None => {
+            if kind == "Pod" {
+                map.remove("status");
+            }
+        }
+    }
+    let warnings = validate_fields(kind, name, &mut new, params.field_validation)?;
+    Ok(Patched { object: new, warnings })
+}
+
+/// Check `obj`'s fields against podwarden's own field tables (the manifest
+/// parser's, `model::fields` for a Pod and `model::objects` for a
+/// ConfigMap or Secret): a field that podwarden rejects is 422 Invalid;
+/// fields that are not in the schema are refused (`Strict`, 400 with
+/// `strict decoding error: unknown field "spec.foo"`) or dropped and
+/// returned as warnings (`Warn`) or dropped silently (`Ignore`).
+pub fn validate_fields(kind: &str, name: &str, obj: &mut Value, mode: FieldValidation) -> Result<Vec<String>, StatusError> {
+    let found = match kind {
+        "Pod" => fields::check(obj).map_err(|e| StatusError::invalid(kind, name, &e.field, e.reason))?,
+        "ConfigMap" | "Secret" => {
+            let k = if kind == "Secret" { objects::Kind::Secret } else { objects::Kind::ConfigMap };
+            let mut top = Vec::new();
+            if let Value::Object(map) = &*obj {
+                let probe = Value::Object(map.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
+                match objects::from_value(k, "(request)", probe) {
+                    Ok((_, w)) => top = w,
+                    Err(e) => return Err(StatusError::invalid(kind, name, &e.field, e.reason)),
+                }
+            }
+            top
+        }
+        _ => Vec::new(),
+    };
+    let unknown: Vec<String> = found.into_iter().filter(|w| w.starts_with("unknown field ")).collect();
+    if unknown.is_empty() {
+        return Ok(Vec::new());
+    }
+    if mode == FieldValidation::Strict {
+        return Err(StatusError::bad_request(format!(
+            "{kind} in version \"v1\" cannot be handled as a {kind}: strict decoding error: {}",
+            unknown.join(", ")
+        )));
+    }
+    for w in &unknown {
+        if let Some(path) = w.strip_prefix("unknown field ").and_then(|q| serde_json::from_str::<String>(q).ok()) {
+            remove_shown_path(obj, &path);
+        }
+    }
+    Ok(if mode == FieldValidation::Warn { unknown } else { Vec::new() })
+}
+
+/// Remove the field at a path as the field table shows it
+/// (`spec.containers[0].foo`).
+fn remove_shown_path(obj: &mut Value, path: &str) {
+    let mut steps: Vec<Result<&str, usize>> = Vec::new();
+    for part in path.split('.') {
+        let (key, rest) = part.split_once('[').map_or((part, ""), |(k, r)| (k, r));
+        steps.push(Ok(key));
+        for idx in rest.split('[').filter(|s| !s.is_empty()) {
+            match idx.trim_end_matches(']').parse() {
+                Ok(i) => steps.push(Err(i)),
+                Err(_) => return,
+            }
+        }
+    }
+    let Some((last, parents)) = steps.split_last() else { return };
+    let mut at = obj;
+    for s in parents {
+        let next = match s {
+            Ok(k) => at.get_mut(*k),
+            Err(i) => at.get_mut(*i),
+        };
+        match next {
+            Some(n) => at = n,
+            None => return,
+        }
+    }
+    if let (Ok(k), Some(m)) = (last, at.as_object_mut()) {
+        m.remove(*k);
+    }
+}
+
+/// The object to store as the pod's (or object's) manifest after a write:
+/// without status and the fields the server sets; keeps the labels,
+/// annotations (with `kubectl.kubernetes.io/last-applied-configuration`)
+/// and `managedFields`, which the manifest parser accepts and ignores.
+pub fn manifest_of(obj: &Value) -> Value {
+    let mut m = obj.clone();
+    if let Some(map) = m.as_object_mut() {
+        map.remove("status");
+    }
+    if let Some(meta) = m.get_mut("metadata").and_then(Value::as_object_mut) {
+        for key in ["uid", "resourceVersion", "creationTimestamp", "generation", "selfLink"] {
+            meta.remove(key);
+        }
+        if let Some(Value::Object(ann)) = meta.get_mut("annotations") {
+            ann.retain(|k, _| !k.starts_with("kubernetes.io/config."));
+            if ann.is_empty() {
+                meta.remove("annotations");
+            }
+        }
+    }
+    m
+}
+
+// ---- RFC 7386 JSON merge patch ----
+
+/// RFC 7386: objects merged key by key, `null` removes a key, anything else
+/// replaces.
+pub fn merge_patch(target: &Value, patch: &Value) -> Value {
+    let Value::Object(p) = patch else { return patch.clone() };
+    let mut out = match target {
+        Value::Object(t) => t.clone(),
+        _ => Map::new(),
+    };
+    for (k, v) in p {
+        if v.is_null() {
+            out.remove(k);
+        } else {
+            let merged = merge_patch(out.get(k).unwrap_or(&Value::Null), v);
+            out.insert(k.clone(), merged);
+        }
+    }
+    Value::Object(out)
+}
+
+/// The merge patch that turns `from` into `to` (RFC 7386's inverse; used
+/// by the tests and for `managedFields` diffs).
+pub fn merge_diff(from: &Value, to: &Value) -> Value {
+    match (from, to) {
+        (Value::Object(f), Value::Object(t)) => {
+            let mut out = Map::new();
+            for k in f.keys().filter(|k| !t.contains_key(*k)) {
+                out.insert(k.clone(), Value::Null);
+            }
+            for (k, tv) in t {
+                match f.get(k) {
+                    Some(fv) if fv == tv => {}
+                    Some(fv @ Value::Object(_)) if tv.is_object() => {
+                        out.insert(k.clone(), merge_diff(fv, tv));
+                    }
+                    _ => {
+                        out.insert(k.clone(), tv.clone());
+                    }
+                }
+            }
+            Value::Object(out)
+        }
+        _ => to.clone(),
+    }
+}
+
+// ---- RFC 6902 JSON patch ----
+
+/// Bounds: at most this many operations in one JSON patch.
+const MAX_JSON_PATCH_OPS: usize = 10_000;
+
+fn json_patch_error(patch: &Value, message: impl std::fmt::Display) -> StatusError {
+    let shown = patch.to_string();
+    let shown = if shown.len() > 512 { format!("{}...", &shown[..shown.char_indices().take_while(|(i, _)| *i < 512).last().map_or(0, |(i, c)| i + c.len_utf8())]) } else { shown };
+    StatusError {
+        code: 422,
+        reason: "Invalid",
+        message: format!("the server rejected our request due to an error in our request: {message}"),
+        causes: vec![("FieldValueInvalid".into(), "patch".into(), format!("Invalid value: {shown:?}: {message}"))],
+    }
+}
+
+/// RFC 6902: `add`, `remove`, `replace`, `move`, `copy`, `test`, in order,
+/// all or nothing. Failing operations are 422 Invalid as the API server
+/// answers them.
+pub fn json_patch(doc: &Value, patch: &Value) -> Result<Value, StatusError> {
+    let Value::Array(ops) = patch else {
+        return Err(StatusError::bad_request("a JSON patch is a list of operations"));
+    };
+    if ops.len() > MAX_JSON_PATCH_OPS {
+        return Err(StatusError::bad_request(format!("a JSON patch has at most {MAX_JSON_PATCH_OPS} operations")));
+    }
+    let mut doc = doc.clone();
+    for (i, op) in ops.iter().enumerate() {
+        let fail = |m: String| json_patch_error(patch, format!("operation {i}: {m}"));
+        let name = op.get("op").and_then(Value::as_str).ok_or_else(|| fail("missing \"op\"".into()))?;
+        let path = op.get("path").and_then(Value::as_str).ok_or_else(|| fail("missing \"path\"".into()))?;
+        let path = pointer(path).map_err(fail)?;
+        let value = || op.get("value").cloned().ok_or_else(|| fail("missing \"value\"".into()));
+        let from = || -> Result<Vec<String>, StatusError> {
+            let f = op.get("from").and_then(Value::as_str).ok_or_else(|| fail("missing \"from\"".into()))?;
+            pointer(f).map_err(fail)
+        };
+        match name {
+            "add" => add(&mut doc, &path, value()?).map_err(fail)?,
+            "remove" => {
+                remove(&mut doc, &path).map_err(fail)?;
+            }
+            "replace" => {
+                remove(&mut doc, &path).map_err(fail)?;
+                add(&mut doc, &path, value()?).map_err(fail)?;
+            }
+            "move" => {
+                let from = from()?;
+                if path.len() > from.len() && path[..from.len()] == from[..] {
+                    return Err(fail("cannot move a value into itself".into()));
+                }
+                let v = remove(&mut doc, &from).map_err(fail)?;
+                add(&mut doc, &path, v).map_err(fail)?;
+            }
+            "copy" => {
+                let v = get(&doc, &from()?).cloned().ok_or_else(|| fail("\"from\" does not exist".into()))?;
+                add(&mut doc, &path, v).map_err(fail)?;
+            }
+            "test" => {
+                let want = value()?;
+                if get(&doc, &path) != Some(&want) {
+                    return Err(fail(format!("testing value {} failed", show_pointer(&path))));
+                }
+            }
+            other => return Err(fail(format!("unknown op {other:?}"))),
+        }
+    }
+    Ok(doc)
+}
+
+/// A JSON pointer's reference tokens (`~1` is `/`, `~0` is `~`).
+fn pointer(p: &str) -> Result<Vec<String>, String> {
+    if p.is_empty() {
+        return Ok(Vec::new());
+    }
+    let Some(rest) = p.strip_prefix('/') else {
+        return Err(format!("{p:?} is not a JSON pointer (must start with '/')"));
+    };
+    rest.split('/')
+        .map(|t| {
+            let mut out = String::with_capacity(t.len());
+            let mut chars = t.chars();
+            while let Some(c) = chars.next() {
+                match (c, c == '~') {
+                    (_, true) => match chars.next() {
+                        Some('0') => out.push('~'),
+                        Some('1') => out.push('/'),
+                        _ => return Err(format!("{p:?}: '~' must be followed by 0 or 1")),
+                    },
+                    (c, false) => out.push(c),
+                }
+            }
+            Ok(out)
+        })
+        .collect()
+}
+
+fn show_pointer(p: &[String]) -> String {
+    p.iter().map(|t| format!("/{}", t.replace('~', "~0").replace('/', "~1"))).collect()
+}
+
+fn index(token: &str, len: usize, append: bool) -> Result<usize, String> {
+    if append && token == "-" {
+        return Ok(len);
+    }
+    let valid = !token.is_empty() && token.bytes().all(|b| b.is_ascii_digit()) && (token == "0" || !token.starts_with('0'));
+    match token.parse::<usize>() {
+        Ok(i) if valid && (i < len || (append && i == len)) => Ok(i),
+        _ => Err(format!("index {token:?} is out of range (length {len})")),
+    }
+}
+
+fn get<'a>(doc: &'a Value, path: &[String]) -> Option<&'a Value> {
+    let mut at = doc;
+    for t in path {
+        at = match at {
+            Value::Object(m) => m.get(t)?,
+            Value::Array(a) => a.get(index(t, a.len(), false).ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(at)
+}
+
+fn parent_of<'a>(doc: &'a mut Value, path: &[String]) -> Result<&'a mut Value, String> {
+    let mut at = doc;
+    for t in path {
+        at = match at {
+            Value::Object(m) => m.get_mut(t).ok_or_else(|| format!("{} does not exist", show_pointer(path)))?,
+            Value::Array(a) => {
+                let i = index(t, a.len(), false)?;
+                &mut a[i]
+            }
+            _ => return Err(format!("{} is not an object or a list", show_pointer(path))),
+        };
+    }
+    Ok(at)
+}
+
+fn add(doc: &mut Value, path: &[String], v: Value) -> Result<(), String> {
+    let Some((last, parents)) = path.split_last() else {
+        *doc = v;
+        return Ok(());
+    };
+    match parent_of(doc, parents)? {
+        Value::Object(m) => {
+            m.insert(last.clone(), v);
+            Ok(())
+        }
+        Value::Array(a) => {
+            let i = index(last, a.len(), true)?;
+            a.insert(i, v);
+            Ok(())
+        }
+        _ => Err(format!("cannot add {}: its parent is not an object or a list", show_pointer(path))),
+    }
+}
+
+fn remove(doc: &mut Value, path: &[String]) -> Result<Value, String> {
+    let Some((last, parents)) = path.split_last() else {
+        return Ok(std::mem::take(doc));
+    };
+    let missing = || format!("{} does not exist", show_pointer(path));
+    match parent_of(doc, parents)? {
+        Value::Object(m) => m.remove(last).ok_or_else(missing),
+        Value::Array(a) => {
+            let i = index(last, a.len(), false)?;
+            Ok(a.remove(i))
+        }
+        _ => Err(missing()),
+    }
+}
+
+// ---- strategic merge patch ----
+
+/// How a list field is merged, from the Kubernetes types'
+/// `patchStrategy`/`patchMergeKey` tags (and `listMapKeys` for
+/// server-side apply).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListKind {
+    /// Replaced whole (`atomic`, no patch strategy).
+    Atomic,
+    /// A set of scalars, merged by value (`patchStrategy: merge`).
+    Set,
+    /// Items merged by their `patchMergeKey`; server-side apply identifies
+    /// them by all of `keys` (the first is the merge key).
+    Map { keys: &'static [&'static str] },
+}
+
+const CONTAINER_LISTS: [&str; 3] = ["spec.containers[]", "spec.initContainers[]", "spec.ephemeralContainers[]"];
+
+/// How the list at `path` (dotted JSON names, `[]` for list items, from
+/// the object's root) of a `kind` merges.
+pub fn list_kind(kind: &str, path: &str) -> ListKind {
+    const NAME: &[&str] = &["name"];
+    let map = |keys| ListKind::Map { keys };
+    match path {
+        "metadata.finalizers" => return ListKind::Set,
+        "metadata.ownerReferences" => return map(&["uid"]),
+        _ => {}
+    }
+    match kind {
+        "Pod" => {
+            for c in CONTAINER_LISTS {
+                if let Some(field) = path.strip_prefix(c).and_then(|r| r.strip_prefix('.')) {
+                    return match field {
+                        "ports" => map(&["containerPort", "protocol"]),
+                        "env" => map(NAME),
+                        "volumeMounts" => map(&["mountPath"]),
+                        "volumeDevices" => map(&["devicePath"]),
+                        _ => ListKind::Atomic,
+                    };
+                }
+            }
+            match path {
+                "spec.containers" | "spec.initContainers" | "spec.ephemeralContainers" | "spec.volumes"
+                | "spec.imagePullSecrets" | "spec.schedulingGates" | "spec.resourceClaims" => map(NAME),
+                "spec.hostAliases" => map(&["ip"]),
+                "spec.topologySpreadConstraints" => map(&["topologyKey", "whenUnsatisfiable"]),
+                "status.conditions" => map(&["type"]),
+                "status.podIPs" | "status.hostIPs" => map(&["ip"]),
+                "status.resourceClaimStatuses" => map(NAME),
+                _ => ListKind::Atomic,
+            }
+        }
+        "Node" => match path {
+            "status.conditions" | "status.addresses" => map(&["type"]),
+            _ => ListKind::Atomic,
+        },
+        _ => ListKind::Atomic,
+    }
+}
+
+/// Whether `kind` takes strategic merge patches (built-in types only: the
+/// API server answers 415 for others).
+fn strategic_kind(kind: &str) -> bool {
+    matches!(kind, "Pod" | "ConfigMap" | "Secret" | "Node" | "Namespace" | "Event")
+}
+
+const DIRECTIVE: &str = "$patch";
+const RETAIN_KEYS: &str = "$retainKeys";
+const DELETE_FROM: &str = "$deleteFromPrimitiveList/";
+const SET_ORDER: &str = "$setElementOrder/";
+
+/// Apply a strategic merge patch: maps merged key by key (`null` deletes),
+/// lists by `list_kind`, with the directives `$patch: replace|merge|delete`,
+/// `$retainKeys`, `$deleteFromPrimitiveList/<list>` and
+/// `$setElementOrder/<list>`.
+pub fn strategic_merge(kind: &str, live: &Value, patch: &Value) -> Result<Value, StatusError> {
+    if !strategic_kind(kind) {
+        return Err(StatusError::unsupported_media_type(format!(
+            "the body of the request was in an unknown format - strategic merge patch is not supported for {kind}"
+        )));
+    }
+    let Value::Object(p) = patch else {
+        return Err(StatusError::bad_request("a strategic merge patch is a JSON object"));
+    };
+    let original = live.as_object().cloned().unwrap_or_default();
+    match smp_map(kind, "", original, p)? {
+        Some(m) => Ok(Value::Object(m)),
+        None => Err(StatusError::bad_request("a strategic merge patch cannot delete the whole object")),
+    }
+}
+
+fn child(path: &str, key: &str) -> String {
+    if path.is_empty() { key.to_string() } else { format!("{path}.{key}") }
+}
+
+/// Merge patch map `p` into `original`; `None` when the map is deleted.
+fn smp_map(kind: &str, path: &str, mut original: Map<String, Value>, p: &Map<String, Value>) -> Result<Option<Map<String, Value>>, StatusError> {
+    match p.get(DIRECTIVE).map(|d| d.as_str()) {
+        None | Some(Some("merge")) => {}
+        Some(Some("delete")) => return Ok(None),
+        Some(Some("replace")) => {
+            let mut rest = p.clone();
+            rest.remove(DIRECTIVE);
+            return smp_map(kind, path, Map::new(), &rest);
+        }
+        Some(other) => {
+            return Err(StatusError::bad_request(format!(
+                "Unknown patch type: {} in map at {}",
+                other.map_or_else(|| p[DIRECTIVE].to_string(), str::to_string),
+                if path.is_empty() { "(root)" } else { path }
+            )));
+        }
+    }
+    if let Some(retain) = p.get(RETAIN_KEYS) {
+        let Value::Array(keys) = retain else {
+            return Err(StatusError::bad_request(format!("{RETAIN_KEYS} at {path} must be a list of field names")));
+        };
+        let keys: Vec<&str> = keys.iter().filter_map(Value::as_str).collect();
+        if let Some(k) = p.keys().find(|k| !k.starts_with('$') && !keys.contains(&k.as_str())) {
+            return Err(StatusError::bad_request(format!(
+                "{RETAIN_KEYS} at {path} does not list {k:?}, which the patch sets"
+            )));
+        }
+        original.retain(|k, _| keys.contains(&k.as_str()));
+    }
+    for (k, v) in p {
+        if let Some(field) = k.strip_prefix(DELETE_FROM) {
+            let Value::Array(gone) = v else {
+                return Err(StatusError::bad_request(format!("{k} at {path} must be a list")));
+            };
+            if let Some(Value::Array(list)) = original.get_mut(field) {
+                list.retain(|x| !gone.contains(x));
+            }
+        }
+    }
+    for (k, v) in p {
+        if k.starts_with('$') {
+            continue;
+        }
+        let at = child(path, k);
+        if v.is_null() {
+            original.remove(k);
+            continue;
+        }
+        let merged = match (original.remove(k), v) {
+            (Some(Value::Object(o)), Value::Object(pv)) => smp_map(kind, &at, o, pv)?.map(Value::Object),
+            (None, Value::Object(pv)) => smp_map(kind, &at, Map::new(), pv)?.map(Value::Object),
+            (Some(Value::Array(o)), Value::Array(pv)) => Some(Value::Array(smp_list(kind, &at, o, pv)?)),
+            (None, Value::Array(pv)) => Some(Value::Array(smp_list(kind, &at, Vec::new(), pv)?)),
+            (_, v) => Some(v.clone()),
+        };
+        if let Some(m) = merged {
+            original.insert(k.clone(), m);
+        }
+    }
+    for (k, v) in p {
+        if let Some(field) = k.strip_prefix(SET_ORDER) {
+            let Value::Array(order) = v else {
+                return Err(StatusError::bad_request(format!("{k} at {path} must be a list")));
+            };
+            let list_path = child(path, field);
+            if let Some(Value::Array(list)) = original.get_mut(field) {
+                set_order(list, order, list_kind(kind, &list_path));
+            }
+        }
+    }
+    Ok(Some(original))
+}
+
+/// The merge-key value of a list item (the first key of a `Map` list).
+fn merge_key<'a>(item: &'a Value, kind: ListKind) -> Option<&'a Value> {
+    match kind {
+        ListKind::Map { keys } => item.get(keys[0]),
+        _ => Some(item),
+    }
+}
+
+fn set_order(list: &mut [Value], order: &[Value], kind: ListKind) {
+    let position = |item: &Value| -> usize {
+        let key = merge_key(item, kind);
+        order
+            .iter()
+            .position(|o| match kind {
+                ListKind::Map { keys } => o.get(keys[0]).is_some() && o.get(keys[0]) == key,
+                _ => Some(o) == key,
+            })
+            .unwrap_or(usize::MAX)
+    };
+    // stable: items the order does not name keep their relative place after
+    list.sort_by_key(position);
+}
+
+fn smp_list(kind: &str, path: &str, original: Vec<Value>, p: &[Value]) -> Result<Vec<Value>, StatusError> {
+    let lk = list_kind(kind, path);
+    let is_directive = |v: &Value, d: &str| v.get(DIRECTIVE).and_then(Value::as_str) == Some(d);
+    let item_path = format!("{path}[]");
+    if p.iter().any(|v| is_directive(v, "replace") && v.as_object().is_some_and(|m| m.len() == 1)) {
+        let rest: Vec<Value> = p.iter().filter(|v| !is_directive(v, "replace")).cloned().collect();
+        return smp_list(kind, path, Vec::new(), &rest);
+    }
+    match lk {
+        ListKind::Atomic => p
+            .iter()
+            .map(|v| match v {
+                Value::Object(m) => Ok(Value::Object(smp_map(kind, &item_path, Map::new(), m)?.unwrap_or_default())),
+                other => Ok(other.clone()),
+            })
+            .collect(),
+        ListKind::Set => {
+            let mut out = original;
+            for v in p {
+                if !out.contains(v) {
+                    out.push(v.clone());
+                }
+            }
+            Ok(out)
+        }
+        ListKind::Map { keys } => {
+            let key = keys[0];
+            let mut out = original;
+            for item in p {
+                let Value::Object(m) = item else {
+                    return Err(StatusError::bad_request(format!("{path}: list items must be objects (merged by {key:?})")));
+                };
+                let Some(kv) = m.get(key) else {
+                    return Err(StatusError::bad_request(format!("{path}: map does not contain declared merge key: {key}")));
+                };
+                let found = out.iter().position(|o| o.get(key) == Some(kv));
+                if is_directive(item, "delete") {
+                    out.retain(|o| o.get(key) != Some(kv));
+                    continue;
+                }
+                match found {
+                    Some(i) => {
+                        let o = match std::mem::take(&mut out[i]) {
+                            Value::Object(o) => o,
+                            _ => Map::new(),
+                        };
+                        match smp_map(kind, &item_path, o, m)? {
+                            Some(merged) => out[i] = Value::Object(merged),
+                            None => {
+                                out.remove(i);
+                            }
+                        }
+                    }
+                    None => {
+                        if let Some(new) = smp_map(kind, &item_path, Map::new(), m)? {
+                            out.push(Value::Object(new));
+                        }
+                    }
+                }
+            }
+            Ok(out)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {}
