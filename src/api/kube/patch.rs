@@ -901,4 +901,354 @@ fn smp_list(kind: &str, path: &str, original: Vec<Value>, p: &[Value]) -> Result
 }
 
 #[cfg(test)]
-mod tests {}
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn pod() -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "default", "uid": "u1", "resourceVersion": "7",
+                         "labels": {"app": "web"}, "finalizers": ["a", "b"]},
+            "spec": {
+                "containers": [
+                    {"name": "app", "image": "nginx:1", "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+                     "ports": [{"containerPort": 80}], "volumeMounts": [{"name": "data", "mountPath": "/data"}]},
+                    {"name": "side", "image": "busybox"}
+                ],
+                "volumes": [{"name": "data", "emptyDir": {}}],
+                "tolerations": [{"key": "a", "operator": "Exists"}]
+            },
+            "status": {"phase": "Running"}
+        })
+    }
+
+    /// The pod as served, without the fields podwarden refuses (finalizers,
+    /// tolerations).
+    fn live_pod() -> Value {
+        let mut p = pod();
+        p["metadata"].as_object_mut().unwrap().remove("finalizers");
+        p["spec"].as_object_mut().unwrap().remove("tolerations");
+        p
+    }
+
+    fn smp(patch: Value) -> Value {
+        strategic_merge("Pod", &pod(), &patch).unwrap()
+    }
+
+    fn names(list: &Value) -> Vec<&str> {
+        list.as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect()
+    }
+
+    #[test]
+    fn strategic_merge_merges_containers_by_name_and_env_by_name() {
+        let out = smp(json!({"spec": {"containers": [{"name": "app", "image": "nginx:2", "env": [{"name": "C", "value": "3"}]}]}}));
+        assert_eq!(out["spec"]["containers"][0]["image"], "nginx:2");
+        assert_eq!(names(&out["spec"]["containers"]), ["app", "side"]);
+        assert_eq!(names(&out["spec"]["containers"][0]["env"]), ["A", "B", "C"]);
+        // a new container is appended
+        let out = smp(json!({"spec": {"containers": [{"name": "third", "image": "x"}]}}));
+        assert_eq!(names(&out["spec"]["containers"]), ["app", "side", "third"]);
+    }
+
+    #[test]
+    fn strategic_merge_keys_of_ports_mounts_volumes() {
+        let out = smp(json!({"spec": {"containers": [{"name": "app",
+            "ports": [{"containerPort": 80, "name": "http"}, {"containerPort": 443}],
+            "volumeMounts": [{"mountPath": "/data", "readOnly": true}]}],
+            "volumes": [{"name": "cache", "emptyDir": {}}]}}));
+        let c = &out["spec"]["containers"][0];
+        assert_eq!(c["ports"], json!([{"containerPort": 80, "name": "http"}, {"containerPort": 443}]));
+        assert_eq!(c["volumeMounts"], json!([{"name": "data", "mountPath": "/data", "readOnly": true}]));
+        assert_eq!(names(&out["spec"]["volumes"]), ["data", "cache"]);
+    }
+
+    #[test]
+    fn strategic_merge_replaces_atomic_lists_and_unions_sets() {
+        let out = smp(json!({"spec": {"tolerations": [{"key": "b", "operator": "Exists"}]}, "metadata": {"finalizers": ["b", "c"]}}));
+        assert_eq!(out["spec"]["tolerations"], json!([{"key": "b", "operator": "Exists"}]));
+        assert_eq!(out["metadata"]["finalizers"], json!(["a", "b", "c"]));
+    }
+
+    #[test]
+    fn strategic_merge_null_deletes_a_key() {
+        let out = smp(json!({"metadata": {"labels": {"app": null, "tier": "web"}}}));
+        assert_eq!(out["metadata"]["labels"], json!({"tier": "web"}));
+    }
+
+    #[test]
+    fn directive_patch_delete_removes_a_list_item_and_a_map() {
+        let out = smp(json!({"spec": {"containers": [{"name": "side", "$patch": "delete"}]}}));
+        assert_eq!(names(&out["spec"]["containers"]), ["app"]);
+        let out = smp(json!({"metadata": {"labels": {"$patch": "delete"}}}));
+        assert!(out["metadata"].get("labels").is_none());
+    }
+
+    #[test]
+    fn directive_patch_replace_on_a_map_and_a_list() {
+        let out = smp(json!({"metadata": {"labels": {"$patch": "replace", "new": "1"}}}));
+        assert_eq!(out["metadata"]["labels"], json!({"new": "1"}));
+        let out = smp(json!({"spec": {"containers": [{"$patch": "replace"}, {"name": "only", "image": "x"}]}}));
+        assert_eq!(out["spec"]["containers"], json!([{"name": "only", "image": "x"}]));
+    }
+
+    #[test]
+    fn directive_patch_merge_is_the_default() {
+        assert_eq!(smp(json!({"metadata": {"labels": {"$patch": "merge", "x": "1"}}}))["metadata"]["labels"], json!({"app": "web", "x": "1"}));
+    }
+
+    #[test]
+    fn an_unknown_directive_is_a_bad_request() {
+        let err = strategic_merge("Pod", &pod(), &json!({"metadata": {"labels": {"$patch": "explode"}}})).unwrap_err();
+        assert_eq!((err.code, err.reason), (400, "BadRequest"));
+        assert!(err.message.contains("explode"), "{}", err.message);
+    }
+
+    #[test]
+    fn directive_retain_keys_drops_the_other_source() {
+        // a volume switched from emptyDir to hostPath, as kubectl sends it
+        let out = smp(json!({"spec": {"volumes": [{"name": "data", "$retainKeys": ["hostPath", "name"], "hostPath": {"path": "/srv"}}]}}));
+        assert_eq!(out["spec"]["volumes"], json!([{"name": "data", "hostPath": {"path": "/srv"}}]));
+        let err = strategic_merge("Pod", &pod(), &json!({"spec": {"volumes": [{"name": "data", "$retainKeys": ["name"], "hostPath": {}}]}})).unwrap_err();
+        assert_eq!(err.code, 400);
+    }
+
+    #[test]
+    fn directive_delete_from_primitive_list() {
+        let out = smp(json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]}}));
+        assert_eq!(out["metadata"]["finalizers"], json!(["b"]));
+    }
+
+    #[test]
+    fn directive_set_element_order() {
+        let out = smp(json!({"spec": {"$setElementOrder/containers": [{"name": "side"}, {"name": "app"}],
+                                      "containers": [{"name": "app", "image": "nginx:3"}]}}));
+        assert_eq!(names(&out["spec"]["containers"]), ["side", "app"]);
+        assert_eq!(out["spec"]["containers"][1]["image"], "nginx:3");
+        let out = smp(json!({"metadata": {"$setElementOrder/finalizers": ["b", "a"]}}));
+        assert_eq!(out["metadata"]["finalizers"], json!(["b", "a"]));
+    }
+
+    #[test]
+    fn a_merge_list_item_without_its_key_is_refused() {
+        let err = strategic_merge("Pod", &pod(), &json!({"spec": {"containers": [{"image": "x"}]}})).unwrap_err();
+        assert_eq!(err.message, "spec.containers: map does not contain declared merge key: name");
+    }
+
+    #[test]
+    fn strategic_merge_of_other_kinds_is_415() {
+        let err = strategic_merge("Widget", &json!({}), &json!({})).unwrap_err();
+        assert_eq!((err.code, err.reason), (415, "UnsupportedMediaType"));
+    }
+
+    // RFC 7386 appendix A, every example
+    #[test]
+    fn merge_patch_rfc7386_examples() {
+        let cases = [
+            (json!({"a":"b"}), json!({"a":"c"}), json!({"a":"c"})),
+            (json!({"a":"b"}), json!({"b":"c"}), json!({"a":"b","b":"c"})),
+            (json!({"a":"b"}), json!({"a":null}), json!({})),
+            (json!({"a":"b","b":"c"}), json!({"a":null}), json!({"b":"c"})),
+            (json!({"a":["b"]}), json!({"a":"c"}), json!({"a":"c"})),
+            (json!({"a":"c"}), json!({"a":["b"]}), json!({"a":["b"]})),
+            (json!({"a":{"b":"c"}}), json!({"a":{"b":"d","c":null}}), json!({"a":{"b":"d"}})),
+            (json!({"a":[{"b":"c"}]}), json!({"a":[1]}), json!({"a":[1]})),
+            (json!(["a","b"]), json!(["c","d"]), json!(["c","d"])),
+            (json!({"a":"b"}), json!(["c"]), json!(["c"])),
+            (json!({"a":"foo"}), json!(null), json!(null)),
+            (json!({"a":"foo"}), json!("bar"), json!("bar")),
+            (json!({"e":null}), json!({"a":1}), json!({"e":null,"a":1})),
+            (json!([1,2]), json!({"a":"b","c":null}), json!({"a":"b"})),
+            (json!({}), json!({"a":{"bb":{"ccc":null}}}), json!({"a":{"bb":{}}})),
+        ];
+        for (target, patch, want) in cases {
+            assert_eq!(merge_patch(&target, &patch), want, "{target} + {patch}");
+        }
+    }
+
+    fn jp(doc: Value, patch: Value) -> Result<Value, StatusError> {
+        json_patch(&doc, &patch)
+    }
+
+    // RFC 6902 appendix A
+    #[test]
+    fn json_patch_rfc6902_examples() {
+        let ok = |doc, patch, want: Value| assert_eq!(jp(doc, patch).unwrap(), want);
+        ok(json!({"foo":"bar"}), json!([{"op":"add","path":"/baz","value":"qux"}]), json!({"baz":"qux","foo":"bar"}));
+        ok(json!({"foo":["bar","baz"]}), json!([{"op":"add","path":"/foo/1","value":"qux"}]), json!({"foo":["bar","qux","baz"]}));
+        ok(json!({"baz":"qux","foo":"bar"}), json!([{"op":"remove","path":"/baz"}]), json!({"foo":"bar"}));
+        ok(json!({"foo":["bar","qux","baz"]}), json!([{"op":"remove","path":"/foo/1"}]), json!({"foo":["bar","baz"]}));
+        ok(json!({"baz":"qux","foo":"bar"}), json!([{"op":"replace","path":"/baz","value":"boo"}]), json!({"baz":"boo","foo":"bar"}));
+        ok(
+            json!({"foo":{"bar":"baz","waldo":"fred"},"qux":{"corge":"grault"}}),
+            json!([{"op":"move","from":"/foo/waldo","path":"/qux/thud"}]),
+            json!({"foo":{"bar":"baz"},"qux":{"corge":"grault","thud":"fred"}}),
+        );
+        ok(json!({"foo":["all","grass","cows","eat"]}), json!([{"op":"move","from":"/foo/1","path":"/foo/3"}]), json!({"foo":["all","cows","eat","grass"]}));
+        ok(json!({"baz":"qux","foo":["a",2,"c"]}), json!([{"op":"test","path":"/baz","value":"qux"},{"op":"test","path":"/foo/1","value":2}]), json!({"baz":"qux","foo":["a",2,"c"]}));
+        ok(json!({"foo":"bar"}), json!([{"op":"add","path":"/child","value":{"grandchild":{}}}]), json!({"foo":"bar","child":{"grandchild":{}}}));
+        ok(json!({"foo":["bar"]}), json!([{"op":"add","path":"/foo/-","value":["abc","def"]}]), json!({"foo":["bar",["abc","def"]]}));
+        ok(json!({"/":9,"~1":10}), json!([{"op":"test","path":"/~01","value":10}]), json!({"/":9,"~1":10}));
+        ok(json!({"a/b":1,"m~n":2}), json!([{"op":"copy","from":"/a~1b","path":"/m~0n"}]), json!({"a/b":1,"m~n":1}));
+        ok(json!({"foo":1}), json!([{"op":"replace","path":"","value":[1]}]), json!([1]));
+        // failures: all 422 Invalid, the document untouched
+        let bad = |doc: Value, patch: Value| {
+            let e = jp(doc, patch).unwrap_err();
+            assert_eq!((e.code, e.reason), (422, "Invalid"), "{}", e.message);
+            e.message
+        };
+        assert!(bad(json!({"baz":"qux"}), json!([{"op":"test","path":"/baz","value":"bar"}])).contains("testing value /baz failed"));
+        bad(json!({"foo":"bar"}), json!([{"op":"add","path":"/baz/bat","value":"qux"}]));
+        bad(json!({"/":9,"~1":10}), json!([{"op":"test","path":"/~01","value":"10"}]));
+        bad(json!({"foo":["bar"]}), json!([{"op":"add","path":"/foo/2","value":1}]));
+        bad(json!({"foo":["bar"]}), json!([{"op":"remove","path":"/foo/01"}]));
+        bad(json!({"foo":1}), json!([{"op":"remove","path":"/bar"}]));
+        bad(json!({"foo":1}), json!([{"op":"replace","path":"/bar","value":1}]));
+        bad(json!({"foo":{"a":1}}), json!([{"op":"move","from":"/foo","path":"/foo/b"}]));
+        bad(json!({"foo":1}), json!([{"op":"frobnicate","path":"/foo"}]));
+        bad(json!({"foo":1}), json!([{"op":"add","path":"foo","value":1}]));
+        bad(json!({"foo":1}), json!([{"op":"add","path":"/a~2","value":1}]));
+        assert_eq!(jp(json!({}), json!({"op": "add"})).unwrap_err().code, 400);
+    }
+
+    fn params(v: FieldValidation) -> Params {
+        Params { field_validation: v, field_manager: Some("kubectl-patch".into()), now: "2026-11-25T20:00:00Z".into(), ..Params::default() }
+    }
+
+    #[test]
+    fn apply_picks_the_patch_type_by_content_type() {
+        let live = live_pod();
+        let p = params(FieldValidation::Strict);
+        let body = br#"{"spec":{"containers":[{"name":"app","image":"nginx:9"}]}}"#;
+        let smp = apply("Pod", &live, body, "application/strategic-merge-patch+json", &p).unwrap();
+        assert_eq!(names(&smp.object["spec"]["containers"]), ["app", "side"]);
+        // the same body as a merge patch replaces the list
+        let merge = apply("Pod", &live, body, "application/merge-patch+json; charset=utf-8", &p).unwrap();
+        assert_eq!(names(&merge.object["spec"]["containers"]), ["app"]);
+        let json = apply("Pod", &live, br#"[{"op":"replace","path":"/spec/containers/1/image","value":"x"}]"#, "application/json-patch+json", &p).unwrap();
+        assert_eq!(json.object["spec"]["containers"][1]["image"], "x");
+        let err = apply("Pod", &live, body, "text/plain", &p).unwrap_err();
+        assert_eq!((err.code, err.reason), (415, "UnsupportedMediaType"));
+        let err = apply("Pod", &live, b"{", "application/merge-patch+json", &p).unwrap_err();
+        assert_eq!(err.code, 400);
+    }
+
+    #[test]
+    fn a_patch_keeps_identity_and_status_and_records_its_manager() {
+        let live = live_pod();
+        let p = params(FieldValidation::Strict);
+        let out = apply("Pod", &live, br#"{"status":{"phase":"Failed"},"metadata":{"labels":{"x":"y"}}}"#, "application/merge-patch+json", &p).unwrap();
+        assert_eq!(out.object["status"], live["status"]);
+        let mf = &out.object["metadata"]["managedFields"][0];
+        assert_eq!((mf["manager"].as_str(), mf["operation"].as_str()), (Some("kubectl-patch"), Some("Update")));
+        assert_eq!(mf["fieldsV1"], json!({"f:metadata": {"f:labels": {"f:x": {}}}}));
+        for (patch, code) in [
+            (json!({"metadata": {"name": "other"}}), 400),
+            (json!({"metadata": {"namespace": "kube-system"}}), 400),
+            (json!({"kind": "Secret"}), 400),
+            (json!({"metadata": {"uid": "u2"}}), 409),
+            (json!({"metadata": {"resourceVersion": "6"}}), 409),
+        ] {
+            let e = apply("Pod", &live, patch.to_string().as_bytes(), "application/merge-patch+json", &p).unwrap_err();
+            assert_eq!(e.code, code, "{patch}: {}", e.message);
+        }
+        // the current resourceVersion is a precondition that holds
+        assert!(apply("Pod", &live, br#"{"metadata":{"resourceVersion":"7"}}"#, "application/merge-patch+json", &p).is_ok());
+    }
+
+    #[test]
+    fn field_validation_strict_warn_ignore() {
+        let live = live_pod();
+        let body = br#"{"spec":{"foo":1,"containers":[{"name":"app","bar":2}]}}"#;
+        let ct = "application/strategic-merge-patch+json";
+        let err = apply("Pod", &live, body, ct, &params(FieldValidation::Strict)).unwrap_err();
+        assert_eq!((err.code, err.reason), (400, "BadRequest"));
+        assert_eq!(
+            err.message,
+            "Pod in version \"v1\" cannot be handled as a Pod: strict decoding error: unknown field \"spec.containers[0].bar\", unknown field \"spec.foo\""
+        );
+        let warn = apply("Pod", &live, body, ct, &params(FieldValidation::Warn)).unwrap();
+        assert_eq!(warn.warnings, ["unknown field \"spec.containers[0].bar\"", "unknown field \"spec.foo\""]);
+        assert!(warn.object["spec"].get("foo").is_none() && warn.object["spec"]["containers"][0].get("bar").is_none());
+        let ignore = apply("Pod", &live, body, ct, &params(FieldValidation::Ignore)).unwrap();
+        assert!(ignore.warnings.is_empty());
+        assert_eq!(ignore.object["spec"], warn.object["spec"]);
+        // a field podwarden refuses is 422 Invalid, naming it
+        let err = apply("Pod", &live, br#"{"spec":{"affinity":{"nodeAffinity":{}}}}"#, ct, &params(FieldValidation::Ignore)).unwrap_err();
+        assert_eq!((err.code, err.reason), (422, "Invalid"));
+        assert!(err.message.starts_with("Pod \"web\" is invalid: spec.affinity"), "{}", err.message);
+    }
+
+    #[test]
+    fn field_validation_of_a_config_map() {
+        let live = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "default"}, "data": {"a": "1"}});
+        let err = apply("ConfigMap", &live, br#"{"dta":{"b":"2"}}"#, "application/merge-patch+json", &params(FieldValidation::Strict)).unwrap_err();
+        assert!(err.message.ends_with("strict decoding error: unknown field \"dta\""), "{}", err.message);
+        let ok = apply("ConfigMap", &live, br#"{"data":{"b":"2"}}"#, "application/strategic-merge-patch+json", &params(FieldValidation::Strict)).unwrap();
+        assert_eq!(ok.object["data"], json!({"a": "1", "b": "2"}));
+    }
+
+    #[test]
+    fn params_from_the_query() {
+        let p = Params::from_query("fieldManager=kubectl%2Dedit&force=true&fieldValidation=Strict&dryRun=All", "t").unwrap();
+        assert_eq!(p.field_manager.as_deref(), Some("kubectl-edit"));
+        assert!(p.force);
+        assert_eq!(p.field_validation, FieldValidation::Strict);
+        assert_eq!(Params::from_query("", "t").unwrap().field_validation, FieldValidation::Warn);
+        assert_eq!(Params::from_query("fieldValidation=Loud", "t").unwrap_err().code, 400);
+        assert_eq!(Params::from_query("force=maybe", "t").unwrap_err().code, 400);
+    }
+
+    #[test]
+    fn manifest_of_drops_status_and_server_fields() {
+        let mut live = live_pod();
+        live["metadata"]["annotations"] = json!({"kubernetes.io/config.hash": "h", "kubectl.kubernetes.io/last-applied-configuration": "{}"});
+        let m = manifest_of(&live);
+        assert!(m.get("status").is_none());
+        assert!(m["metadata"].get("uid").is_none() && m["metadata"].get("resourceVersion").is_none());
+        assert_eq!(m["metadata"]["annotations"], json!({"kubectl.kubernetes.io/last-applied-configuration": "{}"}));
+    }
+
+    #[test]
+    fn status_errors_render_as_meta_v1_status() {
+        let s = StatusError::invalid("Pod", "web", "spec.x", "bad").to_status();
+        assert_eq!(s["kind"], "Status");
+        assert_eq!(s["code"], 422);
+        assert_eq!(s["details"]["causes"][0]["field"], "spec.x");
+    }
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            (-5i64..5).prop_map(|n| json!(n)),
+            "[a-c]{0,2}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+                prop::collection::btree_map("[a-d]", inner, 0..4).prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// Merge patches cannot carry nulls as values: a null in the target
+    /// is only reachable when it was already there.
+    fn without_nulls(v: Value) -> Value {
+        match v {
+            Value::Object(m) => Value::Object(m.into_iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k, without_nulls(v))).collect()),
+            other => other,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+        #[test]
+        fn merge_patch_of_the_diff_round_trips(from in json_value(), to in json_value()) {
+            let to = without_nulls(to);
+            let diff = merge_diff(&from, &to);
+            prop_assert_eq!(merge_patch(&from, &diff), to);
+        }
+    }
+}
