@@ -516,7 +516,11 @@ fn conflict_error(conflicts: &BTreeMap<String, Vec<FieldPath>>) -> StatusError {
 /// from every other manager; fields it removed are nobody's. Nothing
 /// changes when the object did not.
 pub fn record_update(kind: &str, old: Option<&Value>, new: &mut Value, manager: &str, now: &str) {
-    let mut entries = entries_of(old);
+    // a write that sets managedFields itself (kubectl's upgrade of
+    // client-side-apply managers to server-side apply does, by a JSON
+    // patch) is taken as written; otherwise they are the old object's
+    let managed = |o: Option<&Value>| o.and_then(|o| o.pointer("/metadata/managedFields")).cloned();
+    let mut entries = if managed(Some(new)) != managed(old) { entries_of(Some(new)) } else { entries_of(old) };
     let old_obj = old.cloned().unwrap_or(Value::Null);
     let new_fields = owned_fields(kind, new);
     let old_fields = owned_fields(kind, &old_obj);
@@ -657,6 +661,19 @@ mod tests {
         later.now = "2030-01-01T00:00:00Z".into();
         let again = server_side_apply("Pod", Some(&live), body, &later).unwrap().object;
         assert_eq!(again["metadata"]["managedFields"], live["metadata"]["managedFields"]);
+    }
+
+    #[test]
+    fn a_write_of_managed_fields_is_taken_as_written() {
+        let mut live = pod("x");
+        record_update("Pod", None, &mut live, "kubectl-client-side-apply", "t0");
+        let mut new = live.clone();
+        new["metadata"]["managedFields"][0]["manager"] = json!("kubectl");
+        new["metadata"]["managedFields"][0]["operation"] = json!("Apply");
+        record_update("Pod", Some(&live), &mut new, "kubectl", "t1");
+        let mf = new["metadata"]["managedFields"].as_array().unwrap();
+        assert_eq!(mf.len(), 1);
+        assert_eq!((mf[0]["manager"].as_str(), mf[0]["operation"].as_str()), (Some("kubectl"), Some("Apply")));
     }
 
     #[test]
