@@ -363,3 +363,33 @@ fn kubectl_1_33_writes_with_the_openapi_v3_documents() {
         && r.ends_with("application/strategic-merge-patch+json")));
 }
 
+
+/// The v2 protobuf read back by an independent decoder: protoc, with the
+/// message subset in tests/fixtures (field numbers and wire types as
+/// kubectl's parser expects them). Every field must be known to it.
+#[test]
+fn v2_protobuf_decodes_with_protoc() {
+    let dir = std::env::temp_dir().join(format!("podwarden-openapi-v2-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bytes = dir.join("doc.pb");
+    std::fs::write(&bytes, openapi::v2_protobuf()).unwrap();
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+    let out = Command::new(std::env::var("PROTOC").unwrap_or_else(|_| "protoc".into()))
+        .arg(format!("-I{fixtures}"))
+        .args(["--decode=openapi.v2.Document", "openapi_v2_subset.proto"])
+        .stdin(std::fs::File::open(&bytes).unwrap())
+        .output()
+        .expect("run protoc (Debian package protobuf-compiler, also needed by the build)");
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "protoc --decode failed: {}", String::from_utf8_lossy(&out.stderr));
+    let unknown: Vec<&str> = text.lines().filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit())).collect();
+    assert!(unknown.is_empty(), "fields protoc does not know: {:?}", &unknown[..unknown.len().min(5)]);
+    assert!(text.starts_with("swagger: \"2.0\""), "{}", &text[..200.min(text.len())]);
+    assert!(text.contains("name: \"/api/v1/namespaces/{namespace}/pods/{name}\""));
+    assert!(text.contains("name: \"fieldValidation\""));
+    assert!(text.contains("name: \"x-kubernetes-group-version-kind\""));
+    assert!(text.contains("yaml: \"{\\\"group\\\":\\\"\\\",\\\"kind\\\":\\\"Pod\\\",\\\"version\\\":\\\"v1\\\"}\""));
+    assert!(text.contains("name: \"io.k8s.api.core.v1.PodSpec\""));
+    assert!(text.contains("description: \"List of containers belonging to the pod."));
+}
