@@ -15,7 +15,9 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use podwarden::api::kube::{openapi, patch, ssa};
@@ -23,7 +25,8 @@ use serde_json::{Value, json};
 
 fn kubectl(minor: u32) -> PathBuf {
     let name = format!("kubectl.1.{minor}");
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
+    let mut dirs: Vec<PathBuf> =
+        std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
     dirs.push("/usr/lib/google-cloud-sdk/bin".into());
     dirs.push("/usr/local/bin".into());
     dirs.into_iter().map(|d| d.join(&name)).find(|p| p.is_file()).unwrap_or_else(|| {
@@ -53,7 +56,12 @@ fn status(e: &patch::StatusError) -> (u16, Vec<(String, String)>, Vec<u8>) {
 }
 
 fn not_found(name: &str) -> patch::StatusError {
-    patch::StatusError { code: 404, reason: "NotFound", message: format!("pods {name:?} not found"), causes: Vec::new() }
+    patch::StatusError {
+        code: 404,
+        reason: "NotFound",
+        message: format!("pods {name:?} not found"),
+        causes: Vec::new(),
+    }
 }
 
 fn json_ok(code: u16, v: &Value, warnings: &[String]) -> (u16, Vec<(String, String)>, Vec<u8>) {
@@ -61,9 +69,17 @@ fn json_ok(code: u16, v: &Value, warnings: &[String]) -> (u16, Vec<(String, Stri
     (code, headers, v.to_string().into_bytes())
 }
 
-fn handle(state: &Mutex<State>, minor: u32, v3: bool, method: &str, target: &str, ctype: &str, body: &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>) {
+fn handle(
+    state: &Mutex<State>,
+    minor: u32,
+    v3: bool,
+    method: &str,
+    target: &str,
+    ctype: &str,
+    body: &[u8],
+) -> (u16, Vec<(String, String)>, Vec<u8>) {
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    let mut st = state.lock().unwrap();
+    let mut st = state.lock();
     st.requests.push(format!("{method} {target} {ctype}").trim_end().to_string());
     let pods_prefix = "/api/v1/namespaces/default/pods";
     match (method, path) {
@@ -196,17 +212,15 @@ fn start(minor: u32, v3: bool) -> Server {
     let port = listener.local_addr().unwrap().port();
     let state = Arc::new(Mutex::new(State::default()));
     let st = state.clone();
-    std::thread::Builder::new()
-        .name("kube-write-test".into())
-        .spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let st = st.clone();
-                std::thread::spawn(move || {
-                    let _ = serve_one(&st, minor, v3, stream);
-                });
-            }
-        })
-        .unwrap();
+    podwarden::base::thread::spawn("kube-write-test", None, move || {
+        for stream in listener.incoming().flatten() {
+            let st = st.clone();
+            let _ = podwarden::base::thread::spawn("kube-write-conn", None, move || {
+                let _ = serve_one(&st, minor, v3, stream);
+            });
+        }
+    })
+    .unwrap();
     Server { port, state }
 }
 
@@ -239,13 +253,23 @@ impl Kubectl {
     /// Run kubectl: (success, stdout, stderr).
     fn run(&self, args: &[&str]) -> (bool, String, String) {
         let out = Command::new(&self.bin)
-            .args(["--kubeconfig", &self.dir.join("config").to_string_lossy(), "--cache-dir", &self.dir.join("cache").to_string_lossy(), "--request-timeout=20s"])
+            .args([
+                "--kubeconfig",
+                &self.dir.join("config").to_string_lossy(),
+                "--cache-dir",
+                &self.dir.join("cache").to_string_lossy(),
+                "--request-timeout=20s",
+            ])
             .args(args)
             .env("HOME", &self.dir)
             .env_remove("KUBECONFIG")
             .output()
             .unwrap();
-        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     }
 
     fn ok(&self, args: &[&str]) -> String {
@@ -256,15 +280,17 @@ impl Kubectl {
 }
 
 fn pod_yaml(image: &str, extra: &str) -> String {
-    format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  labels:\n    app: web\nspec:\n{extra}  containers:\n  - name: app\n    image: {image}\n")
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  labels:\n    app: web\nspec:\n{extra}  containers:\n  - name: app\n    image: {image}\n"
+    )
 }
 
 fn take_requests(server: &Server) -> Vec<String> {
-    std::mem::take(&mut server.state.lock().unwrap().requests)
+    std::mem::take(&mut server.state.lock().requests)
 }
 
 fn pod(server: &Server) -> Value {
-    server.state.lock().unwrap().pods.get("web").cloned().expect("the pod exists")
+    server.state.lock().pods.get("web").cloned().expect("the pod exists")
 }
 
 fn writes_against(minor: u32, v3: bool) -> BTreeMap<&'static str, Vec<String>> {
@@ -281,7 +307,12 @@ fn writes_against(minor: u32, v3: bool) -> BTreeMap<&'static str, Vec<String>> {
     seen.insert("apply (update)", take_requests(&server));
     let p = pod(&server);
     assert_eq!(p["spec"]["containers"][0]["image"], "nginx:2");
-    assert!(p["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"].as_str().unwrap().contains("nginx:2"));
+    assert!(
+        p["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+            .as_str()
+            .unwrap()
+            .contains("nginx:2")
+    );
 
     // an unknown field: refused by the server, named
     let f = k.file("bad.yaml", &pod_yaml("nginx:3", "  foo: 1\n"));
@@ -294,12 +325,26 @@ fn writes_against(minor: u32, v3: bool) -> BTreeMap<&'static str, Vec<String>> {
     // patches of every type
     k.ok(&["patch", "pod", "web", "-p", r#"{"metadata":{"labels":{"tier":"front"}}}"#]);
     k.ok(&["patch", "pod", "web", "--type=merge", "-p", r#"{"metadata":{"labels":{"app":null}}}"#]);
-    k.ok(&["patch", "pod", "web", "--type=json", "-p", r#"[{"op":"replace","path":"/spec/containers/0/image","value":"nginx:4"}]"#]);
+    k.ok(&[
+        "patch",
+        "pod",
+        "web",
+        "--type=json",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/containers/0/image","value":"nginx:4"}]"#,
+    ]);
     seen.insert("patch (strategic, merge, json)", take_requests(&server));
     let p = pod(&server);
     assert_eq!(p["metadata"]["labels"], json!({"tier": "front"}));
     assert_eq!(p["spec"]["containers"][0]["image"], "nginx:4");
-    let (ok, _, err) = k.run(&["patch", "pod", "web", "--type=json", "-p", r#"[{"op":"test","path":"/spec/containers/0/image","value":"x"}]"#]);
+    let (ok, _, err) = k.run(&[
+        "patch",
+        "pod",
+        "web",
+        "--type=json",
+        "-p",
+        r#"[{"op":"test","path":"/spec/containers/0/image","value":"x"}]"#,
+    ]);
     assert!(!ok && err.contains("testing value /spec/containers/0/image failed"), "{err}");
     take_requests(&server);
 
@@ -312,7 +357,8 @@ fn writes_against(minor: u32, v3: bool) -> BTreeMap<&'static str, Vec<String>> {
     seen.insert("apply --server-side --force-conflicts", take_requests(&server));
     let p = pod(&server);
     assert_eq!(p["spec"]["containers"][0]["image"], "nginx:5");
-    let managers: Vec<&str> = p["metadata"]["managedFields"].as_array().unwrap().iter().filter_map(|e| e["manager"].as_str()).collect();
+    let managers: Vec<&str> =
+        p["metadata"]["managedFields"].as_array().unwrap().iter().filter_map(|e| e["manager"].as_str()).collect();
     assert!(managers.contains(&"kubectl"), "{managers:?}");
 
     // explain: the definitions
@@ -363,7 +409,6 @@ fn kubectl_1_33_writes_with_the_openapi_v3_documents() {
         && r.ends_with("application/strategic-merge-patch+json")));
 }
 
-
 /// The v2 protobuf read back by an independent decoder: protoc, with the
 /// message subset in tests/fixtures (field numbers and wire types as
 /// kubectl's parser expects them). Every field must be known to it.
@@ -383,7 +428,8 @@ fn v2_protobuf_decodes_with_protoc() {
     let _ = std::fs::remove_dir_all(&dir);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "protoc --decode failed: {}", String::from_utf8_lossy(&out.stderr));
-    let unknown: Vec<&str> = text.lines().filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit())).collect();
+    let unknown: Vec<&str> =
+        text.lines().filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit())).collect();
     assert!(unknown.is_empty(), "fields protoc does not know: {:?}", &unknown[..unknown.len().min(5)]);
     assert!(text.starts_with("swagger: \"2.0\""), "{}", &text[..200.min(text.len())]);
     assert!(text.contains("name: \"/api/v1/namespaces/{namespace}/pods/{name}\""));

@@ -17,7 +17,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::patch::{ListKind, list_kind};
+use super::write::{ListKind, list_kind};
 
 /// The Kubernetes version whose schemas these are (k8s-openapi's `v1_34`).
 pub const SCHEMA_VERSION: &str = "v1.34.0";
@@ -80,7 +80,13 @@ fn ref_name(schema: &Value) -> Option<String> {
 
 /// Walk definition `name` found at object path `path` of `kind`, marking
 /// each list property with the strategy `patch::list_kind` gives it.
-fn add_patch_strategies(defs: &mut Map<String, Value>, kind: &str, name: &str, path: &str, seen: &mut Vec<(String, String)>) {
+fn add_patch_strategies(
+    defs: &mut Map<String, Value>,
+    kind: &str,
+    name: &str,
+    path: &str,
+    seen: &mut Vec<(String, String)>,
+) {
     if seen.iter().any(|(n, p)| n == name && p == path) || path.split('.').count() > 12 {
         return;
     }
@@ -134,7 +140,11 @@ const PATCH_TYPES: [&str; 4] = [
 
 const QUERY_PARAMS: [(&str, &str, &str); 4] = [
     ("dryRun", "string", "When present, indicates that modifications should not be persisted."),
-    ("fieldManager", "string", "fieldManager is a name associated with the actor or entity that is making these changes."),
+    (
+        "fieldManager",
+        "string",
+        "fieldManager is a name associated with the actor or entity that is making these changes.",
+    ),
     (
         "fieldValidation",
         "string",
@@ -157,11 +167,14 @@ pub fn v2_json() -> Value {
     let mut paths = Map::new();
     for s in SERVED {
         let reference = json!({"$ref": format!("#/definitions/{}", definition_name(s.kind))});
-        let mut path_params = vec![json!({"name": "name", "in": "path", "required": true, "type": "string", "uniqueItems": true, "description": format!("name of the {}", s.kind)})];
+        let mut path_params = vec![
+            json!({"name": "name", "in": "path", "required": true, "type": "string", "uniqueItems": true, "description": format!("name of the {}", s.kind)}),
+        ];
         if s.namespaced {
             path_params.push(json!({"name": "namespace", "in": "path", "required": true, "type": "string", "uniqueItems": true, "description": "object name and auth scope, such as for teams and projects"}));
         }
-        let mut patch_params = vec![json!({"name": "body", "in": "body", "required": true, "schema": {"type": "object"}})];
+        let mut patch_params =
+            vec![json!({"name": "body", "in": "body", "required": true, "schema": {"type": "object"}})];
         patch_params.extend(QUERY_PARAMS.iter().map(|(name, ty, desc)| json!({"name": name, "in": "query", "type": ty, "uniqueItems": true, "description": desc})));
         let response = json!({"200": {"description": "OK", "schema": reference}});
         paths.insert(
@@ -249,7 +262,9 @@ pub fn v3_json() -> Value {
     let mut paths = Map::new();
     for s in SERVED {
         let reference = json!({"$ref": format!("#/components/schemas/{}", definition_name(s.kind))});
-        let mut path_params = vec![json!({"name": "name", "in": "path", "required": true, "schema": {"type": "string", "uniqueItems": true}, "description": format!("name of the {}", s.kind)})];
+        let mut path_params = vec![
+            json!({"name": "name", "in": "path", "required": true, "schema": {"type": "string", "uniqueItems": true}, "description": format!("name of the {}", s.kind)}),
+        ];
         if s.namespaced {
             path_params.push(json!({"name": "namespace", "in": "path", "required": true, "schema": {"type": "string", "uniqueItems": true}, "description": "object name and auth scope, such as for teams and projects"}));
         }
@@ -257,7 +272,8 @@ pub fn v3_json() -> Value {
             .iter()
             .map(|(name, ty, desc)| json!({"name": name, "in": "query", "schema": {"type": ty, "uniqueItems": true}, "description": desc}))
             .collect();
-        let body: Map<String, Value> = PATCH_TYPES.iter().map(|t| (t.to_string(), json!({"schema": {"type": "object"}}))).collect();
+        let body: Map<String, Value> =
+            PATCH_TYPES.iter().map(|t| (t.to_string(), json!({"schema": {"type": "object"}}))).collect();
         let ok = json!({"200": {"description": "OK", "content": {"application/json": {"schema": reference}}}});
         paths.insert(
             object_path(s),

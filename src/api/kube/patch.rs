@@ -8,80 +8,21 @@
 //! the manifest parser's own field table, and the errors as `meta/v1
 //! Status` values (`StatusError`) for the HTTPS server to send.
 //!
-//! What a patched Pod then *is* is the caller's decision: podwarden's pods
-//! are manifests, so the server stores the result as the pod's new
-//! manifest (`manifest_of`), exactly as `podwarden apply` of the edited
-//! file does, and the pod is replaced; the API server's immutability rules
-//! for running pods do not apply. The identity (apiVersion, kind, name,
-//! namespace, uid) and the status cannot be changed by a patch.
+//! The shared parts (errors, parameters, validation, list strategies) are
+//! in `write` and re-exported here.
 
 use serde_json::{Map, Value};
 
 use super::ssa;
-use crate::model::{bounded_yaml, fields, objects};
+use super::write::finish;
+pub use super::write::{
+    FieldValidation, ListKind, Params, Patched, StatusError, list_kind, manifest_of, validate_fields,
+};
+use crate::model::bounded_yaml;
 
 /// Largest patch body read (the API server's limit is 3 MiB; a manifest
 /// here is at most 1 MiB).
 pub const MAX_PATCH_BYTES: usize = 1024 * 1024;
-
-/// A refused request as a `meta/v1 Status`: HTTP code, reason, message and
-/// the fields it concerns (`details.causes`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StatusError {
-    pub code: u16,
-    /// The Status `reason` (`Invalid`, `BadRequest`, `Conflict`, ...).
-    pub reason: &'static str,
-    pub message: String,
-    /// `(cause type, field, message)`.
-    pub causes: Vec<(String, String, String)>,
-}
-
-impl StatusError {
-    pub fn bad_request(message: impl Into<String>) -> Self {
-        StatusError { code: 400, reason: "BadRequest", message: message.into(), causes: Vec::new() }
-    }
-
-    /// 422: `<Kind> "<name>" is invalid: <field>: <message>`.
-    pub fn invalid(kind: &str, name: &str, field: &str, message: impl Into<String>) -> Self {
-        let message = message.into();
-        StatusError {
-            code: 422,
-            reason: "Invalid",
-            message: format!("{kind} {name:?} is invalid: {field}: {message}"),
-            causes: vec![("FieldValueInvalid".into(), field.to_string(), message)],
-        }
-    }
-
-    pub fn conflict(message: impl Into<String>, causes: Vec<(String, String, String)>) -> Self {
-        StatusError { code: 409, reason: "Conflict", message: message.into(), causes }
-    }
-
-    pub fn unsupported_media_type(message: impl Into<String>) -> Self {
-        StatusError { code: 415, reason: "UnsupportedMediaType", message: message.into(), causes: Vec::new() }
-    }
-
-    /// The `meta/v1 Status` object to send with `code`.
-    pub fn to_status(&self) -> Value {
-        let mut status = serde_json::json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        });
-        if !self.causes.is_empty() {
-            let causes: Vec<Value> = self
-                .causes
-                .iter()
-                .map(|(t, f, m)| serde_json::json!({"reason": t, "message": m, "field": f}))
-                .collect();
-            status["details"] = serde_json::json!({ "causes": causes });
-        }
-        status
-    }
-}
 
 /// The body's format, from the request's `Content-Type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,100 +52,6 @@ impl PatchType {
     }
 }
 
-/// `fieldValidation`: what to do with fields the schema does not have.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum FieldValidation {
-    /// Drop them silently.
-    Ignore,
-    /// Drop them and say so in `Warning` headers (the API server's default).
-    #[default]
-    Warn,
-    /// Refuse the request (400), naming each.
-    Strict,
-}
-
-/// The query parameters of a write.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Params {
-    pub field_manager: Option<String>,
-    pub force: bool,
-    pub field_validation: FieldValidation,
-    /// The time recorded in `managedFields` (RFC 3339).
-    pub now: String,
-}
-
-impl Params {
-    /// The write parameters of a query string (`fieldManager=kubectl&force=false
-    /// &fieldValidation=Strict`); other parameters are left to the caller.
-    pub fn from_query(query: &str, now: &str) -> Result<Params, StatusError> {
-        let mut p = Params { now: now.to_string(), ..Params::default() };
-        for pair in query.split('&').filter(|s| !s.is_empty()) {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            let v = percent_decode(v);
-            match k {
-                "fieldManager" => {
-                    if v.len() > 128 || v.chars().any(|c| c.is_control()) {
-                        return Err(StatusError::invalid("PatchOptions", "", "fieldManager", "must be at most 128 printable characters"));
-                    }
-                    p.field_manager = Some(v);
-                }
-                "force" => {
-                    p.force = match v.as_str() {
-                        "true" | "" => true,
-                        "false" => false,
-                        other => return Err(StatusError::bad_request(format!("force: {other:?} is not a boolean"))),
-                    }
-                }
-                "fieldValidation" => {
-                    p.field_validation = match v.as_str() {
-                        "Strict" => FieldValidation::Strict,
-                        "Warn" | "" => FieldValidation::Warn,
-                        "Ignore" => FieldValidation::Ignore,
-                        other => {
-                            return Err(StatusError::bad_request(format!(
-                                "fieldValidation: invalid value {other:?}, expected Ignore, Warn or Strict"
-                            )));
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
-        Ok(p)
-    }
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        match b[i] {
-            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
-                (Some(h), Some(l)) => {
-                    out.push((h * 16 + l) as u8);
-                    i += 3;
-                    continue;
-                }
-                _ => out.push(b'%'),
-            },
-            b'+' => out.push(b' '),
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// A write's result: the new object and the `Warning` headers to send
-/// (`unknown field "spec.foo"`, as the API server words them).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Patched {
-    pub object: Value,
-    pub warnings: Vec<String>,
-}
-
 /// Apply a PATCH request to `live` (the object as served, a `Pod`,
 /// `ConfigMap` or `Secret`): parse the body by `content_type`, patch,
 /// keep identity and status, check the fields by `params.field_validation`
@@ -228,7 +75,8 @@ pub fn apply(
     if patch_type == PatchType::Apply {
         return ssa::server_side_apply(kind, Some(live), body, params);
     }
-    let text = std::str::from_utf8(body).map_err(|e| StatusError::bad_request(format!("the patch is not UTF-8: {e}")))?;
+    let text =
+        std::str::from_utf8(body).map_err(|e| StatusError::bad_request(format!("the patch is not UTF-8: {e}")))?;
     let patch = one_json(text)?;
     let patched = match patch_type {
         PatchType::Json => json_patch(live, &patch)?,
@@ -250,177 +98,12 @@ fn default_manager(_: PatchType) -> &'static str {
 
 /// Exactly one JSON document, bounded like a manifest.
 fn one_json(text: &str) -> Result<Value, StatusError> {
-    let mut docs =
-        bounded_yaml::parse_json_bounded(text).map_err(|e| StatusError::bad_request(format!("invalid JSON patch: {e}")))?;
+    let mut docs = bounded_yaml::parse_json_bounded(text)
+        .map_err(|e| StatusError::bad_request(format!("invalid JSON patch: {e}")))?;
     match docs.len() {
         1 => Ok(docs.remove(0)),
         n => Err(StatusError::bad_request(format!("invalid patch: expected one JSON document, got {n}"))),
     }
-}
-
-/// The common end of every write: identity unchanged (400/409 as the API
-/// server answers), status kept from `live`, fields checked.
-pub(super) fn finish(kind: &str, live: &Value, mut new: Value, params: &Params) -> Result<Patched, StatusError> {
-    let name = live.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
-    if !new.is_object() {
-        return Err(StatusError::bad_request(format!("the patched {kind} is not an object")));
-    }
-    for (ptr, what) in [("/apiVersion", "apiVersion"), ("/kind", "kind")] {
-        if new.pointer(ptr) != live.pointer(ptr) {
-            return Err(StatusError::bad_request(format!(
-                "{what} cannot be changed by a patch ({} to {})",
-                live.pointer(ptr).unwrap_or(&Value::Null),
-                new.pointer(ptr).unwrap_or(&Value::Null)
-            )));
-        }
-    }
-    for (ptr, what) in [("/metadata/name", "name"), ("/metadata/namespace", "namespace")] {
-        if new.pointer(ptr) != live.pointer(ptr) {
-            return Err(StatusError::bad_request(format!(
-                "the {what} of the object ({}) does not match the {what} on the URL ({})",
-                new.pointer(ptr).unwrap_or(&Value::Null),
-                live.pointer(ptr).unwrap_or(&Value::Null)
-            )));
-        }
-    }
-    if let Some(uid) = new.pointer("/metadata/uid").filter(|u| !u.is_null())
-        && Some(uid) != live.pointer("/metadata/uid")
-    {
-        return Err(StatusError::conflict(
-            format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", live.pointer("/metadata/uid").unwrap_or(&Value::Null)),
-            Vec::new(),
-        ));
-    }
-    if let Some(rv) = new.pointer("/metadata/resourceVersion").filter(|v| !v.is_null())
-        && Some(rv) != live.pointer("/metadata/resourceVersion")
-    {
-        return Err(StatusError::conflict(
-            format!(
-                "Operation cannot be fulfilled on {}s {name:?}: the object has been modified; please apply your changes to the latest version and try again",
-                kind.to_ascii_lowercase()
-            ),
-            Vec::new(),
-        ));
-    }
-    // server-set metadata and the status are not written through a patch
-    for key in ["uid", "resourceVersion", "creationTimestamp", "generation", "selfLink"] {
-        match live.pointer(&format!("/metadata/{key}")) {
-            Some(v) => new["metadata"][key] = v.clone(),
-            None => {
-                if let Some(m) = new.get_mut("metadata").and_then(Value::as_object_mut) {
-                    m.remove(key);
-                }
-            }
-        }
-    }
-    let map = new.as_object_mut().expect("checked above");
-    match live.get("status") {
-        Some(s) => {
-            map.insert("status".into(), s.clone());
-        }
-        None => {
-            if kind == "Pod" {
-                map.remove("status");
-            }
-        }
-    }
-    let warnings = validate_fields(kind, name, &mut new, params.field_validation)?;
-    Ok(Patched { object: new, warnings })
-}
-
-/// Check `obj`'s fields against podwarden's own field tables (the manifest
-/// parser's, `model::fields` for a Pod and `model::objects` for a
-/// ConfigMap or Secret): a field that podwarden rejects is 422 Invalid;
-/// fields that are not in the schema are refused (`Strict`, 400 with
-/// `strict decoding error: unknown field "spec.foo"`) or dropped and
-/// returned as warnings (`Warn`) or dropped silently (`Ignore`).
-pub fn validate_fields(kind: &str, name: &str, obj: &mut Value, mode: FieldValidation) -> Result<Vec<String>, StatusError> {
-    let found = match kind {
-        "Pod" => fields::check(obj).map_err(|e| StatusError::invalid(kind, name, &e.field, e.reason))?,
-        "ConfigMap" | "Secret" => {
-            let k = if kind == "Secret" { objects::Kind::Secret } else { objects::Kind::ConfigMap };
-            let mut top = Vec::new();
-            if let Value::Object(map) = &*obj {
-                let probe = Value::Object(map.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
-                match objects::from_value(k, "(request)", probe) {
-                    Ok((_, w)) => top = w,
-                    Err(e) => return Err(StatusError::invalid(kind, name, &e.field, e.reason)),
-                }
-            }
-            top
-        }
-        _ => Vec::new(),
-    };
-    let unknown: Vec<String> = found.into_iter().filter(|w| w.starts_with("unknown field ")).collect();
-    if unknown.is_empty() {
-        return Ok(Vec::new());
-    }
-    if mode == FieldValidation::Strict {
-        return Err(StatusError::bad_request(format!(
-            "{kind} in version \"v1\" cannot be handled as a {kind}: strict decoding error: {}",
-            unknown.join(", ")
-        )));
-    }
-    for w in &unknown {
-        if let Some(path) = w.strip_prefix("unknown field ").and_then(|q| serde_json::from_str::<String>(q).ok()) {
-            remove_shown_path(obj, &path);
-        }
-    }
-    Ok(if mode == FieldValidation::Warn { unknown } else { Vec::new() })
-}
-
-/// Remove the field at a path as the field table shows it
-/// (`spec.containers[0].foo`).
-fn remove_shown_path(obj: &mut Value, path: &str) {
-    let mut steps: Vec<Result<&str, usize>> = Vec::new();
-    for part in path.split('.') {
-        let (key, rest) = part.split_once('[').map_or((part, ""), |(k, r)| (k, r));
-        steps.push(Ok(key));
-        for idx in rest.split('[').filter(|s| !s.is_empty()) {
-            match idx.trim_end_matches(']').parse() {
-                Ok(i) => steps.push(Err(i)),
-                Err(_) => return,
-            }
-        }
-    }
-    let Some((last, parents)) = steps.split_last() else { return };
-    let mut at = obj;
-    for s in parents {
-        let next = match s {
-            Ok(k) => at.get_mut(*k),
-            Err(i) => at.get_mut(*i),
-        };
-        match next {
-            Some(n) => at = n,
-            None => return,
-        }
-    }
-    if let (Ok(k), Some(m)) = (last, at.as_object_mut()) {
-        m.remove(*k);
-    }
-}
-
-/// The object to store as the pod's (or object's) manifest after a write:
-/// without status and the fields the server sets; keeps the labels,
-/// annotations (with `kubectl.kubernetes.io/last-applied-configuration`)
-/// and `managedFields`, which the manifest parser accepts and ignores.
-pub fn manifest_of(obj: &Value) -> Value {
-    let mut m = obj.clone();
-    if let Some(map) = m.as_object_mut() {
-        map.remove("status");
-    }
-    if let Some(meta) = m.get_mut("metadata").and_then(Value::as_object_mut) {
-        for key in ["uid", "resourceVersion", "creationTimestamp", "generation", "selfLink"] {
-            meta.remove(key);
-        }
-        if let Some(Value::Object(ann)) = meta.get_mut("annotations") {
-            ann.retain(|k, _| !k.starts_with("kubernetes.io/config."));
-            if ann.is_empty() {
-                meta.remove("annotations");
-            }
-        }
-    }
-    m
 }
 
 // ---- RFC 7386 JSON merge patch ----
@@ -477,7 +160,14 @@ const MAX_JSON_PATCH_OPS: usize = 10_000;
 
 fn json_patch_error(patch: &Value, message: impl std::fmt::Display) -> StatusError {
     let shown = patch.to_string();
-    let shown = if shown.len() > 512 { format!("{}...", &shown[..shown.char_indices().take_while(|(i, _)| *i < 512).last().map_or(0, |(i, c)| i + c.len_utf8())]) } else { shown };
+    let shown = if shown.len() > 512 {
+        format!(
+            "{}...",
+            &shown[..shown.char_indices().take_while(|(i, _)| *i < 512).last().map_or(0, |(i, c)| i + c.len_utf8())]
+        )
+    } else {
+        shown
+    };
     StatusError {
         code: 422,
         reason: "Invalid",
@@ -501,32 +191,32 @@ pub fn json_patch(doc: &Value, patch: &Value) -> Result<Value, StatusError> {
         let fail = |m: String| json_patch_error(patch, format!("operation {i}: {m}"));
         let name = op.get("op").and_then(Value::as_str).ok_or_else(|| fail("missing \"op\"".into()))?;
         let path = op.get("path").and_then(Value::as_str).ok_or_else(|| fail("missing \"path\"".into()))?;
-        let path = pointer(path).map_err(fail)?;
+        let path = pointer(path).map_err(|e| fail(e.0))?;
         let value = || op.get("value").cloned().ok_or_else(|| fail("missing \"value\"".into()));
         let from = || -> Result<Vec<String>, StatusError> {
             let f = op.get("from").and_then(Value::as_str).ok_or_else(|| fail("missing \"from\"".into()))?;
-            pointer(f).map_err(fail)
+            pointer(f).map_err(|e| fail(e.0))
         };
         match name {
-            "add" => add(&mut doc, &path, value()?).map_err(fail)?,
+            "add" => add(&mut doc, &path, value()?).map_err(|e| fail(e.0))?,
             "remove" => {
-                remove(&mut doc, &path).map_err(fail)?;
+                remove(&mut doc, &path).map_err(|e| fail(e.0))?;
             }
             "replace" => {
-                remove(&mut doc, &path).map_err(fail)?;
-                add(&mut doc, &path, value()?).map_err(fail)?;
+                remove(&mut doc, &path).map_err(|e| fail(e.0))?;
+                add(&mut doc, &path, value()?).map_err(|e| fail(e.0))?;
             }
             "move" => {
                 let from = from()?;
                 if path.len() > from.len() && path[..from.len()] == from[..] {
                     return Err(fail("cannot move a value into itself".into()));
                 }
-                let v = remove(&mut doc, &from).map_err(fail)?;
-                add(&mut doc, &path, v).map_err(fail)?;
+                let v = remove(&mut doc, &from).map_err(|e| fail(e.0))?;
+                add(&mut doc, &path, v).map_err(|e| fail(e.0))?;
             }
             "copy" => {
                 let v = get(&doc, &from()?).cloned().ok_or_else(|| fail("\"from\" does not exist".into()))?;
-                add(&mut doc, &path, v).map_err(fail)?;
+                add(&mut doc, &path, v).map_err(|e| fail(e.0))?;
             }
             "test" => {
                 let want = value()?;
@@ -540,13 +230,23 @@ pub fn json_patch(doc: &Value, patch: &Value) -> Result<Value, StatusError> {
     Ok(doc)
 }
 
+/// Why one JSON patch operation failed.
+#[derive(Debug)]
+struct OpError(String);
+
+impl From<String> for OpError {
+    fn from(s: String) -> Self {
+        OpError(s)
+    }
+}
+
 /// A JSON pointer's reference tokens (`~1` is `/`, `~0` is `~`).
-fn pointer(p: &str) -> Result<Vec<String>, String> {
+fn pointer(p: &str) -> Result<Vec<String>, OpError> {
     if p.is_empty() {
         return Ok(Vec::new());
     }
     let Some(rest) = p.strip_prefix('/') else {
-        return Err(format!("{p:?} is not a JSON pointer (must start with '/')"));
+        return Err(OpError(format!("{p:?} is not a JSON pointer (must start with '/')")));
     };
     rest.split('/')
         .map(|t| {
@@ -557,7 +257,7 @@ fn pointer(p: &str) -> Result<Vec<String>, String> {
                     (_, true) => match chars.next() {
                         Some('0') => out.push('~'),
                         Some('1') => out.push('/'),
-                        _ => return Err(format!("{p:?}: '~' must be followed by 0 or 1")),
+                        _ => return Err(OpError(format!("{p:?}: '~' must be followed by 0 or 1"))),
                     },
                     (c, false) => out.push(c),
                 }
@@ -571,14 +271,15 @@ fn show_pointer(p: &[String]) -> String {
     p.iter().map(|t| format!("/{}", t.replace('~', "~0").replace('/', "~1"))).collect()
 }
 
-fn index(token: &str, len: usize, append: bool) -> Result<usize, String> {
+fn index(token: &str, len: usize, append: bool) -> Result<usize, OpError> {
     if append && token == "-" {
         return Ok(len);
     }
-    let valid = !token.is_empty() && token.bytes().all(|b| b.is_ascii_digit()) && (token == "0" || !token.starts_with('0'));
+    let valid =
+        !token.is_empty() && token.bytes().all(|b| b.is_ascii_digit()) && (token == "0" || !token.starts_with('0'));
     match token.parse::<usize>() {
         Ok(i) if valid && (i < len || (append && i == len)) => Ok(i),
-        _ => Err(format!("index {token:?} is out of range (length {len})")),
+        _ => Err(OpError(format!("index {token:?} is out of range (length {len})"))),
     }
 }
 
@@ -594,7 +295,7 @@ fn get<'a>(doc: &'a Value, path: &[String]) -> Option<&'a Value> {
     Some(at)
 }
 
-fn parent_of<'a>(doc: &'a mut Value, path: &[String]) -> Result<&'a mut Value, String> {
+fn parent_of<'a>(doc: &'a mut Value, path: &[String]) -> Result<&'a mut Value, OpError> {
     let mut at = doc;
     for t in path {
         at = match at {
@@ -603,13 +304,13 @@ fn parent_of<'a>(doc: &'a mut Value, path: &[String]) -> Result<&'a mut Value, S
                 let i = index(t, a.len(), false)?;
                 &mut a[i]
             }
-            _ => return Err(format!("{} is not an object or a list", show_pointer(path))),
+            _ => return Err(OpError(format!("{} is not an object or a list", show_pointer(path)))),
         };
     }
     Ok(at)
 }
 
-fn add(doc: &mut Value, path: &[String], v: Value) -> Result<(), String> {
+fn add(doc: &mut Value, path: &[String], v: Value) -> Result<(), OpError> {
     let Some((last, parents)) = path.split_last() else {
         *doc = v;
         return Ok(());
@@ -624,84 +325,26 @@ fn add(doc: &mut Value, path: &[String], v: Value) -> Result<(), String> {
             a.insert(i, v);
             Ok(())
         }
-        _ => Err(format!("cannot add {}: its parent is not an object or a list", show_pointer(path))),
+        _ => Err(OpError(format!("cannot add {}: its parent is not an object or a list", show_pointer(path)))),
     }
 }
 
-fn remove(doc: &mut Value, path: &[String]) -> Result<Value, String> {
+fn remove(doc: &mut Value, path: &[String]) -> Result<Value, OpError> {
     let Some((last, parents)) = path.split_last() else {
         return Ok(std::mem::take(doc));
     };
     let missing = || format!("{} does not exist", show_pointer(path));
     match parent_of(doc, parents)? {
-        Value::Object(m) => m.remove(last).ok_or_else(missing),
+        Value::Object(m) => m.remove(last).ok_or_else(|| OpError(missing())),
         Value::Array(a) => {
             let i = index(last, a.len(), false)?;
             Ok(a.remove(i))
         }
-        _ => Err(missing()),
+        _ => Err(OpError(missing())),
     }
 }
 
 // ---- strategic merge patch ----
-
-/// How a list field is merged, from the Kubernetes types'
-/// `patchStrategy`/`patchMergeKey` tags (and `listMapKeys` for
-/// server-side apply).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ListKind {
-    /// Replaced whole (`atomic`, no patch strategy).
-    Atomic,
-    /// A set of scalars, merged by value (`patchStrategy: merge`).
-    Set,
-    /// Items merged by their `patchMergeKey`; server-side apply identifies
-    /// them by all of `keys` (the first is the merge key).
-    Map { keys: &'static [&'static str] },
-}
-
-const CONTAINER_LISTS: [&str; 3] = ["spec.containers[]", "spec.initContainers[]", "spec.ephemeralContainers[]"];
-
-/// How the list at `path` (dotted JSON names, `[]` for list items, from
-/// the object's root) of a `kind` merges.
-pub fn list_kind(kind: &str, path: &str) -> ListKind {
-    const NAME: &[&str] = &["name"];
-    let map = |keys| ListKind::Map { keys };
-    match path {
-        "metadata.finalizers" => return ListKind::Set,
-        "metadata.ownerReferences" => return map(&["uid"]),
-        _ => {}
-    }
-    match kind {
-        "Pod" => {
-            for c in CONTAINER_LISTS {
-                if let Some(field) = path.strip_prefix(c).and_then(|r| r.strip_prefix('.')) {
-                    return match field {
-                        "ports" => map(&["containerPort", "protocol"]),
-                        "env" => map(NAME),
-                        "volumeMounts" => map(&["mountPath"]),
-                        "volumeDevices" => map(&["devicePath"]),
-                        _ => ListKind::Atomic,
-                    };
-                }
-            }
-            match path {
-                "spec.containers" | "spec.initContainers" | "spec.ephemeralContainers" | "spec.volumes"
-                | "spec.imagePullSecrets" | "spec.schedulingGates" | "spec.resourceClaims" => map(NAME),
-                "spec.hostAliases" => map(&["ip"]),
-                "spec.topologySpreadConstraints" => map(&["topologyKey", "whenUnsatisfiable"]),
-                "status.conditions" => map(&["type"]),
-                "status.podIPs" | "status.hostIPs" => map(&["ip"]),
-                "status.resourceClaimStatuses" => map(NAME),
-                _ => ListKind::Atomic,
-            }
-        }
-        "Node" => match path {
-            "status.conditions" | "status.addresses" => map(&["type"]),
-            _ => ListKind::Atomic,
-        },
-        _ => ListKind::Atomic,
-    }
-}
 
 /// Whether `kind` takes strategic merge patches (built-in types only: the
 /// API server answers 415 for others).
@@ -739,7 +382,12 @@ fn child(path: &str, key: &str) -> String {
 }
 
 /// Merge patch map `p` into `original`; `None` when the map is deleted.
-fn smp_map(kind: &str, path: &str, mut original: Map<String, Value>, p: &Map<String, Value>) -> Result<Option<Map<String, Value>>, StatusError> {
+fn smp_map(
+    kind: &str,
+    path: &str,
+    mut original: Map<String, Value>,
+    p: &Map<String, Value>,
+) -> Result<Option<Map<String, Value>>, StatusError> {
     match p.get(DIRECTIVE).map(|d| d.as_str()) {
         None | Some(Some("merge")) => {}
         Some(Some("delete")) => return Ok(None),
@@ -813,7 +461,7 @@ fn smp_map(kind: &str, path: &str, mut original: Map<String, Value>, p: &Map<Str
 }
 
 /// The merge-key value of a list item (the first key of a `Map` list).
-fn merge_key<'a>(item: &'a Value, kind: ListKind) -> Option<&'a Value> {
+fn merge_key(item: &Value, kind: ListKind) -> Option<&Value> {
     match kind {
         ListKind::Map { keys } => item.get(keys[0]),
         _ => Some(item),
@@ -865,10 +513,14 @@ fn smp_list(kind: &str, path: &str, original: Vec<Value>, p: &[Value]) -> Result
             let mut out = original;
             for item in p {
                 let Value::Object(m) = item else {
-                    return Err(StatusError::bad_request(format!("{path}: list items must be objects (merged by {key:?})")));
+                    return Err(StatusError::bad_request(format!(
+                        "{path}: list items must be objects (merged by {key:?})"
+                    )));
                 };
                 let Some(kv) = m.get(key) else {
-                    return Err(StatusError::bad_request(format!("{path}: map does not contain declared merge key: {key}")));
+                    return Err(StatusError::bad_request(format!(
+                        "{path}: map does not contain declared merge key: {key}"
+                    )));
                 };
                 let found = out.iter().position(|o| o.get(key) == Some(kv));
                 if is_directive(item, "delete") {
@@ -943,7 +595,9 @@ mod tests {
 
     #[test]
     fn strategic_merge_merges_containers_by_name_and_env_by_name() {
-        let out = smp(json!({"spec": {"containers": [{"name": "app", "image": "nginx:2", "env": [{"name": "C", "value": "3"}]}]}}));
+        let out = smp(
+            json!({"spec": {"containers": [{"name": "app", "image": "nginx:2", "env": [{"name": "C", "value": "3"}]}]}}),
+        );
         assert_eq!(out["spec"]["containers"][0]["image"], "nginx:2");
         assert_eq!(names(&out["spec"]["containers"]), ["app", "side"]);
         assert_eq!(names(&out["spec"]["containers"][0]["env"]), ["A", "B", "C"]);
@@ -966,7 +620,9 @@ mod tests {
 
     #[test]
     fn strategic_merge_replaces_atomic_lists_and_unions_sets() {
-        let out = smp(json!({"spec": {"tolerations": [{"key": "b", "operator": "Exists"}]}, "metadata": {"finalizers": ["b", "c"]}}));
+        let out = smp(
+            json!({"spec": {"tolerations": [{"key": "b", "operator": "Exists"}]}, "metadata": {"finalizers": ["b", "c"]}}),
+        );
         assert_eq!(out["spec"]["tolerations"], json!([{"key": "b", "operator": "Exists"}]));
         assert_eq!(out["metadata"]["finalizers"], json!(["a", "b", "c"]));
     }
@@ -995,7 +651,10 @@ mod tests {
 
     #[test]
     fn directive_patch_merge_is_the_default() {
-        assert_eq!(smp(json!({"metadata": {"labels": {"$patch": "merge", "x": "1"}}}))["metadata"]["labels"], json!({"app": "web", "x": "1"}));
+        assert_eq!(
+            smp(json!({"metadata": {"labels": {"$patch": "merge", "x": "1"}}}))["metadata"]["labels"],
+            json!({"app": "web", "x": "1"})
+        );
     }
 
     #[test]
@@ -1008,9 +667,16 @@ mod tests {
     #[test]
     fn directive_retain_keys_drops_the_other_source() {
         // a volume switched from emptyDir to hostPath, as kubectl sends it
-        let out = smp(json!({"spec": {"volumes": [{"name": "data", "$retainKeys": ["hostPath", "name"], "hostPath": {"path": "/srv"}}]}}));
+        let out = smp(
+            json!({"spec": {"volumes": [{"name": "data", "$retainKeys": ["hostPath", "name"], "hostPath": {"path": "/srv"}}]}}),
+        );
         assert_eq!(out["spec"]["volumes"], json!([{"name": "data", "hostPath": {"path": "/srv"}}]));
-        let err = strategic_merge("Pod", &pod(), &json!({"spec": {"volumes": [{"name": "data", "$retainKeys": ["name"], "hostPath": {}}]}})).unwrap_err();
+        let err = strategic_merge(
+            "Pod",
+            &pod(),
+            &json!({"spec": {"volumes": [{"name": "data", "$retainKeys": ["name"], "hostPath": {}}]}}),
+        )
+        .unwrap_err();
         assert_eq!(err.code, 400);
     }
 
@@ -1054,12 +720,12 @@ mod tests {
             (json!({"a":"c"}), json!({"a":["b"]}), json!({"a":["b"]})),
             (json!({"a":{"b":"c"}}), json!({"a":{"b":"d","c":null}}), json!({"a":{"b":"d"}})),
             (json!({"a":[{"b":"c"}]}), json!({"a":[1]}), json!({"a":[1]})),
-            (json!(["a","b"]), json!(["c","d"]), json!(["c","d"])),
+            (json!(["a", "b"]), json!(["c", "d"]), json!(["c", "d"])),
             (json!({"a":"b"}), json!(["c"]), json!(["c"])),
             (json!({"a":"foo"}), json!(null), json!(null)),
             (json!({"a":"foo"}), json!("bar"), json!("bar")),
             (json!({"e":null}), json!({"a":1}), json!({"e":null,"a":1})),
-            (json!([1,2]), json!({"a":"b","c":null}), json!({"a":"b"})),
+            (json!([1, 2]), json!({"a":"b","c":null}), json!({"a":"b"})),
             (json!({}), json!({"a":{"bb":{"ccc":null}}}), json!({"a":{"bb":{}}})),
         ];
         for (target, patch, want) in cases {
@@ -1076,19 +742,43 @@ mod tests {
     fn json_patch_rfc6902_examples() {
         let ok = |doc, patch, want: Value| assert_eq!(jp(doc, patch).unwrap(), want);
         ok(json!({"foo":"bar"}), json!([{"op":"add","path":"/baz","value":"qux"}]), json!({"baz":"qux","foo":"bar"}));
-        ok(json!({"foo":["bar","baz"]}), json!([{"op":"add","path":"/foo/1","value":"qux"}]), json!({"foo":["bar","qux","baz"]}));
+        ok(
+            json!({"foo":["bar","baz"]}),
+            json!([{"op":"add","path":"/foo/1","value":"qux"}]),
+            json!({"foo":["bar","qux","baz"]}),
+        );
         ok(json!({"baz":"qux","foo":"bar"}), json!([{"op":"remove","path":"/baz"}]), json!({"foo":"bar"}));
         ok(json!({"foo":["bar","qux","baz"]}), json!([{"op":"remove","path":"/foo/1"}]), json!({"foo":["bar","baz"]}));
-        ok(json!({"baz":"qux","foo":"bar"}), json!([{"op":"replace","path":"/baz","value":"boo"}]), json!({"baz":"boo","foo":"bar"}));
+        ok(
+            json!({"baz":"qux","foo":"bar"}),
+            json!([{"op":"replace","path":"/baz","value":"boo"}]),
+            json!({"baz":"boo","foo":"bar"}),
+        );
         ok(
             json!({"foo":{"bar":"baz","waldo":"fred"},"qux":{"corge":"grault"}}),
             json!([{"op":"move","from":"/foo/waldo","path":"/qux/thud"}]),
             json!({"foo":{"bar":"baz"},"qux":{"corge":"grault","thud":"fred"}}),
         );
-        ok(json!({"foo":["all","grass","cows","eat"]}), json!([{"op":"move","from":"/foo/1","path":"/foo/3"}]), json!({"foo":["all","cows","eat","grass"]}));
-        ok(json!({"baz":"qux","foo":["a",2,"c"]}), json!([{"op":"test","path":"/baz","value":"qux"},{"op":"test","path":"/foo/1","value":2}]), json!({"baz":"qux","foo":["a",2,"c"]}));
-        ok(json!({"foo":"bar"}), json!([{"op":"add","path":"/child","value":{"grandchild":{}}}]), json!({"foo":"bar","child":{"grandchild":{}}}));
-        ok(json!({"foo":["bar"]}), json!([{"op":"add","path":"/foo/-","value":["abc","def"]}]), json!({"foo":["bar",["abc","def"]]}));
+        ok(
+            json!({"foo":["all","grass","cows","eat"]}),
+            json!([{"op":"move","from":"/foo/1","path":"/foo/3"}]),
+            json!({"foo":["all","cows","eat","grass"]}),
+        );
+        ok(
+            json!({"baz":"qux","foo":["a",2,"c"]}),
+            json!([{"op":"test","path":"/baz","value":"qux"},{"op":"test","path":"/foo/1","value":2}]),
+            json!({"baz":"qux","foo":["a",2,"c"]}),
+        );
+        ok(
+            json!({"foo":"bar"}),
+            json!([{"op":"add","path":"/child","value":{"grandchild":{}}}]),
+            json!({"foo":"bar","child":{"grandchild":{}}}),
+        );
+        ok(
+            json!({"foo":["bar"]}),
+            json!([{"op":"add","path":"/foo/-","value":["abc","def"]}]),
+            json!({"foo":["bar",["abc","def"]]}),
+        );
         ok(json!({"/":9,"~1":10}), json!([{"op":"test","path":"/~01","value":10}]), json!({"/":9,"~1":10}));
         ok(json!({"a/b":1,"m~n":2}), json!([{"op":"copy","from":"/a~1b","path":"/m~0n"}]), json!({"a/b":1,"m~n":1}));
         ok(json!({"foo":1}), json!([{"op":"replace","path":"","value":[1]}]), json!([1]));
@@ -1098,7 +788,10 @@ mod tests {
             assert_eq!((e.code, e.reason), (422, "Invalid"), "{}", e.message);
             e.message
         };
-        assert!(bad(json!({"baz":"qux"}), json!([{"op":"test","path":"/baz","value":"bar"}])).contains("testing value /baz failed"));
+        assert!(
+            bad(json!({"baz":"qux"}), json!([{"op":"test","path":"/baz","value":"bar"}]))
+                .contains("testing value /baz failed")
+        );
         bad(json!({"foo":"bar"}), json!([{"op":"add","path":"/baz/bat","value":"qux"}]));
         bad(json!({"/":9,"~1":10}), json!([{"op":"test","path":"/~01","value":"10"}]));
         bad(json!({"foo":["bar"]}), json!([{"op":"add","path":"/foo/2","value":1}]));
@@ -1113,7 +806,12 @@ mod tests {
     }
 
     fn params(v: FieldValidation) -> Params {
-        Params { field_validation: v, field_manager: Some("kubectl-patch".into()), now: "2026-11-25T20:00:00Z".into(), ..Params::default() }
+        Params {
+            field_validation: v,
+            field_manager: Some("kubectl-patch".into()),
+            now: "2026-11-25T20:00:00Z".into(),
+            ..Params::default()
+        }
     }
 
     #[test]
@@ -1126,7 +824,14 @@ mod tests {
         // the same body as a merge patch replaces the list
         let merge = apply("Pod", &live, body, "application/merge-patch+json; charset=utf-8", &p).unwrap();
         assert_eq!(names(&merge.object["spec"]["containers"]), ["app"]);
-        let json = apply("Pod", &live, br#"[{"op":"replace","path":"/spec/containers/1/image","value":"x"}]"#, "application/json-patch+json", &p).unwrap();
+        let json = apply(
+            "Pod",
+            &live,
+            br#"[{"op":"replace","path":"/spec/containers/1/image","value":"x"}]"#,
+            "application/json-patch+json",
+            &p,
+        )
+        .unwrap();
         assert_eq!(json.object["spec"]["containers"][1]["image"], "x");
         let err = apply("Pod", &live, body, "text/plain", &p).unwrap_err();
         assert_eq!((err.code, err.reason), (415, "UnsupportedMediaType"));
@@ -1138,7 +843,14 @@ mod tests {
     fn a_patch_keeps_identity_and_status_and_records_its_manager() {
         let live = live_pod();
         let p = params(FieldValidation::Strict);
-        let out = apply("Pod", &live, br#"{"status":{"phase":"Failed"},"metadata":{"labels":{"x":"y"}}}"#, "application/merge-patch+json", &p).unwrap();
+        let out = apply(
+            "Pod",
+            &live,
+            br#"{"status":{"phase":"Failed"},"metadata":{"labels":{"x":"y"}}}"#,
+            "application/merge-patch+json",
+            &p,
+        )
+        .unwrap();
         assert_eq!(out.object["status"], live["status"]);
         let mf = &out.object["metadata"]["managedFields"][0];
         assert_eq!((mf["manager"].as_str(), mf["operation"].as_str()), (Some("kubectl-patch"), Some("Update")));
@@ -1154,7 +866,9 @@ mod tests {
             assert_eq!(e.code, code, "{patch}: {}", e.message);
         }
         // the current resourceVersion is a precondition that holds
-        assert!(apply("Pod", &live, br#"{"metadata":{"resourceVersion":"7"}}"#, "application/merge-patch+json", &p).is_ok());
+        assert!(
+            apply("Pod", &live, br#"{"metadata":{"resourceVersion":"7"}}"#, "application/merge-patch+json", &p).is_ok()
+        );
     }
 
     #[test]
@@ -1175,7 +889,9 @@ mod tests {
         assert!(ignore.warnings.is_empty());
         assert_eq!(ignore.object["spec"], warn.object["spec"]);
         // a field podwarden refuses is 422 Invalid, naming it
-        let err = apply("Pod", &live, br#"{"spec":{"affinity":{"nodeAffinity":{}}}}"#, ct, &params(FieldValidation::Ignore)).unwrap_err();
+        let err =
+            apply("Pod", &live, br#"{"spec":{"affinity":{"nodeAffinity":{}}}}"#, ct, &params(FieldValidation::Ignore))
+                .unwrap_err();
         assert_eq!((err.code, err.reason), (422, "Invalid"));
         assert!(err.message.starts_with("Pod \"web\" is invalid: spec.affinity"), "{}", err.message);
     }
@@ -1183,15 +899,30 @@ mod tests {
     #[test]
     fn field_validation_of_a_config_map() {
         let live = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "default"}, "data": {"a": "1"}});
-        let err = apply("ConfigMap", &live, br#"{"dta":{"b":"2"}}"#, "application/merge-patch+json", &params(FieldValidation::Strict)).unwrap_err();
+        let err = apply(
+            "ConfigMap",
+            &live,
+            br#"{"dta":{"b":"2"}}"#,
+            "application/merge-patch+json",
+            &params(FieldValidation::Strict),
+        )
+        .unwrap_err();
         assert!(err.message.ends_with("strict decoding error: unknown field \"dta\""), "{}", err.message);
-        let ok = apply("ConfigMap", &live, br#"{"data":{"b":"2"}}"#, "application/strategic-merge-patch+json", &params(FieldValidation::Strict)).unwrap();
+        let ok = apply(
+            "ConfigMap",
+            &live,
+            br#"{"data":{"b":"2"}}"#,
+            "application/strategic-merge-patch+json",
+            &params(FieldValidation::Strict),
+        )
+        .unwrap();
         assert_eq!(ok.object["data"], json!({"a": "1", "b": "2"}));
     }
 
     #[test]
     fn params_from_the_query() {
-        let p = Params::from_query("fieldManager=kubectl%2Dedit&force=true&fieldValidation=Strict&dryRun=All", "t").unwrap();
+        let p = Params::from_query("fieldManager=kubectl%2Dedit&force=true&fieldValidation=Strict&dryRun=All", "t")
+            .unwrap();
         assert_eq!(p.field_manager.as_deref(), Some("kubectl-edit"));
         assert!(p.force);
         assert_eq!(p.field_validation, FieldValidation::Strict);
@@ -1203,7 +934,8 @@ mod tests {
     #[test]
     fn manifest_of_drops_status_and_server_fields() {
         let mut live = live_pod();
-        live["metadata"]["annotations"] = json!({"kubernetes.io/config.hash": "h", "kubectl.kubernetes.io/last-applied-configuration": "{}"});
+        live["metadata"]["annotations"] =
+            json!({"kubernetes.io/config.hash": "h", "kubectl.kubernetes.io/last-applied-configuration": "{}"});
         let m = manifest_of(&live);
         assert!(m.get("status").is_none());
         assert!(m["metadata"].get("uid").is_none() && m["metadata"].get("resourceVersion").is_none());
@@ -1237,7 +969,9 @@ mod tests {
     /// is only reachable when it was already there.
     fn without_nulls(v: Value) -> Value {
         match v {
-            Value::Object(m) => Value::Object(m.into_iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k, without_nulls(v))).collect()),
+            Value::Object(m) => {
+                Value::Object(m.into_iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k, without_nulls(v))).collect())
+            }
             other => other,
         }
     }

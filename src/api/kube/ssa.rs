@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value};
 
-use super::patch::{ListKind, Params, Patched, StatusError, finish, list_kind, validate_fields};
+use super::write::{ListKind, Params, Patched, StatusError, finish, list_kind, validate_fields};
 use crate::model::bounded_yaml;
 
 /// One field's path: `FieldsV1` elements (`f:spec`, `k:{"name":"a"}`, `v:"x"`).
@@ -207,7 +207,11 @@ fn to_fields_v1(set: &FieldSet) -> Value {
     for path in set {
         let mut at = &mut root;
         for e in path {
-            at = at.entry(e.clone()).or_insert_with(|| Value::Object(Map::new())).as_object_mut().expect("built as objects");
+            at = at
+                .entry(e.clone())
+                .or_insert_with(|| Value::Object(Map::new()))
+                .as_object_mut()
+                .expect("built as objects");
         }
     }
     // a list-map item is owned as a whole too
@@ -365,11 +369,15 @@ fn merge(kind: &str, prefix: &mut FieldPath, live: Value, applied: &Value) -> Va
 /// The parsed apply body: one object of `kind`, `v1`, without
 /// `managedFields`.
 fn applied_config(kind: &str, body: &[u8]) -> Result<Value, StatusError> {
-    let text = std::str::from_utf8(body).map_err(|e| StatusError::bad_request(format!("the applied configuration is not UTF-8: {e}")))?;
-    let mut docs = bounded_yaml::parse_bounded(text)
-        .map_err(|e| StatusError::bad_request(format!("error decoding YAML: {e}")))?;
+    let text = std::str::from_utf8(body)
+        .map_err(|e| StatusError::bad_request(format!("the applied configuration is not UTF-8: {e}")))?;
+    let mut docs =
+        bounded_yaml::parse_bounded(text).map_err(|e| StatusError::bad_request(format!("error decoding YAML: {e}")))?;
     if docs.len() != 1 {
-        return Err(StatusError::bad_request(format!("the applied configuration must be one document, got {}", docs.len())));
+        return Err(StatusError::bad_request(format!(
+            "the applied configuration must be one document, got {}",
+            docs.len()
+        )));
     }
     let mut obj = docs.remove(0);
     if !obj.is_object() {
@@ -400,13 +408,24 @@ fn applied_config(kind: &str, body: &[u8]) -> Result<Value, StatusError> {
 
 /// Server-side apply of `body` (YAML or JSON) by `params.field_manager`
 /// to `live`, or the creation of the object when `live` is `None`.
-pub fn server_side_apply(kind: &str, live: Option<&Value>, body: &[u8], params: &Params) -> Result<Patched, StatusError> {
+pub fn server_side_apply(
+    kind: &str,
+    live: Option<&Value>,
+    body: &[u8],
+    params: &Params,
+) -> Result<Patched, StatusError> {
     let Some(manager) = params.field_manager.as_deref().filter(|m| !m.is_empty()) else {
         return Err(StatusError {
             code: 422,
             reason: "Invalid",
-            message: "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch".into(),
-            causes: vec![("FieldValueRequired".into(), "fieldManager".into(), "Required value: is required for apply patch".into())],
+            message:
+                "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"
+                    .into(),
+            causes: vec![(
+                "FieldValueRequired".into(),
+                "fieldManager".into(),
+                "Required value: is required for apply patch".into(),
+            )],
         });
     };
     let applied = applied_config(kind, body)?;
@@ -444,8 +463,12 @@ pub fn server_side_apply(kind: &str, live: Option<&Value>, body: &[u8], params: 
 
     let mut merged = merge(kind, &mut Vec::new(), base.clone(), &applied);
     // what this manager no longer applies goes, unless someone else owns it
-    let others: FieldSet =
-        entries.iter().enumerate().filter(|(i, _)| Some(*i) != mine).flat_map(|(_, e)| e.fields.iter().cloned()).collect();
+    let others: FieldSet = entries
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| Some(*i) != mine)
+        .flat_map(|(_, e)| e.fields.iter().cloned())
+        .collect();
     let mut gone: Vec<&FieldPath> = old_set.difference(&new_set).filter(|p| !others.contains(*p)).collect();
     gone.sort_by_key(|p| std::cmp::Reverse(p.len()));
     for p in gone {
@@ -531,7 +554,8 @@ pub fn record_update(kind: &str, old: Option<&Value>, new: &mut Value, manager: 
         return;
     }
     for e in entries.iter_mut() {
-        e.fields.retain(|p| !removed.contains(p) && !(changed.contains(p) && e.manager != manager));
+        let mine = e.manager == manager;
+        e.fields.retain(|p| !removed.contains(p) && (mine || !changed.contains(p)));
     }
     match entries.iter_mut().find(|e| e.manager == manager && e.operation == "Update" && e.subresource.is_none()) {
         Some(e) => {
@@ -608,7 +632,11 @@ mod tests {
         assert_eq!(out.object["spec"]["containers"][0]["image"], "nginx:2");
         let old = manager_fields(&out.object, "kubectl-client-side-apply");
         assert!(old.pointer("/f:spec/f:containers/k:{\"name\":\"app\"}/f:image").is_none(), "{old}");
-        assert!(manager_fields(&out.object, "kubectl").pointer("/f:spec/f:containers/k:{\"name\":\"app\"}/f:image").is_some());
+        assert!(
+            manager_fields(&out.object, "kubectl")
+                .pointer("/f:spec/f:containers/k:{\"name\":\"app\"}/f:image")
+                .is_some()
+        );
     }
 
     #[test]
@@ -632,13 +660,25 @@ mod tests {
         let live = server_side_apply("Pod", None, first, &params("one", false)).unwrap().object;
         let other = b"apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec: {containers: [{name: side, image: y}]}\n";
         let out = server_side_apply("Pod", Some(&live), other, &params("two", false)).unwrap().object;
-        let names: Vec<&str> = out["spec"]["containers"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+        let names: Vec<&str> =
+            out["spec"]["containers"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
         assert_eq!(names, ["app", "side"]);
         // sets merge by value (podwarden refuses finalizers on a pod: merged directly)
-        let merged = merge("Pod", &mut Vec::new(), json!({"metadata": {"finalizers": ["a"]}}), &json!({"metadata": {"finalizers": ["b", "a"]}}));
+        let merged = merge(
+            "Pod",
+            &mut Vec::new(),
+            json!({"metadata": {"finalizers": ["a"]}}),
+            &json!({"metadata": {"finalizers": ["b", "a"]}}),
+        );
         assert_eq!(merged["metadata"]["finalizers"], json!(["a", "b"]));
         let f = manager_fields(&out, "one");
-        assert!(f.pointer("/f:spec/f:containers/k:{\"name\":\"app\"}/f:ports/k:{\"containerPort\":80,\"protocol\":\"TCP\"}").is_some(), "{f}");
+        assert!(
+            f.pointer(
+                "/f:spec/f:containers/k:{\"name\":\"app\"}/f:ports/k:{\"containerPort\":80,\"protocol\":\"TCP\"}"
+            )
+            .is_some(),
+            "{f}"
+        );
     }
 
     #[test]
