@@ -262,6 +262,7 @@ impl Kubectl {
             ])
             .args(args)
             .env("HOME", &self.dir)
+            .env("KUBE_EDITOR", "sed -i s/nginx:5/nginx:6/")
             .env_remove("KUBECONFIG")
             .output()
             .unwrap();
@@ -360,6 +361,24 @@ fn writes_against(minor: u32, v3: bool) -> BTreeMap<&'static str, Vec<String>> {
     let managers: Vec<&str> =
         p["metadata"]["managedFields"].as_array().unwrap().iter().filter_map(|e| e["manager"].as_str()).collect();
     assert!(managers.contains(&"kubectl"), "{managers:?}");
+
+    // edit (strategic merge patch), label and annotate
+    k.ok(&["edit", "pod", "web"]);
+    k.ok(&["label", "pod", "web", "edited=yes"]);
+    k.ok(&["annotate", "pod", "web", "note=hi"]);
+    seen.insert("edit, label, annotate", take_requests(&server));
+    let p = pod(&server);
+    assert_eq!(p["spec"]["containers"][0]["image"], "nginx:6");
+    assert_eq!(p["metadata"]["labels"]["edited"], "yes");
+    assert_eq!(p["metadata"]["annotations"]["note"], "hi");
+
+    // --validate=warn: the unknown field dropped, the server's warning shown
+    let f = k.file("warn.yaml", &pod_yaml("nginx:6", "  foo: 1\n"));
+    let (ok, _, err) = k.run(&["apply", "--server-side", "--force-conflicts", "--validate=warn", "-f", &f]);
+    assert!(ok, "{err}");
+    assert!(err.contains("Warning: unknown field \"spec.foo\""), "{err}");
+    assert!(pod(&server)["spec"].get("foo").is_none());
+    seen.insert("apply --server-side --validate=warn", take_requests(&server));
 
     // explain: the definitions
     let out = k.ok(&["explain", "pod.spec.containers"]);
