@@ -75,6 +75,20 @@ pub fn apply(
     if patch_type == PatchType::Apply {
         return ssa::server_side_apply(kind, Some(live), body, params);
     }
+    if params.force {
+        return Err(StatusError {
+            code: 422,
+            reason: "Invalid",
+            message:
+                "PatchOptions.meta.k8s.io \"\" is invalid: force: Forbidden: may not be specified for non-apply patch"
+                    .into(),
+            causes: vec![(
+                "FieldValueForbidden".into(),
+                "force".into(),
+                "Forbidden: may not be specified for non-apply patch".into(),
+            )],
+        });
+    }
     let text =
         std::str::from_utf8(body).map_err(|e| StatusError::bad_request(format!("the patch is not UTF-8: {e}")))?;
     let patch = one_json(text)?;
@@ -492,13 +506,8 @@ fn smp_list(kind: &str, path: &str, original: Vec<Value>, p: &[Value]) -> Result
         return smp_list(kind, path, Vec::new(), &rest);
     }
     match lk {
-        ListKind::Atomic => p
-            .iter()
-            .map(|v| match v {
-                Value::Object(m) => Ok(Value::Object(smp_map(kind, &item_path, Map::new(), m)?.unwrap_or_default())),
-                other => Ok(other.clone()),
-            })
-            .collect(),
+        // replaced as sent, as the API server replaces a list without a strategy
+        ListKind::Atomic => Ok(p.to_vec()),
         ListKind::Set => {
             let mut out = original;
             for v in p {
@@ -837,6 +846,9 @@ mod tests {
         assert_eq!((err.code, err.reason), (415, "UnsupportedMediaType"));
         let err = apply("Pod", &live, b"{", "application/merge-patch+json", &p).unwrap_err();
         assert_eq!(err.code, 400);
+        let forced = Params { force: true, ..p.clone() };
+        let err = apply("Pod", &live, body, "application/merge-patch+json", &forced).unwrap_err();
+        assert_eq!((err.code, err.reason), (422, "Invalid"));
     }
 
     #[test]
@@ -926,6 +938,8 @@ mod tests {
         assert_eq!(p.field_manager.as_deref(), Some("kubectl-edit"));
         assert!(p.force);
         assert_eq!(p.field_validation, FieldValidation::Strict);
+        assert!(p.dry_run);
+        assert_eq!(Params::from_query("dryRun=Some", "t").unwrap_err().code, 400);
         assert_eq!(Params::from_query("", "t").unwrap().field_validation, FieldValidation::Warn);
         assert_eq!(Params::from_query("fieldValidation=Loud", "t").unwrap_err().code, 400);
         assert_eq!(Params::from_query("force=maybe", "t").unwrap_err().code, 400);
@@ -976,8 +990,21 @@ mod tests {
         }
     }
 
+    fn json_object() -> impl Strategy<Value = Value> {
+        prop::collection::btree_map("[a-d]", json_value(), 0..4).prop_map(|m| Value::Object(m.into_iter().collect()))
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+        /// Where no list has a merge strategy, a strategic merge patch is
+        /// a merge patch: the diff of two objects takes one to the other.
+        #[test]
+        fn strategic_merge_without_strategies_is_merge_patch(from in json_object(), to in json_object()) {
+            let to = without_nulls(to);
+            let diff = merge_diff(&from, &to);
+            prop_assert_eq!(strategic_merge("ConfigMap", &from, &diff).unwrap(), to);
+        }
+
         #[test]
         fn merge_patch_of_the_diff_round_trips(from in json_value(), to in json_value()) {
             let to = without_nulls(to);

@@ -94,6 +94,8 @@ pub struct Params {
     pub field_manager: Option<String>,
     pub force: bool,
     pub field_validation: FieldValidation,
+    /// `dryRun=All`: the caller answers with the result and stores nothing.
+    pub dry_run: bool,
     /// The time recorded in `managedFields` (RFC 3339).
     pub now: String,
 }
@@ -117,6 +119,17 @@ impl Params {
                         ));
                     }
                     p.field_manager = Some(v);
+                }
+                "dryRun" => {
+                    p.dry_run = match v.as_str() {
+                        "All" => true,
+                        "" => false,
+                        other => {
+                            return Err(StatusError::bad_request(format!(
+                                "dryRun: unsupported value {other:?}, the only supported value is All"
+                            )));
+                        }
+                    }
                 }
                 "force" => {
                     p.force = match v.as_str() {
