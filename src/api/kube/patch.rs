@@ -929,6 +929,32 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ok.object["data"], json!({"a": "1", "b": "2"}));
+        // a second write to the object, now with managedFields, and an apply
+        let again = apply(
+            "ConfigMap",
+            &ok.object,
+            br#"{"data":{"a":null}}"#,
+            "application/merge-patch+json",
+            &params(FieldValidation::Strict),
+        )
+        .unwrap();
+        assert_eq!(again.object["data"], json!({"b": "2"}));
+        let applied = apply(
+            "ConfigMap",
+            &again.object,
+            b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {c: '3'}\n",
+            "application/apply-patch+yaml",
+            &params(FieldValidation::Strict),
+        )
+        .unwrap();
+        assert_eq!(applied.object["data"], json!({"b": "2", "c": "3"}));
+        let entries: Vec<(&str, &str)> = applied.object["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (e["manager"].as_str().unwrap(), e["operation"].as_str().unwrap()))
+            .collect();
+        assert_eq!(entries, [("kubectl-patch", "Update"), ("kubectl-patch", "Apply")]);
     }
 
     #[test]
