@@ -280,6 +280,12 @@ impl Kubectl {
     }
 }
 
+impl Drop for Kubectl {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 fn pod_yaml(image: &str, extra: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  labels:\n    app: web\nspec:\n{extra}  containers:\n  - name: app\n    image: {image}\n"
