@@ -7,6 +7,7 @@
 //! parts), never the CLI.
 
 pub mod http;
+pub mod kube;
 pub mod local;
 pub mod stream;
 pub mod view;

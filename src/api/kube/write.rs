@@ -1,0 +1,425 @@
+//! What every write through the node's Kubernetes API shares, pure: the
+//! errors as `meta/v1 Status` values (`StatusError`), the write parameters
+//! (`fieldManager`, `force`, `fieldValidation`), the result (`Patched`),
+//! the end of every write (identity and status kept, `finish`), field
+//! validation through the manifest parser's own field tables
+//! (`validate_fields`), what is stored (`manifest_of`) and how each list
+//! field merges (`list_kind`, the Kubernetes types' patch strategies).
+//!
+//! What a patched Pod then *is* is the caller's decision: podwarden's pods
+//! are manifests, so the server stores the result as the pod's new
+//! manifest (`manifest_of`), exactly as `podwarden apply` of the edited
+//! file does, and the pod is replaced; the API server's immutability rules
+//! for running pods do not apply. The identity (apiVersion, kind, name,
+//! namespace, uid) and the status cannot be changed by a write.
+
+use serde_json::Value;
+
+use crate::model::{fields, objects};
+
+/// A refused request as a `meta/v1 Status`: HTTP code, reason, message and
+/// the fields it concerns (`details.causes`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusError {
+    pub code: u16,
+    /// The Status `reason` (`Invalid`, `BadRequest`, `Conflict`, ...).
+    pub reason: &'static str,
+    pub message: String,
+    /// `(cause type, field, message)`.
+    pub causes: Vec<(String, String, String)>,
+}
+
+impl StatusError {
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        StatusError { code: 400, reason: "BadRequest", message: message.into(), causes: Vec::new() }
+    }
+
+    /// 422: `<Kind> "<name>" is invalid: <field>: <message>`.
+    pub fn invalid(kind: &str, name: &str, field: &str, message: impl Into<String>) -> Self {
+        let message = message.into();
+        StatusError {
+            code: 422,
+            reason: "Invalid",
+            message: format!("{kind} {name:?} is invalid: {field}: {message}"),
+            causes: vec![("FieldValueInvalid".into(), field.to_string(), message)],
+        }
+    }
+
+    pub fn conflict(message: impl Into<String>, causes: Vec<(String, String, String)>) -> Self {
+        StatusError { code: 409, reason: "Conflict", message: message.into(), causes }
+    }
+
+    pub fn unsupported_media_type(message: impl Into<String>) -> Self {
+        StatusError { code: 415, reason: "UnsupportedMediaType", message: message.into(), causes: Vec::new() }
+    }
+
+    /// The `meta/v1 Status` object to send with `code`.
+    pub fn to_status(&self) -> Value {
+        let mut status = serde_json::json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        });
+        if !self.causes.is_empty() {
+            let causes: Vec<Value> = self
+                .causes
+                .iter()
+                .map(|(t, f, m)| serde_json::json!({"reason": t, "message": m, "field": f}))
+                .collect();
+            status["details"] = serde_json::json!({ "causes": causes });
+        }
+        status
+    }
+}
+
+/// `fieldValidation`: what to do with fields the schema does not have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FieldValidation {
+    /// Drop them silently.
+    Ignore,
+    /// Drop them and say so in `Warning` headers (the API server's default).
+    #[default]
+    Warn,
+    /// Refuse the request (400), naming each.
+    Strict,
+}
+
+/// The query parameters of a write.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Params {
+    pub field_manager: Option<String>,
+    pub force: bool,
+    pub field_validation: FieldValidation,
+    /// `dryRun=All`: the caller answers with the result and stores nothing.
+    pub dry_run: bool,
+    /// The time recorded in `managedFields` (RFC 3339).
+    pub now: String,
+}
+
+impl Params {
+    /// The write parameters of a query string (`fieldManager=kubectl&force=false
+    /// &fieldValidation=Strict`); other parameters are left to the caller.
+    pub fn from_query(query: &str, now: &str) -> Result<Params, StatusError> {
+        let mut p = Params { now: now.to_string(), ..Params::default() };
+        for pair in query.split('&').filter(|s| !s.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let v = percent_decode(v);
+            match k {
+                "fieldManager" => {
+                    if v.len() > 128 || v.chars().any(|c| c.is_control()) {
+                        return Err(StatusError::invalid(
+                            "PatchOptions",
+                            "",
+                            "fieldManager",
+                            "must be at most 128 printable characters",
+                        ));
+                    }
+                    p.field_manager = Some(v);
+                }
+                "dryRun" => {
+                    p.dry_run = match v.as_str() {
+                        "All" => true,
+                        "" => false,
+                        other => {
+                            return Err(StatusError::bad_request(format!(
+                                "dryRun: unsupported value {other:?}, the only supported value is All"
+                            )));
+                        }
+                    }
+                }
+                "force" => {
+                    p.force = match v.as_str() {
+                        "true" | "" => true,
+                        "false" => false,
+                        other => return Err(StatusError::bad_request(format!("force: {other:?} is not a boolean"))),
+                    }
+                }
+                "fieldValidation" => {
+                    p.field_validation = match v.as_str() {
+                        "Strict" => FieldValidation::Strict,
+                        "Warn" | "" => FieldValidation::Warn,
+                        "Ignore" => FieldValidation::Ignore,
+                        other => {
+                            return Err(StatusError::bad_request(format!(
+                                "fieldValidation: invalid value {other:?}, expected Ignore, Warn or Strict"
+                            )));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(p)
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match b[i] {
+            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push((h * 16 + l) as u8);
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            b'+' => out.push(b' '),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A write's result: the new object and the `Warning` headers to send
+/// (`unknown field "spec.foo"`, as the API server words them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Patched {
+    pub object: Value,
+    pub warnings: Vec<String>,
+}
+
+/// The common end of every write: identity unchanged (400/409 as the API
+/// server answers), status kept from `live`, fields checked.
+pub fn finish(kind: &str, live: &Value, mut new: Value, params: &Params) -> Result<Patched, StatusError> {
+    let name = live.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    if !new.is_object() {
+        return Err(StatusError::bad_request(format!("the patched {kind} is not an object")));
+    }
+    for (ptr, what) in [("/apiVersion", "apiVersion"), ("/kind", "kind")] {
+        if new.pointer(ptr) != live.pointer(ptr) {
+            return Err(StatusError::bad_request(format!(
+                "{what} cannot be changed by a patch ({} to {})",
+                live.pointer(ptr).unwrap_or(&Value::Null),
+                new.pointer(ptr).unwrap_or(&Value::Null)
+            )));
+        }
+    }
+    for (ptr, what) in [("/metadata/name", "name"), ("/metadata/namespace", "namespace")] {
+        if new.pointer(ptr) != live.pointer(ptr) {
+            return Err(StatusError::bad_request(format!(
+                "the {what} of the object ({}) does not match the {what} on the URL ({})",
+                new.pointer(ptr).unwrap_or(&Value::Null),
+                live.pointer(ptr).unwrap_or(&Value::Null)
+            )));
+        }
+    }
+    if let Some(uid) = new.pointer("/metadata/uid").filter(|u| !u.is_null())
+        && Some(uid) != live.pointer("/metadata/uid")
+    {
+        return Err(StatusError::conflict(
+            format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                live.pointer("/metadata/uid").unwrap_or(&Value::Null)
+            ),
+            Vec::new(),
+        ));
+    }
+    if let Some(rv) = new.pointer("/metadata/resourceVersion").filter(|v| !v.is_null())
+        && Some(rv) != live.pointer("/metadata/resourceVersion")
+    {
+        return Err(StatusError::conflict(
+            format!(
+                "Operation cannot be fulfilled on {}s {name:?}: the object has been modified; please apply your changes to the latest version and try again",
+                kind.to_ascii_lowercase()
+            ),
+            Vec::new(),
+        ));
+    }
+    // server-set metadata and the status are not written through a patch
+    for key in ["uid", "resourceVersion", "creationTimestamp", "generation", "selfLink"] {
+        match live.pointer(&format!("/metadata/{key}")) {
+            Some(v) => new["metadata"][key] = v.clone(),
+            None => {
+                if let Some(m) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.remove(key);
+                }
+            }
+        }
+    }
+    let map = new.as_object_mut().expect("checked above");
+    match live.get("status") {
+        Some(s) => {
+            map.insert("status".into(), s.clone());
+        }
+        None => {
+            if kind == "Pod" {
+                map.remove("status");
+            }
+        }
+    }
+    let warnings = validate_fields(kind, name, &mut new, params.field_validation)?;
+    Ok(Patched { object: new, warnings })
+}
+
+/// Check `obj`'s fields against podwarden's own field tables (the manifest
+/// parser's, `model::fields` for a Pod and `model::objects` for a
+/// ConfigMap or Secret): a field that podwarden rejects is 422 Invalid;
+/// fields that are not in the schema are refused (`Strict`, 400 with
+/// `strict decoding error: unknown field "spec.foo"`) or dropped and
+/// returned as warnings (`Warn`) or dropped silently (`Ignore`).
+pub fn validate_fields(
+    kind: &str,
+    name: &str,
+    obj: &mut Value,
+    mode: FieldValidation,
+) -> Result<Vec<String>, StatusError> {
+    let found = match kind {
+        "Pod" => fields::check(obj).map_err(|e| StatusError::invalid(kind, name, &e.field, e.reason))?,
+        "ConfigMap" | "Secret" => {
+            let k = if kind == "Secret" { objects::Kind::Secret } else { objects::Kind::ConfigMap };
+            let mut top = Vec::new();
+            if let Value::Object(map) = &*obj {
+                let probe = Value::Object(map.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
+                match objects::from_value(k, "(request)", probe) {
+                    Ok((_, w)) => top = w,
+                    Err(e) => return Err(StatusError::invalid(kind, name, &e.field, e.reason)),
+                }
+            }
+            top
+        }
+        _ => Vec::new(),
+    };
+    let unknown: Vec<String> = found.into_iter().filter(|w| w.starts_with("unknown field ")).collect();
+    if unknown.is_empty() {
+        return Ok(Vec::new());
+    }
+    if mode == FieldValidation::Strict {
+        return Err(StatusError::bad_request(format!(
+            "{kind} in version \"v1\" cannot be handled as a {kind}: strict decoding error: {}",
+            unknown.join(", ")
+        )));
+    }
+    for w in &unknown {
+        if let Some(path) = w.strip_prefix("unknown field ").and_then(|q| serde_json::from_str::<String>(q).ok()) {
+            remove_shown_path(obj, &path);
+        }
+    }
+    Ok(if mode == FieldValidation::Warn { unknown } else { Vec::new() })
+}
+
+/// Remove the field at a path as the field table shows it
+/// (`spec.containers[0].foo`).
+fn remove_shown_path(obj: &mut Value, path: &str) {
+    let mut steps: Vec<Result<&str, usize>> = Vec::new();
+    for part in path.split('.') {
+        let (key, rest) = part.split_once('[').map_or((part, ""), |(k, r)| (k, r));
+        steps.push(Ok(key));
+        for idx in rest.split('[').filter(|s| !s.is_empty()) {
+            match idx.trim_end_matches(']').parse() {
+                Ok(i) => steps.push(Err(i)),
+                Err(_) => return,
+            }
+        }
+    }
+    let Some((last, parents)) = steps.split_last() else { return };
+    let mut at = obj;
+    for s in parents {
+        let next = match s {
+            Ok(k) => at.get_mut(*k),
+            Err(i) => at.get_mut(*i),
+        };
+        match next {
+            Some(n) => at = n,
+            None => return,
+        }
+    }
+    if let (Ok(k), Some(m)) = (last, at.as_object_mut()) {
+        m.remove(*k);
+    }
+}
+
+/// The object to store as the pod's (or object's) manifest after a write:
+/// without status and the fields the server sets; keeps the labels,
+/// annotations (with `kubectl.kubernetes.io/last-applied-configuration`)
+/// and `managedFields`, which the manifest parser accepts and ignores.
+pub fn manifest_of(obj: &Value) -> Value {
+    let mut m = obj.clone();
+    if let Some(map) = m.as_object_mut() {
+        map.remove("status");
+    }
+    if let Some(meta) = m.get_mut("metadata").and_then(Value::as_object_mut) {
+        for key in ["uid", "resourceVersion", "creationTimestamp", "generation", "selfLink"] {
+            meta.remove(key);
+        }
+        if let Some(Value::Object(ann)) = meta.get_mut("annotations") {
+            ann.retain(|k, _| !k.starts_with("kubernetes.io/config."));
+            if ann.is_empty() {
+                meta.remove("annotations");
+            }
+        }
+    }
+    m
+}
+
+/// How a list field is merged, from the Kubernetes types'
+/// `patchStrategy`/`patchMergeKey` tags (and `listMapKeys` for
+/// server-side apply).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListKind {
+    /// Replaced whole (`atomic`, no patch strategy).
+    Atomic,
+    /// A set of scalars, merged by value (`patchStrategy: merge`).
+    Set,
+    /// Items merged by their `patchMergeKey`; server-side apply identifies
+    /// them by all of `keys` (the first is the merge key).
+    Map { keys: &'static [&'static str] },
+}
+
+const CONTAINER_LISTS: [&str; 3] = ["spec.containers[]", "spec.initContainers[]", "spec.ephemeralContainers[]"];
+
+/// How the list at `path` (dotted JSON names, `[]` for list items, from
+/// the object's root) of a `kind` merges.
+pub fn list_kind(kind: &str, path: &str) -> ListKind {
+    const NAME: &[&str] = &["name"];
+    let map = |keys| ListKind::Map { keys };
+    match path {
+        "metadata.finalizers" => return ListKind::Set,
+        "metadata.ownerReferences" => return map(&["uid"]),
+        _ => {}
+    }
+    match kind {
+        "Pod" => {
+            for c in CONTAINER_LISTS {
+                if let Some(field) = path.strip_prefix(c).and_then(|r| r.strip_prefix('.')) {
+                    return match field {
+                        "ports" => map(&["containerPort", "protocol"]),
+                        "env" => map(NAME),
+                        "volumeMounts" => map(&["mountPath"]),
+                        "volumeDevices" => map(&["devicePath"]),
+                        _ => ListKind::Atomic,
+                    };
+                }
+            }
+            match path {
+                "spec.containers"
+                | "spec.initContainers"
+                | "spec.ephemeralContainers"
+                | "spec.volumes"
+                | "spec.imagePullSecrets"
+                | "spec.schedulingGates"
+                | "spec.resourceClaims" => map(NAME),
+                "spec.hostAliases" => map(&["ip"]),
+                "spec.topologySpreadConstraints" => map(&["topologyKey", "whenUnsatisfiable"]),
+                "status.conditions" => map(&["type"]),
+                "status.podIPs" | "status.hostIPs" => map(&["ip"]),
+                "status.resourceClaimStatuses" => map(NAME),
+                _ => ListKind::Atomic,
+            }
+        }
+        "Node" => match path {
+            "status.conditions" | "status.addresses" => map(&["type"]),
+            _ => ListKind::Atomic,
+        },
+        _ => ListKind::Atomic,
+    }
+}
