@@ -594,6 +594,43 @@ fn private_registry_pulls_need_the_right_credentials_and_nothing_shows_the_passw
     forget_image(&reg.image);
 }
 
+/// A docker config written while a pod is in ImagePullBackOff is read at
+/// once (inotify, not the keyring's 5 minutes) and the pod's pull is tried
+/// again then, not after its back-off.
+#[test]
+fn a_registry_credential_written_while_a_pod_backs_off_is_used_at_once() {
+    let _serial = SERIAL.lock();
+    let reg = registry();
+    forget_image(&reg.image);
+    let home = TempDir::new("registry-later");
+    let mut a = Agent::start_with("registry-later", "", &[("HOME", home.0.to_str().unwrap())]);
+    a.write("p.yaml", &private_pod("later", &reg.image));
+    let uid = a.uid("later");
+    wait_for("the pull fails and backs off", Duration::from_secs(60), || {
+        waiting(&a, "later").is_some_and(|(r, _)| r == "ImagePullBackOff")
+    });
+    let auth = {
+        let out = Command::new("base64").arg("-w0").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        out.stdin.as_ref().unwrap().write_all(format!("{}:{}", reg.user, reg.password).as_bytes()).unwrap();
+        String::from_utf8(out.wait_with_output().unwrap().stdout).unwrap()
+    };
+    // as an operator would: a new file renamed into place
+    let tmp = a.root().join("config.json.new");
+    std::fs::write(&tmp, format!(r#"{{"auths": {{"{}": {{"auth": "{auth}"}}}}}}"#, reg.host)).unwrap();
+    let written = Instant::now();
+    std::fs::rename(&tmp, a.root().join("config.json")).unwrap();
+    wait_for("the pod runs from the private registry", Duration::from_secs(30), || a.running(&uid) == 1);
+    let took = written.elapsed();
+    eprintln!("running {took:?} after the credential was written");
+    assert!(
+        took < Duration::from_secs(8),
+        "{took:?}: the back-off (10 s, then 20 s) or the keyring's 5 min was waited"
+    );
+    assert!(a.log().contains("a docker config file changed"), "{}", a.log());
+    a.clean_up(&[&uid]);
+    forget_image(&reg.image);
+}
+
 #[test]
 fn a_credential_provider_plugin_supplies_registry_credentials_and_its_answer_is_cached() {
     let _serial = SERIAL.lock();

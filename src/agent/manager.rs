@@ -360,6 +360,30 @@ impl Agent {
         );
     }
 
+    /// Registry credentials changed: wake the pods whose containers wait on
+    /// an image pull (`ImagePullBackOff`, `ErrImagePull`); a pull whose
+    /// image the new credentials are for is tried at once (its back-off is
+    /// kept per credentials). Returns how many were woken.
+    pub fn credentials_changed(&self) -> usize {
+        let waiting = |s: &PodStatus| {
+            s.container_statuses.iter().chain(&s.init_container_statuses).flatten().any(|c| {
+                c.state
+                    .as_ref()
+                    .and_then(|st| st.waiting.as_ref())
+                    .and_then(|w| w.reason.as_deref())
+                    .is_some_and(|r| r == "ImagePullBackOff" || r == "ErrImagePull")
+            })
+        };
+        let mut woken = 0;
+        for p in self.admitted() {
+            if self.statuses.get(model::uid(&p)).is_some_and(|s| waiting(&s)) {
+                self.workers.update_pod(UpdatePodOptions::new(UpdateType::Sync, p));
+                woken += 1;
+            }
+        }
+        woken
+    }
+
     /// Kill a desired pod now (API delete). Returns false if unknown.
     pub fn kill_pod(&self, uid: &str, options: KillPodOptions) -> bool {
         let Some(d) = self.desired_pod(uid).or_else(|| {

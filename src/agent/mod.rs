@@ -59,6 +59,8 @@ pub struct Parts {
     pub runtime_events: Arc<crate::runtime::events::StreamState>,
     /// New containers' logs, told by the workers to the log monitor.
     pub new_logs: Arc<crate::logs::monitor::NewLogs>,
+    /// Where pulls find registry credentials.
+    pub keyring: Arc<crate::node::images::credentials::Keyring>,
 }
 
 impl Parts {

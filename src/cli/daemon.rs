@@ -306,7 +306,7 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
             .with_pod_cache(pod_cache.clone())
             .with_objects(objects.clone())
             .with_prober(prober.clone())
-            .with_keyring(keyring)
+            .with_keyring(keyring.clone())
             .with_new_logs(new_logs.clone()),
     );
     let observer: Arc<dyn Observer> = match tuning.observer {
@@ -374,6 +374,7 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
         node_name,
         runtime_events,
         new_logs,
+        keyring,
     }
 }
 
@@ -384,6 +385,9 @@ pub struct Running {
     housekeeping: Option<Housekeeping>,
     /// The `runtime-events` thread (none when `runtimeEvents` is off).
     events: Option<crate::runtime::events::EventStream>,
+    /// The `credentials-watch` thread (none when the keyring reads no
+    /// docker config).
+    credentials: Option<crate::node::images::watch::CredentialWatch>,
     http: Option<crate::api::http::HttpServer>,
     logind: Option<crate::agent::node_shutdown::logind::LogindThread>,
     api: Option<crate::api::local::ApiServer>,
@@ -411,6 +415,7 @@ impl Running {
         self.http.take();
         self.source.take();
         self.events.take();
+        self.credentials.take();
         self.housekeeping.take();
         self.log_rotation.take();
         self.eviction.take();
@@ -437,6 +442,7 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
     let housekeeping = Housekeeping::with_relist(parts.agent.clone(), config.housekeeping_interval, relist)
         .map_err(io("starting housekeeping"))?;
     let events = start_events(config, &parts, &housekeeping)?;
+    let credentials = start_credentials_watch(&parts)?;
     let log_rotation = start_log_rotation(config, &parts)?;
     let eviction = start_eviction(config, &parts)?;
     let healthy_within = healthy_within(config);
@@ -448,6 +454,7 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
         source: Some(source),
         housekeeping: Some(housekeeping),
         events,
+        credentials,
         http,
         logind,
         api: Some(api),
@@ -474,6 +481,25 @@ fn start_events(
     })
     .map(Some)
     .map_err(io("starting the runtime-events thread"))
+}
+
+/// The `credentials-watch` thread: a changed docker config file is read
+/// again at once and the pods waiting on a pull are woken.
+fn start_credentials_watch(parts: &Parts) -> Result<Option<crate::node::images::watch::CredentialWatch>, DaemonError> {
+    let files = parts.keyring.docker_config_files();
+    if files.is_empty() {
+        return Ok(None);
+    }
+    let (keyring, agent) = (parts.keyring.clone(), parts.agent.clone());
+    crate::node::images::watch::CredentialWatch::start(files, move || {
+        keyring.docker_config_changed();
+        let n = agent.credentials_changed();
+        if n > 0 {
+            log::info!("registry credentials: {n} pod(s) waiting on an image pull try again");
+        }
+    })
+    .map(Some)
+    .map_err(io("starting the credentials-watch thread"))
 }
 
 /// Healthy (/healthz, the node's Ready condition) and live (systemd's

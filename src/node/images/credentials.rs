@@ -945,6 +945,38 @@ impl Keyring {
         let _ = self.metrics.set(metrics);
     }
 
+    /// The docker config files the keyring reads, in order (none when it
+    /// reads none): what the `credentials-watch` thread watches.
+    pub fn docker_config_files(&self) -> Vec<PathBuf> {
+        self.docker.as_ref().map(|d| d.paths.iter().map(|(p, _)| p.clone()).collect()).unwrap_or_default()
+    }
+
+    /// A docker config file changed: read the files again at the next
+    /// lookup instead of after [`DOCKER_CONFIG_LIFETIME`].
+    pub fn docker_config_changed(&self) {
+        if let Some(d) = &self.docker {
+            *d.read.lock() = None;
+        }
+    }
+
+    /// A digest of the docker config's credentials for `image` (0: none):
+    /// an image pull's back-off is kept per digest, so new credentials for
+    /// an image end its back-off at once, as an edit of the pod would.
+    pub fn docker_digest(&self, image: &str) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let Some(d) = &self.docker else { return 0 };
+        let found = d.keyring().lookup(&repository(image));
+        if found.is_empty() {
+            return 0;
+        }
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for a in &found {
+            a.username.hash(&mut h);
+            a.password().hash(&mut h);
+        }
+        h.finish().max(1)
+    }
+
     /// Every credential for `image`, in the order to try them: the docker
     /// config's, then each plugin's. Empty: pull anonymously.
     pub fn lookup(&self, image: &str, cancel: &CancelToken) -> Vec<Auth> {

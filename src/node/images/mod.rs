@@ -11,3 +11,4 @@
 pub mod credentials;
 pub mod gc;
 pub mod pull;
+pub mod watch;

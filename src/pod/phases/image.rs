@@ -87,7 +87,8 @@ impl PodSync {
                 Err(e) => return Err(e.into()),
             }
         }
-        let key = format!("image:{image}");
+        // per credentials: new ones for the image retry at once
+        let key = format!("image:{image}#{:x}", self.keyring.docker_digest(image));
         if let Err((left, _)) = self.image_backoff.try_restart(uid, &key, Instant::now()) {
             let message = format!("Back-off pulling image {image:?}");
             self.events.event(&obj, EventType::Normal, "BackOff", &message);
