@@ -6,6 +6,7 @@
 
 pub mod http;
 pub mod local;
+pub mod ops;
 pub mod view;
 
 /// The generated types of podwarden's own API (server here, client in

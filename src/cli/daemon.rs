@@ -621,18 +621,19 @@ fn start_api(
     healthy_within: Duration,
     rescan: Arc<dyn Fn() + Send + Sync>,
 ) -> Result<crate::api::local::ApiServer, DaemonError> {
-    let cfg = crate::api::local::ApiConfig {
-        socket: config.api_socket.clone(),
-        group,
-        static_pod_path: config.static_pod_path.clone(),
-        pod_logs_dir: config.pod_logs_dir.clone(),
-        node_name: parts.node_name.clone(),
-        healthy_within,
-        rescan,
-        root_pod_security: config.static_pod_security_level,
-        group_pod_security: config.api_group_pod_security_level,
-    };
-    let server = crate::api::local::ApiServer::start(parts.clone(), cfg)
+    let ops = crate::api::ops::Ops::new(
+        parts.clone(),
+        crate::api::ops::OpsConfig {
+            static_pod_path: config.static_pod_path.clone(),
+            pod_logs_dir: config.pod_logs_dir.clone(),
+            node_name: parts.node_name.clone(),
+            rescan,
+            root_pod_security: config.static_pod_security_level,
+            group_pod_security: config.api_group_pod_security_level,
+        },
+    );
+    let cfg = crate::api::local::ApiConfig { socket: config.api_socket.clone(), group, healthy_within };
+    let server = crate::api::local::ApiServer::start(ops, cfg)
         .map_err(io(format!("serving the local API on {} (apiSocket)", config.api_socket.display())))?;
     log::info!("local API on {}", server.socket().display());
     Ok(server)
