@@ -5,6 +5,7 @@
 //! agent and its parts), never the CLI.
 
 pub mod http;
+pub mod kube;
 pub mod local;
 pub mod ops;
 pub mod view;
