@@ -13,6 +13,7 @@ pub mod client;
 pub mod daemon;
 mod describe;
 mod error;
+pub mod kubeconfig;
 mod output;
 mod verbs;
 
