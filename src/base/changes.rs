@@ -41,7 +41,8 @@ mod tests {
     #[test]
     fn a_bump_wakes_a_waiter_and_a_quiet_wait_times_out() {
         let seen = current();
-        let t = std::thread::spawn(move || wait_past(seen, Duration::from_secs(10)));
+        let t =
+            crate::base::thread::spawn("test-wait", None, move || wait_past(seen, Duration::from_secs(10))).unwrap();
         std::thread::sleep(Duration::from_millis(20));
         bump();
         assert!(t.join().unwrap() > seen);

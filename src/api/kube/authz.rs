@@ -46,7 +46,7 @@ impl Authorizer {
     }
 
     pub fn is_admin(&self, user: &User) -> bool {
-        user.groups.iter().any(|g| *g == self.cfg.admin_group)
+        user.groups.contains(&self.cfg.admin_group)
     }
 
     /// `user` holds `right` in `namespace` (`None`: everywhere).
@@ -55,7 +55,7 @@ impl Authorizer {
             return true;
         }
         self.cfg.rules.iter().any(|r| {
-            let who = r.users.iter().any(|u| *u == user.name) || r.groups.iter().any(|g| user.groups.contains(g));
+            let who = r.users.contains(&user.name) || r.groups.iter().any(|g| user.groups.contains(g));
             let what = r.verbs.contains(&right) || (right == Right::Secrets && r.verbs.contains(&Right::Write));
             let where_ = r.namespaces.is_empty() || namespace.is_some_and(|ns| r.namespaces.iter().any(|n| n == ns));
             who && what && where_
@@ -69,7 +69,7 @@ impl Authorizer {
             return true;
         }
         self.cfg.rules.iter().any(|r| {
-            (r.users.iter().any(|u| *u == user.name) || r.groups.iter().any(|g| user.groups.contains(g)))
+            (r.users.contains(&user.name) || r.groups.iter().any(|g| user.groups.contains(g)))
                 && r.verbs.contains(&right)
         })
     }

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::api::ops::LogQuery;
 
-use super::routes::{Ctx, op_error};
+use super::ctx::{Ctx, op_error};
 use super::wire::{ApiError, ChunkSink, Reply, Request, Res};
 
 /// Keep the lines of `data` (each `<time> <text>`) at or after `since`,

@@ -13,6 +13,7 @@
 //!   (requests, answers, `Status` errors).
 
 pub mod authz;
+pub mod ctx;
 pub mod discovery;
 pub mod logs;
 pub mod pki;
@@ -82,7 +83,7 @@ impl KubeServer {
         let parts = ops.parts.clone();
         let hub = watch::Hub::new(Box::new(move || resources::collect(&parts)));
         let stop = Arc::new(AtomicBool::new(false));
-        let ctx = routes::Ctx {
+        let ctx = ctx::Ctx {
             ops,
             hub: hub.clone(),
             authz: authz::Authorizer::new(cfg.authorization.clone()),

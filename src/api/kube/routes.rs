@@ -5,33 +5,21 @@
 //! `/portForward`) and PATCH are hook points other parts fill
 //! ([`streaming`], [`patch`]); until then they answer 501.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::api::ops::{ErrorKind, OpError, Ops, Trust};
+use crate::api::ops::Trust;
 use crate::config::api_authz::Right;
 
-use super::authz::{Ask, Authorizer, User};
+use super::authz::{Ask, User};
+use super::ctx::{Ctx, op_error};
 use super::select::{Filter, Selector};
 use super::table::{self, Printer};
-use super::watch::{self, Hub, Kind, Next};
+use super::watch::{self, Kind, Next};
 use super::wire::{ApiError, ChunkSink, Reply, Request, Res};
 use super::{discovery, logs, resources};
-
-/// What the handlers serve from.
-pub struct Ctx {
-    pub ops: Arc<Ops>,
-    pub hub: Arc<Hub>,
-    pub authz: Authorizer,
-    pub healthy_within: Duration,
-    /// `host:port` as clients reach the server.
-    pub server_address: String,
-    /// The server stops: streams end.
-    pub stop: Arc<AtomicBool>,
-}
 
 /// A resource the API serves from the hub.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -300,23 +288,6 @@ fn object(ctx: &Ctx, user: &User, req: &Request, r: Option<Resource>, ns: Option
     Ok(Reply::ok(obj))
 }
 
-/// An operation's error as the API server's.
-pub fn op_error(e: OpError, name: &str) -> ApiError {
-    match e.kind {
-        ErrorKind::Invalid => ApiError::new(422, "Invalid", e.message),
-        ErrorKind::Forbidden => ApiError::forbidden(e.message),
-        ErrorKind::NotFound => {
-            let mut e = ApiError::new(404, "NotFound", e.message);
-            e.details = Some((name.to_string(), "pods".into()));
-            e
-        }
-        ErrorKind::AlreadyExists => ApiError::new(409, "AlreadyExists", e.message),
-        ErrorKind::Precondition => ApiError::bad_request(e.message),
-        ErrorKind::Internal => ApiError::internal(e.message),
-        ErrorKind::Busy => ApiError::new(429, "TooManyRequests", e.message),
-    }
-}
-
 /// The largest pod manifest taken.
 const MAX_MANIFEST: usize = 1 << 20;
 
@@ -522,7 +493,7 @@ fn watch_stream(ctx: &Ctx, req: &Request, r: Resource, ns: Option<&str>, f: Filt
         let visible = |v: &Value| ns_matches(v, ns.as_deref()) && f.matches(v);
         let send = |sink: &mut dyn ChunkSink, c: &watch::Change| -> std::io::Result<()> {
             let now = visible(&c.object);
-            let before = c.prev.as_deref().is_some_and(|p| visible(p));
+            let before = c.prev.as_deref().is_some_and(&visible);
             let event = match (c.event, before, now) {
                 (watch::EventType::Deleted, _, true) => "DELETED",
                 (watch::EventType::Modified, true, false) => "DELETED",

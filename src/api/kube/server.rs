@@ -23,8 +23,9 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{ServerConfig, ServerConnection, StreamOwned};
 
 use super::authz::User;
+use super::ctx::Ctx;
 use super::pki::{self, ClientCert, Identity};
-use super::routes::{self, Ctx};
+use super::routes;
 use super::wire::{ApiError, ChunkSink, Reply, Request, split_target};
 
 pub const MAX_CONNS: usize = 64;
@@ -70,8 +71,11 @@ pub fn tls_config(id: &Identity) -> Result<Arc<ServerConfig>, TlsSetupError> {
 /// every request: a `podwarden kubeconfig --revoke` applies at once).
 pub struct Revoked {
     path: PathBuf,
-    cached: Mutex<(Option<(SystemTime, u64)>, std::collections::HashSet<String>)>,
+    cached: Mutex<RevokedCache>,
 }
+
+/// The file's (modification time, length) when read, and its serials.
+type RevokedCache = (Option<(SystemTime, u64)>, std::collections::HashSet<String>);
 
 impl Revoked {
     pub fn new(path: PathBuf) -> Self {
