@@ -89,3 +89,34 @@ impl ApiAuthorization {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, ConfigError};
+
+    fn field_of(yaml: &str) -> (String, String) {
+        match Config::parse("c.yaml", yaml) {
+            Err(ConfigError::Invalid { field, allowed, .. }) => (field, allowed),
+            other => panic!("{yaml}: expected an invalid field, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn rules_are_read_and_bad_ones_name_their_field() {
+        let c = Config::parse(
+            "c.yaml",
+            "apiAuthorization:\n  adminGroup: ops\n  rules:\n  - users: [bob]\n    verbs: [read, exec]\n    namespaces: [default]\n",
+        )
+        .unwrap();
+        assert_eq!(c.api_authorization.admin_group, "ops");
+        assert_eq!(c.api_authorization.rules[0].verbs, [super::Right::Read, super::Right::Exec]);
+        assert_eq!(field_of("apiAuthorization:\n  rules:\n  - verbs: [read]\n").0, "apiAuthorization.rules[0].users");
+        assert_eq!(field_of("apiAuthorization:\n  rules:\n  - users: [a]\n").0, "apiAuthorization.rules[0].verbs");
+        let (f, why) = field_of("apiAuthorization:\n  rules:\n  - users: [a]\n    verbs: [delete]\n");
+        assert!(f.starts_with("apiAuthorization.rules[0].verbs"), "{f}");
+        assert!(why.contains("read"), "{why}");
+        assert_eq!(field_of("apiAuthorization:\n  adminGroup: \"\"\n").0, "apiAuthorization.adminGroup");
+        assert!(field_of("apiAuthorization:\n  rulez: []\n").0.starts_with("apiAuthorization"));
+        assert_eq!(field_of("port: 70000\n").0, "port");
+    }
+}
