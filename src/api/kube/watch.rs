@@ -4,7 +4,8 @@
 //! resourceVersion of its last change, and a bounded history of changes.
 //! A sync (on the `kube-watch` thread when `base::changes` counts a
 //! change, at least every second, and before every list) collects the
-//! objects once, compares them with what it held, numbers the changes
+//! objects once (while no one watches, only lists and new watches sync),
+//! compares them with what it held, numbers the changes
 //! (ADDED, MODIFIED, DELETED) and hands each to every watcher of its kind
 //! with `try_send` on the watcher's bounded channel: the hub never waits
 //! for a watcher. A watcher whose channel is full is marked lagging and
@@ -307,8 +308,9 @@ impl Hub {
         st.watchers.len()
     }
 
-    /// The `kube-watch` thread: a sync after each change (at most every
-    /// 100 ms) and every second; ends with [`Hub::stop`].
+    /// The `kube-watch` thread: while anyone watches, a sync after each
+    /// change (at most every 100 ms) and every second; ends with
+    /// [`Hub::stop`].
     pub fn start(self: &Arc<Self>) -> std::io::Result<JoinHandle<()>> {
         let hub = self.clone();
         crate::base::thread::spawn("kube-watch", None, move || {
@@ -318,7 +320,11 @@ impl Hub {
                 if hub.stop.load(Ordering::SeqCst) {
                     break;
                 }
-                hub.sync();
+                // without watchers nothing is collected here: a list or a
+                // new watch syncs first, and numbers what changed since
+                if hub.watchers() > 0 {
+                    hub.sync();
+                }
                 std::thread::sleep(Duration::from_millis(100));
             }
             // every watcher ends (Disconnected: 410, and kubectl re-lists)
