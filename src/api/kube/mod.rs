@@ -99,8 +99,10 @@ impl KubeServer {
         });
         let hub_thread = hub.start().map_err(KubeError::Thread)?;
         let st = stop.clone();
-        let accept = crate::base::thread::spawn("kube-accept", None, move || server::accept_loop(listener, shared, st))
-            .map_err(KubeError::Thread)?;
+        let accept = crate::base::thread::spawn("kube-accept", Some(crate::base::thread::HELPER_STACK), move || {
+            server::accept_loop(listener, shared, st)
+        })
+        .map_err(KubeError::Thread)?;
         Ok(KubeServer { addr, stop, hub, accept: Some(accept), hub_thread: Some(hub_thread) })
     }
 

@@ -123,7 +123,7 @@ pub fn accept_loop(listener: TcpListener, shared: Arc<Shared>, stop: Arc<AtomicB
             continue;
         }
         let s = shared.clone();
-        let spawned = crate::base::thread::spawn("kube-conn", Some(crate::base::thread::HELPER_STACK), move || {
+        let spawned = crate::base::thread::spawn("kube-conn", Some(crate::base::thread::WORKER_STACK), move || {
             serve(&s, conn);
             s.active.fetch_sub(1, Ordering::SeqCst);
         });

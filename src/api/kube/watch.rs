@@ -313,7 +313,7 @@ impl Hub {
     /// [`Hub::stop`].
     pub fn start(self: &Arc<Self>) -> std::io::Result<JoinHandle<()>> {
         let hub = self.clone();
-        crate::base::thread::spawn("kube-watch", None, move || {
+        crate::base::thread::spawn("kube-watch", Some(crate::base::thread::WORKER_STACK), move || {
             let mut seen = crate::base::changes::current();
             while !hub.stop.load(Ordering::SeqCst) {
                 seen = crate::base::changes::wait_past(seen, Duration::from_secs(1));
