@@ -352,3 +352,23 @@ fn write_stream(tls: &mut Tls, content_type: &str, run: super::wire::Stream) -> 
     let _ = sink.tls.flush();
     r
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_revocation_list_is_read_again_when_it_changes() {
+        let dir = std::env::temp_dir().join(format!("podwarden-revoked-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("revoked");
+        let r = Revoked::new(path.clone());
+        assert!(!r.contains("abc"), "no file: nothing revoked");
+        std::fs::write(&path, "# revoked\n00:AB:CD\n").unwrap();
+        assert!(r.contains("abcd"));
+        assert!(!r.contains("abc"));
+        std::fs::write(&path, "abcd\nabc\n").unwrap();
+        assert!(r.contains("abc"), "a rewrite is seen at once");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
