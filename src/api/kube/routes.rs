@@ -187,7 +187,8 @@ fn check(
 
 /// exec, attach, port-forward (and the kubelet's `/exec`, `/run`,
 /// `/attach`, `/portForward`): the hook the streaming relay fills
-/// (`api::stream`); authorization is done.
+/// (`api::stream`); authorization is done. It may answer
+/// [`Reply::Upgrade`] to take the connection over.
 pub fn streaming(_ctx: &Ctx, _user: &User, _req: &Request, ns: &str, pod: &str, what: &str) -> Reply {
     ApiError::not_implemented(format!("{what} for pod {ns}/{pod}: podwarden does not relay {what} yet")).reply()
 }

@@ -185,6 +185,12 @@ fn serve(shared: &Shared, tcp: TcpStream) {
                 let _ = write_stream(&mut tls, content_type, run);
                 return;
             }
+            Reply::Upgrade(run) => {
+                let _ = run(&mut tls);
+                tls.conn.send_close_notify();
+                let _ = tls.flush();
+                return;
+            }
         }
     }
 }

@@ -104,10 +104,29 @@ pub trait ChunkSink {
 /// A streamed answer: runs on the connection's own thread.
 pub type Stream = Box<dyn FnOnce(&mut dyn ChunkSink) -> std::io::Result<()> + Send>;
 
+/// The connection itself, for a protocol upgrade (the TLS stream: reads
+/// and writes carry the connection's deadlines).
+pub trait Duplex: std::io::Read + std::io::Write {}
+
+impl<T: std::io::Read + std::io::Write> Duplex for T {}
+
+/// An upgraded connection's handler: it writes its own `101` head and
+/// owns the connection until it returns (the connection is closed then).
+pub type Upgrade = Box<dyn FnOnce(&mut dyn Duplex) -> std::io::Result<()> + Send>;
+
 /// An answer.
 pub enum Reply {
-    Full { status: u16, content_type: &'static str, body: Vec<u8> },
-    Stream { content_type: &'static str, run: Stream },
+    Full {
+        status: u16,
+        content_type: &'static str,
+        body: Vec<u8>,
+    },
+    Stream {
+        content_type: &'static str,
+        run: Stream,
+    },
+    /// A protocol upgrade (exec, attach, port-forward: the streaming hook).
+    Upgrade(Upgrade),
 }
 
 impl Reply {
@@ -125,6 +144,7 @@ impl std::fmt::Debug for Reply {
         match self {
             Reply::Full { status, body, .. } => write!(f, "Full({status}, {} bytes)", body.len()),
             Reply::Stream { content_type, .. } => write!(f, "Stream({content_type})"),
+            Reply::Upgrade(_) => f.write_str("Upgrade"),
         }
     }
 }
