@@ -14,6 +14,7 @@ podwarden: run Kubernetes pods on this machine through a CRI runtime
 Usage:
   podwarden run [--config FILE]     run the node agent (default config: /etc/podwarden/config.yaml if present)
   podwarden validate [--config FILE] [FILE...]  check a config and pod manifests, print each pod's UID
+  podwarden kubeconfig [--user NAME] [--group G]... [--revoke SERIAL]  a kubeconfig for kubectl (root)
 
 Client commands (talk to the running agent over its local API socket):
   podwarden get pods [NAME] [-o wide|json|yaml] [-n NS | -A]
@@ -190,6 +191,14 @@ fn run(args: &[String]) -> Result<(), MainError> {
                 }
             }
             if failed { Err(MainError::InvalidManifests) } else { Ok(()) }
+        }
+        Some("kubeconfig") => {
+            let Some((config_path, rest)) = config_args(&args[1..], podwarden::cli::kubeconfig::HELP)? else {
+                return Ok(());
+            };
+            let config = load_config(config_file(config_path))?;
+            print!("{}", podwarden::cli::kubeconfig::run(&config, &rest)?);
+            Ok(())
         }
         Some("--version") => {
             println!("podwarden {}", env!("CARGO_PKG_VERSION"));

@@ -53,7 +53,7 @@ fn run_follows_manifests_and_stops_cleanly_on_sigterm() {
     std::fs::write(
         &config,
         format!(
-            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\npodLogsDir: {}\nnodeName: node-a\nfileCheckFrequency: 1h\nhousekeepingInterval: 200ms\nreadOnlyPort: 0\nsomeKubeletField: true\n",
+            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\npodLogsDir: {}\nnodeName: node-a\nfileCheckFrequency: 1h\nhousekeepingInterval: 200ms\nport: 0\nreadOnlyPort: 0\nsomeKubeletField: true\n",
             manifests.display(),
             d.0.join("root").display(),
             d.0.display(),
@@ -187,7 +187,7 @@ fn under_systemd_log_lines_carry_their_syslog_priority() {
     std::fs::write(
         &config,
         format!(
-            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\nreadOnlyPort: 0\nbogusField: 1\n",
+            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\nport: 0\nreadOnlyPort: 0\nbogusField: 1\n",
             d.0.join("m").display(),
             d.0.join("r").display(),
             d.0.display()
@@ -225,7 +225,7 @@ fn without_a_system_bus_graceful_shutdown_is_off_with_one_warning_and_pods_still
     std::fs::write(
         &config,
         format!(
-            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\nreadOnlyPort: 0\nshutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 5s\n",
+            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\nport: 0\nreadOnlyPort: 0\nshutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 5s\n",
             manifests.display(),
             d.0.join("root").display(),
             d.0.display()
@@ -268,7 +268,7 @@ fn a_users_own_tcache_tunable_is_kept_and_run_does_not_execute_again() {
     std::fs::write(
         &config,
         format!(
-            "staticPodPath: {0}/manifests\ncontainerRuntimeEndpoint: fake://\nrootDir: {0}/root\napiSocket: {0}/api.sock\npodLogsDir: {0}/logs\nreadOnlyPort: 0\n",
+            "staticPodPath: {0}/manifests\ncontainerRuntimeEndpoint: fake://\nrootDir: {0}/root\napiSocket: {0}/api.sock\npodLogsDir: {0}/logs\nport: 0\nreadOnlyPort: 0\n",
             d.0.display()
         ),
     )
@@ -303,7 +303,7 @@ fn a_credential_provider_config_naming_a_missing_plugin_stops_the_start() {
     let config = d.0.join("config.yaml");
     let base = format!(
         "containerRuntimeEndpoint: fake://\nrootDir: {0}/root\napiSocket: {0}/api.sock\nstaticPodPath: {0}/manifests\n\
-         podLogsDir: {0}/logs\nreadOnlyPort: 0\n",
+         podLogsDir: {0}/logs\nport: 0\nreadOnlyPort: 0\n",
         d.0.display()
     );
     std::fs::write(

@@ -46,7 +46,7 @@ impl Daemon {
             &config,
             format!(
                 "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}\npodLogsDir: {}\n\
-                 readOnlyPort: 0\n{extra}",
+                 readOnlyPort: 0\nport: 0\n{extra}",
                 manifests.display(),
                 d.join("root").display(),
                 socket.display(),
@@ -113,7 +113,7 @@ fn run_without_its_runtime_exits_69() {
     std::fs::write(
         &config,
         format!(
-            "containerRuntimeEndpoint: unix://{}/nonexistent.sock\nrootDir: {}\napiSocket: {}/api.sock\nreadOnlyPort: 0\n",
+            "containerRuntimeEndpoint: unix://{}/nonexistent.sock\nrootDir: {}\napiSocket: {}/api.sock\nport: 0\nreadOnlyPort: 0\n",
             d.0.display(),
             d.0.join("root").display(),
             d.0.display()

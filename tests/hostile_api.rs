@@ -75,7 +75,7 @@ impl Daemon {
         std::fs::write(
             &config,
             format!(
-                "staticPodPath: {m}\ncontainerRuntimeEndpoint: fake://\nrootDir: {d}/root\napiSocket: {d}/api.sock\npodLogsDir: {d}/logs\nnodeName: hostile\nfileCheckFrequency: 1h\nhousekeepingInterval: 200ms\naddress: 127.0.0.1\nreadOnlyPort: {port}\n",
+                "staticPodPath: {m}\ncontainerRuntimeEndpoint: fake://\nrootDir: {d}/root\napiSocket: {d}/api.sock\npodLogsDir: {d}/logs\nnodeName: hostile\nfileCheckFrequency: 1h\nhousekeepingInterval: 200ms\naddress: 127.0.0.1\nport: 0\nreadOnlyPort: {port}\n",
                 m = dir.0.join("manifests").display(),
                 d = dir.0.display(),
             ),
@@ -426,7 +426,7 @@ impl InProcess {
         let config = podwarden::config::Config::parse(
             "test",
             &format!(
-                "staticPodPath: {d}/manifests\ncontainerRuntimeEndpoint: fake://\nrootDir: {d}/root\napiSocket: {d}/api.sock\npodLogsDir: {d}/logs\nnodeName: hostile\nhousekeepingInterval: 200ms\nsyncFrequency: 1s\nreadOnlyPort: 0\n",
+                "staticPodPath: {d}/manifests\ncontainerRuntimeEndpoint: fake://\nrootDir: {d}/root\napiSocket: {d}/api.sock\npodLogsDir: {d}/logs\nnodeName: hostile\nhousekeepingInterval: 200ms\nsyncFrequency: 1s\nport: 0\nreadOnlyPort: 0\n",
                 d = dir.0.display()
             ),
         )
@@ -557,7 +557,7 @@ fn delete_during_a_hanging_start_on_containerd() {
     let config = podwarden::config::Config::parse(
         "test",
         &format!(
-            "staticPodPath: {d}/manifests\ncontainerRuntimeEndpoint: unix://{s}\nrootDir: {d}/root\napiSocket: {d}/api.sock\npodLogsDir: {d}/logs\nnodeName: e2e\nhousekeepingInterval: 500ms\nreadOnlyPort: 0\n",
+            "staticPodPath: {d}/manifests\ncontainerRuntimeEndpoint: unix://{s}\nrootDir: {d}/root\napiSocket: {d}/api.sock\npodLogsDir: {d}/logs\nnodeName: e2e\nhousekeepingInterval: 500ms\nport: 0\nreadOnlyPort: 0\n",
             d = dir.0.display(),
             s = agent::socket()
         ),

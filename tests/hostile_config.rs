@@ -192,7 +192,7 @@ fn a_kubeadm_generated_config_loads_and_runs() {
         .replace("staticPodPath: /etc/kubernetes/manifests", &format!("staticPodPath: {}", manifests.display()))
         .replace("containerRuntimeEndpoint: \"\"", "containerRuntimeEndpoint: fake://")
         + &format!(
-            "rootDir: {}\napiSocket: {}/api.sock\npodLogsDir: {}\nnodeName: node-k\nreadOnlyPort: {port}\n",
+            "rootDir: {}\napiSocket: {}/api.sock\npodLogsDir: {}\nnodeName: node-k\nport: 0\nreadOnlyPort: {port}\n",
             d.0.join("root").display(),
             d.0.display(),
             d.0.join("logs").display()

@@ -41,7 +41,7 @@ impl Daemon {
         std::fs::write(
             &config,
             format!(
-                "staticPodPath: {0}/manifests\ncontainerRuntimeEndpoint: fake://\nrootDir: {0}/root\napiSocket: {0}/api.sock\npodLogsDir: {0}/logs\nnodeName: hostile\nhousekeepingInterval: 200ms\naddress: 127.0.0.1\nreadOnlyPort: {port}\n",
+                "staticPodPath: {0}/manifests\ncontainerRuntimeEndpoint: fake://\nrootDir: {0}/root\napiSocket: {0}/api.sock\npodLogsDir: {0}/logs\nnodeName: hostile\nhousekeepingInterval: 200ms\naddress: 127.0.0.1\nport: 0\nreadOnlyPort: {port}\n",
                 dir.0.display()
             ),
         )

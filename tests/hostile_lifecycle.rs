@@ -34,7 +34,7 @@ fn start_agent(dir: &Path, fake: &Arc<FakeRuntime>) -> Running {
     let manifests = dir.join("manifests");
     std::fs::create_dir_all(&manifests).unwrap();
     let yaml = format!(
-        "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\npodLogsDir: {}\nnodeName: node-a\nreadOnlyPort: 0\nfileCheckFrequency: 1h\nhousekeepingInterval: 200ms\n",
+        "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\npodLogsDir: {}\nnodeName: node-a\nport: 0\nreadOnlyPort: 0\nfileCheckFrequency: 1h\nhousekeepingInterval: 200ms\n",
         manifests.display(),
         dir.join("root").display(),
         dir.display(),
@@ -306,7 +306,7 @@ fn a_panicking_thread_ends_podwarden_run() {
     std::fs::write(
         &config,
         format!(
-            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\npodLogsDir: {}\nnodeName: node-a\nreadOnlyPort: 0\nhousekeepingInterval: 200ms\n",
+            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\npodLogsDir: {}\nnodeName: node-a\nport: 0\nreadOnlyPort: 0\nhousekeepingInterval: 200ms\n",
             d.0.join("manifests").display(),
             d.0.join("root").display(),
             d.0.display(),

@@ -591,7 +591,7 @@ fn write_config(d: &TempDir, port: u16) -> std::path::PathBuf {
     std::fs::write(
         &config,
         format!(
-            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\npodLogsDir: {}\nnodeName: node-h\nfileCheckFrequency: 1h\nhousekeepingInterval: 200ms\naddress: 127.0.0.1\nreadOnlyPort: {port}\n",
+            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\npodLogsDir: {}\nnodeName: node-h\nfileCheckFrequency: 1h\nhousekeepingInterval: 200ms\naddress: 127.0.0.1\nport: 0\nreadOnlyPort: {port}\n",
             d.0.join("manifests").display(),
             d.0.join("root").display(),
             d.0.display(),

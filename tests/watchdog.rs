@@ -34,7 +34,7 @@ impl Run {
             &config,
             format!(
                 "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\n\
-                 address: 127.0.0.1\nreadOnlyPort: {port}\nhousekeepingInterval: 500ms\n",
+                 address: 127.0.0.1\nport: 0\nreadOnlyPort: {port}\nhousekeepingInterval: 500ms\n",
                 dir.0.join("m").display(),
                 dir.0.join("r").display(),
                 dir.0.display()

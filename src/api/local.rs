@@ -24,17 +24,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_channel::{Receiver, TrySendError};
 use grpcio::{RpcContext, RpcStatus, RpcStatusCode, UnarySink};
 use parking_lot::Mutex;
 
 use crate::agent::Parts;
-use crate::agent::manager::Agent;
+use crate::api::ops::{ErrorKind, LogQuery, OnDemand, OpError, Ops, Trust};
 use crate::api::view::{self, PodList};
-use crate::base::fsutil::{FileError, Links};
 use crate::logs::reader;
 use crate::model::{self, Pod};
-use crate::pod::workers::KillPodOptions;
 
 use crate::api::pb::{self, api};
 
@@ -44,18 +42,7 @@ pub struct ApiConfig {
     pub socket: PathBuf,
     /// Group (besides root) allowed to use the API.
     pub group: Option<(String, u32)>,
-    pub static_pod_path: PathBuf,
-    pub pod_logs_dir: PathBuf,
-    pub node_name: String,
     pub healthy_within: Duration,
-    /// Asks the manifest watcher for a scan now.
-    pub rescan: Arc<dyn Fn() + Send + Sync>,
-    /// Pod Security Standards level `apply` holds root's pods to (the
-    /// static pods' level: root's manifests count like root's files).
-    pub root_pod_security: crate::model::pss::Level,
-    /// Pod Security Standards level `apply` holds a non-root `apiGroup`
-    /// member's pods to.
-    pub group_pod_security: crate::model::pss::Level,
 }
 
 /// Look up a group by name: its gid.
@@ -141,9 +128,8 @@ const API_CALL_SLOTS: usize = 16;
 
 /// Largest request the API takes: a manifest is at most 1 MiB.
 const MAX_REQUEST_BYTES: usize = 2 << 20;
-/// Calls waiting for `api-work`, kills waiting for `api-kill`.
+/// Calls waiting for `api-work`.
 const WORK_QUEUE: usize = 64;
-const KILL_QUEUE: usize = 256;
 
 /// Work a handler hands over, with the sink that answers the call.
 enum Job {
@@ -153,9 +139,6 @@ enum Job {
     /// exec, attach or portforward; whether the caller is root.
     Stream(&'static str, api::StreamRequest, UnarySink<api::StreamResponse>, bool),
 }
-
-/// A kill for `api-kill`: the pod's UID and the options.
-type Kill = (String, KillPodOptions);
 
 /// Answer a call from a thread other than the completion queue's: send the
 /// reply and wait (at most a few seconds) until gRPC took it.
@@ -202,7 +185,7 @@ pub struct ApiServer {
 }
 
 impl ApiServer {
-    pub fn start(parts: Parts, cfg: ApiConfig) -> std::io::Result<Self> {
+    pub fn start(ops: Arc<Ops>, cfg: ApiConfig) -> std::io::Result<Self> {
         let socket = cfg.socket.clone();
         if let Some(dir) = socket.parent()
             && !dir.as_os_str().is_empty()
@@ -229,16 +212,13 @@ impl ApiServer {
             std::os::unix::fs::chown(&socket, Some(0), Some(*gid))?;
         }
         let env = api_env();
-        let h = Handlers { parts, cfg: Arc::new(cfg.clone()) };
-        let (w, a) = (h.clone(), h.parts.agent.clone());
+        let h = Handlers { parts: ops.parts.clone(), ops, cfg: Arc::new(cfg.clone()) };
+        let w = h.clone();
         let work = Arc::new(OnDemand::new(WORK_QUEUE, "api-work", crate::base::thread::WORKER_STACK, move |rx| {
             work_loop(&w, rx)
         }));
-        let kill = Arc::new(OnDemand::new(KILL_QUEUE, "api-kill", crate::base::thread::HELPER_STACK, move |rx| {
-            kill_loop(&a, rx)
-        }));
         let server = |root_caller: bool| -> std::io::Result<Arc<Mutex<grpcio::Server>>> {
-            let svc = Service { h: h.clone(), work: work.clone(), kill: kill.clone(), root_caller };
+            let svc = Service { h: h.clone(), work: work.clone(), root_caller };
             let args = grpcio::ChannelBuilder::new(env.clone())
                 .max_receive_message_len(MAX_REQUEST_BYTES as i32)
                 .max_send_message_len(-1)
@@ -313,6 +293,8 @@ impl Drop for ApiServer {
 #[derive(Clone)]
 struct Handlers {
     parts: Parts,
+    /// What the API does to pods (shared with the Kubernetes API).
+    ops: Arc<Ops>,
     cfg: Arc<ApiConfig>,
 }
 
@@ -321,53 +303,9 @@ struct Service {
     h: Handlers,
     /// To `api-work`: applies and log reads.
     work: Arc<OnDemand<Job>>,
-    /// To `api-kill`: kills (they wait for a container start in flight).
-    kill: Arc<OnDemand<Kill>>,
     /// The caller is root (else a member of `apiGroup`): decided by the
     /// peer credentials at accept, see [`ApiServer`].
     root_caller: bool,
-}
-
-/// A bounded queue whose consumer thread starts with the first item: most
-/// nodes' API never applies, reads a log or deletes, and an idle edge agent
-/// keeps no thread waiting for work that never comes.
-struct OnDemand<T> {
-    tx: Sender<T>,
-    start: parking_lot::Mutex<Option<Box<dyn FnOnce() + Send>>>,
-}
-
-impl<T: Send + 'static> OnDemand<T> {
-    fn new(cap: usize, name: &'static str, stack: usize, run: impl FnOnce(Receiver<T>) + Send + 'static) -> Self {
-        let (tx, rx) = crossbeam_channel::bounded::<T>(cap);
-        let start = move || {
-            if let Err(e) = crate::base::thread::spawn(name, Some(stack), move || run(rx)) {
-                // its queue fills and calls fail as busy, naming the cause in the log
-                log::error!("local API: cannot start thread {name}: {e}");
-            }
-        };
-        OnDemand { tx, start: parking_lot::Mutex::new(Some(Box::new(start))) }
-    }
-
-    /// Queue `item` without waiting (starting the thread the first time).
-    fn try_send(&self, item: T) -> Result<(), TrySendError<T>> {
-        if let Some(start) = self.start.lock().take() {
-            start();
-        }
-        self.tx.try_send(item)
-    }
-}
-
-/// `api-kill`: runs the kills `delete` handed over, in order. A kill may
-/// wait (up to the pod workers' start-gate wait) for a container start in
-/// flight; only this thread waits, never an API call.
-fn kill_loop(agent: &Agent, rx: Receiver<Kill>) {
-    for (uid, opts) in rx {
-        let t = Instant::now();
-        agent.kill_pod(&uid, opts);
-        if t.elapsed() > Duration::from_secs(1) {
-            log::info!("local API: the kill of pod {uid} waited {:?} for a container start", t.elapsed());
-        }
-    }
 }
 
 /// `api-work`: applies and log reads, one at a time, answered from here.
@@ -405,30 +343,28 @@ fn pod_ref(r: &api::PodRef) -> Res<(String, String)> {
     Ok((ns, r.name.clone()))
 }
 
-/// What a file in staticPodPath holds, as far as `apply` is concerned.
-enum Holder {
-    /// Nothing: the name is free.
-    Free,
-    /// This pod (the same namespace and name); `true` if byte for byte
-    /// what is being applied.
-    Same(bool),
-    /// Something else, described.
-    Other(String),
+/// An operation's error as a gRPC status.
+fn op_status(e: OpError) -> RpcStatus {
+    let code = match e.kind {
+        ErrorKind::Invalid => RpcStatusCode::INVALID_ARGUMENT,
+        ErrorKind::Forbidden => RpcStatusCode::PERMISSION_DENIED,
+        ErrorKind::NotFound => RpcStatusCode::NOT_FOUND,
+        ErrorKind::AlreadyExists => RpcStatusCode::ALREADY_EXISTS,
+        ErrorKind::Precondition => RpcStatusCode::FAILED_PRECONDITION,
+        ErrorKind::Internal => RpcStatusCode::INTERNAL,
+        ErrorKind::Busy => RpcStatusCode::UNAVAILABLE,
+    };
+    status(code, e.message)
 }
 
 impl Handlers {
     /// The v1 PodList of `namespace` (all when empty).
     fn pods(&self, namespace: &str) -> PodList {
-        view::in_namespace(view::pods_of(&self.parts, false), namespace)
+        self.ops.pods(namespace)
     }
 
     fn find(&self, ns: &str, name: &str) -> Res<Pod> {
-        self.pods(ns).items.into_iter().find(|p| model::name(p) == name).ok_or_else(|| {
-            status(
-                RpcStatusCode::NOT_FOUND,
-                format!("pod {ns}/{name} not found (no manifest in {} defines it)", self.cfg.static_pod_path.display()),
-            )
-        })
+        self.ops.find(ns, name).map_err(op_status)
     }
 
     /// The node report.
@@ -438,84 +374,31 @@ impl Handlers {
 
     fn logs(&self, req: &api::LogsRequest) -> Res<api::LogsResponse> {
         let (ns, name) = pod_ref(req.pod.as_ref().unwrap_or_default())?;
-        let pod = self.find(&ns, &name)?;
-        let names: Vec<String> = pod.spec.iter().flat_map(|s| &s.containers).map(|c| c.name.clone()).collect();
-        let container = if req.container.is_empty() {
-            match names.as_slice() {
-                [one] => one.clone(),
-                _ => {
-                    return Err(status(
-                        RpcStatusCode::INVALID_ARGUMENT,
-                        format!("pod {ns}/{name} has several containers: name one with -c ({})", names.join(", ")),
-                    ));
-                }
-            }
-        } else if names.contains(&req.container) {
-            req.container.clone()
-        } else {
-            return Err(status(
-                RpcStatusCode::NOT_FOUND,
-                format!("container {} is not in pod {ns}/{name} (it has {})", req.container, names.join(", ")),
-            ));
-        };
-        let uid = model::uid(&pod);
-        let pod_dir = reader::pod_dir_name(&ns, &name, uid);
-        let dir = self.cfg.pod_logs_dir.join(&pod_dir).join(&container);
-        let no_log = || {
-            if req.previous {
-                status(
-                    RpcStatusCode::FAILED_PRECONDITION,
-                    format!("previous terminated container {container:?} in pod {ns}/{name} not found"),
-                )
-            } else {
-                status(
-                    RpcStatusCode::NOT_FOUND,
-                    format!("container {container:?} in pod {ns}/{name} has no log yet (has it started?)"),
-                )
-            }
-        };
-        let path = reader::pick(&dir, req.previous).ok_or_else(no_log)?;
-        let live = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
         let cursor = (!req.file.is_empty()).then(|| reader::Cursor {
             file: req.file.clone(),
             first: req.first_time.clone(),
             last: req.last_time.clone(),
             offset: req.offset,
         });
-        // opened below podLogsDir without following any symlink there
-        let rel_dir = Path::new(&pod_dir).join(&container);
-        let chunk = reader::read_instance(
-            &self.cfg.pod_logs_dir,
-            &rel_dir,
-            &live,
-            cursor.as_ref(),
-            req.limit,
-            req.tail_lines as usize,
-        )
-        .map_err(|e| match e {
-            FileError::NotFound { .. } => no_log(),
-            FileError::Io { .. } => {
-                status(RpcStatusCode::INTERNAL, format!("container {container:?} in pod {ns}/{name}: {e}"))
-            }
-            e => status(
-                RpcStatusCode::FAILED_PRECONDITION,
-                format!("container {container:?} in pod {ns}/{name}: cannot read its log: {e}"),
-            ),
-        })?;
-        let running = !req.previous
-            && pod
-                .status
-                .iter()
-                .flat_map(|s| s.container_statuses.iter().flatten())
-                .any(|c| c.name == container && c.state.as_ref().is_some_and(|s| s.running.is_some()));
+        let q = LogQuery {
+            namespace: ns,
+            name,
+            container: req.container.clone(),
+            previous: req.previous,
+            cursor,
+            limit: req.limit,
+            tail_lines: req.tail_lines as usize,
+            timestamps: false,
+        };
+        let r = self.ops.logs(&q).map_err(op_status)?;
         Ok(api::LogsResponse {
-            data: chunk.data,
-            next_file: chunk.next.file,
-            next_first_time: chunk.next.first,
-            next_last_time: chunk.next.last,
-            next_offset: chunk.next.offset,
-            running,
-            container,
+            data: r.data,
+            next_file: r.next.file,
+            next_first_time: r.next.first,
+            next_last_time: r.next.last,
+            next_offset: r.next.offset,
+            running: r.running,
+            container: r.container,
             ..Default::default()
         })
     }
@@ -557,7 +440,7 @@ impl Handlers {
             action,
             streams,
         };
-        let level = self.cfg.group_pod_security;
+        let level = self.ops.cfg.group_pod_security;
         let mut container = String::new();
         let allow = |pod: &Pod| -> Result<(), StreamError> {
             if !matches!(target.action, Action::PortForward { .. }) {
@@ -593,193 +476,31 @@ impl Handlers {
 
     /// Where a pod's manifest is, if a manifest defines it.
     fn manifest_of(pod: &Pod) -> Option<PathBuf> {
-        view::manifest_path(pod).map(PathBuf::from)
+        Ops::manifest_of(pod)
     }
 
-    /// What the file `path` in staticPodPath holds. `known` says the agent
-    /// last read pod `ns/name` from it (it then counts as this pod's file
-    /// even if it no longer parses: it was edited since).
-    fn holder(&self, path: &Path, manifest: &[u8], ns: &str, name: &str, known: bool) -> Holder {
-        let dir = &self.cfg.static_pod_path;
-        let Some(file) = path.file_name() else { return Holder::Other("is not a file name".into()) };
-        let bytes = match crate::base::fsutil::read_regular_in(
-            dir,
-            file,
-            Links::StayInside,
-            model::manifest::MAX_MANIFEST_BYTES,
-        ) {
-            Ok(b) => b,
-            Err(FileError::NotFound { .. }) => return Holder::Free,
-            Err(e) => {
-                let msg = e.to_string();
-                let why = msg.strip_prefix(&format!("{}: ", path.display())).unwrap_or(&msg);
-                return Holder::Other(format!("cannot be read ({why})"));
-            }
-        };
-        if bytes == manifest {
-            return Holder::Same(true);
-        }
-        match model::manifest::parse(&path.to_string_lossy(), &bytes, &self.cfg.node_name) {
-            Ok(p) if model::namespace(&p) == ns && model::name(&p) == name => Holder::Same(false),
-            Ok(p) => Holder::Other(format!("holds pod {}/{}", model::namespace(&p), model::name(&p))),
-            Err(_) if known => Holder::Same(false),
-            Err(_) => Holder::Other("holds a manifest that does not validate".into()),
-        }
-    }
-
-    /// Validate a manifest and write it into staticPodPath: over the file
-    /// that holds the same pod (namespace and name), else into a free file
-    /// (`<name>.yaml` in namespace default, `<ns>_<name>.yaml`, then
-    /// `<ns>_<name>-2.yaml` ...). A file holding anything else (another
-    /// pod, an invalid manifest, a FIFO) is never replaced.
     fn apply(&self, req: &api::ApplyRequest, root_caller: bool) -> Res<api::ApplyResponse> {
-        let source = if req.source.is_empty() { "-" } else { req.source.as_str() };
-        let bad = |msg: String| status(RpcStatusCode::INVALID_ARGUMENT, msg);
-        // a first parse names the pod; the file it goes to fixes its UID
-        let probe =
-            model::manifest::parse_full(source, &req.manifest, &self.cfg.node_name).map_err(|e| bad(e.to_string()))?;
-        let (ns, name) = (model::namespace(&probe).to_string(), model::name(&probe).to_string());
-        // the caller's Pod Security level, before anything is looked at or written
-        self.pod_security(&probe, root_caller)?;
-        let known = self.find(&ns, &name).ok().as_ref().and_then(Self::manifest_of);
-        let json = req.manifest.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
-        let ext = if json { "json" } else { "yaml" };
-        let dir = &self.cfg.static_pod_path;
-        let mut candidates: Vec<PathBuf> = known.iter().cloned().collect();
-        if ns == "default" {
-            candidates.push(dir.join(format!("{name}.{ext}")));
-        }
-        candidates.push(dir.join(format!("{ns}_{name}.{ext}")));
-        candidates.extend((2..=9).map(|i| dir.join(format!("{ns}_{name}-{i}.{ext}"))));
-        let internal = |path: &Path, e: std::io::Error| {
-            status(RpcStatusCode::INTERNAL, format!("pod {ns}/{name}: writing {}: {e}", path.display()))
-        };
-        // files that hold something else: (file, what)
-        let mut taken: Vec<(PathBuf, String)> = Vec::new();
-        for path in candidates {
-            if taken.iter().any(|(p, _)| *p == path) {
-                continue;
-            }
-            let is_known = known.as_ref() == Some(&path);
-            // (result, write: None no, Some(true) replacing, Some(false) a new file)
-            let (result, write) = match self.holder(&path, &req.manifest, &ns, &name, is_known) {
-                Holder::Other(what) => {
-                    taken.push((path, what));
-                    continue;
-                }
-                Holder::Same(true) => ("unchanged", None),
-                Holder::Same(false) => ("configured", Some(true)),
-                Holder::Free => (if known.is_some() { "configured" } else { "created" }, Some(false)),
-            };
-            let path_str = path.to_string_lossy().into_owned();
-            let pod = model::manifest::parse(&path_str, &req.manifest, &self.cfg.node_name)
-                .map_err(|e| bad(e.to_string().replacen(&path_str, source, 1)))?;
-            match write {
-                None => {}
-                Some(true) => {
-                    crate::base::fsutil::write_atomically(&path, &req.manifest).map_err(|e| internal(&path, e))?
-                }
-                Some(false) => match crate::base::fsutil::write_new_atomically(&path, &req.manifest) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                        taken.push((path, "was created meanwhile".into()));
-                        continue;
-                    }
-                    Err(e) => return Err(internal(&path, e)),
-                },
-            }
-            log::info!("local API: pod {ns}/{name} {result} ({})", path.display());
-            // the watcher picks the file up (inotify, and this nudge); the
-            // call does not wait for it
-            (self.cfg.rescan)();
-            return Ok(api::ApplyResponse {
-                namespace: ns,
-                name,
-                uid: model::uid(&pod).to_string(),
-                manifest_path: path_str,
-                result: result.into(),
-                warnings: probe.warnings.clone(),
-                ..Default::default()
-            });
-        }
-        let files: Vec<String> = taken.iter().map(|(p, what)| format!("{} {what}", p.display())).collect();
-        Err(status(
-            RpcStatusCode::ALREADY_EXISTS,
-            format!(
-                "pod {ns}/{name}: no free manifest file for it in {}: {}; podwarden never replaces a file that holds \
-                 another pod (remove or rename one)",
-                dir.display(),
-                files.join("; ")
-            ),
-        ))
-    }
-
-    /// The Pod Security Standards level of this caller (root: the static
-    /// pods' level; an `apiGroup` member: the group's), enforced before
-    /// anything is written; the error is the API server's.
-    fn pod_security(&self, pod: &model::Pod, root_caller: bool) -> Res<()> {
-        let level = if root_caller { self.cfg.root_pod_security } else { self.cfg.group_pod_security };
-        crate::model::pss::enforce(level, pod).map_err(|m| {
-            let (ns, name) = (model::namespace(pod), model::name(pod));
-            log::warn!(
-                "local API: refused pod {ns}/{name} from {}: {m}",
-                if root_caller { "root" } else { "an apiGroup member" }
-            );
-            status(RpcStatusCode::PERMISSION_DENIED, format!("pods \"{name}\" is forbidden: {m}"))
+        let trust = if root_caller { Trust::Root } else { Trust::Member };
+        let a = self.ops.apply(&req.manifest, &req.source, trust).map_err(op_status)?;
+        Ok(api::ApplyResponse {
+            namespace: a.namespace,
+            name: a.name,
+            uid: a.uid,
+            manifest_path: a.manifest_path,
+            result: a.result.into(),
+            warnings: a.warnings,
+            ..Default::default()
         })
     }
 }
 
 impl Service {
-    /// Kill a pod (handed to `api-kill`: a kill may wait for a container
-    /// start in flight) and remove its manifest; answers at once.
+    /// Kill a pod and remove its manifest ([`Ops::delete`]); answers at once.
     fn delete(&self, req: &api::DeleteRequest) -> Res<api::DeleteResponse> {
         let (ns, name) = pod_ref(req.pod.as_ref().unwrap_or_default())?;
-        if req.has_grace_period && req.grace_period_seconds < 0 {
-            return Err(status(
-                RpcStatusCode::INVALID_ARGUMENT,
-                format!("pod {ns}/{name}: grace period {} must not be negative", req.grace_period_seconds),
-            ));
-        }
-        // a pod whose manifest is already gone may still be terminating
-        let pod = self.h.find(&ns, &name).ok();
-        let uid = match &pod {
-            Some(p) => model::uid(p).to_string(),
-            None => self
-                .h
-                .parts
-                .workers
-                .snapshot()
-                .into_iter()
-                .find(|w| w.pod.as_ref().is_some_and(|p| model::namespace(p) == ns && model::name(p) == name))
-                .map(|w| w.uid)
-                .ok_or_else(|| status(RpcStatusCode::NOT_FOUND, format!("pod {ns}/{name} not found")))?,
-        };
-        let opts = KillPodOptions {
-            grace_period_override: req.has_grace_period.then_some(req.grace_period_seconds),
-            ..Default::default()
-        };
-        self.kill.try_send((uid, opts)).map_err(|_| busy("kills"))?;
-        let mut path = String::new();
-        if let Some(p) = pod.as_ref().and_then(Handlers::manifest_of) {
-            match std::fs::remove_file(&p) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    return Err(status(
-                        RpcStatusCode::INTERNAL,
-                        format!(
-                            "pod {ns}/{name}: removing {}: {e} (the pod is being killed; it comes back on restart)",
-                            p.display()
-                        ),
-                    ));
-                }
-            }
-            path = p.to_string_lossy().into_owned();
-        }
-        log::info!("local API: pod {ns}/{name} deleted");
-        (self.h.cfg.rescan)();
-        Ok(api::DeleteResponse { manifest_path: path, ..Default::default() })
+        let grace = req.has_grace_period.then_some(req.grace_period_seconds);
+        let d = self.h.ops.delete(&ns, &name, grace).map_err(op_status)?;
+        Ok(api::DeleteResponse { manifest_path: d.manifest_path, ..Default::default() })
     }
 
     /// Hand `job` to `api-work`; when its queue is full, fail the call now.

@@ -9,6 +9,7 @@
 pub mod http;
 pub mod kube;
 pub mod local;
+pub mod ops;
 pub mod stream;
 pub mod view;
 

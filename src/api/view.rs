@@ -12,9 +12,10 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus, NodeSystemInfo, Pod};
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Node, NodeCondition, NodeStatus, NodeSystemInfo, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::Parts;
@@ -360,6 +361,33 @@ pub fn time_text(t: &model::Time) -> String {
 }
 
 /// The time since `t` (a v1 `Time`), if it is in the past.
+/// kubectl's short ages: `45s`, `3m20s`, `15m`, `4h5m`, `30h`, `3d4h`, `20d`, `2y100d`.
+pub fn short_age(d: Duration) -> String {
+    let s = d.as_secs();
+    let (m, h) = (s / 60, s / 3600);
+    let pair = |a: u64, au: &str, b: u64, bu: &str| if b == 0 { format!("{a}{au}") } else { format!("{a}{au}{b}{bu}") };
+    if s < 120 {
+        format!("{s}s")
+    } else if m < 10 {
+        pair(m, "m", s % 60, "s")
+    } else if m < 180 {
+        format!("{m}m")
+    } else if h < 8 {
+        pair(h, "h", m % 60, "m")
+    } else if h < 48 {
+        format!("{h}h")
+    } else if h < 24 * 8 {
+        pair(h / 24, "d", h % 24, "h")
+    } else if h < 24 * 365 * 2 {
+        format!("{}d", h / 24)
+    } else if h < 24 * 365 * 8 {
+        pair(h / 24 / 365, "y", (h / 24) % 365, "d")
+    } else {
+        format!("{}y", h / 24 / 365)
+    }
+}
+
+/// How long ago `t` was (`None`: in the future).
 pub fn age_of(t: &model::Time) -> Option<std::time::Duration> {
     SystemTime::now().duration_since(SystemTime::from(t.0)).ok()
 }
@@ -456,6 +484,117 @@ pub fn objects_of(parts: &Parts, kind: crate::model::objects::Kind, namespace: &
         })
         .collect();
     serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items})
+}
+
+/// A pod's container statuses (none before its first status).
+fn container_statuses(p: &Pod) -> &[ContainerStatus] {
+    p.status.as_ref().and_then(|s| s.container_statuses.as_deref()).unwrap_or_default()
+}
+
+/// A pod's containers.
+fn containers(p: &Pod) -> &[Container] {
+    p.spec.as_ref().map_or(&[], |s| &s.containers)
+}
+
+/// What `get pods` shows of a pod: READY (`ready`/`total`), STATUS and
+/// RESTARTS, as kubectl's printPod computes them. Init containers first:
+/// the first one not done decides the STATUS (`Init:1/2`,
+/// `Init:CrashLoopBackOff`, `Init:Error`); sidecars count in READY. Then,
+/// once initialized, the app containers: the first one (in spec order)
+/// waiting or terminated with a reason decides.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodSummary {
+    pub ready: usize,
+    pub total: usize,
+    pub status: String,
+    pub restarts: i64,
+    /// When the newest counted restart's previous instance ended
+    /// (kubectl's `5 (10s ago)`).
+    pub last_restart: Option<Time>,
+}
+
+pub fn pod_summary(p: &Pod) -> PodSummary {
+    let st = p.status.as_ref();
+    let mut reason =
+        st.and_then(|s| s.reason.clone().or_else(|| s.phase.clone())).unwrap_or_else(|| "Unknown".to_string());
+    let inits = p.spec.as_ref().and_then(|s| s.init_containers.as_deref()).unwrap_or_default();
+    let sidecar = |name: &str| inits.iter().any(|c| c.name == name && crate::model::is_sidecar(c));
+    let total = containers(p).len() + inits.iter().filter(|c| crate::model::is_sidecar(c)).count();
+    let mut ready = 0;
+    let mut restarts: i64 = 0;
+    let terminated_text = |t: &k8s_openapi::api::core::v1::ContainerStateTerminated| match t
+        .reason
+        .as_deref()
+        .filter(|r| !r.is_empty())
+    {
+        Some(r) => r.to_string(),
+        None => match t.signal.filter(|s| *s != 0) {
+            Some(s) => format!("Signal:{s}"),
+            None => format!("ExitCode:{}", t.exit_code),
+        },
+    };
+    let init_statuses = st.and_then(|s| s.init_container_statuses.as_deref()).unwrap_or_default();
+    let mut initializing = false;
+    for (i, c) in init_statuses.iter().enumerate() {
+        restarts += i64::from(c.restart_count);
+        let state = c.state.as_ref();
+        let terminated = state.and_then(|s| s.terminated.as_ref());
+        let waiting = state.and_then(|s| s.waiting.as_ref()).and_then(|w| w.reason.as_deref()).unwrap_or("");
+        if terminated.is_some_and(|t| t.exit_code == 0) {
+            continue;
+        }
+        if sidecar(&c.name) && c.started == Some(true) {
+            if c.ready {
+                ready += 1;
+            }
+            continue;
+        }
+        initializing = true;
+        reason = if let Some(t) = terminated {
+            format!("Init:{}", terminated_text(t))
+        } else if !waiting.is_empty() && waiting != "PodInitializing" {
+            format!("Init:{waiting}")
+        } else {
+            format!("Init:{i}/{}", inits.len())
+        };
+        break;
+    }
+    let initialized = st
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Initialized" && c.status == "True"));
+    if !initializing || initialized {
+        // regular init containers' restarts no longer count
+        restarts = init_statuses.iter().filter(|c| sidecar(&c.name)).map(|c| i64::from(c.restart_count)).sum();
+        let mut running = false;
+        for c in container_statuses(p).iter().rev() {
+            restarts += i64::from(c.restart_count);
+            let state = c.state.as_ref();
+            if let Some(r) = state.and_then(|s| s.waiting.as_ref()?.reason.clone()).filter(|r| !r.is_empty()) {
+                reason = r;
+            } else if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
+                reason = terminated_text(t);
+            } else if c.ready && state.is_some_and(|s| s.running.is_some()) {
+                running = true;
+                ready += 1;
+            }
+        }
+        if reason == "Completed" && running {
+            let pod_ready = st
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            reason = if pod_ready { "Running" } else { "NotReady" }.into();
+        }
+    }
+    if p.metadata.deletion_timestamp.is_some() {
+        reason = "Terminating".into();
+    }
+    let counted = st
+        .into_iter()
+        .flat_map(|s| s.container_statuses.iter().flatten().chain(s.init_container_statuses.iter().flatten()))
+        .filter(|c| c.restart_count > 0);
+    let last_restart =
+        counted.filter_map(|c| c.last_state.as_ref()?.terminated.as_ref()?.finished_at.clone()).max_by_key(|t| t.0);
+    PodSummary { ready, total, status: reason, restarts, last_restart }
 }
 
 #[cfg(test)]

@@ -2,13 +2,14 @@
 //! cancellation and deadlines (`cancel`), named threads and the panic rule
 //! (`thread`), bounded and atomic file access (`fsutil`), logging for the
 //! journal (`logging`), systemd notification (`notify`) and its watchdog
-//! (`watchdog`), the restart back-off (`backoff`) and test-only hang points
-//! (`faults`).
+//! (`watchdog`), the restart back-off (`backoff`), the change counter API
+//! watches wait on (`changes`) and test-only hang points (`faults`).
 //!
 //! Owns nothing shared but the panic record. May use `sys` only.
 
 pub mod backoff;
 pub mod cancel;
+pub mod changes;
 pub mod faults;
 pub mod fsutil;
 pub mod logging;

@@ -391,6 +391,7 @@ pub struct Running {
     http: Option<crate::api::http::HttpServer>,
     logind: Option<crate::agent::node_shutdown::logind::LogindThread>,
     api: Option<crate::api::local::ApiServer>,
+    kube: Option<crate::api::kube::KubeServer>,
     log_rotation: Option<crate::logs::monitor::LogRotation>,
     eviction: Option<crate::agent::housekeeping::Periodic>,
 }
@@ -410,6 +411,7 @@ impl Running {
 
     /// Stop the agent's threads; pods are left as they are.
     pub fn stop(mut self) {
+        self.kube.take();
         self.api.take();
         self.logind.take();
         self.http.take();
@@ -419,6 +421,11 @@ impl Running {
         self.housekeeping.take();
         self.log_rotation.take();
         self.eviction.take();
+    }
+
+    /// Where the Kubernetes API listens, if it is on.
+    pub fn kube_addr(&self) -> Option<std::net::SocketAddr> {
+        self.kube.as_ref().map(|k| k.local_addr())
     }
 
     /// Where the read-only HTTP endpoint listens, if it is on.
@@ -448,7 +455,8 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
     let healthy_within = healthy_within(config);
     let http = start_http(config, &parts, healthy_within)?;
     let logind = start_logind(config, &parts)?;
-    let api = start_api(config, &parts, api_group, healthy_within, source.rescanner())?;
+    let (api, ops) = start_api(config, &parts, api_group, healthy_within, source.rescanner())?;
+    let kube = start_kube(config, ops, healthy_within)?;
     Ok(Running {
         parts,
         source: Some(source),
@@ -458,6 +466,7 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
         http,
         logind,
         api: Some(api),
+        kube,
         log_rotation: Some(log_rotation),
         eviction: Some(eviction),
     })
@@ -677,22 +686,55 @@ fn start_api(
     group: Option<(String, u32)>,
     healthy_within: Duration,
     rescan: Arc<dyn Fn() + Send + Sync>,
-) -> Result<crate::api::local::ApiServer, DaemonError> {
-    let cfg = crate::api::local::ApiConfig {
-        socket: config.api_socket.clone(),
-        group,
-        static_pod_path: config.static_pod_path.clone(),
-        pod_logs_dir: config.pod_logs_dir.clone(),
-        node_name: parts.node_name.clone(),
-        healthy_within,
-        rescan,
-        root_pod_security: config.static_pod_security_level,
-        group_pod_security: config.api_group_pod_security_level,
-    };
-    let server = crate::api::local::ApiServer::start(parts.clone(), cfg)
+) -> Result<(crate::api::local::ApiServer, Arc<crate::api::ops::Ops>), DaemonError> {
+    let ops = crate::api::ops::Ops::new(
+        parts.clone(),
+        crate::api::ops::OpsConfig {
+            static_pod_path: config.static_pod_path.clone(),
+            pod_logs_dir: config.pod_logs_dir.clone(),
+            node_name: parts.node_name.clone(),
+            rescan,
+            root_pod_security: config.static_pod_security_level,
+            group_pod_security: config.api_group_pod_security_level,
+        },
+    );
+    let cfg = crate::api::local::ApiConfig { socket: config.api_socket.clone(), group, healthy_within };
+    let server = crate::api::local::ApiServer::start(ops.clone(), cfg)
         .map_err(io(format!("serving the local API on {} (apiSocket)", config.api_socket.display())))?;
     log::info!("local API on {}", server.socket().display());
-    Ok(server)
+    Ok((server, ops))
+}
+
+/// The Kubernetes API (`kube-accept`, `kube-watch`; `kube-conn` threads
+/// per connection), unless `port` is 0.
+fn start_kube(
+    config: &Config,
+    ops: Arc<crate::api::ops::Ops>,
+    healthy_within: Duration,
+) -> Result<Option<crate::api::kube::KubeServer>, DaemonError> {
+    if config.port == 0 {
+        log::info!("Kubernetes API off (port is 0)");
+        return Ok(None);
+    }
+    let address = config.address.parse().unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+    let cfg = crate::api::kube::KubeConfig {
+        address,
+        port: config.port,
+        root_dir: config.root_dir.clone(),
+        healthy_within,
+        authorization: config.api_authorization.clone(),
+    };
+    let server = crate::api::kube::KubeServer::start(ops, cfg).map_err(|e| {
+        io(format!("serving the Kubernetes API on {}:{} (address, port)", config.address, config.port))(
+            std::io::Error::other(e.to_string()),
+        )
+    })?;
+    log::info!(
+        "Kubernetes API on https://{} (certificates in {})",
+        server.local_addr(),
+        crate::api::kube::pki::dir_of(&config.root_dir).display()
+    );
+    Ok(Some(server))
 }
 
 /// Run the daemon until SIGTERM or SIGINT.

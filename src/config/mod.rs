@@ -27,6 +27,7 @@
 //! [`Config::default`] and in `packaging/config.yaml` (a test compares the
 //! two), and its checks in `Config::validate` if it has any.
 
+pub mod api_authz;
 mod de;
 mod duration;
 mod eviction;
@@ -126,9 +127,16 @@ pub struct Config {
     /// Grace per priority group, instead of the two periods above.
     #[serde(deserialize_with = "de::priority_graces")]
     pub shutdown_grace_period_by_pod_priority: Vec<PriorityGrace>,
-    /// The read-only HTTP endpoint's IP address; empty means the default.
+    /// The IP address of the read-only HTTP endpoint and of the Kubernetes
+    /// API (`port`); empty means the default.
     #[serde(deserialize_with = "de::string_or_empty")]
     pub address: String,
+    /// The Kubernetes API's HTTPS port (the kubelet's secure port); 0
+    /// turns it off.
+    #[serde(deserialize_with = "de::int::<_, _, 0, 65535>")]
+    pub port: u16,
+    /// Who may do what through the Kubernetes API (podwarden-only).
+    pub api_authorization: api_authz::ApiAuthorization,
     /// The read-only HTTP endpoint's port; 0 turns it off.
     #[serde(deserialize_with = "de::int::<_, _, 0, 65535>")]
     pub read_only_port: u16,
@@ -313,6 +321,8 @@ impl Default for Config {
             shutdown_grace_period_by_pod_priority: Vec::new(),
             address: "127.0.0.1".into(),
             read_only_port: 10255,
+            port: 10250,
+            api_authorization: api_authz::ApiAuthorization::default(),
             max_pods: 110,
             system_reserved: Reserved::default(),
             kube_reserved: Reserved::default(),

@@ -112,6 +112,16 @@ impl Config {
         if self.address.parse::<std::net::IpAddr>().is_err() {
             return Err(refused("address", "expected an IP address"));
         }
+        if let Err((at, allowed)) = self.api_authorization.check() {
+            let at = std::iter::once("apiAuthorization".to_string())
+                .chain(at)
+                .map(|s| match s.parse::<usize>() {
+                    Ok(i) => Seg::Index(i),
+                    Err(_) => Seg::Key(s),
+                })
+                .collect();
+            return Err(Refused { at, allowed });
+        }
         if self.max_pods == 0 {
             self.max_pods = d.max_pods;
         }

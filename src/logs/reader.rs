@@ -43,11 +43,30 @@ pub fn pick(container_dir: &Path, previous: bool) -> Option<PathBuf> {
 /// Strip the CRI prefix of each complete entry in `raw`; partial entries
 /// (`P`) are joined with the next without a newline.
 pub fn decode(raw: &[u8]) -> Vec<u8> {
+    decode_with(raw, false)
+}
+
+/// [`decode`], each entry led by its time and a space (`kubectl logs
+/// --timestamps`; a partial entry's time leads the joined line).
+pub fn decode_timestamped(raw: &[u8]) -> Vec<u8> {
+    decode_with(raw, true)
+}
+
+fn decode_with(raw: &[u8], times: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(raw.len());
+    let mut in_partial = false;
     for line in raw.split_inclusive(|b| *b == b'\n') {
         let body = line.strip_suffix(b"\n").unwrap_or(line);
         let mut parts = body.splitn(4, |b| *b == b' ');
-        let (_time, _stream, tag, content) = (parts.next(), parts.next(), parts.next(), parts.next());
+        let (time, _stream, tag, content) = (parts.next(), parts.next(), parts.next(), parts.next());
+        if times
+            && !in_partial
+            && let (Some(t), Some(_)) = (time, content)
+        {
+            out.extend_from_slice(t);
+            out.push(b' ');
+        }
+        in_partial = tag == Some(b"P") && content.is_some();
         match (tag, content) {
             (Some(b"P"), Some(c)) => out.extend_from_slice(c),
             (Some(b"F"), Some(c)) => {
@@ -173,6 +192,34 @@ pub fn read_instance(
     limit: u64,
     tail: usize,
 ) -> Result<Chunk, crate::base::fsutil::FileError> {
+    let mut c = read_instance_cri(dir, rel_dir, live, cursor, limit, tail)?;
+    c.data = decode(&c.data);
+    Ok(c)
+}
+
+/// [`read_instance`] with each entry's time kept ([`decode_timestamped`]).
+pub fn read_instance_timestamped(
+    dir: &Path,
+    rel_dir: &Path,
+    live: &str,
+    cursor: Option<&Cursor>,
+    limit: u64,
+    tail: usize,
+) -> Result<Chunk, crate::base::fsutil::FileError> {
+    let mut c = read_instance_cri(dir, rel_dir, live, cursor, limit, tail)?;
+    c.data = decode_timestamped(&c.data);
+    Ok(c)
+}
+
+/// [`read_instance`]'s entries as the runtime wrote them.
+fn read_instance_cri(
+    dir: &Path,
+    rel_dir: &Path,
+    live: &str,
+    cursor: Option<&Cursor>,
+    limit: u64,
+    tail: usize,
+) -> Result<Chunk, crate::base::fsutil::FileError> {
     let files = parts(dir, rel_dir, live);
     let limit = if limit == 0 { MAX_CHUNK } else { limit.min(MAX_CHUNK) };
     let Some(cursor) = cursor else {
@@ -261,7 +308,7 @@ fn read_from(
         }
         let next = offset + raw.len() as u64;
         if !raw.is_empty() || is_live {
-            return Ok(Chunk { data: decode(&raw), next: Cursor { file: f.name.clone(), first, last, offset: next } });
+            return Ok(Chunk { data: raw, next: Cursor { file: f.name.clone(), first, last, offset: next } });
         }
         // the end of a rotated file. The runtime may still be writing to
         // it (renamed, not yet reopened): it is finished only once the next
@@ -367,7 +414,7 @@ fn tail_instance(
     let from = tail_start(&raw, tail);
     let last = last_time(&raw).unwrap_or_default();
     let next = Cursor { file: live.name.clone(), first: live_first, last, offset: end };
-    Ok(Chunk { data: decode(&raw[from..]), next })
+    Ok(Chunk { data: raw[from..].to_vec(), next })
 }
 
 /// The last `max` bytes of the file `rel` inside `dir`, whether that cut

@@ -151,6 +151,10 @@ impl ObjectStore {
             }
         }
         *cur = Arc::new(next);
+        drop(cur);
+        if !changed.is_empty() {
+            crate::base::changes::bump();
+        }
         changed
     }
 }

@@ -28,13 +28,20 @@ impl StatusManager {
     }
 
     pub fn set(&self, uid: &str, status: PodStatus) {
-        self.statuses.lock().insert(uid.to_string(), status);
+        let mut m = self.statuses.lock();
+        if m.get(uid) != Some(&status) {
+            m.insert(uid.to_string(), status);
+            drop(m);
+            crate::base::changes::bump();
+        }
     }
 
     /// Change the stored status in place (creating an empty one).
     pub fn update(&self, uid: &str, f: impl FnOnce(&mut PodStatus)) {
         let mut m = self.statuses.lock();
         f(m.entry(uid.to_string()).or_default());
+        drop(m);
+        crate::base::changes::bump();
     }
 
     /// Replace a pod's status with one built from the current one (under
@@ -43,16 +50,27 @@ impl StatusManager {
         let mut m = self.statuses.lock();
         if let Some(new) = f(m.get(uid)) {
             m.insert(uid.to_string(), new);
+            drop(m);
+            crate::base::changes::bump();
         }
     }
 
     pub fn remove(&self, uid: &str) {
-        self.statuses.lock().remove(uid);
+        if self.statuses.lock().remove(uid).is_some() {
+            crate::base::changes::bump();
+        }
     }
 
     /// Forget statuses of pods that are not in `keep`.
     pub fn retain(&self, keep: impl Fn(&str) -> bool) {
-        self.statuses.lock().retain(|uid, _| keep(uid));
+        let mut m = self.statuses.lock();
+        let before = m.len();
+        m.retain(|uid, _| keep(uid));
+        let gone = m.len() != before;
+        drop(m);
+        if gone {
+            crate::base::changes::bump();
+        }
     }
 
     pub fn len(&self) -> usize {

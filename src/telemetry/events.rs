@@ -115,6 +115,8 @@ impl EventRecorder {
         {
             last.count += 1;
             last.timestamp = timestamp;
+            drop(ring);
+            crate::base::changes::bump();
             return;
         }
         if ring.len() == self.capacity {
@@ -128,6 +130,8 @@ impl EventRecorder {
             timestamp,
             count: 1,
         });
+        drop(ring);
+        crate::base::changes::bump();
     }
 
     /// Every event held, oldest first.

@@ -58,6 +58,8 @@ pub fn free_port() -> u16 {
 pub struct Agent {
     pub dir: TempDir,
     pub port: u16,
+    /// The Kubernetes API's port (HTTPS).
+    pub kube_port: u16,
     pub child: Option<Child>,
     pub cri: CriRuntime,
     /// Config lines added to the generated config.
@@ -93,6 +95,7 @@ impl Agent {
         clear_runtime(&cri);
         let mut a = Agent {
             port: free_port(),
+            kube_port: free_port(),
             dir,
             child: None,
             cri,
@@ -118,13 +121,14 @@ impl Agent {
     pub fn spawn(&mut self) {
         let config = self.dir.0.join("config.yaml");
         let base = format!(
-            "staticPodPath: {}\ncontainerRuntimeEndpoint: unix://{}\nrootDir: {}\napiSocket: {}\npodLogsDir: {}\nnodeName: e2e\nfileCheckFrequency: 2s\nhousekeepingInterval: 500ms\nsyncFrequency: 5s\naddress: 127.0.0.1\nreadOnlyPort: {}\n",
+            "staticPodPath: {}\ncontainerRuntimeEndpoint: unix://{}\nrootDir: {}\napiSocket: {}\npodLogsDir: {}\nnodeName: e2e\nfileCheckFrequency: 2s\nhousekeepingInterval: 500ms\nsyncFrequency: 5s\naddress: 127.0.0.1\nreadOnlyPort: {}\nport: {}\n",
             self.manifests().display(),
             socket(),
             self.root().display(),
             self.api_socket().display(),
             self.dir.0.join("logs").display(),
-            self.port
+            self.port,
+            self.kube_port
         );
         // a key the test's extra lines set replaces the default line
         let overridden = |line: &str| {

@@ -97,6 +97,7 @@ pub fn config(root: &std::path::Path) -> Config {
         root_dir: root.join("root"),
         pod_logs_dir: root.join("logs"),
         api_socket: root.join("api.sock"),
+        port: 0,
         runtime_request_timeout: Duration::from_secs(2),
         sync_frequency: Duration::from_secs(1),
         ..Config::default()

@@ -1,10 +1,134 @@
-//! The node's Kubernetes API (issue 28): what `kubectl apply`, `patch`,
-//! `edit` and `explain` need, as pure functions the HTTPS server calls —
-//! the OpenAPI documents (`openapi`), patches and field validation
-//! (`patch`), server-side apply and `managedFields` (`ssa`), what every
-//! write shares: errors, parameters, validation, list strategies (`write`).
+//! The Kubernetes API of this node (issue 28), for kubectl: HTTPS on
+//! `address:port` (the kubelet's secure port, 10250 by default; 0 turns it
+//! off) with client certificates from the node CA.
+//!
+//! - `server`: TLS, connections and HTTP/1.1 (bounded: count, sizes,
+//!   deadlines);
+//! - `pki`: the node CA, the serving and client certificates, revocation;
+//! - `authz`: the config's rights per user and group;
+//! - `routes`: which handler answers (hook points for exec/attach/
+//!   port-forward and PATCH), `discovery`, `resources` (the objects as
+//!   JSON), `logs`, `table` (kubectl's columns), `select` (label and field
+//!   selectors), `watch` (the hub: no relist per watcher), `wire`
+//!   (requests, answers, `Status` errors);
+//! - what `kubectl apply`, `patch`, `edit` and `explain` need, as pure
+//!   functions: the OpenAPI documents (`openapi`), patches and field
+//!   validation (`patch`), server-side apply and `managedFields` (`ssa`),
+//!   what every write shares (`write`).
 
+pub mod authz;
+pub mod ctx;
+pub mod discovery;
+pub mod logs;
 pub mod openapi;
 pub mod patch;
+pub mod pki;
+pub mod resources;
+pub mod routes;
+pub mod select;
+pub mod server;
 pub mod ssa;
+pub mod table;
+pub mod watch;
+pub mod wire;
 pub mod write;
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::api::ops::Ops;
+use crate::config::api_authz::ApiAuthorization;
+
+/// The server's settings.
+#[derive(Debug, Clone)]
+pub struct KubeConfig {
+    pub address: std::net::IpAddr,
+    pub port: u16,
+    pub root_dir: PathBuf,
+    pub healthy_within: Duration,
+    pub authorization: ApiAuthorization,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KubeError {
+    #[error("the node's certificates: {0}")]
+    Pki(#[from] pki::PkiError),
+    #[error("{0}")]
+    Tls(#[from] server::TlsSetupError),
+    #[error("listening on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("starting a thread: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
+/// The running server: dropping it stops the accept and watch threads
+/// (connection threads end by their own deadlines, streams within a
+/// second).
+pub struct KubeServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    hub: Arc<watch::Hub>,
+    accept: Option<JoinHandle<()>>,
+    hub_thread: Option<JoinHandle<()>>,
+}
+
+impl KubeServer {
+    pub fn start(ops: Arc<Ops>, cfg: KubeConfig) -> Result<KubeServer, KubeError> {
+        let names = pki::serving_names(&ops.parts.node_name);
+        let id = pki::ensure(&cfg.root_dir, &ops.parts.node_name, &names)?;
+        let tls = server::tls_config(&id)?;
+        let addr = SocketAddr::new(cfg.address, cfg.port);
+        let listener = TcpListener::bind(addr).map_err(|source| KubeError::Listen { addr, source })?;
+        let addr = listener.local_addr().map_err(|source| KubeError::Listen { addr, source })?;
+        let parts = ops.parts.clone();
+        let hub = watch::Hub::new(Box::new(move || resources::collect(&parts)));
+        let stop = Arc::new(AtomicBool::new(false));
+        let ctx = ctx::Ctx {
+            ops,
+            hub: hub.clone(),
+            authz: authz::Authorizer::new(cfg.authorization.clone()),
+            healthy_within: cfg.healthy_within,
+            server_address: addr.to_string(),
+            stop: stop.clone(),
+        };
+        let shared = Arc::new(server::Shared {
+            ctx,
+            tls,
+            revoked: server::Revoked::new(id.dir.join(pki::REVOKED)),
+            active: AtomicUsize::new(0),
+        });
+        let hub_thread = hub.start().map_err(KubeError::Thread)?;
+        let st = stop.clone();
+        let accept = crate::base::thread::spawn("kube-accept", Some(crate::base::thread::HELPER_STACK), move || {
+            server::accept_loop(listener, shared, st)
+        })
+        .map_err(KubeError::Thread)?;
+        Ok(KubeServer { addr, stop, hub, accept: Some(accept), hub_thread: Some(hub_thread) })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for KubeServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1)); // wake accept
+        if let Some(j) = self.accept.take() {
+            let _ = j.join();
+        }
+        self.hub.stop();
+        if let Some(j) = self.hub_thread.take() {
+            let _ = j.join();
+        }
+    }
+}

@@ -1,0 +1,598 @@
+//! Which handler answers a request, after the identity check and before
+//! each handler's authorization: discovery, the core/v1 resources, metrics,
+//! self-subject reviews, the kubelet's own paths. exec, attach and
+//! port-forward (`pods/exec` ..., `/exec`, `/run`, `/attach`,
+//! `/portForward`) and PATCH are hook points other parts fill
+//! ([`streaming`]: the relay in `api::stream`; [`patch`]: 501 until the
+//! patch semantics of `api::kube::patch` are wired in).
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::api::ops::Trust;
+use crate::config::api_authz::Right;
+
+use super::authz::{Ask, User};
+use super::ctx::{Ctx, op_error};
+use super::select::{Filter, Selector};
+use super::table::{self, Printer};
+use super::watch::{self, Kind, Next};
+use super::wire::{ApiError, ChunkSink, Reply, Request, Res};
+use super::{discovery, logs, resources};
+
+/// A resource the API serves from the hub.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Resource {
+    name: &'static str,
+    kind: Kind,
+    printer: Printer,
+    list_kind: &'static str,
+    fields: &'static [&'static str],
+    right: Right,
+    namespaced: bool,
+}
+
+const META_FIELDS: &[&str] = &["metadata.name", "metadata.namespace"];
+const POD_FIELDS: &[&str] = &[
+    "metadata.name",
+    "metadata.namespace",
+    "spec.nodeName",
+    "spec.restartPolicy",
+    "spec.schedulerName",
+    "spec.serviceAccountName",
+    "status.phase",
+    "status.podIP",
+    "status.nominatedNodeName",
+];
+const EVENT_FIELDS: &[&str] = &[
+    "metadata.name",
+    "metadata.namespace",
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "reason",
+    "reportingComponent",
+    "source",
+    "type",
+];
+
+const RESOURCES: &[Resource] = &[
+    Resource {
+        name: "pods",
+        kind: Kind::Pods,
+        printer: Printer::Pods,
+        list_kind: "PodList",
+        fields: POD_FIELDS,
+        right: Right::Read,
+        namespaced: true,
+    },
+    Resource {
+        name: "events",
+        kind: Kind::Events,
+        printer: Printer::Events,
+        list_kind: "EventList",
+        fields: EVENT_FIELDS,
+        right: Right::Read,
+        namespaced: true,
+    },
+    Resource {
+        name: "configmaps",
+        kind: Kind::ConfigMaps,
+        printer: Printer::ConfigMaps,
+        list_kind: "ConfigMapList",
+        fields: META_FIELDS,
+        right: Right::Read,
+        namespaced: true,
+    },
+    Resource {
+        name: "secrets",
+        kind: Kind::Secrets,
+        printer: Printer::Secrets,
+        list_kind: "SecretList",
+        fields: &["metadata.name", "metadata.namespace", "type"],
+        right: Right::Secrets,
+        namespaced: true,
+    },
+    Resource {
+        name: "namespaces",
+        kind: Kind::Namespaces,
+        printer: Printer::Namespaces,
+        list_kind: "NamespaceList",
+        fields: &["metadata.name", "status.phase"],
+        right: Right::Read,
+        namespaced: false,
+    },
+];
+
+fn resource(name: &str) -> Option<Resource> {
+    RESOURCES.iter().find(|r| r.name == name).copied()
+}
+
+/// The answer to `req` from `user` (`None`: no client certificate).
+pub fn handle(ctx: &Ctx, user: Option<&User>, req: &Request) -> Reply {
+    let Some(user) = user else { return ApiError::unauthorized().reply() };
+    match route(ctx, user, req) {
+        Ok(r) => r,
+        Err(e) => e.reply(),
+    }
+}
+
+fn segments(path: &str) -> Vec<&str> {
+    path.split('/').filter(|s| !s.is_empty()).collect()
+}
+
+fn route(ctx: &Ctx, user: &User, req: &Request) -> Res<Reply> {
+    let seg = segments(&req.path);
+    let get = req.method == "GET" || req.method == "HEAD";
+    match (req.method.as_str(), seg.as_slice()) {
+        (_, ["healthz" | "livez" | "readyz"]) if get => {
+            Ok(Reply::Full { status: 200, content_type: "text/plain", body: b"ok".to_vec() })
+        }
+        (_, ["version"]) if get => Ok(Reply::ok(&discovery::version())),
+        (_, ["api"]) if get => Ok(Reply::ok(&discovery::core_versions(&ctx.server_address))),
+        (_, ["apis"]) if get => Ok(Reply::ok(&discovery::groups())),
+        (_, ["api", v]) if get => discovery::resources("", v).map(|v| Reply::ok(&v)).ok_or_else(ApiError::no_route),
+        (_, ["apis", g, v]) if get => discovery::resources(g, v).map(|v| Reply::ok(&v)).ok_or_else(ApiError::no_route),
+        ("POST", ["apis", "authentication.k8s.io", v @ ("v1" | "v1beta1" | "v1alpha1"), "selfsubjectreviews"]) => {
+            Ok(Reply::json(201, &self_review(user, v)))
+        }
+        (_, ["apis", "metrics.k8s.io", "v1beta1", rest @ ..]) => metrics(ctx, user, req, rest),
+        (_, ["api", "v1", "nodes", rest @ ..]) => nodes(ctx, user, req, rest),
+        (_, ["api", "v1", "namespaces"]) => collection(ctx, user, req, resource("namespaces"), None),
+        (_, ["api", "v1", "namespaces", name]) => object(ctx, user, req, resource("namespaces"), None, name),
+        (_, ["api", "v1", r]) => collection(ctx, user, req, resource(r), None),
+        (_, ["api", "v1", "namespaces", ns, r]) => collection(ctx, user, req, resource(r), Some(ns)),
+        (_, ["api", "v1", "namespaces", ns, "pods", name, "log"]) => {
+            check(ctx, user, req, "get", "pods/log", Some(ns), Right::Read)?;
+            logs::pod_log(ctx, req, ns, name, req.param("container").unwrap_or(""))
+        }
+        (_, ["api", "v1", "namespaces", ns, "pods", name, sub @ ("exec" | "attach" | "portforward")]) => {
+            check(ctx, user, req, "create", &format!("pods/{sub}"), Some(ns), Right::Exec)?;
+            Ok(streaming(ctx, user, req, ns, name, sub))
+        }
+        (_, ["api", "v1", "namespaces", ns, "pods", name, "status"]) => {
+            object(ctx, user, req, resource("pods"), Some(ns), name)
+        }
+        (_, ["api", "v1", "namespaces", ns, r, name]) => object(ctx, user, req, resource(r), Some(ns), name),
+        // the kubelet's own paths
+        (_, ["containerLogs", ns, pod, container]) if get => {
+            check(ctx, user, req, "get", "pods/log", Some(ns), Right::Read)?;
+            logs::pod_log(ctx, req, ns, pod, container)
+        }
+        (_, [verb @ ("exec" | "run" | "attach" | "portForward"), ns, pod, ..]) => {
+            check(ctx, user, req, "create", &format!("nodes/proxy:{verb}"), Some(ns), Right::Exec)?;
+            Ok(streaming(ctx, user, req, ns, pod, verb))
+        }
+        _ => Err(ApiError::no_route()),
+    }
+}
+
+/// 403 unless `user` may.
+fn check(
+    ctx: &Ctx,
+    user: &User,
+    _req: &Request,
+    verb: &str,
+    resource: &str,
+    ns: Option<&str>,
+    right: Right,
+) -> Res<()> {
+    ctx.authz.check(user, Ask { verb, resource, group: "", namespace: ns, right })
+}
+
+/// exec, attach, port-forward (and the kubelet's `/exec`, `/run`,
+/// `/attach`, `/portForward`): the hook the streaming relay fills
+/// (`api::stream`); authorization is done. It may answer
+/// [`Reply::Upgrade`] to take the connection over.
+pub fn streaming(ctx: &Ctx, _user: &User, req: &Request, ns: &str, pod: &str, what: &str) -> Reply {
+    use crate::api::stream::{StreamTarget, UpgradeRequest};
+    let kind = match what {
+        "exec" | "attach" => what,
+        "portforward" | "portForward" => "portforward",
+        _ => {
+            return ApiError::not_implemented(format!(
+                "{what} for pod {ns}/{pod}: podwarden serves the kubelet's /exec, /attach and /portForward, not /run"
+            ))
+            .reply();
+        }
+    };
+    // the kubelet's paths name the container: /exec/NS/POD/CONTAINER
+    let segments: Vec<&str> = req.path.trim_start_matches('/').split('/').collect();
+    let container = if segments.first().is_some_and(|s| *s != "api") { segments.get(3).copied() } else { None };
+    let query: String =
+        req.query.iter().map(|(k, v)| format!("{}={}", encode(k), encode(v))).collect::<Vec<_>>().join("&");
+    let target = match StreamTarget::from_query(kind, ns, pod, container.unwrap_or(""), &query) {
+        Ok(t) => t,
+        Err(e) => return ApiError::new(e.code, reason_of(e.code), e.message).reply(),
+    };
+    let up = UpgradeRequest {
+        method: req.method.clone(),
+        target: format!("{}?{query}", req.path),
+        headers: req.headers.iter().map(|(k, v)| (k.clone(), v.as_bytes().to_vec())).collect(),
+        rest: Vec::new(),
+    };
+    let parts = ctx.ops.parts.clone();
+    Reply::Upgrade(Box::new(move |conn| {
+        // authorization is done: every pod of the namespace the right covers
+        crate::api::stream::serve(&parts, Box::new(conn), &up, target, |_| Ok(()))
+    }))
+}
+
+/// A query value as it goes on a request line (RFC 3986 unreserved kept).
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn reason_of(code: u16) -> &'static str {
+    match code {
+        400 => "BadRequest",
+        403 => "Forbidden",
+        404 => "NotFound",
+        503 => "ServiceUnavailable",
+        _ => "InternalError",
+    }
+}
+
+/// PATCH of an object: the hook the patch semantics fill
+/// (`api::kube::patch`); authorization is done.
+pub fn patch(_ctx: &Ctx, _user: &User, _req: &Request, r: &str, ns: &str, name: &str) -> Reply {
+    ApiError::not_implemented(format!("PATCH of {r} {ns}/{name}: not implemented yet")).reply()
+}
+
+fn self_review(user: &User, version: &str) -> Value {
+    let mut groups = user.groups.clone();
+    groups.push("system:authenticated".into());
+    json!({"kind": "SelfSubjectReview", "apiVersion": format!("authentication.k8s.io/{version}"),
+        "metadata": {"creationTimestamp": null},
+        "status": {"userInfo": {"username": user.name, "groups": groups}}})
+}
+
+fn filter(req: &Request, fields: &[&str]) -> Res<Filter> {
+    Ok(Filter {
+        labels: Selector::labels(req.param("labelSelector").unwrap_or(""))?,
+        fields: Selector::fields(req.param("fieldSelector").unwrap_or(""), fields)?,
+    })
+}
+
+fn ns_matches(obj: &Value, ns: Option<&str>) -> bool {
+    ns.is_none_or(|ns| obj.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns))
+}
+
+/// A collection: list (JSON or Table), watch, or create (pods).
+fn collection(ctx: &Ctx, user: &User, req: &Request, r: Option<Resource>, ns: Option<&str>) -> Res<Reply> {
+    let Some(r) = r else { return Err(ApiError::no_route()) };
+    match req.method.as_str() {
+        "GET" | "HEAD" => {}
+        "POST" if r.name == "pods" => {
+            let ns = ns.unwrap_or("default");
+            check(ctx, user, req, "create", "pods", Some(ns), Right::Write)?;
+            return create_pod(ctx, req, ns);
+        }
+        m => return Err(ApiError::method_not_allowed(format!("{m} is not supported on {} by podwarden", r.name))),
+    }
+    let verb = if req.flag("watch") { "watch" } else { "list" };
+    check(ctx, user, req, verb, r.name, ns, r.right)?;
+    let f = filter(req, r.fields)?;
+    if req.flag("watch") {
+        return watch_stream(ctx, req, r, ns, f);
+    }
+    let (rv, items) = ctx.hub.list(r.kind);
+    let mut items: Vec<&Value> = items.iter().map(|v| &**v).filter(|v| ns_matches(v, ns) && f.matches(v)).collect();
+    let offset: usize = req.param("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
+    let limit = req.int("limit")?.filter(|l| *l > 0).map(|l| l as usize);
+    items = items.into_iter().skip(offset).collect();
+    let mut cont = None;
+    if let Some(l) = limit
+        && items.len() > l
+    {
+        items.truncate(l);
+        cont = Some((offset + l).to_string());
+    }
+    let rv = rv.to_string();
+    let mut out = if req.wants_table() {
+        table::table(r.printer, items, &rv)
+    } else {
+        json!({"kind": r.list_kind, "apiVersion": "v1", "metadata": {"resourceVersion": rv}, "items": items})
+    };
+    if let Some(c) = cont {
+        out["metadata"]["continue"] = json!(c);
+    }
+    Ok(Reply::ok(&out))
+}
+
+/// One object: get (JSON or Table) or delete (pods).
+fn object(ctx: &Ctx, user: &User, req: &Request, r: Option<Resource>, ns: Option<&str>, name: &str) -> Res<Reply> {
+    let Some(r) = r else { return Err(ApiError::no_route()) };
+    let ns_text = ns.unwrap_or("");
+    match req.method.as_str() {
+        "GET" | "HEAD" => {}
+        "DELETE" if r.name == "pods" => {
+            check(ctx, user, req, "delete", "pods", ns, Right::Write)?;
+            return delete_pod(ctx, req, ns_text, name);
+        }
+        "PATCH" if r.name == "pods" => {
+            check(ctx, user, req, "patch", "pods", ns, Right::Write)?;
+            return Ok(patch(ctx, user, req, r.name, ns_text, name));
+        }
+        m => return Err(ApiError::method_not_allowed(format!("{m} is not supported on {} by podwarden", r.name))),
+    }
+    check(ctx, user, req, "get", r.name, ns, r.right)?;
+    let (rv, items) = ctx.hub.list(r.kind);
+    let found = items.iter().find(|v| {
+        ns_matches(v, if r.namespaced { ns } else { None })
+            && v.pointer("/metadata/name").and_then(Value::as_str) == Some(name)
+    });
+    let Some(obj) = found else { return Err(ApiError::not_found(r.name, name)) };
+    if req.wants_table() {
+        return Ok(Reply::ok(&table::table(r.printer, [&**obj], &rv.to_string())));
+    }
+    Ok(Reply::ok(obj))
+}
+
+/// The largest pod manifest taken.
+const MAX_MANIFEST: usize = 1 << 20;
+
+fn create_pod(ctx: &Ctx, req: &Request, ns: &str) -> Res<Reply> {
+    if req.body.len() > MAX_MANIFEST {
+        return Err(ApiError::new(413, "RequestEntityTooLarge", "a pod manifest is at most 1 MiB"));
+    }
+    let mut pod: Value = match req.header("content-type").unwrap_or("application/json") {
+        t if t.starts_with("application/json") => serde_json::from_slice(&req.body)
+            .map_err(|e| ApiError::bad_request(format!("the request body is not JSON: {e}")))?,
+        t if t.contains("yaml") => serde_yaml_ng::from_slice(&req.body)
+            .map_err(|e| ApiError::bad_request(format!("the request body is not YAML: {e}")))?,
+        t => {
+            return Err(ApiError::new(
+                415,
+                "UnsupportedMediaType",
+                format!("the body's type {t:?} is not supported: send JSON"),
+            ));
+        }
+    };
+    if pod.get("kind").and_then(Value::as_str) != Some("Pod") {
+        return Err(ApiError::bad_request("the body is not a Pod (kind: Pod, apiVersion: v1)"));
+    }
+    let body_ns = pod.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(ns).to_string();
+    if body_ns != ns {
+        return Err(ApiError::bad_request(format!(
+            "the namespace of the provided object ({body_ns}) does not match the namespace sent on the request ({ns})"
+        )));
+    }
+    let Some(meta) = pod.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return Err(ApiError::new(422, "Invalid", "Pod is invalid: metadata.name: Required value"));
+    };
+    meta.insert("namespace".into(), json!(ns));
+    let name = meta.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+    if name.is_empty() {
+        return Err(ApiError::new(
+            422,
+            "Invalid",
+            "Pod is invalid: metadata.name: Required value: name or generateName is required",
+        ));
+    }
+    let ann = meta.entry("annotations").or_insert_with(|| json!({}));
+    if let Some(a) = ann.as_object_mut() {
+        a.insert(resources::CREATED_BY_ANNOTATION.into(), json!(resources::API_CREATED));
+    }
+    if ctx.ops.find(ns, &name).is_ok() {
+        let mut e = ApiError::new(409, "AlreadyExists", format!("pods \"{name}\" already exists"));
+        e.details = Some((name, "pods".into()));
+        return Err(e);
+    }
+    if req.param("dryRun").is_some() {
+        return Err(ApiError::bad_request("dryRun is not supported by podwarden"));
+    }
+    let bytes = serde_json::to_vec_pretty(&pod).map_err(|e| ApiError::internal(e.to_string()))?;
+    let applied = ctx.ops.apply(&bytes, &format!("pods/{name}"), Trust::Client).map_err(|e| op_error(e, &name))?;
+    let mut out = resources::pod_json(&applied.pod);
+    out["metadata"]["resourceVersion"] = json!(ctx.hub.resource_version().to_string());
+    Ok(Reply::json(201, &out))
+}
+
+fn delete_pod(ctx: &Ctx, req: &Request, ns: &str, name: &str) -> Res<Reply> {
+    let (_, items) = ctx.hub.list(Kind::Pods);
+    let found = items.iter().find(|v| {
+        v.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns)
+            && v.pointer("/metadata/name").and_then(Value::as_str) == Some(name)
+    });
+    let Some(pod) = found else { return Err(ApiError::not_found("pods", name)) };
+    if !resources::is_api_pod(pod) {
+        let file = pod.pointer("/metadata/annotations/podwarden.io~1config.file").and_then(Value::as_str).unwrap_or("");
+        return Err(ApiError::forbidden(format!(
+            "pods \"{name}\" is forbidden: a static pod (manifest {file}) cannot be deleted through the API: remove \
+             its manifest or use `podwarden delete pod {name} -n {ns}`"
+        )));
+    }
+    let body: Value = if req.body.is_empty() {
+        json!({})
+    } else {
+        serde_json::from_slice(&req.body)
+            .map_err(|e| ApiError::bad_request(format!("DeleteOptions is not JSON: {e}")))?
+    };
+    let grace = match req.int("gracePeriodSeconds")? {
+        Some(g) => Some(g),
+        None => body.get("gracePeriodSeconds").and_then(Value::as_i64),
+    };
+    ctx.ops.delete(ns, name, grace).map_err(|e| op_error(e, name))?;
+    let mut out = (**pod).clone();
+    out["metadata"]["deletionTimestamp"] = json!(crate::model::rfc3339(std::time::SystemTime::now()));
+    if let Some(g) = grace {
+        out["metadata"]["deletionGracePeriodSeconds"] = json!(g);
+    }
+    Ok(Reply::ok(&out))
+}
+
+fn nodes(ctx: &Ctx, user: &User, req: &Request, rest: &[&str]) -> Res<Reply> {
+    if req.method != "GET" {
+        return Err(ApiError::method_not_allowed(format!("{} is not supported on nodes by podwarden", req.method)));
+    }
+    if !ctx.authz.allows_somewhere(user, Right::Read) {
+        check(ctx, user, req, if rest.is_empty() { "list" } else { "get" }, "nodes", None, Right::Read)?;
+    }
+    let node = resources::node(&ctx.ops.parts, ctx.healthy_within);
+    let rv = ctx.hub.resource_version().to_string();
+    let name = &ctx.ops.parts.node_name;
+    match rest {
+        [] => {
+            let f = filter(req, &["metadata.name"])?;
+            let items: Vec<&Value> = [&node].into_iter().filter(|n| f.matches(n)).collect();
+            if req.flag("watch") {
+                return Err(ApiError::method_not_allowed("watching nodes is not supported by podwarden"));
+            }
+            if req.wants_table() {
+                return Ok(Reply::ok(&table::table(Printer::Nodes, items, &rv)));
+            }
+            Ok(Reply::ok(
+                &json!({"kind": "NodeList", "apiVersion": "v1", "metadata": {"resourceVersion": rv}, "items": items}),
+            ))
+        }
+        [n] if n == name => {
+            if req.wants_table() {
+                return Ok(Reply::ok(&table::table(Printer::Nodes, [&node], &rv)));
+            }
+            Ok(Reply::ok(&node))
+        }
+        [n] => Err(ApiError::not_found("nodes", n)),
+        _ => Err(ApiError::no_route()),
+    }
+}
+
+fn metrics(ctx: &Ctx, user: &User, req: &Request, rest: &[&str]) -> Res<Reply> {
+    let parts = &ctx.ops.parts;
+    let none_yet =
+        || ApiError::new(503, "ServiceUnavailable", "no resource metrics collected yet: try again in a few seconds");
+    let list = |kind: &str, items: Vec<Value>| json!({"kind": kind, "apiVersion": "metrics.k8s.io/v1beta1", "metadata": {}, "items": items});
+    let pods = |ns: Option<&str>, name: Option<&str>| -> Res<Vec<Value>> {
+        Ok(resources::pod_metrics(parts)
+            .ok_or_else(none_yet)?
+            .into_iter()
+            .filter(|p| ns_matches(p, ns) && name.is_none_or(|n| p["metadata"]["name"] == n))
+            .collect())
+    };
+    match rest {
+        ["pods"] => {
+            check(ctx, user, req, "list", "pods.metrics.k8s.io", None, Right::Read)?;
+            Ok(Reply::ok(&list("PodMetricsList", pods(None, None)?)))
+        }
+        ["namespaces", ns, "pods"] => {
+            check(ctx, user, req, "list", "pods.metrics.k8s.io", Some(ns), Right::Read)?;
+            Ok(Reply::ok(&list("PodMetricsList", pods(Some(ns), None)?)))
+        }
+        ["namespaces", ns, "pods", name] => {
+            check(ctx, user, req, "get", "pods.metrics.k8s.io", Some(ns), Right::Read)?;
+            pods(Some(ns), Some(name))?
+                .pop()
+                .map(|p| Reply::ok(&p))
+                .ok_or_else(|| ApiError::not_found("pods.metrics.k8s.io", name))
+        }
+        ["nodes"] | ["nodes", _] => {
+            if !ctx.authz.allows_somewhere(user, Right::Read) {
+                check(ctx, user, req, "list", "nodes.metrics.k8s.io", None, Right::Read)?;
+            }
+            let node = resources::node_metrics(parts).ok_or_else(none_yet)?;
+            match rest {
+                ["nodes"] => Ok(Reply::ok(&list("NodeMetricsList", vec![node]))),
+                [_, n] if *n == parts.node_name => Ok(Reply::ok(&node)),
+                [_, n] => Err(ApiError::not_found("nodes.metrics.k8s.io", n)),
+                _ => Err(ApiError::no_route()),
+            }
+        }
+        _ => Err(ApiError::no_route()),
+    }
+}
+
+/// One watch event's JSON line: the object, or a Table of its one row.
+fn event_line(event: &str, obj: &Value, printer: Option<Printer>) -> Vec<u8> {
+    let object = match printer {
+        Some(p) => {
+            table::table(p, [obj], obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or(""))
+        }
+        None => obj.clone(),
+    };
+    let mut line = serde_json::to_vec(&json!({"type": event, "object": object})).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+/// How long a watch without `timeoutSeconds` lasts (the API server picks
+/// 30–60 min; kubectl watches again).
+const DEFAULT_WATCH: Duration = Duration::from_secs(1800);
+
+fn watch_stream(ctx: &Ctx, req: &Request, r: Resource, ns: Option<&str>, f: Filter) -> Res<Reply> {
+    let from = match req.param("resourceVersion") {
+        None | Some("") => None,
+        Some(v) => Some(v.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {v:?}")))?),
+    };
+    let timeout =
+        req.int("timeoutSeconds")?.filter(|t| *t > 0).map_or(DEFAULT_WATCH, |t| Duration::from_secs(t as u64));
+    let sub = ctx.hub.watch(r.kind, from)?;
+    let printer = req.wants_table().then_some(r.printer);
+    let bookmarks = req.flag("allowWatchBookmarks");
+    let (ns, stop, hub) = (ns.map(str::to_string), ctx.stop.clone(), ctx.hub.clone());
+    let run = move |sink: &mut dyn ChunkSink| -> std::io::Result<()> {
+        let end = Instant::now() + timeout;
+        let visible = |v: &Value| ns_matches(v, ns.as_deref()) && f.matches(v);
+        let send = |sink: &mut dyn ChunkSink, c: &watch::Change| -> std::io::Result<()> {
+            let now = visible(&c.object);
+            let before = c.prev.as_deref().is_some_and(&visible);
+            let event = match (c.event, before, now) {
+                (watch::EventType::Deleted, _, true) => "DELETED",
+                (watch::EventType::Modified, true, false) => "DELETED",
+                (watch::EventType::Modified, false, true) => "ADDED",
+                (_, _, true) => c.event.as_str(),
+                _ => return Ok(()),
+            };
+            sink.chunk(&event_line(event, &c.object, printer))
+        };
+        for c in &sub.backlog {
+            send(sink, c)?;
+        }
+        let mut last_bookmark = Instant::now();
+        while Instant::now() < end && !stop.load(Ordering::SeqCst) {
+            match sub.next(Duration::from_secs(1)) {
+                Next::Change(c) => send(sink, &c)?,
+                Next::Expired => {
+                    let e = ApiError::expired("the watch fell too far behind: list again");
+                    let mut line =
+                        serde_json::to_vec(&json!({"type": "ERROR", "object": e.status()})).unwrap_or_default();
+                    line.push(b'\n');
+                    return sink.chunk(&line);
+                }
+                Next::Idle => {
+                    if sink.client_gone() {
+                        return Ok(());
+                    }
+                    if bookmarks && last_bookmark.elapsed() > Duration::from_secs(30) {
+                        last_bookmark = Instant::now();
+                        let rv = hub.resource_version().to_string();
+                        let kind = match r.kind {
+                            Kind::Pods => "Pod",
+                            Kind::Events => "Event",
+                            Kind::ConfigMaps => "ConfigMap",
+                            Kind::Secrets => "Secret",
+                            Kind::Namespaces => "Namespace",
+                        };
+                        let o = json!({"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": rv}});
+                        let mut line =
+                            serde_json::to_vec(&json!({"type": "BOOKMARK", "object": o})).unwrap_or_default();
+                        line.push(b'\n');
+                        sink.chunk(&line)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    };
+    Ok(Reply::Stream { content_type: "application/json", run: Box::new(run) })
+}

@@ -1,0 +1,379 @@
+//! The HTTPS server: one `kube-accept` thread, at most [`MAX_CONNS`]
+//! connections each on its own `kube-conn` thread (beyond that a new
+//! connection is closed at once), HTTP/1.1 only (ALPN `http/1.1`) with
+//! keep-alive. Each connection: TLS handshake and request head within
+//! [`HEAD_DEADLINE`], the head at most [`MAX_HEAD`], a body at most
+//! [`MAX_BODY`], an idle keep-alive connection closed after
+//! [`IDLE_DEADLINE`], every write bounded by [`WRITE_DEADLINE`] (a slow
+//! client ends its own connection). A connection thread blocks on its own
+//! client only. Client certificates are verified by rustls against the
+//! node CA (none is allowed: 401), then checked against the revocation
+//! list on every request.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use parking_lot::Mutex;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{ServerConfig, ServerConnection, StreamOwned};
+
+use super::authz::User;
+use super::ctx::Ctx;
+use super::pki::{self, ClientCert, Identity};
+use super::routes;
+use super::wire::{ApiError, ChunkSink, Reply, Request, split_target};
+
+pub const MAX_CONNS: usize = 64;
+pub const MAX_HEAD: usize = 32 << 10;
+pub const MAX_BODY: usize = 3 << 20;
+pub const HEAD_DEADLINE: Duration = Duration::from_secs(10);
+pub const IDLE_DEADLINE: Duration = Duration::from_secs(90);
+pub const WRITE_DEADLINE: Duration = Duration::from_secs(10);
+const MAX_HEADERS: usize = 64;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsSetupError {
+    #[error("the node CA or serving certificate is not usable: {0}")]
+    Certs(String),
+    #[error("TLS: {0}")]
+    Tls(#[from] rustls::Error),
+}
+
+/// The rustls server config: the serving certificate, client certificates
+/// from the node CA (optional), `http/1.1` only.
+pub fn tls_config(id: &Identity) -> Result<Arc<ServerConfig>, TlsSetupError> {
+    let bad = |what: &str| TlsSetupError::Certs(what.to_string());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from(pki::pem_der(&id.ca_pem).ok_or_else(|| bad("ca.crt is not PEM"))?))?;
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| TlsSetupError::Certs(e.to_string()))?;
+    let cert = CertificateDer::from(pki::pem_der(&id.serving_cert_pem).ok_or_else(|| bad("serving.crt is not PEM"))?);
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
+        pki::pem_der(&id.serving_key_pem).ok_or_else(|| bad("serving.key is not PEM"))?,
+    ));
+    let mut cfg = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(vec![cert], key)?;
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
+}
+
+/// The revocation list, read again when its file changes (checked on
+/// every request: a `podwarden kubeconfig --revoke` applies at once).
+pub struct Revoked {
+    path: PathBuf,
+    cached: Mutex<RevokedCache>,
+}
+
+/// The file's (modification time, length) when read, and its serials.
+type RevokedCache = (Option<(SystemTime, u64)>, std::collections::HashSet<String>);
+
+impl Revoked {
+    pub fn new(path: PathBuf) -> Self {
+        Revoked { path, cached: Mutex::new((None, Default::default())) }
+    }
+
+    pub fn contains(&self, serial: &str) -> bool {
+        let stamp =
+            std::fs::metadata(&self.path).ok().map(|m| (m.modified().unwrap_or(SystemTime::UNIX_EPOCH), m.len()));
+        let mut c = self.cached.lock();
+        if c.0 != stamp {
+            let text = match stamp {
+                Some((_, len)) if len <= 4 << 20 => std::fs::read_to_string(&self.path).unwrap_or_default(),
+                _ => String::new(),
+            };
+            *c = (stamp, pki::parse_revoked(&text));
+        }
+        c.1.contains(serial)
+    }
+}
+
+/// What every connection shares.
+pub struct Shared {
+    pub ctx: Ctx,
+    pub tls: Arc<ServerConfig>,
+    pub revoked: Revoked,
+    pub active: AtomicUsize,
+}
+
+/// The `kube-accept` loop until `stop`.
+pub fn accept_loop(listener: TcpListener, shared: Arc<Shared>, stop: Arc<AtomicBool>) {
+    for conn in listener.incoming() {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let Ok(conn) = conn else { continue };
+        if shared.active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNS {
+            shared.active.fetch_sub(1, Ordering::SeqCst);
+            static FULL: crate::base::logging::RateLimit =
+                crate::base::logging::RateLimit::new(Duration::from_secs(60));
+            if FULL.allow().is_some() {
+                log::warn!("Kubernetes API: {MAX_CONNS} connections open: closing a new one");
+            }
+            drop(conn);
+            continue;
+        }
+        let s = shared.clone();
+        let spawned = crate::base::thread::spawn("kube-conn", Some(crate::base::thread::WORKER_STACK), move || {
+            serve(&s, conn);
+            s.active.fetch_sub(1, Ordering::SeqCst);
+        });
+        if let Err(e) = spawned {
+            shared.active.fetch_sub(1, Ordering::SeqCst);
+            log::warn!("Kubernetes API: cannot start a connection thread: {e}");
+        }
+    }
+}
+
+type Tls = StreamOwned<ServerConnection, TcpStream>;
+
+fn serve(shared: &Shared, tcp: TcpStream) {
+    let _ = tcp.set_nodelay(true);
+    let _ = tcp.set_write_timeout(Some(WRITE_DEADLINE));
+    let Ok(conn) = ServerConnection::new(shared.tls.clone()) else { return };
+    let mut tls = StreamOwned::new(conn, tcp);
+    let start = Instant::now();
+    // the handshake, within the head's deadline
+    while tls.conn.is_handshaking() {
+        let left = HEAD_DEADLINE.saturating_sub(start.elapsed());
+        if left.is_zero() || tls.sock.set_read_timeout(Some(left)).is_err() {
+            return;
+        }
+        if tls.conn.complete_io(&mut tls.sock).is_err() {
+            return; // another CA's certificate, or not TLS
+        }
+    }
+    let user = identity(&tls);
+    let mut buf: Vec<u8> = Vec::new();
+    let mut first = true;
+    loop {
+        let req = match read_request(&mut tls, &mut buf, if first { Some(start) } else { None }) {
+            Ok(Some(r)) => r,
+            Ok(None) => return,
+            Err(e) => {
+                let _ = write_full(&mut tls, &e.reply(), false);
+                return;
+            }
+        };
+        first = false;
+        let user = match &user {
+            Some((cert, u)) if shared.revoked.contains(&cert.serial) => {
+                log::info!("Kubernetes API: refused revoked certificate {} of {}", cert.serial, u.name);
+                None
+            }
+            Some((_, u)) => Some(u.clone()),
+            None => None,
+        };
+        let close = req.header("connection").is_some_and(|c| c.eq_ignore_ascii_case("close"));
+        let head = req.method == "HEAD";
+        match routes::handle(&shared.ctx, user.as_ref(), &req) {
+            r @ Reply::Full { .. } => {
+                if write_full(&mut tls, &r, head).is_err() || close {
+                    return;
+                }
+            }
+            Reply::Stream { content_type, run } => {
+                let _ = write_stream(&mut tls, content_type, run);
+                return;
+            }
+            Reply::Upgrade(run) => {
+                // the handler owns the connection (and closes it) from here
+                let _ = run(tls);
+                return;
+            }
+        }
+    }
+}
+
+/// The verified client certificate's identity, if one was sent.
+fn identity(tls: &Tls) -> Option<(ClientCert, User)> {
+    let cert = tls.conn.peer_certificates()?.first()?;
+    let c = ClientCert::parse(cert)?;
+    let u = User { name: c.user.clone(), groups: c.groups.clone() };
+    Some((c, u))
+}
+
+/// Read one request: `Ok(None)` when the client closed or stayed idle.
+fn read_request(tls: &mut Tls, buf: &mut Vec<u8>, started: Option<Instant>) -> Result<Option<Request>, ApiError> {
+    let mut start = started;
+    loop {
+        if let Some(end) = find_head_end(buf) {
+            return parse(tls, buf, end, start.unwrap_or_else(Instant::now)).map(Some);
+        }
+        if buf.len() > MAX_HEAD {
+            return Err(ApiError::new(431, "RequestHeaderFieldsTooLarge", "the request head is over 32 KiB"));
+        }
+        // idle between requests, then the head's deadline from its first byte
+        let left = match start {
+            Some(s) => HEAD_DEADLINE.saturating_sub(s.elapsed()),
+            None => IDLE_DEADLINE,
+        };
+        if left.is_zero() || tls.sock.set_read_timeout(Some(left)).is_err() {
+            return Ok(None);
+        }
+        let mut chunk = [0u8; 8192];
+        match tls.read(&mut chunk) {
+            Ok(0) | Err(_) => return Ok(None),
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                start.get_or_insert_with(Instant::now);
+            }
+        }
+    }
+}
+
+fn find_head_end(buf: &[u8]) -> Option<usize> {
+    buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4)
+}
+
+fn parse(tls: &mut Tls, buf: &mut Vec<u8>, end: usize, start: Instant) -> Result<Request, ApiError> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut r = httparse::Request::new(&mut headers);
+    match r.parse(&buf[..end]) {
+        Ok(httparse::Status::Complete(_)) => {}
+        _ => return Err(ApiError::bad_request("malformed HTTP request")),
+    }
+    let (method, target) = (r.method.unwrap_or("").to_string(), r.path.unwrap_or("/").to_string());
+    let headers: Vec<(String, String)> = r
+        .headers
+        .iter()
+        .map(|h| (h.name.to_ascii_lowercase(), String::from_utf8_lossy(h.value).into_owned()))
+        .collect();
+    let get = |n: &str| headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
+    if get("transfer-encoding").is_some() {
+        return Err(ApiError::bad_request("chunked request bodies are not supported: send Content-Length"));
+    }
+    let len: usize = match get("content-length") {
+        None => 0,
+        Some(v) => v.trim().parse().map_err(|_| ApiError::bad_request(format!("bad Content-Length {v:?}")))?,
+    };
+    if len > MAX_BODY {
+        return Err(ApiError::new(413, "RequestEntityTooLarge", "the request body is over 3 MiB"));
+    }
+    buf.drain(..end);
+    while buf.len() < len {
+        let left = (HEAD_DEADLINE + Duration::from_secs(20)).saturating_sub(start.elapsed());
+        if left.is_zero() || tls.sock.set_read_timeout(Some(left)).is_err() {
+            return Err(ApiError::new(408, "Timeout", "the request body did not come in time"));
+        }
+        let mut chunk = vec![0u8; (len - buf.len()).min(65536)];
+        match tls.read(&mut chunk) {
+            Ok(0) | Err(_) => return Err(ApiError::new(408, "Timeout", "the request body did not come in time")),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let body: Vec<u8> = buf.drain(..len).collect();
+    let (path, query) = split_target(&target);
+    Ok(Request { method, path, query, headers, body })
+}
+
+fn reason(code: u16) -> &'static str {
+    match code {
+        200 => "OK",
+        201 => "Created",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        409 => "Conflict",
+        410 => "Gone",
+        413 => "Payload Too Large",
+        422 => "Unprocessable Entity",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        503 => "Service Unavailable",
+        _ => "Status",
+    }
+}
+
+fn write_full(tls: &mut Tls, r: &Reply, head: bool) -> std::io::Result<()> {
+    let Reply::Full { status, content_type, body } = r else { return Ok(()) };
+    let mut out = format!(
+        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-cache, private\r\n\r\n",
+        reason(*status),
+        body.len()
+    )
+    .into_bytes();
+    if !head {
+        out.extend_from_slice(body);
+    }
+    tls.write_all(&out)?;
+    tls.flush()
+}
+
+struct Chunks<'a> {
+    tls: &'a mut Tls,
+}
+
+impl ChunkSink for Chunks<'_> {
+    fn chunk(&mut self, data: &[u8]) -> std::io::Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let mut out = format!("{:x}\r\n", data.len()).into_bytes();
+        out.extend_from_slice(data);
+        out.extend_from_slice(b"\r\n");
+        self.tls.write_all(&out)?;
+        self.tls.flush()
+    }
+
+    fn client_gone(&mut self) -> bool {
+        let mut b = [0u8; 1];
+        if self.tls.sock.set_nonblocking(true).is_err() {
+            return true;
+        }
+        let r = self.tls.sock.peek(&mut b);
+        let _ = self.tls.sock.set_nonblocking(false);
+        match r {
+            Ok(_) => true, // closed (0), or sent something (a close_notify)
+            Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+        }
+    }
+}
+
+fn write_stream(tls: &mut Tls, content_type: &str, run: super::wire::Stream) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nTransfer-Encoding: chunked\r\nCache-Control: no-cache, private\r\n\r\n"
+    );
+    tls.write_all(head.as_bytes())?;
+    tls.flush()?;
+    let mut sink = Chunks { tls };
+    let r = run(&mut sink);
+    sink.tls.write_all(b"0\r\n\r\n")?;
+    sink.tls.flush()?;
+    sink.tls.conn.send_close_notify();
+    let _ = sink.tls.flush();
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_revocation_list_is_read_again_when_it_changes() {
+        let dir = std::env::temp_dir().join(format!("podwarden-revoked-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("revoked");
+        let r = Revoked::new(path.clone());
+        assert!(!r.contains("abc"), "no file: nothing revoked");
+        std::fs::write(&path, "# revoked\n00:AB:CD\n").unwrap();
+        assert!(r.contains("abcd"));
+        assert!(!r.contains("abc"));
+        std::fs::write(&path, "abcd\nabc\n").unwrap();
+        assert!(r.contains("abc"), "a rewrite is seen at once");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

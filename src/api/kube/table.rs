@@ -1,0 +1,386 @@
+//! `meta.k8s.io/v1` Tables as the API server prints its resources for
+//! `kubectl get`: the same columns (priority 1 for `-o wide`) and cells,
+//! each row with its object as `PartialObjectMetadata`. A pod's READY,
+//! STATUS and RESTARTS are [`view::pod_summary`]'s (the CLI's too).
+
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Value, json};
+
+use crate::api::view;
+
+/// A column: (name, type, priority, description).
+type Col = (&'static str, &'static str, u8, &'static str);
+
+const POD_COLUMNS: &[Col] = &[
+    ("Name", "string", 0, "Name must be unique within a namespace."),
+    ("Ready", "string", 0, "The aggregate readiness state of this pod for accepting traffic."),
+    ("Status", "string", 0, "The aggregate status of the containers in this pod."),
+    (
+        "Restarts",
+        "string",
+        0,
+        "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted.",
+    ),
+    ("Age", "string", 0, "CreationTimestamp is a timestamp representing the server time when this object was created."),
+    (
+        "IP",
+        "string",
+        1,
+        "IP address allocated to the pod. Routable at least within the cluster. Empty if not yet allocated.",
+    ),
+    ("Node", "string", 1, "NodeName indicates in which node this pod is scheduled."),
+    ("Nominated Node", "string", 1, "nominatedNodeName is set only when this pod preempts other pods on the node."),
+    ("Readiness Gates", "string", 1, "If specified, all readiness gates will be evaluated for pod readiness."),
+];
+
+const EVENT_COLUMNS: &[Col] = &[
+    ("Last Seen", "string", 0, "Time when this Event was last observed."),
+    ("Type", "string", 0, "Type of this event (Normal, Warning), new types could be added in the future."),
+    (
+        "Reason",
+        "string",
+        0,
+        "This should be a short, machine understandable string that gives the reason for the transition into the object's current status.",
+    ),
+    ("Object", "string", 0, "The object that this event is about."),
+    ("Subobject", "string", 1, "The subobject that this event is about."),
+    ("Source", "string", 1, "The component reporting this event."),
+    ("Message", "string", 0, "A human-readable description of the status of this operation."),
+    ("First Seen", "string", 1, "The time at which the event was first recorded."),
+    ("Count", "string", 1, "The number of times this event has occurred."),
+    ("Name", "string", 1, "Name must be unique within a namespace."),
+];
+
+const NODE_COLUMNS: &[Col] = &[
+    ("Name", "string", 0, "Name must be unique within a namespace."),
+    ("Status", "string", 0, "The status of the node"),
+    ("Roles", "string", 0, "The roles of the node"),
+    ("Age", "string", 0, "CreationTimestamp is a timestamp representing the server time when this object was created."),
+    ("Version", "string", 0, "Kubelet Version reported by the node."),
+    ("Internal-IP", "string", 1, "List of addresses reachable to the node."),
+    ("External-IP", "string", 1, "List of addresses reachable to the node."),
+    ("OS-Image", "string", 1, "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy))."),
+    ("Kernel-Version", "string", 1, "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64)."),
+    (
+        "Container-Runtime",
+        "string",
+        1,
+        "ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2).",
+    ),
+];
+
+const NAMESPACE_COLUMNS: &[Col] = &[
+    ("Name", "string", 0, "Name must be unique within a namespace."),
+    ("Status", "string", 0, "The status of the namespace"),
+    ("Age", "string", 0, "CreationTimestamp is a timestamp representing the server time when this object was created."),
+];
+
+const CONFIGMAP_COLUMNS: &[Col] = &[
+    ("Name", "string", 0, "Name must be unique within a namespace."),
+    ("Data", "string", 0, "Data contains the configuration data."),
+    ("Age", "string", 0, "CreationTimestamp is a timestamp representing the server time when this object was created."),
+];
+
+const SECRET_COLUMNS: &[Col] = &[
+    ("Name", "string", 0, "Name must be unique within a namespace."),
+    ("Type", "string", 0, "Used to facilitate programmatic handling of secret data."),
+    ("Data", "string", 0, "Data contains the secret data."),
+    ("Age", "string", 0, "CreationTimestamp is a timestamp representing the server time when this object was created."),
+];
+
+const DEFAULT_COLUMNS: &[Col] = &[
+    ("Name", "string", 0, "Name must be unique within a namespace."),
+    ("Age", "string", 0, "CreationTimestamp is a timestamp representing the server time when this object was created."),
+];
+
+/// The resources a Table is made for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Printer {
+    Pods,
+    Events,
+    Nodes,
+    Namespaces,
+    ConfigMaps,
+    Secrets,
+    Other,
+}
+
+fn columns(p: Printer) -> &'static [Col] {
+    match p {
+        Printer::Pods => POD_COLUMNS,
+        Printer::Events => EVENT_COLUMNS,
+        Printer::Nodes => NODE_COLUMNS,
+        Printer::Namespaces => NAMESPACE_COLUMNS,
+        Printer::ConfigMaps => CONFIGMAP_COLUMNS,
+        Printer::Secrets => SECRET_COLUMNS,
+        Printer::Other => DEFAULT_COLUMNS,
+    }
+}
+
+fn column_definitions(p: Printer) -> Value {
+    columns(p)
+        .iter()
+        .map(|(name, ty, priority, description)| {
+            let format = if *name == "Name" { "name" } else { "" };
+            json!({"name": name, "type": ty, "format": format, "description": description, "priority": priority})
+        })
+        .collect()
+}
+
+fn s<'a>(v: &'a Value, ptr: &str) -> &'a str {
+    v.pointer(ptr).and_then(Value::as_str).unwrap_or("")
+}
+
+fn or_none(x: &str) -> String {
+    if x.is_empty() { "<none>".into() } else { x.to_string() }
+}
+
+/// kubectl's age of an RFC 3339 time (`<unknown>` when unset).
+pub fn age_text(t: &str) -> String {
+    t.parse::<k8s_openapi::jiff::Timestamp>()
+        .ok()
+        .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time)
+        .as_ref()
+        .and_then(view::age_of)
+        .map_or_else(|| "<unknown>".into(), view::short_age)
+}
+
+/// A pod's cells.
+fn pod_cells(obj: &Value) -> Vec<Value> {
+    let Ok(pod) = serde_json::from_value::<Pod>(obj.clone()) else {
+        return vec![json!(s(obj, "/metadata/name"))];
+    };
+    let sum = view::pod_summary(&pod);
+    let restarts = match (&sum.last_restart, sum.restarts) {
+        (Some(t), n) if n > 0 => {
+            format!("{n} ({} ago)", view::age_of(t).map_or_else(|| "0s".into(), view::short_age))
+        }
+        (_, n) => n.to_string(),
+    };
+    let gates = pod.spec.as_ref().and_then(|s| s.readiness_gates.as_ref()).filter(|g| !g.is_empty());
+    let gates = match gates {
+        None => "<none>".to_string(),
+        Some(g) => {
+            let conds = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+            let ok = g
+                .iter()
+                .filter(|gate| {
+                    conds.is_some_and(|c| c.iter().any(|c| c.type_ == gate.condition_type && c.status == "True"))
+                })
+                .count();
+            format!("{ok}/{}", g.len())
+        }
+    };
+    vec![
+        json!(s(obj, "/metadata/name")),
+        json!(format!("{}/{}", sum.ready, sum.total)),
+        json!(sum.status),
+        json!(restarts),
+        json!(age_text(s(obj, "/metadata/creationTimestamp"))),
+        json!(or_none(s(obj, "/status/podIP"))),
+        json!(or_none(s(obj, "/spec/nodeName"))),
+        json!(or_none(s(obj, "/status/nominatedNodeName"))),
+        json!(gates),
+    ]
+}
+
+fn event_cells(obj: &Value) -> Vec<Value> {
+    let kind = s(obj, "/involvedObject/kind").to_lowercase();
+    let object = format!("{kind}/{}", s(obj, "/involvedObject/name"));
+    let source = match (s(obj, "/source/component"), s(obj, "/source/host")) {
+        (c, "") => c.to_string(),
+        (c, h) => format!("{c}, {h}"),
+    };
+    let count = obj.get("count").and_then(Value::as_i64).unwrap_or(1);
+    vec![
+        json!(age_text(s(obj, "/lastTimestamp"))),
+        json!(s(obj, "/type")),
+        json!(s(obj, "/reason")),
+        json!(object),
+        json!(s(obj, "/involvedObject/fieldPath")),
+        json!(source),
+        json!(s(obj, "/message").trim()),
+        json!(age_text(s(obj, "/firstTimestamp"))),
+        json!(count),
+        json!(s(obj, "/metadata/name")),
+    ]
+}
+
+fn node_cells(obj: &Value) -> Vec<Value> {
+    let conds = obj.pointer("/status/conditions").and_then(Value::as_array).cloned().unwrap_or_default();
+    let ready = conds.iter().find(|c| c["type"] == "Ready").map(|c| c["status"] == "True");
+    let mut status = match ready {
+        Some(true) => "Ready".to_string(),
+        Some(false) => "NotReady".to_string(),
+        None => "Unknown".to_string(),
+    };
+    if obj.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+        status.push_str(",SchedulingDisabled");
+    }
+    let addr = |t: &str| {
+        obj.pointer("/status/addresses")
+            .and_then(Value::as_array)
+            .and_then(|a| a.iter().find(|x| x["type"] == t))
+            .and_then(|x| x["address"].as_str())
+            .map_or_else(|| "<none>".to_string(), str::to_string)
+    };
+    let roles: Vec<String> = obj
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .map(|l| l.keys().filter_map(|k| k.strip_prefix("node-role.kubernetes.io/")).map(str::to_string).collect())
+        .unwrap_or_default();
+    vec![
+        json!(s(obj, "/metadata/name")),
+        json!(status),
+        json!(if roles.is_empty() { "<none>".to_string() } else { roles.join(",") }),
+        json!(age_text(s(obj, "/metadata/creationTimestamp"))),
+        json!(s(obj, "/status/nodeInfo/kubeletVersion")),
+        json!(addr("InternalIP")),
+        json!(addr("ExternalIP")),
+        json!(s(obj, "/status/nodeInfo/osImage")),
+        json!(s(obj, "/status/nodeInfo/kernelVersion")),
+        json!(s(obj, "/status/nodeInfo/containerRuntimeVersion")),
+    ]
+}
+
+fn data_count(obj: &Value) -> usize {
+    let n = |k: &str| obj.get(k).and_then(Value::as_object).map_or(0, |m| m.len());
+    n("data") + n("binaryData")
+}
+
+/// One object's cells for `p`.
+pub fn cells(p: Printer, obj: &Value) -> Vec<Value> {
+    let name = json!(s(obj, "/metadata/name"));
+    let age = json!(age_text(s(obj, "/metadata/creationTimestamp")));
+    match p {
+        Printer::Pods => pod_cells(obj),
+        Printer::Events => event_cells(obj),
+        Printer::Nodes => node_cells(obj),
+        Printer::Namespaces => vec![name, json!(s(obj, "/status/phase")), age],
+        Printer::ConfigMaps => vec![name, json!(data_count(obj)), age],
+        Printer::Secrets => vec![name, json!(s(obj, "/type")), json!(data_count(obj)), age],
+        Printer::Other => vec![name, age],
+    }
+}
+
+/// An object's metadata as `PartialObjectMetadata`.
+pub fn partial(obj: &Value) -> Value {
+    json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({})),
+    })
+}
+
+/// A Table of `objects` at `resource_version`.
+pub fn table<'a>(p: Printer, objects: impl IntoIterator<Item = &'a Value>, resource_version: &str) -> Value {
+    let rows: Vec<Value> = objects.into_iter().map(|o| json!({"cells": cells(p, o), "object": partial(o)})).collect();
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": resource_version},
+        "columnDefinitions": column_definitions(p),
+        "rows": rows,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(v: Value) -> Value {
+        let mut base = json!({"metadata": {"name": "web", "namespace": "default",
+            "creationTimestamp": "2020-01-01T00:00:00Z"}, "spec": {"containers": [{"name": "a"}], "nodeName": "n1"}});
+        for (k, x) in v.as_object().unwrap() {
+            base[k] = x.clone();
+        }
+        base
+    }
+
+    #[test]
+    fn pod_rows_have_the_api_servers_columns_and_cells() {
+        let p = pod(json!({"status": {"phase": "Running", "podIP": "10.0.0.5", "containerStatuses": [
+            {"name": "a", "ready": true, "restartCount": 0, "image": "i", "imageID": "", "state": {"running": {}}}]}}));
+        let t = table(Printer::Pods, [&p], "7");
+        let names: Vec<&str> =
+            t["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            ["Name", "Ready", "Status", "Restarts", "Age", "IP", "Node", "Nominated Node", "Readiness Gates"]
+        );
+        let wide: Vec<i64> =
+            t["columnDefinitions"].as_array().unwrap().iter().map(|c| c["priority"].as_i64().unwrap()).collect();
+        assert_eq!(wide, [0, 0, 0, 0, 0, 1, 1, 1, 1]);
+        let row = &t["rows"][0];
+        let c = row["cells"].as_array().unwrap();
+        assert_eq!(c[0..4].to_vec(), [json!("web"), json!("1/1"), json!("Running"), json!("0")]);
+        assert!(row["cells"][4].as_str().unwrap().ends_with('d') || row["cells"][4].as_str().unwrap().ends_with('y'));
+        assert_eq!(row["cells"][5], "10.0.0.5");
+        assert_eq!(row["cells"][6], "n1");
+        assert_eq!(row["cells"][7], "<none>");
+        assert_eq!(row["object"]["kind"], "PartialObjectMetadata");
+        assert_eq!(row["object"]["metadata"]["namespace"], "default");
+        assert_eq!(t["metadata"]["resourceVersion"], "7");
+    }
+
+    #[test]
+    fn pod_status_cells_follow_kubectls_printer() {
+        let cases = [
+            (
+                json!({"status": {"phase": "Pending", "initContainerStatuses": [
+                {"name": "i1", "ready": false, "restartCount": 0, "image": "", "imageID": "", "state": {"waiting": {"reason": "PodInitializing"}}}]}}),
+                "Init:0/2",
+            ),
+            (
+                json!({"status": {"phase": "Running", "containerStatuses": [
+                {"name": "a", "ready": false, "restartCount": 5, "image": "", "imageID": "",
+                 "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                 "lastState": {"terminated": {"exitCode": 1, "finishedAt": "2020-01-01T00:00:00Z"}}}]}}),
+                "CrashLoopBackOff",
+            ),
+            (
+                json!({"status": {"phase": "Succeeded", "containerStatuses": [
+                {"name": "a", "ready": false, "restartCount": 0, "image": "", "imageID": "",
+                 "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}}),
+                "Completed",
+            ),
+            (
+                json!({"metadata": {"name": "web", "deletionTimestamp": "2020-01-01T00:00:00Z"}, "status": {"phase": "Running"}}),
+                "Terminating",
+            ),
+        ];
+        for (i, (v, want)) in cases.into_iter().enumerate() {
+            let mut p = pod(v);
+            if i == 0 {
+                p["spec"]["initContainers"] = json!([{"name": "i1"}, {"name": "i2"}]);
+            }
+            let c = cells(Printer::Pods, &p);
+            assert_eq!(c[2], want, "case {i}: {c:?}");
+            if i == 1 {
+                let r = c[3].as_str().unwrap();
+                assert!(r.starts_with("5 (") && r.ends_with(" ago)"), "{r}");
+            }
+        }
+    }
+
+    #[test]
+    fn other_printers() {
+        let ev = json!({"metadata": {"name": "web.1"}, "type": "Normal", "reason": "Started", "message": "Started container a",
+            "involvedObject": {"kind": "Pod", "name": "web", "fieldPath": "spec.containers{a}"}, "count": 2,
+            "source": {"component": "kubelet", "host": "n1"}});
+        let c = cells(Printer::Events, &ev);
+        let c = c.as_slice();
+        assert_eq!(
+            c[1..5].to_vec(),
+            [json!("Normal"), json!("Started"), json!("pod/web"), json!("spec.containers{a}")]
+        );
+        assert_eq!(c[5], "kubelet, n1");
+        let node = json!({"metadata": {"name": "n1"}, "status": {"conditions": [{"type": "Ready", "status": "True"}],
+            "addresses": [{"type": "InternalIP", "address": "10.1.1.1"}], "nodeInfo": {"kubeletVersion": "v1.33.0"}}});
+        let c = cells(Printer::Nodes, &node);
+        assert_eq!(c[0..3].to_vec(), [json!("n1"), json!("Ready"), json!("<none>")]);
+        assert_eq!((c[4].clone(), c[5].clone(), c[6].clone()), (json!("v1.33.0"), json!("10.1.1.1"), json!("<none>")));
+        let sec = json!({"metadata": {"name": "s"}, "type": "Opaque", "data": {"a": "", "b": ""}});
+        assert_eq!(cells(Printer::Secrets, &sec)[1..3].to_vec(), [json!("Opaque"), json!(2)]);
+    }
+}

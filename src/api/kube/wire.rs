@@ -1,0 +1,266 @@
+//! The Kubernetes API's requests and answers as the handlers see them: a
+//! parsed request ([`Request`]), an answer ([`Reply`]: whole, or a chunked
+//! stream written by a closure on the connection's thread) and the API
+//! server's errors ([`ApiError`], a `meta/v1 Status`).
+
+use serde_json::{Value, json};
+
+/// A parsed request (head and a bounded body).
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    pub method: String,
+    /// The path, percent-decoded, without the query.
+    pub path: String,
+    /// The query's pairs, percent-decoded, in order.
+    pub query: Vec<(String, String)>,
+    /// Header names lowercased.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Request {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// The last value of query parameter `name`.
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.query.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// A boolean parameter (`follow`, `follow=true`, `watch=1`).
+    pub fn flag(&self, name: &str) -> bool {
+        self.param(name).is_some_and(|v| matches!(v, "" | "true" | "1" | "True"))
+    }
+
+    /// An integer parameter; a bad one is a 400 naming it.
+    pub fn int(&self, name: &str) -> Result<Option<i64>, ApiError> {
+        match self.param(name) {
+            None | Some("") => Ok(None),
+            Some(v) => v.parse().map(Some).map_err(|_| {
+                ApiError::bad_request(format!("invalid value {v:?} for query parameter {name}: expected an integer"))
+            }),
+        }
+    }
+
+    /// The client asked for a `meta.k8s.io/v1` Table.
+    pub fn wants_table(&self) -> bool {
+        self.header("accept").is_some_and(|a| {
+            a.split(',').any(|m| {
+                let m: Vec<&str> = m.split(';').map(str::trim).collect();
+                m.contains(&"as=Table") && (m.contains(&"v=v1") || m.contains(&"v=v1beta1"))
+            })
+        })
+    }
+}
+
+/// Split `target` into its decoded path and query pairs.
+pub fn split_target(target: &str) -> (String, Vec<(String, String)>) {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let pairs = query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect();
+    (percent_decode(path), pairs)
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' if i + 2 < b.len() => {
+                match u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("zz"), 16) {
+                    Ok(v) => {
+                        out.push(v);
+                        i += 3;
+                        continue;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Writes a streamed answer's chunks (the connection's chunked encoding).
+pub trait ChunkSink {
+    /// Send one chunk now (flushed); an error ends the stream.
+    fn chunk(&mut self, data: &[u8]) -> std::io::Result<()>;
+    /// The client went away or sent something (a streamed answer checks
+    /// between chunks).
+    fn client_gone(&mut self) -> bool;
+}
+
+/// A streamed answer: runs on the connection's own thread.
+pub type Stream = Box<dyn FnOnce(&mut dyn ChunkSink) -> std::io::Result<()> + Send>;
+
+/// The connection itself, for a protocol upgrade (the TLS stream: reads
+/// and writes carry the connection's deadlines).
+pub trait Duplex: std::io::Read + std::io::Write {}
+
+impl<T: std::io::Read + std::io::Write> Duplex for T {}
+
+/// The connection an upgrade takes over: the TLS stream itself.
+pub type Conn = rustls::StreamOwned<rustls::ServerConnection, std::net::TcpStream>;
+
+/// An upgraded connection's handler: it writes its own `101` head and
+/// owns the connection until it returns (the connection is closed then).
+pub type Upgrade = Box<dyn FnOnce(Conn) -> std::io::Result<()> + Send>;
+
+/// An answer.
+pub enum Reply {
+    Full {
+        status: u16,
+        content_type: &'static str,
+        body: Vec<u8>,
+    },
+    Stream {
+        content_type: &'static str,
+        run: Stream,
+    },
+    /// A protocol upgrade (exec, attach, port-forward: the streaming hook).
+    Upgrade(Upgrade),
+}
+
+impl Reply {
+    pub fn json(status: u16, v: &Value) -> Reply {
+        Reply::Full { status, content_type: "application/json", body: serde_json::to_vec(v).unwrap_or_default() }
+    }
+
+    pub fn ok(v: &Value) -> Reply {
+        Reply::json(200, v)
+    }
+}
+
+impl std::fmt::Debug for Reply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reply::Full { status, body, .. } => write!(f, "Full({status}, {} bytes)", body.len()),
+            Reply::Stream { content_type, .. } => write!(f, "Stream({content_type})"),
+            Reply::Upgrade(_) => f.write_str("Upgrade"),
+        }
+    }
+}
+
+/// An API error: a `meta/v1 Status` with its HTTP code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code} {reason}: {message}")]
+pub struct ApiError {
+    pub code: u16,
+    pub reason: &'static str,
+    pub message: String,
+    /// `details` (name, kind, group) when the API server gives them.
+    pub details: Option<(String, String)>,
+}
+
+impl ApiError {
+    pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        ApiError { code, reason, message: message.into(), details: None }
+    }
+    pub fn bad_request(m: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", m)
+    }
+    pub fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized")
+    }
+    pub fn forbidden(m: impl Into<String>) -> Self {
+        Self::new(403, "Forbidden", m)
+    }
+    /// `pods "web" not found`, with details.
+    pub fn not_found(resource: &str, name: &str) -> Self {
+        let mut e = Self::new(404, "NotFound", format!("{resource} \"{name}\" not found"));
+        e.details = Some((name.to_string(), resource.to_string()));
+        e
+    }
+    /// A path nothing serves.
+    pub fn no_route() -> Self {
+        Self::new(404, "NotFound", "the server could not find the requested resource")
+    }
+    pub fn method_not_allowed(m: impl Into<String>) -> Self {
+        Self::new(405, "MethodNotAllowed", m)
+    }
+    pub fn expired(m: impl Into<String>) -> Self {
+        Self::new(410, "Expired", m)
+    }
+    pub fn not_implemented(m: impl Into<String>) -> Self {
+        Self::new(501, "NotImplemented", m)
+    }
+    pub fn internal(m: impl Into<String>) -> Self {
+        Self::new(500, "InternalError", m)
+    }
+    pub fn too_many() -> Self {
+        Self::new(429, "TooManyRequests", "too many requests: the node's API serves a bounded number of connections")
+    }
+
+    /// The `Status` object.
+    pub fn status(&self) -> Value {
+        let mut v = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        });
+        if let Some((name, kind)) = &self.details {
+            v["details"] = json!({"name": name, "kind": kind});
+        }
+        v
+    }
+
+    pub fn reply(&self) -> Reply {
+        Reply::json(self.code, &self.status())
+    }
+}
+
+/// A handler's result.
+pub type Res<T> = Result<T, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_split_and_decode() {
+        let (p, q) = split_target("/api/v1/pods?labelSelector=app%3Dweb&watch&fieldSelector=a+b");
+        assert_eq!(p, "/api/v1/pods");
+        assert_eq!(
+            q,
+            vec![
+                ("labelSelector".into(), "app=web".into()),
+                ("watch".into(), String::new()),
+                ("fieldSelector".into(), "a b".into())
+            ]
+        );
+        assert_eq!(split_target("/x%zz%4").0, "/x%zz%4");
+    }
+
+    #[test]
+    fn table_accept_headers_are_recognized() {
+        let mut r = Request::default();
+        r.headers.push(("accept".into(), "application/json;as=Table;v=v1;g=meta.k8s.io,application/json".into()));
+        assert!(r.wants_table());
+        r.headers[0].1 = "application/vnd.kubernetes.protobuf,application/json".into();
+        assert!(!r.wants_table());
+    }
+
+    #[test]
+    fn errors_are_statuses() {
+        let s = ApiError::not_found("pods", "web").status();
+        assert_eq!(s["reason"], "NotFound");
+        assert_eq!(s["code"], 404);
+        assert_eq!(s["message"], "pods \"web\" not found");
+        assert_eq!(s["details"]["name"], "web");
+    }
+}
