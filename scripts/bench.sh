@@ -13,6 +13,9 @@
 #   scripts/bench.sh unattended a container writing 1 GiB of log: bytes on disk after and at most; RSS and
 #                              CPU with 110 pods; eviction reaction; garbage collection of 20 images
 #                              (private containerd; the release binary; busybox is imported again after)
+#   scripts/bench.sh reactions an init chain's steps and sidecar to main (containerd's times, 10 rounds), a
+#                              deleted pod gone after its exit, CPU with 110 pods with events and without,
+#                              RSS (private containerd; the release binary)
 #   scripts/bench.sh machine   a Debian 12 VM (systemd, cgroup v2): boot; pod start with the cgroupfs and the
 #                              systemd drivers (median of 10 each); a real reboot with pods: lock released
 #                              after the last pod exit, power-off after the slowest pod (the release .deb)
@@ -63,6 +66,11 @@ case "$name" in
     PODWARDEN_BIN="$PWD/target/release/podwarden" cargo bench --bench unattended --quiet 2>/dev/null | tail -n 9
     scripts/e2e-env.sh up >/dev/null
     ;;
+  reactions)
+    scripts/e2e-env.sh up >/dev/null
+    cargo build --release --bin podwarden --quiet
+    PODWARDEN_BIN="$PWD/target/release/podwarden" cargo bench --bench reactions --quiet 2>/dev/null | tail -n 5
+    ;;
   machine)
     scripts/e2e-env.sh up >/dev/null
     scripts/vm-env.sh build
@@ -74,7 +82,7 @@ case "$name" in
     cargo bench --profile ci --bench hostile --quiet 2>/dev/null | tail -n 1
     ;;
   *)
-    echo "usage: scripts/bench.sh core|start|shutdown|footprint|config|probes|isolation|unattended|machine|hostile" >&2
+    echo "usage: scripts/bench.sh core|start|shutdown|footprint|config|probes|isolation|unattended|reactions|machine|hostile" >&2
     exit 2
     ;;
 esac
