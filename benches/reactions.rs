@@ -111,8 +111,7 @@ fn init_chain(cri: &CriRuntime, out: &mut BTreeMap<&'static str, f64>) {
 
 fn exit_to_gone(cri: &CriRuntime, out: &mut BTreeMap<&'static str, f64>) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let agent =
-        Agent::start("reactions", &format!("readOnlyPort: {port}\nsyncFrequency: 60s\n"), Stdio::inherit());
+    let agent = Agent::start("reactions", &format!("readOnlyPort: {port}\nsyncFrequency: 60s\n"), Stdio::inherit());
     // this bench's own subscription to containerd's events: when each
     // container exited
     let exits: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
