@@ -410,3 +410,72 @@ fn kubectl_exec_cp_and_port_forward_through_the_relay() {
     }
     a.clean_up(&[&uid]);
 }
+
+/// Default `kubectl apply` (strict validation, client-side: the OpenAPI
+/// documents, then POST and a strategic merge patch), `apply
+/// --server-side`, and `kubectl patch`, on 1.27 (OpenAPI v2 protobuf) and
+/// 1.33 (v3): an unknown field is refused by name; a changed image
+/// replaces the pod; a static pod is not patched.
+#[test]
+fn kubectl_apply_and_patch_with_strict_validation() {
+    let _serial = SERIAL.lock();
+    let a = Agent::start_with("kubectl-apply", "", &[]);
+    let admin = kubeconfig(&a, "admin.yaml", &[]);
+    for v in VERSIONS {
+        let name = format!("ap{}", v.replace('.', ""));
+        let file = a.dir.0.join(format!("{name}.yaml"));
+        std::fs::write(&file, pod_yaml(&name, "", COUNTER)).unwrap();
+        let f = file.to_str().unwrap();
+        assert_eq!(ok(&a, v, &admin, &["apply", "-f", f]), format!("pod/{name} created\n"), "{v}");
+        let uid = a.uid(&name);
+        wait_for("running", Duration::from_secs(30), || a.running(&uid) == 1);
+        // an unknown field: refused by name, nothing changed
+        let bad = a.dir.0.join(format!("{name}-bad.yaml"));
+        std::fs::write(&bad, pod_yaml(&name, "  foo: 1\n", COUNTER)).unwrap();
+        let (code, _, err) = kubectl(&a, v, &admin, &["apply", "-f", bad.to_str().unwrap()]);
+        assert_ne!(code, 0, "{v}: an unknown field is refused");
+        assert!(err.contains("foo"), "{v}: the refusal names the field: {err}");
+        // a label through a strategic merge patch (client-side apply)
+        let labelled =
+            pod_yaml(&name, "", COUNTER).replace("  namespace: e2e\n", "  namespace: e2e\n  labels: {tier: web}\n");
+        std::fs::write(&file, labelled).unwrap();
+        assert_eq!(ok(&a, v, &admin, &["apply", "-f", f]), format!("pod/{name} configured\n"), "{v}");
+        wait_for("the label shows", Duration::from_secs(20), || {
+            ok(&a, v, &admin, &["get", "pods", "-n", "e2e", "-l", "tier=web", "-o", "name"]).contains(&name)
+        });
+        // kubectl patch (merge)
+        ok(
+            &a,
+            v,
+            &admin,
+            &["patch", "-n", "e2e", "pod", &name, "--type=merge", "-p", r#"{"metadata":{"labels":{"patched":"yes"}}}"#],
+        );
+        wait_for("the patch shows", Duration::from_secs(20), || {
+            ok(&a, v, &admin, &["get", "pods", "-n", "e2e", "-l", "patched=yes", "-o", "name"]).contains(&name)
+        });
+        // server-side apply
+        let ss = a.dir.0.join(format!("{name}-ss.yaml"));
+        std::fs::write(&ss, pod_yaml(&format!("{name}-ss"), "", COUNTER)).unwrap();
+        let out = ok(&a, v, &admin, &["apply", "--server-side", "-f", ss.to_str().unwrap()]);
+        assert!(out.contains("serverside-applied"), "{v}: {out}");
+    }
+    // a static pod is not patched through the API
+    a.write("static.yaml", &pod_yaml("static", "", COUNTER));
+    let st = a.uid("static");
+    wait_for("static running", Duration::from_secs(30), || a.running(&st) == 1);
+    let (code, _, err) = kubectl(
+        &a,
+        "1.33",
+        &admin,
+        &["patch", "-n", "e2e", "pod", "static", "--type=merge", "-p", r#"{"metadata":{"labels":{"x":"y"}}}"#],
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("Forbidden") || err.contains("forbidden"), "{err}");
+    // the UIDs change with each edit: clean up by what containerd holds
+    for e in std::fs::read_dir(a.manifests()).unwrap().flatten() {
+        let _ = std::fs::remove_file(e.path());
+    }
+    wait_for("every pod gone", Duration::from_secs(60), || {
+        a.cri.list_pods(&call()).unwrap().iter().all(|p| p.sandboxes.is_empty())
+    });
+}

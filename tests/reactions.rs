@@ -69,8 +69,8 @@ fn each_step_of_an_init_chain_follows_at_once_with_containerd_events() {
     assert!(total < 1200.0, "four steps took {total} ms (the relist alone takes about 500 ms each): {s:?}");
     let m = metrics(&a);
     assert!(metric(&m, "podwarden_runtime_events_total").unwrap() >= 8.0, "{m}");
-    assert_eq!(metric(&m, "kubelet_evented_pleg_connection_success_count"), Some(1.0));
-    assert_eq!(metric(&m, "kubelet_evented_pleg_connection_error_count"), Some(0.0));
+    assert_eq!(metric(&m, "podwarden_runtime_event_stream_opens_total"), Some(1.0));
+    assert_eq!(metric(&m, "podwarden_runtime_event_stream_breaks_total"), Some(0.0));
     a.clean_up(&[&uid]);
 }
 
@@ -105,13 +105,13 @@ fn the_event_stream_is_opened_again_after_containerd_restarts() {
     let _serial = SERIAL.lock();
     let mut a = Agent::start_with("react-restart", "syncFrequency: 60s\n", &[]);
     wait_for("the event stream open", Duration::from_secs(10), || {
-        metric(&metrics(&a), "kubelet_evented_pleg_connection_success_count") == Some(1.0)
+        metric(&metrics(&a), "podwarden_runtime_event_stream_opens_total") == Some(1.0)
     });
     let pid = containerd_pid();
     podwarden::sys::kill(pid, libc::SIGKILL).unwrap();
     wait_for("containerd gone", Duration::from_secs(10), || podwarden::sys::kill(pid, 0).is_err());
     wait_for("the break counted", Duration::from_secs(10), || {
-        metric(&metrics(&a), "kubelet_evented_pleg_connection_error_count").is_some_and(|n| n >= 1.0)
+        metric(&metrics(&a), "podwarden_runtime_event_stream_breaks_total").is_some_and(|n| n >= 1.0)
     });
     assert_eq!(metric(&metrics(&a), "podwarden_runtime_event_stream_open"), Some(0.0));
     // in a session of its own: the restarted containerd is shared and must
@@ -120,7 +120,7 @@ fn the_event_stream_is_opened_again_after_containerd_restarts() {
     assert!(out.status.success(), "restarting containerd: {}", String::from_utf8_lossy(&out.stderr));
     wait_for("the stream open again", Duration::from_secs(40), || {
         let m = metrics(&a);
-        metric(&m, "kubelet_evented_pleg_connection_success_count").is_some_and(|n| n >= 2.0)
+        metric(&m, "podwarden_runtime_event_stream_opens_total").is_some_and(|n| n >= 2.0)
             && metric(&m, "podwarden_runtime_event_stream_open{source=\"containerd\"}") == Some(1.0)
     });
     a.cri = cri();

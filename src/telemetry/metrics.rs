@@ -114,7 +114,7 @@ pub struct Metrics {
     /// `kubelet_credential_provider_plugin_errors{plugin_name}`.
     credential_plugins: Mutex<BTreeMap<String, (Histogram, u64)>>,
     /// The runtime's event stream (the `runtime-events` thread writes it):
-    /// `kubelet_evented_pleg_connection_{success,error}_count`,
+    /// `podwarden_runtime_event_stream_{opens,breaks}_total`,
     /// `podwarden_runtime_event_stream_open`, `podwarden_runtime_events_total`.
     pub runtime_events: std::sync::Arc<crate::runtime::events::StreamState>,
 }
@@ -585,15 +585,15 @@ const FAMILIES: &[Family] = &[
         },
     },
     Family {
-        name: "kubelet_evented_pleg_connection_success_count",
+        name: "podwarden_runtime_event_stream_opens_total",
         kind: COUNTER,
-        help: "The number of times the runtime's container event stream was opened (the first time included).",
+        help: "The number of times the runtime's container event stream was opened (the first time included; the kubelet counts the same as kubelet_evented_pleg_connection_success_count).",
         series: |out, name, s| sample(out, name, "", s.runtime_events.0),
     },
     Family {
-        name: "kubelet_evented_pleg_connection_error_count",
+        name: "podwarden_runtime_event_stream_breaks_total",
         kind: COUNTER,
-        help: "The number of times the runtime's container event stream broke or could not be opened.",
+        help: "The number of times the runtime's container event stream broke or could not be opened (the kubelet: kubelet_evented_pleg_connection_error_count).",
         series: |out, name, s| sample(out, name, "", s.runtime_events.1),
     },
     Family {
@@ -767,8 +767,8 @@ mod tests {
                 "# TYPE podwarden_emptydir_limit_bytes gauge",
                 "# TYPE prober_probe_total counter",
                 "# TYPE prober_probe_duration_seconds histogram",
-                "# TYPE kubelet_evented_pleg_connection_success_count counter",
-                "# TYPE kubelet_evented_pleg_connection_error_count counter",
+                "# TYPE podwarden_runtime_event_stream_opens_total counter",
+                "# TYPE podwarden_runtime_event_stream_breaks_total counter",
                 "# TYPE podwarden_runtime_events_total counter",
                 "# TYPE podwarden_runtime_event_stream_open gauge",
             ]
@@ -820,8 +820,8 @@ mod tests {
                 "prober_probe_total{container=\"c\",namespace=\"n\",pod=\"p\",probe_type=\"Readiness\",pod_uid=\"u\",result=\"failed\"} 1",
                 "prober_probe_duration_seconds_sum{container=\"c\",namespace=\"n\",pod=\"p\",probe_type=\"Liveness\"} 0.01",
                 "prober_probe_duration_seconds_count{container=\"c\",namespace=\"n\",pod=\"p\",probe_type=\"Liveness\"} 1",
-                "kubelet_evented_pleg_connection_success_count 0",
-                "kubelet_evented_pleg_connection_error_count 0",
+                "podwarden_runtime_event_stream_opens_total 0",
+                "podwarden_runtime_event_stream_breaks_total 0",
                 "podwarden_runtime_events_total 0",
                 "podwarden_runtime_event_stream_open 0",
             ]

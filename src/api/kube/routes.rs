@@ -135,6 +135,22 @@ fn route(ctx: &Ctx, user: &User, req: &Request) -> Res<Reply> {
             Ok(Reply::Full { status: 200, content_type: "text/plain", body: b"ok".to_vec() })
         }
         (_, ["version"]) if get => Ok(Reply::ok(&discovery::version())),
+        // what kubectl's strict apply and explain read (1.27/1.28: v2 as
+        // protobuf, served as octet-stream: Go's mime parser refuses the
+        // `@` of the protobuf type; 1.29+: v3)
+        (_, ["openapi", "v2"] | ["swagger-2.0.0.pb-v1"]) if get => Ok(Reply::Full {
+            status: 200,
+            content_type: "application/octet-stream",
+            body: crate::api::kube::openapi::v2_protobuf(),
+        }),
+        (_, ["openapi", "v3"]) if get => Ok(Reply::Full {
+            status: 200,
+            content_type: "application/json",
+            body: crate::api::kube::openapi::v3_index(),
+        }),
+        (_, ["openapi", "v3", rest @ ..]) if get => crate::api::kube::openapi::v3_doc(&rest.join("/"))
+            .map(|body| Reply::Full { status: 200, content_type: "application/json", body })
+            .ok_or_else(ApiError::no_route),
         (_, ["api"]) if get => Ok(Reply::ok(&discovery::core_versions(&ctx.server_address))),
         (_, ["apis"]) if get => Ok(Reply::ok(&discovery::groups())),
         (_, ["api", v]) if get => discovery::resources("", v).map(|v| Reply::ok(&v)).ok_or_else(ApiError::no_route),
@@ -244,10 +260,76 @@ fn reason_of(code: u16) -> &'static str {
     }
 }
 
-/// PATCH of an object: the hook the patch semantics fill
-/// (`api::kube::patch`); authorization is done.
-pub fn patch(_ctx: &Ctx, _user: &User, _req: &Request, r: &str, ns: &str, name: &str) -> Reply {
-    ApiError::not_implemented(format!("PATCH of {r} {ns}/{name}: not implemented yet")).reply()
+/// PATCH of a pod (authorization is done): strategic merge, merge or JSON
+/// patch, or server-side apply (`api::kube::patch`, `api::kube::ssa`),
+/// checked by the request's `fieldValidation`; the patched pod is a new
+/// version of its manifest, written as `podwarden apply` writes it (the
+/// pod is replaced). Static pods are not patched through the API.
+pub fn patch(ctx: &Ctx, _user: &User, req: &Request, r: &str, ns: &str, name: &str) -> Reply {
+    match patch_pod(ctx, req, r, ns, name) {
+        Ok(reply) => reply,
+        Err(e) => e.reply(),
+    }
+}
+
+fn status_error(e: crate::api::kube::write::StatusError) -> Reply {
+    Reply::json(e.code, &e.to_status())
+}
+
+fn patch_pod(ctx: &Ctx, req: &Request, r: &str, ns: &str, name: &str) -> Res<Reply> {
+    use crate::api::kube::{patch, ssa, write};
+    let (_, items) = ctx.hub.list(Kind::Pods);
+    let live = items.iter().find(|v| {
+        v.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns)
+            && v.pointer("/metadata/name").and_then(Value::as_str) == Some(name)
+    });
+    let query: String =
+        req.query.iter().map(|(k, v)| format!("{}={}", encode(k), encode(v))).collect::<Vec<_>>().join("&");
+    let now = crate::model::rfc3339(std::time::SystemTime::now());
+    let params = match write::Params::from_query(&query, &now) {
+        Ok(p) => p,
+        Err(e) => return Ok(status_error(e)),
+    };
+    let ct = req.header("content-type").unwrap_or("");
+    let is_apply = ct.starts_with("application/apply-patch");
+    if let Some(pod) = live
+        && !resources::is_api_pod(pod)
+    {
+        let file = pod.pointer("/metadata/annotations/podwarden.io~1config.file").and_then(Value::as_str).unwrap_or("");
+        return Err(ApiError::forbidden(format!(
+            "{r} \"{name}\" is forbidden: a static pod (manifest {file}) cannot be changed through the API: edit its \
+             manifest"
+        )));
+    }
+    let patched = match (live, is_apply) {
+        (Some(pod), true) => ssa::server_side_apply("Pod", Some(pod), &req.body, &params),
+        (Some(pod), false) => patch::apply("Pod", pod, &req.body, ct, &params),
+        (None, true) => ssa::server_side_apply("Pod", None, &req.body, &params),
+        (None, false) => return Err(ApiError::not_found(r, name)),
+    };
+    let patched = match patched {
+        Ok(p) => p,
+        Err(e) => return Ok(status_error(e)),
+    };
+    for w in &patched.warnings {
+        log::debug!("PATCH {r} {ns}/{name}: warning: {w}");
+    }
+    if params.dry_run {
+        return Ok(Reply::ok(&patched.object));
+    }
+    let mut manifest = write::manifest_of(&patched.object);
+    if let Some(meta) = manifest.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert("namespace".into(), json!(ns));
+        let ann = meta.entry("annotations").or_insert_with(|| json!({}));
+        if let Some(a) = ann.as_object_mut() {
+            a.insert(resources::CREATED_BY_ANNOTATION.into(), json!(resources::API_CREATED));
+        }
+    }
+    let bytes = serde_json::to_vec_pretty(&manifest).map_err(|e| ApiError::internal(e.to_string()))?;
+    let applied = ctx.ops.apply(&bytes, &format!("pods/{name}"), Trust::Client).map_err(|e| op_error(e, name))?;
+    let mut out = resources::pod_json(&applied.pod);
+    out["metadata"]["resourceVersion"] = json!(ctx.hub.resource_version().to_string());
+    Ok(Reply::json(if live.is_some() { 200 } else { 201 }, &out))
 }
 
 fn self_review(user: &User, version: &str) -> Value {
