@@ -124,16 +124,18 @@ impl Periodic {
         let mut next_pass = Instant::now();
         let mut next_trim = crate::base::cancel::deadline_in(TRIM_PERIOD);
         Self::run("housekeeping", relist, move |cause, waker| {
+            // the events asking for this run (a housekeeping pass relists
+            // too): those its list does not show yet ask for another soon
+            let events = waker.take_events();
             if cause == Cause::Woken || Instant::now() >= next_pass {
                 agent.housekeeping();
                 next_pass = crate::base::cancel::deadline_in(period);
             } else {
-                let events = waker.take_events();
                 agent.relist();
-                if !events.is_empty() {
-                    let list = agent.last_list().unwrap_or_default();
-                    waker.settle_later(events.into_iter().filter(|(e, _)| !e.seen_in(&list)).collect());
-                }
+            }
+            if !events.is_empty() {
+                let list = agent.last_list().unwrap_or_default();
+                waker.settle_later(events.into_iter().filter(|(e, _)| !e.seen_in(&list)).collect());
             }
             if Instant::now() >= next_trim {
                 trim_heap();
