@@ -12,10 +12,12 @@
 //!
 //! A new container's log is known before the container starts: the pod
 //! worker tells [`NewLogs`] right after `CreateContainer`, and the monitor
-//! watches its directory and checks it from its first byte. While a log
-//! grows fast (past half the limit within the last second) the monitor
-//! reads inotify again after [`HOT`] instead of [`QUIET`], so a burst is
-//! rotated as it grows: many
+//! watches its directory and checks it from its first byte (reading
+//! inotify every [`HOT`] for its first second). While a log grows fast
+//! enough to pass the limit within 200 ms (a burst, seen within the last
+//! second) the monitor reads inotify again after [`HOT`] instead of
+//! [`QUIET`] and rotates at half the limit, so a burst is rotated as it
+//! grows: many
 //! times a second if need be (rotated names carry `-001` to `-999` within
 //! a second).
 //!
@@ -49,6 +51,9 @@ pub const QUIET: Duration = Duration::from_millis(100);
 /// While a log grows past half the limit, the monitor reads inotify again
 /// this soon: a burst of 100 MiB/s fills a 1 MiB log in 10 ms.
 pub const HOT: Duration = Duration::from_millis(2);
+
+/// A log growing fast enough to pass the limit within this is a burst.
+const FAST_WITHIN: Duration = Duration::from_millis(200);
 
 /// How long the monitor stays that quick after it last saw a log past half
 /// the limit (a rotation leaves the live log small, and it is past the
@@ -279,6 +284,9 @@ struct Monitor {
     /// Logs told by [`NewLogs`], and when: kept across passes for
     /// [`NEW_LOG_KEPT`].
     told: Vec<(Target, Instant)>,
+    /// Each live log's size at the last look, and when (how fast it
+    /// grows); cleared at each pass, at most [`QUEUE`] entries.
+    sizes: HashMap<PathBuf, (u64, Instant)>,
     /// The compression queue and the directories and logs in it.
     compress: (crossbeam_channel::Sender<Compress>, Arc<Mutex<HashSet<PathBuf>>>),
 }
@@ -311,6 +319,7 @@ impl Monitor {
             relist: false,
             last_pass: None,
             told: Vec::new(),
+            sizes: HashMap::new(),
             compress,
         }
     }
@@ -403,6 +412,7 @@ impl Monitor {
             self.queue(t);
         }
         self.told.retain(|(t, at)| at.elapsed() < NEW_LOG_KEPT && !targets.iter().any(|l| l.id == t.id));
+        self.sizes.clear();
         for (t, _) in self.told.clone() {
             self.know(&t);
         }
@@ -421,8 +431,9 @@ impl Monitor {
 
     /// Read the events: watch new directories, check the live logs written
     /// to that reached the limit (half of it when `quick`: a burst). True
-    /// when a live log written to is past half the limit (look again after
-    /// [`HOT`]).
+    /// when a live log written to grows fast enough to pass the limit
+    /// within [`FAST_WITHIN`] (a burst: look again after [`HOT`], rotate
+    /// at half the limit).
     fn events(&mut self, buf: &mut [u8], quick: bool) -> bool {
         let mut new_dirs: Vec<(Kind, PathBuf)> = Vec::new();
         let mut written: Vec<(PathBuf, String)> = Vec::new();
@@ -467,7 +478,18 @@ impl Monitor {
             }
             let size = std::fs::symlink_metadata(dir.join(&name)).map_or(0, |m| m.len());
             let half = self.s.policy.max_size / 2;
-            hot |= size >= half;
+            // fast: at this rate the log would pass the limit within
+            // FAST_WITHIN (a rotation since the last look: from zero)
+            let now = Instant::now();
+            let key = dir.join(&name);
+            if let Some((before, at)) = self.sizes.get(&key) {
+                let grown = if size >= *before { size - before } else { size };
+                let secs = now.duration_since(*at).as_secs_f64().max(0.001);
+                hot |= grown as f64 / secs * FAST_WITHIN.as_secs_f64() >= self.s.policy.max_size as f64;
+            }
+            if self.sizes.len() < QUEUE || self.sizes.contains_key(&key) {
+                self.sizes.insert(key, (size, now));
+            }
             // while logs grow this fast (burst), a log is rotated at half
             // the limit: it grows on while the rotation is made, and would
             // end far past the limit otherwise
@@ -488,6 +510,8 @@ impl Monitor {
         let mut next_pass = Instant::now();
         let mut quiet_until = Instant::now();
         let mut hot_until = Instant::now();
+        // rotate at half the limit until then (a burst)
+        let mut quick_until = Instant::now();
         let mut buf = vec![0u8; 4 << 10];
         loop {
             if stop.load(std::sync::atomic::Ordering::SeqCst) {
@@ -525,8 +549,9 @@ impl Monitor {
                 }
             }
             if fds.len() > 1 && fds[1].revents != 0 {
-                if self.events(&mut buf, Instant::now() < hot_until) {
+                if self.events(&mut buf, Instant::now() < quick_until) {
                     hot_until = crate::base::cancel::deadline_in(HOT_FOR);
+                    quick_until = hot_until;
                 }
                 let quiet = if Instant::now() < hot_until { HOT } else { QUIET };
                 quiet_until = crate::base::cancel::deadline_in(quiet);
