@@ -430,11 +430,12 @@ impl Monitor {
     }
 
     /// Read the events: watch new directories, check the live logs written
-    /// to that reached the limit (half of it when `quick`: a burst). True
-    /// when a live log written to grows fast enough to pass the limit
-    /// within [`FAST_WITHIN`] (a burst: look again after [`HOT`], rotate
-    /// at half the limit).
-    fn events(&mut self, buf: &mut [u8], quick: bool) -> bool {
+    /// to that reached the limit (half of it when `quick`: a burst).
+    /// Returns (a burst: a live log growing fast enough to pass the limit
+    /// within [`FAST_WITHIN`], or found at twice it: rotate at half the
+    /// limit; look again after [`HOT`]: that, or a live log past half the
+    /// limit).
+    fn events(&mut self, buf: &mut [u8], quick: bool) -> (bool, bool) {
         let mut new_dirs: Vec<(Kind, PathBuf)> = Vec::new();
         let mut written: Vec<(PathBuf, String)> = Vec::new();
         if let Some(ino) = self.inotify.as_mut() {
@@ -470,6 +471,7 @@ impl Monitor {
             self.watch(kind, &dir);
         }
         let mut hot = false;
+        let mut soon = false;
         for (dir, name) in written {
             let known = self.targets.get(&dir).and_then(|ts| ts.iter().find(|t| t.live == name)).cloned();
             let live = known.is_some() || name.strip_suffix(".log").is_some_and(|n| n.parse::<u32>().is_ok());
@@ -481,6 +483,10 @@ impl Monitor {
             // fast: at this rate the log would pass the limit within
             // FAST_WITHIN (a rotation since the last look: from zero)
             let now = Instant::now();
+            // past half the limit: look again soon (the cadence only)
+            soon |= size >= half;
+            // twice the limit at a look: it grew that much between looks
+            hot |= size >= 2 * self.s.policy.max_size;
             let key = dir.join(&name);
             if let Some((before, at)) = self.sizes.get(&key) {
                 let grown = if size >= *before { size - before } else { size };
@@ -503,7 +509,7 @@ impl Monitor {
                 None => self.relist = true,
             }
         }
-        hot
+        (hot, soon || hot)
     }
 
     fn run(mut self, wake: &File, stop: &std::sync::atomic::AtomicBool) {
@@ -549,9 +555,12 @@ impl Monitor {
                 }
             }
             if fds.len() > 1 && fds[1].revents != 0 {
-                if self.events(&mut buf, Instant::now() < quick_until) {
+                let (burst, soon) = self.events(&mut buf, Instant::now() < quick_until);
+                if burst {
+                    quick_until = crate::base::cancel::deadline_in(HOT_FOR);
+                }
+                if soon {
                     hot_until = crate::base::cancel::deadline_in(HOT_FOR);
-                    quick_until = hot_until;
                 }
                 let quiet = if Instant::now() < hot_until { HOT } else { QUIET };
                 quiet_until = crate::base::cancel::deadline_in(quiet);
