@@ -13,7 +13,8 @@
 //! A new container's log is known before the container starts: the pod
 //! worker tells [`NewLogs`] right after `CreateContainer`, and the monitor
 //! watches its directory and checks it from its first byte (reading
-//! inotify every [`HOT`] for its first second). While a log grows fast
+//! inotify every [`HOT`] and rotating at half the limit for its first
+//! second: a container may start with a burst). While a log grows fast
 //! enough to pass the limit within 200 ms (a burst, seen within the last
 //! second) the monitor reads inotify again after [`HOT`] instead of
 //! [`QUIET`] and rotates at half the limit, so a burst is rotated as it
@@ -552,6 +553,7 @@ impl Monitor {
                 // a new container may start with a burst: quick from its first byte
                 if self.take_new() {
                     hot_until = crate::base::cancel::deadline_in(HOT_FOR);
+                    quick_until = hot_until;
                 }
             }
             if fds.len() > 1 && fds[1].revents != 0 {
