@@ -449,7 +449,7 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
     let housekeeping = Housekeeping::with_relist(parts.agent.clone(), config.housekeeping_interval, relist)
         .map_err(io("starting housekeeping"))?;
     let events = start_events(config, &parts, &housekeeping)?;
-    let credentials = start_credentials_watch(&parts)?;
+    let credentials = start_credentials_watch(&parts);
     let log_rotation = start_log_rotation(config, &parts)?;
     let eviction = start_eviction(config, &parts)?;
     let healthy_within = healthy_within(config);
@@ -493,22 +493,38 @@ fn start_events(
 }
 
 /// The `credentials-watch` thread: a changed docker config file is read
-/// again at once and the pods waiting on a pull are woken.
-fn start_credentials_watch(parts: &Parts) -> Result<Option<crate::node::images::watch::CredentialWatch>, DaemonError> {
+/// again at once and the pods waiting on a pull are woken. When it cannot
+/// start (no inotify instance left), the agent runs on with the keyring's
+/// 5-minute re-read, said in a warning event on the node.
+fn start_credentials_watch(parts: &Parts) -> Option<crate::node::images::watch::CredentialWatch> {
     let files = parts.keyring.docker_config_files();
     if files.is_empty() {
-        return Ok(None);
+        return None;
     }
     let (keyring, agent) = (parts.keyring.clone(), parts.agent.clone());
-    crate::node::images::watch::CredentialWatch::start(files, move || {
+    let started = crate::node::images::watch::CredentialWatch::start(files, move || {
         keyring.docker_config_changed();
         let n = agent.credentials_changed();
         if n > 0 {
             log::info!("registry credentials: {n} pod(s) waiting on an image pull try again");
         }
-    })
-    .map(Some)
-    .map_err(io("starting the credentials-watch thread"))
+    });
+    match started {
+        Ok(w) => Some(w),
+        Err(e) => {
+            let msg = format!(
+                "cannot watch the docker config files ({e}): a changed registry credential is read within 5 minutes"
+            );
+            log::warn!("registry credentials: {msg}");
+            parts.events.event(
+                &crate::telemetry::events::ObjectRef::node(&parts.node_name),
+                crate::telemetry::events::EventType::Warning,
+                "CredentialWatchFailed",
+                &msg,
+            );
+            None
+        }
+    }
 }
 
 /// Healthy (/healthz, the node's Ready condition) and live (systemd's

@@ -192,9 +192,7 @@ pub fn read_instance(
     limit: u64,
     tail: usize,
 ) -> Result<Chunk, crate::base::fsutil::FileError> {
-    let mut c = read_instance_cri(dir, rel_dir, live, cursor, limit, tail)?;
-    c.data = decode(&c.data);
-    Ok(c)
+    read_instance_as(dir, rel_dir, live, cursor, limit, tail, decode)
 }
 
 /// [`read_instance`] with each entry's time kept ([`decode_timestamped`]).
@@ -206,8 +204,21 @@ pub fn read_instance_timestamped(
     limit: u64,
     tail: usize,
 ) -> Result<Chunk, crate::base::fsutil::FileError> {
+    read_instance_as(dir, rel_dir, live, cursor, limit, tail, decode_timestamped)
+}
+
+/// [`read_instance_cri`]'s entries through `decode`.
+fn read_instance_as(
+    dir: &Path,
+    rel_dir: &Path,
+    live: &str,
+    cursor: Option<&Cursor>,
+    limit: u64,
+    tail: usize,
+    decode: fn(&[u8]) -> Vec<u8>,
+) -> Result<Chunk, crate::base::fsutil::FileError> {
     let mut c = read_instance_cri(dir, rel_dir, live, cursor, limit, tail)?;
-    c.data = decode_timestamped(&c.data);
+    c.data = decode(&c.data);
     Ok(c)
 }
 

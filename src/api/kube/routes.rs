@@ -221,11 +221,10 @@ pub fn streaming(ctx: &Ctx, _user: &User, req: &Request, ns: &str, pod: &str, wh
     // the kubelet's paths name the container: /exec/NS/POD/CONTAINER
     let segments: Vec<&str> = req.path.trim_start_matches('/').split('/').collect();
     let container = if segments.first().is_some_and(|s| *s != "api") { segments.get(3).copied() } else { None };
-    let query: String =
-        req.query.iter().map(|(k, v)| format!("{}={}", encode(k), encode(v))).collect::<Vec<_>>().join("&");
+    let query = raw_query(req);
     let target = match StreamTarget::from_query(kind, ns, pod, container.unwrap_or(""), &query) {
         Ok(t) => t,
-        Err(e) => return ApiError::new(e.code, reason_of(e.code), e.message).reply(),
+        Err(e) => return ApiError::new(e.code, e.reason(), e.message).reply(),
     };
     let up = UpgradeRequest {
         method: req.method.clone(),
@@ -240,6 +239,11 @@ pub fn streaming(ctx: &Ctx, _user: &User, req: &Request, ns: &str, pod: &str, wh
     }))
 }
 
+/// The request's query as it goes on a request line again.
+fn raw_query(req: &Request) -> String {
+    req.query.iter().map(|(k, v)| format!("{}={}", encode(k), encode(v))).collect::<Vec<_>>().join("&")
+}
+
 /// A query value as it goes on a request line (RFC 3986 unreserved kept).
 fn encode(s: &str) -> String {
     s.bytes()
@@ -248,16 +252,6 @@ fn encode(s: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
-}
-
-fn reason_of(code: u16) -> &'static str {
-    match code {
-        400 => "BadRequest",
-        403 => "Forbidden",
-        404 => "NotFound",
-        503 => "ServiceUnavailable",
-        _ => "InternalError",
-    }
 }
 
 /// PATCH of a pod (authorization is done): strategic merge, merge or JSON
@@ -283,8 +277,7 @@ fn patch_pod(ctx: &Ctx, req: &Request, r: &str, ns: &str, name: &str) -> Res<Rep
         v.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns)
             && v.pointer("/metadata/name").and_then(Value::as_str) == Some(name)
     });
-    let query: String =
-        req.query.iter().map(|(k, v)| format!("{}={}", encode(k), encode(v))).collect::<Vec<_>>().join("&");
+    let query = raw_query(req);
     let now = crate::model::rfc3339(std::time::SystemTime::now());
     let params = match write::Params::from_query(&query, &now) {
         Ok(p) => p,
