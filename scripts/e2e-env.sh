@@ -10,6 +10,9 @@
 #   scripts/e2e-env.sh down    stop containerd and remove its state
 #   scripts/e2e-env.sh env     print the variables tests read
 #
+# PODWARDEN_E2E_DIR, _RUN, _BRIDGE, _SUBNET and _REGISTRY_PORT place a second
+# environment beside the default one (then export its PODWARDEN_E2E_SOCKET).
+#
 # Facts this relies on (Debian 12, containerd 1.6.20): root here lacks
 # CAP_SYS_RESOURCE, so `restrict_oom_score_adj = true` is required or every
 # RunPodSandbox fails; Debian's CNI plugins live in /usr/lib/cni.
@@ -26,7 +29,11 @@ RUN_DIR="${PODWARDEN_E2E_RUN:-/run/podwarden-e2e}"
 SOCK="$RUN_DIR/containerd.sock"
 IMAGE_BUSYBOX="localhost/busybox:e2e"
 IMAGE_PAUSE="localhost/pause:e2e"
-REGISTRY="127.0.0.1:5443"
+REGISTRY="127.0.0.1:${PODWARDEN_E2E_REGISTRY_PORT:-5443}"
+# a second environment beside the first (own dirs, bridge, subnet and
+# registry port) lets two test runs each have a containerd of their own
+BRIDGE="${PODWARDEN_E2E_BRIDGE:-pwe2e0}"
+SUBNET="${PODWARDEN_E2E_SUBNET:-10.89.0.0/16}"
 REG_DIR="$E2E_DIR/registry"
 REG_USER="podwarden-e2e"
 IMAGE_PRIVATE="$REGISTRY/e2e/busybox:private"
@@ -77,12 +84,12 @@ TOML
   "plugins": [
     {
       "type": "bridge",
-      "bridge": "pwe2e0",
+      "bridge": "$BRIDGE",
       "isGateway": true,
       "ipMasq": false,
       "ipam": {
         "type": "host-local",
-        "ranges": [[{"subnet": "10.89.0.0/16"}]],
+        "ranges": [[{"subnet": "$SUBNET"}]],
         "routes": [{"dst": "0.0.0.0/0"}],
         "dataDir": "$RUN_DIR/ipam"
       }
@@ -277,7 +284,7 @@ down() {
   pkill -f "containerd-shim-runc-v2 -namespace k8s.io -address $SOCK" 2>/dev/null || true
   grep " $RUN_DIR\| $E2E_DIR" /proc/mounts | cut -d' ' -f2 | sort -r | xargs -r umount -l 2>/dev/null || true
   rm -rf "$RUN_DIR" "$E2E_DIR"
-  ip link del pwe2e0 2>/dev/null || true
+  ip link del "$BRIDGE" 2>/dev/null || true
 }
 
 env_vars() {

@@ -107,7 +107,7 @@ fn every_verb_and_output_format_against_the_daemon() {
     assert_eq!(column_starts(lines[0]), column_starts(lines[1]), "columns aligned:\n{t}");
     let w = ok(&a, &["get", "pods", "-n", "e2e", "-o", "wide"]);
     let row: Vec<&str> = w.lines().nth(1).unwrap().split_whitespace().collect();
-    assert!(row[5].starts_with("10.89.") && row[6] == "e2e", "{w}");
+    assert!(row[5].parse::<std::net::Ipv4Addr>().is_ok() && row[6] == "e2e", "{w}");
     let all = ok(&a, &["get", "pods", "-A"]);
     assert!(all.starts_with("NAMESPACE") && all.contains("\ne2e "), "{all}");
     assert_eq!(ok(&a, &["get", "pods"]), "No resources found in default namespace.\n");
