@@ -5,6 +5,8 @@
 //! - a container writing 1 GiB of log as fast as it can: the bytes its log
 //!   files hold on disk afterwards (allocated blocks), the most they held
 //!   while it wrote (sampled every 100 ms), and its write rate;
+//! - a container writing 100 MiB right at its start: the most its log
+//!   files held at once (sampled every 2 ms), against twice the limit;
 //! - podwarden's RSS and CPU (stats taken every 2 s among it) with 110
 //!   pods running;
 //! - the eviction manager's reaction: memory threshold crossed to kill
@@ -104,6 +106,43 @@ fn logs(cri: &CriRuntime, out: &mut BTreeMap<&'static str, f64>) {
     out.insert("log_target_bytes", (5 * 10 * 1024 * 1024) as f64);
     out.insert("log_write_mib_per_s", 1024.0 / secs.max(0.001));
     remove_all(cri, &agent);
+    burst_at_start(cri, &agent, out);
+}
+
+/// A container that writes 100 MiB as fast as it can from its first
+/// instant: the most its log files held at once (sampled every 2 ms from
+/// before it starts), against twice the 50 MiB they may hold.
+fn burst_at_start(cri: &CriRuntime, agent: &Agent, out: &mut BTreeMap<&'static str, f64>) {
+    let cmd = "yes \"$(printf '%0999d' 0)\" | head -c 104857600; sleep 3600";
+    write_atomically(&agent.dir, "burst.yaml", &manifest("burst", cmd));
+    let logs = agent.dir.join("logs");
+    let (mut peak, mut last, mut still) = (0u64, 0u64, Instant::now());
+    let started = Instant::now();
+    // this pod's directory only (the 1 GiB pod's may still be going)
+    let mine = || -> u64 {
+        let Ok(es) = std::fs::read_dir(&logs) else { return 0 };
+        es.flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("bench_burst_"))
+            .map(|e| on_disk(&e.path()))
+            .sum()
+    };
+    loop {
+        let now = mine();
+        peak = peak.max(now);
+        // written and idle for 2 s (the container sleeps after its burst)
+        if now != last {
+            (last, still) = (now, Instant::now());
+        } else if now > 0 && still.elapsed() > Duration::from_secs(2) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(300), "100 MiB not written in 5 min");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    println!("a 100 MiB burst at a container's start: its log files held {peak} bytes at most");
+    out.insert("log_bytes_peak_burst_at_start", peak as f64);
+    out.insert("log_bytes_peak_burst_bound", (2 * 5 * 10 * 1024 * 1024) as f64);
+    out.insert("log_bytes_peak_burst_ratio", peak as f64 / (5.0 * 10.0 * 1024.0 * 1024.0));
+    remove_all(cri, agent);
 }
 
 fn rss(cri: &CriRuntime, out: &mut BTreeMap<&'static str, f64>) {

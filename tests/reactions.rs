@@ -241,41 +241,23 @@ fn a_log_burst_from_a_new_container_is_rotated_as_it_grows() {
             && f.read_to_end(&mut tail).is_ok()
             && tail.windows(10).any(|w| w == b"burst-done")
     };
-    // containerd refuses ReopenContainerLog until it reports the container
-    // running, so nothing can rotate in the first milliseconds of the
-    // burst: the bound holds from the moment rotation could act (a
-    // rotated file made, and the one made before it gone), and the whole
-    // peak is printed
-    let rotations = || {
-        std::fs::read_dir(&dir)
-            .map(|es| es.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("0.log.")).count())
-            .unwrap_or(0)
-    };
     let mut series = Vec::new();
-    let mut whole_peak = 0u64;
-    let mut acting = false;
     while samples % 10 != 0 || !done() {
         let b = dir_bytes(&dir);
         series.push((start.elapsed().as_millis(), b));
-        whole_peak = whole_peak.max(b);
-        acting |= rotations() >= 2;
-        if acting {
-            peak = peak.max(b);
-        }
+        peak = peak.max(b);
         samples += 1;
         assert!(start.elapsed() < Duration::from_secs(90), "the burst did not end within 90 s");
         std::thread::sleep(Duration::from_millis(2));
     }
     let secs = start.elapsed().as_secs_f64();
-    eprintln!(
-        "burst: 27 MB in {secs:.1} s, peak {peak} bytes on disk once rotating ({whole_peak} in all) over {samples} samples"
-    );
-    // the target is twice the 3 MiB (6.3 MB): not met yet (peaks
-    // of 6.7 to 12 MB here with the current rules); what this test holds to
-    // is that the burst is rotated while it is written (the bug it guards
-    // against left 37.6 MB of 27 MB written, never rotated)
+    eprintln!("burst: 27 MB in {secs:.1} s, peak {peak} bytes on disk over {samples} samples");
+    // at no moment more than twice what the files may hold (the bug this
+    // guards against left 37.6 MB of 27 MB written, never rotated; before
+    // the byte budget, files written on between a rename and the runtime's
+    // reopen made peaks of 6.7 to 12 MB)
     assert!(
-        peak <= 8 * 3 * (1 << 20),
+        peak <= 2 * 3 * (1 << 20),
         "the log files held {peak} bytes at once (limit 3 MiB); (ms, bytes): {series:?}"
     );
     // idle for a monitor interval (3 s): the newest rotated file is compressed too

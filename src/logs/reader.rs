@@ -571,7 +571,7 @@ mod tests {
         let c = dir.join("p/c");
         std::fs::create_dir_all(&c).unwrap();
         let rel = Path::new("p/c");
-        let policy = Policy { max_size: 10, max_files: 5 };
+        let policy = Policy { max_size: entries(0..10).len() as u64, max_files: 5 };
         // three rotations: 0..10 and 10..20 compressed, 20..30 plain,
         // 30..40 live (with an unfinished entry at its end)
         for (k, stamp) in ["20261124-010001", "20261124-010002", "20261124-010003"].iter().enumerate() {

@@ -174,7 +174,9 @@ pub fn compress(r: &Path) -> std::io::Result<u64> {
 /// policy's size: clean up what an interrupted rotation left, rename the
 /// live log to `<live>.<stamp>`, `reopen` (the runtime's
 /// `ReopenContainerLog`), then remove the oldest rotated files beyond
-/// `max_files - 1`. [`compress_older`] then compresses the others but the
+/// `max_files - 1`, and more of the oldest while the files hold more than
+/// `max_files` x `max_size` (a burst writes on into the renamed file until
+/// the reopen; the newest rotated file always stays). [`compress_older`] then compresses the others but the
 /// newest: the files the kubelet leaves, in an order that lets the next
 /// rotation happen while a compression runs. When `reopen` fails the
 /// rename is undone, so the next check tries again and no line is lost.
@@ -234,6 +236,18 @@ pub fn rotate(
     let keep = policy.max_files.saturating_sub(1) as usize;
     let excess = old.len().saturating_sub(keep);
     for r in old.drain(..excess) {
+        remove(&r.path);
+    }
+    // and as many of the oldest as it takes for the files to hold at most
+    // `max_files` x `max_size`: the runtime writes on into the renamed
+    // file until its reopen, so in a burst a rotated file holds several
+    // times the limit (the newest rotated file stays, whatever it holds)
+    let len = |p: &Path| std::fs::symlink_metadata(p).map_or(0, |m| m.len());
+    let budget = policy.max_size.saturating_mul(u64::from(policy.max_files.max(1)));
+    let mut held: u64 = len(&path) + old.iter().map(|r| len(&r.path)).sum::<u64>();
+    while held > budget && old.len() > 1 {
+        let r = old.remove(0);
+        held = held.saturating_sub(len(&r.path));
         remove(&r.path);
     }
     Ok(Outcome::Rotated(target))
@@ -370,6 +384,7 @@ pub fn tail_compressed(path: &Path, max: u64) -> std::io::Result<(Vec<u8>, bool)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write as _;
 
     fn write(path: &Path, data: &[u8]) {
         std::fs::write(path, data).unwrap();
@@ -438,7 +453,7 @@ mod tests {
         assert_eq!(names(&d), ["0.log.20261124-010000"]);
         // the same second again: `-001`..`-999`, then later, never over a file
         for k in 1..=999 {
-            write(&d.join("0.log"), &[b'b'; 200]);
+            write(&d.join("0.log"), &[b'b'; 100]);
             let to = d.join(format!("0.log.20261124-010000-{k:03}"));
             assert_eq!(
                 rotate(&d, "0.log", Policy { max_size: 100, max_files: 20 }, "20261124-010000", || Ok(()))
@@ -460,6 +475,37 @@ mod tests {
         assert_eq!(r.len(), 19);
         assert!(r[0].base.ends_with("010000-981") && r[18].base.ends_with("010000-999"), "{r:?}");
         assert!(r[..18].iter().all(|f| f.compressed) && !r[18].compressed, "{r:?}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn rotated_files_grown_past_the_limit_are_removed_oldest_first_to_keep_the_byte_budget() {
+        let d = tmpdir("budget");
+        // a burst: the runtime wrote on into each renamed file until its reopen
+        let policy = Policy { max_size: 100, max_files: 3 };
+        write(&d.join("0.log.20261124-010000"), &[b'a'; 150]);
+        write(&d.join("0.log.20261124-010001"), &[b'b'; 120]);
+        write(&d.join("0.log"), &[b'c'; 250]);
+        let r = rotate(&d, "0.log", policy, "20261124-010002", || {
+            // the reopen lags: 40 more bytes go to the renamed file, 30 to the new one
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(d.join("0.log.20261124-010002"))
+                .unwrap()
+                .write_all(&[b'c'; 40])
+                .unwrap();
+            write(&d.join("0.log"), &[b'd'; 30]);
+            Ok(())
+        });
+        assert_eq!(r.map_err(|e| e.to_string()), Ok(Outcome::Rotated(d.join("0.log.20261124-010002"))));
+        // by count two rotated files stay (120 + 290 + 30 = 440 > 300): the
+        // older goes, the newest stays whatever it holds
+        assert_eq!(names(&d), ["0.log", "0.log.20261124-010002"]);
+        // within the budget nothing more goes than the count says
+        write(&d.join("0.log"), &[b'e'; 100]);
+        std::fs::write(d.join("0.log.20261124-010002"), [b'c'; 100]).unwrap();
+        rotate(&d, "0.log", policy, "20261124-010003", || Ok(())).unwrap();
+        assert_eq!(names(&d), ["0.log.20261124-010002", "0.log.20261124-010003"]);
         std::fs::remove_dir_all(&d).unwrap();
     }
 
