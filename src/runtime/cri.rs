@@ -46,6 +46,7 @@ mod pb {
 }
 
 mod events;
+mod exits;
 mod pull;
 
 use pull::PullWatch;
@@ -143,6 +144,8 @@ pub struct CriRuntime {
     containerd_events: pb::containerd_events::api_grpc::EventsClient,
     /// The runtime answered `GetContainerEvents` with Unimplemented.
     no_cri_events: std::sync::atomic::AtomicBool,
+    /// Exits containerd's events told before its CRI shows them.
+    exits: exits::Exits,
     /// Name and version from the `Version` call at start.
     pub version: String,
 }
@@ -319,6 +322,7 @@ impl CriRuntime {
             no_content_service: std::sync::atomic::AtomicBool::new(false),
             containerd_events: pb::containerd_events::api_grpc::EventsClient::new(channel),
             no_cri_events: std::sync::atomic::AtomicBool::new(false),
+            exits: exits::Exits::default(),
             version: String::new(),
         };
         let mut req = api::VersionRequest::new();
@@ -660,6 +664,7 @@ impl Runtime for CriRuntime {
             if !self.container_status_into(ctx, c)? {
                 c.state = ContainerState::Exited; // removed after it was stopped
             }
+            self.exits.apply_one(c);
         }
         Ok(())
     }
@@ -671,7 +676,9 @@ impl Runtime for CriRuntime {
     fn list_pods(&self, ctx: &CallCtx) -> Result<Vec<RuntimePod>> {
         let sandboxes = self.list_sandboxes(ctx, None)?.into_iter().map(Self::sandbox_info).collect();
         let containers = self.list_containers(ctx, None)?.into_iter().map(Self::container_info).collect();
-        Ok(Self::group(sandboxes, containers))
+        let mut pods = Self::group(sandboxes, containers);
+        self.exits.apply(&mut pods, true);
+        Ok(pods)
     }
 
     fn pod_status(&self, ctx: &CallCtx, uid: &str) -> Result<RuntimePod> {
@@ -694,9 +701,11 @@ impl Runtime for CriRuntime {
         for (c, _) in &mut containers {
             self.container_status_into(ctx, c)?;
         }
-        Ok(Self::group(sandboxes, containers)
+        let mut pod = Self::group(sandboxes, containers)
             .pop()
-            .unwrap_or_else(|| RuntimePod { uid: uid.to_string(), ..Default::default() }))
+            .unwrap_or_else(|| RuntimePod { uid: uid.to_string(), ..Default::default() });
+        self.exits.apply(std::slice::from_mut(&mut pod), false);
+        Ok(pod)
     }
 
     /// containerd's `SystemdCgroup` for its default runtime, read from the

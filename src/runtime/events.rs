@@ -32,6 +32,16 @@ pub enum Kind {
 pub struct ContainerEvent {
     pub container_id: String,
     pub kind: Kind,
+    /// For [`Kind::Exited`], when the stream tells: the container's exit.
+    pub exit: Option<Exit>,
+}
+
+/// A container's exit as the runtime's event told it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exit {
+    pub code: i32,
+    /// Unix nanoseconds.
+    pub at_ns: i64,
 }
 
 impl ContainerEvent {
@@ -183,7 +193,7 @@ fn follow(
             }
             Note::Event(e) => {
                 state.events.fetch_add(1, Ordering::Relaxed);
-                log::trace!("runtime event: {:?} {}", e.kind, e.container_id);
+                log::info!("TRACE runtime event: {:?} {}", e.kind, e.container_id);
                 on_change(Some(&e));
             }
         });

@@ -195,7 +195,7 @@ impl FakeRuntime {
     }
 
     fn emit(&self, id: &str, kind: super::events::Kind) {
-        let e = super::events::ContainerEvent { container_id: id.to_string(), kind };
+        let e = super::events::ContainerEvent { container_id: id.to_string(), kind, exit: None };
         self.watchers.lock().retain(|w| w.try_send(e.clone()).is_ok());
     }
 

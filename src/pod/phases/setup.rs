@@ -443,6 +443,7 @@ impl PodSync {
         if let Err(e) = std::fs::create_dir_all(&log_dir) {
             log::warn!("pod {}: cannot create the log directory {}: {e}", model::pod_ref(pod), log_dir.display());
         }
+        log::info!("TRACE create {}", c.name);
         let id = match self.runtime.create_container(&self.call(ctx), sandbox.id, &config, sandbox.config) {
             Ok(id) => id,
             Err(RuntimeError::Cancelled { .. }) => return Err(SyncError::Cancelled),
@@ -455,8 +456,10 @@ impl PodSync {
         if let Some(n) = &self.new_logs {
             n.created(&id, log_dir, format!("{}.log", config.attempt));
         }
+        log::info!("TRACE created {}", c.name);
         match ctx.start(|| self.runtime.start_container(&self.call(ctx), &id))? {
             Ok(()) => {
+                log::info!("TRACE started {}", c.name);
                 self.forget(uid, &c.name);
                 self.events.event(&obj, EventType::Normal, "Started", &format!("Started container {}", c.name));
                 self.post_start(ctx, pod, c, &id, sandbox.pod_ip)

@@ -14,7 +14,7 @@ use grpcio::CallOption;
 
 use super::{CriRuntime, convert_err, pb};
 use crate::base::cancel::CancelToken;
-use crate::runtime::events::{ContainerEvent, Kind, Note, Source};
+use crate::runtime::events::{ContainerEvent, Exit, Kind, Note, Source};
 use crate::runtime::{Op, Result, RuntimeError};
 
 /// A stream that neither failed nor delivered within this long counts as
@@ -48,7 +48,14 @@ pub(super) fn watch(rt: &CriRuntime, cancel: &CancelToken, on: &mut dyn FnMut(No
         .containerd_events
         .subscribe_opt(&req, CallOption::default())
         .map_err(|e| convert_err(Op::GetContainerEvents, e))?;
-    follow(rx, Op::GetContainerEvents, Source::Containerd, cancel, on, containerd_event)
+    // an exit is shown from its event on (the CRI shows it a moment later)
+    let mut noted = |n: Note| {
+        if let Note::Event(e) = &n {
+            rt.exits.note(e);
+        }
+        on(n)
+    };
+    follow(rx, Op::GetContainerEvents, Source::Containerd, cancel, &mut noted, containerd_event)
 }
 
 fn cri_event(r: pb::api::ContainerEventResponse) -> Option<ContainerEvent> {
@@ -60,7 +67,7 @@ fn cri_event(r: pb::api::ContainerEventResponse) -> Option<ContainerEvent> {
         Ok(T::CONTAINER_DELETED_EVENT) => Kind::Deleted,
         Err(_) => return None,
     };
-    Some(ContainerEvent { container_id: r.container_id, kind })
+    Some(ContainerEvent { container_id: r.container_id, kind, exit: None })
 }
 
 fn containerd_event(e: pb::containerd_events::api::Envelope) -> Option<ContainerEvent> {
@@ -73,8 +80,19 @@ fn containerd_event(e: pb::containerd_events::api::Envelope) -> Option<Container
         _ => return None,
     };
     let body = e.event.as_ref()?;
+    if kind == Kind::Exited {
+        let exit: pb::containerd_events::api::TaskExit = protobuf::Message::parse_from_bytes(&body.value).ok()?;
+        // an exec'd process (a probe's, `kubectl exec`'s): the container runs on
+        if exit.id != exit.container_id {
+            return None;
+        }
+        let at = exit.exited_at.get_or_default();
+        let at_ns = at.seconds.saturating_mul(1_000_000_000).saturating_add(i64::from(at.nanos));
+        let code = exit.exit_status as i32;
+        return Some(ContainerEvent { container_id: exit.container_id, kind, exit: Some(Exit { code, at_ns }) });
+    }
     let task: pb::containerd_events::api::TaskEvent = protobuf::Message::parse_from_bytes(&body.value).ok()?;
-    Some(ContainerEvent { container_id: task.container_id, kind })
+    Some(ContainerEvent { container_id: task.container_id, kind, exit: None })
 }
 
 /// Follow one server stream until it ends (an error), fails or `cancel`

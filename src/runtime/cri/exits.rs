@@ -1,0 +1,175 @@
+//! Exits told by containerd's task events before its CRI shows them.
+//!
+//! containerd 1.6 publishes a task's `/tasks/exit` event first and updates
+//! the CRI's view of the container only after it has deleted the task
+//! (the shim's clean-up): 20 to 80 ms here, during which `ListContainers`
+//! and `ContainerStatus` still say RUNNING. The exit event is the
+//! runtime's own word (exit status and time of the container's init
+//! process), so the CRI client shows a container it has seen exit as
+//! EXITED from then on, as the CRI will a moment later, with the reason
+//! the CRI gives (`Completed`, `Error`, `OOMKilled` after an OOM event).
+//! An entry goes once the CRI itself shows the container exited or no
+//! longer lists it, or after [`KEEP`].
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::runtime::events::{ContainerEvent, Exit, Kind};
+use crate::runtime::{ContainerInfo, ContainerState, RuntimePod};
+
+/// Exits kept at most (beyond, the oldest goes: the CRI catches up anyway).
+const MAX: usize = 4096;
+/// How long an exit the CRI never confirms is kept.
+const KEEP: Duration = Duration::from_secs(60);
+
+#[derive(Default)]
+pub struct Exits {
+    /// By container ID: the exit (when told), an OOM seen, when noted.
+    by_id: Mutex<HashMap<String, (Option<Exit>, bool, Instant)>>,
+}
+
+impl Exits {
+    /// Remember what `e` tells of a container's end.
+    pub fn note(&self, e: &ContainerEvent) {
+        let mut m = self.by_id.lock();
+        match (e.kind, e.exit) {
+            (Kind::Exited, Some(exit)) => {
+                let entry = m.entry(e.container_id.clone()).or_insert((None, false, Instant::now()));
+                entry.0 = Some(exit);
+            }
+            (Kind::Oom, _) => m.entry(e.container_id.clone()).or_insert((None, false, Instant::now())).1 = true,
+            (Kind::Deleted, _) => {}
+            _ => return,
+        }
+        if m.len() > MAX {
+            m.retain(|_, (_, _, at)| at.elapsed() < KEEP);
+            while m.len() > MAX {
+                let Some(oldest) = m.iter().min_by_key(|(_, (_, _, at))| *at).map(|(id, _)| id.clone()) else { break };
+                m.remove(&oldest);
+            }
+        }
+    }
+
+    /// Show the exits the CRI does not show yet in `c`; forget those it
+    /// shows.
+    pub fn apply_one(&self, c: &mut ContainerInfo) {
+        let mut m = self.by_id.lock();
+        if m.is_empty() {
+            return;
+        }
+        Self::apply_locked(&mut m, c);
+    }
+
+    /// [`Self::apply_one`] for every container of `pods`; with `whole`
+    /// (a list of every pod) the exits of containers it does not hold
+    /// are forgotten too.
+    pub fn apply(&self, pods: &mut [RuntimePod], whole: bool) {
+        let mut m = self.by_id.lock();
+        if m.is_empty() {
+            return;
+        }
+        for c in pods.iter_mut().flat_map(|p| p.containers.iter_mut()) {
+            Self::apply_locked(&mut m, c);
+        }
+        if whole {
+            let listed: std::collections::HashSet<&str> =
+                pods.iter().flat_map(|p| &p.containers).map(|c| c.id.as_str()).collect();
+            m.retain(|id, _| listed.contains(id.as_str()));
+        }
+        m.retain(|_, (_, _, at)| at.elapsed() < KEEP);
+    }
+
+    fn apply_locked(m: &mut HashMap<String, (Option<Exit>, bool, Instant)>, c: &mut ContainerInfo) {
+        let Some((exit, oom, _)) = m.get(&c.id) else { return };
+        if c.state == ContainerState::Exited {
+            m.remove(&c.id);
+            return;
+        }
+        let Some(exit) = *exit else { return };
+        if c.state != ContainerState::Running && c.state != ContainerState::Unknown {
+            return;
+        }
+        c.state = ContainerState::Exited;
+        c.exit_code = exit.code;
+        c.finished_at_ns = exit.at_ns;
+        c.reason = if *oom {
+            "OOMKilled"
+        } else if exit.code == 0 {
+            "Completed"
+        } else {
+            "Error"
+        }
+        .to_string();
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.by_id.lock().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn container(id: &str, state: ContainerState) -> ContainerInfo {
+        ContainerInfo { id: id.into(), state, ..Default::default() }
+    }
+
+    fn exited(id: &str, code: i32) -> ContainerEvent {
+        ContainerEvent { container_id: id.into(), kind: Kind::Exited, exit: Some(Exit { code, at_ns: 7 }) }
+    }
+
+    #[test]
+    fn a_told_exit_shows_until_the_cri_shows_it_then_is_forgotten() {
+        let x = Exits::default();
+        x.note(&exited("a", 0));
+        x.note(&exited("b", 3));
+        x.note(&ContainerEvent { container_id: "c".into(), kind: Kind::Oom, exit: None });
+        x.note(&exited("c", 137));
+        // a start event tells no exit
+        x.note(&ContainerEvent { container_id: "d".into(), kind: Kind::Started, exit: None });
+        let mut pod = RuntimePod {
+            containers: vec![
+                container("a", ContainerState::Running),
+                container("b", ContainerState::Running),
+                container("c", ContainerState::Running),
+                container("d", ContainerState::Running),
+            ],
+            ..Default::default()
+        };
+        x.apply(std::slice::from_mut(&mut pod), false);
+        let shown: Vec<_> =
+            pod.containers.iter().map(|c| (c.state, c.exit_code, c.finished_at_ns, c.reason.as_str())).collect();
+        assert_eq!(
+            shown,
+            [
+                (ContainerState::Exited, 0, 7, "Completed"),
+                (ContainerState::Exited, 3, 7, "Error"),
+                (ContainerState::Exited, 137, 7, "OOMKilled"),
+                (ContainerState::Running, 0, 0, "")
+            ]
+        );
+        assert_eq!(x.len(), 3);
+        // the CRI shows a's exit: forgotten; a whole list without b forgets b
+        let mut a = container("a", ContainerState::Exited);
+        x.apply_one(&mut a);
+        assert_eq!(x.len(), 2);
+        let mut list =
+            vec![RuntimePod { containers: vec![container("c", ContainerState::Running)], ..Default::default() }];
+        x.apply(&mut list, true);
+        assert_eq!(list[0].containers[0].state, ContainerState::Exited);
+        assert_eq!(x.len(), 1);
+    }
+
+    #[test]
+    fn a_container_not_yet_started_is_left_as_the_cri_shows_it() {
+        let x = Exits::default();
+        x.note(&exited("a", 1));
+        let mut c = container("a", ContainerState::Created);
+        x.apply_one(&mut c);
+        assert_eq!(c.state, ContainerState::Created);
+    }
+}
