@@ -16,6 +16,10 @@
 #   scripts/bench.sh reactions an init chain's steps and sidecar to main (containerd's times, 10 rounds), a
 #                              deleted pod gone after its exit, CPU with 110 pods with events and without,
 #                              RSS (private containerd; the release binary)
+#   scripts/bench.sh api       the Kubernetes API with 110 pods over TLS: Table p50/p99, exit to watch event,
+#                              exec and port-forward through podwarden vs the runtime's URL (and kubectl's),
+#                              RSS with watches and a port-forward, /healthz with 100 watches (private
+#                              containerd; the release binary)
 #   scripts/bench.sh machine   a Debian 12 VM (systemd, cgroup v2): boot; pod start with the cgroupfs and the
 #                              systemd drivers (median of 10 each); a real reboot with pods: lock released
 #                              after the last pod exit, power-off after the slowest pod (the release .deb)
@@ -71,6 +75,11 @@ case "$name" in
     cargo build --release --bin podwarden --quiet
     PODWARDEN_BIN="$PWD/target/release/podwarden" cargo bench --bench reactions --quiet 2>/dev/null | tail -n 5
     ;;
+  api)
+    scripts/e2e-env.sh up >/dev/null
+    cargo build --release --bin podwarden --quiet
+    PODWARDEN_BIN="$PWD/target/release/podwarden" cargo bench --bench api --quiet 2>/dev/null | tail -n 7
+    ;;
   machine)
     scripts/e2e-env.sh up >/dev/null
     scripts/vm-env.sh build
@@ -82,7 +91,7 @@ case "$name" in
     cargo bench --profile ci --bench hostile --quiet 2>/dev/null | tail -n 1
     ;;
   *)
-    echo "usage: scripts/bench.sh core|start|shutdown|footprint|config|probes|isolation|unattended|reactions|machine|hostile" >&2
+    echo "usage: scripts/bench.sh core|start|shutdown|footprint|config|probes|isolation|unattended|reactions|api|machine|hostile" >&2
     exit 2
     ;;
 esac
