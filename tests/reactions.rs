@@ -62,7 +62,6 @@ fn each_step_of_an_init_chain_follows_at_once_with_containerd_events() {
         metric(&metrics(&a), "podwarden_runtime_event_stream_open{source=\"containerd\"}") == Some(1.0)
     });
     let (uid, s) = run_chain(&a, "chain");
-    std::fs::write("/tmp/chain.log", a.log()).unwrap();
     for (name, ms) in &s {
         assert!(*ms < 600.0, "{name} started {ms} ms after what it waited for: {s:?}");
     }

@@ -134,7 +134,6 @@ impl Periodic {
                 agent.relist();
             }
             if !events.is_empty() {
-                log::info!("TRACE relist with {} events", events.len());
                 let list = agent.last_list().unwrap_or_default();
                 waker.settle_later(events.into_iter().filter(|(e, _)| !e.seen_in(&list)).collect());
             }

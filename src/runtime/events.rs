@@ -193,7 +193,7 @@ fn follow(
             }
             Note::Event(e) => {
                 state.events.fetch_add(1, Ordering::Relaxed);
-                log::info!("TRACE runtime event: {:?} {}", e.kind, e.container_id);
+                log::trace!("runtime event: {:?} {}", e.kind, e.container_id);
                 on_change(Some(&e));
             }
         });
