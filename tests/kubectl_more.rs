@@ -30,8 +30,9 @@ fn stdin_pod(name: &str, tty: bool) -> String {
     )
 }
 
-/// Everything `r` gives within `max`, or until `done` holds of it.
-fn read_until(r: impl Read + Send + 'static, max: Duration, done: impl Fn(&str) -> bool) -> String {
+/// Everything `r` gives within `max`, or until `done` holds of it (asked
+/// after each read and every 200 ms).
+fn read_until(r: impl Read + Send + 'static, max: Duration, mut done: impl FnMut(&str) -> bool) -> String {
     let (tx, rx) = crossbeam_channel::unbounded::<Vec<u8>>();
     let mut r = r;
     podwarden::base::thread::spawn("test-read", None, move || {
@@ -46,9 +47,14 @@ fn read_until(r: impl Read + Send + 'static, max: Duration, done: impl Fn(&str) 
     let end = Instant::now() + max;
     let mut seen = Vec::new();
     while !done(&String::from_utf8_lossy(&seen)) {
-        match rx.recv_timeout(end.saturating_duration_since(Instant::now())) {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match rx.recv_timeout(left.min(Duration::from_millis(200))) {
             Ok(b) => seen.extend(b),
-            Err(_) => break,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
         }
     }
     String::from_utf8_lossy(&seen).into_owned()
@@ -112,9 +118,9 @@ fn kubectl_attach_and_exec_under_a_terminal() {
         let mut stdin = c.stdin.take().unwrap();
         let want = format!("got:tty-{v}");
         let out = read_until(c.stdout.take().unwrap(), Duration::from_secs(30), |s| {
-            // typed until answered: the first keys may come before the stream is up
+            // typed (every 200 ms) until answered: the first keys may come
+            // before the stream is up
             let _ = stdin.write_all(format!("tty-{v}\r").as_bytes());
-            std::thread::sleep(Duration::from_millis(200));
             s.contains(&want)
         });
         let _ = c.kill();
@@ -238,7 +244,7 @@ fn kubectl_writes_config_maps_and_secrets_as_files() {
         let out = ok(&a, v, &admin, &["apply", "-f", &sf]);
         assert!(out.contains("configured"), "{v}: {out}");
         let text = std::fs::read_to_string(&stored).unwrap();
-        assert!(text.contains("YWJj") && !text.contains("stringData:"), "{v}: {text}");
+        assert!(text.contains("YWJj") && !text.contains("\nstringData:"), "{v}: {text}");
         let got = json_of(&ok(&a, v, &admin, &["get", "secret", &s, "-n", "e2e", "-o", "json"]));
         let last = got["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"].as_str().unwrap();
         assert!(last.contains("token") && !last.contains("abc"), "{v}: the last applied values are left out: {last}");
@@ -285,8 +291,14 @@ fn kubectl_writes_config_maps_and_secrets_as_files() {
     );
     let (u_static, u_reader) = (a.uid("static"), a.uid("reader"));
     wait_for("reader running", Duration::from_secs(30), || a.running(&u_reader) == 1);
-    let cat = |a: &Agent| kubectl(a, "1.33", &admin, &["exec", "-n", "e2e", "reader", "--", "cat", "/cfg/v"]).1;
-    assert_eq!(cat(&a), "one");
+    let cat = |a: &Agent| {
+        let (code, out, err) = kubectl(a, "1.33", &admin, &["exec", "-n", "e2e", "reader", "--", "cat", "/cfg/v"]);
+        if code != 0 {
+            eprintln!("cat /cfg/v: {code} {err}");
+        }
+        out
+    };
+    wait_for("the pod sees the value", Duration::from_secs(30), || cat(&a) == "one");
     write("live.yaml", &cm_yaml("live", &[("v", "two")], ""));
     ok(&a, "1.27", &admin, &["apply", "-f", &live]);
     wait_for("the pod sees the new value", Duration::from_secs(60), || cat(&a) == "two");
@@ -302,9 +314,11 @@ fn the_kubelet_run_endpoint_runs_a_command() {
     a.write("sh.yaml", &pod_yaml("sh", "", TRAPPING));
     let uid = a.uid("sh");
     wait_for("sh running", Duration::from_secs(30), || a.running(&uid) == 1);
+    // the form body: cmd=<command>, `&` and `+` encoded
     let body = |cmd: &str| {
         let p = a.dir.0.join("cmd.txt");
-        std::fs::write(&p, cmd).unwrap();
+        let cmd = cmd.strip_prefix("cmd=").unwrap().replace('%', "%25").replace('&', "%26").replace('+', "%2B");
+        std::fs::write(&p, format!("cmd={cmd}")).unwrap();
         p.to_str().unwrap().to_string()
     };
     for v in VERSIONS {
@@ -312,7 +326,7 @@ fn the_kubelet_run_endpoint_runs_a_command() {
         let f = body("cmd=sh -c echo${IFS}out;echo${IFS}err>&2");
         let out = ok(&a, v, &admin, &["create", "--raw", "/run/e2e/sh/main", "-f", &f]);
         assert_eq!(out, "out\nerr\n", "{v}: stdout then stderr");
-        let f = body(&format!("cmd=cat /etc/hostname"));
+        let f = body("cmd=cat /etc/hostname");
         let out = ok(&a, v, &admin, &["create", "--raw", &format!("/run/e2e/sh/{uid}/main"), "-f", &f]);
         assert_eq!(out.trim(), "sh", "{v}: the path with the pod's UID");
         let err = fails(&a, v, &admin, &["create", "--raw", "/run/e2e/sh/not-the-uid/main", "-f", &f]);
@@ -352,7 +366,7 @@ fn both_kubectl_versions_use_aggregated_discovery() {
         assert_eq!(log.matches(&want).count(), 2, "{v}: /api and /apis answered aggregated: {log}");
         // with the aggregated answers no group version is asked for on its own
         for gv in ["/api/v1?", "/apis/metrics.k8s.io/v1beta1?", "/apis/authentication.k8s.io/v1?"] {
-            assert!(!log.lines().any(|l| l.contains(" GET ") && l.contains(gv)), "{v}: {gv} was read: {log}");
+            assert!(!log.lines().any(|l| l.contains("GET") && l.contains(gv)), "{v}: {gv} was read: {log}");
         }
         let res = ok(&a, v, &admin, &["api-resources", "--cache-dir", cache_dir]);
         let pods = res.lines().find(|l| l.starts_with("pods ")).unwrap_or_else(|| panic!("{v}: {res}"));
@@ -391,6 +405,34 @@ fn chunked_lines(tls: &mut Tls) -> Vec<Value> {
     out
 }
 
+/// A child whose stdout and stderr are gathered into one text.
+fn gathered(mut c: Command) -> (Child, Arc<Mutex<String>>) {
+    let mut c = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let log = Arc::new(Mutex::new(String::new()));
+    for r in [Box::new(c.stdout.take().unwrap()) as Box<dyn Read + Send>, Box::new(c.stderr.take().unwrap())] {
+        let log = log.clone();
+        let mut r = r;
+        podwarden::base::thread::spawn("test-log", None, move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = r.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                log.lock().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+        .unwrap();
+    }
+    (c, log)
+}
+
+/// The list requests (not watches) of one object's informer in a `-v=6`
+/// log (1.27: `GET URL 200 OK`, 1.33: `"Response" verb="GET" url="URL"`).
+fn lists_of(log: &str, name: &str) -> usize {
+    let sel = format!("fieldSelector=metadata.name%3D{name}");
+    log.lines().filter(|l| l.contains("round_trippers") && l.contains(&sel) && !l.contains("watch=true")).count()
+}
+
 #[test]
 fn a_watch_that_falls_too_far_behind_ends_with_410_expired() {
     let _serial = SERIAL.lock();
@@ -405,48 +447,40 @@ fn a_watch_that_falls_too_far_behind_ends_with_410_expired() {
     let (code, head) = request_head(&mut slow, "GET", "/api/v1/namespaces/e2e/configmaps?watch=true", &[], b"");
     assert_eq!(code, 200, "{head}");
     // kubectl get -w, stopped (SIGSTOP) while the changes come: it falls behind too
-    let mut watchers: Vec<(String, Child, Arc<Mutex<String>>)> = VERSIONS
+    let mut getters: Vec<(&str, Child, Arc<Mutex<String>>)> = VERSIONS
         .iter()
         .map(|v| {
-            let mut c = kubectl_cmd(&a, v, &admin)
-                .args(["get", "cm", "-n", "e2e", "-w", "-v=6"])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
-            let log = Arc::new(Mutex::new(String::new()));
-            for r in [Box::new(c.stdout.take().unwrap()) as Box<dyn Read + Send>, Box::new(c.stderr.take().unwrap())] {
-                let log = log.clone();
-                let mut r = r;
-                podwarden::base::thread::spawn("test-log", None, move || {
-                    let mut buf = [0u8; 8192];
-                    while let Ok(n) = r.read(&mut buf) {
-                        if n == 0 {
-                            break;
-                        }
-                        log.lock().push_str(&String::from_utf8_lossy(&buf[..n]));
-                    }
-                })
-                .unwrap();
-            }
-            (v.to_string(), c, log)
+            let mut c = kubectl_cmd(&a, v, &admin);
+            c.args(["get", "cm", "-n", "e2e", "-w", "-v=6"]);
+            let (c, log) = gathered(c);
+            (*v, c, log)
         })
         .collect();
-    for (v, _, log) in &watchers {
+    // kubectl wait: an informer (list, then watch) on one object
+    let mut waiters: Vec<(&str, Child, Arc<Mutex<String>>)> = VERSIONS
+        .iter()
+        .map(|v| {
+            let mut c = kubectl_cmd(&a, v, &admin);
+            c.args(["wait", "--for=delete", "configmap/first", "-n", "e2e", "--timeout=120s", "-v=6"]);
+            let (c, log) = gathered(c);
+            (*v, c, log)
+        })
+        .collect();
+    for (v, _, log) in getters.iter().chain(&waiters) {
         wait_for(&format!("kubectl {v} watching"), Duration::from_secs(20), || log.lock().contains("watch=true"));
     }
-    for (_, c, _) in &watchers {
+    for (_, c, _) in &getters {
         podwarden::sys::kill(c.id() as i32, libc::SIGSTOP).unwrap();
     }
-    // 2000 ConfigMaps at once: far more changes than a watcher's buffer
-    let many: Vec<String> = (0..2000).map(|i| cm_yaml(&format!("many-{i}"), &[("i", &i.to_string())], "")).collect();
+    // 3000 ConfigMaps at once: many more changes than a watcher's buffer
+    let many: Vec<String> = (0..3000).map(|i| cm_yaml(&format!("many-{i}"), &[("i", &i.to_string())], "")).collect();
     a.write("many.yaml", &many.join("---\n"));
-    wait_for("2001 ConfigMaps served", Duration::from_secs(30), || {
+    wait_for("3001 ConfigMaps served", Duration::from_secs(30), || {
         let (code, out, _) = kubectl(&a, "1.33", &admin, &["get", "cm", "-n", "e2e", "-o", "name"]);
-        code == 0 && out.lines().count() == 2001
+        code == 0 && out.lines().count() == 3001
     });
     std::thread::sleep(Duration::from_secs(1));
-    for (_, c, _) in &watchers {
+    for (_, c, _) in &getters {
         podwarden::sys::kill(c.id() as i32, libc::SIGCONT).unwrap();
     }
     // the slow client gets what its buffer held, then 410 Expired
@@ -455,17 +489,30 @@ fn a_watch_that_falls_too_far_behind_ends_with_410_expired() {
     assert_eq!(last["type"], "ERROR", "{last}");
     assert_eq!((last["object"]["code"].as_i64(), last["object"]["reason"].as_str()), (Some(410), Some("Expired")));
     let added = events.iter().filter(|e| e["type"] == "ADDED").count();
-    assert!(added >= 1 && added < 2001, "{added} ADDED before the end");
-    // kubectl get -w after the 410
-    std::thread::sleep(Duration::from_secs(5));
-    for (v, c, log) in &mut watchers {
+    assert!(added >= 1 && added < 3001, "{added} ADDED before the end");
+    // kubectl get -w prints the Status and ends (it does not watch again,
+    // with an API server neither), having shown part of the changes
+    for (v, c, log) in &mut getters {
+        let code = wait_exit(c, Duration::from_secs(30));
         let text = log.lock().clone();
-        eprintln!(
-            "kubectl {v} get -w after the 410 ({:?}):\n{}",
-            c.try_wait(),
-            &text[text.len().saturating_sub(3000)..]
+        assert_eq!(code, 0, "{v}: {text}");
+        let rows = text.lines().filter(|l| l.starts_with("many-")).count();
+        assert!(
+            text.contains("Expired") && rows < 3000,
+            "{v}: {rows} rows: {}",
+            &text[text.len().saturating_sub(2000)..]
         );
-        let _ = c.kill();
-        let _ = c.wait();
+    }
+    // kubectl wait's informer lists again after the 410 and goes on watching
+    for (v, _, log) in &waiters {
+        wait_for(&format!("kubectl {v} wait listing again"), Duration::from_secs(30), || {
+            let text = log.lock();
+            text.contains("fell too far behind") && lists_of(&text, "first") >= 2
+        });
+    }
+    a.remove("first.yaml");
+    for (v, c, log) in &mut waiters {
+        let code = wait_exit(c, Duration::from_secs(30));
+        assert_eq!(code, 0, "{v}: kubectl wait saw the delete after listing again: {}", log.lock());
     }
 }

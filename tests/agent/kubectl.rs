@@ -35,9 +35,10 @@ pub fn kubectl_cmd(a: &Agent, minor: &str, kubeconfig: &Path) -> Command {
 
 /// Run kubectl `minor` with `kubeconfig`: (exit code, stdout, stderr).
 pub fn kubectl(a: &Agent, minor: &str, kubeconfig: &Path, args: &[&str]) -> (i32, String, String) {
+    // the flag first: after `exec ... --` it would be the command's
     let out = kubectl_cmd(a, minor, kubeconfig)
-        .args(args)
         .args(["--request-timeout", "20s"])
+        .args(args)
         .stdin(Stdio::null())
         .output()
         .unwrap();
