@@ -762,4 +762,36 @@ mod tests {
         assert_eq!(memory_quantity(256 * 1024 * 1024), "262144Ki");
         assert_eq!(memory_quantity(1000), "1000");
     }
+
+    #[test]
+    fn a_secret_is_shown_without_its_values_unless_revealed_for_a_write() {
+        use crate::model::objects::{Kind, from_value};
+        let applied = r#"{"apiVersion":"v1","kind":"Secret","stringData":{"token":"abc"},"data":{"p":"aHVudGVyMg=="}}"#;
+        let (o, _) = from_value(
+            Kind::Secret,
+            "/m/s.yaml",
+            serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "s", "labels": {"a": "b"}, "annotations": {LAST_APPLIED_ANNOTATION: applied},
+                    "managedFields": [{"manager": "kubectl", "operation": "Update"}]},
+                "data": {"p": "aHVudGVyMg=="}, "stringData": {"token": "abc"}}),
+        )
+        .unwrap();
+        let shown = object_value(&o, false);
+        let text = shown.to_string();
+        assert!(!text.contains("aHVudGVyMg==") && !text.contains("abc") && !text.contains("hunter2"), "{text}");
+        assert_eq!(shown["data"], serde_json::json!({"p": "", "token": ""}));
+        assert_eq!(shown["metadata"]["annotations"][REDACTED_ANNOTATION], "true");
+        let last: serde_json::Value =
+            serde_json::from_str(shown["metadata"]["annotations"][LAST_APPLIED_ANNOTATION].as_str().unwrap()).unwrap();
+        assert_eq!(last["stringData"], serde_json::json!({"token": ""}), "the keys stay for kubectl's merge");
+        assert_eq!(shown["metadata"]["managedFields"][0]["manager"], "kubectl");
+        assert_eq!(shown["metadata"]["labels"]["a"], "b");
+        let real = object_value(&o, true);
+        assert_eq!(real["data"], serde_json::json!({"p": "aHVudGVyMg==", "token": "YWJj"}));
+        assert_eq!(real["metadata"]["annotations"][LAST_APPLIED_ANNOTATION], applied);
+        assert!(real["metadata"]["annotations"].get(REDACTED_ANNOTATION).is_none());
+        // what is revealed is what a file holds: read back, the same object
+        let (back, _) = from_value(Kind::Secret, "/m/s.yaml", real).unwrap();
+        assert_eq!(back, o);
+    }
 }

@@ -825,8 +825,8 @@ mod tests {
             e("spec.securityContext.seLinuxOptions")
         );
         assert_eq!(
-            reject(&["spec", "hostUsers"], json!(false)),
-            ("spec.hostUsers".to_string(), "false is not supported by podwarden (only true)".to_string())
+            reject(&["spec", "setHostnameAsFQDN"], json!(true)),
+            ("spec.setHostnameAsFQDN".to_string(), "true is not supported by podwarden (only false)".to_string())
         );
         // zero values say nothing
         for zero in [json!(null), json!([]), json!({}), json!("")] {
