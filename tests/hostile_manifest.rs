@@ -308,10 +308,10 @@ fn corpus() -> Vec<(&'static str, &'static str, Vec<u8>, String)> {
             not_supported("spec.securityContext.seLinuxOptions"),
         ),
         (
-            "tty true",
+            "an unmasked /proc",
             "m.yaml",
-            with_container("    tty: true\n").into_bytes(),
-            "m.yaml: field spec.containers[0].tty: true is not supported by podwarden (only false)".into(),
+            with_container("    securityContext: {procMount: Unmasked}\n").into_bytes(),
+            "m.yaml: field spec.containers[0].securityContext.procMount: \"Unmasked\" is not supported by podwarden (only \"Default\"): an unmasked /proc needs a user namespace (hostUsers: false), which containerd 1.6 cannot make".into(),
         ),
         (
             "user namespaces",

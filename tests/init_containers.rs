@@ -275,8 +275,8 @@ fn validation_names_init_container_fields() {
     assert!(e.contains("spec.initContainers[0].restartPolicy"), "{e}");
     let e = bad(&base.replace("- name: init", "- name: app"));
     assert!(e.contains("spec.containers[0].name") && e.contains("duplicate container name"), "{e}");
-    let e = bad(&format!("{base}    tty: true\n"));
-    assert!(e.contains("spec.initContainers[0].tty"), "{e}");
+    let e = bad(&format!("{base}    volumeDevices: [{{name: d, devicePath: /dev/x}}]\n"));
+    assert!(e.contains("spec.initContainers[0].volumeDevices"), "{e}");
     let e = bad(&base
         .replace("  initContainers:\n", "  ephemeralContainers:\n  - name: dbg\n    image: i\n  initContainers:\n"));
     assert!(e.contains("spec.ephemeralContainers"), "{e}");

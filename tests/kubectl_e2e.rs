@@ -8,63 +8,8 @@
 mod agent;
 mod common;
 
+use agent::kubectl::*;
 use agent::*;
-
-const VERSIONS: &[&str] = &["1.27", "1.33"];
-
-/// kubectl 1.`minor`: in /usr/lib/google-cloud-sdk/bin or on PATH.
-fn kubectl_bin(minor: &str) -> PathBuf {
-    let name = format!("kubectl.{minor}");
-    let mut places = vec![PathBuf::from("/usr/lib/google-cloud-sdk/bin").join(&name)];
-    if let Some(path) = std::env::var_os("PATH") {
-        places.extend(std::env::split_paths(&path).map(|d| d.join(&name)));
-    }
-    places.into_iter().find(|p| p.is_file()).unwrap_or_else(|| {
-        panic!(
-            "{name} is missing: these tests need the real kubectl {minor} as {name} in /usr/lib/google-cloud-sdk/bin \
-             or on PATH (install the Google Cloud SDK's kubectl component, or put the binary there)"
-        )
-    })
-}
-
-/// Run kubectl `minor` with `kubeconfig`: (exit code, stdout, stderr).
-fn kubectl(a: &Agent, minor: &str, kubeconfig: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(kubectl_bin(minor))
-        .args(args)
-        .args(["--request-timeout", "20s"])
-        .env("HOME", &a.dir.0)
-        .env("KUBECONFIG", kubeconfig)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
-}
-
-fn ok(a: &Agent, minor: &str, kc: &Path, args: &[&str]) -> String {
-    let (code, out, err) = kubectl(a, minor, kc, args);
-    assert_eq!(code, 0, "kubectl {minor} {args:?} failed: {err}\n{out}");
-    out
-}
-
-/// `podwarden kubeconfig ARGS` against the agent's config, written to a
-/// file (once the Kubernetes API listens: its CA is made before).
-fn kubeconfig(a: &Agent, file: &str, args: &[&str]) -> PathBuf {
-    wait_for("the Kubernetes API listening", Duration::from_secs(20), || {
-        std::net::TcpStream::connect(("127.0.0.1", a.kube_port)).is_ok()
-    });
-    let out = Command::new(BIN)
-        .arg("kubeconfig")
-        .args(args)
-        .arg("--config")
-        .arg(a.dir.0.join("config.yaml"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "podwarden kubeconfig {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    let path = a.dir.0.join(file);
-    std::fs::write(&path, &out.stdout).unwrap();
-    path
-}
 
 const AUTHZ: &str = "apiAuthorization:\n  rules:\n  - users: [bob]\n    verbs: [read]\n    namespaces: [e2e]\n";
 

@@ -353,6 +353,7 @@ fn op_status(e: OpError) -> RpcStatus {
         ErrorKind::Precondition => RpcStatusCode::FAILED_PRECONDITION,
         ErrorKind::Internal => RpcStatusCode::INTERNAL,
         ErrorKind::Busy => RpcStatusCode::UNAVAILABLE,
+        ErrorKind::Conflict => RpcStatusCode::ABORTED,
     };
     status(code, e.message)
 }

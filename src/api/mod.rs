@@ -1,7 +1,8 @@
 //! The node's interfaces for other programs: the local gRPC API on a unix
 //! socket (`local`, proto/podwarden/api.proto), the read-only HTTP endpoint
 //! (`http`: health, pods, metrics, stats), the typed views both serve
-//! (`view`), and exec/attach/port-forward (`stream`: the runtime's
+//! (`view`), what they do to pods (`ops`) and to local ConfigMaps and
+//! Secrets (`objects`), and exec/attach/port-forward (`stream`: the runtime's
 //! streaming URL, and the relay of an upgraded connection to it). Owns
 //! every listening socket; may use every layer below (the agent and its
 //! parts), never the CLI.
@@ -9,6 +10,7 @@
 pub mod http;
 pub mod kube;
 pub mod local;
+pub mod objects;
 pub mod ops;
 pub mod stream;
 pub mod view;

@@ -74,6 +74,9 @@ pub enum ErrorKind {
     Internal,
     /// A queue is full: try again.
     Busy,
+    /// The target changed meanwhile or no file can take it: try again or
+    /// make room.
+    Conflict,
 }
 
 /// A failed operation: its kind and a message naming the pod.

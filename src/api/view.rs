@@ -415,75 +415,107 @@ fn go_arch(machine: &str) -> &str {
 pub const REDACTED_ANNOTATION: &str = "podwarden.io/data-redacted";
 
 /// The local ConfigMaps or Secrets in `namespace` (every namespace if
-/// empty) as a v1 List, as `podwarden get configmaps|secrets` shows them.
-/// A Secret's values never leave the daemon: each key is listed with an
-/// empty value and the object carries [`REDACTED_ANNOTATION`]. The file an
-/// object comes from is the `podwarden.io/config.file` annotation.
+/// empty) as a v1 List, as `podwarden get configmaps|secrets` shows them
+/// ([`object_value`] without `managedFields`). A Secret's values never
+/// leave the daemon: each key is listed with an empty value and the object
+/// carries [`REDACTED_ANNOTATION`]. The file an object comes from is the
+/// `podwarden.io/config.file` annotation.
 pub fn objects_of(parts: &Parts, kind: crate::model::objects::Kind, namespace: &str) -> serde_json::Value {
-    use crate::model::objects::Kind;
     let set = parts.objects.snapshot();
     let items: Vec<serde_json::Value> = set
         .values()
         .filter(|o| o.key.kind == kind && (namespace.is_empty() || o.key.namespace == namespace))
         .map(|o| {
-            let mut meta = serde_json::json!({
-                "name": o.key.name,
-                "namespace": o.key.namespace,
-                "annotations": {crate::model::CONFIG_FILE_ANNOTATION: o.file},
-            });
-            if !o.labels.is_empty() {
-                meta["labels"] = serde_json::json!(o.labels);
+            let mut v = object_value(o, false);
+            v["metadata"]["annotations"][crate::model::CONFIG_FILE_ANNOTATION] = o.file.clone().into();
+            if let Some(m) = v["metadata"].as_object_mut() {
+                m.remove("managedFields");
             }
-            match kind {
-                Kind::ConfigMap => {
-                    let text = |k: &String| !o.binary_keys.contains(k);
-                    let data: BTreeMap<&String, String> = o
-                        .data
-                        .iter()
-                        .filter(|(k, _)| text(k))
-                        .map(|(k, v)| (k, String::from_utf8_lossy(v).into_owned()))
-                        .collect();
-                    let binary: BTreeMap<&String, String> = o
-                        .data
-                        .iter()
-                        .filter(|(k, _)| !text(k))
-                        .map(|(k, v)| (k, k8s_openapi::ByteString(v.clone())))
-                        .map(|(k, b)| {
-                            (
-                                k,
-                                serde_json::to_value(b)
-                                    .ok()
-                                    .and_then(|v| v.as_str().map(String::from))
-                                    .unwrap_or_default(),
-                            )
-                        })
-                        .collect();
-                    let mut v = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta});
-                    if !data.is_empty() {
-                        v["data"] = serde_json::json!(data);
-                    }
-                    if !binary.is_empty() {
-                        v["binaryData"] = serde_json::json!(binary);
-                    }
-                    if o.immutable {
-                        v["immutable"] = true.into();
-                    }
-                    v
-                }
-                Kind::Secret => {
-                    meta["annotations"][REDACTED_ANNOTATION] = "true".into();
-                    let data: BTreeMap<&String, &str> = o.data.keys().map(|k| (k, "")).collect();
-                    let mut v = serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": meta,
-                        "type": o.type_.clone().unwrap_or_else(|| "Opaque".into()), "data": data});
-                    if o.immutable {
-                        v["immutable"] = true.into();
-                    }
-                    v
-                }
-            }
+            v
         })
         .collect();
     serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items})
+}
+
+/// The kubectl annotation that holds the last applied configuration (a
+/// Secret's holds its values).
+pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// A local ConfigMap or Secret as a v1 object: name, namespace, labels,
+/// annotations, `managedFields`, the data and flags. With `reveal` a
+/// Secret's values are there (base64, as stored: for the write path,
+/// which patches them); without, each key has an empty value, the values
+/// in the last applied configuration are emptied the same way and the
+/// object carries [`REDACTED_ANNOTATION`].
+pub fn object_value(o: &crate::model::objects::LocalObject, reveal: bool) -> serde_json::Value {
+    use crate::model::objects::Kind;
+    use serde_json::{Value, json};
+    let b64 = |v: &[u8]| serde_json::to_value(k8s_openapi::ByteString(v.to_vec())).unwrap_or_default();
+    let mut meta = json!({"name": o.key.name, "namespace": o.key.namespace});
+    if !o.labels.is_empty() {
+        meta["labels"] = json!(o.labels);
+    }
+    let mut annotations = o.annotations.clone();
+    let secret = o.key.kind == Kind::Secret;
+    if secret && !reveal {
+        if let Some(text) = annotations.get_mut(LAST_APPLIED_ANNOTATION) {
+            *text = redact_applied(text);
+        }
+        annotations.insert(REDACTED_ANNOTATION.into(), "true".into());
+    }
+    if !annotations.is_empty() {
+        meta["annotations"] = json!(annotations);
+    }
+    if let Some(m) = &o.managed_fields {
+        meta["managedFields"] = m.clone();
+    }
+    let mut v = json!({"apiVersion": "v1", "kind": o.key.kind.as_str(), "metadata": meta});
+    match o.key.kind {
+        Kind::ConfigMap => {
+            let text = |k: &String| !o.binary_keys.contains(k);
+            let data: BTreeMap<&String, String> = o
+                .data
+                .iter()
+                .filter(|(k, _)| text(k))
+                .map(|(k, v)| (k, String::from_utf8_lossy(v).into_owned()))
+                .collect();
+            let binary: BTreeMap<&String, Value> =
+                o.data.iter().filter(|(k, _)| !text(k)).map(|(k, v)| (k, b64(v))).collect();
+            if !data.is_empty() {
+                v["data"] = json!(data);
+            }
+            if !binary.is_empty() {
+                v["binaryData"] = json!(binary);
+            }
+        }
+        Kind::Secret => {
+            v["type"] = json!(o.type_.clone().unwrap_or_else(|| "Opaque".into()));
+            let data: BTreeMap<&String, Value> =
+                o.data.iter().map(|(k, val)| (k, if reveal { b64(val) } else { json!("") })).collect();
+            if !data.is_empty() || !reveal {
+                v["data"] = json!(data);
+            }
+        }
+    }
+    if o.immutable {
+        v["immutable"] = true.into();
+    }
+    v
+}
+
+/// A Secret's last applied configuration with the values of `data` and
+/// `stringData` emptied (the keys stay, so kubectl's three-way merge still
+/// sees which keys were applied); anything that does not parse is emptied.
+fn redact_applied(text: &str) -> String {
+    let Ok(mut v) = serde_json::from_str::<serde_json::Value>(text) else { return String::new() };
+    for field in ["data", "stringData"] {
+        if let Some(m) = v.get_mut(field).and_then(serde_json::Value::as_object_mut) {
+            for val in m.values_mut() {
+                *val = "".into();
+            }
+        }
+    }
+    v.to_string()
 }
 
 /// A pod's container statuses (none before its first status).
@@ -729,5 +761,37 @@ mod tests {
         assert_eq!(cpu_quantity(0), "0");
         assert_eq!(memory_quantity(256 * 1024 * 1024), "262144Ki");
         assert_eq!(memory_quantity(1000), "1000");
+    }
+
+    #[test]
+    fn a_secret_is_shown_without_its_values_unless_revealed_for_a_write() {
+        use crate::model::objects::{Kind, from_value};
+        let applied = r#"{"apiVersion":"v1","kind":"Secret","stringData":{"token":"abc"},"data":{"p":"aHVudGVyMg=="}}"#;
+        let (o, _) = from_value(
+            Kind::Secret,
+            "/m/s.yaml",
+            serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "s", "labels": {"a": "b"}, "annotations": {LAST_APPLIED_ANNOTATION: applied},
+                    "managedFields": [{"manager": "kubectl", "operation": "Update"}]},
+                "data": {"p": "aHVudGVyMg=="}, "stringData": {"token": "abc"}}),
+        )
+        .unwrap();
+        let shown = object_value(&o, false);
+        let text = shown.to_string();
+        assert!(!text.contains("aHVudGVyMg==") && !text.contains("abc") && !text.contains("hunter2"), "{text}");
+        assert_eq!(shown["data"], serde_json::json!({"p": "", "token": ""}));
+        assert_eq!(shown["metadata"]["annotations"][REDACTED_ANNOTATION], "true");
+        let last: serde_json::Value =
+            serde_json::from_str(shown["metadata"]["annotations"][LAST_APPLIED_ANNOTATION].as_str().unwrap()).unwrap();
+        assert_eq!(last["stringData"], serde_json::json!({"token": ""}), "the keys stay for kubectl's merge");
+        assert_eq!(shown["metadata"]["managedFields"][0]["manager"], "kubectl");
+        assert_eq!(shown["metadata"]["labels"]["a"], "b");
+        let real = object_value(&o, true);
+        assert_eq!(real["data"], serde_json::json!({"p": "aHVudGVyMg==", "token": "YWJj"}));
+        assert_eq!(real["metadata"]["annotations"][LAST_APPLIED_ANNOTATION], applied);
+        assert!(real["metadata"]["annotations"].get(REDACTED_ANNOTATION).is_none());
+        // what is revealed is what a file holds: read back, the same object
+        let (back, _) = from_value(Kind::Secret, "/m/s.yaml", real).unwrap();
+        assert_eq!(back, o);
     }
 }

@@ -224,11 +224,11 @@ pub const FIELDS: &[(&str, Support)] = &[
     ("spec.containers[].startupProbe.tcpSocket.port", Supported),
     ("spec.containers[].startupProbe.terminationGracePeriodSeconds", Supported),
     ("spec.containers[].startupProbe.timeoutSeconds", Supported),
-    ("spec.containers[].stdin", Only("false")),
-    ("spec.containers[].stdinOnce", Only("false")),
+    ("spec.containers[].stdin", Supported),
+    ("spec.containers[].stdinOnce", Supported),
     ("spec.containers[].terminationMessagePath", Supported),
     ("spec.containers[].terminationMessagePolicy", Supported),
-    ("spec.containers[].tty", Only("false")),
+    ("spec.containers[].tty", Supported),
     ("spec.containers[].volumeDevices", Rejected),
     ("spec.containers[].volumeMounts", Supported),
     ("spec.containers[].volumeMounts[].mountPath", Supported),
@@ -825,8 +825,8 @@ mod tests {
             e("spec.securityContext.seLinuxOptions")
         );
         assert_eq!(
-            reject(&["spec", "containers", "0", "tty"], json!(true)),
-            ("spec.containers[0].tty".to_string(), "true is not supported by podwarden (only false)".to_string())
+            reject(&["spec", "setHostnameAsFQDN"], json!(true)),
+            ("spec.setHostnameAsFQDN".to_string(), "true is not supported by podwarden (only false)".to_string())
         );
         // zero values say nothing
         for zero in [json!(null), json!([]), json!({}), json!("")] {

@@ -72,6 +72,12 @@ pub struct LocalObject {
     pub type_: Option<String>,
     pub immutable: bool,
     pub labels: BTreeMap<String, String>,
+    /// The object's annotations (a Secret's may hold its values: kubectl's
+    /// last-applied configuration); never formatted.
+    pub annotations: BTreeMap<String, String>,
+    /// `metadata.managedFields` as written (server-side apply's record),
+    /// kept for the Kubernetes API.
+    pub managed_fields: Option<Value>,
     /// Every key and its bytes: a ConfigMap's `data` and `binaryData`, a
     /// Secret's `data` with `stringData` merged over it.
     pub data: BTreeMap<String, Vec<u8>>,
@@ -110,6 +116,15 @@ impl LocalObject {
     /// Total bytes of the data (keys and values).
     pub fn size(&self) -> usize {
         self.data.iter().map(|(k, v)| k.len() + v.len()).sum()
+    }
+
+    /// The same content where an immutable object may not change (data,
+    /// binary keys, type, `immutable`); metadata may differ.
+    pub fn same_content(&self, other: &LocalObject) -> bool {
+        self.data == other.data
+            && self.binary_keys == other.binary_keys
+            && self.type_ == other.type_
+            && self.immutable == other.immutable
     }
 }
 
@@ -213,7 +228,15 @@ pub fn from_value(kind: Kind, file: &str, mut value: Value) -> Result<(LocalObje
         }
     }
     map.retain(|k, _| allowed.contains(&k.as_str()));
+    let mut managed_fields = None;
     if let Some(Value::Object(meta)) = map.get_mut("metadata") {
+        match meta.get("managedFields") {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(entries)) if entries.iter().all(Value::is_object) => {
+                managed_fields = Some(Value::Array(entries.clone()))
+            }
+            Some(_) => return err("metadata.managedFields", "must be a list of objects"),
+        }
         for (k, v) in meta.iter() {
             if METADATA_OUTPUT.contains(&k.as_str()) || METADATA_FIELDS.contains(&k.as_str()) || v.is_null() {
                 continue;
@@ -246,6 +269,8 @@ pub fn from_value(kind: Kind, file: &str, mut value: Value) -> Result<(LocalObje
         type_,
         immutable,
         labels: meta.labels.unwrap_or_default(),
+        annotations: meta.annotations.unwrap_or_default(),
+        managed_fields,
         data,
         binary_keys,
     };
@@ -429,6 +454,26 @@ mod tests {
         assert_eq!(e.field, "metadata.ownerReferences");
         let e = bad(Kind::ConfigMap, json!({"apiVersion": "v2", "metadata": {"name": "a"}}));
         assert_eq!(e.field, "apiVersion");
+    }
+
+    #[test]
+    fn annotations_and_managed_fields_are_kept_and_content_compared_without_them() {
+        let mf = json!([{"manager": "kubectl", "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": {}}]);
+        let v = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a",
+            "annotations": {"note": "x"}, "managedFields": mf}, "data": {"k": "v"}, "immutable": true});
+        let (o, _) = from_value(Kind::ConfigMap, "f", v.clone()).unwrap();
+        assert_eq!(o.annotations.get("note").map(String::as_str), Some("x"));
+        assert_eq!(o.managed_fields, Some(mf));
+        let mut other = v.clone();
+        other["metadata"]["annotations"]["note"] = json!("y");
+        let (o2, _) = from_value(Kind::ConfigMap, "f", other).unwrap();
+        assert!(o.same_content(&o2) && o != o2, "metadata differs, content does not");
+        let mut changed = v.clone();
+        changed["data"]["k"] = json!("w");
+        assert!(!o.same_content(&from_value(Kind::ConfigMap, "f", changed).unwrap().0));
+        let mut bad = v;
+        bad["metadata"]["managedFields"] = json!("x");
+        assert_eq!(from_value(Kind::ConfigMap, "f", bad).unwrap_err().field, "metadata.managedFields");
     }
 
     #[test]

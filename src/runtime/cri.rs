@@ -548,6 +548,7 @@ impl CriRuntime {
         cfg.command = c.command.clone();
         cfg.args = c.args.clone();
         cfg.working_dir = c.working_dir.clone();
+        (cfg.stdin, cfg.stdin_once, cfg.tty) = (c.stdin, c.stdin_once, c.tty);
         cfg.envs = c
             .env
             .iter()
@@ -1063,6 +1064,15 @@ mod tests {
         // a failure without a status
         let e = convert_err(Op::Version, grpcio::Error::RemoteStopped);
         assert!(matches!(e, RuntimeError::Failed { code: Code::Unknown, .. }), "{e:?}");
+    }
+
+    #[test]
+    fn stdin_and_tty_reach_the_cri_config() {
+        let c = ContainerConfig { stdin: true, stdin_once: false, tty: true, ..ContainerConfig::default() };
+        let cfg = CriRuntime::container_config(&c, &SandboxConfig::default());
+        assert_eq!((cfg.stdin, cfg.stdin_once, cfg.tty), (true, false, true));
+        let cfg = CriRuntime::container_config(&ContainerConfig::default(), &SandboxConfig::default());
+        assert_eq!((cfg.stdin, cfg.stdin_once, cfg.tty), (false, false, false));
     }
 
     #[test]

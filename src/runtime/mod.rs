@@ -533,6 +533,12 @@ pub struct ContainerConfig {
     pub security: Security,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
+    /// The container's stdin is kept open for `attach` (`stdin`), closed
+    /// after the first attach ends (`stdin_once`); `tty` gives it a
+    /// terminal.
+    pub stdin: bool,
+    pub stdin_once: bool,
+    pub tty: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

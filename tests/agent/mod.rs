@@ -10,6 +10,8 @@ pub use std::time::{Duration, Instant};
 
 pub use crate::common::{TempDir, assert_holds_for, poll_until, wait_for};
 pub use parking_lot::Mutex;
+
+pub mod kubectl;
 pub use podwarden::runtime::cri::CriRuntime;
 pub use podwarden::runtime::{CallCtx, ContainerState, Runtime, RuntimePod, SandboxConfig};
 pub use serde_json::Value;

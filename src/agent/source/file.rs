@@ -132,8 +132,9 @@ impl FileEntry {
     }
 
     /// Take the file's objects: an unchanged object keeps its `Arc`; an
-    /// immutable one keeps its first version (the API server refuses the
-    /// change; removing the object and adding it again is how it changes).
+    /// immutable one keeps its first data (the API server refuses the
+    /// change; removing the object and adding it again is how it changes),
+    /// while its metadata (labels, annotations) may change.
     /// Returns a message for each immutable object whose change is ignored.
     fn take_objects(&mut self, path: &Path, objects: Vec<LocalObject>) -> Vec<String> {
         let old = std::mem::take(&mut self.objects);
@@ -142,7 +143,7 @@ impl FileEntry {
             .into_iter()
             .map(|o| match old.iter().find(|x| x.key == o.key) {
                 Some(x) if **x == o => x.clone(),
-                Some(x) if x.immutable => {
+                Some(x) if x.immutable && !x.same_content(&o) => {
                     immutable_changed.push(format!(
                         "{}: {} is immutable: the change is ignored (remove it and add it again to change it)",
                         path.display(),
@@ -511,6 +512,20 @@ mod tests {
         assert!(objects(&r).contains(&("side".into(), "t".into(), "p.yaml".into())));
         assert_eq!(errors_of(&r), ["p.yaml"]);
         assert!(r.errors[0].1.contains("is immutable: the change is ignored"), "{:?}", r.errors);
+        // its labels may change (the API server allows metadata changes)
+        d.write(
+            "p.yaml",
+            &format!(
+                "{}---\n{}---\n{}",
+                pod("p", ""),
+                cm("side", "t", ""),
+                cm("frozen", "1", "immutable: true\n").replace("{name: frozen}", "{name: frozen, labels: {v: '2'}}")
+            ),
+        );
+        let r = s.scan();
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        let frozen = r.objects.as_ref().unwrap().values().find(|o| o.key.name == "frozen").unwrap().clone();
+        assert_eq!(frozen.labels.get("v").map(String::as_str), Some("2"));
         // z.yaml goes: a.yaml's definition takes over
         d.remove("z.yaml");
         assert_eq!(objects(&s.scan())[0], ("app".into(), "dup".into(), "a.yaml".into()));

@@ -37,5 +37,6 @@ pub fn op_error(e: OpError, name: &str) -> ApiError {
         ErrorKind::Precondition => ApiError::bad_request(e.message),
         ErrorKind::Internal => ApiError::internal(e.message),
         ErrorKind::Busy => ApiError::new(429, "TooManyRequests", e.message),
+        ErrorKind::Conflict => ApiError::new(409, "Conflict", e.message),
     }
 }

@@ -103,18 +103,18 @@ pub fn events(parts: &Parts) -> Vec<Value> {
         .collect()
 }
 
-/// The local ConfigMaps or Secrets as v1 objects.
+/// The local ConfigMaps or Secrets as v1 objects (`view::object_value`:
+/// a Secret's values left out), with `managedFields` and the file each
+/// comes from (`podwarden.io/config.file`).
 pub fn objects(parts: &Parts, kind: model::objects::Kind) -> Vec<Value> {
-    let list = view::objects_of(parts, kind, "");
-    let items = list.get("items").and_then(Value::as_array).cloned().unwrap_or_default();
-    items
-        .into_iter()
-        .map(|mut o| {
-            o["apiVersion"] = json!("v1");
-            o["kind"] = json!(kind.as_str());
-            o
-        })
-        .collect()
+    parts.objects.snapshot().values().filter(|o| o.key.kind == kind).map(|o| object_json(o)).collect()
+}
+
+/// One local object as [`objects`] shows it.
+pub fn object_json(o: &model::objects::LocalObject) -> Value {
+    let mut v = view::object_value(o, false);
+    v["metadata"]["annotations"][model::CONFIG_FILE_ANNOTATION] = json!(o.file);
+    v
 }
 
 /// The namespaces in use (pods, objects) and `default`.

@@ -1,10 +1,10 @@
 //! Which handler answers a request, after the identity check and before
 //! each handler's authorization: discovery, the core/v1 resources, metrics,
 //! self-subject reviews, the kubelet's own paths. exec, attach and
-//! port-forward (`pods/exec` ..., `/exec`, `/run`, `/attach`,
-//! `/portForward`) and PATCH are hook points other parts fill
-//! ([`streaming`]: the relay in `api::stream`; [`patch`]: 501 until the
-//! patch semantics of `api::kube::patch` are wired in).
+//! port-forward (`pods/exec` ..., `/exec`, `/attach`, `/portForward`) go to
+//! the relay in `api::stream` ([`streaming`]), `/run` to `run`, PATCH of
+//! pods to `api::kube::patch`/`ssa` ([`patch`]), writes of ConfigMaps and
+//! Secrets to `objwrite`.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -20,7 +20,7 @@ use super::select::{Filter, Selector};
 use super::table::{self, Printer};
 use super::watch::{self, Kind, Next};
 use super::wire::{ApiError, ChunkSink, Reply, Request, Res};
-use super::{discovery, logs, resources};
+use super::{discovery, logs, objwrite, resources, run};
 
 /// A resource the API serves from the hub.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,8 +151,14 @@ fn route(ctx: &Ctx, user: &User, req: &Request) -> Res<Reply> {
         (_, ["openapi", "v3", rest @ ..]) if get => crate::api::kube::openapi::v3_doc(&rest.join("/"))
             .map(|body| Reply::Full { status: 200, content_type: "application/json", body })
             .ok_or_else(ApiError::no_route),
-        (_, ["api"]) if get => Ok(Reply::ok(&discovery::core_versions(&ctx.server_address))),
-        (_, ["apis"]) if get => Ok(Reply::ok(&discovery::groups())),
+        (_, [top @ ("api" | "apis")]) if get => {
+            let core = *top == "api";
+            if let Some(form) = discovery::Aggregated::negotiate(req.header("accept").unwrap_or("")) {
+                let body = serde_json::to_vec(&discovery::aggregated(form, core)).unwrap_or_default();
+                return Ok(Reply::Full { status: 200, content_type: form.content_type(), body });
+            }
+            Ok(Reply::ok(&if core { discovery::core_versions(&ctx.server_address) } else { discovery::groups() }))
+        }
         (_, ["api", v]) if get => discovery::resources("", v).map(|v| Reply::ok(&v)).ok_or_else(ApiError::no_route),
         (_, ["apis", g, v]) if get => discovery::resources(g, v).map(|v| Reply::ok(&v)).ok_or_else(ApiError::no_route),
         ("POST", ["apis", "authentication.k8s.io", v @ ("v1" | "v1beta1" | "v1alpha1"), "selfsubjectreviews"]) => {
@@ -181,7 +187,11 @@ fn route(ctx: &Ctx, user: &User, req: &Request) -> Res<Reply> {
             check(ctx, user, req, "get", "pods/log", Some(ns), Right::Read)?;
             logs::pod_log(ctx, req, ns, pod, container)
         }
-        (_, [verb @ ("exec" | "run" | "attach" | "portForward"), ns, pod, ..]) => {
+        (_, ["run", rest @ ..]) if rest.len() >= 3 => {
+            check(ctx, user, req, "create", "nodes/proxy:run", Some(rest[0]), Right::Exec)?;
+            run::run(ctx, req, rest)
+        }
+        (_, [verb @ ("exec" | "attach" | "portForward"), ns, pod, ..]) => {
             check(ctx, user, req, "create", &format!("nodes/proxy:{verb}"), Some(ns), Right::Exec)?;
             Ok(streaming(ctx, user, req, ns, pod, verb))
         }
@@ -211,17 +221,12 @@ pub fn streaming(ctx: &Ctx, _user: &User, req: &Request, ns: &str, pod: &str, wh
     let kind = match what {
         "exec" | "attach" => what,
         "portforward" | "portForward" => "portforward",
-        _ => {
-            return ApiError::not_implemented(format!(
-                "{what} for pod {ns}/{pod}: podwarden serves the kubelet's /exec, /attach and /portForward, not /run"
-            ))
-            .reply();
-        }
+        _ => return ApiError::bad_request(format!("{what} for pod {ns}/{pod}: not a streaming request")).reply(),
     };
     // the kubelet's paths name the container: /exec/NS/POD/CONTAINER
     let segments: Vec<&str> = req.path.trim_start_matches('/').split('/').collect();
     let container = if segments.first().is_some_and(|s| *s != "api") { segments.get(3).copied() } else { None };
-    let query = raw_query(req);
+    let query = req.raw_query();
     let target = match StreamTarget::from_query(kind, ns, pod, container.unwrap_or(""), &query) {
         Ok(t) => t,
         Err(e) => return ApiError::new(e.code, e.reason(), e.message).reply(),
@@ -237,21 +242,6 @@ pub fn streaming(ctx: &Ctx, _user: &User, req: &Request, ns: &str, pod: &str, wh
         // authorization is done: every pod of the namespace the right covers
         crate::api::stream::serve(&parts, Box::new(conn), &up, target, |_| Ok(()))
     }))
-}
-
-/// The request's query as it goes on a request line again.
-fn raw_query(req: &Request) -> String {
-    req.query.iter().map(|(k, v)| format!("{}={}", encode(k), encode(v))).collect::<Vec<_>>().join("&")
-}
-
-/// A query value as it goes on a request line (RFC 3986 unreserved kept).
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// PATCH of a pod (authorization is done): strategic merge, merge or JSON
@@ -277,7 +267,7 @@ fn patch_pod(ctx: &Ctx, req: &Request, r: &str, ns: &str, name: &str) -> Res<Rep
         v.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns)
             && v.pointer("/metadata/name").and_then(Value::as_str) == Some(name)
     });
-    let query = raw_query(req);
+    let query = req.raw_query();
     let now = crate::model::rfc3339(std::time::SystemTime::now());
     let params = match write::Params::from_query(&query, &now) {
         Ok(p) => p,
@@ -344,17 +334,23 @@ fn ns_matches(obj: &Value, ns: Option<&str>) -> bool {
     ns.is_none_or(|ns| obj.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns))
 }
 
-/// A collection: list (JSON or Table), watch, or create (pods).
+/// A collection: list (JSON or Table), watch, or create (pods, configmaps,
+/// secrets).
 fn collection(ctx: &Ctx, user: &User, req: &Request, r: Option<Resource>, ns: Option<&str>) -> Res<Reply> {
     let Some(r) = r else { return Err(ApiError::no_route()) };
-    match req.method.as_str() {
-        "GET" | "HEAD" => {}
-        "POST" if r.name == "pods" => {
+    match (req.method.as_str(), objwrite::kind_of(r.name)) {
+        ("GET" | "HEAD", _) => {}
+        ("POST", _) if r.name == "pods" => {
             let ns = ns.unwrap_or("default");
             check(ctx, user, req, "create", "pods", Some(ns), Right::Write)?;
             return create_pod(ctx, req, ns);
         }
-        m => return Err(ApiError::method_not_allowed(format!("{m} is not supported on {} by podwarden", r.name))),
+        ("POST", Some(kind)) => {
+            let ns = ns.unwrap_or("default");
+            check(ctx, user, req, "create", r.name, Some(ns), Right::Write)?;
+            return objwrite::create(ctx, req, kind, ns);
+        }
+        (m, _) => return Err(ApiError::method_not_allowed(format!("{m} is not supported on {} by podwarden", r.name))),
     }
     let verb = if req.flag("watch") { "watch" } else { "list" };
     check(ctx, user, req, verb, r.name, ns, r.right)?;
@@ -386,21 +382,30 @@ fn collection(ctx: &Ctx, user: &User, req: &Request, r: Option<Resource>, ns: Op
     Ok(Reply::ok(&out))
 }
 
-/// One object: get (JSON or Table) or delete (pods).
+/// One object: get (JSON or Table), patch or delete (pods, configmaps,
+/// secrets).
 fn object(ctx: &Ctx, user: &User, req: &Request, r: Option<Resource>, ns: Option<&str>, name: &str) -> Res<Reply> {
     let Some(r) = r else { return Err(ApiError::no_route()) };
     let ns_text = ns.unwrap_or("");
-    match req.method.as_str() {
-        "GET" | "HEAD" => {}
-        "DELETE" if r.name == "pods" => {
+    match (req.method.as_str(), objwrite::kind_of(r.name)) {
+        ("GET" | "HEAD", _) => {}
+        ("DELETE", _) if r.name == "pods" => {
             check(ctx, user, req, "delete", "pods", ns, Right::Write)?;
             return delete_pod(ctx, req, ns_text, name);
         }
-        "PATCH" if r.name == "pods" => {
+        ("PATCH", _) if r.name == "pods" => {
             check(ctx, user, req, "patch", "pods", ns, Right::Write)?;
             return Ok(patch(ctx, user, req, r.name, ns_text, name));
         }
-        m => return Err(ApiError::method_not_allowed(format!("{m} is not supported on {} by podwarden", r.name))),
+        ("PATCH", Some(kind)) => {
+            check(ctx, user, req, "patch", r.name, ns, Right::Write)?;
+            return objwrite::patch(ctx, req, kind, ns_text, name);
+        }
+        ("DELETE", Some(kind)) => {
+            check(ctx, user, req, "delete", r.name, ns, Right::Write)?;
+            return objwrite::delete(ctx, req, kind, ns_text, name);
+        }
+        (m, _) => return Err(ApiError::method_not_allowed(format!("{m} is not supported on {} by podwarden", r.name))),
     }
     check(ctx, user, req, "get", r.name, ns, r.right)?;
     let (rv, items) = ctx.hub.list(r.kind);
@@ -419,22 +424,7 @@ fn object(ctx: &Ctx, user: &User, req: &Request, r: Option<Resource>, ns: Option
 const MAX_MANIFEST: usize = 1 << 20;
 
 fn create_pod(ctx: &Ctx, req: &Request, ns: &str) -> Res<Reply> {
-    if req.body.len() > MAX_MANIFEST {
-        return Err(ApiError::new(413, "RequestEntityTooLarge", "a pod manifest is at most 1 MiB"));
-    }
-    let mut pod: Value = match req.header("content-type").unwrap_or("application/json") {
-        t if t.starts_with("application/json") => serde_json::from_slice(&req.body)
-            .map_err(|e| ApiError::bad_request(format!("the request body is not JSON: {e}")))?,
-        t if t.contains("yaml") => serde_yaml_ng::from_slice(&req.body)
-            .map_err(|e| ApiError::bad_request(format!("the request body is not YAML: {e}")))?,
-        t => {
-            return Err(ApiError::new(
-                415,
-                "UnsupportedMediaType",
-                format!("the body's type {t:?} is not supported: send JSON"),
-            ));
-        }
-    };
+    let mut pod = objwrite::body_object(req, MAX_MANIFEST)?;
     if pod.get("kind").and_then(Value::as_str) != Some("Pod") {
         return Err(ApiError::bad_request("the body is not a Pod (kind: Pod, apiVersion: v1)"));
     }

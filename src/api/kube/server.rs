@@ -249,9 +249,16 @@ fn parse(tls: &mut Tls, buf: &mut Vec<u8>, end: usize, start: Instant) -> Result
         .map(|h| (h.name.to_ascii_lowercase(), String::from_utf8_lossy(h.value).into_owned()))
         .collect();
     let get = |n: &str| headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
-    if get("transfer-encoding").is_some() {
-        return Err(ApiError::bad_request("chunked request bodies are not supported: send Content-Length"));
-    }
+    let chunked = match get("transfer-encoding") {
+        None => false,
+        Some(te) if te.trim().eq_ignore_ascii_case("chunked") && get("content-length").is_none() => true,
+        Some(te) if te.trim().eq_ignore_ascii_case("chunked") => {
+            return Err(ApiError::bad_request("both Transfer-Encoding and Content-Length sent"));
+        }
+        Some(te) => {
+            return Err(ApiError::not_implemented(format!("Transfer-Encoding {te:?}: only chunked is taken")));
+        }
+    };
     let len: usize = match get("content-length") {
         None => 0,
         Some(v) => v.trim().parse().map_err(|_| ApiError::bad_request(format!("bad Content-Length {v:?}")))?,
@@ -260,20 +267,92 @@ fn parse(tls: &mut Tls, buf: &mut Vec<u8>, end: usize, start: Instant) -> Result
         return Err(ApiError::new(413, "RequestEntityTooLarge", "the request body is over 3 MiB"));
     }
     buf.drain(..end);
-    while buf.len() < len {
-        let left = (HEAD_DEADLINE + Duration::from_secs(20)).saturating_sub(start.elapsed());
-        if left.is_zero() || tls.sock.set_read_timeout(Some(left)).is_err() {
-            return Err(ApiError::new(408, "Timeout", "the request body did not come in time"));
+    let body = if chunked {
+        // kubectl create --raw -f sends its file chunked
+        let mut c = Chunked::default();
+        while !c.step(buf)? {
+            read_more(tls, buf, start, 65536)?;
         }
-        let mut chunk = vec![0u8; (len - buf.len()).min(65536)];
-        match tls.read(&mut chunk) {
-            Ok(0) | Err(_) => return Err(ApiError::new(408, "Timeout", "the request body did not come in time")),
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        buf.drain(..c.pos);
+        c.body
+    } else {
+        while buf.len() < len {
+            read_more(tls, buf, start, len - buf.len())?;
         }
-    }
-    let body: Vec<u8> = buf.drain(..len).collect();
+        buf.drain(..len).collect()
+    };
     let (path, query) = split_target(&target);
     Ok(Request { method, path, query, headers, body })
+}
+
+/// One read of at most `max` more bytes of a body into `buf`, within the
+/// body's deadline (the head's and 20 s, from the request's start).
+fn read_more(tls: &mut Tls, buf: &mut Vec<u8>, start: Instant, max: usize) -> Result<(), ApiError> {
+    let late = || ApiError::new(408, "Timeout", "the request body did not come in time");
+    let left = (HEAD_DEADLINE + Duration::from_secs(20)).saturating_sub(start.elapsed());
+    if left.is_zero() || tls.sock.set_read_timeout(Some(left)).is_err() {
+        return Err(late());
+    }
+    let mut chunk = vec![0u8; max.clamp(1, 65536)];
+    match tls.read(&mut chunk) {
+        Ok(0) | Err(_) => Err(late()),
+        Ok(n) => {
+            buf.extend_from_slice(&chunk[..n]);
+            Ok(())
+        }
+    }
+}
+
+/// A chunked request body as it is decoded: the data so far and where in
+/// the read buffer the next chunk starts.
+#[derive(Default)]
+struct Chunked {
+    body: Vec<u8>,
+    pos: usize,
+}
+
+impl Chunked {
+    /// Decode the chunks `buf[pos..]` holds whole: `Ok(true)` once the last
+    /// chunk and the trailers are read (`pos` then past them), `Ok(false)`
+    /// when more must be read. A body over [`MAX_BODY`] is 413, a malformed
+    /// one 400; a size line or the trailers may not grow without end.
+    fn step(&mut self, buf: &[u8]) -> Result<bool, ApiError> {
+        let bad = |m: &str| ApiError::bad_request(format!("malformed chunked body: {m}"));
+        let crlf = |b: &[u8]| b.windows(2).position(|w| w == b"\r\n");
+        loop {
+            let rest = &buf[self.pos..];
+            let Some(eol) = crlf(rest) else {
+                return if rest.len() > 1024 { Err(bad("a chunk size line over 1 KiB")) } else { Ok(false) };
+            };
+            let size_text = String::from_utf8_lossy(rest[..eol].split(|b| *b == b';').next().unwrap_or_default());
+            let size = usize::from_str_radix(size_text.trim(), 16).map_err(|_| bad("a chunk size is not hex"))?;
+            if size == 0 {
+                let mut p = eol + 2;
+                loop {
+                    let Some(e) = crlf(&rest[p..]) else {
+                        return if rest.len() - p > 8192 { Err(bad("trailers over 8 KiB")) } else { Ok(false) };
+                    };
+                    p += e + 2;
+                    if e == 0 {
+                        self.pos += p;
+                        return Ok(true);
+                    }
+                }
+            }
+            if self.body.len().saturating_add(size) > MAX_BODY {
+                return Err(ApiError::new(413, "RequestEntityTooLarge", "the request body is over 3 MiB"));
+            }
+            let data = eol + 2;
+            if rest.len() < data + size + 2 {
+                return Ok(false);
+            }
+            if &rest[data + size..data + size + 2] != b"\r\n" {
+                return Err(bad("a chunk does not end with CRLF"));
+            }
+            self.body.extend_from_slice(&rest[data..data + size]);
+            self.pos += data + size + 2;
+        }
+    }
 }
 
 fn reason(code: u16) -> &'static str {
@@ -361,6 +440,26 @@ fn write_stream(tls: &mut Tls, content_type: &str, run: super::wire::Stream) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chunked_bodies_are_decoded_however_they_arrive() {
+        let wire = b"5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\nX-Trailer: 1\r\n\r\nNEXT";
+        for cut in 0..wire.len() {
+            // the bytes arrive in two reads, split anywhere
+            let mut c = Chunked::default();
+            assert!(c.step(&wire[..cut]).unwrap() || c.step(wire).unwrap(), "{cut}");
+            assert_eq!(c.body, b"hello, world");
+            assert_eq!(&wire[c.pos..], b"NEXT", "{cut}: the next request's bytes are left");
+        }
+        let err = |b: &[u8]| Chunked::default().step(b).unwrap_err();
+        assert_eq!(err(b"zz\r\n").code, 400);
+        assert_eq!(err(b"3\r\nabcX\r\n").code, 400);
+        assert_eq!(err(b"ffffffffffffffffffff\r\n").code, 400, "a size that overflows");
+        assert_eq!(err(format!("{:x}\r\n", MAX_BODY + 1).as_bytes()).code, 413);
+        assert_eq!(err(&[b'1'; 2000]).code, 400, "a size line without end");
+        let mut c = Chunked::default();
+        assert!(!c.step(b"0\r\n").unwrap(), "the trailers' end is still to come");
+    }
 
     #[test]
     fn the_revocation_list_is_read_again_when_it_changes() {

@@ -43,6 +43,20 @@ impl Request {
         }
     }
 
+    /// The query as it goes on a request line again (RFC 3986 unreserved
+    /// characters kept, the rest percent-encoded).
+    pub fn raw_query(&self) -> String {
+        let encode = |s: &str| -> String {
+            s.bytes()
+                .map(|b| match b {
+                    b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+                    _ => format!("%{b:02X}"),
+                })
+                .collect()
+        };
+        self.query.iter().map(|(k, v)| format!("{}={}", encode(k), encode(v))).collect::<Vec<_>>().join("&")
+    }
+
     /// The client asked for a `meta.k8s.io/v1` Table.
     pub fn wants_table(&self) -> bool {
         self.header("accept").is_some_and(|a| {
@@ -159,13 +173,15 @@ pub struct ApiError {
     pub code: u16,
     pub reason: &'static str,
     pub message: String,
-    /// `details` (name, kind, group) when the API server gives them.
+    /// `details` (name, kind) when the API server gives them.
     pub details: Option<(String, String)>,
+    /// `details.causes`: (reason, field, message), as a 422 lists them.
+    pub causes: Vec<(String, String, String)>,
 }
 
 impl ApiError {
     pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        ApiError { code, reason, message: message.into(), details: None }
+        ApiError { code, reason, message: message.into(), details: None, causes: Vec::new() }
     }
     pub fn bad_request(m: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", m)
@@ -216,6 +232,11 @@ impl ApiError {
         if let Some((name, kind)) = &self.details {
             v["details"] = json!({"name": name, "kind": kind});
         }
+        if !self.causes.is_empty() {
+            let causes: Vec<Value> =
+                self.causes.iter().map(|(r, f, m)| json!({"reason": r, "field": f, "message": m})).collect();
+            v["details"]["causes"] = json!(causes);
+        }
         v
     }
 
@@ -244,6 +265,13 @@ mod tests {
             ]
         );
         assert_eq!(split_target("/x%zz%4").0, "/x%zz%4");
+    }
+
+    #[test]
+    fn the_query_is_encoded_again() {
+        let (_, query) = split_target("/x?fieldManager=kubectl%20x&dryRun=All&a=%2F%3D");
+        let r = Request { query, ..Default::default() };
+        assert_eq!(r.raw_query(), "fieldManager=kubectl%20x&dryRun=All&a=%2F%3D");
     }
 
     #[test]

@@ -235,6 +235,9 @@ impl PodSync {
             security: security(pod, c, &self.security_defaults()),
             labels,
             annotations,
+            stdin: c.stdin.unwrap_or(false),
+            stdin_once: c.stdin_once.unwrap_or(false),
+            tty: c.tty.unwrap_or(false),
         })
     }
 
