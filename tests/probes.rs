@@ -90,7 +90,8 @@ fn a_liveness_failure_kills_with_the_probes_grace_and_restarts() {
     h.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, p.clone()));
     wait_for("running", T, || h.fake.live_containers(&uid) == 1);
     wait_for("a liveness probe ran", T, || !h.fake.calls_for(&uid, Op::ExecSync).is_empty());
-    assert!(container(&h, &uid).unwrap().ready, "no readiness probe: ready once started");
+    // the status is written right after the probe is set up (the probe may run first)
+    wait_for("ready once started (no readiness probe)", T, || container(&h, &uid).is_some_and(|c| c.ready));
     let t = Instant::now();
     h.fake.set_exec_result("c", exit(1, "stuck"));
     wait_for("restarted", T, || {

@@ -81,6 +81,10 @@ impl PodSync {
             self.write_status(ctx, pod, &rp);
             return Ok(SyncResult { terminal: true, requeue_after: None });
         }
+        // the status as read, first (as the kubelet's syncPod): an exit
+        // shows while the pass acts on it (a restart, the next init
+        // container, an image pull that takes minutes)
+        self.write_status(ctx, pod, &rp);
         let mut sandbox = self.sandbox_config(pod, &rp);
         let ready = self.ensure_sandbox(ctx, pod, &mut rp, &mut sandbox)?;
         // whether this pass changed anything in the runtime: if not, the
@@ -443,7 +447,6 @@ impl PodSync {
         if let Err(e) = std::fs::create_dir_all(&log_dir) {
             log::warn!("pod {}: cannot create the log directory {}: {e}", model::pod_ref(pod), log_dir.display());
         }
-        log::info!("TRACE create {}", c.name);
         let id = match self.runtime.create_container(&self.call(ctx), sandbox.id, &config, sandbox.config) {
             Ok(id) => id,
             Err(RuntimeError::Cancelled { .. }) => return Err(SyncError::Cancelled),
@@ -456,10 +459,8 @@ impl PodSync {
         if let Some(n) = &self.new_logs {
             n.created(&id, log_dir, format!("{}.log", config.attempt));
         }
-        log::info!("TRACE created {}", c.name);
         match ctx.start(|| self.runtime.start_container(&self.call(ctx), &id))? {
             Ok(()) => {
-                log::info!("TRACE started {}", c.name);
                 self.forget(uid, &c.name);
                 self.events.event(&obj, EventType::Normal, "Started", &format!("Started container {}", c.name));
                 self.post_start(ctx, pod, c, &id, sandbox.pod_ip)
