@@ -24,10 +24,13 @@ const MAX: usize = 4096;
 /// How long an exit the CRI never confirms is kept.
 const KEEP: Duration = Duration::from_secs(60);
 
+/// What the events told of one container: its exit (once told), an OOM
+/// seen, when first noted.
+type Told = (Option<Exit>, bool, Instant);
+
 #[derive(Default)]
 pub struct Exits {
-    /// By container ID: the exit (when told), an OOM seen, when noted.
-    by_id: Mutex<HashMap<String, (Option<Exit>, bool, Instant)>>,
+    by_id: Mutex<HashMap<String, Told>>,
 }
 
 impl Exits {
@@ -81,7 +84,7 @@ impl Exits {
         m.retain(|_, (_, _, at)| at.elapsed() < KEEP);
     }
 
-    fn apply_locked(m: &mut HashMap<String, (Option<Exit>, bool, Instant)>, c: &mut ContainerInfo) {
+    fn apply_locked(m: &mut HashMap<String, Told>, c: &mut ContainerInfo) {
         let Some((exit, oom, _)) = m.get(&c.id) else { return };
         if c.state == ContainerState::Exited {
             m.remove(&c.id);
