@@ -222,7 +222,6 @@ fn with_rv(mut v: Value, rv: u64) -> Value {
     v
 }
 
-
 /// What a watcher gets next.
 #[derive(Debug)]
 pub enum Next {
