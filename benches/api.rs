@@ -10,8 +10,8 @@
 //!   3 requests not counted; `get_pods_table_new_conn_p50_ms`: 20 more,
 //!   each on a new connection (TCP and a full TLS handshake); beside them,
 //!   medians of 20 on the keep-alive connection: `get_version_p50_ms` (a
-//!   round trip) and `get_namespaces_p50_ms` (a list: one sync of the
-//!   watch hub, which every list does first, and a small answer);
+//!   round trip) and `get_namespaces_p50_ms` (a list: an incremental sync
+//!   of the watch hub, which every list does first, and a small answer);
 //! - `watch_event_ms`: the container of 12 of the pods is stopped through
 //!   CRI by this bench, a second apart (a crash, to podwarden), and
 //!   podwarden starts it again: from containerd's start event of the new
@@ -52,8 +52,8 @@
 //!   the watch hub holds, once a heap trim has passed);
 //! - `healthz_p99_ms_100_watches`: p99 of 100 `GET /healthz` on the
 //!   read-only port while 100 watches are asked for (`watches_open`: how
-//!   many the server took; it takes at most `api::kube::server::MAX_CONNS`
-//!   connections, one watch each).
+//!   many the server took; it takes at most `api::kube::watch::MAX_WATCHERS`
+//!   watches, one connection each).
 //!
 //! The last line is one JSON object. Times are milliseconds, rates MiB/s.
 
@@ -398,7 +398,7 @@ fn table(env: &Env, out: &mut BTreeMap<&'static str, f64>) {
         assert_eq!(status, 200);
     }
     // what a request costs without the Table: a round trip (`/version`),
-    // and a list that is one sync of the watch hub and a tiny answer
+    // and a list that is an incremental sync of the watch hub and a tiny answer
     let (mut version, mut namespaces) = (Vec::new(), Vec::new());
     for _ in 0..20 {
         let t = Instant::now();

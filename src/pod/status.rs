@@ -15,7 +15,24 @@ use crate::runtime::{ContainerInfo, ContainerState, RuntimePod};
 /// like, are built by callers; this module only stores and generates.
 #[derive(Default)]
 pub struct StatusManager {
-    statuses: Mutex<HashMap<Uid, PodStatus>>,
+    statuses: Mutex<Versioned>,
+}
+
+/// Each pod's status with the version of its last write (numbered from
+/// one counter, so a version is never reused): a reader that keeps the
+/// version it last built from sees whether a pod's status was written
+/// since without copying or comparing it.
+#[derive(Default)]
+struct Versioned {
+    map: HashMap<Uid, (PodStatus, u64)>,
+    last: u64,
+}
+
+impl Versioned {
+    fn put(&mut self, uid: &str, status: PodStatus) {
+        self.last += 1;
+        self.map.insert(uid.to_string(), (status, self.last));
+    }
 }
 
 impl StatusManager {
@@ -24,13 +41,18 @@ impl StatusManager {
     }
 
     pub fn get(&self, uid: &str) -> Option<PodStatus> {
-        self.statuses.lock().get(uid).cloned()
+        self.statuses.lock().map.get(uid).map(|(s, _)| s.clone())
+    }
+
+    /// The version of a pod's status (changes with every write of it).
+    pub fn version(&self, uid: &str) -> Option<u64> {
+        self.statuses.lock().map.get(uid).map(|(_, v)| *v)
     }
 
     pub fn set(&self, uid: &str, status: PodStatus) {
         let mut m = self.statuses.lock();
-        if m.get(uid) != Some(&status) {
-            m.insert(uid.to_string(), status);
+        if m.map.get(uid).map(|(s, _)| s) != Some(&status) {
+            m.put(uid, status);
             drop(m);
             crate::base::changes::bump();
         }
@@ -39,7 +61,11 @@ impl StatusManager {
     /// Change the stored status in place (creating an empty one).
     pub fn update(&self, uid: &str, f: impl FnOnce(&mut PodStatus)) {
         let mut m = self.statuses.lock();
-        f(m.entry(uid.to_string()).or_default());
+        m.last += 1;
+        let v = m.last;
+        let e = m.map.entry(uid.to_string()).or_default();
+        f(&mut e.0);
+        e.1 = v;
         drop(m);
         crate::base::changes::bump();
     }
@@ -48,15 +74,15 @@ impl StatusManager {
     /// the lock, without copying it out); `None` keeps it as it is.
     pub fn replace_with(&self, uid: &str, f: impl FnOnce(Option<&PodStatus>) -> Option<PodStatus>) {
         let mut m = self.statuses.lock();
-        if let Some(new) = f(m.get(uid)) {
-            m.insert(uid.to_string(), new);
+        if let Some(new) = f(m.map.get(uid).map(|(s, _)| s)) {
+            m.put(uid, new);
             drop(m);
             crate::base::changes::bump();
         }
     }
 
     pub fn remove(&self, uid: &str) {
-        if self.statuses.lock().remove(uid).is_some() {
+        if self.statuses.lock().map.remove(uid).is_some() {
             crate::base::changes::bump();
         }
     }
@@ -64,9 +90,9 @@ impl StatusManager {
     /// Forget statuses of pods that are not in `keep`.
     pub fn retain(&self, keep: impl Fn(&str) -> bool) {
         let mut m = self.statuses.lock();
-        let before = m.len();
-        m.retain(|uid, _| keep(uid));
-        let gone = m.len() != before;
+        let before = m.map.len();
+        m.map.retain(|uid, _| keep(uid));
+        let gone = m.map.len() != before;
         drop(m);
         if gone {
             crate::base::changes::bump();
@@ -74,7 +100,7 @@ impl StatusManager {
     }
 
     pub fn len(&self) -> usize {
-        self.statuses.lock().len()
+        self.statuses.lock().map.len()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -86,11 +86,17 @@ pub struct Event {
 pub struct EventRecorder {
     ring: Mutex<VecDeque<Event>>,
     capacity: usize,
+    /// Changes of the ring so far (see [`EventRecorder::generation`]).
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl EventRecorder {
     pub fn new(capacity: usize) -> Self {
-        EventRecorder { ring: Mutex::new(VecDeque::with_capacity(capacity.min(64))), capacity: capacity.max(1) }
+        EventRecorder {
+            ring: Mutex::new(VecDeque::with_capacity(capacity.min(64))),
+            capacity: capacity.max(1),
+            generation: Default::default(),
+        }
     }
 
     /// Record an event. A repeat of the newest event bumps its count
@@ -115,6 +121,7 @@ impl EventRecorder {
         {
             last.count += 1;
             last.timestamp = timestamp;
+            self.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             drop(ring);
             crate::base::changes::bump();
             return;
@@ -130,8 +137,15 @@ impl EventRecorder {
             timestamp,
             count: 1,
         });
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         drop(ring);
         crate::base::changes::bump();
+    }
+
+    /// Changes so far: the same number means the same events (a reader
+    /// that built from them need not look again).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Every event held, oldest first.

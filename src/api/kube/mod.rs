@@ -92,7 +92,8 @@ impl KubeServer {
         let listener = TcpListener::bind(addr).map_err(|source| KubeError::Listen { addr, source })?;
         let addr = listener.local_addr().map_err(|source| KubeError::Listen { addr, source })?;
         let parts = ops.parts.clone();
-        let hub = watch::Hub::new(Box::new(move || resources::collect(&parts)));
+        let mut collector = resources::Collector::new(parts);
+        let hub = watch::Hub::new(Box::new(move || collector.delta()));
         let stop = Arc::new(AtomicBool::new(false));
         let ctx = ctx::Ctx {
             ops,

@@ -14,7 +14,9 @@ use crate::agent::Parts;
 use crate::api::view;
 use crate::model;
 
-use super::watch::{Item, Kind};
+use crate::pod::workers::Phase;
+
+use super::watch::{Delta, Kind, Tracker};
 
 /// The annotation a pod created through the Kubernetes API carries (in
 /// its manifest, value [`API_CREATED`]): without it a pod is the node's
@@ -62,8 +64,9 @@ fn rfc3339_secs(secs: f64) -> String {
     model::rfc3339(std::time::UNIX_EPOCH + Duration::from_secs_f64(secs.max(0.0)))
 }
 
-/// The events held, as v1 Events (named `<object>.<hash>`).
-pub fn events(parts: &Parts) -> Vec<Value> {
+/// The events held, each with its v1 name (`<object>.<hash>`, made unique
+/// in the order held).
+fn named_events(parts: &Parts) -> Vec<(String, crate::telemetry::events::Event)> {
     let mut names = BTreeSet::new();
     parts
         .events
@@ -79,28 +82,52 @@ pub fn events(parts: &Parts) -> Vec<Value> {
                 name = format!("{}.{:016x}-{i}", o.name, h.finish());
                 i += 1;
             }
-            let ns = if o.namespace.is_empty() { "default" } else { o.namespace.as_str() };
-            let t = rfc3339_secs(e.timestamp);
-            json!({
-                "apiVersion": "v1",
-                "kind": "Event",
-                "metadata": {"name": name, "namespace": ns, "creationTimestamp": t},
-                "involvedObject": {
-                    "apiVersion": "v1", "kind": o.kind, "namespace": if o.namespace.is_empty() { Value::Null } else { json!(o.namespace) },
-                    "name": o.name, "uid": o.uid, "fieldPath": if o.field_path.is_empty() { Value::Null } else { json!(o.field_path) },
-                },
-                "reason": e.reason,
-                "message": e.message,
-                "type": format!("{:?}", e.event_type),
-                "count": e.count,
-                "firstTimestamp": t,
-                "lastTimestamp": t,
-                "source": {"component": "kubelet", "host": parts.node_name},
-                "reportingComponent": "kubelet",
-                "reportingInstance": parts.node_name,
-            })
+            (name, e)
         })
         .collect()
+}
+
+fn event_namespace(e: &crate::telemetry::events::Event) -> &str {
+    let ns = e.involved_object.namespace.as_str();
+    if ns.is_empty() { "default" } else { ns }
+}
+
+/// One event as a v1 Event named `name`.
+fn event_json(parts: &Parts, name: &str, e: &crate::telemetry::events::Event) -> Value {
+    let o = &e.involved_object;
+    let t = rfc3339_secs(e.timestamp);
+    json!({
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": name, "namespace": event_namespace(e), "creationTimestamp": t},
+        "involvedObject": {
+            "apiVersion": "v1", "kind": o.kind, "namespace": if o.namespace.is_empty() { Value::Null } else { json!(o.namespace) },
+            "name": o.name, "uid": o.uid, "fieldPath": if o.field_path.is_empty() { Value::Null } else { json!(o.field_path) },
+        },
+        "reason": e.reason,
+        "message": e.message,
+        "type": format!("{:?}", e.event_type),
+        "count": e.count,
+        "firstTimestamp": t,
+        "lastTimestamp": t,
+        "source": {"component": "kubelet", "host": parts.node_name},
+        "reportingComponent": "kubelet",
+        "reportingInstance": parts.node_name,
+    })
+}
+
+/// What one event's JSON is made of, hashed (its name aside).
+fn event_fingerprint(e: &crate::telemetry::events::Event) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let o = &e.involved_object;
+    (&o.kind, &o.namespace, &o.name, &o.uid, &o.field_path, &e.reason, &e.message).hash(&mut h);
+    (format!("{:?}", e.event_type), e.count, e.timestamp.to_bits()).hash(&mut h);
+    h.finish()
+}
+
+/// The events held, as v1 Events (named `<object>.<hash>`).
+pub fn events(parts: &Parts) -> Vec<Value> {
+    named_events(parts).iter().map(|(name, e)| event_json(parts, name, e)).collect()
 }
 
 /// The local ConfigMaps or Secrets as v1 objects (`view::object_value`:
@@ -125,14 +152,13 @@ pub fn namespaces(pods: &[Value], objects: &[Value]) -> Vec<Value> {
             names.insert(ns.to_string());
         }
     }
-    names
-        .into_iter()
-        .map(|n| {
-            json!({"apiVersion": "v1", "kind": "Namespace",
-                "metadata": {"name": n, "labels": {"kubernetes.io/metadata.name": n}},
-                "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}})
-        })
-        .collect()
+    names.into_iter().map(|n| namespace_json(&n)).collect()
+}
+
+fn namespace_json(n: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": n, "labels": {"kubernetes.io/metadata.name": n}},
+        "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}})
 }
 
 fn key(v: &Value) -> String {
@@ -140,25 +166,143 @@ fn key(v: &Value) -> String {
     format!("{}/{}", s("/metadata/namespace"), s("/metadata/name"))
 }
 
-/// Everything the watch hub follows, now.
-pub fn collect(parts: &Parts) -> Vec<Item> {
-    let pods: Vec<Value> = view::pods_of(parts, false).items.iter().map(pod_json).collect();
-    let cms = objects(parts, model::objects::Kind::ConfigMap);
-    let secrets = objects(parts, model::objects::Kind::Secret);
-    let mut all: Vec<Value> = cms.clone();
-    all.extend(secrets.iter().cloned());
-    let ns = namespaces(&pods, &all);
-    let mut out = Vec::new();
-    for (kind, list) in [
-        (Kind::Pods, pods),
-        (Kind::Events, events(parts)),
-        (Kind::ConfigMaps, cms),
-        (Kind::Secrets, secrets),
-        (Kind::Namespaces, ns),
-    ] {
-        out.extend(list.into_iter().map(|v| (kind, key(&v), v)));
+/// What a pod's object is made of: its manifest (the same `Arc` while
+/// the source does not change it), its status' version, and whether it is
+/// terminating after its manifest went.
+struct PodSource {
+    pod: Arc<model::Pod>,
+    status: Option<u64>,
+    going: bool,
+}
+
+impl PartialEq for PodSource {
+    fn eq(&self, o: &Self) -> bool {
+        self.status == o.status && self.going == o.going && (Arc::ptr_eq(&self.pod, &o.pod) || *self.pod == *o.pod)
     }
-    out
+}
+
+/// A pod as the API shows it, with its status now (as
+/// [`view::pod_list`] makes it).
+fn pod_object(pod: &model::Pod, going: bool, statuses: &crate::pod::status::StatusManager) -> Value {
+    let mut pod = pod.clone();
+    if going {
+        pod.metadata.deletion_timestamp.get_or_insert_with(model::now_time);
+    }
+    pod.status = statuses.get(model::uid(&pod));
+    // the API server sets qosClass when a pod is created
+    let qos = model::qos::qos_class(&pod).as_str().to_string();
+    pod.status.get_or_insert_with(Default::default).qos_class.get_or_insert(qos);
+    pod_json(&pod)
+}
+
+fn pod_key(pod: &model::Pod) -> String {
+    format!("{}/{}", pod.metadata.namespace.as_deref().unwrap_or(""), pod.metadata.name.as_deref().unwrap_or(""))
+}
+
+/// What the watch hub collects from: the pods (the same list as
+/// [`view::pods_of`]), events, ConfigMaps, Secrets and namespaces, each
+/// object rebuilt only when its source changed: a pod when its manifest or
+/// its status' version changes, the events when the recorder's generation
+/// changes (then only the events whose content changed), the ConfigMaps
+/// and Secrets when the object store installs a new set.
+pub struct Collector {
+    parts: Parts,
+    pods: Tracker<PodSource>,
+    events: Tracker<u64>,
+    events_seen: Option<u64>,
+    objects_seen: Option<Arc<model::objects::ObjectSet>>,
+    configmaps: Tracker<Value>,
+    secrets: Tracker<Value>,
+    namespaces: Tracker<()>,
+}
+
+impl Collector {
+    pub fn new(parts: Parts) -> Self {
+        Collector {
+            parts,
+            pods: Tracker::new(Kind::Pods),
+            events: Tracker::new(Kind::Events),
+            events_seen: None,
+            objects_seen: None,
+            configmaps: Tracker::new(Kind::ConfigMaps),
+            secrets: Tracker::new(Kind::Secrets),
+            namespaces: Tracker::new(Kind::Namespaces),
+        }
+    }
+
+    /// Objects built so far (all kinds).
+    pub fn built(&self) -> u64 {
+        self.pods.built() + self.events.built() + self.configmaps.built() + self.secrets.built()
+    }
+
+    /// What changed since the last call (the first: everything).
+    pub fn delta(&mut self) -> Delta {
+        let mut out = Delta::default();
+        let parts = &self.parts;
+        // pods: the desired ones, then those terminating after their
+        // manifest went (a desired pod's name wins)
+        let desired: Vec<Arc<model::Pod>> = parts.agent.desired().into_iter().map(|d| d.pod).collect();
+        let wanted: std::collections::HashSet<&str> = desired.iter().map(|p| model::uid(p)).collect();
+        let workers = parts.workers.snapshot();
+        let going = workers
+            .iter()
+            .filter(|w| !wanted.contains(w.uid.as_str()) && w.phase < Phase::Terminated && !w.containers_stopped)
+            .filter_map(|w| w.pod.clone())
+            .filter(|p| model::is_static(p));
+        // (every version read before any pod is built: a status written
+        // meanwhile is seen again next time)
+        let now: Vec<(String, PodSource, (Arc<model::Pod>, bool))> = desired
+            .iter()
+            .map(|p| (p.clone(), false))
+            .chain(going.map(|p| (p, true)))
+            .map(|(pod, going)| {
+                let status = parts.statuses.version(model::uid(&pod));
+                (pod_key(&pod), PodSource { pod: pod.clone(), status, going }, (pod, going))
+            })
+            .collect();
+        let statuses = &parts.statuses;
+        self.pods.update(now, |(pod, going)| pod_object(&pod, going, statuses), &mut out);
+        let mut namespaces_changed = !out.is_empty();
+
+        let generation = parts.events.generation();
+        if self.events_seen != Some(generation) {
+            let now = named_events(parts)
+                .into_iter()
+                .map(|(name, e)| (format!("{}/{name}", event_namespace(&e)), event_fingerprint(&e), (name, e)));
+            self.events.update(now, |(name, e)| event_json(parts, &name, &e), &mut out);
+            self.events_seen = Some(generation);
+        }
+
+        let set = parts.objects.snapshot();
+        if self.objects_seen.as_ref().is_none_or(|s| !Arc::ptr_eq(s, &set)) {
+            let before = out.put.len() + out.gone.len();
+            for (kind, tracker) in [
+                (model::objects::Kind::ConfigMap, &mut self.configmaps),
+                (model::objects::Kind::Secret, &mut self.secrets),
+            ] {
+                let now = objects(parts, kind).into_iter().map(|v| (key(&v), v.clone(), v));
+                tracker.update(now, |v| v, &mut out);
+            }
+            namespaces_changed |= out.put.len() + out.gone.len() != before;
+            self.objects_seen = Some(set);
+        }
+
+        if namespaces_changed {
+            let in_use: BTreeSet<String> = self
+                .pods
+                .keys()
+                .chain(self.configmaps.keys())
+                .chain(self.secrets.keys())
+                .filter_map(|k| k.split_once('/').map(|(ns, _)| ns))
+                .filter(|ns| !ns.is_empty())
+                .chain(["default"])
+                .map(str::to_string)
+                .collect();
+            let now = in_use.into_iter().map(|n| (format!("/{n}"), (), n));
+            self.namespaces.update(now, |n| namespace_json(&n), &mut out);
+        }
+        out
+    }
 }
 
 /// This node as a v1 Node: the node report's, with its addresses, the

@@ -1,6 +1,9 @@
 //! The HTTPS server: one `kube-accept` thread, at most [`MAX_CONNS`]
-//! connections each on its own `kube-conn` thread (beyond that a new
-//! connection is closed at once), HTTP/1.1 only (ALPN `http/1.1`) with
+//! connections each on its own `kube-conn` thread with a small stack
+//! ([`CONN_STACK`]: only touched pages count; a watch's thread sleeps on its
+//! channel) (beyond that a new connection is closed at once; watches are
+//! bounded below that, [`super::watch::MAX_WATCHERS`], and one more is
+//! answered 429 with `Retry-After`), HTTP/1.1 only (ALPN `http/1.1`) with
 //! keep-alive. Each connection: TLS handshake and request head within
 //! [`HEAD_DEADLINE`], the head at most [`MAX_HEAD`], a body at most
 //! [`MAX_BODY`], an idle keep-alive connection closed after
@@ -28,7 +31,12 @@ use super::pki::{self, ClientCert, Identity};
 use super::routes;
 use super::wire::{ApiError, ChunkSink, Reply, Request, split_target};
 
-pub const MAX_CONNS: usize = 64;
+pub const MAX_CONNS: usize = 256;
+/// A connection thread's stack: a request's deepest path (TLS, routing,
+/// a patch or an apply) with room to spare.
+pub const CONN_STACK: usize = crate::base::thread::WORKER_STACK;
+/// What a 429 asks the client to wait, in seconds.
+const RETRY_AFTER_SECS: u32 = 1;
 pub const MAX_HEAD: usize = 32 << 10;
 pub const MAX_BODY: usize = 3 << 20;
 pub const HEAD_DEADLINE: Duration = Duration::from_secs(10);
@@ -123,7 +131,7 @@ pub fn accept_loop(listener: TcpListener, shared: Arc<Shared>, stop: Arc<AtomicB
             continue;
         }
         let s = shared.clone();
-        let spawned = crate::base::thread::spawn("kube-conn", Some(crate::base::thread::WORKER_STACK), move || {
+        let spawned = crate::base::thread::spawn("kube-conn", Some(CONN_STACK), move || {
             serve(&s, conn);
             s.active.fetch_sub(1, Ordering::SeqCst);
         });
@@ -379,8 +387,9 @@ fn reason(code: u16) -> &'static str {
 
 fn write_full(tls: &mut Tls, r: &Reply, head: bool) -> std::io::Result<()> {
     let Reply::Full { status, content_type, body } = r else { return Ok(()) };
+    let retry = if *status == 429 { format!("Retry-After: {RETRY_AFTER_SECS}\r\n") } else { String::new() };
     let mut out = format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-cache, private\r\n\r\n",
+        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-cache, private\r\n{retry}\r\n",
         reason(*status),
         body.len()
     )

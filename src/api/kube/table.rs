@@ -145,9 +145,52 @@ pub fn age_text(t: &str) -> String {
         .map_or_else(|| "<unknown>".into(), view::short_age)
 }
 
+/// Of a pod's JSON, what its cells are made of (read in place, without a
+/// copy): the deletion time, the containers' names and restart policies,
+/// the readiness gates and the status.
+fn summary_pod(obj: &Value) -> Result<Pod, serde_json::Error> {
+    use k8s_openapi::api::core::v1::{Container, PodReadinessGate, PodSpec, PodStatus};
+    use serde::Deserialize;
+    let containers = |p: &str| -> Vec<Container> {
+        obj.pointer(p)
+            .and_then(Value::as_array)
+            .map(|cs| {
+                cs.iter()
+                    .map(|c| Container {
+                        name: s(c, "/name").to_string(),
+                        restart_policy: c.get("restartPolicy").and_then(Value::as_str).map(str::to_string),
+                        ..Default::default()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut pod = Pod::default();
+    if let Some(t) = obj.pointer("/metadata/deletionTimestamp").filter(|t| !t.is_null()) {
+        pod.metadata.deletion_timestamp = Some(Deserialize::deserialize(t)?);
+    }
+    if obj.get("spec").is_some_and(|v| !v.is_null()) {
+        let inits = containers("/spec/initContainers");
+        let gates = match obj.pointer("/spec/readinessGates").filter(|g| !g.is_null()) {
+            Some(g) => Some(Vec::<PodReadinessGate>::deserialize(g)?),
+            None => None,
+        };
+        pod.spec = Some(PodSpec {
+            containers: containers("/spec/containers"),
+            init_containers: obj.pointer("/spec/initContainers").filter(|v| !v.is_null()).map(|_| inits),
+            readiness_gates: gates,
+            ..Default::default()
+        });
+    }
+    if let Some(st) = obj.get("status").filter(|v| !v.is_null()) {
+        pod.status = Some(PodStatus::deserialize(st)?);
+    }
+    Ok(pod)
+}
+
 /// A pod's cells.
 fn pod_cells(obj: &Value) -> Vec<Value> {
-    let Ok(pod) = serde_json::from_value::<Pod>(obj.clone()) else {
+    let Ok(pod) = summary_pod(obj) else {
         return vec![json!(s(obj, "/metadata/name"))];
     };
     let sum = view::pod_summary(&pod);
@@ -382,5 +425,35 @@ mod tests {
         assert_eq!((c[4].clone(), c[5].clone(), c[6].clone()), (json!("v1.33.0"), json!("10.1.1.1"), json!("<none>")));
         let sec = json!({"metadata": {"name": "s"}, "type": "Opaque", "data": {"a": "", "b": ""}});
         assert_eq!(cells(Printer::Secrets, &sec)[1..3].to_vec(), [json!("Opaque"), json!(2)]);
+    }
+
+    #[test]
+    fn a_pods_cells_read_in_place_are_those_of_the_whole_pod() {
+        let obj = pod(json!({
+            "metadata": {"name": "web", "namespace": "default", "creationTimestamp": "2020-01-01T00:00:00Z",
+                "deletionTimestamp": "2030-01-01T00:00:00Z"},
+            "spec": {"nodeName": "n1", "readinessGates": [{"conditionType": "x/ok"}],
+                "initContainers": [{"name": "init", "image": "i"}, {"name": "side", "image": "i", "restartPolicy": "Always"}],
+                "containers": [{"name": "a", "image": "i", "env": [{"name": "E", "value": "1"}]}, {"name": "b", "image": "i"}]},
+            "status": {"phase": "Running", "podIP": "10.0.0.2",
+                "conditions": [{"type": "x/ok", "status": "True"}],
+                "initContainerStatuses": [
+                    {"name": "init", "ready": false, "restartCount": 0, "image": "i", "imageID": "",
+                        "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}},
+                    {"name": "side", "ready": true, "restartCount": 2, "image": "i", "imageID": "",
+                        "state": {"running": {"startedAt": "2020-01-01T00:00:00Z"}}}],
+                "containerStatuses": [
+                    {"name": "a", "ready": true, "restartCount": 1, "image": "i", "imageID": "",
+                        "state": {"running": {}}, "lastState": {"terminated": {"exitCode": 1,
+                        "finishedAt": "2020-01-01T00:00:00Z"}}},
+                    {"name": "b", "ready": false, "restartCount": 0, "image": "i", "imageID": "",
+                        "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}
+        }));
+        let whole: Pod = serde_json::from_value(obj.clone()).unwrap();
+        let part = summary_pod(&obj).unwrap();
+        assert_eq!(format!("{:?}", view::pod_summary(&part)), format!("{:?}", view::pod_summary(&whole)));
+        let cells = pod_cells(&obj);
+        assert_eq!(cells[8], "1/1");
+        assert_eq!(cells[2], "Terminating");
     }
 }

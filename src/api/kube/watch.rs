@@ -2,17 +2,21 @@
 //! watcher: one [`Hub`] keeps the objects it last saw of each watched kind
 //! (pods, events, configmaps, secrets, namespaces), each with the
 //! resourceVersion of its last change, and a bounded history of changes.
-//! A sync (on the `kube-watch` thread when `base::changes` counts a
-//! change, at least every second, and before every list) collects the
-//! objects once (while no one watches, only lists and new watches sync),
-//! compares them with what it held, numbers the changes
-//! (ADDED, MODIFIED, DELETED) and hands each to every watcher of its kind
-//! with `try_send` on the watcher's bounded channel: the hub never waits
-//! for a watcher. A watcher whose channel is full is marked lagging and
-//! ended with `410 Expired`, as is a watch from a resourceVersion older
-//! than the history; kubectl then lists again.
+//! A sync asks the collector for a [`Delta`]: only the objects whose source
+//! changed since the last sync, rebuilt (the collector keeps a fingerprint
+//! of what it built each object from: a [`Tracker`] per kind), and the keys
+//! that went. The hub compares each rebuilt object with the one it holds
+//! (in place: no copy), numbers the real changes (ADDED, MODIFIED, DELETED)
+//! and hands each to every watcher of its kind with `try_send` on the
+//! watcher's bounded channel: the hub never waits for a watcher. A sync
+//! runs before every list and new watch (it costs next to nothing when
+//! nothing changed) and, while anyone watches, on the `kube-watch` thread
+//! within [`COALESCE`] of a change that `base::changes` counts (and every
+//! second). A watcher whose channel is full is marked lagging and ended
+//! with `410 Expired`, as is a watch from a resourceVersion older than the
+//! history; kubectl then lists again.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -37,8 +41,81 @@ pub enum Kind {
 /// One object as collected: its kind, key (namespace/name) and JSON.
 pub type Item = (Kind, String, Value);
 
-/// What the hub collects from (everything of every kind, now).
-pub type Collect = Box<dyn Fn() -> Vec<Item> + Send + Sync>;
+/// What changed at the sources since the collector's last call: the
+/// objects rebuilt (new ones and those whose source changed) and the keys
+/// that went.
+#[derive(Debug, Default)]
+pub struct Delta {
+    pub put: Vec<Item>,
+    pub gone: Vec<(Kind, String)>,
+}
+
+impl Delta {
+    pub fn is_empty(&self) -> bool {
+        self.put.is_empty() && self.gone.is_empty()
+    }
+}
+
+/// What the hub collects from: the changes since its last call (the first
+/// call: everything).
+pub type Collect = Box<dyn FnMut() -> Delta + Send>;
+
+/// What a collector last built of one kind: each key's fingerprint of its
+/// source (a version, a pointer, a hash: whatever changes when the object
+/// would), so that only objects whose source changed are rebuilt.
+pub struct Tracker<F> {
+    kind: Kind,
+    seen: HashMap<String, F>,
+    built: u64,
+}
+
+impl<F: PartialEq> Tracker<F> {
+    pub fn new(kind: Kind) -> Self {
+        Tracker { kind, seen: HashMap::new(), built: 0 }
+    }
+
+    /// `now`: every object of the kind now, as its key, fingerprint and
+    /// what it is built from (a key given twice counts once: the first).
+    /// Builds (with `build`) the new objects and those whose fingerprint
+    /// changed, into `out`, and adds the keys not in `now` to `out.gone`.
+    pub fn update<T>(
+        &mut self,
+        now: impl IntoIterator<Item = (String, F, T)>,
+        mut build: impl FnMut(T) -> Value,
+        out: &mut Delta,
+    ) {
+        let mut present: HashSet<String> = HashSet::with_capacity(self.seen.len());
+        for (key, fp, src) in now {
+            if present.contains(&key) {
+                continue;
+            }
+            if self.seen.get(&key) != Some(&fp) {
+                out.put.push((self.kind, key.clone(), build(src)));
+                self.built += 1;
+                self.seen.insert(key.clone(), fp);
+            }
+            present.insert(key);
+        }
+        let kind = self.kind;
+        self.seen.retain(|k, _| {
+            let keep = present.contains(k);
+            if !keep {
+                out.gone.push((kind, k.clone()));
+            }
+            keep
+        });
+    }
+
+    /// Objects built so far.
+    pub fn built(&self) -> u64 {
+        self.built
+    }
+
+    /// The keys held now.
+    pub fn keys(&self) -> impl Iterator<Item = &String> {
+        self.seen.keys()
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventType {
@@ -74,8 +151,13 @@ pub struct Change {
 pub const HISTORY: usize = 1024;
 /// Changes a watcher may have waiting before it is ended as too slow.
 pub const WATCHER_BUFFER: usize = 256;
-/// Watchers at once (each is a connection, which the server bounds too).
-pub const MAX_WATCHERS: usize = 256;
+/// Watchers at once: each is a connection, and this leaves some of the
+/// server's [`super::server::MAX_CONNS`] to everything else; one more is
+/// answered 429 with Retry-After, as the API server does.
+pub const MAX_WATCHERS: usize = super::server::MAX_CONNS * 3 / 4;
+/// How long the `kube-watch` thread lets a burst of changes gather before
+/// it syncs (one sync for the burst).
+pub const COALESCE: Duration = Duration::from_millis(5);
 
 struct Watcher {
     kind: Kind,
@@ -127,23 +209,15 @@ impl State {
 /// The hub (shared: an `Arc`).
 pub struct Hub {
     state: Mutex<State>,
-    /// Serializes syncs (collecting happens outside the state's lock).
-    syncing: Mutex<()>,
-    collect: Collect,
+    /// The collector; its lock serializes syncs (collecting happens
+    /// outside the state's lock).
+    collect: Mutex<Collect>,
     stop: AtomicBool,
 }
 
 fn with_rv(mut v: Value, rv: u64) -> Value {
     if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
         m.insert("resourceVersion".into(), Value::String(rv.to_string()));
-    }
-    v
-}
-
-fn without_rv(v: &Value) -> Value {
-    let mut v = v.clone();
-    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.remove("resourceVersion");
     }
     v
 }
@@ -190,44 +264,48 @@ impl Hub {
     pub fn new(collect: Collect) -> Arc<Hub> {
         Arc::new(Hub {
             state: Mutex::new(State::default()),
-            syncing: Mutex::new(()),
-            collect,
+            collect: Mutex::new(collect),
             stop: AtomicBool::new(false),
         })
     }
 
-    /// Collect now and publish what changed.
+    /// Collect what changed and publish it.
     pub fn sync(&self) {
-        let _one = self.syncing.lock();
-        let now = (self.collect)();
+        let mut collect = self.collect.lock();
+        let delta = (*collect)();
+        if delta.is_empty() {
+            return;
+        }
         let mut st = self.state.lock();
-        let mut seen = std::collections::HashSet::with_capacity(now.len());
-        for (kind, key, mut obj) in now {
+        for (kind, key, mut obj) in delta.put {
             let k = (kind, key);
-            if let Some(old) = st.items.get(&k) {
-                // a terminating pod's deletionTimestamp is made when shown:
-                // keep the first one
-                if let Some(t) = old.pointer("/metadata/deletionTimestamp").cloned()
-                    && let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut)
-                    && m.contains_key("deletionTimestamp")
-                {
-                    m.insert("deletionTimestamp".into(), t);
+            let prev = st.items.get(&k).cloned();
+            if let Some(old) = &prev {
+                if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+                    // a terminating pod's deletionTimestamp is made when
+                    // shown: keep the first one
+                    if let Some(t) = old.pointer("/metadata/deletionTimestamp")
+                        && m.contains_key("deletionTimestamp")
+                    {
+                        m.insert("deletionTimestamp".into(), t.clone());
+                    }
+                    // with the version it holds, the same object is equal
+                    if let Some(rv) = old.pointer("/metadata/resourceVersion") {
+                        m.insert("resourceVersion".into(), rv.clone());
+                    }
+                }
+                if **old == obj {
+                    continue;
                 }
             }
-            let prev = st.items.get(&k).cloned();
-            let changed = prev.as_ref().is_none_or(|p| without_rv(p) != obj);
-            if changed {
-                st.rv += 1;
-                let obj = Arc::new(with_rv(obj, st.rv));
-                st.items.insert(k.clone(), obj.clone());
-                let event = if prev.is_some() { EventType::Modified } else { EventType::Added };
-                let rv = st.rv;
-                st.publish(Change { rv, kind, event, object: obj, prev });
-            }
-            seen.insert(k);
+            st.rv += 1;
+            let obj = Arc::new(with_rv(obj, st.rv));
+            st.items.insert(k, obj.clone());
+            let event = if prev.is_some() { EventType::Modified } else { EventType::Added };
+            let rv = st.rv;
+            st.publish(Change { rv, kind, event, object: obj, prev });
         }
-        let gone: Vec<(Kind, String)> = st.items.keys().filter(|k| !seen.contains(*k)).cloned().collect();
-        for k in gone {
+        for k in delta.gone {
             if let Some(old) = st.items.remove(&k) {
                 st.rv += 1;
                 let rv = st.rv;
@@ -308,9 +386,8 @@ impl Hub {
         st.watchers.len()
     }
 
-    /// The `kube-watch` thread: while anyone watches, a sync after each
-    /// change (at most every 100 ms) and every second; ends with
-    /// [`Hub::stop`].
+    /// The `kube-watch` thread: while anyone watches, a sync [`COALESCE`]
+    /// after a change and every second; ends with [`Hub::stop`].
     pub fn start(self: &Arc<Self>) -> std::io::Result<JoinHandle<()>> {
         let hub = self.clone();
         crate::base::thread::spawn("kube-watch", Some(crate::base::thread::WORKER_STACK), move || {
@@ -323,9 +400,10 @@ impl Hub {
                 // without watchers nothing is collected here: a list or a
                 // new watch syncs first, and numbers what changed since
                 if hub.watchers() > 0 {
+                    std::thread::sleep(COALESCE);
+                    seen = crate::base::changes::current();
                     hub.sync();
                 }
-                std::thread::sleep(Duration::from_millis(100));
             }
             // every watcher ends (Disconnected: 410, and kubectl re-lists)
             hub.state.lock().watchers.clear();
@@ -343,10 +421,22 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn hub() -> (Arc<Hub>, Arc<Mutex<Vec<Item>>>) {
+    /// A hub over a list of pods (the source) whose collector fingerprints
+    /// each pod by its whole JSON; with the number of objects built.
+    fn hub() -> (Arc<Hub>, Arc<Mutex<Vec<Item>>>, Arc<std::sync::atomic::AtomicU64>) {
         let data: Arc<Mutex<Vec<Item>>> = Arc::new(Mutex::new(Vec::new()));
-        let d = data.clone();
-        (Hub::new(Box::new(move || d.lock().clone())), data)
+        let built = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (d, b) = (data.clone(), built.clone());
+        let mut pods = Tracker::new(Kind::Pods);
+        let collect = move || {
+            let mut out = Delta::default();
+            let now: Vec<(String, Value, Value)> =
+                d.lock().iter().map(|(_, k, v)| (k.clone(), v.clone(), v.clone())).collect();
+            pods.update(now, |v| v, &mut out);
+            b.store(pods.built(), Ordering::SeqCst);
+            out
+        };
+        (Hub::new(Box::new(collect)), data, built)
     }
 
     fn pod(name: &str, phase: &str) -> Item {
@@ -355,7 +445,7 @@ mod tests {
 
     #[test]
     fn changes_are_numbered_and_watchers_get_them_from_their_version() {
-        let (h, data) = hub();
+        let (h, data, _) = hub();
         data.lock().push(pod("a", "Pending"));
         let (rv, items) = h.list(Kind::Pods);
         assert_eq!((rv, items.len()), (1, 1));
@@ -382,7 +472,7 @@ mod tests {
 
     #[test]
     fn a_version_older_than_the_history_is_expired_and_a_slow_watcher_is_ended() {
-        let (h, data) = hub();
+        let (h, data, _) = hub();
         data.lock().push(pod("a", "0"));
         h.sync();
         let slow = h.watch(Kind::Pods, Some(1)).unwrap();
@@ -406,5 +496,61 @@ mod tests {
         assert_eq!(h.watchers(), 1);
         drop(w);
         assert_eq!(h.watchers(), 0, "a dropped watch is forgotten");
+    }
+
+    #[test]
+    fn a_sync_rebuilds_only_what_changed_and_a_gone_object_is_deleted() {
+        let (h, data, built) = hub();
+        data.lock().extend((0..10).map(|i| pod(&format!("p{i}"), "Pending")));
+        let w = h.watch(Kind::Pods, None).unwrap();
+        assert_eq!((w.backlog.len(), built.load(Ordering::SeqCst)), (10, 10));
+        let rv = h.resource_version();
+        h.sync();
+        let _ = h.list(Kind::Pods);
+        assert_eq!(built.load(Ordering::SeqCst), 10, "nothing changed: nothing rebuilt");
+        assert_eq!(h.resource_version(), rv);
+        data.lock()[3] = pod("p3", "Running");
+        h.sync();
+        assert_eq!(built.load(Ordering::SeqCst), 11, "one pod changed: one rebuilt");
+        let Next::Change(c) = w.next(Duration::from_secs(1)) else { panic!("a change") };
+        assert_eq!((c.event, c.object["metadata"]["name"].as_str()), (EventType::Modified, Some("p3")));
+        assert_eq!(c.prev.as_ref().unwrap()["status"]["phase"], "Pending");
+        data.lock().remove(5);
+        h.sync();
+        assert_eq!(built.load(Ordering::SeqCst), 11, "a removal rebuilds nothing");
+        let Next::Change(c) = w.next(Duration::from_secs(1)) else { panic!("a change") };
+        assert_eq!((c.event, c.object["metadata"]["name"].as_str()), (EventType::Deleted, Some("p5")));
+        assert_eq!(c.object["metadata"]["resourceVersion"], (rv + 2).to_string());
+        assert!(matches!(w.next(Duration::from_millis(10)), Next::Idle));
+        assert_eq!(h.list(Kind::Pods).1.len(), 9);
+    }
+
+    #[test]
+    fn a_rebuilt_object_equal_to_the_one_held_is_no_change() {
+        // every call: the same pod again, as if its source was written
+        // without a change
+        let h = Hub::new(Box::new(|| Delta { put: vec![pod("a", "Running")], gone: vec![] }));
+        let (rv, items) = h.list(Kind::Pods);
+        assert_eq!((rv, items.len()), (1, 1));
+        let w = h.watch(Kind::Pods, Some(rv)).unwrap();
+        h.sync();
+        assert_eq!(h.resource_version(), 1);
+        assert!(matches!(w.next(Duration::from_millis(10)), Next::Idle));
+    }
+
+    #[test]
+    fn the_watch_thread_sends_a_change_within_milliseconds() {
+        let (h, data, _) = hub();
+        data.lock().push(pod("a", "Pending"));
+        let t = h.start().unwrap();
+        let w = h.watch(Kind::Pods, Some(h.resource_version())).unwrap();
+        data.lock()[0] = pod("a", "Running");
+        let start = std::time::Instant::now();
+        crate::base::changes::bump();
+        let Next::Change(c) = w.next(Duration::from_secs(2)) else { panic!("a change") };
+        assert_eq!(c.object["status"]["phase"], "Running");
+        assert!(start.elapsed() < Duration::from_millis(500), "{:?}: not woken by the change", start.elapsed());
+        h.stop();
+        t.join().unwrap();
     }
 }
