@@ -52,10 +52,10 @@ fn api() -> Api {
             group_pod_security: podwarden::model::pss::Level::Baseline,
         },
     );
-    let parts = h.parts.clone();
+    let mut collector = podwarden::api::kube::resources::Collector::new(h.parts.clone());
     let ctx = Ctx {
         ops,
-        hub: Hub::new(Box::new(move || podwarden::api::kube::resources::collect(&parts))),
+        hub: Hub::new(Box::new(move || collector.delta())),
         authz: Authorizer::new(ApiAuthorization {
             rules: vec![AuthzRule {
                 users: vec!["bob".into()],
