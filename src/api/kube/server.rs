@@ -31,7 +31,8 @@ use super::pki::{self, ClientCert, Identity};
 use super::routes;
 use super::wire::{ApiError, ChunkSink, Reply, Request, split_target};
 
-pub const MAX_CONNS: usize = 256;
+/// Connections at once: the watches' limit and a third more.
+pub const MAX_CONNS: usize = super::watch::MAX_WATCHERS * 4 / 3;
 /// A connection thread's stack: a request's deepest path (TLS, routing,
 /// a patch or an apply) with room to spare.
 pub const CONN_STACK: usize = crate::base::thread::WORKER_STACK;

@@ -151,10 +151,10 @@ pub struct Change {
 pub const HISTORY: usize = 1024;
 /// Changes a watcher may have waiting before it is ended as too slow.
 pub const WATCHER_BUFFER: usize = 256;
-/// Watchers at once: each is a connection, and this leaves some of the
-/// server's [`super::server::MAX_CONNS`] to everything else; one more is
-/// answered 429 with Retry-After, as the API server does.
-pub const MAX_WATCHERS: usize = super::server::MAX_CONNS * 3 / 4;
+/// Watchers at once: each is a connection, and the server allows a third
+/// more connections than this (`server::MAX_CONNS`) for everything else;
+/// one more is answered 429 with Retry-After, as the API server does.
+pub const MAX_WATCHERS: usize = 192;
 /// How long the `kube-watch` thread lets a burst of changes gather before
 /// it syncs (one sync for the burst).
 pub const COALESCE: Duration = Duration::from_millis(5);
