@@ -472,7 +472,17 @@ impl Ops {
                 )
             }
         };
-        let path = reader::pick(&dir, q.previous).ok_or_else(no_log)?;
+        // a rotation renames the live file, asks the runtime to reopen it
+        // and renames it back if that fails: a read in between finds no
+        // live file for a moment
+        let path = (0..5)
+            .find_map(|i| {
+                if i > 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                reader::pick(&dir, q.previous)
+            })
+            .ok_or_else(no_log)?;
         let live = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
         // opened below podLogsDir without following any symlink there
         let rel_dir = Path::new(&pod_dir).join(&container);
