@@ -106,7 +106,7 @@ pub fn create(ctx: &Ctx, req: &Request, kind: Kind, ns: &str) -> Res<Reply> {
     if obj.get("kind").and_then(Value::as_str) != Some(kind.as_str()) {
         return Err(ApiError::bad_request(format!("the body is not a {0} (kind: {0}, apiVersion: v1)", kind.as_str())));
     }
-    let name = identify(&mut obj, kind, ns)?;
+    let name = identify(&mut obj, kind.as_str(), ns)?;
     if obj.pointer("/metadata/resourceVersion").is_some_and(|v| !v.is_null() && v != "") {
         return Err(ApiError::bad_request("resourceVersion should not be set on objects to be created"));
     }
@@ -122,9 +122,9 @@ pub fn create(ctx: &Ctx, req: &Request, kind: Kind, ns: &str) -> Res<Reply> {
     store(ctx, &key, None, &obj, &params)
 }
 
-/// The name of a new object, its namespace checked against the URL's and
-/// set.
-fn identify(obj: &mut Value, kind: Kind, ns: &str) -> Res<String> {
+/// The name of a new object of `kind` (`Pod`, `ConfigMap`, ...), its
+/// namespace checked against the URL's and set.
+pub fn identify(obj: &mut Value, kind: &str, ns: &str) -> Res<String> {
     let body_ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).filter(|n| !n.is_empty()).unwrap_or(ns);
     if body_ns != ns {
         return Err(ApiError::bad_request(format!(
@@ -132,11 +132,7 @@ fn identify(obj: &mut Value, kind: Kind, ns: &str) -> Res<String> {
         )));
     }
     let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
-        return Err(ApiError::new(
-            422,
-            "Invalid",
-            format!("{} is invalid: metadata.name: Required value", kind.as_str()),
-        ));
+        return Err(ApiError::new(422, "Invalid", format!("{kind} is invalid: metadata.name: Required value")));
     };
     meta.insert("namespace".into(), json!(ns));
     let name = meta.get("name").and_then(Value::as_str).unwrap_or("").to_string();
@@ -144,7 +140,7 @@ fn identify(obj: &mut Value, kind: Kind, ns: &str) -> Res<String> {
         return Err(ApiError::new(
             422,
             "Invalid",
-            format!("{} is invalid: metadata.name: Required value: name or generateName is required", kind.as_str()),
+            format!("{kind} is invalid: metadata.name: Required value: name or generateName is required"),
         ));
     }
     Ok(name)
@@ -181,7 +177,7 @@ pub fn patch(ctx: &Ctx, req: &Request, kind: Kind, ns: &str, name: &str) -> Res<
                 return Err(ApiError::new(413, "RequestEntityTooLarge", "the applied configuration is over 1 MiB"));
             }
             let mut p = ssa::server_side_apply(kind.as_str(), None, &req.body, &params).map_err(status)?;
-            identify(&mut p.object, kind, ns)?;
+            identify(&mut p.object, kind.as_str(), ns)?;
             if p.object.pointer("/metadata/name").and_then(Value::as_str) != Some(name) {
                 return Err(ApiError::bad_request(format!(
                     "the name of the object ({}) does not match the name on the URL ({name})",

@@ -428,26 +428,12 @@ fn create_pod(ctx: &Ctx, req: &Request, ns: &str) -> Res<Reply> {
     if pod.get("kind").and_then(Value::as_str) != Some("Pod") {
         return Err(ApiError::bad_request("the body is not a Pod (kind: Pod, apiVersion: v1)"));
     }
-    let body_ns = pod.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(ns).to_string();
-    if body_ns != ns {
-        return Err(ApiError::bad_request(format!(
-            "the namespace of the provided object ({body_ns}) does not match the namespace sent on the request ({ns})"
-        )));
-    }
-    let Some(meta) = pod.get_mut("metadata").and_then(Value::as_object_mut) else {
-        return Err(ApiError::new(422, "Invalid", "Pod is invalid: metadata.name: Required value"));
-    };
-    meta.insert("namespace".into(), json!(ns));
-    let name = meta.get("name").and_then(Value::as_str).unwrap_or("").to_string();
-    if name.is_empty() {
-        return Err(ApiError::new(
-            422,
-            "Invalid",
-            "Pod is invalid: metadata.name: Required value: name or generateName is required",
-        ));
-    }
-    let ann = meta.entry("annotations").or_insert_with(|| json!({}));
-    if let Some(a) = ann.as_object_mut() {
+    let name = objwrite::identify(&mut pod, "Pod", ns)?;
+    // identify made sure metadata is an object
+    if let Some(a) = pod["metadata"]
+        .as_object_mut()
+        .and_then(|m| m.entry("annotations").or_insert_with(|| json!({})).as_object_mut())
+    {
         a.insert(resources::CREATED_BY_ANNOTATION.into(), json!(resources::API_CREATED));
     }
     if ctx.ops.find(ns, &name).is_ok() {
