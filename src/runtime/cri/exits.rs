@@ -43,7 +43,6 @@ impl Exits {
                 entry.0 = Some(exit);
             }
             (Kind::Oom, _) => m.entry(e.container_id.clone()).or_insert((None, false, Instant::now())).1 = true,
-            (Kind::Deleted, _) => {}
             _ => return,
         }
         if m.len() > MAX {
