@@ -84,7 +84,8 @@ case "$name" in
     scripts/e2e-env.sh up >/dev/null
     scripts/vm-env.sh build
     mapfile -t pkgs < <(scripts/package.sh)
-    PODWARDEN_DEB="$(realpath "${pkgs[0]}")" cargo bench --bench machine --quiet 2>/dev/null | tail -n 1
+    # real boots (vm_boot_s), not the saved base machine resumed
+    VM_NO_RESUME=1 PODWARDEN_DEB="$(realpath "${pkgs[0]}")" cargo bench --bench machine --quiet 2>/dev/null | tail -n 1
     ;;
   hostile)
     scripts/e2e-env.sh up >/dev/null

@@ -44,7 +44,36 @@ cargo clippy --profile ci --all-targets --quiet -- -D warnings
 echo "== packages (the VM tests install the .deb)"
 mapfile -t pkgs < <(scripts/package.sh --profile ci)
 export PODWARDEN_DEB="$(realpath "${pkgs[0]}")"
+# The VM tests (tests/vm*.rs: a Debian 12 guest under emulation each, one
+# after another, most of a run's time) run in the background while the
+# other tests build and run; their output follows the others'.
+vm_tests=()
+other_tests=()
+for f in tests/*.rs; do
+  t=$(basename "$f" .rs)
+  case "$t" in
+    vm*) vm_tests+=(--test "$t") ;;
+    *) other_tests+=(--test "$t") ;;
+  esac
+done
+echo "== the VM tests ($(( ${#vm_tests[@]} / 2 )) binaries), in the background"
+cargo test --profile ci --no-run --quiet "${vm_tests[@]}"
+vm_log=target/vm-tests.log
+cargo test --profile ci --no-fail-fast "${vm_tests[@]}" > "$vm_log" 2>&1 &
+vm_pid=$!
+# a VM left behind by an interrupted run is no one's
+trap 'kill "$vm_pid" 2>/dev/null || true' EXIT
 echo "== cargo test"
-cargo test --profile ci --no-fail-fast --lib --bins --tests
+status=0
+cargo test --profile ci --no-fail-fast --lib --bins "${other_tests[@]}" || status=$?
+echo "== the VM tests (their output, from $vm_log)"
+vm_status=0
+wait "$vm_pid" || vm_status=$?
+trap - EXIT
+cat "$vm_log"
+if [ "$status" -ne 0 ] || [ "$vm_status" -ne 0 ]; then
+  echo "tests failed: cargo test exited $status, the VM tests $vm_status" >&2
+  exit 1
+fi
 echo "== packages checked and installed here"
 scripts/check-packages.sh "${pkgs[0]}" "${pkgs[1]}"

@@ -4,9 +4,13 @@
 # emulation (TCG) from an image made of Debian's packages only.
 #
 #   scripts/vm-env.sh build              build the base image, or reuse the cached one
-#   scripts/vm-env.sh up NAME [SECONDS]  boot NAME, a copy-on-write overlay of the base image
-#                                        (kept across `up`s, so a reboot keeps its disk); waits
-#                                        for ssh; the VM is killed after SECONDS (default 1800)
+#   scripts/vm-env.sh base               boot the base machine once and save it, running (or
+#                                        reuse the saved one)
+#   scripts/vm-env.sh up NAME [SECONDS]  start NAME, a copy-on-write overlay (kept across `up`s,
+#                                        so a reboot keeps its disk): a new one resumes the
+#                                        saved base machine (booted instead with VM_CMDLINE or
+#                                        VM_NO_RESUME=1), an existing one boots; waits for ssh;
+#                                        the VM is killed after SECONDS (default 1800)
 #   scripts/vm-env.sh ssh NAME CMD...    run CMD in NAME as root (bounded: $VM_SSH_TIMEOUT, 600 s)
 #   scripts/vm-env.sh put NAME SRC DST   copy a file from here to NAME
 #   scripts/vm-env.sh wait-down NAME S   wait up to S seconds for NAME's QEMU to exit (poweroff, reboot)
@@ -114,6 +118,10 @@ JSON
   # a few huge pages for the hugetlb tests
   echo 'vm.nr_hugepages = 16' > "$root/etc/sysctl.d/90-podwarden-vm.conf"
   rm -f "$root"/var/cache/apt/archives/*.deb
+  # no package lists: the guest installs only the local .deb (its
+  # dependencies are in the image), and apt would first spend about 35 s
+  # of emulated CPU caching the 50 MB list of all of Debian
+  rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin
 }
 
 build() {
@@ -191,8 +199,94 @@ import_images() {
   rm -f "$tar"
 }
 
+# The machine every VM starts from: booted once, the e2e images imported,
+# then saved running (QEMU's migration to a file). A new VM resumes it in
+# a few seconds instead of a boot of about a minute under emulation. The
+# saved machine is kept while the image and the e2e images are the same.
+BASE=_base
+
+base_key() {
+  local sock="${PODWARDEN_E2E_RUN:-/run/podwarden-e2e}/containerd.sock"
+  [ -S "$sock" ] || "$here/e2e-env.sh" up >/dev/null
+  { image_dir; ctr -a "$sock" -n k8s.io images ls 2>/dev/null | grep -E '^localhost/(busybox|pause):e2e '; } | sha256sum | cut -c1-16
+}
+
+# start QEMU for NAME (its overlay made), in the background; extra args follow
+start_qemu() {
+  local name="$1" limit="$2" img="$3" d accel=tcg cpu=qemu64 port
+  shift 3
+  d=$(vm_dir "$name")
+  port=$(free_port)
+  echo "$port" > "$d/port"
+  cp "$img/key" "$d/key"
+  chmod 600 "$d/key"
+  if [ "${VM_KVM:-0}" = 1 ] && [ -w /dev/kvm ]; then accel=kvm; cpu=host; fi
+  rm -f "$d/qemu.pid"
+  : > "$d/console.log"
+  # the hard time limit: QEMU is killed after $limit seconds whatever happens
+  setsid timeout --signal=KILL "$limit" qemu-system-x86_64 -accel "$accel" -cpu "$cpu" -m 2048 -smp 2 \
+    -nographic -no-reboot -display none -serial "file:$d/console.log" \
+    -kernel "$img/vmlinuz" -initrd "$img/initrd" \
+    -append "root=/dev/vda rw console=ttyS0 apparmor=1 security=apparmor systemd.unified_cgroup_hierarchy=1 ${VM_CMDLINE:-}" \
+    -drive "file=$d/overlay.qcow2,format=qcow2,if=virtio" \
+    -netdev "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:$port-:22" -device virtio-net-pci,netdev=n0 \
+    -pidfile "$d/qemu.pid" "$@" > "$d/qemu.log" 2>&1 < /dev/null &
+}
+
+wait_ssh() {
+  local name="$1" d t0=$SECONDS
+  d=$(vm_dir "$name")
+  until VM_SSH_TIMEOUT=10 ssh_to "$name" true 2>/dev/null; do
+    if [ $((SECONDS - t0)) -gt 180 ]; then
+      tail -n 30 "$d/console.log" >&2 || true
+      die "$name: no ssh after 180 s (console above, $d/console.log)"
+    fi
+    if [ -f "$d/qemu.pid" ] && ! alive "$name"; then
+      tail -n 30 "$d/console.log" >&2 || true
+      die "$name: QEMU exited while booting ($d/qemu.log, $d/console.log)"
+    fi
+    sleep 0.5
+  done
+  echo $((SECONDS - t0)) > "$d/boot_seconds"
+}
+
+# the saved base machine, made if missing or stale (one maker at a time)
+base() {
+  local img="$1" b key
+  b=$(vm_dir "$BASE")
+  mkdir -p "$RUN"
+  exec 8>"$RUN/base.lock"
+  flock 8
+  key=$(base_key)
+  if [ -f "$b/state" ] && [ "$(cat "$b/key" 2>/dev/null)" = "$key" ]; then
+    exec 8>&-
+    return
+  fi
+  down "$BASE"
+  mkdir -p "$b"
+  qemu-img create -q -f qcow2 -F raw -b "$img/disk.img" "$b/overlay.qcow2"
+  mkfifo "$b/mon.in" "$b/mon.out"
+  log "booting the base machine (saved once, resumed by each VM)"
+  start_qemu "$BASE" 900 "$img" -monitor "pipe:$b/mon"
+  wait_ssh "$BASE"
+  import_images "$BASE"
+  ssh_to "$BASE" sync
+  # saved while it runs (live), so that each VM resumed from it runs at once
+  # drained while QEMU answers, so that it never waits on the pipe
+  cat "$b/mon.out" > "$b/monitor.log" &
+  local reader=$!
+  printf 'migrate "exec:cat > %s"\nquit\n' "$b/state.tmp" > "$b/mon.in"
+  wait_down "$BASE" 300 || die "the base machine was not saved within 300 s ($b/monitor.log)"
+  kill "$reader" 2>/dev/null || true
+  [ "$(stat -c %s "$b/state.tmp" 2>/dev/null || echo 0)" -gt 1000000 ] || die "no saved base machine ($b/monitor.log)"
+  mv "$b/state.tmp" "$b/state"
+  echo "$key" > "$b/key"
+  log "base machine saved ($(du -h "$b/state" | cut -f1))"
+  exec 8>&-
+}
+
 up() {
-  local name="$1" limit="${2:-1800}" img d port accel=tcg cpu=qemu64
+  local name="$1" limit="${2:-1800}" img d b
   [[ "$name" =~ ^[a-z0-9-]+$ ]] || die "a VM name is lower-case letters, digits and dashes: $name"
   img=$(build)
   d=$(vm_dir "$name")
@@ -201,39 +295,23 @@ up() {
     return
   fi
   mkdir -p "$d"
+  local resume=()
   if [ ! -f "$d/overlay.qcow2" ]; then
-    qemu-img create -q -f qcow2 -F raw -b "$img/disk.img" "$d/overlay.qcow2"
+    if [ -z "${VM_CMDLINE:-}" ] && [ "${VM_NO_RESUME:-0}" != 1 ]; then
+      # a new VM: the base machine, resumed (its disk under an overlay)
+      base "$img"
+      b=$(vm_dir "$BASE")
+      qemu-img create -q -f qcow2 -F qcow2 -b "$b/overlay.qcow2" "$d/overlay.qcow2"
+      resume=(-incoming "exec:cat $b/state")
+    else
+      qemu-img create -q -f qcow2 -F raw -b "$img/disk.img" "$d/overlay.qcow2"
+    fi
   fi
-  cp "$img/key" "$d/key"
-  chmod 600 "$d/key"
-  port=$(free_port)
-  echo "$port" > "$d/port"
-  if [ "${VM_KVM:-0}" = 1 ] && [ -w /dev/kvm ]; then accel=kvm; cpu=host; fi
-  rm -f "$d/qemu.pid"
-  : > "$d/console.log"
-  # the hard time limit: QEMU is killed after $limit seconds whatever happens
-  setsid timeout --signal=KILL "$limit" qemu-system-x86_64 -accel "$accel" -cpu "$cpu" -m 2048 -smp 2 \
-    -nographic -no-reboot -display none -monitor none -serial "file:$d/console.log" \
-    -kernel "$img/vmlinuz" -initrd "$img/initrd" \
-    -append "root=/dev/vda rw console=ttyS0 apparmor=1 security=apparmor systemd.unified_cgroup_hierarchy=1 ${VM_CMDLINE:-}" \
-    -drive "file=$d/overlay.qcow2,format=qcow2,if=virtio" \
-    -netdev "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:$port-:22" -device virtio-net-pci,netdev=n0 \
-    -pidfile "$d/qemu.pid" > "$d/qemu.log" 2>&1 < /dev/null &
-  local t0=$SECONDS
-  until VM_SSH_TIMEOUT=10 ssh_to "$name" true 2>/dev/null; do
-    if [ $((SECONDS - t0)) -gt 180 ]; then
-      tail -n 30 "$d/console.log" >&2 || true
-      die "$name: no ssh after 180 s (console above, $d/console.log)"
-    fi
-    if [ -f "$d/qemu.pid" ] && ! alive "$name"; then
-      tail -n 30 "$d/console.log" >&2 || true
-      die "$name: QEMU exited while booting ($d/qemu.log)"
-    fi
-    sleep 1
-  done
-  echo $((SECONDS - t0)) > "$d/boot_seconds"
+  # (an existing overlay: the same machine booted again, as after a reboot)
+  start_qemu "$name" "$limit" "$img" -monitor none "${resume[@]}"
+  wait_ssh "$name"
   import_images "$name"
-  log "$name up in $(cat "$d/boot_seconds") s (ssh on 127.0.0.1:$port)"
+  log "$name up in $(cat "$d/boot_seconds") s (ssh on 127.0.0.1:$(cat "$d/port"))${resume:+, resumed}"
 }
 
 wait_down() {
@@ -263,6 +341,7 @@ case "$cmd" in
   put) [ -n "${4:-}" ] || die "usage: vm-env.sh put NAME SRC DST"; ssh_to "$2" "cat > '$4'" < "$3" ;;
   wait-down) wait_down "$2" "${3:-60}" ;;
   down) [ -n "${2:-}" ] || die "usage: vm-env.sh down NAME"; down "$2" ;;
+  base) base "$(build)" ;;
   console) cat "$(vm_dir "$2")/console.log" ;;
   *) sed -n '2,25p' "$0" >&2; exit 2 ;;
 esac

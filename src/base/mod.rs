@@ -16,3 +16,9 @@ pub mod logging;
 pub mod notify;
 pub mod thread;
 pub mod watchdog;
+
+/// The wall clock in nanoseconds since the Unix epoch (0 before it), the
+/// unit of the CRI's timestamps.
+pub fn unix_now_ns() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
+}

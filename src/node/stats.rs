@@ -21,6 +21,7 @@ use std::time::{Duration, SystemTime};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
+use crate::base::unix_now_ns as now_ns;
 use crate::runtime::{CallCtx, ContainerState, Runtime, RuntimeError, Usage};
 
 /// CPU time used and its rate since the previous snapshot.
@@ -123,10 +124,6 @@ pub struct Collector {
     cgroups: Option<crate::node::cgroups::Cgroups>,
     /// The relist's newest list, reused when fresh.
     pod_cache: Option<Arc<crate::runtime::cache::PodCache>>,
-}
-
-fn now_ns() -> i64 {
-    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
 
 /// `statvfs` of `path` as filesystem stats with `used` as given (or

@@ -204,7 +204,10 @@ fn opt(ctx: &CallCtx, op: Op) -> Result<CallOption> {
 /// One CRI call: `f` gets the call options (the deadline left, or the
 /// call is not made once cancelled or past it); its error is converted.
 fn call<T>(ctx: &CallCtx, op: Op, f: impl FnOnce(CallOption) -> grpcio::Result<T>) -> Result<T> {
-    f(opt(ctx, op)?).map_err(|e| convert_err(op, e))
+    let began = std::time::Instant::now();
+    let r = f(opt(ctx, op)?).map_err(|e| convert_err(op, e));
+    log::trace!("CRI {op:?}: {:.1} ms", began.elapsed().as_secs_f64() * 1e3);
+    r
 }
 
 /// Wait on this thread for a call's answer, asking `give_up` every 100 ms

@@ -7,9 +7,11 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+
+use crate::base::unix_now_ns as now_ns;
 
 use super::{
     Auth, CallCtx, Code, ContainerConfig, ContainerInfo, ContainerState, ImageInfo, Result, Runtime, RuntimeError,
@@ -134,10 +136,6 @@ impl Default for FakeRuntime {
     fn default() -> Self {
         Self::new()
     }
-}
-
-fn now_ns() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
 
 impl FakeRuntime {

@@ -32,10 +32,13 @@ pub fn deb() -> PathBuf {
 #[derive(Debug)]
 pub struct Vm {
     pub name: String,
+    /// When it was asked to boot: each step's log line says how long after.
+    pub since: Instant,
 }
 
 impl Vm {
     pub fn up(name: &str) -> Vm {
+        let since = Instant::now();
         let out = Command::new(root().join("scripts/vm-env.sh"))
             .args(["up", name, "1500"])
             .output()
@@ -46,7 +49,15 @@ impl Vm {
              with `scripts/e2e-env.sh up`, or run scripts/test.sh):\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        Vm { name: name.to_string() }
+        let vm = Vm { name: name.to_string(), since };
+        vm.note("up (ssh answers)");
+        vm
+    }
+
+    /// A line on the test's output (shown on failure, or with
+    /// `--nocapture`): where the time of a VM test goes.
+    pub fn note(&self, what: &str) {
+        eprintln!("[vm {} +{:.1}s] {what}", self.name, self.since.elapsed().as_secs_f64());
     }
 
     /// Runs `script` in the VM with bash; its output, whatever its status.
@@ -85,6 +96,7 @@ impl Vm {
         loop {
             let out = self.run(script);
             if out.status.success() {
+                self.note(&format!("{what} (after {:.1}s)", t.elapsed().as_secs_f64()));
                 return String::from_utf8_lossy(&out.stdout).into_owned();
             }
             assert!(
@@ -136,7 +148,9 @@ pub fn install_and_start(vm: &Vm, config: &[&str], manifests: &[(&str, &str)]) {
     for (name, text) in manifests {
         vm.sh(&format!("cat > /etc/podwarden/manifests/{name}.yaml <<'EOF'\n{text}EOF"));
     }
+    vm.note("package installed, configured");
     vm.sh("systemctl start podwarden");
+    vm.note("podwarden started");
 }
 
 pub fn pod_yaml(name: &str, resources: &str, command: &str) -> String {

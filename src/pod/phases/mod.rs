@@ -433,6 +433,7 @@ impl PodSync {
 
 impl PodSyncer for PodSync {
     fn sync_pod(&self, ctx: &SyncCtx, update_type: UpdateType, pod: &Arc<Pod>) -> Result<SyncResult, SyncError> {
+        log::trace!("pod {}: sync ({update_type:?})", model::pod_ref(pod));
         // activeDeadlineSeconds, counted from the pod's start time: past
         // it, the pod fails and is killed (the kubelet's active deadline
         // handler); before it, the pod is looked at again when it comes

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::base::unix_now_ns as now_ns;
 use crate::model::{self, Container, Pod};
 use crate::pod::phases::PodSync;
 use crate::pod::status::{GenerateInput, generate};
@@ -34,9 +35,11 @@ struct InSandbox<'a> {
 
 /// Where a pod's initialization stands after a pass.
 enum Init {
-    /// Every init container done (or the app containers already run).
-    Done,
-    /// Waiting for an init container; `acted` if this pass started one.
+    /// Every init container done (or the app containers already run);
+    /// `acted` if this pass started one (a sidecar).
+    Done { acted: bool },
+    /// Waiting for an init container; `acted` if this pass started one (or
+    /// a sidecar before it).
     Waiting { acted: bool, retry: Option<Duration> },
 }
 
@@ -49,6 +52,27 @@ enum Step {
     Started(Option<Duration>),
     /// Waiting out its restart back-off for this long.
     BackOff(Duration),
+}
+
+/// How long a container killed by SIGKILL from outside (not OOM-killed)
+/// waits before it is restarted. The runtime's StopPodSandbox (someone's
+/// `crictl stopp`, containerd's own clean-up) kills the containers first,
+/// then tears the network down and only then stops the sandbox: a restart
+/// acted on in between, from the exit event, would start the container
+/// again in a sandbox being stopped, before the new sandbox (and its init
+/// containers) that the sandbox's stop calls for. Its exit event wakes the
+/// worker long before this ends.
+const OUTSIDE_KILL_SETTLE: Duration = Duration::from_secs(2);
+
+/// The part of [`OUTSIDE_KILL_SETTLE`] still to wait before restarting a
+/// container that exited with `code` and `reason` at `finished_at_ns`
+/// (wall clock), if any.
+fn outside_kill_settle(code: i32, reason: &str, finished_at_ns: i64, now_ns: i64) -> Option<Duration> {
+    if code != 128 + 9 || reason == "OOMKilled" || finished_at_ns <= 0 {
+        return None;
+    }
+    let age = Duration::from_nanos(now_ns.saturating_sub(finished_at_ns).max(0) as u64);
+    OUTSIDE_KILL_SETTLE.checked_sub(age).filter(|d| !d.is_zero())
 }
 
 /// Whether an app container was created or runs: the pod was initialized
@@ -110,7 +134,10 @@ impl PodSync {
         // Init containers first, one at a time, in order; then the app
         // containers (the kubelet's computeInitContainerActions).
         let init_done = match self.initialize(ctx, pod, &rp, &policy, &into)? {
-            Init::Done => true,
+            Init::Done { acted: a } => {
+                acted |= a;
+                true
+            }
             Init::Waiting { acted: a, retry } => {
                 acted |= a;
                 if let Some(d) = retry {
@@ -163,8 +190,9 @@ impl PodSync {
     ) -> Result<Init, SyncError> {
         let inits = model::init_containers(pod);
         if inits.is_empty() || app_started(pod, rp) {
-            return Ok(Init::Done);
+            return Ok(Init::Done { acted: false });
         }
+        let mut acted = false;
         for c in inits {
             ctx.check()?;
             let latest = rp.latest_in(&c.name, into.id);
@@ -174,11 +202,11 @@ impl PodSync {
                     if sidecar && self.started(pod, c, &l.id) {
                         continue;
                     }
-                    return Ok(Init::Waiting { acted: false, retry: None });
+                    return Ok(Init::Waiting { acted, retry: None });
                 }
                 Some(l) if l.state == ContainerState::Exited && l.exit_code == 0 && !sidecar => continue,
                 Some(l) if l.state == ContainerState::Unknown => {
-                    return Ok(Init::Waiting { acted: false, retry: None });
+                    return Ok(Init::Waiting { acted, retry: None });
                 }
                 _ => {}
             }
@@ -186,12 +214,19 @@ impl PodSync {
             // (then it fails: see is_terminal); sidecars always
             let restart = |code: i32| sidecar || (code != 0 && policy != "Never");
             return Ok(match self.step(ctx, pod, c, rp, latest, restart, into)? {
+                // a sidecar without a startup probe has started once it runs
+                // (its postStart returned): the next container starts in
+                // this same pass, not after the start's event comes back
+                Step::Started(None) if sidecar && c.startup_probe.is_none() => {
+                    acted = true;
+                    continue;
+                }
                 Step::Started(retry) => Init::Waiting { acted: true, retry },
-                Step::BackOff(d) => Init::Waiting { acted: false, retry: Some(d) },
-                Step::Unchanged => Init::Waiting { acted: false, retry: None },
+                Step::BackOff(d) => Init::Waiting { acted, retry: Some(d) },
+                Step::Unchanged => Init::Waiting { acted, retry: None },
             });
         }
-        Ok(Init::Done)
+        Ok(Init::Done { acted })
     }
 
     /// One past the highest `<n>.log` in the container's log directory
@@ -245,6 +280,9 @@ impl PodSync {
             Some(l) => {
                 if !restart(l.exit_code) {
                     return Ok(Step::Unchanged);
+                }
+                if let Some(left) = outside_kill_settle(l.exit_code, &l.reason, l.finished_at_ns, now_ns()) {
+                    return Ok(Step::BackOff(left));
                 }
                 if let Err((left, delay)) = self.backoff.try_restart(uid, &c.name, Instant::now()) {
                     self.events.event(
@@ -548,6 +586,19 @@ mod tests {
         assert_eq!(pull_policy(&c("busybox:1.36")), "IfNotPresent");
         assert_eq!(pull_policy(&c("reg:5000/busybox")), "Always");
         assert_eq!(pull_policy(&c("busybox@sha256:abc")), "IfNotPresent");
+    }
+
+    #[test]
+    fn a_recent_sigkill_from_outside_waits_and_nothing_else_does() {
+        let s = 1_000_000_000i64;
+        let now = 100 * s;
+        assert_eq!(outside_kill_settle(137, "Error", now - s / 2, now), Some(Duration::from_millis(1500)));
+        assert_eq!(outside_kill_settle(137, "Error", now - 3 * s, now), None, "long ago");
+        assert_eq!(outside_kill_settle(137, "OOMKilled", now, now), None, "an OOM kill restarts at once");
+        assert_eq!(outside_kill_settle(1, "Error", now, now), None);
+        assert_eq!(outside_kill_settle(0, "Completed", now, now), None);
+        assert_eq!(outside_kill_settle(137, "Error", 0, now), None, "no exit time");
+        assert_eq!(outside_kill_settle(137, "Error", now + s, now), Some(OUTSIDE_KILL_SETTLE), "a clock step back");
     }
 
     #[test]
