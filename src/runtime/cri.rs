@@ -47,6 +47,7 @@ mod pb {
 
 mod events;
 mod exits;
+mod finished;
 mod pull;
 
 use pull::PullWatch;
@@ -146,6 +147,8 @@ pub struct CriRuntime {
     no_cri_events: std::sync::atomic::AtomicBool,
     /// Exits containerd's events told before its CRI shows them.
     exits: exits::Exits,
+    /// The final statuses of exited containers, read once.
+    finished: finished::Finished,
     /// Name and version from the `Version` call at start.
     pub version: String,
 }
@@ -326,6 +329,7 @@ impl CriRuntime {
             containerd_events: pb::containerd_events::api_grpc::EventsClient::new(channel),
             no_cri_events: std::sync::atomic::AtomicBool::new(false),
             exits: exits::Exits::default(),
+            finished: finished::Finished::default(),
             version: String::new(),
         };
         let mut req = api::VersionRequest::new();
@@ -703,7 +707,9 @@ impl Runtime for CriRuntime {
         let mut containers: Vec<_> =
             self.list_containers(ctx, Some(uid))?.into_iter().map(Self::container_info).collect();
         for (c, _) in &mut containers {
-            self.container_status_into(ctx, c)?;
+            if !self.finished.fill(c) && self.container_status_into(ctx, c)? {
+                self.finished.keep(c, crate::base::unix_now_ns());
+            }
         }
         let mut pod = Self::group(sandboxes, containers)
             .pop()
@@ -850,6 +856,7 @@ impl Runtime for CriRuntime {
         let mut req = api::RemoveContainerRequest::new();
         req.container_id = id.to_string();
         call(ctx, Op::RemoveContainer, |o| self.runtime.remove_container_opt(&req, o))?;
+        self.finished.forget(id);
         Ok(())
     }
 
