@@ -227,6 +227,30 @@ fn a_sidecar_starts_before_the_next_and_restarts_always() {
     assert_eq!(h.fake.live_containers(&uid), 0, "the sidecar was stopped");
 }
 
+/// A sidecar without a startup probe has started once it runs: the next
+/// container starts in the same pass, and the sidecar is started once,
+/// not again by the app containers' walk (which first saw the pod without
+/// it).
+#[test]
+fn a_sidecar_without_a_startup_probe_lets_the_next_start_in_the_same_pass_once() {
+    let h = Harness::new();
+    let p = pod_with(
+        "side-quick",
+        "Always",
+        "  - name: proxy\n    image: busybox:1\n    restartPolicy: Always\n  - name: log\n    image: busybox:1\n    restartPolicy: Always\n",
+    );
+    let uid = model::uid(&p).to_string();
+    h.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, p.clone()));
+    wait_for("app runs", T, || running(&h, &uid, "app"));
+    assert_holds_for("nothing started twice", Duration::from_millis(500), || {
+        created(&h, &uid) == ["proxy", "log", "app"]
+    });
+    wait_for("3/3 Running", T, || shown(&h, &p) == ("3/3".into(), "Running".into()));
+    for name in ["proxy", "log"] {
+        assert_eq!(init_status(&h, &uid, name).map(|c| c.restart_count), Some(0), "{name}");
+    }
+}
+
 #[test]
 fn sidecars_stop_after_the_app_containers_in_reverse_order() {
     let h = Harness::new();

@@ -133,9 +133,11 @@ impl PodSync {
         let into = InSandbox { id: &sandbox_id, config: &sandbox, pod_ip: ip };
         // Init containers first, one at a time, in order; then the app
         // containers (the kubelet's computeInitContainerActions).
+        let mut started_sidecar = false;
         let init_done = match self.initialize(ctx, pod, &rp, &policy, &into)? {
             Init::Done { acted: a } => {
                 acted |= a;
+                started_sidecar = a;
                 true
             }
             Init::Waiting { acted: a, retry } => {
@@ -146,6 +148,9 @@ impl PodSync {
                 false
             }
         };
+        // the walk started a sidecar and went on: what follows reads the
+        // pod as it is now (the sidecar running), not as the pass began
+        let rp = if started_sidecar { self.fresh_status(ctx, &uid)? } else { rp };
         if init_done {
             // the sidecars, then the app containers; sidecars run for the
             // pod's life: restarted whenever they exit, whatever the pod's
