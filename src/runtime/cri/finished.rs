@@ -8,7 +8,7 @@
 //! EXITED; an entry goes when the container is removed, and the whole
 //! cache when it would pass [`MAX`] entries.
 //!
-//! Only a status read [`SETTLED`] after the exit is kept: containerd sets
+//! Only a status read [`SETTLED_NS`] (2 s) after the exit is kept: containerd sets
 //! the reason `OOMKilled` when it handles the task's OOM event, which may
 //! come after the exit's (a read in between says `Error`).
 
