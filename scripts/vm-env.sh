@@ -170,7 +170,8 @@ ssh_to() {
   [ -f "$d/port" ] || die "$name is not up (scripts/vm-env.sh up $name)"
   timeout --kill-after=5 "${VM_SSH_TIMEOUT:-600}" ssh -q -i "$d/key" -p "$(cat "$d/port")" \
     -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR \
-    -o ConnectTimeout=5 -o ServerAliveInterval=5 -o ServerAliveCountMax=6 root@127.0.0.1 "$@"
+    -o ConnectTimeout=5 -o ServerAliveInterval=5 -o ServerAliveCountMax=6 \
+    -o ControlMaster=auto -o ControlPath="$d/ssh-mux" -o ControlPersist=60 root@127.0.0.1 "$@"
 }
 
 free_port() {

@@ -68,6 +68,8 @@ fn a_hung_agent_is_killed_by_the_watchdog_and_restarted_with_its_pods_untouched(
     let journal = vm.sh("journalctl -u podwarden --no-pager");
     assert!(journal.contains("systemd watchdog: 30s"), "the agent saw WATCHDOG_USEC:\n{journal}");
     assert!(journal.contains("test faults are on"), "{journal}");
+    // a starting agent is not stale: no false alarm before its first pass
+    assert!(!journal.contains("not pinging"), "{journal}");
     let before = vm.sh(CONTAINERS);
     assert!(before.contains("\"restartCount\":0") && before.contains("containerd://"), "{before}");
     let pid = vm.sh("systemctl show podwarden -p MainPID --value").trim().to_string();

@@ -104,6 +104,9 @@ pub struct Agent {
     objects: Arc<ObjectStore>,
     /// When housekeeping last completed (for health checks).
     last_housekeeping: Mutex<Option<Instant>>,
+    /// When the agent was made: until the first housekeeping pass,
+    /// staleness counts from here (a starting agent is not stale).
+    created: Instant,
     runtime_error_logged: Mutex<Option<Instant>>,
     /// When the runtime last answered a list, and its last error since.
     runtime_answered: Mutex<(Option<Instant>, Option<RuntimeError>)>,
@@ -131,6 +134,7 @@ impl Agent {
             pod_cache,
             objects,
             last_housekeeping: Mutex::new(None),
+            created: Instant::now(),
             runtime_error_logged: Mutex::new(None),
             runtime_answered: Mutex::new((None, None)),
             sources_ready: std::sync::atomic::AtomicBool::new(false),
@@ -530,7 +534,7 @@ impl Agent {
     }
 
     fn housekeeping_ran(&self, within: Duration) -> Result<(), HealthError> {
-        if fresh(*self.last_housekeeping.lock(), within) {
+        if fresh(Some(self.last_housekeeping.lock().unwrap_or(self.created)), within) {
             Ok(())
         } else {
             Err(HealthError::HousekeepingStale { within })

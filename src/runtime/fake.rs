@@ -98,6 +98,8 @@ struct State {
     /// Container name -> what an exec in it returns (default: exit 0, no
     /// output); `None` hangs until the exec's timeout.
     exec: HashMap<String, Option<super::ExecResult>>,
+    /// per (container name, attempt): wins over `exec`
+    exec_attempt: HashMap<(String, u32), Option<super::ExecResult>>,
     /// Where the streaming URLs of `exec`, `attach` and `port_forward`
     /// point (default `fake://stream`): a test's own streaming server.
     stream_base: Option<String>,
@@ -292,6 +294,13 @@ impl FakeRuntime {
     /// `None`: it hangs until its timeout.
     pub fn set_exec_result(&self, name: &str, result: Option<super::ExecResult>) {
         self.state.lock().exec.insert(name.to_string(), result);
+    }
+
+    /// What an exec in the instance `attempt` of containers named `name`
+    /// returns (wins over [`Self::set_exec_result`]): a test's script for
+    /// one instance, whatever the test thread's pace.
+    pub fn set_exec_result_of_attempt(&self, name: &str, attempt: u32, result: Option<super::ExecResult>) {
+        self.state.lock().exec_attempt.insert((name.to_string(), attempt), result);
     }
 
     /// Pulls of this image fail and it is not present.
@@ -902,7 +911,11 @@ impl Runtime for FakeRuntime {
             let st = self.state.lock();
             match st.containers.get(id) {
                 Some(c) if c.info.state == ContainerState::Running => {
-                    Ok(st.exec.get(&c.info.name).cloned().unwrap_or(Some(super::ExecResult::default())))
+                    let of_attempt = st.exec_attempt.get(&(c.info.name.clone(), c.info.attempt));
+                    Ok(of_attempt
+                        .or_else(|| st.exec.get(&c.info.name))
+                        .cloned()
+                        .unwrap_or(Some(super::ExecResult::default())))
                 }
                 _ => Err(RuntimeError::Failed {
                     op: Op::ExecSync,

@@ -31,6 +31,9 @@ struct InSandbox<'a> {
     /// The pod's IP (the node's for a host-network pod), for the downward
     /// API.
     pod_ip: Option<&'a str>,
+    /// Containers this pass stopped itself (a liveness or startup probe
+    /// failed): a SIGKILL that ended them was ours, nothing to settle.
+    killed: &'a [String],
 }
 
 /// Where a pod's initialization stands after a pass.
@@ -121,16 +124,17 @@ impl PodSync {
         // a container whose liveness or startup probe failed is killed
         // (with the probe's grace period, if it has one) and, read again
         // as exited, restarted below by the restart policy
-        let rp = if self.kill_unhealthy(ctx, pod, &rp, &policy)? {
+        let killed = self.kill_unhealthy(ctx, pod, &rp, &policy)?;
+        let rp = if killed.is_empty() {
+            rp
+        } else {
             acted = true;
             self.fresh_status(ctx, &uid)?
-        } else {
-            rp
         };
         let mut requeue: Option<Duration> = None;
         let mut requeue_in = |d: Duration| requeue = Some(requeue.map_or(d, |r: Duration| r.min(d)));
         let ip = if model::host_network(pod) { self.cfg.host_ip.as_deref() } else { pod_ip.as_deref() };
-        let into = InSandbox { id: &sandbox_id, config: &sandbox, pod_ip: ip };
+        let into = InSandbox { id: &sandbox_id, config: &sandbox, pod_ip: ip, killed: &killed };
         // Init containers first, one at a time, in order; then the app
         // containers (the kubelet's computeInitContainerActions).
         let mut started_sidecar = false;
@@ -286,7 +290,9 @@ impl PodSync {
                 if !restart(l.exit_code) {
                     return Ok(Step::Unchanged);
                 }
-                if let Some(left) = outside_kill_settle(l.exit_code, &l.reason, l.finished_at_ns, now_ns()) {
+                if let Some(left) = outside_kill_settle(l.exit_code, &l.reason, l.finished_at_ns, now_ns())
+                    && !into.killed.contains(&l.id)
+                {
                     return Ok(Step::BackOff(left));
                 }
                 if let Err((left, delay)) = self.backoff.try_restart(uid, &c.name, Instant::now()) {
@@ -342,11 +348,17 @@ impl PodSync {
     /// Kill the running containers whose liveness or startup probe failed,
     /// as the kubelet does: the `Killing` event with its message, the
     /// probe's `terminationGracePeriodSeconds` if set, else the pod's.
-    /// Returns whether it killed any.
-    fn kill_unhealthy(&self, ctx: &SyncCtx, pod: &Pod, rp: &RuntimePod, policy: &str) -> Result<bool, SyncError> {
-        let Some(prober) = &self.prober else { return Ok(false) };
+    /// Returns the IDs of those it killed.
+    fn kill_unhealthy(
+        &self,
+        ctx: &SyncCtx,
+        pod: &Pod,
+        rp: &RuntimePod,
+        policy: &str,
+    ) -> Result<Vec<String>, SyncError> {
+        let Some(prober) = &self.prober else { return Ok(Vec::new()) };
         let uid = model::uid(pod);
-        let mut killed = false;
+        let mut killed = Vec::new();
         for c in model::long_running(pod) {
             let Some(l) = rp.latest(&c.name).filter(|l| l.state == ContainerState::Running) else { continue };
             let Some(kind) = prober.results().failed(uid, c, &l.id) else { continue };
@@ -375,7 +387,7 @@ impl PodSync {
                 Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
-            killed = true;
+            killed.push(l.id.clone());
         }
         Ok(killed)
     }
