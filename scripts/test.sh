@@ -45,11 +45,10 @@ echo "== packages (the VM tests install the .deb)"
 mapfile -t pkgs < <(scripts/package.sh --profile ci)
 export PODWARDEN_DEB="$(realpath "${pkgs[0]}")"
 # The VM tests (tests/vm*.rs: a Debian 12 guest under emulation each, one
-# after another) run in the background while the other tests run; their
-# output follows the others'. Everything is built first (the compiler
-# and the emulated guests would slow each other down), and the tests that
-# measure bursts against the clock (tests/reactions.rs) run before the
-# guests start: an emulated CPU beside them is a load they do not model.
+# after another) run in the background while the other tests build and
+# run; their output follows the others'. The tests that measure bursts
+# against the clock (tests/reactions.rs) run alone before the guests
+# start: an emulated CPU beside them is a load they do not model.
 vm_tests=()
 other_tests=()
 alone_tests=(--test reactions)
@@ -61,9 +60,9 @@ for f in tests/*.rs; do
     *) other_tests+=(--test "$t") ;;
   esac
 done
-echo "== building the tests"
-cargo test --profile ci --no-run --quiet --lib --bins --tests
-echo "== cargo test: ${alone_tests[*]}, alone"
+echo "== building the VM tests and ${alone_tests[*]}"
+cargo test --profile ci --no-run --quiet "${vm_tests[@]}" "${alone_tests[@]}"
+echo "== cargo test ${alone_tests[*]}, alone"
 status=0
 cargo test --profile ci --no-fail-fast "${alone_tests[@]}" || status=$?
 echo "== the VM tests ($(( ${#vm_tests[@]} / 2 )) binaries), in the background"

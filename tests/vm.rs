@@ -58,7 +58,7 @@ fn the_deb_on_a_real_systemd_machine() {
     }
     vm.wait(
         "the static pod Running",
-        Duration::from_secs(120),
+        Duration::from_secs(300),
         "podwarden get pods -A | grep -E '^default +web +1/1 +Running'",
     );
 
@@ -80,7 +80,7 @@ fn the_deb_on_a_real_systemd_machine() {
     vm.sh("echo 'kind: [' > /etc/podwarden/manifests/broken.yaml");
     let warning = vm.wait(
         "the broken manifest in the journal at warning",
-        Duration::from_secs(60),
+        Duration::from_secs(180),
         "journalctl -u podwarden -o json --no-pager | grep broken.yaml | grep '\"PRIORITY\":\"4\"'",
     );
     assert!(warning.contains("broken.yaml"));
@@ -96,7 +96,7 @@ fn the_deb_on_a_real_systemd_machine() {
     );
     vm.wait(
         "the agent restarted",
-        Duration::from_secs(60),
+        Duration::from_secs(180),
         &format!(
             "test \"$(systemctl show podwarden -p MainPID --value)\" != {} && systemctl is-active podwarden",
             pid.trim()
@@ -104,7 +104,7 @@ fn the_deb_on_a_real_systemd_machine() {
     );
     vm.wait(
         "the pod Running after the restart",
-        Duration::from_secs(60),
+        Duration::from_secs(180),
         "podwarden get pods -A | grep -E '^default +web +1/1 +Running'",
     );
     assert_eq!(vm.sh(CONTAINERS), before, "same containers, no restart, after the reinstall");
@@ -142,7 +142,7 @@ fn cgroup_v2_pod_limits_and_oom_scores_read_back_from_the_kernel() {
     for name in ["burstable", "guaranteed", "besteffort"] {
         vm.wait(
             &format!("{name} Running"),
-            Duration::from_secs(120),
+            Duration::from_secs(300),
             &format!("podwarden get pods -A | grep -E '^default +{name} +1/1 +Running'"),
         );
     }
@@ -193,7 +193,7 @@ fn cgroup_v2_pod_limits_and_oom_scores_read_back_from_the_kernel() {
     // a container over its memory limit is killed by the kernel: OOMKilled
     vm.wait(
         "the hog OOMKilled",
-        Duration::from_secs(120),
+        Duration::from_secs(300),
         "podwarden get pods -A -o json | tr -d ' ' | grep -q '\"reason\":\"OOMKilled\"'",
     );
 }

@@ -96,7 +96,7 @@ fn cgroup_of(vm: &Vm, pid: &str) -> String {
 fn running(vm: &Vm, name: &str) {
     vm.wait(
         &format!("{name} Running"),
-        Duration::from_secs(180),
+        Duration::from_secs(300),
         &format!("podwarden get pods -A | grep -E '^default +{name} +1/1 +Running'"),
     );
 }
@@ -104,7 +104,7 @@ fn running(vm: &Vm, name: &str) {
 fn log_has(vm: &Vm, name: &str, text: &str) -> String {
     vm.wait(
         &format!("{name}'s log shows {text}"),
-        Duration::from_secs(60),
+        Duration::from_secs(180),
         &format!("podwarden logs {name} | grep -F {}", shell_quote(text)),
     )
 }
@@ -256,7 +256,7 @@ fn apparmor_profiles_and_huge_pages_enforced_by_the_kernel() {
     vm.sh("rm /etc/podwarden/manifests/huge.yaml");
     vm.wait(
         "the huge pod's mounts gone",
-        Duration::from_secs(120),
+        Duration::from_secs(300),
         &format!("! grep -q {uid} /proc/mounts && ! podwarden get pods | grep -q '^huge '"),
     );
     vm.wait(
@@ -277,7 +277,7 @@ fn apparmor_profiles_and_huge_pages_enforced_by_the_kernel() {
     running(&vm, "huge-dropped");
     vm.wait(
         "the HugePagesNotEnforced warning",
-        Duration::from_secs(60),
+        Duration::from_secs(180),
         "podwarden events | grep huge-dropped | grep HugePagesNotEnforced \
          | grep -F 'disable_hugetlb_controller = true'",
     );

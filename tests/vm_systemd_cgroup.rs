@@ -80,7 +80,7 @@ fn systemd_driver_slices_read_back_from_systemd_and_the_kernel() {
     for name in ["burstable", "guaranteed", "besteffort", "huge"] {
         vm.wait(
             &format!("{name} Running"),
-            Duration::from_secs(180),
+            Duration::from_secs(300),
             &format!("podwarden get pods -A | grep -E '^default +{name} +1/1 +Running'"),
         );
     }
@@ -170,12 +170,12 @@ fn systemd_driver_slices_read_back_from_systemd_and_the_kernel() {
     vm.sh("sed -i '/^cgroupDriver:/d' /etc/podwarden/config.yaml && systemctl restart podwarden");
     vm.wait(
         "the runtime's driver taken",
-        Duration::from_secs(60),
+        Duration::from_secs(180),
         "journalctl -u podwarden --no-pager | grep -q 'cgroupDriver not set: systemd, containerd'",
     );
     vm.wait(
         "guaranteed adopted",
-        Duration::from_secs(60),
+        Duration::from_secs(180),
         "podwarden get pods -A | grep -E '^default +guaranteed +1/1 +Running'",
     );
     assert!(
@@ -190,7 +190,7 @@ fn systemd_driver_slices_read_back_from_systemd_and_the_kernel() {
     vm.sh("echo 'cgroupDriver: cgroupfs' >> /etc/podwarden/config.yaml && systemctl restart podwarden || true");
     vm.wait(
         "the mismatch refused",
-        Duration::from_secs(60),
+        Duration::from_secs(180),
         "journalctl -u podwarden --no-pager | grep -q 'does not match containerd.s cgroup driver'",
     );
 
@@ -204,7 +204,7 @@ fn systemd_driver_slices_read_back_from_systemd_and_the_kernel() {
          && systemctl daemon-reload && systemctl reset-failed podwarden; systemctl restart podwarden || true");
     let said = vm.wait(
         "the agent refusing to start without systemd",
-        Duration::from_secs(60),
+        Duration::from_secs(180),
         "journalctl -u podwarden --no-pager | grep -m1 'cgroupDriver systemd: cannot reach systemd on the system bus'",
     );
     eprintln!("without systemd: {}", said.trim());

@@ -61,7 +61,7 @@ fn a_hung_agent_is_killed_by_the_watchdog_and_restarted_with_its_pods_untouched(
     }
     vm.wait(
         "the static pod Running",
-        Duration::from_secs(180),
+        Duration::from_secs(300),
         "podwarden get pods -A | grep -E '^default +web +1/1 +Running'",
     );
     vm.wait("/healthz ok", Duration::from_secs(30), &format!("{HEALTHZ} | grep -x ok"));
@@ -90,9 +90,12 @@ fn a_hung_agent_is_killed_by_the_watchdog_and_restarted_with_its_pods_untouched(
     assert!(vm.run("test -e /run/podwarden/test-hang-housekeeping").status.code() == Some(1), "the hang took the file");
     let journal = vm.sh("journalctl -u podwarden --no-pager");
     assert!(journal.contains("test fault: housekeeping hangs"), "{journal}");
-    assert!(
-        journal.contains("watchdog: not pinging systemd: housekeeping has not run for 10s"),
-        "the agent says why it stopped pinging:\n{journal}"
+    // the agent says why it stops pinging, at its next look (it looks
+    // every half WatchdogSec, 15 s, while live)
+    vm.wait(
+        "the watchdog's reason in the journal",
+        Duration::from_secs(30),
+        "journalctl -u podwarden --no-pager | grep 'watchdog: not pinging systemd: housekeeping has not run for 10s'",
     );
 
     // systemd: no ping for 30 s, kill, restart (Restart=always, 2 s later)
@@ -136,7 +139,7 @@ fn a_hung_agent_is_killed_by_the_watchdog_and_restarted_with_its_pods_untouched(
     // the new agent is healthy
     vm.wait(
         "the pod Running under the new agent",
-        Duration::from_secs(60),
+        Duration::from_secs(180),
         "podwarden get pods -A | grep -E '^default +web +1/1 +Running'",
     );
     vm.wait("/healthz ok again", Duration::from_secs(30), &format!("{HEALTHZ} | grep -x ok"));

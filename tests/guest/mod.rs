@@ -282,7 +282,7 @@ pub fn reboot_with_recording_pods(vm: Vm) -> Reboot {
         for name in ["quick", "slow", "critical"] {
             vm.wait(
                 &format!("{name} Running{what}"),
-                Duration::from_secs(180),
+                Duration::from_secs(300),
                 &format!("podwarden get pods -A | grep -E '^default +{name} +1/1 +Running'"),
             );
         }
