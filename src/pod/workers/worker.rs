@@ -124,8 +124,14 @@ fn thread_main(inner: &Arc<Inner>, first: Assignment) {
 fn run(inner: &Arc<Inner>, uid: &str, rx: &Receiver<()>) {
     let mut deadline: Option<Instant> = None;
     let mut run_now = false;
+    let mut ran = false;
     loop {
         if !run_now {
+            // about to wait, maybe for a minute: the stack the pass
+            // touched goes back to the kernel (see the function)
+            if std::mem::take(&mut ran) {
+                crate::sys::release_stack_below_here();
+            }
             let woke = match deadline {
                 Some(d) => rx.recv_deadline(d),
                 None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
@@ -150,6 +156,7 @@ fn run(inner: &Arc<Inner>, uid: &str, rx: &Receiver<()>) {
         deadline = None;
         let started = Instant::now();
         let outcome = run_pass(inner, &item);
+        ran = true;
         match inner.complete_work(uid, &item, outcome, started.elapsed()) {
             AfterWork::Exit => return,
             AfterWork::Transition => run_now = true,
@@ -159,6 +166,9 @@ fn run(inner: &Arc<Inner>, uid: &str, rx: &Receiver<()>) {
     }
 }
 
+// not inlined: the pass's frames stay below `run`'s, whose waits give
+// them back (sys::release_stack_below_here)
+#[inline(never)]
 fn run_pass(inner: &Inner, item: &WorkItem) -> Outcome {
     let syncer = &inner.syncer;
     let ctx = &item.ctx;
