@@ -72,13 +72,14 @@ impl Daemon {
         std::fs::create_dir_all(dir.0.join("manifests")).unwrap();
         let port = free_port();
         let config = dir.0.join("config.yaml");
-        // containerLogMaxSize above the 2 GiB log that
+        // containerLogMaxSize far above the 2 GiB log that
         // logs_of_a_fifo_device_symlink_or_huge_file_fail_or_answer_at_once
-        // reads: the log monitor would otherwise rotate it at once
+        // reads: the log monitor rotates a log at twice the limit, and in a
+        // new container's first second at half of it (4Gi was not enough)
         std::fs::write(
             &config,
             format!(
-                "staticPodPath: {m}\ncontainerRuntimeEndpoint: fake://\nrootDir: {d}/root\napiSocket: {d}/api.sock\npodLogsDir: {d}/logs\nnodeName: hostile\ncontainerLogMaxSize: 4Gi\nfileCheckFrequency: 1h\nhousekeepingInterval: 200ms\naddress: 127.0.0.1\nport: 0\nreadOnlyPort: {port}\n",
+                "staticPodPath: {m}\ncontainerRuntimeEndpoint: fake://\nrootDir: {d}/root\napiSocket: {d}/api.sock\npodLogsDir: {d}/logs\nnodeName: hostile\ncontainerLogMaxSize: 16Gi\nfileCheckFrequency: 1h\nhousekeepingInterval: 200ms\naddress: 127.0.0.1\nport: 0\nreadOnlyPort: {port}\n",
                 m = dir.0.join("manifests").display(),
                 d = dir.0.display(),
             ),
