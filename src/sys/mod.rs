@@ -464,6 +464,14 @@ pub fn malloc_trim() {
     }
 }
 
+/// The kernel's page size (4 KiB on x86-64; 16 or 64 KiB on some arm64
+/// kernels).
+fn page_size() -> usize {
+    // SAFETY: sysconf takes no pointers and only reads a constant.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 { n as usize } else { 4096 }
+}
+
 /// How much of the stack below the caller's frame
 /// [`release_stack_below_here`] leaves alone: the frames of the calls
 /// the caller makes next (a channel wait) and the System V red zone.
@@ -497,7 +505,7 @@ pub fn release_stack_below_here() -> usize {
         let rc = unsafe { libc::pthread_attr_getstack(&attr, &mut low, &mut size) };
         // SAFETY: attr was initialized above and is not used after this.
         unsafe { libc::pthread_attr_destroy(&mut attr) };
-        let page = 4096usize;
+        let page = page_size();
         let (low, high) = (low as usize, low as usize + size);
         if rc != 0 || here <= low || here >= high {
             return 0;
@@ -719,7 +727,7 @@ mod tests {
 
     /// Resident pages of `[addr, addr + len)` of this process (mincore).
     fn resident(addr: usize, len: usize) -> usize {
-        let page = 4096;
+        let page = page_size();
         let mut v = vec![0u8; len.div_ceil(page)];
         // SAFETY: the range is mapped (part of a live thread's stack) and
         // v has one byte per page of it.
@@ -744,14 +752,15 @@ mod tests {
                 let (deep, _) = touch(12);
                 let marker = 0u8;
                 let top = std::hint::black_box(&marker) as *const u8 as usize;
-                let lo = deep / 4096 * 4096;
+                let lo = deep / page_size() * page_size();
                 let before = resident(lo, top - 32 * 1024 - lo);
                 assert!(before >= 16, "{before} pages resident after the deep calls");
                 let released = release_stack_below_here();
                 assert!(released >= 64 * 1024, "released {released} bytes");
                 let after = resident(lo, top - 32 * 1024 - lo);
                 assert_eq!(after, 0, "{before} pages resident before, {after} after");
-                // the stack works again: the pages come back zeroed and written
+                // the stack works again: the deep calls write and read
+                // their frames on the given-back pages
                 let (_, v) = touch(12);
                 assert_eq!(v, 0, "the deepest frame's own bytes");
             })
