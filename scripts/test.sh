@@ -39,48 +39,62 @@ scripts/vm-env.sh build
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
-echo "== cargo clippy"
-cargo clippy --profile ci --all-targets --quiet -- -D warnings
-echo "== packages (the VM tests install the .deb)"
+echo "== packages (the VM tests install the .deb) [$(date -u +%T), +${SECONDS}s]"
 mapfile -t pkgs < <(scripts/package.sh --profile ci)
 export PODWARDEN_DEB="$(realpath "${pkgs[0]}")"
-# The VM tests (tests/vm*.rs: a Debian 12 guest under emulation each, one
-# after another) run in the background while the other tests build and
-# run; their output follows the others'. The tests that measure bursts
-# against the clock (tests/reactions.rs) run alone before the guests
-# start: an emulated CPU beside them is a load they do not model.
-vm_tests=()
+# The VM tests (tests/vm*.rs: a Debian 12 guest under emulation each) are
+# the longest part: they run in the background while the other tests
+# build and run, in two lanes. The first starts as soon as its binaries
+# are built; the second once the other tests are done, so that two guests
+# share the machine only when nothing else needs it. Their output follows
+# the others'. The tests that measure bursts against the clock
+# (tests/reactions.rs) run alone before the guests start: an emulated CPU
+# beside them is a load they do not model.
+vm_lane1=(--test vm --test vm_reboot)
+vm_lane2=()
 other_tests=()
 alone_tests=(--test reactions)
 for f in tests/*.rs; do
   t=$(basename "$f" .rs)
   case "$t" in
-    vm*) vm_tests+=(--test "$t") ;;
-    reactions) ;;
+    vm | vm_reboot | reactions) ;;
+    vm*) vm_lane2+=(--test "$t") ;;
     *) other_tests+=(--test "$t") ;;
   esac
 done
-echo "== building the VM tests and ${alone_tests[*]}"
-cargo test --profile ci --no-run --quiet "${vm_tests[@]}" "${alone_tests[@]}"
-echo "== cargo test ${alone_tests[*]}, alone"
+echo "== building the VM tests and ${alone_tests[*]} [$(date -u +%T), +${SECONDS}s]"
+cargo test --profile ci --no-run --quiet "${vm_lane1[@]}" "${vm_lane2[@]}" "${alone_tests[@]}"
+echo "== cargo test ${alone_tests[*]}, alone [$(date -u +%T), +${SECONDS}s]"
 status=0
 cargo test --profile ci --no-fail-fast "${alone_tests[@]}" || status=$?
-echo "== the VM tests ($(( ${#vm_tests[@]} / 2 )) binaries), in the background"
-vm_log=target/vm-tests.log
-cargo test --profile ci --no-fail-fast "${vm_tests[@]}" > "$vm_log" 2>&1 &
-vm_pid=$!
+vm_pids=()
 # a VM left behind by an interrupted run is no one's
-trap 'kill "$vm_pid" 2>/dev/null || true' EXIT
-echo "== cargo test"
+trap 'kill "${vm_pids[@]}" 2>/dev/null || true' EXIT
+vm_lane() {
+  local log="$1"
+  shift
+  { cargo test --profile ci --no-fail-fast "$@"; echo "(this lane ended at $(date -u +%T), +${SECONDS}s)"; } > "$log" 2>&1
+}
+echo "== the VM tests, lane 1 (${vm_lane1[*]}), in the background [$(date -u +%T), +${SECONDS}s]"
+vm_lane target/vm-tests-1.log "${vm_lane1[@]}" &
+vm_pids+=($!)
+echo "== cargo clippy [$(date -u +%T), +${SECONDS}s]"
+cargo clippy --profile ci --all-targets --quiet -- -D warnings
+echo "== cargo test [$(date -u +%T), +${SECONDS}s]"
 cargo test --profile ci --no-fail-fast --lib --bins "${other_tests[@]}" || status=$?
-echo "== the VM tests (their output, from $vm_log)"
+echo "== the VM tests, lane 2 (${vm_lane2[*]}), in the background [$(date -u +%T), +${SECONDS}s]"
+vm_lane target/vm-tests-2.log "${vm_lane2[@]}" &
+vm_pids+=($!)
 vm_status=0
-wait "$vm_pid" || vm_status=$?
+for pid in "${vm_pids[@]}"; do
+  wait "$pid" || vm_status=$?
+done
 trap - EXIT
-cat "$vm_log"
+echo "== the VM tests (their output) [$(date -u +%T), +${SECONDS}s]"
+cat target/vm-tests-1.log target/vm-tests-2.log
 if [ "$status" -ne 0 ] || [ "$vm_status" -ne 0 ]; then
   echo "tests failed: cargo test exited $status, the VM tests $vm_status" >&2
   exit 1
 fi
-echo "== packages checked and installed here"
+echo "== packages checked and installed here [$(date -u +%T), +${SECONDS}s]"
 scripts/check-packages.sh "${pkgs[0]}" "${pkgs[1]}"

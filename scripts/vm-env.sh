@@ -174,14 +174,22 @@ ssh_to() {
     -o ControlMaster=auto -o ControlPath="$d/ssh-mux" -o ControlPersist=60 root@127.0.0.1 "$@"
 }
 
+# a port for NAME's ssh: free now and not taken by another VM starting
+# (VMs may start at once; the choice is made under a lock)
 free_port() {
-  local p
+  local name="$1" p taken
+  mkdir -p "$RUN"
+  exec 7>"$RUN/port.lock"
+  flock 7
+  taken=$(cat "$RUN"/*/port 2>/dev/null || true)
   for p in $(seq 22200 22299); do
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      echo "$p"
+    if ! grep -qx "$p" <<< "$taken" && ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      echo "$p" > "$(vm_dir "$name")/port"
+      exec 7>&-
       return
     fi
   done
+  exec 7>&-
   die "no free port in 22200-22299"
 }
 
@@ -209,7 +217,10 @@ BASE=_base
 base_key() {
   local sock="${PODWARDEN_E2E_RUN:-/run/podwarden-e2e}/containerd.sock"
   [ -S "$sock" ] || "$here/e2e-env.sh" up >/dev/null
-  { image_dir; ctr -a "$sock" -n k8s.io images ls 2>/dev/null | grep -E '^localhost/(busybox|pause):e2e '; } | sha256sum | cut -c1-16
+  # names and digests only: the labels containerd's CRI plugin adds or
+  # drops as tests use the images are not the images
+  { image_dir; ctr -a "$sock" -n k8s.io images ls 2>/dev/null | awk '$1 ~ /^localhost\/(busybox|pause):e2e$/ {print $1, $3}'; } |
+    sha256sum | cut -c1-16
 }
 
 # start QEMU for NAME (its overlay made), in the background; extra args follow
@@ -217,8 +228,9 @@ start_qemu() {
   local name="$1" limit="$2" img="$3" d accel=tcg cpu=qemu64 port
   shift 3
   d=$(vm_dir "$name")
-  port=$(free_port)
-  echo "$port" > "$d/port"
+  rm -f "$d/port"
+  free_port "$name"
+  port=$(cat "$d/port")
   cp "$img/key" "$d/key"
   chmod 600 "$d/key"
   if [ "${VM_KVM:-0}" = 1 ] && [ -w /dev/kvm ]; then accel=kvm; cpu=host; fi

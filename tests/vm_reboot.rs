@@ -30,15 +30,15 @@ fn a_real_reboot_stops_the_pods_in_order_within_the_grace_period_and_starts_them
     assert!(m.asked < m.quick_prestop && m.quick_prestop <= m.quick_term, "the preStop hook runs before SIGTERM");
     assert!(m.critical_term >= m.quick_exit.max(m.slow_exit), "the critical pod is stopped after the others");
     let last_exit = m.last_exit();
-    assert!(last_exit - m.asked < 20.0, "every pod stopped within shutdownGracePeriod");
+    assert!(last_exit - m.asked < 30.0, "every pod stopped within shutdownGracePeriod");
     assert!(m.released >= last_exit, "the lock is released after the last exit");
     // released once the last pod is torn down (its sandbox stopped: 1 to
     // 3.4 s under emulation, measured; on the host `scripts/bench.sh
     // shutdown` measures milliseconds), so logind does not wait out its
-    // 20 s delay: the machine goes down after the release
+    // 30 s delay: the machine goes down after the release
     assert!(m.released - last_exit < 8.0, "the lock is released {:.3} s after the last exit", m.released - last_exit);
     assert!(
-        m.released - m.asked < 20.0,
+        m.released - m.asked < 30.0,
         "the lock is released {:.3} s after the reboot was asked",
         m.released - m.asked
     );

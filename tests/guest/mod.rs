@@ -261,8 +261,9 @@ pub struct Reboot {
     pub journal: String,
 }
 
-/// On `vm` (just booted): the package with `shutdownGracePeriod: 20s`
-/// (5 s for critical pods) and three static pods that record their
+/// On `vm` (just booted): the package with `shutdownGracePeriod: 30s`
+/// (10 s for critical pods: an emulated guest beside a compiler needs
+/// seconds for a preStop exec) and three static pods that record their
 /// moments (`quick` exits at SIGTERM, `slow` 2 s after it, `critical` is
 /// system-node-critical), `systemctl reboot`, the machine booted again
 /// with the pods Running; the moments read from the guest's clocks.
@@ -271,7 +272,7 @@ pub fn reboot_with_recording_pods(vm: Vm) -> Reboot {
     vm.sh("mkdir -p /var/log/journal && systemctl restart systemd-journald");
     install_and_start(
         &vm,
-        &["shutdownGracePeriod: 20s", "shutdownGracePeriodCriticalPods: 5s"],
+        &["shutdownGracePeriod: 30s", "shutdownGracePeriodCriticalPods: 10s"],
         &[
             ("quick", &recording_pod("quick", false, 0)),
             ("slow", &recording_pod("slow", false, 2)),
