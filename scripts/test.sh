@@ -45,8 +45,8 @@ export PODWARDEN_DEB="$(realpath "${pkgs[0]}")"
 # The VM tests (tests/vm*.rs: a Debian 12 guest under emulation each) are
 # the longest part: they run in the background while the other tests
 # build and run, in two lanes. The first starts as soon as its binaries
-# are built; the second once the other tests are done, so that two guests
-# share the machine only when nothing else needs it. Their output follows
+# are built; the second once the first or the other tests are done, so
+# that no more than two of the three share the machine. Their output follows
 # the others'. The tests that measure bursts against the clock
 # (tests/reactions.rs) run alone before the guests start: an emulated CPU
 # beside them is a load they do not model.
@@ -71,20 +71,29 @@ vm_pids=()
 # a VM left behind by an interrupted run is no one's
 trap 'kill "${vm_pids[@]}" 2>/dev/null || true' EXIT
 vm_lane() {
-  local log="$1"
-  shift
-  { cargo test --profile ci --no-fail-fast "$@"; echo "(this lane ended at $(date -u +%T), +${SECONDS}s)"; } > "$log" 2>&1
+  local log="$1" done="$2"
+  shift 2
+  local rc=0
+  { cargo test --profile ci --no-fail-fast "$@" || rc=$?; echo "(this lane ended at $(date -u +%T), +${SECONDS}s)"; } > "$log" 2>&1
+  touch "$done"
+  return "$rc"
 }
+rm -f target/.vm-lane1.done target/.other-tests.done target/.vm-lane2.done
 echo "== the VM tests, lane 1 (${vm_lane1[*]}), in the background [$(date -u +%T), +${SECONDS}s]"
-vm_lane target/vm-tests-1.log "${vm_lane1[@]}" &
+vm_lane target/vm-tests-1.log target/.vm-lane1.done "${vm_lane1[@]}" &
+vm_pids+=($!)
+# lane 2 starts once lane 1 or the other tests are done
+{
+  while [ ! -e target/.vm-lane1.done ] && [ ! -e target/.other-tests.done ]; do sleep 1; done
+  vm_lane target/vm-tests-2.log target/.vm-lane2.done "${vm_lane2[@]}"
+} &
 vm_pids+=($!)
 echo "== cargo clippy [$(date -u +%T), +${SECONDS}s]"
 cargo clippy --profile ci --all-targets --quiet -- -D warnings
 echo "== cargo test [$(date -u +%T), +${SECONDS}s]"
 cargo test --profile ci --no-fail-fast --lib --bins "${other_tests[@]}" || status=$?
-echo "== the VM tests, lane 2 (${vm_lane2[*]}), in the background [$(date -u +%T), +${SECONDS}s]"
-vm_lane target/vm-tests-2.log "${vm_lane2[@]}" &
-vm_pids+=($!)
+touch target/.other-tests.done
+echo "== waiting for the VM tests (lane 2: ${vm_lane2[*]}) [$(date -u +%T), +${SECONDS}s]"
 vm_status=0
 for pid in "${vm_pids[@]}"; do
   wait "$pid" || vm_status=$?
