@@ -2,7 +2,11 @@
 //! reactions` prepares it), with the release binary, all in one run:
 //! - an init chain (five `true` init containers, a sidecar, main), 10
 //!   rounds: from each exit to the next start (containerd's own times),
-//!   median and max, and from the sidecar's start to main's;
+//!   median and max, and from the sidecar's start to main's; each step
+//!   split at containerd's record of the next container: the exit to the
+//!   record (`init_chain_step_to_record_ms`: the event, podwarden's pass,
+//!   CreateContainer) and the record to its start (`runtime_start_ms`:
+//!   containerd's StartContainer alone, the floor of every step);
 //! - deletion of a pod whose container exits at once on SIGTERM, 10
 //!   rounds: from the container's exit (containerd's event, seen by this
 //!   bench's own subscription) to the pod gone from `/pods`, median;
@@ -84,6 +88,12 @@ fn init_chain(cri: &CriRuntime, out: &mut BTreeMap<&'static str, f64>) {
     let agent = Agent::start("reactions", "readOnlyPort: 0\nsyncFrequency: 60s\n", Stdio::inherit());
     std::thread::sleep(Duration::from_millis(1500));
     let (mut steps, mut side_main) = (Vec::new(), Vec::new());
+    // each step split where containerd stamps the next container's record
+    // (`created_at`, near the end of CreateContainer): before it the
+    // exit's way to podwarden, its pass and CreateContainer; after it
+    // containerd's StartContainer alone (runc creating and starting the
+    // task), which no agent can shorten
+    let (mut before_record, mut runtime_start) = (Vec::new(), Vec::new());
     for r in 0..ROUNDS {
         let name = format!("chain-{r}");
         write_atomically(&agent.dir, &format!("{name}.yaml"), &chain(&name));
@@ -96,7 +106,10 @@ fn init_chain(cri: &CriRuntime, out: &mut BTreeMap<&'static str, f64>) {
         let order = ["i1", "i2", "i3", "i4", "i5", "side"];
         for w in order.windows(2) {
             steps.push(ms(c(w[0]).finished_at_ns, c(w[1]).started_at_ns));
+            before_record.push(ms(c(w[0]).finished_at_ns, c(w[1]).created_at_ns));
+            runtime_start.push(ms(c(w[1]).created_at_ns, c(w[1]).started_at_ns));
         }
+        runtime_start.push(ms(c("main").created_at_ns, c("main").started_at_ns));
         side_main.push(ms(c("side").started_at_ns, c("main").started_at_ns));
         std::fs::remove_file(agent.dir.join("manifests").join(format!("{name}.yaml"))).unwrap();
         gone_from_containerd(cri);
@@ -107,6 +120,10 @@ fn init_chain(cri: &CriRuntime, out: &mut BTreeMap<&'static str, f64>) {
     out.insert("init_chain_step_ms", median(&mut steps));
     out.insert("init_chain_step_max_ms", max);
     out.insert("sidecar_to_main_ms", median(&mut side_main));
+    println!("exit to the next container's record (ms): {before_record:?}");
+    println!("containerd's StartContainer, record to started (ms): {runtime_start:?}");
+    out.insert("init_chain_step_to_record_ms", median(&mut before_record));
+    out.insert("runtime_start_ms", median(&mut runtime_start));
 }
 
 fn exit_to_gone(cri: &CriRuntime, out: &mut BTreeMap<&'static str, f64>) {
@@ -161,7 +178,7 @@ fn exit_to_gone(cri: &CriRuntime, out: &mut BTreeMap<&'static str, f64>) {
     out.insert("exit_to_gone_ms", median(&mut gaps));
 }
 
-/// podwarden's CPU (cores) over 30 s and its RSS (KiB) with 110 running pods.
+/// podwarden's CPU (cores) over 60 s and its RSS (KiB) with 110 running pods.
 fn many(cri: &CriRuntime, extra: &str) -> (f64, f64) {
     let agent = Agent::start("reactions", &format!("readOnlyPort: 0\n{extra}"), Stdio::inherit());
     std::thread::sleep(Duration::from_millis(700));
@@ -177,10 +194,12 @@ fn many(cri: &CriRuntime, extra: &str) -> (f64, f64) {
             .count()
             == MANY
     });
-    std::thread::sleep(Duration::from_secs(10));
+    std::thread::sleep(Duration::from_secs(15));
+    // 60 s: the agent uses about 0.008 cores, some 50 clock ticks a minute;
+    // over 30 s one tick more or less was a third of the 0.001 margin
     let hz = podwarden::sys::clock_ticks_per_second() as f64;
     let (t0, c0) = (Instant::now(), support::cpu_ticks(agent.pid()));
-    std::thread::sleep(Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(60));
     let cores = (support::cpu_ticks(agent.pid()) - c0) as f64 / hz / t0.elapsed().as_secs_f64();
     let rss = proc_status(agent.pid(), "VmRSS:") as f64;
     remove_manifests(&agent);
