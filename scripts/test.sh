@@ -31,6 +31,7 @@ fi
 
 echo "== end-to-end environment (private containerd)"
 scripts/e2e-env.sh up
+rm -f "${PODWARDEN_E2E_DIR:-/var/lib/podwarden-e2e}/containerd-crashes.log"
 echo "== logind test environment (private system bus, systemd-logind)"
 scripts/logind-env.sh up
 
@@ -101,6 +102,11 @@ done
 trap - EXIT
 echo "== the VM tests (their output) [$(date -u +%T), +${SECONDS}s]"
 cat target/vm-tests-1.log target/vm-tests-2.log
+crashes="${PODWARDEN_E2E_DIR:-/var/lib/podwarden-e2e}/containerd-crashes.log"
+if [ -s "$crashes" ]; then
+  echo "== WARNING: the e2e containerd crashed by itself during this run (restarted; its log: containerd.log):" >&2
+  cat "$crashes" >&2
+fi
 if [ "$status" -ne 0 ] || [ "$vm_status" -ne 0 ]; then
   echo "tests failed: cargo test exited $status, the VM tests $vm_status" >&2
   exit 1
