@@ -483,6 +483,18 @@ mod tests {
         assert!(!c.step(b"0\r\n").unwrap(), "the trailers' end is still to come");
     }
 
+    /// What `from` has to send, read by `to`.
+    fn pump<A, B>(from: &mut rustls::ConnectionCommon<A>, to: &mut rustls::ConnectionCommon<B>) {
+        let mut buf = Vec::new();
+        while from.wants_write() {
+            from.write_tls(&mut buf).unwrap();
+        }
+        if !buf.is_empty() {
+            to.read_tls(&mut &buf[..]).unwrap();
+            to.process_new_packets().unwrap();
+        }
+    }
+
     /// A client asking for AES-256-GCM first (rustls' own order) gets
     /// AES-128-GCM: the server's order wins.
     #[test]
@@ -504,22 +516,8 @@ mod tests {
         let mut s = ServerConnection::new(server).unwrap();
         // the handshake, in memory
         for _ in 0..10 {
-            let mut buf = Vec::new();
-            while c.wants_write() {
-                c.write_tls(&mut buf).unwrap();
-            }
-            if !buf.is_empty() {
-                s.read_tls(&mut &buf[..]).unwrap();
-                s.process_new_packets().unwrap();
-            }
-            let mut buf = Vec::new();
-            while s.wants_write() {
-                s.write_tls(&mut buf).unwrap();
-            }
-            if !buf.is_empty() {
-                c.read_tls(&mut &buf[..]).unwrap();
-                c.process_new_packets().unwrap();
-            }
+            pump(&mut c, &mut s);
+            pump(&mut s, &mut c);
         }
         assert!(!c.is_handshaking() && !s.is_handshaking());
         assert_eq!(c.negotiated_cipher_suite().map(|s| s.suite()), Some(rustls::CipherSuite::TLS13_AES_128_GCM_SHA256));
