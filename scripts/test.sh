@@ -35,8 +35,14 @@ rm -f "${PODWARDEN_E2E_DIR:-/var/lib/podwarden-e2e}/containerd-crashes.log"
 echo "== logind test environment (private system bus, systemd-logind)"
 scripts/logind-env.sh up
 
-echo "== Debian 12 VM image (systemd, cgroup v2, AppArmor; cached)"
-scripts/vm-env.sh build
+# The VM image (debootstrap) and its saved base machine (one boot under
+# emulation) are made beside the build, which is longer; cached, so a
+# later run only checks them.
+mkdir -p target
+echo "== Debian 12 VM image and base machine (systemd, cgroup v2, AppArmor; cached), in the background [$(date -u +%T), +${SECONDS}s]"
+{ scripts/vm-env.sh build && scripts/vm-env.sh base; } > target/vm-image.log 2>&1 &
+vm_image_pid=$!
+trap 'kill "$vm_image_pid" 2>/dev/null || true' EXIT
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
@@ -65,6 +71,13 @@ for f in tests/*.rs; do
 done
 echo "== building the VM tests and ${alone_tests[*]} [$(date -u +%T), +${SECONDS}s]"
 cargo test --profile ci --no-run --quiet "${vm_lane1[@]}" "${vm_lane2[@]}" "${alone_tests[@]}"
+# (and not beside the base machine's boot)
+echo "== waiting for the VM image [$(date -u +%T), +${SECONDS}s]"
+if ! wait "$vm_image_pid"; then
+  cat target/vm-image.log >&2
+  echo "the VM image or its base machine could not be made (log above: target/vm-image.log)" >&2
+  exit 1
+fi
 echo "== cargo test ${alone_tests[*]}, alone [$(date -u +%T), +${SECONDS}s]"
 status=0
 cargo test --profile ci --no-fail-fast "${alone_tests[@]}" || status=$?
