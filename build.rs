@@ -47,9 +47,37 @@ fn generate(proto: &str, include: &str, out: &Path) {
     }
 }
 
+/// The binary's code in the order of `link/code-order.txt.gz` (written by
+/// `scripts/code-order.sh`): the functions a running agent executes first
+/// and together, the rest after them. The kernel maps a binary's code 64
+/// KiB around each page first touched, so code used now and then among
+/// code never used would keep all of it resident. Only where the linker is
+/// lld (Rust's default on x86_64 Linux since 1.90);
+/// `PODWARDEN_CODE_ORDER=0` leaves the linker's own order. Names the build
+/// no longer has are skipped.
+fn code_order(out: &Path) {
+    println!("cargo:rerun-if-changed=link/code-order.txt.gz");
+    println!("cargo:rerun-if-env-changed=PODWARDEN_CODE_ORDER");
+    let gz =
+        Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR")).join("link/code-order.txt.gz");
+    let wanted = std::env::var("PODWARDEN_CODE_ORDER").map_or(true, |v| v != "0");
+    if !wanted || !gz.exists() || std::env::var("TARGET").map_or(true, |t| t != "x86_64-unknown-linux-gnu") {
+        return;
+    }
+    let mut text = Vec::new();
+    let file = std::fs::File::open(&gz).expect("open link/code-order.txt.gz");
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(file), &mut text)
+        .expect("decompress link/code-order.txt.gz");
+    let order = out.join("code-order.txt");
+    std::fs::write(&order, text).expect("write the code order");
+    println!("cargo:rustc-link-arg-bins=-Wl,--symbol-ordering-file={}", order.display());
+    println!("cargo:rustc-link-arg-bins=-Wl,--no-warn-symbol-ordering");
+}
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
+    code_order(&out);
     // the CRI client (runtime.v1)
     generate("proto/cri/api.proto", "proto/cri", &out);
     // podwarden's own local API (podwarden.v1): server and CLI client

@@ -21,7 +21,9 @@ fn pods_start_with_cni_and_host_network_and_stop_cleanly_on_removal() {
     a.write("host.yaml", &pod_yaml("host", "  hostNetwork: true\n", TRAPPING));
     let cni = a.uid("cni");
     let host = a.uid("host");
-    wait_for("both running", Duration::from_secs(30), || a.running(&cni) == 1 && a.running(&host) == 1);
+    wait_for("both running, their shells trapping SIGTERM", Duration::from_secs(30), || {
+        a.trapping(&cni) == 1 && a.trapping(&host) == 1
+    });
     // the pod IP shows in status and in the managed /etc/hosts
     let mut ip = String::new();
     wait_for("pod IP in status", Duration::from_secs(10), || {

@@ -522,7 +522,8 @@ fn a_2_gib_termination_log_moves_rss_by_less_than_1_mib() {
     std::fs::OpenOptions::new().append(true).open(&file).unwrap().write_all(b"the last words\n").unwrap();
     let me = std::process::id();
     let before = rss_kib(me);
-    assert!(a.fake.exit_container(&uid, "c", 1));
+    // (live_containers counts a created one too: the exit waits for it to run)
+    wait_for("big's container exits", Duration::from_secs(10), || a.fake.exit_container(&uid, "c", 1));
     let mut msg = String::new();
     wait_for("the termination message", Duration::from_secs(10), || {
         msg = a

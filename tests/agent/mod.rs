@@ -193,6 +193,18 @@ impl Agent {
         self.runtime_pod(uid).containers.iter().filter(|c| c.state == ContainerState::Running).count()
     }
 
+    /// Running containers of the pod whose first process catches SIGTERM
+    /// (for [`TRAPPING`]: its shell has run `trap`). A container's PID 1
+    /// ignores a signal it has no handler for, so a pod removed in the
+    /// moment between its start and the `trap` waits out its grace period.
+    pub fn trapping(&self, uid: &str) -> usize {
+        self.runtime_pod(uid)
+            .containers
+            .iter()
+            .filter(|c| c.state == ContainerState::Running && catches_sigterm(&c.id))
+            .count()
+    }
+
     pub fn write(&self, file: &str, yaml: &str) {
         let tmp = self.manifests().join(format!(".{file}.tmp"));
         std::fs::write(&tmp, yaml).unwrap();
@@ -253,6 +265,22 @@ pub fn pod_yaml(name: &str, extra_spec: &str, command: &str) -> String {
 }
 
 /// Traps SIGTERM and exits at once.
+/// Whether a process of the container `id` (found by its cgroup) has a
+/// SIGTERM handler (`SigCgt` in its status).
+pub fn catches_sigterm(id: &str) -> bool {
+    let Ok(procs) = std::fs::read_dir("/proc") else { return false };
+    procs.flatten().any(|p| {
+        let dir = p.path();
+        std::fs::read_to_string(dir.join("cgroup")).is_ok_and(|cg| cg.contains(id))
+            && std::fs::read_to_string(dir.join("status")).is_ok_and(|st| {
+                st.lines()
+                    .find_map(|l| l.strip_prefix("SigCgt:"))
+                    .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+                    .is_some_and(|m| m & (1 << (15 - 1)) != 0)
+            })
+    })
+}
+
 pub const TRAPPING: &str = "trap 'exit 0' TERM; while :; do sleep 1; done";
 /// Ignores SIGTERM: only SIGKILL at the end of the grace period stops it.
 pub const STUBBORN: &str = "trap '' TERM; while :; do sleep 1; done";
