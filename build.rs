@@ -70,6 +70,27 @@ fn code_order(out: &Path) {
         .expect("decompress link/code-order.txt.gz");
     let order = out.join("code-order.txt");
     std::fs::write(&order, text).expect("write the code order");
+    // The names carry hashes of the crates' dependency graphs and of the
+    // compiler: made for another Cargo.lock or Rust, most of podwarden's own
+    // names no longer match and the gain is mostly lost. Said at every build.
+    println!("cargo:rerun-if-changed=link/code-order.lock");
+    println!("cargo:rerun-if-changed=Cargo.lock");
+    let dir = gz.parent().expect("link/");
+    let made_for = std::fs::read_to_string(dir.join("code-order.lock")).unwrap_or_default();
+    let lock = std::fs::read_to_string(dir.join("../Cargo.lock")).unwrap_or_default();
+    let rustc = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
+        .arg("-V")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let made_by = std::fs::read_to_string(dir.join("code-order.rustc")).unwrap_or_default();
+    if made_for != lock || made_by.trim() != rustc {
+        println!(
+            "cargo:warning=link/code-order.txt.gz was made for another Cargo.lock or compiler ({}): most of its names \
+             no longer match and the binary keeps more of its code resident; run scripts/code-order.sh (as root)",
+            made_by.trim()
+        );
+    }
     println!("cargo:rustc-link-arg-bins=-Wl,--symbol-ordering-file={}", order.display());
     println!("cargo:rustc-link-arg-bins=-Wl,--no-warn-symbol-ordering");
 }

@@ -223,5 +223,8 @@ with open(out, 'wb') as f:
 code = sum(s[1] for s in secs)
 print(f'code-order: {len(names)} functions ({hot // 1024} KiB of {code // 1024} KiB of code) written to {out}')
 PY
+# what the names were made for (build.rs warns when the build differs)
+cp Cargo.lock link/code-order.lock
+rustc -V > link/code-order.rustc
 rm -rf "$W"
 echo "code-order: now rebuild: cargo build --release"
