@@ -48,10 +48,8 @@ pub const IDLE: Duration = Duration::from_secs(4 * 3600);
 pub const RUNTIME_DEADLINE: Duration = Duration::from_secs(10);
 /// Largest response head the runtime may send.
 const MAX_HEAD: usize = 16 << 10;
-/// Each direction's buffer: four TLS records; a larger one moved no more
-/// bytes a second here and stayed resident for the stream's life (a 64 MiB
-/// port-forward fills it).
-const BUF: usize = 64 << 10;
+/// Each direction's buffer.
+const BUF: usize = 256 << 10;
 
 /// A client connection [`serve`] can relay: plain TCP or TLS over TCP.
 pub trait Duplex: Read + Write + Send {
@@ -725,9 +723,6 @@ pub fn splice(
     runtime_done: bool,
     idle: Duration,
 ) -> io::Result<()> {
-    // the TLS handshake and the request's handling went deeper than the
-    // loop below will: those pages go back for the stream's life
-    crate::sys::release_stack_below_here();
     let (mut up, mut down) = (Pipe::new(), Pipe::new());
     // what was read of the runtime's answer goes first (at most MAX_HEAD
     // plus a read: it fits)

@@ -610,15 +610,9 @@ fn watch_stream(ctx: &Ctx, req: &Request, r: Resource, ns: Option<&str>, f: Filt
             send(sink, c)?;
         }
         let mut last_bookmark = Instant::now();
-        // stack pages touched by what was sent (serializing, TLS) are given
-        // back once the watch is idle: a watch waits far longer than it sends
-        let mut sent = true;
         while Instant::now() < end && !stop.load(Ordering::SeqCst) {
             match sub.next(Duration::from_secs(1)) {
-                Next::Change(c) => {
-                    send(sink, &c)?;
-                    sent = true;
-                }
+                Next::Change(c) => send(sink, &c)?,
                 Next::Expired => {
                     let e = ApiError::expired("the watch fell too far behind: list again");
                     let mut line =
@@ -629,9 +623,6 @@ fn watch_stream(ctx: &Ctx, req: &Request, r: Resource, ns: Option<&str>, f: Filt
                 Next::Idle => {
                     if sink.client_gone() {
                         return Ok(());
-                    }
-                    if std::mem::take(&mut sent) {
-                        crate::sys::release_stack_below_here();
                     }
                     if bookmarks && last_bookmark.elapsed() > Duration::from_secs(30) {
                         last_bookmark = Instant::now();
