@@ -58,8 +58,8 @@ fn generate(proto: &str, include: &str, out: &Path) {
 fn code_order(out: &Path) {
     println!("cargo:rerun-if-changed=link/code-order.txt.gz");
     println!("cargo:rerun-if-env-changed=PODWARDEN_CODE_ORDER");
-    let gz =
-        Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR")).join("link/code-order.txt.gz");
+    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    let gz = root.join("link/code-order.txt.gz");
     let wanted = std::env::var("PODWARDEN_CODE_ORDER").map_or(true, |v| v != "0");
     if !wanted || !gz.exists() || std::env::var("TARGET").map_or(true, |t| t != "x86_64-unknown-linux-gnu") {
         return;
@@ -75,15 +75,14 @@ fn code_order(out: &Path) {
     // names no longer match and the gain is mostly lost. Said at every build.
     println!("cargo:rerun-if-changed=link/code-order.lock");
     println!("cargo:rerun-if-changed=Cargo.lock");
-    let dir = gz.parent().expect("link/");
-    let made_for = std::fs::read_to_string(dir.join("code-order.lock")).unwrap_or_default();
-    let lock = std::fs::read_to_string(dir.join("../Cargo.lock")).unwrap_or_default();
+    let made_for = std::fs::read_to_string(root.join("link/code-order.lock")).unwrap_or_default();
+    let lock = std::fs::read_to_string(root.join("Cargo.lock")).unwrap_or_default();
     let rustc = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
         .arg("-V")
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default();
-    let made_by = std::fs::read_to_string(dir.join("code-order.rustc")).unwrap_or_default();
+    let made_by = std::fs::read_to_string(root.join("link/code-order.rustc")).unwrap_or_default();
     if made_for != lock || made_by.trim() != rustc {
         println!(
             "cargo:warning=link/code-order.txt.gz was made for another Cargo.lock or compiler ({}): most of its names \

@@ -18,7 +18,9 @@
 # linker's own order: it costs only the pages a node touches.
 #
 # Run as root on the machine of scripts/e2e-env.sh (its containerd), with
-# python3, then rebuild (`cargo build --release`). Names a later build no
+# python3, then rebuild (`cargo build --release`). CODE_ORDER_BIN and
+# CODE_ORDER_MAP name a measuring binary and its lld map made before
+# (instead of building one). Names a later build no
 # longer has are skipped by the linker, so the file ages gently; re-run
 # after large changes or a Rust upgrade (the names carry its hashes).
 set -euo pipefail
@@ -38,6 +40,7 @@ else
   cp target/release/podwarden "$W/podwarden"
 fi
 BIN="$W/podwarden"
+D="$W/agent"
 
 dev=$(lsblk -no PKNAME "$(findmnt -no SOURCE --target "$W")" 2>/dev/null | head -n 1)
 [ -n "$dev" ] || dev=$(basename "$(findmnt -no SOURCE --target "$W")")
@@ -47,9 +50,17 @@ ra_was=$(cat "$ra")
 agent=
 sampler=
 cleanup() {
-  [ -n "$agent" ] && kill "$agent" 2>/dev/null
-  [ -n "$sampler" ] && kill "$sampler" 2>/dev/null
   echo "$ra_was" > "$ra"
+  if [ -n "$sampler" ]; then kill "$sampler" 2>/dev/null || true; fi
+  if [ -n "$agent" ]; then
+    # an agent stopped by a signal leaves its pods running: they go first
+    rm -f "$D"/manifests/*
+    for _ in $(seq 1 60); do
+      [ "$("$BIN" get pods -A --socket "$D/api.sock" 2>/dev/null | wc -l)" -le 1 ] && break
+      sleep 1
+    done
+    kill "$agent" 2>/dev/null || true
+  fi
 }
 trap cleanup EXIT
 echo 0 > "$ra"
@@ -91,7 +102,6 @@ while True:
 PY
 sampler=$!
 
-D="$W/agent"
 mkdir -p "$D/manifests"
 port=$((20000 + RANDOM % 10000))
 printf 'staticPodPath: %s/manifests\ncontainerRuntimeEndpoint: unix://%s\nrootDir: %s/root\npodLogsDir: %s/logs\napiSocket: %s/api.sock\nnodeName: order\nreadOnlyPort: 0\nport: %s\n' \

@@ -264,7 +264,6 @@ pub fn pod_yaml(name: &str, extra_spec: &str, command: &str) -> String {
     )
 }
 
-/// Traps SIGTERM and exits at once.
 /// Whether a process of the container `id` (found by its cgroup) has a
 /// SIGTERM handler (`SigCgt` in its status).
 pub fn catches_sigterm(id: &str) -> bool {
@@ -281,6 +280,7 @@ pub fn catches_sigterm(id: &str) -> bool {
     })
 }
 
+/// Traps SIGTERM and exits at once.
 pub const TRAPPING: &str = "trap 'exit 0' TERM; while :; do sleep 1; done";
 /// Ignores SIGTERM: only SIGKILL at the end of the grace period stops it.
 pub const STUBBORN: &str = "trap '' TERM; while :; do sleep 1; done";
