@@ -44,6 +44,17 @@ impl Drop for ShowOnPanic {
     }
 }
 
+/// Kills the daemon when the test fails (a hung one would outlive it).
+struct KillOnPanic(i32);
+
+impl Drop for KillOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = podwarden::sys::kill(self.0, libc::SIGKILL);
+        }
+    }
+}
+
 #[test]
 fn run_follows_manifests_and_stops_cleanly_on_sigterm() {
     let d = TempDir::new("daemon");
@@ -112,6 +123,50 @@ fn run_follows_manifests_and_stops_cleanly_on_sigterm() {
     let err = std::fs::read_to_string(d.0.join("stderr")).unwrap();
     assert!(err.contains("unknown field \"someKubeletField\" ignored"), "{err}");
     assert!(err.contains("pods keep running"), "{err}");
+}
+
+/// The local API's accept was woken at shutdown by a connection to its
+/// socket's path: with the file removed (a cleanup of /run, an operator's
+/// rm) none came, and the agent hung in its shutdown for good.
+#[test]
+fn sigterm_stops_it_even_when_its_api_socket_file_was_removed() {
+    let d = TempDir::new("daemon-nosock");
+    let manifests = d.0.join("manifests");
+    std::fs::create_dir_all(&manifests).unwrap();
+    let config = d.0.join("config.yaml");
+    let socket = d.0.join("api.sock");
+    std::fs::write(
+        &config,
+        format!(
+            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}\npodLogsDir: {}\nnodeName: node-a\nport: 0\nreadOnlyPort: 0\n",
+            manifests.display(),
+            d.0.join("root").display(),
+            socket.display(),
+            d.0.join("logs").display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .args(["run", "--config", config.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(d.0.join("stderr")).unwrap())
+        .spawn()
+        .unwrap();
+    let _show = ShowOnPanic(d.0.join("stderr"));
+    let _kill = KillOnPanic(child.id() as i32);
+    let t = Duration::from_secs(10);
+    wait_for("the API socket", t, || socket.exists());
+    std::fs::remove_file(&socket).unwrap();
+    // another file at the path now: not the agent's to remove
+    std::fs::write(&socket, "someone else's").unwrap();
+    podwarden::sys::kill(child.id() as i32, libc::SIGTERM).unwrap();
+    let mut status = None;
+    wait_for("exit after SIGTERM with the socket file gone", t, || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    assert!(status.unwrap().success());
+    assert_eq!(std::fs::read_to_string(&socket).unwrap(), "someone else's");
 }
 
 #[test]

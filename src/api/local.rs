@@ -178,6 +178,12 @@ pub struct ApiServer {
     stop: Arc<AtomicBool>,
     socket: PathBuf,
     join: Option<JoinHandle<()>>,
+    /// Shared with `api-accept`, so that its descriptor stays open until
+    /// both let go: [`Drop`] wakes the accept by shutting it down.
+    listener: Arc<UnixListener>,
+    /// The socket file's identity when bound (a socket's descriptor does
+    /// not tell it: fstat answers for sockfs).
+    file: Option<(u64, u64)>,
     /// One gRPC server for root's connections and one for `apiGroup`
     /// members': a handler knows its caller's trust by the server it
     /// serves (gRPC does not hand a call its peer's credentials).
@@ -205,7 +211,8 @@ impl ApiServer {
             }
             std::fs::remove_file(&socket)?;
         }
-        let listener = UnixListener::bind(&socket)?;
+        let listener = Arc::new(UnixListener::bind(&socket)?);
+        let file = file_id(&socket);
         let mode = if cfg.group.is_some() { 0o660 } else { 0o600 };
         std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(mode))?;
         if let Some((_, gid)) = &cfg.group {
@@ -238,9 +245,9 @@ impl ApiServer {
         };
         let servers = [server(true)?, server(false)?];
         let stop = Arc::new(AtomicBool::new(false));
-        let (st, srv, group) = (stop.clone(), servers.clone(), cfg.group.clone());
+        let (st, srv, group, l) = (stop.clone(), servers.clone(), cfg.group.clone(), listener.clone());
         let join = crate::base::thread::spawn("api-accept", None, move || {
-            for conn in listener.incoming() {
+            for conn in l.incoming() {
                 if st.load(Ordering::SeqCst) {
                     break;
                 }
@@ -268,7 +275,7 @@ impl ApiServer {
                 }
             }
         })?;
-        Ok(ApiServer { stop, socket, join: Some(join), servers: Some(servers) })
+        Ok(ApiServer { stop, socket, join: Some(join), listener, file, servers: Some(servers) })
     }
 
     pub fn socket(&self) -> &Path {
@@ -279,14 +286,28 @@ impl ApiServer {
 impl Drop for ApiServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        let _ = UnixStream::connect(&self.socket); // wake accept
+        // wakes the accept (it fails with EINVAL, and the loop sees the
+        // stop) even when the socket's file is gone: a connection to the
+        // path, as this did before, then never came and the agent hung in
+        // its shutdown
+        crate::sys::shutdown_socket(&*self.listener);
         if let Some(j) = self.join.take() {
             let _ = j.join();
         }
-        let _ = std::fs::remove_file(&self.socket);
+        // the file, if it is still this server's (another agent may have
+        // bound the path since it was removed)
+        if self.file.is_some() && file_id(&self.socket) == self.file {
+            let _ = std::fs::remove_file(&self.socket);
+        }
         // the last references: dropping the servers shuts them down
         drop(self.servers.take());
     }
+}
+
+/// The device and inode of the file at `path` (None: none there).
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// What the handlers read: the agent's parts and the API's configuration.

@@ -271,6 +271,19 @@ pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
+/// Shut a socket down both ways (`shutdown(2)`): a thread blocked in
+/// `accept` on a listening socket returns at once (EINVAL on Linux), which
+/// nothing else achieves without a connection the socket may no longer be
+/// reachable for (its file removed). Errors are ignored: a socket already
+/// shut down is what the caller wants.
+pub fn shutdown_socket(s: &impl AsRawFd) {
+    // SAFETY: shutdown takes any descriptor and only acts on sockets; the
+    // caller's borrow keeps the descriptor open through the call
+    unsafe {
+        libc::shutdown(s.as_raw_fd(), libc::SHUT_RDWR);
+    }
+}
+
 /// `poll(fds, timeout_ms)`: the number of entries with events; `revents`
 /// is filled in. A negative timeout waits for ever. Any descriptor numbers
 /// are sound (a closed one reports `POLLNVAL`); `EINTR` is an error of kind
