@@ -91,13 +91,7 @@ fn params(req: &Request) -> Res<Params> {
 /// The object as a read serves it now (with its resourceVersion).
 fn served(ctx: &Ctx, key: &ObjKey) -> Option<Value> {
     let (_, items) = ctx.hub.list(hub_kind(key.kind));
-    items
-        .iter()
-        .find(|v| {
-            v.pointer("/metadata/namespace").and_then(Value::as_str) == Some(&key.namespace)
-                && v.pointer("/metadata/name").and_then(Value::as_str) == Some(&key.name)
-        })
-        .map(|v| (**v).clone())
+    items.iter().find(|o| *o.namespace == *key.namespace && *o.name == *key.name).map(|o| o.value())
 }
 
 /// `POST .../namespaces/NS/configmaps|secrets`.

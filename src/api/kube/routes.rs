@@ -6,6 +6,7 @@
 //! pods to `api::kube::patch`/`ssa` ([`patch`]), writes of ConfigMaps and
 //! Secrets to `objwrite`.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -18,7 +19,7 @@ use super::authz::{Ask, User};
 use super::ctx::{Ctx, op_error};
 use super::select::{Filter, Selector};
 use super::table::{self, Printer};
-use super::watch::{self, Kind, Next};
+use super::watch::{self, Kind, Next, Stored};
 use super::wire::{ApiError, ChunkSink, Reply, Request, Res};
 use super::{discovery, logs, objwrite, resources, run};
 
@@ -262,11 +263,8 @@ fn status_error(e: crate::api::kube::write::StatusError) -> Reply {
 
 fn patch_pod(ctx: &Ctx, req: &Request, r: &str, ns: &str, name: &str) -> Res<Reply> {
     use crate::api::kube::{patch, ssa, write};
-    let (_, items) = ctx.hub.list(Kind::Pods);
-    let live = items.iter().find(|v| {
-        v.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns)
-            && v.pointer("/metadata/name").and_then(Value::as_str) == Some(name)
-    });
+    let live = find(ctx, Kind::Pods, Some(ns), name).map(|o| o.value());
+    let live = live.as_ref();
     let query = req.raw_query();
     let now = crate::model::rfc3339(std::time::SystemTime::now());
     let params = match write::Params::from_query(&query, &now) {
@@ -359,7 +357,10 @@ fn collection(ctx: &Ctx, user: &User, req: &Request, r: Option<Resource>, ns: Op
         return watch_stream(ctx, req, r, ns, f);
     }
     let (rv, items) = ctx.hub.list(r.kind);
-    let mut items: Vec<&Value> = items.iter().map(|v| &**v).filter(|v| ns_matches(v, ns) && f.matches(v)).collect();
+    // selectors read the object (parsed: a list with one is rare); the
+    // namespace is kept beside it
+    let mut items: Vec<&Stored> =
+        items.iter().map(|o| &**o).filter(|o| o.in_namespace(ns) && (f.is_empty() || f.matches(&o.value()))).collect();
     let offset: usize = req.param("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
     let limit = req.int("limit")?.filter(|l| *l > 0).map(|l| l as usize);
     items = items.into_iter().skip(offset).collect();
@@ -371,15 +372,34 @@ fn collection(ctx: &Ctx, user: &User, req: &Request, r: Option<Resource>, ns: Op
         cont = Some((offset + l).to_string());
     }
     let rv = rv.to_string();
-    let mut out = if req.wants_table() {
-        table::table(r.printer, items, &rv)
-    } else {
-        json!({"kind": r.list_kind, "apiVersion": "v1", "metadata": {"resourceVersion": rv}, "items": items})
-    };
-    if let Some(c) = cont {
-        out["metadata"]["continue"] = json!(c);
+    if req.wants_table() {
+        return Ok(Reply::bytes(200, table::render(r.printer, items.iter().map(|o| o.row()), &rv, cont.as_deref())));
     }
-    Ok(Reply::ok(&out))
+    // the list written out around each object's text
+    let mut meta = serde_json::Map::new();
+    meta.insert("resourceVersion".into(), json!(rv));
+    if let Some(c) = cont {
+        meta.insert("continue".into(), json!(c));
+    }
+    let head = json!({"kind": r.list_kind, "apiVersion": "v1", "metadata": meta}).to_string();
+    let mut body = Vec::with_capacity(head.len() + 16 + items.iter().map(|o| o.json().len() + 1).sum::<usize>());
+    body.extend_from_slice(&head.as_bytes()[..head.len() - 1]);
+    body.extend_from_slice(br#","items":["#);
+    for (i, o) in items.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(o.json().as_bytes());
+    }
+    body.extend_from_slice(b"]}");
+    Ok(Reply::bytes(200, body))
+}
+
+/// The object of `kind` named `name` in `ns` (None: not namespaced), as
+/// a read serves it now.
+fn find(ctx: &Ctx, kind: Kind, ns: Option<&str>, name: &str) -> Option<Arc<Stored>> {
+    let (_, items) = ctx.hub.list(kind);
+    items.into_iter().find(|o| o.in_namespace(ns) && *o.name == *name)
 }
 
 /// One object: get (JSON or Table), patch or delete (pods, configmaps,
@@ -408,16 +428,12 @@ fn object(ctx: &Ctx, user: &User, req: &Request, r: Option<Resource>, ns: Option
         (m, _) => return Err(ApiError::method_not_allowed(format!("{m} is not supported on {} by podwarden", r.name))),
     }
     check(ctx, user, req, "get", r.name, ns, r.right)?;
-    let (rv, items) = ctx.hub.list(r.kind);
-    let found = items.iter().find(|v| {
-        ns_matches(v, if r.namespaced { ns } else { None })
-            && v.pointer("/metadata/name").and_then(Value::as_str) == Some(name)
-    });
+    let found = find(ctx, r.kind, if r.namespaced { ns } else { None }, name);
     let Some(obj) = found else { return Err(ApiError::not_found(r.name, name)) };
     if req.wants_table() {
-        return Ok(Reply::ok(&table::table(r.printer, [&**obj], &rv.to_string())));
+        return Ok(Reply::bytes(200, table::render(r.printer, [obj.row()], &obj.rv.to_string(), None)));
     }
-    Ok(Reply::ok(obj))
+    Ok(Reply::bytes(200, obj.json().as_bytes().to_vec()))
 }
 
 /// The largest pod manifest taken.
@@ -452,13 +468,10 @@ fn create_pod(ctx: &Ctx, req: &Request, ns: &str) -> Res<Reply> {
 }
 
 fn delete_pod(ctx: &Ctx, req: &Request, ns: &str, name: &str) -> Res<Reply> {
-    let (_, items) = ctx.hub.list(Kind::Pods);
-    let found = items.iter().find(|v| {
-        v.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns)
-            && v.pointer("/metadata/name").and_then(Value::as_str) == Some(name)
-    });
-    let Some(pod) = found else { return Err(ApiError::not_found("pods", name)) };
-    if !resources::is_api_pod(pod) {
+    let Some(pod) = find(ctx, Kind::Pods, Some(ns), name).map(|o| o.value()) else {
+        return Err(ApiError::not_found("pods", name));
+    };
+    if !resources::is_api_pod(&pod) {
         let file = pod.pointer("/metadata/annotations/podwarden.io~1config.file").and_then(Value::as_str).unwrap_or("");
         return Err(ApiError::forbidden(format!(
             "pods \"{name}\" is forbidden: a static pod (manifest {file}) cannot be deleted through the API: remove \
@@ -476,7 +489,7 @@ fn delete_pod(ctx: &Ctx, req: &Request, ns: &str, name: &str) -> Res<Reply> {
         None => body.get("gracePeriodSeconds").and_then(Value::as_i64),
     };
     ctx.ops.delete(ns, name, grace).map_err(|e| op_error(e, name))?;
-    let mut out = (**pod).clone();
+    let mut out = pod;
     out["metadata"]["deletionTimestamp"] = json!(crate::model::rfc3339(std::time::SystemTime::now()));
     if let Some(g) = grace {
         out["metadata"]["deletionGracePeriodSeconds"] = json!(g);
@@ -502,7 +515,7 @@ fn nodes(ctx: &Ctx, user: &User, req: &Request, rest: &[&str]) -> Res<Reply> {
                 return Err(ApiError::method_not_allowed("watching nodes is not supported by podwarden"));
             }
             if req.wants_table() {
-                return Ok(Reply::ok(&table::table(Printer::Nodes, items, &rv)));
+                return Ok(Reply::bytes(200, table::table(Printer::Nodes, items, &rv)));
             }
             Ok(Reply::ok(
                 &json!({"kind": "NodeList", "apiVersion": "v1", "metadata": {"resourceVersion": rv}, "items": items}),
@@ -510,7 +523,7 @@ fn nodes(ctx: &Ctx, user: &User, req: &Request, rest: &[&str]) -> Res<Reply> {
         }
         [n] if n == name => {
             if req.wants_table() {
-                return Ok(Reply::ok(&table::table(Printer::Nodes, [&node], &rv)));
+                return Ok(Reply::bytes(200, table::table(Printer::Nodes, [&node], &rv)));
             }
             Ok(Reply::ok(&node))
         }
@@ -564,15 +577,16 @@ fn metrics(ctx: &Ctx, user: &User, req: &Request, rest: &[&str]) -> Res<Reply> {
 }
 
 /// One watch event's JSON line: the object, or a Table of its one row.
-fn event_line(event: &str, obj: &Value, printer: Option<Printer>) -> Vec<u8> {
-    let object = match printer {
-        Some(p) => {
-            table::table(p, [obj], obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or(""))
-        }
-        None => obj.clone(),
-    };
-    let mut line = serde_json::to_vec(&json!({"type": event, "object": object})).unwrap_or_default();
-    line.push(b'\n');
+fn event_line(event: &str, obj: &Stored, printer: Option<Printer>) -> Vec<u8> {
+    let mut line = Vec::with_capacity(obj.json().len() + 64);
+    line.extend_from_slice(br#"{"type":""#);
+    line.extend_from_slice(event.as_bytes());
+    line.extend_from_slice(br#"","object":"#);
+    match printer {
+        Some(p) => line.extend_from_slice(&table::render(p, [obj.row()], &obj.rv.to_string(), None)),
+        None => line.extend_from_slice(obj.json().as_bytes()),
+    }
+    line.extend_from_slice(b"}\n");
     line
 }
 
@@ -593,7 +607,8 @@ fn watch_stream(ctx: &Ctx, req: &Request, r: Resource, ns: Option<&str>, f: Filt
     let (ns, stop, hub) = (ns.map(str::to_string), ctx.stop.clone(), ctx.hub.clone());
     let run = move |sink: &mut dyn ChunkSink| -> std::io::Result<()> {
         let end = Instant::now() + timeout;
-        let visible = |v: &Value| ns_matches(v, ns.as_deref()) && f.matches(v);
+        // selectors read the object, parsed only for a watch that has them
+        let visible = |o: &Stored| o.in_namespace(ns.as_deref()) && (f.is_empty() || f.matches(&o.value()));
         let send = |sink: &mut dyn ChunkSink, c: &watch::Change| -> std::io::Result<()> {
             let now = visible(&c.object);
             let before = c.prev.as_deref().is_some_and(&visible);

@@ -151,6 +151,11 @@ pub struct Filter {
 }
 
 impl Filter {
+    /// No requirement: every object matches.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.fields.is_empty()
+    }
+
     pub fn matches(&self, obj: &Value) -> bool {
         self.labels.matches_labels(obj) && self.fields.matches_fields(obj)
     }

@@ -4,6 +4,7 @@
 //! STATUS and RESTARTS are [`view::pod_summary`]'s (the CLI's too).
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{Value, json};
 
 use crate::api::view;
@@ -143,14 +144,55 @@ fn or_none(x: &str) -> String {
     if x.is_empty() { "<none>".into() } else { x.to_string() }
 }
 
+/// An RFC 3339 time (None: unset or not a time).
+fn time_of(t: &str) -> Option<Time> {
+    t.parse::<k8s_openapi::jiff::Timestamp>().ok().map(Time)
+}
+
+/// kubectl's age of a time (`<unknown>` when unset).
+fn age_of_time(t: Option<&Time>) -> String {
+    t.and_then(view::age_of).map_or_else(|| "<unknown>".into(), view::short_age)
+}
+
 /// kubectl's age of an RFC 3339 time (`<unknown>` when unset).
 pub fn age_text(t: &str) -> String {
-    t.parse::<k8s_openapi::jiff::Timestamp>()
-        .ok()
-        .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time)
-        .as_ref()
-        .and_then(view::age_of)
-        .map_or_else(|| "<unknown>".into(), view::short_age)
+    age_of_time(time_of(t).as_ref())
+}
+
+/// A cell as a row keeps it between Tables: a cell that shows how long
+/// ago something was is rendered when a Table is made, the others once.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cell {
+    Text(Box<str>),
+    Int(i64),
+    /// The age of a time (`<unknown>` when unset).
+    Age(Option<Time>),
+    /// A pod's restarts, and the time of the last where it counts
+    /// (`3 (5m ago)`).
+    Restarts(i64, Option<Time>),
+}
+
+impl Cell {
+    fn text(s: impl Into<Box<str>>) -> Cell {
+        Cell::Text(s.into())
+    }
+
+    fn age(t: &str) -> Cell {
+        Cell::Age(time_of(t))
+    }
+
+    /// The cell as a Table shows it now.
+    pub fn value(&self) -> Value {
+        match self {
+            Cell::Text(s) => Value::from(&**s),
+            Cell::Int(n) => Value::from(*n),
+            Cell::Age(t) => Value::from(age_of_time(t.as_ref())),
+            Cell::Restarts(n, Some(t)) if *n > 0 => {
+                Value::from(format!("{n} ({} ago)", view::age_of(t).map_or_else(|| "0s".into(), view::short_age)))
+            }
+            Cell::Restarts(n, _) => Value::from(n.to_string()),
+        }
+    }
 }
 
 /// Of a pod's JSON, what its cells are made of (read in place, without a
@@ -270,17 +312,11 @@ fn summary_status(st: &Value) -> Result<k8s_openapi::api::core::v1::PodStatus, s
 }
 
 /// A pod's cells.
-fn pod_cells(obj: &Value) -> Vec<Value> {
+fn pod_cells(obj: &Value) -> Vec<Cell> {
     let Ok(pod) = summary_pod(obj) else {
-        return vec![json!(s(obj, "/metadata/name"))];
+        return vec![Cell::text(s(obj, "/metadata/name"))];
     };
     let sum = view::pod_summary(&pod);
-    let restarts = match (&sum.last_restart, sum.restarts) {
-        (Some(t), n) if n > 0 => {
-            format!("{n} ({} ago)", view::age_of(t).map_or_else(|| "0s".into(), view::short_age))
-        }
-        (_, n) => n.to_string(),
-    };
     let gates = pod.spec.as_ref().and_then(|s| s.readiness_gates.as_ref()).filter(|g| !g.is_empty());
     let gates = match gates {
         None => "<none>".to_string(),
@@ -296,19 +332,19 @@ fn pod_cells(obj: &Value) -> Vec<Value> {
         }
     };
     vec![
-        Value::from(s(obj, "/metadata/name")),
-        Value::from(format!("{}/{}", sum.ready, sum.total)),
-        Value::from(sum.status),
-        Value::from(restarts),
-        Value::from(age_text(s(obj, "/metadata/creationTimestamp"))),
-        Value::from(or_none(s(obj, "/status/podIP"))),
-        Value::from(or_none(s(obj, "/spec/nodeName"))),
-        Value::from(or_none(s(obj, "/status/nominatedNodeName"))),
-        Value::from(gates),
+        Cell::text(s(obj, "/metadata/name")),
+        Cell::text(format!("{}/{}", sum.ready, sum.total)),
+        Cell::text(sum.status),
+        Cell::Restarts(sum.restarts, sum.last_restart),
+        Cell::age(s(obj, "/metadata/creationTimestamp")),
+        Cell::text(or_none(s(obj, "/status/podIP"))),
+        Cell::text(or_none(s(obj, "/spec/nodeName"))),
+        Cell::text(or_none(s(obj, "/status/nominatedNodeName"))),
+        Cell::text(gates),
     ]
 }
 
-fn event_cells(obj: &Value) -> Vec<Value> {
+fn event_cells(obj: &Value) -> Vec<Cell> {
     let kind = s(obj, "/involvedObject/kind").to_lowercase();
     let object = format!("{kind}/{}", s(obj, "/involvedObject/name"));
     let source = match (s(obj, "/source/component"), s(obj, "/source/host")) {
@@ -317,20 +353,20 @@ fn event_cells(obj: &Value) -> Vec<Value> {
     };
     let count = obj.get("count").and_then(Value::as_i64).unwrap_or(1);
     vec![
-        json!(age_text(s(obj, "/lastTimestamp"))),
-        json!(s(obj, "/type")),
-        json!(s(obj, "/reason")),
-        json!(object),
-        json!(s(obj, "/involvedObject/fieldPath")),
-        json!(source),
-        json!(s(obj, "/message").trim()),
-        json!(age_text(s(obj, "/firstTimestamp"))),
-        json!(count),
-        json!(s(obj, "/metadata/name")),
+        Cell::age(s(obj, "/lastTimestamp")),
+        Cell::text(s(obj, "/type")),
+        Cell::text(s(obj, "/reason")),
+        Cell::text(object),
+        Cell::text(s(obj, "/involvedObject/fieldPath")),
+        Cell::text(source),
+        Cell::text(s(obj, "/message").trim()),
+        Cell::age(s(obj, "/firstTimestamp")),
+        Cell::Int(count),
+        Cell::text(s(obj, "/metadata/name")),
     ]
 }
 
-fn node_cells(obj: &Value) -> Vec<Value> {
+fn node_cells(obj: &Value) -> Vec<Cell> {
     let conds = obj.pointer("/status/conditions").and_then(Value::as_array).cloned().unwrap_or_default();
     let ready = conds.iter().find(|c| c["type"] == "Ready").map(|c| c["status"] == "True");
     let mut status = match ready {
@@ -354,16 +390,16 @@ fn node_cells(obj: &Value) -> Vec<Value> {
         .map(|l| l.keys().filter_map(|k| k.strip_prefix("node-role.kubernetes.io/")).map(str::to_string).collect())
         .unwrap_or_default();
     vec![
-        json!(s(obj, "/metadata/name")),
-        json!(status),
-        json!(if roles.is_empty() { "<none>".to_string() } else { roles.join(",") }),
-        json!(age_text(s(obj, "/metadata/creationTimestamp"))),
-        json!(s(obj, "/status/nodeInfo/kubeletVersion")),
-        json!(addr("InternalIP")),
-        json!(addr("ExternalIP")),
-        json!(s(obj, "/status/nodeInfo/osImage")),
-        json!(s(obj, "/status/nodeInfo/kernelVersion")),
-        json!(s(obj, "/status/nodeInfo/containerRuntimeVersion")),
+        Cell::text(s(obj, "/metadata/name")),
+        Cell::text(status),
+        Cell::text(if roles.is_empty() { "<none>".to_string() } else { roles.join(",") }),
+        Cell::age(s(obj, "/metadata/creationTimestamp")),
+        Cell::text(s(obj, "/status/nodeInfo/kubeletVersion")),
+        Cell::text(addr("InternalIP")),
+        Cell::text(addr("ExternalIP")),
+        Cell::text(s(obj, "/status/nodeInfo/osImage")),
+        Cell::text(s(obj, "/status/nodeInfo/kernelVersion")),
+        Cell::text(s(obj, "/status/nodeInfo/containerRuntimeVersion")),
     ]
 }
 
@@ -372,50 +408,83 @@ fn data_count(obj: &Value) -> usize {
     n("data") + n("binaryData")
 }
 
-/// One object's cells for `p`.
-pub fn cells(p: Printer, obj: &Value) -> Vec<Value> {
-    let name = json!(s(obj, "/metadata/name"));
-    let age = json!(age_text(s(obj, "/metadata/creationTimestamp")));
+/// One object's cells for `p`, as a row keeps them.
+pub fn row_cells(p: Printer, obj: &Value) -> Vec<Cell> {
+    let name = Cell::text(s(obj, "/metadata/name"));
+    let age = Cell::age(s(obj, "/metadata/creationTimestamp"));
     match p {
         Printer::Pods => pod_cells(obj),
         Printer::Events => event_cells(obj),
         Printer::Nodes => node_cells(obj),
-        Printer::Namespaces => vec![name, json!(s(obj, "/status/phase")), age],
-        Printer::ConfigMaps => vec![name, json!(data_count(obj)), age],
-        Printer::Secrets => vec![name, json!(s(obj, "/type")), json!(data_count(obj)), age],
+        Printer::Namespaces => vec![name, Cell::text(s(obj, "/status/phase")), age],
+        Printer::ConfigMaps => vec![name, Cell::Int(data_count(obj) as i64), age],
+        Printer::Secrets => vec![name, Cell::text(s(obj, "/type")), Cell::Int(data_count(obj) as i64), age],
         Printer::Other => vec![name, age],
     }
 }
 
-/// An object's metadata as `PartialObjectMetadata`.
-pub fn partial(obj: &Value) -> Value {
-    let mut m = serde_json::Map::new();
-    m.insert("kind".into(), Value::from("PartialObjectMetadata"));
-    m.insert("apiVersion".into(), Value::from("meta.k8s.io/v1"));
-    m.insert("metadata".into(), obj.get("metadata").cloned().unwrap_or_else(|| json!({})));
-    Value::Object(m)
+/// One object's cells for `p`, as a Table shows them now.
+pub fn cells(p: Printer, obj: &Value) -> Vec<Value> {
+    row_cells(p, obj).iter().map(Cell::value).collect()
 }
 
-/// A Table of `objects` at `resource_version`. Built by moving each part
-/// in (`json!` would serialize a `Vec<Value>` it is given into a copy:
-/// every row copied twice).
-pub fn table<'a>(p: Printer, objects: impl IntoIterator<Item = &'a Value>, resource_version: &str) -> Value {
-    let rows: Vec<Value> = objects
-        .into_iter()
-        .map(|o| {
-            let mut row = serde_json::Map::new();
-            row.insert("cells".into(), Value::Array(cells(p, o)));
-            row.insert("object".into(), partial(o));
-            Value::Object(row)
-        })
-        .collect();
-    let mut t = serde_json::Map::new();
-    t.insert("kind".into(), Value::from("Table"));
-    t.insert("apiVersion".into(), Value::from("meta.k8s.io/v1"));
-    t.insert("metadata".into(), json!({"resourceVersion": resource_version}));
-    t.insert("columnDefinitions".into(), column_definitions(p));
-    t.insert("rows".into(), Value::Array(rows));
-    Value::Object(t)
+/// A Table (JSON) of rows, each its cells and its object's metadata as
+/// JSON text (the row's object is that metadata as
+/// `PartialObjectMetadata`), at `resource_version`, with `cont` as the
+/// list's continue token. Written out directly: the metadata, kept as
+/// text, is not parsed to be written again.
+pub fn render<'a>(
+    p: Printer,
+    rows: impl IntoIterator<Item = (&'a [Cell], &'a str)>,
+    resource_version: &str,
+    cont: Option<&str>,
+) -> Vec<u8> {
+    let mut meta = serde_json::Map::new();
+    meta.insert("resourceVersion".into(), Value::from(resource_version));
+    if let Some(c) = cont {
+        meta.insert("continue".into(), Value::from(c));
+    }
+    let mut out = Vec::with_capacity(4096);
+    out.extend_from_slice(br#"{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":"#);
+    write_json(&mut out, &Value::Object(meta));
+    out.extend_from_slice(br#","columnDefinitions":"#);
+    write_json(&mut out, &column_definitions(p));
+    out.extend_from_slice(br#","rows":["#);
+    for (i, (cells, metadata)) in rows.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(br#"{"cells":["#);
+        for (j, c) in cells.iter().enumerate() {
+            if j > 0 {
+                out.push(b',');
+            }
+            write_json(&mut out, &c.value());
+        }
+        out.extend_from_slice(
+            br#"],"object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":"#,
+        );
+        out.extend_from_slice(metadata.as_bytes());
+        out.extend_from_slice(b"}}");
+    }
+    out.extend_from_slice(b"]}");
+    out
+}
+
+fn write_json(out: &mut Vec<u8>, v: &Value) {
+    // writing a Value into a Vec cannot fail
+    let _ = serde_json::to_writer(out, v);
+}
+
+/// The metadata of `obj` as JSON text (`{}` when it has none).
+pub fn metadata_text(obj: &Value) -> String {
+    obj.get("metadata").map_or_else(|| "{}".to_string(), Value::to_string)
+}
+
+/// A Table (JSON) of `objects` at `resource_version`.
+pub fn table<'a>(p: Printer, objects: impl IntoIterator<Item = &'a Value>, resource_version: &str) -> Vec<u8> {
+    let rows: Vec<(Vec<Cell>, String)> = objects.into_iter().map(|o| (row_cells(p, o), metadata_text(o))).collect();
+    render(p, rows.iter().map(|(c, m)| (c.as_slice(), m.as_str())), resource_version, None)
 }
 
 #[cfg(test)]
@@ -435,7 +504,7 @@ mod tests {
     fn pod_rows_have_the_api_servers_columns_and_cells() {
         let p = pod(json!({"status": {"phase": "Running", "podIP": "10.0.0.5", "containerStatuses": [
             {"name": "a", "ready": true, "restartCount": 0, "image": "i", "imageID": "", "state": {"running": {}}}]}}));
-        let t = table(Printer::Pods, [&p], "7");
+        let t: Value = serde_json::from_slice(&table(Printer::Pods, [&p], "7")).unwrap();
         let names: Vec<&str> =
             t["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
         assert_eq!(
@@ -543,7 +612,7 @@ mod tests {
         let whole: Pod = serde_json::from_value(obj.clone()).unwrap();
         let part = summary_pod(&obj).unwrap();
         assert_eq!(format!("{:?}", view::pod_summary(&part)), format!("{:?}", view::pod_summary(&whole)));
-        let cells = pod_cells(&obj);
+        let cells = cells(Printer::Pods, &obj);
         assert_eq!(cells[8], "1/1");
         assert_eq!(cells[2], "Terminating");
 

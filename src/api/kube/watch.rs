@@ -26,6 +26,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use parking_lot::Mutex;
 use serde_json::Value;
 
+use super::table::{self, Cell, Printer};
 use super::wire::ApiError;
 
 /// The kinds the hub watches.
@@ -36,6 +37,103 @@ pub enum Kind {
     ConfigMaps,
     Secrets,
     Namespaces,
+}
+
+impl Kind {
+    /// How a Table shows the kind.
+    pub fn printer(self) -> Printer {
+        match self {
+            Kind::Pods => Printer::Pods,
+            Kind::Events => Printer::Events,
+            Kind::ConfigMaps => Printer::ConfigMaps,
+            Kind::Secrets => Printer::Secrets,
+            Kind::Namespaces => Printer::Namespaces,
+        }
+    }
+}
+
+/// One object as the hub holds it: its JSON as compact text (with its
+/// resourceVersion) and what lists, Tables and lookups read of many
+/// objects without parsing it (a Table row's cells, its namespace and
+/// name). A pod held as a `Value` tree took 11 KiB (each JSON object a
+/// B-tree node of some 600 bytes, however few its keys), as text 1.5 KiB;
+/// the hub holds every object and the versions in its history, and
+/// serves most reads by writing out the text as it is.
+#[derive(Debug)]
+pub struct Stored {
+    pub rv: u64,
+    pub namespace: Box<str>,
+    pub name: Box<str>,
+    json: Box<str>,
+    /// Where the value of `metadata` lies in `json` (empty: none).
+    meta: (u32, u32),
+    /// `metadata.deletionTimestamp`.
+    deletion: Option<Box<str>>,
+    cells: Box<[Cell]>,
+}
+
+impl Stored {
+    /// `obj` (of `kind`) at `rv`.
+    pub fn new(kind: Kind, obj: Value, rv: u64) -> Stored {
+        let obj = with_rv(obj, rv);
+        let text = |p: &str| -> Box<str> { obj.pointer(p).and_then(Value::as_str).unwrap_or("").into() };
+        let (json, meta) = compact(&obj);
+        Stored {
+            rv,
+            namespace: text("/metadata/namespace"),
+            name: text("/metadata/name"),
+            deletion: obj.pointer("/metadata/deletionTimestamp").and_then(Value::as_str).map(Into::into),
+            cells: table::row_cells(kind.printer(), &obj).into_boxed_slice(),
+            json,
+            meta,
+        }
+    }
+
+    /// The object's JSON text.
+    pub fn json(&self) -> &str {
+        &self.json
+    }
+
+    /// The object, parsed.
+    pub fn value(&self) -> Value {
+        serde_json::from_str(&self.json).unwrap_or(Value::Null)
+    }
+
+    /// Its Table row: the cells and the metadata's JSON text.
+    pub fn row(&self) -> (&[Cell], &str) {
+        let (a, b) = (self.meta.0 as usize, self.meta.1 as usize);
+        (&self.cells, if a < b { &self.json[a..b] } else { "{}" })
+    }
+
+    /// In `ns` (None: any).
+    pub fn in_namespace(&self, ns: Option<&str>) -> bool {
+        ns.is_none_or(|ns| *self.namespace == *ns)
+    }
+}
+
+/// `obj` as compact JSON text (as `serde_json::to_string` writes it), and
+/// the range of its `metadata`'s value in it.
+fn compact(obj: &Value) -> (Box<str>, (u32, u32)) {
+    let Value::Object(m) = obj else { return (obj.to_string().into_boxed_str(), (0, 0)) };
+    let mut out: Vec<u8> = Vec::with_capacity(2048);
+    let mut meta = (0, 0);
+    out.push(b'{');
+    for (i, (k, v)) in m.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        // writing JSON into a Vec cannot fail
+        let _ = serde_json::to_writer(&mut out, k);
+        out.push(b':');
+        let start = out.len();
+        let _ = serde_json::to_writer(&mut out, v);
+        if k == "metadata" {
+            meta = (start as u32, out.len() as u32);
+        }
+    }
+    out.push(b'}');
+    let text = String::from_utf8(out).unwrap_or_default();
+    (text.into_boxed_str(), meta)
 }
 
 /// One object as collected: its kind, key (namespace/name) and JSON.
@@ -142,9 +240,9 @@ pub struct Change {
     pub event: EventType,
     /// The object after the change (the last state for DELETED), with
     /// its resourceVersion.
-    pub object: Arc<Value>,
+    pub object: Arc<Stored>,
     /// The object before (MODIFIED).
-    pub prev: Option<Arc<Value>>,
+    pub prev: Option<Arc<Stored>>,
 }
 
 /// Changes kept for watches that start from a resourceVersion.
@@ -170,7 +268,7 @@ struct Watcher {
 #[derive(Default)]
 struct State {
     rv: u64,
-    items: HashMap<(Kind, String), Arc<Value>>,
+    items: HashMap<(Kind, String), Arc<Stored>>,
     history: VecDeque<Arc<Change>>,
     watchers: Vec<Watcher>,
 }
@@ -284,22 +382,20 @@ impl Hub {
                 if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
                     // a terminating pod's deletionTimestamp is made when
                     // shown: keep the first one
-                    if let Some(t) = old.pointer("/metadata/deletionTimestamp")
+                    if let Some(t) = &old.deletion
                         && m.contains_key("deletionTimestamp")
                     {
-                        m.insert("deletionTimestamp".into(), t.clone());
+                        m.insert("deletionTimestamp".into(), Value::from(&**t));
                     }
                     // with the version it holds, the same object is equal
-                    if let Some(rv) = old.pointer("/metadata/resourceVersion") {
-                        m.insert("resourceVersion".into(), rv.clone());
-                    }
+                    m.insert("resourceVersion".into(), Value::String(old.rv.to_string()));
                 }
-                if **old == obj {
+                if compact(&obj).0 == old.json {
                     continue;
                 }
             }
             st.rv += 1;
-            let obj = Arc::new(with_rv(obj, st.rv));
+            let obj = Arc::new(Stored::new(kind, obj, st.rv));
             st.items.insert(k, obj.clone());
             let event = if prev.is_some() { EventType::Modified } else { EventType::Added };
             let rv = st.rv;
@@ -309,7 +405,7 @@ impl Hub {
             if let Some(old) = st.items.remove(&k) {
                 st.rv += 1;
                 let rv = st.rv;
-                let object = Arc::new(with_rv((*old).clone(), rv));
+                let object = Arc::new(Stored::new(k.0, old.value(), rv));
                 st.publish(Change { rv, kind: k.0, event: EventType::Deleted, object, prev: Some(old) });
             }
         }
@@ -317,10 +413,10 @@ impl Hub {
 
     /// The objects of `kind` now (after a sync) and the resourceVersion
     /// they are at.
-    pub fn list(&self, kind: Kind) -> (u64, Vec<Arc<Value>>) {
+    pub fn list(&self, kind: Kind) -> (u64, Vec<Arc<Stored>>) {
         self.sync();
         let st = self.state.lock();
-        let mut items: Vec<(&String, &Arc<Value>)> =
+        let mut items: Vec<(&String, &Arc<Stored>)> =
             st.items.iter().filter(|((k, _), _)| *k == kind).map(|((_, key), v)| (key, v)).collect();
         items.sort_by(|a, b| a.0.cmp(b.0));
         (st.rv, items.into_iter().map(|(_, v)| v.clone()).collect())
@@ -343,21 +439,13 @@ impl Hub {
         }
         let backlog: Vec<Arc<Change>> = match from {
             None | Some(0) => {
-                let mut items: Vec<(&String, &Arc<Value>)> =
+                let mut items: Vec<(&String, &Arc<Stored>)> =
                     st.items.iter().filter(|((k, _), _)| *k == kind).map(|((_, key), v)| (key, v)).collect();
                 items.sort_by(|a, b| a.0.cmp(b.0));
                 items
                     .into_iter()
                     .map(|(_, v)| {
-                        let rv =
-                            v.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| s.parse().ok());
-                        Arc::new(Change {
-                            rv: rv.unwrap_or(st.rv),
-                            kind,
-                            event: EventType::Added,
-                            object: v.clone(),
-                            prev: None,
-                        })
+                        Arc::new(Change { rv: v.rv, kind, event: EventType::Added, object: v.clone(), prev: None })
                     })
                     .collect()
             }
@@ -390,8 +478,10 @@ impl Hub {
     /// after a change and every second; ends with [`Hub::stop`].
     pub fn start(self: &Arc<Self>) -> std::io::Result<JoinHandle<()>> {
         let hub = self.clone();
+        // read here, not on the new thread: a change made before that
+        // thread first ran would otherwise count as seen, and wait a second
+        let mut seen = crate::base::changes::current();
         crate::base::thread::spawn("kube-watch", Some(crate::base::thread::WORKER_STACK), move || {
-            let mut seen = crate::base::changes::current();
             while !hub.stop.load(Ordering::SeqCst) {
                 seen = crate::base::changes::wait_past(seen, Duration::from_secs(1));
                 if hub.stop.load(Ordering::SeqCst) {
@@ -444,19 +534,40 @@ mod tests {
     }
 
     #[test]
+    fn an_object_is_held_as_its_compact_json_with_its_rows_metadata_in_place() {
+        let v = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "a", "namespace": "ns", "labels": {"x": "y \"q\" \u{e9}"}},
+            "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Running"}});
+        let o = Stored::new(Kind::Pods, v.clone(), 7);
+        let mut want = v;
+        want["metadata"]["resourceVersion"] = json!("7");
+        assert_eq!(o.json(), serde_json::to_string(&want).unwrap());
+        assert_eq!(o.value(), want);
+        let (cells, meta) = o.row();
+        assert_eq!(serde_json::from_str::<Value>(meta).unwrap(), want["metadata"]);
+        assert_eq!((cells[0].value(), cells[2].value()), (json!("a"), json!("Running")));
+        assert_eq!((&*o.namespace, &*o.name, o.rv), ("ns", "a", 7));
+        assert!(o.in_namespace(Some("ns")) && o.in_namespace(None) && !o.in_namespace(Some("n")));
+        assert_eq!(Stored::new(Kind::Events, json!({"kind": "Event"}), 1).row().1, "{}");
+    }
+
+    #[test]
     fn changes_are_numbered_and_watchers_get_them_from_their_version() {
         let (h, data, _) = hub();
         data.lock().push(pod("a", "Pending"));
         let (rv, items) = h.list(Kind::Pods);
         assert_eq!((rv, items.len()), (1, 1));
-        assert_eq!(items[0]["metadata"]["resourceVersion"], "1");
+        assert_eq!(items[0].value()["metadata"]["resourceVersion"], "1");
         let w = h.watch(Kind::Pods, Some(rv)).unwrap();
         assert!(w.backlog.is_empty());
         data.lock()[0] = pod("a", "Running");
         h.sync();
         h.sync(); // nothing new: no change
         let Next::Change(c) = w.next(Duration::from_secs(1)) else { panic!("a change") };
-        assert_eq!((c.event, c.rv, c.object["status"]["phase"].as_str()), (EventType::Modified, 2, Some("Running")));
+        assert_eq!(
+            (c.event, c.rv, c.object.value()["status"]["phase"].as_str()),
+            (EventType::Modified, 2, Some("Running"))
+        );
         assert!(matches!(w.next(Duration::from_millis(10)), Next::Idle));
         data.lock().clear();
         h.sync();
@@ -513,14 +624,14 @@ mod tests {
         h.sync();
         assert_eq!(built.load(Ordering::SeqCst), 11, "one pod changed: one rebuilt");
         let Next::Change(c) = w.next(Duration::from_secs(1)) else { panic!("a change") };
-        assert_eq!((c.event, c.object["metadata"]["name"].as_str()), (EventType::Modified, Some("p3")));
-        assert_eq!(c.prev.as_ref().unwrap()["status"]["phase"], "Pending");
+        assert_eq!((c.event, c.object.value()["metadata"]["name"].as_str()), (EventType::Modified, Some("p3")));
+        assert_eq!(c.prev.as_ref().unwrap().value()["status"]["phase"], "Pending");
         data.lock().remove(5);
         h.sync();
         assert_eq!(built.load(Ordering::SeqCst), 11, "a removal rebuilds nothing");
         let Next::Change(c) = w.next(Duration::from_secs(1)) else { panic!("a change") };
-        assert_eq!((c.event, c.object["metadata"]["name"].as_str()), (EventType::Deleted, Some("p5")));
-        assert_eq!(c.object["metadata"]["resourceVersion"], (rv + 2).to_string());
+        assert_eq!((c.event, c.object.value()["metadata"]["name"].as_str()), (EventType::Deleted, Some("p5")));
+        assert_eq!(c.object.value()["metadata"]["resourceVersion"], (rv + 2).to_string());
         assert!(matches!(w.next(Duration::from_millis(10)), Next::Idle));
         assert_eq!(h.list(Kind::Pods).1.len(), 9);
     }
@@ -548,7 +659,7 @@ mod tests {
         let start = std::time::Instant::now();
         crate::base::changes::bump();
         let Next::Change(c) = w.next(Duration::from_secs(2)) else { panic!("a change") };
-        assert_eq!(c.object["status"]["phase"], "Running");
+        assert_eq!(c.object.value()["status"]["phase"], "Running");
         assert!(start.elapsed() < Duration::from_millis(500), "{:?}: not woken by the change", start.elapsed());
         h.stop();
         t.join().unwrap();

@@ -154,6 +154,11 @@ impl Reply {
     pub fn ok(v: &Value) -> Reply {
         Reply::json(200, v)
     }
+
+    /// JSON already written.
+    pub fn bytes(status: u16, body: Vec<u8>) -> Reply {
+        Reply::Full { status, content_type: "application/json", body }
+    }
 }
 
 impl std::fmt::Debug for Reply {
