@@ -226,7 +226,7 @@ impl Ops {
 
     /// The pod `ns/name`.
     pub fn find(&self, ns: &str, name: &str) -> OpResult<Pod> {
-        self.pods(ns).items.into_iter().find(|p| model::name(p) == name).ok_or_else(|| {
+        view::pod_named(&self.parts, ns, name).ok_or_else(|| {
             err(
                 ErrorKind::NotFound,
                 format!("pod {ns}/{name} not found (no manifest in {} defines it)", self.cfg.static_pod_path.display()),

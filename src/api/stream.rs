@@ -295,10 +295,7 @@ impl std::fmt::Display for StreamError {
 
 /// The pod `ns/name` as the agent shows it.
 pub fn find_pod(parts: &Parts, ns: &str, name: &str) -> Result<Pod, StreamError> {
-    crate::api::view::in_namespace(crate::api::view::pods_of(parts, false), ns)
-        .items
-        .into_iter()
-        .find(|p| model::name(p) == name)
+    crate::api::view::pod_named(parts, ns, name)
         .ok_or_else(|| StreamError::not_found(format!("pod {ns}/{name} not found")))
 }
 

@@ -46,13 +46,19 @@ pub struct PodSources<'a> {
 /// and network are down too. `redact` replaces env values (the read-only
 /// port).
 pub fn pod_list(src: &PodSources, redact: bool) -> PodList {
+    pod_list_of(src, redact, |_| true)
+}
+
+/// [`pod_list`] of the pods `keep` takes (looked at before anything is
+/// copied: finding one pod among 110 copies one).
+pub fn pod_list_of(src: &PodSources, redact: bool, keep: impl Fn(&Pod) -> bool) -> PodList {
     let wanted: HashSet<&str> = src.desired.iter().map(|p| model::uid(p)).collect();
     let going = src
         .workers
         .iter()
         .filter(|w| !wanted.contains(w.uid.as_str()) && w.phase < Phase::Terminated && !w.containers_stopped)
         .filter_map(|w| w.pod.as_ref())
-        .filter(|p| model::is_static(p)) // not orphaned runtime pods
+        .filter(|p| model::is_static(p) && keep(p)) // not orphaned runtime pods
         .map(|p| {
             let mut pod = (**p).clone();
             pod.metadata.deletion_timestamp.get_or_insert_with(model::now_time);
@@ -61,6 +67,7 @@ pub fn pod_list(src: &PodSources, redact: bool) -> PodList {
     let items = src
         .desired
         .iter()
+        .filter(|p| keep(p))
         .map(|p| (**p).clone())
         .chain(going)
         .map(|mut pod| {
@@ -179,6 +186,16 @@ pub fn pods_of(parts: &Parts, redact: bool) -> PodList {
     let desired: Vec<_> = parts.agent.desired().into_iter().map(|d| d.pod).collect();
     let workers = parts.workers.snapshot();
     pod_list(&PodSources { desired: &desired, workers: &workers, statuses: &parts.statuses }, redact)
+}
+
+/// The pod `ns/name` (any namespace when `ns` is empty) as [`pods_of`]
+/// shows it, without copying the others.
+pub fn pod_named(parts: &Parts, ns: &str, name: &str) -> Option<Pod> {
+    let desired: Vec<_> = parts.agent.desired().into_iter().map(|d| d.pod).collect();
+    let workers = parts.workers.snapshot();
+    let src = PodSources { desired: &desired, workers: &workers, statuses: &parts.statuses };
+    let keep = |p: &Pod| model::name(p) == name && (ns.is_empty() || model::namespace(p) == ns);
+    pod_list_of(&src, false, keep).items.into_iter().next()
 }
 
 /// The node report of the running agent; unhealthy when housekeeping or the
@@ -691,6 +708,18 @@ mod tests {
         assert_eq!(env(&pod_list(&src, false).items[0]).as_deref(), Some("s3cr3t"));
         assert_eq!(in_namespace(pod_list(&src, false), "other").items.len(), 0);
         assert_eq!(in_namespace(pod_list(&src, false), "").items.len(), 2);
+        // one pod picked before anything is copied: the same pod, status
+        // and Terminating mark as in the whole list
+        for (i, name) in ["a", "gone"].into_iter().enumerate() {
+            let mut one = pod_list_of(&src, true, |p| model::name(p) == name).items;
+            let mut want = list.items[i].clone();
+            assert_eq!(one.len(), 1, "{name}");
+            // "now" for a leaving pod: taken at each listing
+            let when = |p: &mut Pod| p.metadata.deletion_timestamp.take().is_some();
+            assert_eq!(when(&mut one[0]), when(&mut want), "{name}");
+            assert_eq!(format!("{:?}", one[0]), format!("{want:?}"), "{name}");
+        }
+        assert!(pod_list_of(&src, false, |p| model::name(p) == "stopped").items.is_empty());
         assert_eq!(manifest_path(&list.items[0]), Some("/m/a.yaml"));
         // the JSON podwarden always wrote: keys sorted, apiVersion and kind
         // on the list and on each pod; and the CLI reads it back unchanged
