@@ -55,30 +55,54 @@ impl Drop for KillOnPanic {
     }
 }
 
-#[test]
-fn run_follows_manifests_and_stops_cleanly_on_sigterm() {
-    let d = TempDir::new("daemon");
+/// `podwarden run` on the fake runtime in `d` (manifests, root, logs
+/// there; `extra` config lines after the common ones), its stderr in
+/// `d/stderr`.
+fn run_fake(d: &TempDir, socket: &std::path::Path, extra: &str) -> std::process::Child {
     let manifests = d.0.join("manifests");
     std::fs::create_dir_all(&manifests).unwrap();
     let config = d.0.join("config.yaml");
     std::fs::write(
         &config,
         format!(
-            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\npodLogsDir: {}\nnodeName: node-a\nfileCheckFrequency: 1h\nhousekeepingInterval: 200ms\nport: 0\nreadOnlyPort: 0\nsomeKubeletField: true\n",
+            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}\npodLogsDir: {}\nnodeName: node-a\nport: 0\nreadOnlyPort: 0\n{extra}",
             manifests.display(),
             d.0.join("root").display(),
-            d.0.display(),
+            socket.display(),
             d.0.join("logs").display()
         ),
     )
     .unwrap();
-    std::fs::write(manifests.join("a.yaml"), POD.replace("NAME", "a")).unwrap();
-    let mut child = Command::new(BIN)
+    Command::new(BIN)
         .args(["run", "--config", config.to_str().unwrap()])
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(d.0.join("stderr")).unwrap())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// SIGTERM to `child`; its exit status within `t`.
+fn terminate(child: &mut std::process::Child, t: Duration, what: &str) -> std::process::ExitStatus {
+    podwarden::sys::kill(child.id() as i32, libc::SIGTERM).unwrap();
+    let mut status = None;
+    wait_for(what, t, || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    status.unwrap()
+}
+
+#[test]
+fn run_follows_manifests_and_stops_cleanly_on_sigterm() {
+    let d = TempDir::new("daemon");
+    let manifests = d.0.join("manifests");
+    std::fs::create_dir_all(&manifests).unwrap();
+    std::fs::write(manifests.join("a.yaml"), POD.replace("NAME", "a")).unwrap();
+    let mut child = run_fake(
+        &d,
+        &d.0.join("api.sock"),
+        "fileCheckFrequency: 1h\nhousekeepingInterval: 200ms\nsomeKubeletField: true\n",
+    );
     let _show = ShowOnPanic(d.0.join("stderr"));
     let pid = child.id() as i32;
     let t = Duration::from_secs(10);
@@ -112,13 +136,7 @@ fn run_follows_manifests_and_stops_cleanly_on_sigterm() {
     });
     assert!(child.try_wait().unwrap().is_none(), "SIGHUP must not stop the agent");
     // SIGTERM stops it cleanly without killing pods
-    podwarden::sys::kill(pid, libc::SIGTERM).unwrap();
-    let mut status = None;
-    wait_for("exit after SIGTERM", t, || {
-        status = child.try_wait().unwrap();
-        status.is_some()
-    });
-    assert!(status.unwrap().success());
+    assert!(terminate(&mut child, t, "exit after SIGTERM").success());
     assert_eq!(pod_dirs(&d.0).len(), 2, "pods are left as they are");
     let err = std::fs::read_to_string(d.0.join("stderr")).unwrap();
     assert!(err.contains("unknown field \"someKubeletField\" ignored"), "{err}");
@@ -131,27 +149,8 @@ fn run_follows_manifests_and_stops_cleanly_on_sigterm() {
 #[test]
 fn sigterm_stops_it_even_when_its_api_socket_file_was_removed() {
     let d = TempDir::new("daemon-nosock");
-    let manifests = d.0.join("manifests");
-    std::fs::create_dir_all(&manifests).unwrap();
-    let config = d.0.join("config.yaml");
     let socket = d.0.join("api.sock");
-    std::fs::write(
-        &config,
-        format!(
-            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}\npodLogsDir: {}\nnodeName: node-a\nport: 0\nreadOnlyPort: 0\n",
-            manifests.display(),
-            d.0.join("root").display(),
-            socket.display(),
-            d.0.join("logs").display()
-        ),
-    )
-    .unwrap();
-    let mut child = Command::new(BIN)
-        .args(["run", "--config", config.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(d.0.join("stderr")).unwrap())
-        .spawn()
-        .unwrap();
+    let mut child = run_fake(&d, &socket, "");
     let _show = ShowOnPanic(d.0.join("stderr"));
     let _kill = KillOnPanic(child.id() as i32);
     let t = Duration::from_secs(10);
@@ -159,13 +158,7 @@ fn sigterm_stops_it_even_when_its_api_socket_file_was_removed() {
     std::fs::remove_file(&socket).unwrap();
     // another file at the path now: not the agent's to remove
     std::fs::write(&socket, "someone else's").unwrap();
-    podwarden::sys::kill(child.id() as i32, libc::SIGTERM).unwrap();
-    let mut status = None;
-    wait_for("exit after SIGTERM with the socket file gone", t, || {
-        status = child.try_wait().unwrap();
-        status.is_some()
-    });
-    assert!(status.unwrap().success());
+    assert!(terminate(&mut child, t, "exit after SIGTERM with the socket file gone").success());
     assert_eq!(std::fs::read_to_string(&socket).unwrap(), "someone else's");
 }
 

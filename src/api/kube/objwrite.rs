@@ -90,8 +90,7 @@ fn params(req: &Request) -> Res<Params> {
 
 /// The object as a read serves it now (with its resourceVersion).
 fn served(ctx: &Ctx, key: &ObjKey) -> Option<Value> {
-    let (_, items) = ctx.hub.list(hub_kind(key.kind));
-    items.iter().find(|o| *o.namespace == *key.namespace && *o.name == *key.name).map(|o| o.value())
+    ctx.hub.find(hub_kind(key.kind), Some(&key.namespace), &key.name).map(|o| o.value())
 }
 
 /// `POST .../namespaces/NS/configmaps|secrets`.

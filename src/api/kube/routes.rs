@@ -6,7 +6,6 @@
 //! pods to `api::kube::patch`/`ssa` ([`patch`]), writes of ConfigMaps and
 //! Secrets to `objwrite`.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -263,7 +262,7 @@ fn status_error(e: crate::api::kube::write::StatusError) -> Reply {
 
 fn patch_pod(ctx: &Ctx, req: &Request, r: &str, ns: &str, name: &str) -> Res<Reply> {
     use crate::api::kube::{patch, ssa, write};
-    let live = find(ctx, Kind::Pods, Some(ns), name).map(|o| o.value());
+    let live = ctx.hub.find(Kind::Pods, Some(ns), name).map(|o| o.value());
     let live = live.as_ref();
     let query = req.raw_query();
     let now = crate::model::rfc3339(std::time::SystemTime::now());
@@ -395,13 +394,6 @@ fn collection(ctx: &Ctx, user: &User, req: &Request, r: Option<Resource>, ns: Op
     Ok(Reply::bytes(200, body))
 }
 
-/// The object of `kind` named `name` in `ns` (None: not namespaced), as
-/// a read serves it now.
-fn find(ctx: &Ctx, kind: Kind, ns: Option<&str>, name: &str) -> Option<Arc<Stored>> {
-    let (_, items) = ctx.hub.list(kind);
-    items.into_iter().find(|o| o.in_namespace(ns) && *o.name == *name)
-}
-
 /// One object: get (JSON or Table), patch or delete (pods, configmaps,
 /// secrets).
 fn object(ctx: &Ctx, user: &User, req: &Request, r: Option<Resource>, ns: Option<&str>, name: &str) -> Res<Reply> {
@@ -428,7 +420,7 @@ fn object(ctx: &Ctx, user: &User, req: &Request, r: Option<Resource>, ns: Option
         (m, _) => return Err(ApiError::method_not_allowed(format!("{m} is not supported on {} by podwarden", r.name))),
     }
     check(ctx, user, req, "get", r.name, ns, r.right)?;
-    let found = find(ctx, r.kind, if r.namespaced { ns } else { None }, name);
+    let found = ctx.hub.find(r.kind, if r.namespaced { ns } else { None }, name);
     let Some(obj) = found else { return Err(ApiError::not_found(r.name, name)) };
     if req.wants_table() {
         return Ok(Reply::bytes(200, table::render(r.printer, [obj.row()], &obj.rv.to_string(), None)));
@@ -468,7 +460,7 @@ fn create_pod(ctx: &Ctx, req: &Request, ns: &str) -> Res<Reply> {
 }
 
 fn delete_pod(ctx: &Ctx, req: &Request, ns: &str, name: &str) -> Res<Reply> {
-    let Some(pod) = find(ctx, Kind::Pods, Some(ns), name).map(|o| o.value()) else {
+    let Some(pod) = ctx.hub.find(Kind::Pods, Some(ns), name).map(|o| o.value()) else {
         return Err(ApiError::not_found("pods", name));
     };
     if !resources::is_api_pod(&pod) {

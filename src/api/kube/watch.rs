@@ -422,6 +422,14 @@ impl Hub {
         (st.rv, items.into_iter().map(|(_, v)| v.clone()).collect())
     }
 
+    /// The object of `kind` named `name` in `ns` (None: any namespace)
+    /// now (after a sync).
+    pub fn find(&self, kind: Kind, ns: Option<&str>, name: &str) -> Option<Arc<Stored>> {
+        self.sync();
+        let st = self.state.lock();
+        st.items.iter().find(|((k, _), o)| *k == kind && o.in_namespace(ns) && *o.name == *name).map(|(_, o)| o.clone())
+    }
+
     /// The resourceVersion now.
     pub fn resource_version(&self) -> u64 {
         self.state.lock().rv
