@@ -296,7 +296,7 @@ fn pod_cgroups_hold_the_limits_and_oom_kills_restart_on_containerd() {
     let mut a = Agent::start("cgroups");
     let hog = "i=0; s=x; while [ $i -lt 26 ]; do s=$s$s; i=$((i+1)); done; sleep 1";
     let pod = format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: capped, namespace: e2e}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [sh, -c, {TRAPPING:?}]\n    resources: {{limits: {{cpu: 250m, memory: 48Mi}}}}\n  - name: hog\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [sh, -c, {hog:?}]\n    resources: {{limits: {{cpu: 100m, memory: 16Mi}}}}\n"
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: capped, namespace: e2e}}\nspec:\n  terminationGracePeriodSeconds: 1\n  initContainers:\n  - name: init\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [\"true\"]\n    resources: {{limits: {{cpu: 100m, memory: 16Mi}}}}\n  containers:\n  - name: main\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [sh, -c, {TRAPPING:?}]\n    resources: {{limits: {{cpu: 250m, memory: 48Mi}}}}\n  - name: hog\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [sh, -c, {hog:?}]\n    resources: {{limits: {{cpu: 100m, memory: 16Mi}}}}\n"
     );
     a.write("capped.yaml", &pod);
     let uid = a.uid("capped");
@@ -311,8 +311,14 @@ fn pod_cgroups_hold_the_limits_and_oom_kills_restart_on_containerd() {
     assert_eq!(read("memory", &format!("{pod_cg}/memory.limit_in_bytes")), (64i64 << 20).to_string());
     assert_eq!(read("cpu", &format!("{pod_cg}/cpu.cfs_quota_us")), "35000");
     assert_eq!(read("cpu", &format!("{pod_cg}/cpu.shares")), "358");
+    // main is created in a later pass than the sandbox (after the init
+    // container's exit): in the pod's cgroup all the same
     let main = a.runtime_pod(&uid).containers.into_iter().find(|c| c.name == "main").unwrap();
-    assert_eq!(read("memory", &format!("{pod_cg}/{}/memory.limit_in_bytes", main.id)), (48i64 << 20).to_string());
+    assert_eq!(
+        read("memory", &format!("{pod_cg}/{}/memory.limit_in_bytes", main.id)),
+        (48i64 << 20).to_string(),
+        "main's cgroup is not in the pod's {pod_cg}"
+    );
     assert_eq!(read("cpu", &format!("{pod_cg}/{}/cpu.cfs_quota_us", main.id)), "25000");
     // the hog goes over 16Mi: OOMKilled, restarted (restartPolicy Always)
     let hog_status = || {

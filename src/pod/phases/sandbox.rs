@@ -102,8 +102,14 @@ impl PodSync {
             privileged: self.cfg.allow_privileged
                 && model::all_containers(pod)
                     .any(|c| c.security_context.as_ref().and_then(|s| s.privileged).unwrap_or(false)),
-            // made (with the pod's limits) when a sandbox is created
-            cgroup_parent: String::new(),
+            // made (with the pod's limits) when a sandbox is created; every
+            // container of the pod is created in it, in whichever pass
+            cgroup_parent: self
+                .cfg
+                .cgroups
+                .as_ref()
+                .map(|cg| crate::node::cgroups::pod_cgroup(cg.driver, pod))
+                .unwrap_or_default(),
             share_pid: model::spec(pod).and_then(|s| s.share_process_namespace).unwrap_or(false),
             supplemental_groups: supplemental_groups(pod),
             seccomp: seccomp_profile(
