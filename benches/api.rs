@@ -40,7 +40,7 @@
 //! - `portforward_ratio`: 64 MiB from `srv`'s port 8080 through podwarden's
 //!   relay ÷ through containerd's own port-forward URL, as a throughput
 //!   ratio, both with this bench's WebSocket client (`v4.channel.k8s.io`,
-//!   `?port=8080`), from the upgrade to the last byte; 5 rounds each,
+//!   `?port=8080`), from the upgrade to the last byte; 9 rounds each,
 //!   alternating, medians. `portforward_kubectl_mib_s`: the same 64 MiB
 //!   through `kubectl.1.33 port-forward` (SPDY after the refused
 //!   WebSocket), median of 3 connections;
@@ -85,6 +85,12 @@ const RUN: &str = "trap 'exit 0' TERM; while :; do sleep 1 & wait; done";
 const SRV: &str = "printf '#!/bin/sh\\nexec head -c 67108864 /dev/zero\\n' > /tmp/send; chmod +x /tmp/send; \
                    trap 'exit 0' TERM; nc -ll -p 8080 -e /tmp/send & while :; do sleep 1 & wait; done";
 const PF_BYTES: usize = 64 << 20;
+/// Port-forward rounds each way: a 64 MiB transfer keeps both cores busy
+/// (the pod's writer, containerd, the client and, relayed, podwarden), so
+/// one round's throughput moves with whatever else runs (110 pods forking
+/// `sleep` every second): single rounds ranged from 72 to 168 MiB/s in one
+/// run, either way.
+const PF_ROUNDS: usize = 9;
 const TABLE_ACCEPT: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
 const ROUNDS: usize = 10;
 const FLIPS: usize = 12;
@@ -612,7 +618,7 @@ fn port_forward(env: &Env, out: &mut BTreeMap<&'static str, f64>) {
         t.elapsed()
     };
     let (mut d, mut r) = (Vec::new(), Vec::new());
-    for i in 0..5 {
+    for i in 0..PF_ROUNDS {
         if i % 2 == 0 {
             d.push(mib_s(direct()));
             r.push(mib_s(pf_relayed(env)));
@@ -654,6 +660,7 @@ fn port_forward(env: &Env, out: &mut BTreeMap<&'static str, f64>) {
     let _ = pf.kill();
     let _ = pf.wait();
     let _ = drain.join();
+    println!("port-forward 64 MiB rounds (MiB/s): direct {d:.0?}, through podwarden {r:.0?}");
     let (d, r, k) = (median(&d), median(&r), median(&k));
     println!(
         "port-forward 64 MiB: direct {d:.0} MiB/s, through podwarden {r:.0} MiB/s, ratio {:.3}; kubectl {k:.0} MiB/s",

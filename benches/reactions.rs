@@ -7,6 +7,9 @@
 //!   record (`init_chain_step_to_record_ms`: the event, podwarden's pass,
 //!   CreateContainer) and the record to its start (`runtime_start_ms`:
 //!   containerd's StartContainer alone, the floor of every step);
+//! - CreateContainer and StartContainer made by this bench as a bare CRI
+//!   client, no agent running (`bare_create_container_ms`,
+//!   `bare_start_container_ms`, medians of 10);
 //! - deletion of a pod whose container exits at once on SIGTERM, 10
 //!   rounds: from the container's exit (containerd's event, seen by this
 //!   bench's own subscription) to the pod gone from `/pods`, median;
@@ -126,6 +129,51 @@ fn init_chain(cri: &CriRuntime, out: &mut BTreeMap<&'static str, f64>) {
     out.insert("runtime_start_ms", median(&mut runtime_start));
 }
 
+/// The floor of a step with no agent at all: this bench as a bare CRI
+/// client, one sandbox, then 10 times CreateContainer of `true` and
+/// StartContainer, each call's wall time, the two calls the kubelet or
+/// podwarden makes for each init container once the previous one exited.
+fn bare_start(cri: &CriRuntime, out: &mut BTreeMap<&'static str, f64>) {
+    use podwarden::runtime::{ContainerConfig, LABEL_POD_UID, SandboxConfig};
+    let uid = format!("bench-bare-start-{}", std::process::id());
+    let labels: BTreeMap<String, String> = [(LABEL_POD_UID.to_string(), uid.clone())].into();
+    let sb = SandboxConfig {
+        name: "bare-start".into(),
+        namespace: "bench".into(),
+        uid: uid.clone(),
+        host_network: true,
+        log_directory: format!("/tmp/podwarden-bench-logs/{uid}"),
+        labels: labels.clone(),
+        ..Default::default()
+    };
+    let id = cri.run_sandbox(&call(), &sb).expect("RunPodSandbox");
+    let (mut creates, mut times) = (Vec::new(), Vec::new());
+    for i in 0..=ROUNDS {
+        let cc = ContainerConfig {
+            name: format!("c{i}"),
+            image: IMAGE.into(),
+            command: vec!["true".into()],
+            log_path: format!("c{i}/0.log"),
+            labels: labels.clone(),
+            ..Default::default()
+        };
+        let t = Instant::now();
+        let cid = cri.create_container(&call(), &id, &cc, &sb).expect("CreateContainer");
+        let created = t.elapsed();
+        cri.start_container(&call(), &cid).expect("StartContainer");
+        // the first container of a sandbox: not counted
+        if i > 0 {
+            creates.push(created.as_secs_f64() * 1000.0);
+            times.push((t.elapsed() - created).as_secs_f64() * 1000.0);
+        }
+    }
+    support::remove_raw_pod(cri, &uid);
+    println!("CreateContainer by a bare CRI client (ms): {creates:?}");
+    println!("StartContainer by a bare CRI client (ms): {times:?}");
+    out.insert("bare_create_container_ms", median(&mut creates));
+    out.insert("bare_start_container_ms", median(&mut times));
+}
+
 fn exit_to_gone(cri: &CriRuntime, out: &mut BTreeMap<&'static str, f64>) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let agent = Agent::start("reactions", &format!("readOnlyPort: {port}\nsyncFrequency: 60s\n"), Stdio::inherit());
@@ -195,12 +243,15 @@ fn many(cri: &CriRuntime, extra: &str) -> (f64, f64) {
             == MANY
     });
     std::thread::sleep(Duration::from_secs(15));
-    // 60 s: the agent uses about 0.008 cores, some 50 clock ticks a minute;
-    // over 30 s one tick more or less was a third of the 0.001 margin
-    let hz = podwarden::sys::clock_ticks_per_second() as f64;
-    let (t0, c0) = (Instant::now(), support::cpu_ticks(agent.pid()));
+    // 60 s of the scheduler's own count: the agent uses about 0.009
+    // cores, and clock ticks over a minute were off by as much as the
+    // 0.001 core compared
+    let meter = support::CpuMeter::attach(agent.pid());
+    let (t0, c0) = (Instant::now(), meter.seconds());
     std::thread::sleep(Duration::from_secs(60));
-    let cores = (support::cpu_ticks(agent.pid()) - c0) as f64 / hz / t0.elapsed().as_secs_f64();
+    let cores = (meter.seconds() - c0) / t0.elapsed().as_secs_f64();
+    println!("CPU counted by {}", meter.how());
+    drop(meter);
     let rss = proc_status(agent.pid(), "VmRSS:") as f64;
     remove_manifests(&agent);
     gone_from_containerd(cri);
@@ -210,6 +261,7 @@ fn many(cri: &CriRuntime, extra: &str) -> (f64, f64) {
 fn main() {
     let cri = CriRuntime::connect(&format!("unix://{}", socket()), Duration::from_secs(10)).unwrap();
     let mut out = BTreeMap::new();
+    bare_start(&cri, &mut out);
     init_chain(&cri, &mut out);
     exit_to_gone(&cri, &mut out);
     let (events_cpu, rss) = many(&cri, "");
