@@ -69,6 +69,13 @@ fn systemd_driver_slices_read_back_from_systemd_and_the_kernel() {
     vm.wait("containerd answers", Duration::from_secs(60), "ctr version >/dev/null");
 
     let (burstable, guaranteed, besteffort) = qos_pods();
+    // BestEffort with an init container: its app container is created in a
+    // later pass than the sandbox, and must land in the pod's slice too
+    let besteffort = besteffort.replace(
+        "  containers:\n",
+        "  initContainers:\n  - name: init\n    image: localhost/busybox:e2e\n    command: [\"true\"]\n  containers:\n",
+    );
+    assert!(besteffort.contains("initContainers"), "{besteffort}");
     // huge pages: requests equal to limits, with a memory request
     let huge = pod_yaml("huge", "    resources:\n      limits: {memory: 32Mi, hugepages-2Mi: 4Mi}\n", SLEEP);
     install_and_start(
@@ -138,6 +145,12 @@ fn systemd_driver_slices_read_back_from_systemd_and_the_kernel() {
     assert_eq!(read(&vm, &format!("{edir}/cpu.max")), "max 100000");
     assert_eq!(read(&vm, &format!("{edir}/cpu.weight")), "1");
     assert_eq!(show(&vm, &eunit)["MemoryMax"], "infinity");
+    // its container, made after the init container's exit, in the slice
+    let procs = vm.sh(&format!("cat $(find {edir} -name cgroup.procs) | wc -l"));
+    assert!(
+        procs.trim().parse::<u32>().unwrap_or(0) >= 2,
+        "the pause and the container made after the init container in {edir}: {procs}"
+    );
 
     // huge pages on the pod's slice, written beside systemd
     let h = uid_of(&vm, "huge");
