@@ -211,6 +211,16 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
+    /// A pod sync on the fake runtime with `cfg`.
+    fn with_config(cfg: crate::pod::phases::SyncConfig) -> PodSync {
+        PodSync::new(
+            Arc::new(crate::runtime::fake::FakeRuntime::new()),
+            Arc::new(crate::pod::status::StatusManager::new()),
+            Arc::new(crate::telemetry::events::EventRecorder::new(10)),
+            cfg,
+        )
+    }
+
     #[test]
     fn the_sandbox_is_privileged_when_a_container_is_and_the_node_allows_it() {
         use crate::pod::phases::SyncConfig;
@@ -222,19 +232,39 @@ mod tests {
             "metadata:\n  name: q\n  uid: u2\nspec:\n  containers:\n  - name: a\n    image: i\n",
         )
         .unwrap();
-        let sync = |allow: bool| {
-            let cfg = SyncConfig { allow_privileged: allow, ..SyncConfig::for_tests() };
-            PodSync::new(
-                Arc::new(crate::runtime::fake::FakeRuntime::new()),
-                Arc::new(crate::pod::status::StatusManager::new()),
-                Arc::new(crate::telemetry::events::EventRecorder::new(10)),
-                cfg,
-            )
-        };
+        let sync = |allow: bool| with_config(SyncConfig { allow_privileged: allow, ..SyncConfig::for_tests() });
         let rp = RuntimePod::default();
         assert!(sync(true).sandbox_config(&priv_pod, &rp).privileged);
         assert!(!sync(true).sandbox_config(&plain, &rp).privileged);
         // not allowed: its containers are refused anyway; the sandbox stays plain
         assert!(!sync(false).sandbox_config(&priv_pod, &rp).privileged);
+    }
+
+    /// Every pass's sandbox config names the pod's cgroup, not only the
+    /// pass that makes the sandbox: containerd takes a container's cgroup
+    /// parent from the config given to CreateContainer (with the systemd
+    /// driver runc refuses a container without it).
+    #[test]
+    fn the_sandbox_config_names_the_pods_cgroup_in_every_pass() {
+        use crate::node::cgroups::{Cgroups, Driver, pod_cgroup};
+        use crate::pod::phases::SyncConfig;
+        let pod: Pod = serde_yaml_ng::from_str(
+            "metadata:\n  name: p\n  uid: 0a1b-2c\nspec:\n  containers:\n  - name: a\n    image: i\n",
+        )
+        .unwrap();
+        // only names are made here: no cgroup filesystem is read or written
+        let root = std::path::Path::new("/nonexistent/cgroup");
+        for driver in [Driver::Cgroupfs, Driver::Systemd] {
+            let sync =
+                with_config(SyncConfig { cgroups: Some(Cgroups::detect(driver, root)), ..SyncConfig::for_tests() });
+            // the config is the same whatever the runtime shows
+            let rp = RuntimePod::default();
+            let parent = sync.sandbox_config(&pod, &rp).cgroup_parent;
+            assert_eq!(parent, pod_cgroup(driver, &pod));
+            assert!(parent.contains("pod0a1b"), "{parent}");
+        }
+        let plain = with_config(SyncConfig::for_tests());
+        // no pod cgroups: the runtime's own default
+        assert_eq!(plain.sandbox_config(&pod, &RuntimePod::default()).cgroup_parent, "");
     }
 }
