@@ -81,6 +81,14 @@ fn run_fake(d: &TempDir, socket: &std::path::Path, extra: &str) -> std::process:
         .unwrap()
 }
 
+/// `d`'s manifest directory, made with pod `a` in it.
+fn manifests_with_pod_a(d: &TempDir) -> std::path::PathBuf {
+    let manifests = d.0.join("manifests");
+    std::fs::create_dir_all(&manifests).unwrap();
+    std::fs::write(manifests.join("a.yaml"), POD.replace("NAME", "a")).unwrap();
+    manifests
+}
+
 /// SIGTERM to `child`; its exit status within `t`.
 fn terminate(child: &mut std::process::Child, t: Duration, what: &str) -> std::process::ExitStatus {
     podwarden::sys::kill(child.id() as i32, libc::SIGTERM).unwrap();
@@ -95,9 +103,7 @@ fn terminate(child: &mut std::process::Child, t: Duration, what: &str) -> std::p
 #[test]
 fn run_follows_manifests_and_stops_cleanly_on_sigterm() {
     let d = TempDir::new("daemon");
-    let manifests = d.0.join("manifests");
-    std::fs::create_dir_all(&manifests).unwrap();
-    std::fs::write(manifests.join("a.yaml"), POD.replace("NAME", "a")).unwrap();
+    let manifests = manifests_with_pod_a(&d);
     let mut child = run_fake(
         &d,
         &d.0.join("api.sock"),
@@ -266,9 +272,7 @@ fn under_systemd_log_lines_carry_their_syslog_priority() {
 #[test]
 fn without_a_system_bus_graceful_shutdown_is_off_with_one_warning_and_pods_still_run() {
     let d = TempDir::new("nobus");
-    let manifests = d.0.join("manifests");
-    std::fs::create_dir_all(&manifests).unwrap();
-    std::fs::write(manifests.join("a.yaml"), POD.replace("NAME", "a")).unwrap();
+    let manifests = manifests_with_pod_a(&d);
     let config = d.0.join("c.yaml");
     std::fs::write(
         &config,

@@ -62,9 +62,10 @@ impl PodSync {
             self.events.event(&ObjectRef::pod(pod), EventType::Warning, reason, &message);
         }
         sandbox.dns = Some(dns);
-        // the pod's cgroup with its limits, the sandbox's parent
+        // the pod's cgroup with its limits, the sandbox's parent (which
+        // `sandbox_config` names)
         if let Some(cg) = &self.cfg.cgroups {
-            sandbox.cgroup_parent = cg.ensure_pod(pod).map_err(|e| {
+            cg.ensure_pod(pod).map_err(|e| {
                 let e = SyncError::PodCgroup(e);
                 let msg = e.to_string();
                 self.events.event(&ObjectRef::pod(pod), EventType::Warning, "FailedCreatePodSandBox", &msg);
