@@ -505,10 +505,15 @@ fn a_watch_that_falls_too_far_behind_ends_with_410_expired() {
     }
     // kubectl wait's informer lists again after the 410 and goes on watching
     for (v, _, log) in &waiters {
-        wait_for(&format!("kubectl {v} wait listing again"), Duration::from_secs(30), || {
+        let relisted = || {
             let text = log.lock();
             text.contains("fell too far behind") && lists_of(&text, "first") >= 2
-        });
+        };
+        let end = Instant::now() + Duration::from_secs(30);
+        while !relisted() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(relisted(), "kubectl {v} wait did not list again within 30 s: {}", log.lock());
     }
     a.remove("first.yaml");
     for (v, c, log) in &mut waiters {

@@ -12,9 +12,9 @@
 //! runs before every list and new watch (it costs next to nothing when
 //! nothing changed) and, while anyone watches, on the `kube-watch` thread
 //! within [`COALESCE`] of a change that `base::changes` counts (and every
-//! second). A watcher whose channel is full is marked lagging and ended
-//! with `410 Expired`, as is a watch from a resourceVersion older than the
-//! history; kubectl then lists again.
+//! second). A watcher whose channel has no room for all of a sync's
+//! changes is marked lagging and ended with `410 Expired`, as is a watch
+//! from a resourceVersion older than the history; kubectl then lists again.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -279,27 +279,46 @@ impl State {
         self.history.front().map_or(self.rv, |c| c.rv - 1)
     }
 
-    fn publish(&mut self, c: Change) {
-        let c = Arc::new(c);
-        if self.history.len() == HISTORY {
-            self.history.pop_front();
+    /// Record one sync's changes and hand them to the watchers. A watcher
+    /// takes a sync's changes of its kind whole or not at all: one whose
+    /// buffer has no room for them all is marked lagging (410 once it has
+    /// read what its buffer holds), however fast it reads; so a burst
+    /// larger than [`WATCHER_BUFFER`] ends every watcher of its kind,
+    /// whoever wins the race between the hub and the watcher's thread.
+    fn publish(&mut self, changes: Vec<Change>) {
+        let changes: Vec<Arc<Change>> = changes.into_iter().map(Arc::new).collect();
+        for c in &changes {
+            if self.history.len() == HISTORY {
+                self.history.pop_front();
+            }
+            self.history.push_back(c.clone());
         }
-        self.history.push_back(c.clone());
         self.watchers.retain(|w| {
             if w.closed.load(Ordering::Relaxed) {
                 return false;
             }
-            if w.kind != c.kind {
+            let mine = changes.iter().filter(|c| c.kind == w.kind);
+            let n = mine.clone().count();
+            if n == 0 {
                 return true;
             }
-            match w.tx.try_send(c.clone()) {
-                Ok(()) => true,
-                Err(TrySendError::Full(_)) => {
-                    w.lagged.store(true, Ordering::SeqCst);
-                    false
-                }
-                Err(TrySendError::Disconnected(_)) => false,
+            // the hub is the only sender and sends under the state's
+            // lock: the room seen here cannot shrink before the sends
+            if w.tx.len() + n > WATCHER_BUFFER {
+                w.lagged.store(true, Ordering::SeqCst);
+                return false;
             }
+            for c in mine {
+                match w.tx.try_send(c.clone()) {
+                    Ok(()) => {}
+                    Err(TrySendError::Full(_)) => {
+                        w.lagged.store(true, Ordering::SeqCst);
+                        return false;
+                    }
+                    Err(TrySendError::Disconnected(_)) => return false,
+                }
+            }
+            true
         });
     }
 }
@@ -367,17 +386,28 @@ impl Hub {
         })
     }
 
-    /// Collect what changed and publish it.
+    /// Collect what changed and publish it. The changed objects are
+    /// compared and built outside the state's lock (syncs are serialized
+    /// by the collector's lock, and only a sync changes the objects or
+    /// the version), then published at once: a list or watch sees all
+    /// of a sync or none of it.
     pub fn sync(&self) {
         let mut collect = self.collect.lock();
         let delta = (*collect)();
         if delta.is_empty() {
             return;
         }
-        let mut st = self.state.lock();
-        for (kind, key, mut obj) in delta.put {
-            let k = (kind, key);
-            let prev = st.items.get(&k).cloned();
+        let (mut rv, prevs, gone) = {
+            let st = self.state.lock();
+            let prevs: Vec<Option<Arc<Stored>>> =
+                delta.put.iter().map(|(kind, key, _)| st.items.get(&(*kind, key.clone())).cloned()).collect();
+            let gone: Vec<((Kind, String), Arc<Stored>)> =
+                delta.gone.into_iter().filter_map(|k| st.items.get(&k).cloned().map(|o| (k, o))).collect();
+            (st.rv, prevs, gone)
+        };
+        let mut changes = Vec::new();
+        let mut put = Vec::new();
+        for ((kind, key, mut obj), prev) in delta.put.into_iter().zip(prevs) {
             if let Some(old) = &prev {
                 if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
                     // a terminating pod's deletionTimestamp is made when
@@ -394,21 +424,29 @@ impl Hub {
                     continue;
                 }
             }
-            st.rv += 1;
-            let obj = Arc::new(Stored::new(kind, obj, st.rv));
-            st.items.insert(k, obj.clone());
+            rv += 1;
+            let object = Arc::new(Stored::new(kind, obj, rv));
+            put.push(((kind, key), object.clone()));
             let event = if prev.is_some() { EventType::Modified } else { EventType::Added };
-            let rv = st.rv;
-            st.publish(Change { rv, kind, event, object: obj, prev });
+            changes.push(Change { rv, kind, event, object, prev });
         }
-        for k in delta.gone {
-            if let Some(old) = st.items.remove(&k) {
-                st.rv += 1;
-                let rv = st.rv;
-                let object = Arc::new(Stored::new(k.0, old.value(), rv));
-                st.publish(Change { rv, kind: k.0, event: EventType::Deleted, object, prev: Some(old) });
-            }
+        let mut removed = Vec::new();
+        for (k, old) in gone {
+            rv += 1;
+            let object = Arc::new(Stored::new(k.0, old.value(), rv));
+            changes.push(Change { rv, kind: k.0, event: EventType::Deleted, object, prev: Some(old) });
+            removed.push(k);
         }
+        if changes.is_empty() {
+            return;
+        }
+        let mut st = self.state.lock();
+        st.items.extend(put);
+        for k in &removed {
+            st.items.remove(k);
+        }
+        st.rv = rv;
+        st.publish(changes);
     }
 
     /// The objects of `kind` now (after a sync) and the resourceVersion
@@ -615,6 +653,29 @@ mod tests {
         assert_eq!(h.watchers(), 1);
         drop(w);
         assert_eq!(h.watchers(), 0, "a dropped watch is forgotten");
+    }
+
+    #[test]
+    fn a_burst_larger_than_the_buffer_ends_even_a_watcher_that_keeps_up() {
+        let (h, data, _) = hub();
+        let fits = h.watch(Kind::Pods, None).unwrap();
+        data.lock().extend((0..WATCHER_BUFFER).map(|i| pod(&format!("p{i}"), "Pending")));
+        h.sync();
+        let mut got = 0;
+        while let Next::Change(_) = fits.next(Duration::from_millis(10)) {
+            got += 1;
+        }
+        assert_eq!(got, WATCHER_BUFFER, "a sync that fits is delivered whole");
+        // an empty buffer, and one change more than it holds in one sync
+        let events = h.watch(Kind::Events, None).unwrap();
+        data.lock().extend((0..=WATCHER_BUFFER).map(|i| pod(&format!("q{i}"), "Pending")));
+        h.sync();
+        assert!(matches!(fits.next(Duration::from_millis(10)), Next::Expired), "none of the burst, then the end");
+        assert!(matches!(events.next(Duration::from_millis(10)), Next::Idle), "another kind's watcher goes on");
+        assert_eq!(h.watchers(), 1);
+        // the burst is in the history and the list at once
+        let (rv, items) = h.list(Kind::Pods);
+        assert_eq!((rv as usize, items.len()), (2 * WATCHER_BUFFER + 1, 2 * WATCHER_BUFFER + 1));
     }
 
     #[test]
