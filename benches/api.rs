@@ -33,7 +33,10 @@
 //!   stream): through podwarden a new TLS connection and the upgrade of
 //!   `/api/v1/namespaces/bench/pods/srv/exec` (podwarden asks CRI `Exec`
 //!   and relays), directly the CRI `Exec` call (made here) and the upgrade
-//!   of its URL. 10 rounds, alternating which goes first; medians.
+//!   of its URL. 10 rounds, alternating which goes first; medians. Each
+//!   side's phases are printed (the connection ready: the CRI call, or TCP
+//!   and TLS; the upgrade answered; the status read; the end) and every
+//!   round's time: the spread of the runtime's own exec shows there;
 //!   kubectl cannot talk to a bare streaming URL; `exec_kubectl_ms` is the
 //!   median wall time of 10 `kubectl.1.33 exec srv -- true` (a new process:
 //!   the pod GET, the WebSocket v5 upgrade podwarden refuses, then SPDY);
@@ -330,13 +333,17 @@ fn plain(addr: &str) -> TcpStream {
     s
 }
 
-/// An exec session to its end: the status (channel 3).
-fn exec_to_end<S: Read + Write>(mut w: WebSocket<S>) -> String {
-    let mut status = String::new();
+/// An exec session to its end: the status (channel 3) and when it came
+/// (ms since `t`).
+fn exec_to_end<S: Read + Write>(mut w: WebSocket<S>, t: Instant) -> (String, f64) {
+    let (mut status, mut at) = (String::new(), 0.0);
     loop {
         match w.read() {
-            Ok(Message::Binary(b)) if b.len() > 1 && b[0] == 3 => status = String::from_utf8_lossy(&b[1..]).into(),
-            Ok(Message::Close(_)) | Err(_) => return status,
+            Ok(Message::Binary(b)) if b.len() > 1 && b[0] == 3 => {
+                status = String::from_utf8_lossy(&b[1..]).into();
+                at = ms(t.elapsed());
+            }
+            Ok(Message::Close(_)) | Err(_) => return (status, at),
             Ok(_) => {}
         }
     }
@@ -555,19 +562,30 @@ fn exec(env: &Env, out: &mut BTreeMap<&'static str, f64>) {
     let streams = Streams { stdout: true, stderr: true, ..Default::default() };
     let relay_url =
         format!("wss://127.0.0.1:{}/api/v1/namespaces/{NS}/pods/srv/exec?command=true&stdout=1&stderr=1", env.port);
+    // each round's phases (ms from its start): the connection ready (the
+    // CRI call made, or TCP and TLS), the upgrade answered, the status
+    // read, the end
     let direct = || {
         let t = Instant::now();
         let url = env.cri.exec(&call(), &cid, &["true".to_string()], streams).unwrap();
         let (host, path) = podwarden::api::stream::split_url(&url).unwrap();
-        let status = exec_to_end(ws(plain(&host), &format!("ws://{host}{path}"), "v4.channel.k8s.io"));
+        let s = plain(&host);
+        let ready = ms(t.elapsed());
+        let w = ws(s, &format!("ws://{host}{path}"), "v4.channel.k8s.io");
+        let upgraded = ms(t.elapsed());
+        let (status, at) = exec_to_end(w, t);
         assert!(status.contains("Success"), "direct exec: {status}");
-        ms(t.elapsed())
+        [ready, upgraded, at, ms(t.elapsed())]
     };
     let relayed = || {
         let t = Instant::now();
-        let status = exec_to_end(ws(connect(&env.tls, env.port).unwrap(), &relay_url, "v4.channel.k8s.io"));
+        let s = connect(&env.tls, env.port).unwrap();
+        let ready = ms(t.elapsed());
+        let w = ws(s, &relay_url, "v4.channel.k8s.io");
+        let upgraded = ms(t.elapsed());
+        let (status, at) = exec_to_end(w, t);
         assert!(status.contains("Success"), "exec through podwarden: {status}");
-        ms(t.elapsed())
+        [ready, upgraded, at, ms(t.elapsed())]
     };
     direct();
     relayed();
@@ -581,6 +599,20 @@ fn exec(env: &Env, out: &mut BTreeMap<&'static str, f64>) {
             d.push(direct());
         }
     }
+    let phases =
+        |v: &[[f64; 4]]| -> [f64; 4] { std::array::from_fn(|i| median(&v.iter().map(|p| p[i]).collect::<Vec<_>>())) };
+    println!(
+        "exec phases, medians (ms: ready, upgraded, status, end): direct {:.2?}, through podwarden {:.2?}",
+        phases(&d),
+        phases(&r)
+    );
+    println!(
+        "exec rounds (ms): direct {:.1?}, through podwarden {:.1?}",
+        d.iter().map(|p| p[3]).collect::<Vec<_>>(),
+        r.iter().map(|p| p[3]).collect::<Vec<_>>()
+    );
+    let d: Vec<f64> = d.iter().map(|p| p[3]).collect();
+    let r: Vec<f64> = r.iter().map(|p| p[3]).collect();
     let run = || {
         let t = Instant::now();
         let o = kubectl_cmd(env.agent, &env.kubeconfig).args(["exec", "srv", "--", "true"]).output().unwrap();
