@@ -606,13 +606,8 @@ fn exec(env: &Env, out: &mut BTreeMap<&'static str, f64>) {
         phases(&d),
         phases(&r)
     );
-    println!(
-        "exec rounds (ms): direct {:.1?}, through podwarden {:.1?}",
-        d.iter().map(|p| p[3]).collect::<Vec<_>>(),
-        r.iter().map(|p| p[3]).collect::<Vec<_>>()
-    );
-    let d: Vec<f64> = d.iter().map(|p| p[3]).collect();
-    let r: Vec<f64> = r.iter().map(|p| p[3]).collect();
+    let (d, r): (Vec<f64>, Vec<f64>) = (d.iter().map(|p| p[3]).collect(), r.iter().map(|p| p[3]).collect());
+    println!("exec rounds (ms): direct {d:.1?}, through podwarden {r:.1?}");
     let run = || {
         let t = Instant::now();
         let o = kubectl_cmd(env.agent, &env.kubeconfig).args(["exec", "srv", "--", "true"]).output().unwrap();

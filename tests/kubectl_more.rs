@@ -509,11 +509,11 @@ fn a_watch_that_falls_too_far_behind_ends_with_410_expired() {
             let text = log.lock();
             text.contains("fell too far behind") && lists_of(&text, "first") >= 2
         };
-        let end = Instant::now() + Duration::from_secs(30);
-        while !relisted() && Instant::now() < end {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        assert!(relisted(), "kubectl {v} wait did not list again within 30 s: {}", log.lock());
+        assert!(
+            poll_until(Duration::from_secs(30), relisted),
+            "kubectl {v} wait did not list again within 30 s: {}",
+            log.lock()
+        );
     }
     a.remove("first.yaml");
     for (v, c, log) in &mut waiters {

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 use serde_json::Value;
 
@@ -297,28 +297,19 @@ impl State {
             if w.closed.load(Ordering::Relaxed) {
                 return false;
             }
-            let mine = changes.iter().filter(|c| c.kind == w.kind);
+            let mut mine = changes.iter().filter(|c| c.kind == w.kind);
             let n = mine.clone().count();
             if n == 0 {
                 return true;
             }
             // the hub is the only sender and sends under the state's
-            // lock: the room seen here cannot shrink before the sends
+            // lock: the room seen here cannot shrink before the sends, so
+            // a send fails only when the watch is gone
             if w.tx.len() + n > WATCHER_BUFFER {
                 w.lagged.store(true, Ordering::SeqCst);
                 return false;
             }
-            for c in mine {
-                match w.tx.try_send(c.clone()) {
-                    Ok(()) => {}
-                    Err(TrySendError::Full(_)) => {
-                        w.lagged.store(true, Ordering::SeqCst);
-                        return false;
-                    }
-                    Err(TrySendError::Disconnected(_)) => return false,
-                }
-            }
-            true
+            mine.all(|c| w.tx.try_send(c.clone()).is_ok())
         });
     }
 }
