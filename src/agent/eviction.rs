@@ -53,6 +53,9 @@ pub struct Settings {
     pub transition: Duration,
     pub priority_classes: BTreeMap<String, i32>,
     pub node_name: String,
+    /// How often a whole snapshot (the pods' stats too) is taken; the
+    /// node's own signals are read at every pass.
+    pub stats_period: Duration,
 }
 
 /// A signal's observation: what is available of what capacity.
@@ -258,6 +261,8 @@ pub struct Manager {
     state: Mutex<State>,
     /// Evicted pods not yet terminated, and when they were evicted.
     cleanup: Mutex<Vec<(crossbeam_channel::Receiver<()>, Instant)>>,
+    /// When the last whole snapshot was taken.
+    snapshot_at: Mutex<Option<Instant>>,
 }
 
 impl Manager {
@@ -280,6 +285,7 @@ impl Manager {
             metrics,
             state: Mutex::new(State::default()),
             cleanup: Mutex::new(Vec::new()),
+            snapshot_at: Mutex::new(None),
         }
     }
 
@@ -302,18 +308,44 @@ impl Manager {
         !self.cleanup.lock().is_empty()
     }
 
-    /// One monitoring pass: the signals, the thresholds they meet (and the
-    /// node's conditions), then at most one action.
-    pub fn synchronize(&self) {
-        let snap = match self.collector.collect() {
-            Ok(s) => s,
+    /// A whole snapshot taken now (kept by the collector for the stats
+    /// endpoints).
+    fn snapshot(&self) -> Option<Arc<Snapshot>> {
+        match self.collector.collect() {
+            Ok(s) => {
+                *self.snapshot_at.lock() = Some(Instant::now());
+                Some(s)
+            }
             Err(e) => {
                 log::warn!("eviction manager: no stats: {e}");
-                return;
+                None
             }
+        }
+    }
+
+    /// One monitoring pass: the signals, the thresholds they meet (and the
+    /// node's conditions), then at most one action.
+    ///
+    /// The pods' stats (the runtime's `ListPodSandboxStats`, a walk of the
+    /// log directories) are taken every `stats_period` (10 s by default,
+    /// the kubelet's eviction monitoring period) and when a threshold is
+    /// to be acted on; the node's own signals (`/proc`, `statvfs`,
+    /// `kubepods`' memory) at every pass, so pressure is still seen within
+    /// one housekeeping interval without the runtime gathering 110 pods'
+    /// stats every 2 s.
+    pub fn synchronize(&self) {
+        let due = self.snapshot_at.lock().is_none_or(|t| t.elapsed() >= self.s.stats_period);
+        let snap = if due {
+            match self.snapshot() {
+                Some(s) => Some(s),
+                None => return,
+            }
+        } else {
+            None
         };
+        let node = snap.as_ref().map_or_else(|| self.collector.node(), |s| s.node.clone());
         let now = Instant::now();
-        let obs = observe(&snap.node);
+        let obs = observe(&node);
         if log::log_enabled!(log::Level::Debug) {
             for (sig, o) in &obs {
                 log::debug!("eviction manager: {}: {} of {} available", sig.name(), o.available, o.capacity);
@@ -321,14 +353,15 @@ impl Manager {
         }
         let pods = self.agent.admitted();
         let waiting = self.cleaning_up();
-        // pods over their own storage limits go first, all of them
-        let evicted_any = !waiting && self.evict_over_limits(&pods, &snap.pods);
+        // pods over their own storage limits go first, all of them (as
+        // often as their stats are taken)
+        let evicted_any = !waiting && snap.as_ref().is_some_and(|s| self.evict_over_limits(&pods, &s.pods));
         let (active, on) = self.thresholds(now, &obs);
         self.set_conditions(&on);
         if active.is_empty() || evicted_any || waiting {
             return;
         }
-        self.act(now, &active, &snap, &obs, &pods);
+        self.act(now, &active, snap, &node, &obs, &pods);
     }
 
     /// Evict every pod over one of its own local storage limits; whether
@@ -404,7 +437,8 @@ impl Manager {
         &self,
         now: Instant,
         active: &[usize],
-        snap: &Snapshot,
+        snap: Option<Arc<Snapshot>>,
+        signals: &NodeStat,
         obs: &BTreeMap<Signal, Observed>,
         pods: &[Arc<Pod>],
     ) {
@@ -423,31 +457,28 @@ impl Manager {
             &format!("Attempting to reclaim {resource}"),
         );
         let Some(&o) = obs.get(&t.signal) else { return };
-        if self.reclaimed_images(now, t, o, snap) {
+        if self.reclaimed_images(now, t, o, signals) {
             return;
         }
         // a disk ranking must not use emptyDir sizes measured before the
         // pressure (each is measured at most every 10 s): the pod that just
         // filled the disk would look empty and another pod would go
-        let fresh;
-        let snap = if resource == "ephemeral-storage" || resource == "inodes" {
+        let disk = resource == "ephemeral-storage" || resource == "inodes";
+        if disk {
             self.agent.measure_empty_dirs_now();
-            match self.collector.collect() {
-                Ok(s) => {
-                    fresh = s;
-                    &*fresh
-                }
-                Err(_) => snap,
-            }
-        } else {
-            snap
+        }
+        // the pods' stats of this pass, or taken now for the ranking
+        let snap = match snap {
+            Some(s) if !disk => Some(s),
+            old => self.snapshot().or(old),
         };
-        self.evict_one(t, (t.value.of(o.capacity), o.available), snap, pods);
+        let Some(snap) = snap else { return };
+        self.evict_one(t, (t.value.of(o.capacity), o.available), &snap, pods);
     }
 
     /// For a disk signal: free images towards the threshold (and its
     /// minimum reclaim); whether the threshold is no longer met.
-    fn reclaimed_images(&self, now: Instant, t: &Threshold, o: Observed, snap: &Snapshot) -> bool {
+    fn reclaimed_images(&self, now: Instant, t: &Threshold, o: Observed, node: &NodeStat) -> bool {
         let disk = matches!(
             t.signal,
             Signal::NodeFsAvailable | Signal::ImageFsAvailable | Signal::NodeFsInodesFree | Signal::ImageFsInodesFree
@@ -458,7 +489,7 @@ impl Manager {
         match gc.free_bytes(now, want) {
             Ok(freed) if freed > 0 => {
                 // measure the filesystems again (not a whole snapshot)
-                let mut node = snap.node.clone();
+                let mut node = node.clone();
                 (node.fs, node.image_fs) = self.collector.filesystems();
                 if observe(&node).get(&t.signal).is_some_and(|o| !met(t, o, true)) {
                     log::info!("eviction manager: freed {freed} bytes of images; {} no longer met", t.signal.name());

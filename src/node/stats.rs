@@ -274,6 +274,24 @@ impl Collector {
         (fs_of(&self.root_dir, None).unwrap_or_default(), image_fs)
     }
 
+    /// The node's own figures measured now, without the pods' (no rate
+    /// for its CPU, and not kept as the last snapshot): what the eviction
+    /// manager observes between two snapshots. One runtime call
+    /// (`ImageFsInfo`) at most.
+    pub fn node(&self) -> NodeStat {
+        let (max_pid, processes) = pids();
+        let (fs, image_fs) = self.filesystems();
+        NodeStat {
+            cpu: Cpu { usage_core_nanos: node_cpu_nanos(), usage_nano_cores: None },
+            memory: node_memory(),
+            fs,
+            image_fs,
+            max_pid,
+            processes,
+            allocatable_memory: self.cgroups.as_ref().and_then(|c| c.kubepods_memory()),
+        }
+    }
+
     /// Take a snapshot now.
     pub fn collect(&self) -> Result<Arc<Snapshot>, RuntimeError> {
         let ctx = CallCtx::background(self.timeout);
@@ -361,17 +379,8 @@ impl Collector {
                 processes,
             });
         }
-        let (max_pid, processes) = pids();
-        let (fs, image_fs) = self.filesystems();
-        let node = NodeStat {
-            cpu: self.rate(&mut next, "node".into(), node_cpu_nanos(), now_ns()),
-            memory: node_memory(),
-            fs,
-            image_fs,
-            max_pid,
-            processes,
-            allocatable_memory: self.cgroups.as_ref().and_then(|c| c.kubepods_memory()),
-        };
+        let mut node = self.node();
+        node.cpu = self.rate(&mut next, "node".into(), node.cpu.usage_core_nanos, now_ns());
         *self.previous.lock() = next;
         let snap = Arc::new(Snapshot { time: SystemTime::now(), node, pods: out });
         *self.last.lock() = Some(snap.clone());
