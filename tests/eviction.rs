@@ -114,3 +114,28 @@ fn a_threshold_met_between_two_snapshots_ranks_the_pods_by_stats_gathered_then()
     assert_eq!(evicted(&h), 2, "the second pod evicted within {passes} passes");
     assert!(stats_calls(&h) > first, "stats gathered again under pressure");
 }
+
+#[test]
+fn a_failed_stats_call_leaves_the_nodes_signals_and_conditions_going() {
+    let h = Harness::new();
+    h.agent.apply_source(vec![arc(pod("a", "uid-a"))]);
+    wait_for("pod a runs", Duration::from_secs(10), || h.fake.live_containers("uid-a") == 1);
+    // the sandboxes' stats fail (containerd 1.6 while a sandbox stops):
+    // the containers' stats make the snapshot
+    h.fake.fail(Op::ListPodSandboxStats, None, 1);
+    h.parts.stats.collect().expect("a snapshot from the containers' stats");
+    let snap = h.parts.stats.last().unwrap();
+    assert_eq!(snap.pods.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["a"]);
+    // every stats call fails: the pass still sets the node's conditions
+    // (and, with nothing to rank the pods by, evicts none)
+    h.fake.fail(Op::ListPodSandboxStats, None, 100);
+    h.fake.fail(Op::ListContainerStats, None, 100);
+    let m = manager(&h, vec![always_met()], Duration::from_secs(3600));
+    m.synchronize();
+    assert!(h.admission.pressure().on().contains(&podwarden::pod::admission::Pressure::Pid));
+    assert_eq!(h.agent.admitted().len(), 1, "no pod evicted without its stats");
+    // the runtime is back: the next pass takes the stats and acts
+    h.fake.clear_faults();
+    m.synchronize();
+    assert!(h.agent.admitted().is_empty(), "pod a evicted");
+}

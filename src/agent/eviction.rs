@@ -335,14 +335,9 @@ impl Manager {
     /// stats every 2 s.
     pub fn synchronize(&self) {
         let due = self.snapshot_at.lock().is_none_or(|t| t.elapsed() >= self.s.stats_period);
-        let snap = if due {
-            match self.snapshot() {
-                Some(s) => Some(s),
-                None => return,
-            }
-        } else {
-            None
-        };
+        // without the pods' stats (the runtime failed) the node's signals
+        // and conditions still go on; the next pass tries again
+        let snap = if due { self.snapshot() } else { None };
         let node = snap.as_ref().map_or_else(|| self.collector.node(), |s| s.node.clone());
         let now = Instant::now();
         let obs = observe(&node);

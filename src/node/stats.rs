@@ -309,7 +309,13 @@ impl Collector {
                     self.no_sandbox_stats.store(true, std::sync::atomic::Ordering::Relaxed);
                     None
                 }
-                Err(e) => return Err(e),
+                // containerd 1.6 fails the whole list while one sandbox is
+                // being stopped ("not in ready state"): this snapshot sums
+                // the containers' stats instead of having none
+                Err(e) => {
+                    log::debug!("stats: {e}; the containers' stats instead");
+                    None
+                }
             }
         };
         let listed;
