@@ -112,8 +112,19 @@ JSON
   fi
 }
 
+# The PID of the containerd running with this config, if any.
+our_containerd() {
+  pgrep -o -x -f "containerd --config $E2E_DIR/containerd.toml"
+}
+
+# Whether it runs, with its socket; the pid file (which the tests read to
+# kill it) is made to name it: a second supervisor that raced the first
+# once left the PID of its own containerd, which had lost the socket and
+# exited, and the tests then killed whatever process had that PID later.
 running() {
-  [ -S "$SOCK" ] && [ -f "$RUN_DIR/containerd.pid" ] && kill -0 "$(cat "$RUN_DIR/containerd.pid")" 2>/dev/null
+  local pid
+  [ -S "$SOCK" ] && pid=$(our_containerd) || return 1
+  [ "$(cat "$RUN_DIR/containerd.pid" 2>/dev/null)" = "$pid" ] || echo "$pid" > "$RUN_DIR/containerd.pid"
 }
 
 start_containerd() {
@@ -295,8 +306,8 @@ down() {
   if [ -f "$RUN_DIR/registry.pid" ]; then
     kill "$(cat "$RUN_DIR/registry.pid")" 2>/dev/null || true
   fi
-  if [ -f "$RUN_DIR/containerd.pid" ]; then
-    kill "$(cat "$RUN_DIR/containerd.pid")" 2>/dev/null || true
+  if pid=$(our_containerd); then
+    kill "$pid" 2>/dev/null || true
     sleep 1
   fi
   # tasks left behind by the shim
