@@ -85,6 +85,12 @@ pub fn tls_config(id: &Identity) -> Result<Arc<ServerConfig>, TlsSetupError> {
         .with_single_cert(vec![cert], key)?;
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     cfg.ignore_client_order = true;
+    // no session resumption: kubectl (client-go) keeps no TLS session
+    // cache, so tickets and stored sessions (each with the client's
+    // certificate, up to 256 of them) would cost every connection CPU and
+    // the agent memory for nothing
+    cfg.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+    cfg.send_tls13_tickets = 0;
     Ok(Arc::new(cfg))
 }
 
@@ -521,6 +527,37 @@ mod tests {
         }
         assert!(!c.is_handshaking() && !s.is_handshaking());
         assert_eq!(c.negotiated_cipher_suite().map(|s| s.suite()), Some(rustls::CipherSuite::TLS13_AES_128_GCM_SHA256));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A client that would resume (rustls' default) is sent no ticket and
+    /// makes a full handshake the second time too.
+    #[test]
+    fn no_session_is_kept_for_resumption() {
+        use rustls::pki_types::ServerName;
+        let dir = std::env::temp_dir().join(format!("podwarden-tls-resume-{}", std::process::id()));
+        let id = super::super::pki::ensure(&dir, "node", &["node".to_string()]).unwrap();
+        let server = tls_config(&id).unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(CertificateDer::from(super::super::pki::pem_der(&id.ca_pem).unwrap())).unwrap();
+        let client = Arc::new(
+            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth(),
+        );
+        for round in 0..2 {
+            let mut c = rustls::ClientConnection::new(client.clone(), ServerName::try_from("node").unwrap()).unwrap();
+            let mut s = ServerConnection::new(server.clone()).unwrap();
+            for _ in 0..10 {
+                pump(&mut c, &mut s);
+                pump(&mut s, &mut c);
+            }
+            assert!(!c.is_handshaking() && !s.is_handshaking());
+            assert_eq!(c.handshake_kind(), Some(rustls::HandshakeKind::Full), "round {round}");
+            assert!(c.tls13_tickets_received() == 0, "round {round}: no ticket sent");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 
