@@ -501,16 +501,23 @@ mod tests {
         }
     }
 
+    /// A node identity under a new directory (`tag`): the directory, the
+    /// server's TLS config, the node CA as a client's roots.
+    fn node_tls(tag: &str) -> (std::path::PathBuf, Arc<ServerConfig>, rustls::RootCertStore) {
+        let dir = std::env::temp_dir().join(format!("podwarden-tls-{tag}-{}", std::process::id()));
+        let id = super::super::pki::ensure(&dir, "node", &["node".to_string()]).unwrap();
+        let server = tls_config(&id).unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(CertificateDer::from(super::super::pki::pem_der(&id.ca_pem).unwrap())).unwrap();
+        (dir, server, roots)
+    }
+
     /// A client asking for AES-256-GCM first (rustls' own order) gets
     /// AES-128-GCM: the server's order wins.
     #[test]
     fn the_server_picks_aes_128_gcm_whatever_the_client_prefers() {
         use rustls::pki_types::ServerName;
-        let dir = std::env::temp_dir().join(format!("podwarden-tls-order-{}", std::process::id()));
-        let id = super::super::pki::ensure(&dir, "node", &["node".to_string()]).unwrap();
-        let server = tls_config(&id).unwrap();
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(CertificateDer::from(super::super::pki::pem_der(&id.ca_pem).unwrap())).unwrap();
+        let (dir, server, roots) = node_tls("order");
         let provider = rustls::crypto::ring::default_provider();
         assert_eq!(provider.cipher_suites[0].suite(), rustls::CipherSuite::TLS13_AES_256_GCM_SHA384);
         let client = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
@@ -535,11 +542,7 @@ mod tests {
     #[test]
     fn no_session_is_kept_for_resumption() {
         use rustls::pki_types::ServerName;
-        let dir = std::env::temp_dir().join(format!("podwarden-tls-resume-{}", std::process::id()));
-        let id = super::super::pki::ensure(&dir, "node", &["node".to_string()]).unwrap();
-        let server = tls_config(&id).unwrap();
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(CertificateDer::from(super::super::pki::pem_der(&id.ca_pem).unwrap())).unwrap();
+        let (dir, server, roots) = node_tls("resume");
         let client = Arc::new(
             rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
                 .with_safe_default_protocol_versions()
