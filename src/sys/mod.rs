@@ -406,8 +406,8 @@ pub fn clock_ticks_per_second() -> i64 {
 /// up to 32 MiB): the passing large buffers (a relist's answer, a list of
 /// 110 pods as JSON, a stream's relay buffers) no longer leave holes in
 /// the heap that only the next trim can return. With 110 pods, 10 watches
-/// and a port-forward in flight, `scripts/bench.sh api` measured 17.1 to
-/// 18.0 MB with it against 17.8 to 18.6 MB without.
+/// and a port-forward in flight, `scripts/bench.sh api` measured 17.0 to
+/// 18.1 MB in 12 runs with it against 17.8 to 18.6 MB in 4 without.
 pub const MALLOC_TUNABLES: &str = "glibc.malloc.tcache_count=0:glibc.malloc.arena_max=2:glibc.pthread.stack_cache_size=0:glibc.malloc.mmap_threshold=32768";
 
 /// Set in the environment of the second pass of [`reexec_with_malloc_tunables`].
