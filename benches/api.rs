@@ -33,7 +33,10 @@
 //!   stream): through podwarden a new TLS connection and the upgrade of
 //!   `/api/v1/namespaces/bench/pods/srv/exec` (podwarden asks CRI `Exec`
 //!   and relays), directly the CRI `Exec` call (made here) and the upgrade
-//!   of its URL. 10 rounds, alternating which goes first; medians. Each
+//!   of its URL. 10 rounds, each of the two and a second direct exec
+//!   first, second and third in turn; medians. `exec_direct_to_direct_ratio`:
+//!   the second direct set's median ÷ the first's, the same exec on both
+//!   sides: how far a ratio of medians of 10 moves by chance. Each
 //!   side's phases are printed (the connection ready: the CRI call, or TCP
 //!   and TLS; the upgrade answered; the status read; the end) and every
 //!   round's time: the spread of the runtime's own exec shows there;
@@ -44,7 +47,9 @@
 //!   relay ÷ through containerd's own port-forward URL, as a throughput
 //!   ratio, both with this bench's WebSocket client (`v4.channel.k8s.io`,
 //!   `?port=8080`), from the upgrade to the last byte; 15 rounds each,
-//!   alternating, medians. `portforward_kubectl_mib_s`: the same 64 MiB
+//!   with a second direct set, in turn as for exec; medians
+//!   (`portforward_direct_to_direct_ratio`: the second direct set's ÷ the
+//!   first's). `portforward_kubectl_mib_s`: the same 64 MiB
 //!   through `kubectl.1.33 port-forward` (SPDY after the refused
 //!   WebSocket), median of 3 connections;
 //! - `rss_kib_110_api`: podwarden's largest RSS while 10 watches are open
@@ -594,16 +599,29 @@ fn exec(env: &Env, out: &mut BTreeMap<&'static str, f64>) {
     };
     direct();
     relayed();
-    let (mut d, mut r) = (Vec::new(), Vec::new());
+    // a second set of direct rounds (`a`) beside them: the ratio of two
+    // sets of the same exec shows how far medians of 10 move by chance
+    let (mut d, mut r, mut a) = (Vec::new(), Vec::new(), Vec::new());
+    let ticks = |pid: u32| support::cpu_ticks(pid);
+    let containerd = our_containerd();
+    let before = (ticks(env.agent.pid()), containerd.map_or(0, ticks), Instant::now());
     for i in 0..ROUNDS {
-        if i % 2 == 0 {
-            d.push(direct());
-            r.push(relayed());
-        } else {
-            r.push(relayed());
-            d.push(direct());
+        // each of the three first, second and third in turn
+        for k in 0..3 {
+            match (i + k) % 3 {
+                0 => d.push(direct()),
+                1 => r.push(relayed()),
+                _ => a.push(direct()),
+            }
         }
     }
+    let spent = |t0: u64, t1: u64| (t1 - t0) as f64 * 1000.0 / podwarden::sys::clock_ticks_per_second() as f64;
+    println!(
+        "exec rounds: {:.0} ms; CPU podwarden {:.0} ms, containerd {:.0} ms",
+        ms(before.2.elapsed()),
+        spent(before.0, ticks(env.agent.pid())),
+        containerd.map_or(0.0, |p| spent(before.1, ticks(p)))
+    );
     let phases =
         |v: &[[f64; 4]]| -> [f64; 4] { std::array::from_fn(|i| median(&v.iter().map(|p| p[i]).collect::<Vec<_>>())) };
     println!(
@@ -611,8 +629,10 @@ fn exec(env: &Env, out: &mut BTreeMap<&'static str, f64>) {
         phases(&d),
         phases(&r)
     );
-    let (d, r): (Vec<f64>, Vec<f64>) = (d.iter().map(|p| p[3]).collect(), r.iter().map(|p| p[3]).collect());
-    println!("exec rounds (ms): direct {d:.1?}, through podwarden {r:.1?}");
+    let end = |v: &[[f64; 4]]| -> Vec<f64> { v.iter().map(|p| p[3]).collect() };
+    let (d, r, a) = (end(&d), end(&r), end(&a));
+    println!("exec rounds (ms): direct {d:.1?}, through podwarden {r:.1?}, direct again {a:.1?}");
+    let aa = median(&a) / median(&d);
     let run = || {
         let t = Instant::now();
         let o = kubectl_cmd(env.agent, &env.kubeconfig).args(["exec", "srv", "--", "true"]).output().unwrap();
@@ -622,11 +642,27 @@ fn exec(env: &Env, out: &mut BTreeMap<&'static str, f64>) {
     run(); // discovery cached
     let k: Vec<f64> = (0..ROUNDS).map(|_| run()).collect();
     let (d, r, k) = (median(&d), median(&r), median(&k));
-    println!("exec true: direct {d:.2} ms, through podwarden {r:.2} ms, ratio {:.3}; kubectl exec {k:.1} ms", r / d);
+    println!(
+        "exec true: direct {d:.2} ms, through podwarden {r:.2} ms, ratio {:.3} (direct to direct {aa:.3}); kubectl exec {k:.1} ms",
+        r / d
+    );
+    out.insert("exec_direct_to_direct_ratio", aa);
     out.insert("exec_direct_ms", d);
     out.insert("exec_relay_ms", r);
     out.insert("exec_ratio", r / d);
     out.insert("exec_kubectl_ms", k);
+}
+
+/// The private containerd's pid (`scripts/e2e-env.sh` starts it with its
+/// own `containerd.toml`), for its CPU time.
+fn our_containerd() -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+        let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
+        (args.first() == Some(&&b"containerd"[..]) && args.iter().any(|a| a.ends_with(b"/containerd.toml")))
+            .then_some(pid)
+    })
 }
 
 fn mib_s(d: Duration) -> f64 {
@@ -650,14 +686,15 @@ fn port_forward(env: &Env, out: &mut BTreeMap<&'static str, f64>) {
         pf_read(ws(plain(&host), &format!("ws://{host}{path}?port=8080"), "v4.channel.k8s.io"));
         t.elapsed()
     };
-    let (mut d, mut r) = (Vec::new(), Vec::new());
+    // and a second direct set, as for exec
+    let (mut d, mut r, mut a) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..PF_ROUNDS {
-        if i % 2 == 0 {
-            d.push(mib_s(direct()));
-            r.push(mib_s(pf_relayed(env)));
-        } else {
-            r.push(mib_s(pf_relayed(env)));
-            d.push(mib_s(direct()));
+        for k in 0..3 {
+            match (i + k) % 3 {
+                0 => d.push(mib_s(direct())),
+                1 => r.push(mib_s(pf_relayed(env))),
+                _ => a.push(mib_s(direct())),
+            }
         }
     }
     // kubectl port-forward: its local port from its first line
@@ -693,12 +730,13 @@ fn port_forward(env: &Env, out: &mut BTreeMap<&'static str, f64>) {
     let _ = pf.kill();
     let _ = pf.wait();
     let _ = drain.join();
-    println!("port-forward 64 MiB rounds (MiB/s): direct {d:.0?}, through podwarden {r:.0?}");
-    let (d, r, k) = (median(&d), median(&r), median(&k));
+    println!("port-forward 64 MiB rounds (MiB/s): direct {d:.0?}, through podwarden {r:.0?}, direct again {a:.0?}");
+    let (d, r, k, aa) = (median(&d), median(&r), median(&k), median(&a) / median(&d));
     println!(
-        "port-forward 64 MiB: direct {d:.0} MiB/s, through podwarden {r:.0} MiB/s, ratio {:.3}; kubectl {k:.0} MiB/s",
+        "port-forward 64 MiB: direct {d:.0} MiB/s, through podwarden {r:.0} MiB/s, ratio {:.3} (direct to direct {aa:.3}); kubectl {k:.0} MiB/s",
         r / d
     );
+    out.insert("portforward_direct_to_direct_ratio", aa);
     out.insert("portforward_direct_mib_s", d);
     out.insert("portforward_relay_mib_s", r);
     out.insert("portforward_ratio", r / d);
