@@ -143,7 +143,8 @@ impl Agent {
         .unwrap();
         let child = Command::new(&bin)
             .args(["run", "--config", config.to_str().unwrap()])
-            .env("RUST_LOG", "warn")
+            // warnings, unless PODWARDEN_BENCH_LOG says otherwise (a `RUST_LOG` filter)
+            .env("RUST_LOG", std::env::var("PODWARDEN_BENCH_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::null())
             .stderr(stderr)
             .spawn()
