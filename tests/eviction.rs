@@ -12,6 +12,7 @@ use common::*;
 use podwarden::agent::eviction::{Manager, Settings};
 use podwarden::config::{Amount, Signal, Threshold};
 use podwarden::runtime::fake::Op;
+use podwarden::telemetry::events::EventType;
 
 /// An eviction manager on `h` with `thresholds` whose pods' stats are
 /// gathered every `period`.
@@ -133,6 +134,23 @@ fn a_failed_stats_call_leaves_the_nodes_signals_and_conditions_going() {
     let m = manager(&h, vec![always_met()], Duration::from_secs(3600));
     m.synchronize();
     assert!(h.admission.pressure().on().contains(&podwarden::pod::admission::Pressure::Pid));
+    assert_eq!(h.agent.admitted().len(), 1, "no pod evicted without its stats");
+    // one failed pass is not news; a second one is a warning on the node,
+    // not repeated at every pass
+    let warnings = || {
+        h.events
+            .list()
+            .into_iter()
+            .filter(|e| e.reason == "EvictionStatsUnavailable")
+            .map(|e| (e.involved_object.kind.clone(), e.involved_object.name.clone(), e.event_type, e.count))
+            .collect::<Vec<_>>()
+    };
+    assert!(warnings().is_empty(), "a warning after one failed pass");
+    m.synchronize();
+    m.synchronize();
+    assert_eq!(warnings(), [("Node".to_string(), "node".to_string(), EventType::Warning, 1)]);
+    let message = h.events.list().into_iter().find(|e| e.reason == "EvictionStatsUnavailable").unwrap().message;
+    assert!(message.contains("no pod can be ranked for eviction"), "{message}");
     assert_eq!(h.agent.admitted().len(), 1, "no pod evicted without its stats");
     // the runtime is back: the next pass takes the stats and acts
     h.fake.clear_faults();

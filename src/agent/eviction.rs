@@ -247,7 +247,18 @@ struct State {
     first_met: HashMap<usize, Instant>,
     /// When each condition's thresholds were last met.
     last_observed: HashMap<Pressure, Instant>,
+    /// Passes so far.
+    passes: u64,
+    /// Passes whose snapshot failed, in a row (the last of them), and when
+    /// the node was last told.
+    stats_failures: u32,
+    stats_failed_pass: u64,
+    stats_warned: Option<Instant>,
 }
+
+/// A failure of the pods' stats that outlasts one retry is a node event,
+/// repeated this often while it lasts.
+const STATS_WARN_EVERY: Duration = Duration::from_secs(300);
 
 /// The eviction manager.
 pub struct Manager {
@@ -314,10 +325,35 @@ impl Manager {
         match self.collector.collect() {
             Ok(s) => {
                 *self.snapshot_at.lock() = Some(Instant::now());
+                let mut st = self.state.lock();
+                if std::mem::take(&mut st.stats_failures) > 1 {
+                    log::info!("eviction manager: the pods' stats are back");
+                }
+                st.stats_warned = None;
                 Some(s)
             }
             Err(e) => {
                 log::warn!("eviction manager: no stats: {e}");
+                // failed again at a later pass: the node says so (no pod
+                // can be ranked for eviction), then every 5 minutes
+                let mut st = self.state.lock();
+                if st.stats_failed_pass != st.passes {
+                    st.stats_failed_pass = st.passes;
+                    st.stats_failures += 1;
+                }
+                if st.stats_failures >= 2 && st.stats_warned.is_none_or(|t| t.elapsed() >= STATS_WARN_EVERY) {
+                    st.stats_warned = Some(Instant::now());
+                    drop(st);
+                    self.events.event(
+                        &ObjectRef::node(&self.s.node_name),
+                        EventType::Warning,
+                        "EvictionStatsUnavailable",
+                        &format!(
+                            "Eviction manager: the runtime gave no pod stats ({e}): no pod can be ranked \
+                             for eviction, and pod storage limits are not enforced, until it does"
+                        ),
+                    );
+                }
                 None
             }
         }
@@ -334,6 +370,7 @@ impl Manager {
     /// one housekeeping interval without the runtime gathering 110 pods'
     /// stats every 2 s.
     pub fn synchronize(&self) {
+        self.state.lock().passes += 1;
         let due = self.snapshot_at.lock().is_none_or(|t| t.elapsed() >= self.s.stats_period);
         // without the pods' stats (the runtime failed) the node's signals
         // and conditions still go on; the next pass tries again
