@@ -566,6 +566,39 @@ fn watch_event(env: &Env, out: &mut BTreeMap<&'static str, f64>) {
     });
 }
 
+/// Wait (at most 20 s) until the agent and containerd are idle: their CPU
+/// over one second at most [`QUIET_MS`] each, so that the rounds compared
+/// do not start in the tail of the phase before (twelve containers just
+/// restarted: their shims, containerd's events, the agent's passes): in
+/// one run before this wait, the first five exec rounds of each side took
+/// up to 30 ms longer than the last five. Both sides wait alike; the wait
+/// is printed (1 to 2 s in the runs since).
+fn settle(env: &Env, what: &str) {
+    let t = Instant::now();
+    let containerd = our_containerd();
+    let hz = podwarden::sys::clock_ticks_per_second() as f64;
+    let cpu = |pid: u32| support::cpu_ticks(pid) as f64 * 1000.0 / hz;
+    let mut last = (0.0, 0.0);
+    while t.elapsed() < Duration::from_secs(20) {
+        let (a0, c0) = (cpu(env.agent.pid()), containerd.map_or(0.0, cpu));
+        std::thread::sleep(Duration::from_secs(1));
+        last = (cpu(env.agent.pid()) - a0, containerd.map_or(0.0, cpu) - c0);
+        if last.0 <= QUIET_MS && last.1 <= QUIET_MS {
+            break;
+        }
+    }
+    println!(
+        "{what}: quiet after {:.1} s (last second's CPU: podwarden {:.0} ms, containerd {:.0} ms)",
+        t.elapsed().as_secs_f64(),
+        last.0,
+        last.1
+    );
+}
+
+/// CPU a second that counts as idle: with 110 idle pods containerd spends
+/// 30-40 ms a second (the agent's relist) and the agent 10.
+const QUIET_MS: f64 = 60.0;
+
 fn exec(env: &Env, out: &mut BTreeMap<&'static str, f64>) {
     let srv = pod_of(env.cri, "srv").unwrap();
     let cid = srv.latest("main").unwrap().id.clone();
@@ -597,6 +630,7 @@ fn exec(env: &Env, out: &mut BTreeMap<&'static str, f64>) {
         assert!(status.contains("Success"), "exec through podwarden: {status}");
         [ready, upgraded, at, ms(t.elapsed())]
     };
+    settle(env, "exec");
     direct();
     relayed();
     // a second set of direct rounds (`a`) beside them: the ratio of two
@@ -686,6 +720,7 @@ fn port_forward(env: &Env, out: &mut BTreeMap<&'static str, f64>) {
         pf_read(ws(plain(&host), &format!("ws://{host}{path}?port=8080"), "v4.channel.k8s.io"));
         t.elapsed()
     };
+    settle(env, "port-forward");
     // and a second direct set, as for exec
     let (mut d, mut r, mut a) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..PF_ROUNDS {
