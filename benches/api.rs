@@ -575,9 +575,8 @@ fn watch_event(env: &Env, out: &mut BTreeMap<&'static str, f64>) {
 /// is printed (1 to 2 s in the runs since).
 fn settle(env: &Env, what: &str) {
     let t = Instant::now();
-    let containerd = our_containerd();
-    let hz = podwarden::sys::clock_ticks_per_second() as f64;
-    let cpu = |pid: u32| support::cpu_ticks(pid) as f64 * 1000.0 / hz;
+    let containerd = support::containerd_pid();
+    let cpu = support::cpu_ms;
     let mut last = (0.0, 0.0);
     while t.elapsed() < Duration::from_secs(20) {
         let (a0, c0) = (cpu(env.agent.pid()), containerd.map_or(0.0, cpu));
@@ -598,6 +597,20 @@ fn settle(env: &Env, what: &str) {
 /// CPU a second that counts as idle: with 110 idle pods containerd spends
 /// 30-40 ms a second (the agent's relist) and the agent 10.
 const QUIET_MS: f64 = 60.0;
+
+/// `rounds` rounds of three sets (0: direct, 1: through podwarden, 2:
+/// direct again), each set first, second and third in turn: `run(set)`'s
+/// results by set.
+fn in_turn<T>(rounds: usize, mut run: impl FnMut(usize) -> T) -> [Vec<T>; 3] {
+    let mut sets = [Vec::new(), Vec::new(), Vec::new()];
+    for i in 0..rounds {
+        for k in 0..3 {
+            let set = (i + k) % 3;
+            sets[set].push(run(set));
+        }
+    }
+    sets
+}
 
 fn exec(env: &Env, out: &mut BTreeMap<&'static str, f64>) {
     let srv = pod_of(env.cri, "srv").unwrap();
@@ -635,26 +648,15 @@ fn exec(env: &Env, out: &mut BTreeMap<&'static str, f64>) {
     relayed();
     // a second set of direct rounds (`a`) beside them: the ratio of two
     // sets of the same exec shows how far medians of 10 move by chance
-    let (mut d, mut r, mut a) = (Vec::new(), Vec::new(), Vec::new());
-    let ticks = |pid: u32| support::cpu_ticks(pid);
-    let containerd = our_containerd();
-    let before = (ticks(env.agent.pid()), containerd.map_or(0, ticks), Instant::now());
-    for i in 0..ROUNDS {
-        // each of the three first, second and third in turn
-        for k in 0..3 {
-            match (i + k) % 3 {
-                0 => d.push(direct()),
-                1 => r.push(relayed()),
-                _ => a.push(direct()),
-            }
-        }
-    }
-    let spent = |t0: u64, t1: u64| (t1 - t0) as f64 * 1000.0 / podwarden::sys::clock_ticks_per_second() as f64;
+    let containerd = support::containerd_pid();
+    let cpu = support::cpu_ms;
+    let before = (cpu(env.agent.pid()), containerd.map_or(0.0, cpu), Instant::now());
+    let [d, r, a] = in_turn(ROUNDS, |set| if set == 1 { relayed() } else { direct() });
     println!(
         "exec rounds: {:.0} ms; CPU podwarden {:.0} ms, containerd {:.0} ms",
         ms(before.2.elapsed()),
-        spent(before.0, ticks(env.agent.pid())),
-        containerd.map_or(0.0, |p| spent(before.1, ticks(p)))
+        cpu(env.agent.pid()) - before.0,
+        containerd.map_or(0.0, |p| cpu(p) - before.1)
     );
     let phases =
         |v: &[[f64; 4]]| -> [f64; 4] { std::array::from_fn(|i| median(&v.iter().map(|p| p[i]).collect::<Vec<_>>())) };
@@ -687,18 +689,6 @@ fn exec(env: &Env, out: &mut BTreeMap<&'static str, f64>) {
     out.insert("exec_kubectl_ms", k);
 }
 
-/// The private containerd's pid (`scripts/e2e-env.sh` starts it with its
-/// own `containerd.toml`), for its CPU time.
-fn our_containerd() -> Option<u32> {
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
-        let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
-        (args.first() == Some(&&b"containerd"[..]) && args.iter().any(|a| a.ends_with(b"/containerd.toml")))
-            .then_some(pid)
-    })
-}
-
 fn mib_s(d: Duration) -> f64 {
     (PF_BYTES >> 20) as f64 / d.as_secs_f64()
 }
@@ -722,16 +712,7 @@ fn port_forward(env: &Env, out: &mut BTreeMap<&'static str, f64>) {
     };
     settle(env, "port-forward");
     // and a second direct set, as for exec
-    let (mut d, mut r, mut a) = (Vec::new(), Vec::new(), Vec::new());
-    for i in 0..PF_ROUNDS {
-        for k in 0..3 {
-            match (i + k) % 3 {
-                0 => d.push(mib_s(direct())),
-                1 => r.push(mib_s(pf_relayed(env))),
-                _ => a.push(mib_s(direct())),
-            }
-        }
-    }
+    let [d, r, a] = in_turn(PF_ROUNDS, |set| mib_s(if set == 1 { pf_relayed(env) } else { direct() }));
     // kubectl port-forward: its local port from its first line
     let mut pf = kubectl_cmd(env.agent, &env.kubeconfig)
         .args(["port-forward", "pod/srv", ":8080"])

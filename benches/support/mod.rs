@@ -114,6 +114,18 @@ pub fn cpu_ticks(pid: u32) -> u64 {
     get(11) + get(12) // utime, stime (fields 14 and 15 of stat)
 }
 
+/// CPU time of a process so far, in milliseconds (clock ticks: 10 ms
+/// steps).
+pub fn cpu_ms(pid: u32) -> f64 {
+    cpu_ticks(pid) as f64 * 1000.0 / podwarden::sys::clock_ticks_per_second() as f64
+}
+
+/// The private containerd's pid, from the file `scripts/e2e-env.sh up`
+/// keeps naming it.
+pub fn containerd_pid() -> Option<u32> {
+    std::fs::read_to_string("/run/podwarden-e2e/containerd.pid").ok()?.trim().parse().ok()
+}
+
 /// A `podwarden run` the bench started in its own directory: killed and
 /// the directory removed when dropped.
 pub struct Agent {

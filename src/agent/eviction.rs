@@ -249,10 +249,9 @@ struct State {
     last_observed: HashMap<Pressure, Instant>,
     /// Passes so far.
     passes: u64,
-    /// Passes whose snapshot failed, in a row (the last of them), and when
-    /// the node was last told.
-    stats_failures: u32,
-    stats_failed_pass: u64,
+    /// The first of the passes in a row whose snapshot failed, and when the
+    /// node was last told.
+    stats_failing_since: Option<u64>,
     stats_warned: Option<Instant>,
 }
 
@@ -326,10 +325,10 @@ impl Manager {
             Ok(s) => {
                 *self.snapshot_at.lock() = Some(Instant::now());
                 let mut st = self.state.lock();
-                if std::mem::take(&mut st.stats_failures) > 1 {
+                st.stats_failing_since = None;
+                if st.stats_warned.take().is_some() {
                     log::info!("eviction manager: the pods' stats are back");
                 }
-                st.stats_warned = None;
                 Some(s)
             }
             Err(e) => {
@@ -337,11 +336,9 @@ impl Manager {
                 // failed again at a later pass: the node says so (no pod
                 // can be ranked for eviction), then every 5 minutes
                 let mut st = self.state.lock();
-                if st.stats_failed_pass != st.passes {
-                    st.stats_failed_pass = st.passes;
-                    st.stats_failures += 1;
-                }
-                if st.stats_failures >= 2 && st.stats_warned.is_none_or(|t| t.elapsed() >= STATS_WARN_EVERY) {
+                let pass = st.passes;
+                let since = *st.stats_failing_since.get_or_insert(pass);
+                if since < pass && st.stats_warned.is_none_or(|t| t.elapsed() >= STATS_WARN_EVERY) {
                     st.stats_warned = Some(Instant::now());
                     drop(st);
                     self.events.event(
