@@ -521,3 +521,66 @@ fn a_watch_that_falls_too_far_behind_ends_with_410_expired() {
         assert_eq!(code, 0, "{v}: kubectl wait saw the delete after listing again: {}", log.lock());
     }
 }
+
+/// A flood on the Kubernetes API's port by clients that never finish a TLS
+/// handshake (300 connections that send nothing and 20 that stop inside a
+/// ClientHello, held open; then all of it again, as an attacker who
+/// reconnects would) does not keep an operator out: kubectl (1.27 and
+/// 1.33) answers at once every time, and so does the read-only port's
+/// `/healthz`. The node drops the flood's connections beyond the budget of
+/// connections without a client certificate.
+#[test]
+fn many_idle_connections_do_not_block_healthz_or_kubectl() {
+    use podwarden::api::kube::gate;
+    let _serial = SERIAL.lock();
+    let a = Agent::start_with("kubectl-many", "", &[]);
+    let admin = kubeconfig(&a, "admin.yaml", &[]);
+    // discovery cached before the flood: each call below is one connection
+    ok(&a, "1.33", &admin, &["get", "pods", "-A"]);
+    ok(&a, "1.27", &admin, &["get", "pods", "-A"]);
+    let connect = || std::net::TcpStream::connect(("127.0.0.1", a.kube_port)).unwrap();
+    // a TLS record header (handshake, 512 bytes) and the ClientHello's first bytes
+    let cut_hello = [0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03];
+    let mut slowest = Duration::ZERO;
+    for wave in 0..2 {
+        let mut flood: Vec<std::net::TcpStream> = (0..300).map(|_| connect()).collect();
+        for _ in 0..20 {
+            let mut s = connect();
+            s.write_all(&cut_hello).unwrap();
+            flood.push(s);
+        }
+        // the accept thread has taken them all in (or the check below
+        // measures the backlog, not the gate)
+        std::thread::sleep(Duration::from_millis(300));
+        for round in 0..4 {
+            for v in VERSIONS {
+                let t = Instant::now();
+                let (code, out, err) = kubectl(&a, v, &admin, &["--request-timeout", "5s", "get", "pods", "-A"]);
+                let took = t.elapsed();
+                assert_eq!(code, 0, "wave {wave} round {round}, kubectl {v} after {took:?}: {out}{err}");
+                // refused, a kubectl waits out its 5 s timeout or the node's
+                // 5 s handshake deadline: 1 s is one fifth of that
+                assert!(took < Duration::from_secs(1), "wave {wave} round {round}, kubectl {v} took {took:?}");
+                slowest = slowest.max(took);
+            }
+            let t = Instant::now();
+            assert_eq!(a.get("/healthz").as_deref().map(str::trim), Some("ok"), "wave {wave} round {round}");
+            assert!(t.elapsed() < Duration::from_secs(1), "/healthz took {:?}", t.elapsed());
+        }
+        // the node closed every flood connection beyond one address's share
+        let closed = flood
+            .iter()
+            .filter(|s| {
+                s.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+                match (&**s).read(&mut [0u8; 1]) {
+                    Ok(0) => true,
+                    Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+                    Ok(_) => false,
+                }
+            })
+            .count();
+        assert!(closed >= flood.len() - gate::PER_ADDRESS, "wave {wave}: {closed} of {} closed", flood.len());
+    }
+    eprintln!("the slowest kubectl call under the flood: {slowest:?}");
+    assert!(a.log().contains("without a client certificate dropped"), "the drops are logged: {}", a.log());
+}

@@ -19,6 +19,7 @@
 pub mod authz;
 pub mod ctx;
 pub mod discovery;
+pub mod gate;
 pub mod logs;
 pub mod objwrite;
 pub mod openapi;
@@ -108,6 +109,7 @@ impl KubeServer {
             tls,
             revoked: server::Revoked::new(id.dir.join(pki::REVOKED)),
             active: AtomicUsize::new(0),
+            gate: Default::default(),
         });
         let hub_thread = hub.start().map_err(KubeError::Thread)?;
         let st = stop.clone();

@@ -4,8 +4,12 @@
 //! channel) (beyond that a new connection is closed at once; watches are
 //! bounded below that, [`super::watch::MAX_WATCHERS`], and one more is
 //! answered 429 with `Retry-After`), HTTP/1.1 only (ALPN `http/1.1`) with
-//! keep-alive. Each connection: TLS handshake and request head within
-//! [`HEAD_DEADLINE`], the head at most [`MAX_HEAD`], a body at most
+//! keep-alive. Until its TLS handshake ends with a client certificate of
+//! the node CA a connection is held in the [`super::gate`]'s small budget
+//! (per address and in all; the oldest is dropped for a newer one), so
+//! clients that never finish a handshake cannot keep verified ones out.
+//! Each connection: TLS handshake within [`HANDSHAKE_DEADLINE`], request
+//! head within [`HEAD_DEADLINE`], the head at most [`MAX_HEAD`], a body at most
 //! [`MAX_BODY`], an idle keep-alive connection closed after
 //! [`IDLE_DEADLINE`], every write bounded by [`WRITE_DEADLINE`] (a slow
 //! client ends its own connection). A connection thread blocks on its own
@@ -27,6 +31,7 @@ use rustls::{ServerConfig, ServerConnection, StreamOwned};
 
 use super::authz::User;
 use super::ctx::Ctx;
+use super::gate::{Gate, Ticket};
 use super::pki::{self, ClientCert, Identity};
 use super::routes;
 use super::wire::{ApiError, ChunkSink, Reply, Request, split_target};
@@ -41,6 +46,9 @@ const RETRY_AFTER_SECS: u32 = 1;
 pub const MAX_HEAD: usize = 32 << 10;
 pub const MAX_BODY: usize = 3 << 20;
 pub const HEAD_DEADLINE: Duration = Duration::from_secs(10);
+/// From accept to the TLS handshake's end (a handshake takes milliseconds;
+/// under emulation a few hundred).
+pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
 pub const IDLE_DEADLINE: Duration = Duration::from_secs(90);
 pub const WRITE_DEADLINE: Duration = Duration::from_secs(10);
 const MAX_HEADERS: usize = 64;
@@ -130,6 +138,8 @@ pub struct Shared {
     pub tls: Arc<ServerConfig>,
     pub revoked: Revoked,
     pub active: AtomicUsize,
+    /// Connections without a verified client certificate (yet).
+    pub gate: Arc<Gate>,
 }
 
 /// The `kube-accept` loop until `stop`.
@@ -149,9 +159,15 @@ pub fn accept_loop(listener: TcpListener, shared: Arc<Shared>, stop: Arc<AtomicB
             drop(conn);
             continue;
         }
+        // an address is needed for the gate's share (a socket already
+        // reset by its client has none: nothing to serve)
+        let Some(ticket) = conn.peer_addr().ok().and_then(|a| shared.gate.enter(a.ip(), &conn)) else {
+            shared.active.fetch_sub(1, Ordering::SeqCst);
+            continue;
+        };
         let s = shared.clone();
         let spawned = crate::base::thread::spawn("kube-conn", Some(CONN_STACK), move || {
-            serve(&s, conn);
+            serve(&s, conn, ticket);
             s.active.fetch_sub(1, Ordering::SeqCst);
         });
         if let Err(e) = spawned {
@@ -163,15 +179,15 @@ pub fn accept_loop(listener: TcpListener, shared: Arc<Shared>, stop: Arc<AtomicB
 
 type Tls = StreamOwned<ServerConnection, TcpStream>;
 
-fn serve(shared: &Shared, tcp: TcpStream) {
+fn serve(shared: &Shared, tcp: TcpStream, ticket: Ticket) {
     let _ = tcp.set_nodelay(true);
     let _ = tcp.set_write_timeout(Some(WRITE_DEADLINE));
     let Ok(conn) = ServerConnection::new(shared.tls.clone()) else { return };
     let mut tls = StreamOwned::new(conn, tcp);
     let start = Instant::now();
-    // the handshake, within the head's deadline
+    // the handshake, within its own deadline
     while tls.conn.is_handshaking() {
-        let left = HEAD_DEADLINE.saturating_sub(start.elapsed());
+        let left = HANDSHAKE_DEADLINE.saturating_sub(start.elapsed());
         if left.is_zero() || tls.sock.set_read_timeout(Some(left)).is_err() {
             return;
         }
@@ -180,6 +196,15 @@ fn serve(shared: &Shared, tcp: TcpStream) {
         }
     }
     let user = identity(&tls);
+    // a verified certificate leaves the gate; without one the connection
+    // stays where it can be dropped for another (its requests get 401)
+    let _unverified = match user {
+        Some(_) => {
+            ticket.verified();
+            None
+        }
+        None => Some(ticket),
+    };
     let mut buf: Vec<u8> = Vec::new();
     let mut first = true;
     loop {
