@@ -7,6 +7,9 @@
 //!   record (`init_chain_step_to_record_ms`: the event, podwarden's pass,
 //!   CreateContainer) and the record to its start (`runtime_start_ms`:
 //!   containerd's StartContainer alone, the floor of every step);
+//! - the same chain with `runtimeEvents: false`, 5 rounds: each step as the
+//!   relist alone (every second) moves it on (`relist_init_chain_step_ms`,
+//!   median, and `relist_init_chain_step_max_ms`);
 //! - CreateContainer and StartContainer made by this bench as a bare CRI
 //!   client, no agent running (`bare_create_container_ms`,
 //!   `bare_start_container_ms`, medians of 10);
@@ -87,8 +90,29 @@ fn remove_manifests(agent: &Agent) {
     }
 }
 
+/// The init chain with the runtime's events, `ROUNDS` times: its figures.
 fn init_chain(cri: &CriRuntime, out: &mut BTreeMap<&'static str, f64>) {
-    let agent = Agent::start("reactions", "readOnlyPort: 0\nsyncFrequency: 60s\n", Stdio::inherit());
+    init_chain_with(cri, "", ROUNDS, Some(out));
+}
+
+/// The init chain with the relist alone: the steps of `ROUNDS / 2` rounds.
+fn relist_init_chain(cri: &CriRuntime, out: &mut BTreeMap<&'static str, f64>) {
+    let mut steps = init_chain_with(cri, "runtimeEvents: false\n", ROUNDS / 2, None);
+    println!("init chain steps with the relist alone (ms): {steps:?}");
+    out.insert("relist_init_chain_step_max_ms", steps.iter().cloned().fold(0.0, f64::max));
+    out.insert("relist_init_chain_step_ms", median(&mut steps));
+}
+
+/// The init chain `rounds` times with `extra` config lines: every step
+/// (from each exit to the next start, containerd's times). With `out`,
+/// the figures of the chain with events go there.
+fn init_chain_with(
+    cri: &CriRuntime,
+    extra: &str,
+    rounds: usize,
+    out: Option<&mut BTreeMap<&'static str, f64>>,
+) -> Vec<f64> {
+    let agent = Agent::start("reactions", &format!("readOnlyPort: 0\nsyncFrequency: 60s\n{extra}"), Stdio::inherit());
     std::thread::sleep(Duration::from_millis(1500));
     let (mut steps, mut side_main) = (Vec::new(), Vec::new());
     // each step split where containerd stamps the next container's record
@@ -97,7 +121,7 @@ fn init_chain(cri: &CriRuntime, out: &mut BTreeMap<&'static str, f64>) {
     // containerd's StartContainer alone (runc creating and starting the
     // task), which no agent can shorten
     let (mut before_record, mut runtime_start) = (Vec::new(), Vec::new());
-    for r in 0..ROUNDS {
+    for r in 0..rounds {
         let name = format!("chain-{r}");
         write_atomically(&agent.dir, &format!("{name}.yaml"), &chain(&name));
         wait("main running", Duration::from_secs(60), || {
@@ -117,6 +141,8 @@ fn init_chain(cri: &CriRuntime, out: &mut BTreeMap<&'static str, f64>) {
         std::fs::remove_file(agent.dir.join("manifests").join(format!("{name}.yaml"))).unwrap();
         gone_from_containerd(cri);
     }
+    let Some(out) = out else { return steps };
+    let all = steps.clone();
     let max = steps.iter().cloned().fold(0.0, f64::max);
     println!("init chain steps (ms): {steps:?}");
     println!("sidecar to main (ms): {side_main:?}");
@@ -127,6 +153,7 @@ fn init_chain(cri: &CriRuntime, out: &mut BTreeMap<&'static str, f64>) {
     println!("containerd's StartContainer, record to started (ms): {runtime_start:?}");
     out.insert("init_chain_step_to_record_ms", median(&mut before_record));
     out.insert("runtime_start_ms", median(&mut runtime_start));
+    all
 }
 
 /// The floor of a step with no agent at all: this bench as a bare CRI
@@ -263,6 +290,7 @@ fn main() {
     let mut out = BTreeMap::new();
     bare_start(&cri, &mut out);
     init_chain(&cri, &mut out);
+    relist_init_chain(&cri, &mut out);
     exit_to_gone(&cri, &mut out);
     let (events_cpu, rss) = many(&cri, "");
     let (relist_cpu, _) = many(&cri, "runtimeEvents: false\n");

@@ -16,6 +16,11 @@ use podwarden::runtime::events::EventStream;
 use podwarden::runtime::{CallCtx, ContainerState, Runtime};
 
 const LONG: Duration = Duration::from_secs(30);
+/// A step that an event (or, without a stream, the 300 ms relist) moved
+/// on: 10x below `LONG`, the relist and resync period a step would wait
+/// for without them. What a step takes is `scripts/bench.sh reactions`'
+/// `init_chain_step_ms` (with events) and `relist_init_chain_step_ms`.
+const AT_ONCE: Duration = Duration::from_secs(3);
 
 fn chain() -> Arc<model::Pod> {
     Arc::new(
@@ -49,12 +54,12 @@ fn start(events: bool, relist: Duration) -> (Harness, Housekeeping, Option<Event
     (h, hk, Some(stream))
 }
 
-/// The time from `exit` to `name` running.
-fn step(h: &Harness, uid: &str, exit: &str, name: &str, within: Duration) -> Duration {
+/// `exit` ends and `name` runs within [`AT_ONCE`].
+fn step(h: &Harness, uid: &str, exit: &str, name: &str) {
     let t = Instant::now();
     assert!(h.fake.exit_container(uid, exit, 0), "{exit} was running");
-    wait_for(&format!("{name} runs"), within, || running(h, uid, name));
-    t.elapsed()
+    wait_for(&format!("{name} to run after {exit} exited"), AT_ONCE, || running(h, uid, name));
+    eprintln!("{name} ran {:?} after {exit} exited", t.elapsed());
 }
 
 #[test]
@@ -65,9 +70,8 @@ fn an_init_containers_exit_moves_the_pod_on_at_once_with_events() {
     let uid = model::uid(&p).to_string();
     h.agent.apply_source(vec![p]);
     wait_for("a runs", Duration::from_secs(5), || running(&h, &uid, "a"));
-    let ab = step(&h, &uid, "a", "b", Duration::from_secs(2));
-    let b_app = step(&h, &uid, "b", "app", Duration::from_secs(2));
-    assert!(ab < Duration::from_millis(500) && b_app < Duration::from_millis(500), "{ab:?} {b_app:?}");
+    step(&h, &uid, "a", "b");
+    step(&h, &uid, "b", "app");
     assert!(h.parts.runtime_events.events_total() >= 4);
 }
 
@@ -81,9 +85,8 @@ fn without_an_event_stream_the_relist_alone_moves_the_pod_on() {
     h.agent.apply_source(vec![p]);
     wait_for("a runs", Duration::from_secs(5), || running(&h, &uid, "a"));
     // the first step too: the pod is new to the relist that sees a's exit
-    let ab = step(&h, &uid, "a", "b", Duration::from_secs(3));
-    let b_app = step(&h, &uid, "b", "app", Duration::from_secs(3));
-    assert!(ab < Duration::from_millis(1500) && b_app < Duration::from_millis(1500), "{ab:?} {b_app:?}");
+    step(&h, &uid, "a", "b");
+    step(&h, &uid, "b", "app");
     assert_eq!(h.parts.runtime_events.events_total(), 0);
 }
 
@@ -99,8 +102,7 @@ fn a_broken_stream_is_opened_again_and_counted() {
     let uid = model::uid(&p).to_string();
     h.agent.apply_source(vec![p]);
     wait_for("a runs", Duration::from_secs(5), || running(&h, &uid, "a"));
-    let ab = step(&h, &uid, "a", "b", Duration::from_secs(2));
-    assert!(ab < Duration::from_millis(500), "{ab:?}");
+    step(&h, &uid, "a", "b");
 }
 
 /// The kubelet's PLEG sees a container it never saw as an event: a pod

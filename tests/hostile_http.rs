@@ -18,7 +18,10 @@ use podwarden::api::http::MAX_CONNECTIONS;
 
 const BIN: &str = env!("CARGO_BIN_EXE_podwarden");
 const RSS_BOUND_KIB: u64 = 16 * 1024;
-/// Far above what the endpoint needs, far below the 5 s a blocked endpoint took.
+/// An answer (or a close) that waited for no other client: 5x below
+/// READ_DEADLINE (5 s), the least a request waits behind a client whose
+/// head is being read (blocked endpoints took that, or forever). What the
+/// endpoint takes is `scripts/bench.sh hostile`'s `healthz_ms_p99_slow_clients`.
 const PROMPT: Duration = Duration::from_secs(1);
 const HEALTHZ_OK: &[u8] =
     b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
@@ -298,11 +301,14 @@ fn a_hundred_idle_connections_do_not_delay_any_endpoint() {
 }
 
 #[test]
-fn healthz_p99_with_a_hundred_slow_clients_is_far_below_a_second() {
+fn healthz_waits_for_none_of_a_hundred_slow_clients() {
     let d = Daemon::start("p99");
     let p99 = bench_http::healthz_p99_with_slow_clients(d.addr, 100);
     eprintln!("healthz p99 with 100 slow clients: {p99:.2} ms");
-    assert!(p99 < 1000.0, "p99 {p99} ms");
+    // a /healthz held up by the slow clients waits for a READ_DEADLINE (5
+    // s) or fails (counted as 5 s): PROMPT is 5x below; the p99 of the 100
+    // is the second slowest, so one stall of the machine does not fail it
+    assert!(p99 < PROMPT.as_secs_f64() * 1000.0, "p99 {p99} ms");
     d.assert_healthy("100 slow clients");
 }
 
@@ -350,7 +356,8 @@ fn a_byte_a_second_is_cut_off_by_the_total_deadline_while_healthz_answers() {
     };
     let text = String::from_utf8_lossy(&out);
     assert!(text.starts_with("HTTP/1.1 408 Request Timeout\r\n"), "{text:?}");
-    // READ_DEADLINE is 5 s from the accept, however often bytes come
+    // READ_DEADLINE is 5 s from the accept, however often bytes come (a
+    // deadline per read would never close it: the loop's 12 s)
     assert!(ended >= Duration::from_millis(4500) && ended < Duration::from_secs(8), "closed after {ended:?}");
     d.assert_healthy("a byte-a-second client");
 }
@@ -370,13 +377,11 @@ fn connections_beyond_the_cap_are_refused_at_once_and_healthz_recovers_when_they
     // reached the socket after the close)
     let at_cap = d.get("/healthz");
     assert!(matches!(at_cap, Some((503, _)) | None), "{at_cap:?}");
-    let dropped = Instant::now();
     drop(idle);
-    // well before their 5 s read deadline would have freed the slots
-    wait_for("/healthz after the idle connections closed", Duration::from_secs(3), || {
-        d.get("/healthz") == Some((200, "ok".into()))
-    });
-    assert!(dropped.elapsed() < Duration::from_secs(3));
+    // their closes free the slots at once: within PROMPT, 5x below their
+    // READ_DEADLINE (5 s from their accept, a moment ago), which would
+    // free them too
+    wait_for("/healthz after the idle connections closed", PROMPT, || d.get("/healthz") == Some((200, "ok".into())));
     assert!(d.log().contains("connection(s) refused: 128 open connections is the limit"), "{}", d.log());
     d.assert_healthy("connections beyond the cap");
 }

@@ -2,42 +2,100 @@
 //! container, sidecar and app container starts right after what it waits
 //! for, from containerd's event service (containerd 1.6 has no CRI
 //! `GetContainerEvents`) or, with `runtimeEvents: false`, from the relist
-//! alone; the stream is opened again after containerd restarts.
+//! alone; the stream is opened again after containerd restarts; a new
+//! container's log burst is rotated as it grows.
 //! Times are containerd's own (`startedAt`/`finishedAt` in nanoseconds).
+//! The bounds here only tell a reaction from a wait for the relist, the
+//! resync or a monitor pass, each 5x or more apart; what a reaction takes
+//! is measured by `scripts/bench.sh reactions` (and `unattended` for the
+//! log burst). (A deleted pod's leaving `/pods` at its containers' stop,
+//! tens of milliseconds before its sandbox's, is told apart on the fake
+//! runtime with a slow sandbox stop: tests/scenarios.rs.)
 
 mod agent;
 mod common;
 
 use agent::*;
-use std::sync::Arc;
 
-/// Three init containers that exit at once, a sidecar, the app.
+/// Init containers in the chain.
+const INITS: usize = 8;
+
+/// The relist every second (it runs every `housekeepingInterval`, at most
+/// a second apart; these agents' default is 500 ms), what a step waits
+/// for when the runtime's events are not acted on.
+const RELIST_1S: &str = "housekeepingInterval: 1s\n";
+
+/// [`INITS`] init containers that exit at once, a sidecar, the app.
 fn chain_pod(name: &str) -> String {
     let run = "trap 'exit 0' TERM; while :; do sleep 0.2; done";
-    let init = |n: &str| format!("  - {{name: {n}, image: {IMAGE}, imagePullPolicy: Never, command: [\"true\"]}}\n");
+    let inits: String = (1..=INITS)
+        .map(|i| format!("  - {{name: i{i}, image: {IMAGE}, imagePullPolicy: Never, command: [\"true\"]}}\n"))
+        .collect();
     format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: e2e}}\nspec:\n  terminationGracePeriodSeconds: 2\n  initContainers:\n{}{}{}  - {{name: side, image: {IMAGE}, imagePullPolicy: Never, restartPolicy: Always, command: [sh, -c, {run:?}]}}\n  containers:\n  - {{name: main, image: {IMAGE}, imagePullPolicy: Never, command: [sh, -c, {run:?}]}}\n",
-        init("i1"),
-        init("i2"),
-        init("i3"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: e2e}}\nspec:\n  terminationGracePeriodSeconds: 2\n  initContainers:\n{inits}  - {{name: side, image: {IMAGE}, imagePullPolicy: Never, restartPolicy: Always, command: [sh, -c, {run:?}]}}\n  containers:\n  - {{name: main, image: {IMAGE}, imagePullPolicy: Never, command: [sh, -c, {run:?}]}}\n",
     )
 }
 
-/// Each step of the chain in milliseconds: i2, i3 and the sidecar from
-/// the exit before them, main from the sidecar's start.
-fn steps(a: &Agent, uid: &str) -> Vec<(String, f64)> {
+/// One step of the chain, from what the container waited for (the exit
+/// of the one before it; for main, the sidecar's start) in milliseconds:
+/// to containerd's record of it (the end of CreateContainer: the event's
+/// way to podwarden, its pass and the create) and to its start (that and
+/// containerd's StartContainer, which no agent can shorten).
+#[derive(Debug)]
+struct Step {
+    name: String,
+    to_record: f64,
+    to_start: f64,
+}
+
+fn steps(a: &Agent, uid: &str) -> Vec<Step> {
     let rp = a.runtime_pod(uid);
     let get = |n: &str| rp.latest(n).unwrap_or_else(|| panic!("container {n} in {rp:?}")).clone();
     let ms = |from: i64, to: i64| (to - from) as f64 / 1e6;
+    let mut order: Vec<String> = (1..=INITS).map(|i| format!("i{i}")).collect();
+    order.push("side".into());
     let mut out = Vec::new();
-    for (prev, next) in [("i1", "i2"), ("i2", "i3"), ("i3", "side")] {
-        out.push((next.to_string(), ms(get(prev).finished_at_ns, get(next).started_at_ns)));
+    for w in order.windows(2) {
+        let (prev, next) = (get(&w[0]), get(&w[1]));
+        out.push(Step {
+            name: w[1].clone(),
+            to_record: ms(prev.finished_at_ns, next.created_at_ns),
+            to_start: ms(prev.finished_at_ns, next.started_at_ns),
+        });
     }
-    out.push(("main".into(), ms(get("side").started_at_ns, get("main").started_at_ns)));
+    let (side, main) = (get("side"), get("main"));
+    out.push(Step {
+        name: "main".into(),
+        to_record: ms(side.started_at_ns, main.created_at_ns),
+        to_start: ms(side.started_at_ns, main.started_at_ns),
+    });
     out
 }
 
-fn run_chain(a: &Agent, name: &str) -> (String, Vec<(String, f64)>) {
+/// No step waited for the resync (60 s in these agents): each started
+/// within 5 s of what it waited for, 12x below.
+fn assert_no_step_waited_for_the_resync(s: &[Step]) {
+    for st in s {
+        assert!(st.to_start < 5000.0, "{} started {} ms after what it waited for: {s:?}", st.name, st.to_start);
+    }
+}
+
+/// Each step was acted on at once, not at the relist ([`RELIST_1S`]):
+/// with events the agent's part of a step (to the record) took 14-42 ms
+/// here; a step left to the relist waits out the rest of the second the
+/// container before it used to start and exit, 920-950 ms (the first
+/// step, and main's, which the sidecar's pass starts, can be quicker).
+/// The median of the chain's 9 steps is bounded at 150 ms, 6x below the
+/// relist's: one step slowed by a loaded machine does not move it.
+fn assert_each_step_at_once(s: &[Step]) {
+    let mut to_record: Vec<f64> = s.iter().map(|st| st.to_record).collect();
+    to_record.sort_by(f64::total_cmp);
+    let median = to_record[to_record.len() / 2];
+    assert!(median < 150.0, "the median step took {median} ms to the next record (a relist's wait?): {s:?}");
+    assert_no_step_waited_for_the_resync(s);
+}
+
+fn run_chain(a: &Agent, name: &str) -> (String, Vec<Step>) {
     a.write(&format!("{name}.yaml"), &chain_pod(name));
     let uid = a.uid(name);
     wait_for("main runs", Duration::from_secs(60), || {
@@ -57,16 +115,12 @@ fn metrics(a: &Agent) -> String {
 #[test]
 fn each_step_of_an_init_chain_follows_at_once_with_containerd_events() {
     let _serial = SERIAL.lock();
-    let mut a = Agent::start_with("react-events", "syncFrequency: 60s\n", &[]);
+    let mut a = Agent::start_with("react-events", &format!("syncFrequency: 60s\n{RELIST_1S}"), &[]);
     wait_for("the event stream open", Duration::from_secs(10), || {
         metric(&metrics(&a), "podwarden_runtime_event_stream_open{source=\"containerd\"}") == Some(1.0)
     });
     let (uid, s) = run_chain(&a, "chain");
-    for (name, ms) in &s {
-        assert!(*ms < 600.0, "{name} started {ms} ms after what it waited for: {s:?}");
-    }
-    let total: f64 = s.iter().map(|(_, ms)| ms).sum();
-    assert!(total < 1200.0, "four steps took {total} ms (the relist alone takes about 500 ms each): {s:?}");
+    assert_each_step_at_once(&s);
     let m = metrics(&a);
     assert!(metric(&m, "podwarden_runtime_events_total").unwrap() >= 8.0, "{m}");
     assert_eq!(metric(&m, "podwarden_runtime_event_stream_opens_total"), Some(1.0));
@@ -75,15 +129,15 @@ fn each_step_of_an_init_chain_follows_at_once_with_containerd_events() {
 }
 
 /// `runtimeEvents: false`: no stream, and the relist (every second) still
-/// moves each step on within about a second, never at the resync.
+/// moves each step on, never the resync (what a step takes then is
+/// `scripts/bench.sh reactions`' `relist_init_chain_step_ms`).
 #[test]
-fn without_events_the_relist_moves_each_step_within_a_second() {
+fn without_events_the_relist_moves_each_step_on() {
     let _serial = SERIAL.lock();
-    let mut a = Agent::start_with("react-relist", "syncFrequency: 60s\nruntimeEvents: false\n", &[]);
+    let mut a =
+        Agent::start_with("react-relist", &format!("syncFrequency: 60s\nruntimeEvents: false\n{RELIST_1S}"), &[]);
     let (uid, s) = run_chain(&a, "chain-relist");
-    for (name, ms) in &s {
-        assert!(*ms < 1600.0, "{name} started {ms} ms after what it waited for: {s:?}");
-    }
+    assert_no_step_waited_for_the_resync(&s);
     let m = metrics(&a);
     assert_eq!(metric(&m, "podwarden_runtime_event_stream_open"), Some(0.0), "{m}");
     assert_eq!(metric(&m, "podwarden_runtime_events_total"), Some(0.0));
@@ -103,7 +157,7 @@ fn containerd_pid() -> i32 {
 #[test]
 fn the_event_stream_is_opened_again_after_containerd_restarts() {
     let _serial = SERIAL.lock();
-    let mut a = Agent::start_with("react-restart", "syncFrequency: 60s\n", &[]);
+    let mut a = Agent::start_with("react-restart", &format!("syncFrequency: 60s\n{RELIST_1S}"), &[]);
     wait_for("the event stream open", Duration::from_secs(10), || {
         metric(&metrics(&a), "podwarden_runtime_event_stream_opens_total") == Some(1.0)
     });
@@ -125,82 +179,9 @@ fn the_event_stream_is_opened_again_after_containerd_restarts() {
     });
     a.cri = cri();
     let (uid, s) = run_chain(&a, "chain-again");
-    for (name, ms) in &s {
-        assert!(*ms < 600.0, "{name} started {ms} ms after what it waited for: {s:?}");
-    }
+    assert_each_step_at_once(&s);
     assert!(a.log().contains("the runtime's event stream (containerd) is open again"), "{}", a.log());
     a.clean_up(&[&uid]);
-}
-
-/// The Instant each container's exit event reached this test (its own
-/// subscription to containerd's events, as podwarden's).
-struct ExitWatch {
-    exits: Arc<Mutex<Vec<(String, Instant)>>>,
-    cancel: podwarden::base::cancel::CancelToken,
-}
-
-impl ExitWatch {
-    fn start() -> Self {
-        let exits = Arc::new(Mutex::new(Vec::new()));
-        let cancel = podwarden::base::cancel::CancelToken::new();
-        let (e, c) = (exits.clone(), cancel.clone());
-        podwarden::base::thread::spawn("test-exits", None, move || {
-            let _ = cri().watch_events(&c, &mut |n| {
-                if let podwarden::runtime::events::Note::Event(ev) = n
-                    && ev.kind == podwarden::runtime::events::Kind::Exited
-                {
-                    e.lock().push((ev.container_id, Instant::now()));
-                }
-            });
-        })
-        .unwrap();
-        std::thread::sleep(Duration::from_millis(500));
-        ExitWatch { exits, cancel }
-    }
-
-    fn exited(&self, id: &str) -> Option<Instant> {
-        self.exits.lock().iter().find(|(c, _)| c == id).map(|(_, t)| *t)
-    }
-}
-
-impl Drop for ExitWatch {
-    fn drop(&mut self) {
-        self.cancel.cancel();
-    }
-}
-
-/// A pod whose container exits at once on SIGTERM is gone from the API
-/// right after that exit: nothing waits for a relist.
-#[test]
-fn a_deleted_pod_is_gone_right_after_its_container_exits() {
-    let _serial = SERIAL.lock();
-    let mut a = Agent::start_with("react-gone", "syncFrequency: 60s\n", &[]);
-    let watch = ExitWatch::start();
-    let mut gaps = Vec::new();
-    for i in 0..3 {
-        let name = format!("quick{i}");
-        a.write(&format!("{name}.yaml"), &pod_yaml(&name, "  terminationGracePeriodSeconds: 5\n", TRAPPING));
-        let uid = a.uid(&name);
-        wait_for("running", Duration::from_secs(30), || a.running(&uid) == 1);
-        let id = a.runtime_pod(&uid).latest("main").unwrap().id.clone();
-        a.remove(&format!("{name}.yaml"));
-        let mut gone = None;
-        poll_until(Duration::from_secs(10), || {
-            let listed = a.get("/pods").is_some_and(|p| p.contains(&format!("\"{name}\"")));
-            if !listed {
-                gone = Some(Instant::now());
-            }
-            !listed
-        });
-        let gone = gone.expect("the pod left the API");
-        let exited = watch.exited(&id).expect("the container's exit event");
-        let ms = gone.saturating_duration_since(exited).as_secs_f64() * 1000.0;
-        eprintln!("{name}: gone {ms:.0} ms after its container exited");
-        gaps.push(ms);
-        a.clean_up(&[&uid]);
-    }
-    gaps.sort_by(f64::total_cmp);
-    assert!(gaps[1] < 300.0, "gone after the exit (ms): {gaps:?}");
 }
 
 /// Bytes of the regular files in `dir` (their length: a file being
@@ -211,21 +192,26 @@ fn dir_bytes(dir: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-/// A container that writes 27 MB of lines as fast as it can right after
+/// What the burst writes.
+const BURST_BYTES: u64 = 100_000_000;
+
+/// A container that writes 100 MB of lines as fast as it can right after
 /// it starts (`containerLogMaxSize: 1Mi`, `containerLogMaxFiles: 3`): its
-/// log is rotated as it grows, so its files never hold more than twice
-/// the 3 MiB they may hold; once it is idle for a monitor interval, every
+/// log is rotated as it grows, not at the next monitor pass (every 10 s
+/// here, after the burst); once it is idle for a monitor interval, every
 /// rotated file is compressed.
 #[test]
 fn a_log_burst_from_a_new_container_is_rotated_as_it_grows() {
     let _serial = SERIAL.lock();
     let mut a = Agent::start_with(
         "react-burst",
-        "containerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 3\ncontainerLogMonitorInterval: 3s\n",
+        "containerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 3\ncontainerLogMonitorInterval: 10s\n",
         &[],
     );
-    let cmd = "yes \"$(printf '%0999d' 0)\" | head -c 27000000; for i in 1 2 3 4 5; do echo burst-done; sleep 0.2; done; sleep 3600";
-    a.write("burst.yaml", &pod_yaml("burst", "  terminationGracePeriodSeconds: 1\n", cmd));
+    let cmd = format!(
+        "yes \"$(printf '%0999d' 0)\" | head -c {BURST_BYTES}; for i in 1 2 3 4 5; do echo burst-done; sleep 0.2; done; sleep 3600"
+    );
+    a.write("burst.yaml", &pod_yaml("burst", "  terminationGracePeriodSeconds: 1\n", &cmd));
     let uid = a.uid("burst");
     let dir = a.dir.0.join("logs").join(format!("e2e_burst_{uid}")).join("main");
     let (mut peak, mut samples) = (0u64, 0);
@@ -248,20 +234,19 @@ fn a_log_burst_from_a_new_container_is_rotated_as_it_grows() {
         peak = peak.max(b);
         samples += 1;
         assert!(start.elapsed() < Duration::from_secs(90), "the burst did not end within 90 s");
-        std::thread::sleep(Duration::from_millis(2));
+        std::thread::sleep(Duration::from_millis(5));
     }
     let secs = start.elapsed().as_secs_f64();
-    eprintln!("burst: 27 MB in {secs:.1} s, peak {peak} bytes on disk over {samples} samples");
-    // at no moment more than twice what the files may hold (the bug this
-    // guards against left 37.6 MB of 27 MB written, never rotated; before
-    // the byte budget, files written on between a rename and the runtime's
-    // reopen made peaks of 6.7 to 12 MB)
-    assert!(
-        peak <= 2 * 3 * (1 << 20),
-        "the log files held {peak} bytes at once (limit 3 MiB); (ms, bytes): {series:?}"
-    );
-    // idle for a monitor interval (3 s): the newest rotated file is compressed too
-    wait_for("every rotated file compressed", Duration::from_secs(10), || {
+    eprintln!("burst: {BURST_BYTES} bytes in {secs:.1} s, peak {peak} bytes on disk over {samples} samples");
+    // rotated as it grows: at no moment more than 16 MiB, 6x below the
+    // 100 MB a log rotated only at the monitor's passes holds (the bug this
+    // guards against left all of a burst, never rotated); the files may
+    // hold 3 MiB, and the most they hold in a burst (twice that with the
+    // byte budget) is `scripts/bench.sh unattended`'s
+    // log_bytes_peak_burst_at_start
+    assert!(peak <= 16 << 20, "the log files held {peak} bytes at once (limit 3 MiB); (ms, bytes): {series:?}");
+    // idle for a monitor interval (10 s): the newest rotated file is compressed too
+    wait_for("every rotated file compressed", Duration::from_secs(30), || {
         let names: Vec<String> = std::fs::read_dir(&dir)
             .unwrap()
             .flatten()

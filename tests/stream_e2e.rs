@@ -467,13 +467,8 @@ fn ws_echo(mut w: WebSocket<std::net::TcpStream>, total: usize) -> f64 {
     t.elapsed().as_secs_f64()
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
-
 #[test]
-fn the_relay_answers_each_kubectl_protocol_as_containerd_allows_and_measures_its_cost() {
+fn the_relay_answers_each_kubectl_protocol_as_containerd_allows() {
     let _serial = SERIAL.lock();
     let dir = TempDir::new("relay");
     let manifests = dir.0.join("manifests");
@@ -547,66 +542,12 @@ fn the_relay_answers_each_kubectl_protocol_as_containerd_allows_and_measures_its
     let e = ws(&addr, "/exec/e2e/web/side?command=true&stdout=1", "v4.channel.k8s.io").unwrap_err();
     assert!(e.starts_with("400 ") && e.contains("container side is not valid"), "{e}");
 
-    // the bench: exec of `true` and 64 MiB through port-forward,
-    // against the runtime's URL directly and through the relay
-    let sandbox = {
-        let pod = stream::find_pod(&parts, "e2e", "web").unwrap();
-        let rp = parts.runtime.pod_status(&call(), podwarden::model::uid(&pod)).unwrap();
-        rp.ready_sandbox().unwrap().id.clone()
-    };
-    let direct_url = |kind: &str| -> (String, String) {
-        let url = match kind {
-            "exec" => stream::runtime_url(&parts, &exec_target, |_| Ok(())).unwrap(),
-            _ => parts.runtime.port_forward(&call(), &sandbox, &[8080]).unwrap(),
-        };
-        let (host, path) = stream::split_url(&url).unwrap();
-        (host, path)
-    };
-    let (mut direct, mut relayed) = (Vec::new(), Vec::new());
-    for i in 0..10 {
-        // alternate which goes first
-        for relay in if i % 2 == 0 { [false, true] } else { [true, false] } {
-            let pre = (!relay).then(|| direct_url("exec"));
-            let t = Instant::now();
-            let w = match &pre {
-                Some((host, path)) => ws(host, path, "v4.channel.k8s.io"),
-                None => ws(&addr, "/exec/e2e/web/main?command=true&stdout=1", "v4.channel.k8s.io"),
-            };
-            let hs = t.elapsed();
-            let (_, status) = ws_exec(w.unwrap());
-            if std::env::var("STREAM_BENCH_DETAIL").is_ok() {
-                eprintln!("relay={relay} handshake {hs:?} total {:?}", t.elapsed());
-            }
-            (if relay { &mut relayed } else { &mut direct }).push(t.elapsed().as_secs_f64());
-            assert!(status.contains("Success"), "{status}");
-        }
-    }
-    let mut lookup = Vec::new();
-    for _ in 0..10 {
-        let t = Instant::now();
-        stream::runtime_url(&parts, &exec_target, |_| Ok(())).unwrap();
-        lookup.push(t.elapsed().as_secs_f64());
-    }
-    eprintln!("bench: the pod lookup and CRI Exec call alone: {:.2} ms", median(lookup) * 1e3);
-    let (d, r) = (median(direct), median(relayed));
-    eprintln!(
-        "bench: exec true: direct (URL fetched beforehand) {:.2} ms, relayed (CRI Exec included) {:.2} ms, ratio {:.2}",
-        d * 1e3,
-        r * 1e3,
-        r / d
-    );
-    let total = 64 << 20;
-    let (host, path) = direct_url("pf");
-    let d = ws_echo(ws(&host, &format!("{path}?port=8080"), "v4.channel.k8s.io").unwrap(), total);
-    let r = ws_echo(ws(&addr, "/portForward/e2e/web?port=8080", "v4.channel.k8s.io").unwrap(), total);
-    let mib = (total >> 20) as f64;
-    eprintln!(
-        "bench: port-forward 64 MiB each way: direct {:.0} MiB/s, relayed {:.0} MiB/s, ratio {:.2}",
-        mib / d,
-        mib / r,
-        d / r
-    );
-    assert!(d / r > 0.3, "the relay is not a bottleneck: {:.2}", d / r);
+    // 16 MiB each way through the relayed port-forward, byte for byte
+    // (what the relay costs against the runtime's own URLs, for exec and
+    // port-forward, is `scripts/bench.sh api`'s exec_ratio and
+    // portforward_ratio)
+    let secs = ws_echo(ws(&addr, "/portForward/e2e/web?port=8080", "v4.channel.k8s.io").unwrap(), 16 << 20);
+    eprintln!("port-forward through the relay: 16 MiB each way in {secs:.2} s");
 
     kubectl_through_the_relay(&dir, port);
 
