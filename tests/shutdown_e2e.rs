@@ -33,15 +33,43 @@ fn start(tag: &str, shutdown: &str) -> Agent {
     a
 }
 
+/// How many inhibitor locks named "podwarden" logind holds, from its
+/// answer: a failed call (the bus or logind down) names none either, and is
+/// no "none".
+fn podwarden_inhibitors_answered() -> usize {
+    let out = dbus_send(&[
+        "--dest=org.freedesktop.login1",
+        "/org/freedesktop/login1",
+        "org.freedesktop.login1.Manager.ListInhibitors",
+    ]);
+    assert!(out.starts_with("method return "), "logind's ListInhibitors failed: {out}");
+    out.matches("\"podwarden\"").count()
+}
+
+/// The agent's `/node`: a 200 with JSON, or the test fails (never an
+/// empty report read as "no such field").
 fn node(a: &Agent) -> Value {
-    serde_json::from_str(&a.get("/node").unwrap_or_default()).unwrap_or(Value::Null)
+    let body = a.get("/node").expect("/node answers 200");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("/node is not JSON ({e}): {body}"))
+}
+
+/// What the observer thread of a [`Timeline`] saw.
+#[derive(Default)]
+struct Observed {
+    /// When each watched pod was first seen with no running container.
+    gone: BTreeMap<String, Duration>,
+    /// Lists of containerd's pods done so far.
+    lists: u64,
+    /// Why the observer stopped: a failed list (no absence can be read
+    /// after it).
+    failed: Option<String>,
 }
 
 /// When each watched pod was first seen with no running container, from a
 /// thread polling containerd every 50 ms.
 struct Timeline {
     t0: Instant,
-    gone: Arc<Mutex<BTreeMap<String, Duration>>>,
+    seen: Arc<Mutex<Observed>>,
     stop: Arc<AtomicBool>,
     join: Option<std::thread::JoinHandle<()>>,
 }
@@ -49,31 +77,62 @@ struct Timeline {
 impl Timeline {
     fn start(uids: &[String]) -> Self {
         let t0 = Instant::now();
-        let gone = Arc::new(Mutex::new(BTreeMap::new()));
+        let seen = Arc::new(Mutex::new(Observed::default()));
         let stop = Arc::new(AtomicBool::new(false));
-        let (g, s, uids) = (gone.clone(), stop.clone(), uids.to_vec());
+        let (o, s, uids) = (seen.clone(), stop.clone(), uids.to_vec());
+        // connected here: a thread that dies connecting would see nothing gone
+        let cri = cri();
         #[allow(clippy::disallowed_methods)] // a test-side observer thread
         let join = std::thread::spawn(move || {
-            let cri = cri();
             while !s.load(Ordering::SeqCst) {
-                let pods = cri.list_pods(&call()).unwrap_or_default();
+                // a failed list is no list: never "every pod is gone"
+                let pods = match cri.list_pods(&call()) {
+                    Ok(pods) => pods,
+                    Err(e) => {
+                        o.lock().failed = Some(format!("at {:?}: {e}", t0.elapsed()));
+                        return;
+                    }
+                };
+                let mut o = o.lock();
                 for u in &uids {
                     let running = pods
                         .iter()
                         .filter(|p| &p.uid == u)
                         .any(|p| p.containers.iter().any(|c| c.state == ContainerState::Running));
                     if !running {
-                        g.lock().entry(u.clone()).or_insert_with(|| t0.elapsed());
+                        o.gone.entry(u.clone()).or_insert_with(|| t0.elapsed());
                     }
                 }
+                o.lists += 1;
+                drop(o);
                 std::thread::sleep(Duration::from_millis(50));
             }
         });
-        Timeline { t0, gone, stop, join: Some(join) }
+        Timeline { t0, seen, stop, join: Some(join) }
     }
 
+    /// When `uid` was first seen with no running container. `None` only
+    /// when a list begun after this call still shows it running; a failed
+    /// list, or none for 40 s, fails the test.
     fn gone(&self, uid: &str) -> Option<Duration> {
-        self.gone.lock().get(uid).copied()
+        let from = self.seen.lock().lists;
+        let end = Instant::now() + Duration::from_secs(40);
+        loop {
+            let o = self.seen.lock();
+            if let Some(e) = &o.failed {
+                panic!("listing containerd's pods failed {e}: whether pod {uid} runs is unknown");
+            }
+            if let Some(t) = o.gone.get(uid) {
+                return Some(*t);
+            }
+            // the list counted in `from` may have begun before this call
+            if o.lists >= from + 2 {
+                return None;
+            }
+            drop(o);
+            assert!(Instant::now() < end, "no list of containerd's pods for 40 s: whether pod {uid} runs is unknown");
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     fn wait_gone(&self, uid: &str, within: Duration) -> Duration {
@@ -285,7 +344,7 @@ fn inhibit_delay_raised_to_30s_and_a_later_drop_in_is_a_clear_start_up_error() {
     let n = node(&a);
     assert_eq!(n["gracefulShutdown"]["enabled"], false);
     assert!(n["gracefulShutdown"]["problem"].as_str().unwrap().contains("99-zz-unattended.conf"), "{n}");
-    assert_eq!(podwarden_inhibitors(), 0);
+    assert_eq!(podwarden_inhibitors_answered(), 0);
     // everything else works
     let uids = start_pods(&a, &[("still-runs", "", TRAPPING)]);
     a.clean_up(&[&uids[0]]);
@@ -400,11 +459,12 @@ impl Drop for ReadOnly {
     }
 }
 
+/// The node condition `kind`; `Null` only when the node's conditions (which
+/// must be there) lack it.
 fn condition(a: &Agent, kind: &str) -> Value {
-    node(a)["node"]["status"]["conditions"]
-        .as_array()
-        .and_then(|c| c.iter().find(|c| c["type"] == kind).cloned())
-        .unwrap_or_default()
+    let n = node(a);
+    let conditions = n["node"]["status"]["conditions"].as_array().unwrap_or_else(|| panic!("no conditions in {n}"));
+    conditions.iter().find(|c| c["type"] == kind).cloned().unwrap_or_default()
 }
 
 /// Graceful node shutdown set up wrong does not pass quietly, and does not
@@ -478,7 +538,7 @@ fn an_unwritable_drop_in_dir_is_warned_by_validate_and_shown_as_a_node_condition
     );
     assert!(a.log().contains("GracefulNodeShutdownOff"), "the Warning event too: {}", a.log());
     assert_eq!(node(&a)["gracefulShutdown"]["enabled"], false);
-    assert_eq!(podwarden_inhibitors(), 0);
+    assert_eq!(podwarden_inhibitors_answered(), 0);
     assert_holds_for("/healthz 200 ok and the node Ready", Duration::from_secs(3), || {
         a.get("/healthz").as_deref() == Some("ok") && condition(&a, "Ready")["status"] == "True"
     });
