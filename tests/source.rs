@@ -3,10 +3,14 @@
 
 mod common;
 
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{TempDir, wait_for};
+use common::{TempDir, assert_holds_for, poll_until, wait_for};
 use parking_lot::Mutex;
 use podwarden::agent::source::{FileSource, start_watcher};
 use podwarden::model::manifest::{self, ManifestError};
@@ -120,13 +124,134 @@ fn duplicate_explicit_uid_second_file_is_ignored_with_an_error() {
     assert!(r.errors[0].1.contains("already used by"), "{:?}", r.errors);
 }
 
+/// `podwarden run` on the simulated runtime, its manifests in `manifests`,
+/// its read-only HTTP port on 127.0.0.1; stopped when dropped (its log
+/// shown when the test fails).
+struct Daemon {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Daemon {
+    fn start(d: &TempDir, manifests: &Path) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let config = d.0.join("config.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {2}/root\napiSocket: {2}/api.sock\n\
+                 podLogsDir: {2}/logs\nnodeName: node-a\naddress: 127.0.0.1\nreadOnlyPort: {1}\nport: 0\n\
+                 fileCheckFrequency: 300ms\nhousekeepingInterval: 200ms\n",
+                manifests.display(),
+                port,
+                d.0.display()
+            ),
+        )
+        .unwrap();
+        let log = d.0.join("podwarden.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_podwarden"))
+            .args(["run", "--config", config.to_str().unwrap()])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let daemon = Daemon { child, port, log };
+        wait_for("the agent's HTTP port", Duration::from_secs(20), || daemon.try_get("/healthz").is_ok());
+        daemon
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn try_get(&self, path: &str) -> std::io::Result<String> {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port))?;
+        s.set_read_timeout(Some(Duration::from_secs(20)))?;
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
+        let mut out = String::new();
+        s.read_to_string(&mut out)?;
+        Ok(out)
+    }
+
+    /// The pods that run, as `/pods` shows them: name -> (UID, the
+    /// container's ID). A failed request fails the test: it is no absence.
+    fn running(&self) -> BTreeMap<String, (String, String)> {
+        let out = self.try_get("/pods").unwrap_or_else(|e| panic!("GET /pods: no answer: {e}"));
+        let body = match out.split_once("\r\n\r\n") {
+            Some((head, body)) if head.starts_with("HTTP/1.1 200 ") => body,
+            _ => panic!("GET /pods: {out}"),
+        };
+        let list: serde_json::Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("/pods: {e}: {body}"));
+        let items = list["items"].as_array().unwrap_or_else(|| panic!("/pods without items: {body}"));
+        items
+            .iter()
+            .filter(|p| p["status"]["phase"] == "Running")
+            .filter_map(|p| {
+                let c = &p["status"]["containerStatuses"][0];
+                c["state"]["running"].is_object().then(|| {
+                    let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+                    (s(&p["metadata"]["name"]), (s(&p["metadata"]["uid"]), s(&c["containerID"])))
+                })
+            })
+            .collect()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = podwarden::sys::kill(self.child.id() as i32, libc::SIGTERM);
+        poll_until(Duration::from_secs(10), || self.child.try_wait().ok().flatten().is_some());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("---- podwarden log ----\n{}", self.log());
+        }
+    }
+}
+
+/// The manifest directory disappears under a running agent (renamed away,
+/// as a tool replacing it would): its pods keep running, untouched, for as
+/// long as it is missing, the agent saying so once; back, it is read again.
 #[test]
 fn missing_directory_keeps_pods_as_they_are() {
     let d = TempDir::new("gone");
-    let mut s = FileSource::new(d.0.join("nope"), "node");
-    let r = s.scan();
-    assert!(r.pods.is_none());
-    assert_eq!(r.errors.len(), 1);
+    let manifests = d.0.join("manifests");
+    std::fs::create_dir(&manifests).unwrap();
+    let quick = |n: &str| pod_yaml(n).replace("spec:\n", "spec:\n  terminationGracePeriodSeconds: 1\n");
+    for n in ["a", "b"] {
+        std::fs::write(manifests.join(format!("{n}.yaml")), quick(n)).unwrap();
+    }
+    let agent = Daemon::start(&d, &manifests);
+    let mut before = BTreeMap::new();
+    wait_for("pods a and b running", Duration::from_secs(20), || {
+        before = agent.running();
+        before.len() == 2
+    });
+    assert!(before.values().all(|(uid, id)| !uid.is_empty() && !id.is_empty()), "{before:?}");
+
+    let away = d.0.join("manifests.away");
+    std::fs::rename(&manifests, &away).unwrap();
+    // the scan its inotify event asks for, then ten periodic rescans
+    assert_holds_for("pods a and b desired and running in their containers", Duration::from_secs(3), || {
+        agent.running() == before
+    });
+    let said = format!("cannot read staticPodPath {}: ", manifests.display());
+    let log = agent.log();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains(&said)).collect();
+    assert_eq!(lines.len(), 1, "said once while it lasts: {lines:?}\n{log}");
+    assert!(lines[0].ends_with("; keeping the pods as they are"), "{}", lines[0]);
+
+    // back, with a third manifest: read again, a and b left as they were
+    std::fs::write(away.join("c.yaml"), quick("c")).unwrap();
+    std::fs::rename(&away, &manifests).unwrap();
+    let mut now = BTreeMap::new();
+    wait_for("pod c running", Duration::from_secs(20), || {
+        now = agent.running();
+        now.contains_key("c")
+    });
+    assert_eq!((&now["a"], &now["b"]), (&before["a"], &before["b"]), "a and b untouched");
 }
 
 #[test]
