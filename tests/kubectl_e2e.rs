@@ -13,6 +13,16 @@ use agent::*;
 
 const AUTHZ: &str = "apiAuthorization:\n  rules:\n  - users: [bob]\n    verbs: [read]\n    namespaces: [e2e]\n";
 
+/// The second image of `scripts/e2e-env.sh up` (busybox too, with
+/// another entrypoint, so another image ID).
+const OTHER_IMAGE: &str = "localhost/pause:e2e";
+
+/// The ID containerd gives `image`.
+fn image_id(a: &Agent, image: &str) -> String {
+    let info = a.cri.image_status(&call(), image).unwrap();
+    info.unwrap_or_else(|| panic!("{image} is not in containerd: run scripts/e2e-env.sh up")).id
+}
+
 /// Prints a counter; the crash pod exits after a few lines and restarts.
 const COUNTER: &str = "trap 'exit 0' TERM; i=0; while :; do echo line $i; i=$((i+1)); sleep 0.2 & wait; done";
 const CRASH: &str = "echo run-$(cat /proc/sys/kernel/random/uuid); sleep 1; exit 3";
@@ -81,34 +91,44 @@ fn kubectl_reads_creates_watches_and_deletes_pods() {
         let topn = ok(&a, v, &admin, &["top", "node"]);
         assert!(topn.contains("e2e") && topn.contains("MEMORY"), "{v}: {topn}");
     }
-    // logs -f: lines keep coming
-    let mut follow = Command::new(kubectl_bin("1.33"))
+    // logs -f (follow=true): lines logged after it started keep coming
+    // while kubectl runs, each once and in order; kubectl's output is read
+    // as it comes, by a thread of its own
+    let mut follow = kubectl_cmd(&a, "1.33", &admin)
         .args(["logs", "-f", "web", "-n", "e2e"])
-        .env("HOME", &a.dir.0)
-        .env("KUBECONFIG", &admin)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut out = follow.stdout.take().unwrap();
-    let mut seen = String::new();
-    let start = Instant::now();
-    let mut buf = [0u8; 4096];
-    while start.elapsed() < Duration::from_secs(20) {
-        let n = out.read(&mut buf).unwrap();
-        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
-        let max = seen.lines().filter_map(|l| l.strip_prefix("line ")?.parse::<u32>().ok()).max().unwrap_or(0);
-        if seen.lines().count() > 5 && max as usize >= seen.lines().count() + 2 {
-            break;
+    let followed = std::sync::Arc::new(Mutex::new(String::new()));
+    let (mut out, f) = (follow.stdout.take().unwrap(), followed.clone());
+    let reader = podwarden::base::thread::spawn("follow-reader", None, move || {
+        let mut buf = [0u8; 65536];
+        while let Ok(n @ 1..) = out.read(&mut buf) {
+            f.lock().push_str(&String::from_utf8_lossy(&buf[..n]));
         }
-        if n == 0 {
-            break;
-        }
-    }
+    })
+    .unwrap();
+    let lines = || followed.lock().lines().count();
+    wait_for("logs -f printing", Duration::from_secs(20), || lines() > 0);
+    // what was logged by now, kubectl's first answer included
+    let logged = ok(&a, "1.33", &admin, &["logs", "web", "-n", "e2e"]).lines().count();
+    wait_for("logs -f printing lines logged after it started", Duration::from_secs(20), || {
+        let exited = follow.try_wait().unwrap();
+        assert!(exited.is_none(), "kubectl logs -f exited ({exited:?}) after {} lines", lines());
+        lines() >= logged + 3
+    });
+    assert!(follow.try_wait().unwrap().is_none(), "kubectl logs -f still follows");
     let _ = follow.kill();
     let _ = follow.wait();
-    let before = seen.lines().count();
-    std::thread::sleep(Duration::from_millis(100));
-    assert!(before >= 5, "logs -f followed: {seen}");
+    reader.join().unwrap();
+    let seen = followed.lock().clone();
+    // whole lines (kubectl may have been killed in the middle of one)
+    let whole = &seen[..seen.rfind('\n').map_or(0, |i| i + 1)];
+    let numbers: Vec<usize> = whole
+        .lines()
+        .map(|l| l.strip_prefix("line ").and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{l:?} in {seen}")))
+        .collect();
+    assert_eq!(numbers, (0..numbers.len()).collect::<Vec<_>>(), "logs -f printed each line once, in order: {seen}");
     // --previous and the restarts column of a crashing pod
     wait_for("crash restarted", Duration::from_secs(60), || {
         a.pod("crash").is_some_and(|p| p["status"]["containerStatuses"][0]["restartCount"].as_i64().unwrap_or(0) >= 1)
@@ -360,7 +380,8 @@ fn kubectl_exec_cp_and_port_forward_through_the_relay() {
 /// documents, then POST and a strategic merge patch), `apply
 /// --server-side`, and `kubectl patch`, on 1.27 (OpenAPI v2 protobuf) and
 /// 1.33 (v3): an unknown field is refused by name; a changed image
-/// replaces the pod; a static pod is not patched.
+/// replaces the pod (a new UID running the new image, the old pod gone
+/// from containerd); a static pod is not patched.
 #[test]
 fn kubectl_apply_and_patch_with_strict_validation() {
     let _serial = SERIAL.lock();
@@ -397,6 +418,40 @@ fn kubectl_apply_and_patch_with_strict_validation() {
         );
         wait_for("the patch shows", Duration::from_secs(20), || {
             ok(&a, v, &admin, &["get", "pods", "-n", "e2e", "-l", "patched=yes", "-o", "name"]).contains(&name)
+        });
+        // a changed image replaces the pod: a new UID (an applied pod's UID
+        // comes from its manifest's content) whose container runs the new
+        // image, and the old pod gone from containerd
+        let named = || -> Vec<Value> { a.pods().into_iter().filter(|p| p["metadata"]["name"] == *name).collect() };
+        let uid_of = |p: &Value| p["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+        let mut old = String::new();
+        wait_for("one pod, patched and running", Duration::from_secs(30), || {
+            let ps = named();
+            old = ps.first().map(uid_of).unwrap_or_default();
+            ps.len() == 1 && ps[0]["metadata"]["labels"]["patched"] == "yes" && a.running(&old) == 1
+        });
+        let image_of = |uid: &str| -> Option<String> {
+            let rp = a.runtime_pod(uid);
+            rp.containers.iter().find(|c| c.state == ContainerState::Running).map(|c| c.image_ref.clone())
+        };
+        let (busybox, pause) = (image_id(&a, IMAGE), image_id(&a, OTHER_IMAGE));
+        assert_eq!(image_of(&old).as_deref(), Some(busybox.as_str()), "{v}: the pod runs {IMAGE}");
+        let changed = std::fs::read_to_string(&file).unwrap().replace(IMAGE, OTHER_IMAGE);
+        std::fs::write(&file, changed).unwrap();
+        assert_eq!(ok(&a, v, &admin, &["apply", "-f", f]), format!("pod/{name} configured\n"), "{v}");
+        let mut new = String::new();
+        wait_for("a new pod running the new image", Duration::from_secs(60), || {
+            let ps = named();
+            new = ps.first().map(uid_of).unwrap_or_default();
+            ps.len() == 1 && new != old && image_of(&new).is_some()
+        });
+        assert_eq!(image_of(&new), Some(pause.clone()), "{v}: the new pod runs {OTHER_IMAGE}");
+        let fields = "jsonpath={.metadata.uid} {.spec.containers[0].image} {.metadata.labels.patched}";
+        let shown = ok(&a, v, &admin, &["get", "pod", &name, "-n", "e2e", "-o", fields]);
+        assert_eq!(shown, format!("{new} {OTHER_IMAGE} yes"), "{v}: kubectl shows the new pod");
+        wait_for("the old pod gone from containerd", Duration::from_secs(60), || {
+            let rp = a.runtime_pod(&old);
+            rp.sandboxes.is_empty() && rp.containers.is_empty()
         });
         // server-side apply
         let ss = a.dir.0.join(format!("{name}-ss.yaml"));

@@ -261,3 +261,61 @@ fn refusals_are_statuses_and_ask_the_runtime_nothing() {
     assert!(heads.lock().is_empty(), "no refusal reached the runtime's streaming server");
     assert!(h.fake.calls_for("u1", podwarden::runtime::Op::Exec).is_empty(), "nor asked the runtime for a URL");
 }
+
+/// A pod that is not running is refused as a 400 `Status` naming it,
+/// before any streaming URL is asked for: exec and attach into a container
+/// that does not run (its start fails) in a ready sandbox, and exec,
+/// attach and port-forward into a pod whose container exited and whose
+/// sandbox was stopped (`restartPolicy: Never`).
+#[test]
+fn a_pod_not_running_is_refused_and_the_runtime_asked_nothing() {
+    use podwarden::runtime::Op;
+    let h = Harness::new();
+    let (rport, heads) = runtime_server();
+    h.fake.set_stream_base(&format!("http://127.0.0.1:{rport}"));
+    h.fake.fail(Op::StartContainer, Some("u2"), u32::MAX);
+    h.agent.apply_source(vec![arc(with_policy(pod("done", "u1"), "Never")), arc(pod("waiting", "u2"))]);
+    wait_for("done's container running", Duration::from_secs(10), || h.fake.live_containers("u1") == 1);
+    assert!(h.fake.exit_container("u1", "c", 0));
+    wait_for("done's sandbox stopped", Duration::from_secs(10), || h.fake.ready_sandboxes("u1") == 0);
+    wait_for("waiting's start failed", Duration::from_secs(10), || {
+        !h.fake.calls_for("u2", Op::StartContainer).is_empty() && h.fake.ready_sandboxes("u2") == 1
+    });
+    let (server, client) = tls_config();
+    let port = tls_relay(h.parts.clone(), server, false);
+    let head = |target: &str| {
+        format!(
+            "POST {target} HTTP/1.1\r\nHost: n\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n"
+        )
+    };
+    let refused = |target: &str, message: &str| {
+        let a = answer(port, &client, &head(target));
+        assert!(
+            a.starts_with("HTTP/1.1 400 Bad Request\r\n")
+                && a.contains("\"reason\":\"BadRequest\"")
+                && a.contains(message),
+            "{target}: {a}"
+        );
+    };
+    refused(
+        "/exec/default/waiting/c?command=true&stdout=true",
+        "container c is not running in pod default/waiting: cannot exec",
+    );
+    refused(
+        "/attach/default/waiting/c?stdout=true",
+        "container c is not running in pod default/waiting: cannot attach",
+    );
+    for target in [
+        "/exec/default/done/c?command=true&stdout=true",
+        "/attach/default/done/c?stdout=true",
+        "/portForward/default/done/?port=80",
+    ] {
+        refused(target, "pod default/done is not running (no ready sandbox)");
+    }
+    assert!(heads.lock().is_empty(), "no refusal reached the runtime's streaming server");
+    for (uid, op) in
+        [("u1", Op::Exec), ("u1", Op::Attach), ("u1", Op::PortForward), ("u2", Op::Exec), ("u2", Op::Attach)]
+    {
+        assert!(h.fake.calls_for(uid, op).is_empty(), "{uid}: no {op:?} asked of the runtime");
+    }
+}
