@@ -45,6 +45,38 @@ fn slice(qos: Option<&str>, uid: &str) -> (String, String) {
     }
 }
 
+/// podwarden.service as systemd sees it now: ActiveState, SubState,
+/// Result, ExecMainStatus, NRestarts.
+fn agent_unit(vm: &Vm) -> BTreeMap<String, String> {
+    vm.sh("systemctl show podwarden -p ActiveState -p SubState -p Result -p ExecMainStatus -p NRestarts")
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The agent does not start, as systemd sees it: over about ten seconds
+/// (its restarts are 2 s apart, Restart=always) podwarden.service is never
+/// active, and is seen failed, or waiting to restart, after a main process
+/// that exited non-zero. A journal line alone would pass with an agent that
+/// logs the problem and runs on.
+fn assert_does_not_start(vm: &Vm, what: &str) {
+    let out = vm
+        .sh("for i in $(seq 20); do systemctl show podwarden -p ActiveState -p SubState -p Result -p ExecMainStatus \
+         | tr '\\n' ' '; echo; sleep 0.5; done");
+    let looks: Vec<BTreeMap<&str, &str>> =
+        out.lines().map(|l| l.split_whitespace().filter_map(|kv| kv.split_once('=')).collect()).collect();
+    assert_eq!(looks.len(), 20, "{what}: {looks:?}");
+    assert!(looks.iter().all(|u| u["ActiveState"] != "active"), "{what}: the agent runs: {looks:?}");
+    assert!(
+        looks.iter().any(|u| matches!(u["SubState"], "failed" | "auto-restart")
+            && u["Result"] != "success"
+            && u["ExecMainStatus"] != "0"),
+        "{what}: never seen failed: {looks:?}"
+    );
+    vm.note(&format!("{what}: podwarden.service {:?}", looks.last().unwrap()));
+}
+
 /// Waits until systemd has no unit `unit` and its directory is gone;
 /// how long that took.
 fn wait_gone(vm: &Vm, what: &str, unit: &str, dir: &str) -> Duration {
@@ -191,6 +223,9 @@ fn systemd_driver_slices_read_back_from_systemd_and_the_kernel() {
         Duration::from_secs(180),
         "podwarden get pods -A | grep -E '^default +guaranteed +1/1 +Running'",
     );
+    // what assert_does_not_start reads, of an agent that runs
+    let up = agent_unit(&vm);
+    assert_eq!((up["ActiveState"].as_str(), up["SubState"].as_str()), ("active", "running"), "{up:?}");
     assert!(
         vm.sh("journalctl -u podwarden --no-pager | grep -c 'pod cgroups: systemd driver'")
             .trim()
@@ -206,6 +241,7 @@ fn systemd_driver_slices_read_back_from_systemd_and_the_kernel() {
         Duration::from_secs(180),
         "journalctl -u podwarden --no-pager | grep -q 'does not match containerd.s cgroup driver'",
     );
+    assert_does_not_start(&vm, "cgroupDriver cgroupfs on containerd's systemd");
 
     // systemd out of reach with cgroupDriver systemd: the agent does not
     // start, and says why (no silent fallback to making cgroups itself)
@@ -221,5 +257,6 @@ fn systemd_driver_slices_read_back_from_systemd_and_the_kernel() {
         "journalctl -u podwarden --no-pager | grep -m1 'cgroupDriver systemd: cannot reach systemd on the system bus'",
     );
     eprintln!("without systemd: {}", said.trim());
+    assert_does_not_start(&vm, "cgroupDriver systemd without systemd");
     eprintln!("the whole test took {:?}", started.elapsed());
 }
