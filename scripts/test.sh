@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: format, lints, unit, scenario, source, stress,
 # end-to-end tests (a private containerd from scripts/e2e-env.sh, a private
-# logind from scripts/logind-env.sh) and the .deb/.rpm packages (built,
+# logind from scripts/logind-env.sh, a private Kubernetes control plane from
+# scripts/cluster-env.sh) and the .deb/.rpm packages (built,
 # checked, installed). Idempotent; as root on Debian it installs the
 # packages it needs. The VM tests (tests/vm.rs) boot a Debian 12 VM from
 # scripts/vm-env.sh's cached image. Everything builds with the `ci` profile (Cargo.toml),
@@ -24,6 +25,13 @@ if [ "${#missing[@]}" -gt 0 ]; then
     exit 1
   fi
 fi
+# Go (for the control plane cluster mode is tested against): the machine's
+# toolchain, in /usr/local/go where it is installed so
+[ -x /usr/local/go/bin/go ] && export PATH="$PATH:/usr/local/go/bin"
+if ! command -v go >/dev/null; then
+  echo "go not found: install Go 1.24 or newer (the control plane of the cluster tests is built from the Kubernetes Go modules)" >&2
+  exit 1
+fi
 if ! command -v cargo >/dev/null; then
   echo "cargo not found: install Rust 1.95 or newer with rustup (https://rustup.rs)" >&2
   exit 1
@@ -35,6 +43,15 @@ rm -f "${PODWARDEN_E2E_DIR:-/var/lib/podwarden-e2e}/containerd-crashes.log"
 echo "== logind test environment (private system bus, systemd-logind)"
 scripts/logind-env.sh up
 
+# The control plane (kube-apiserver, kube-controller-manager, kube-scheduler,
+# etcd, from the Kubernetes Go modules; tools/cluster) is built and started
+# beside the Rust build: its cold build is about 10 minutes of both cores,
+# the Rust one longer. Cached, so a later run only checks it.
+mkdir -p target
+echo "== the test control plane (scripts/cluster-env.sh up: Go build, then start), in the background [$(date -u +%T), +${SECONDS}s]"
+scripts/cluster-env.sh up > target/cluster-env.log 2>&1 &
+cluster_pid=$!
+
 # The VM image (debootstrap) and its saved base machine (one boot under
 # emulation) are made beside the build, which is longer; cached, so a
 # later run only checks them.
@@ -42,7 +59,7 @@ mkdir -p target
 echo "== Debian 12 VM image and base machine (systemd, cgroup v2, AppArmor; cached), in the background [$(date -u +%T), +${SECONDS}s]"
 { scripts/vm-env.sh build && scripts/vm-env.sh base; } > target/vm-image.log 2>&1 &
 vm_image_pid=$!
-trap 'kill "$vm_image_pid" 2>/dev/null || true' EXIT
+trap 'kill "$vm_image_pid" "$cluster_pid" 2>/dev/null || true' EXIT
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
@@ -83,7 +100,7 @@ status=0
 cargo test --profile ci --no-fail-fast "${alone_tests[@]}" || status=$?
 vm_pids=()
 # a VM left behind by an interrupted run is no one's
-trap 'kill "${vm_pids[@]}" 2>/dev/null || true' EXIT
+trap 'kill "${vm_pids[@]}" "$cluster_pid" 2>/dev/null || true' EXIT
 vm_lane() {
   local log="$1" done="$2"
   shift 2
@@ -104,6 +121,13 @@ vm_pids+=($!)
 vm_pids+=($!)
 echo "== cargo clippy [$(date -u +%T), +${SECONDS}s]"
 cargo clippy --profile ci --all-targets --quiet -- -D warnings
+echo "== waiting for the test control plane [$(date -u +%T), +${SECONDS}s]"
+if ! wait "$cluster_pid"; then
+  cat target/cluster-env.log >&2
+  echo "the test control plane could not be built or started (log above: target/cluster-env.log)" >&2
+  exit 1
+fi
+tail -n 3 target/cluster-env.log
 echo "== cargo test [$(date -u +%T), +${SECONDS}s]"
 cargo test --profile ci --no-fail-fast --lib --bins "${other_tests[@]}" || status=$?
 touch target/.other-tests.done

@@ -23,3 +23,4 @@ pub mod agent;
 // edges: where the outside comes in
 pub mod api;
 pub mod cli;
+pub mod cluster;

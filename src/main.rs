@@ -12,7 +12,11 @@ const USAGE: &str = "\
 podwarden: run Kubernetes pods on this machine through a CRI runtime
 
 Usage:
-  podwarden run [--config FILE]     run the node agent (default config: /etc/podwarden/config.yaml if present)
+  podwarden run [--config FILE] [--kubeconfig FILE [--bootstrap-kubeconfig FILE]]
+                                    run the node agent (default config: /etc/podwarden/config.yaml if present;
+                                    with a kubeconfig, also a node of that cluster)
+  podwarden join --server URL --token ID.SECRET --discovery-token-ca-cert-hash sha256:HEX
+                                    find a cluster by bootstrap token and write the bootstrap kubeconfig
   podwarden validate [--config FILE] [FILE...]  check a config and pod manifests, print each pod's UID
   podwarden kubeconfig [--user NAME] [--group G]... [--revoke SERIAL]  a kubeconfig for kubectl (root)
 
@@ -55,13 +59,24 @@ the CRI runtime, serve the local API and the read-only HTTP endpoint, and
 shutdown. SIGTERM/SIGINT stop the agent and leave the pods running; SIGHUP
 rescans the manifests.
 
+Without --kubeconfig and --bootstrap-kubeconfig, /etc/podwarden/kubeconfig
+and /etc/podwarden/bootstrap-kubeconfig are taken when present (as `podwarden
+join` leaves them). With a kubeconfig the agent is also a node of that Kubernetes cluster: it
+registers its Node, renews its Lease and reports its status. With
+--bootstrap-kubeconfig (as `podwarden join` writes it) and no usable identity
+in --kubeconfig, it first asks the cluster for a client certificate (a CSR)
+and writes --kubeconfig itself.
+
 Usage:
-  podwarden run [--config FILE]
+  podwarden run [--config FILE] [--kubeconfig FILE [--bootstrap-kubeconfig FILE]]
 
 Options:
   -c, --config FILE   the config (KubeletConfiguration field names); default
                       /etc/podwarden/config.yaml if present, else built-in
                       defaults (see podwarden(8))
+      --kubeconfig FILE            the node's kubeconfig (cluster mode)
+      --bootstrap-kubeconfig FILE  a kubeconfig with a bootstrap token, for
+                                   the node's first client certificate
 ";
 
 const VALIDATE_USAGE: &str = "\
@@ -128,16 +143,17 @@ fn run(args: &[String]) -> Result<(), MainError> {
             let Some((config_path, rest)) = config_args(&args[1..], RUN_USAGE)? else {
                 return Ok(());
             };
-            if let Some(other) = rest.first() {
-                return Err(MainError::Usage(format!("run: unknown argument {other:?}\n\n{USAGE}")));
-            }
+            let (kubeconfig, bootstrap) = cluster_args(&rest)?;
             // one thread per pod: glibc's per-thread caches off before the
             // first thread starts (returns only if that cannot be done)
             if let Some(e) = podwarden::sys::reexec_with_malloc_tunables() {
                 log::warn!("could not re-execute with GLIBC_TUNABLES={}: {e}", podwarden::sys::MALLOC_TUNABLES);
             }
             let file = config_file(config_path);
-            podwarden::cli::daemon::run(load_config(file.clone())?).map_err(|e| match e {
+            let mut config = load_config(file.clone())?;
+            config.kubeconfig = kubeconfig;
+            config.bootstrap_kubeconfig = bootstrap;
+            podwarden::cli::daemon::run(config).map_err(|e| match e {
                 // apiGroup, the cgroup driver and the credential provider
                 // plugins are looked up at start; their errors name the config
                 e @ (DaemonError::ApiGroup { .. } | DaemonError::CgroupDriver { .. } | DaemonError::Credentials(_)) => {
@@ -192,6 +208,14 @@ fn run(args: &[String]) -> Result<(), MainError> {
             }
             if failed { Err(MainError::InvalidManifests) } else { Ok(()) }
         }
+        Some("join") => {
+            let Some((config_path, rest)) = config_args(&args[1..], podwarden::cli::join::HELP)? else {
+                return Ok(());
+            };
+            let config = load_config(config_file(config_path))?;
+            print!("{}", podwarden::cli::join::run(&config, &rest)?);
+            Ok(())
+        }
         Some("kubeconfig") => {
             let Some((config_path, rest)) = config_args(&args[1..], podwarden::cli::kubeconfig::HELP)? else {
                 return Ok(());
@@ -239,6 +263,49 @@ fn config_args<'a>(args: &'a [String], usage: &str) -> Result<Option<ConfigArgs<
         }
     }
     Ok(Some((path, rest)))
+}
+
+/// `run`'s cluster flags: `--kubeconfig FILE` and `--bootstrap-kubeconfig
+/// FILE` (the kubelet's). Without them podwarden is standalone.
+fn cluster_args(rest: &[&String]) -> Result<(Option<PathBuf>, Option<PathBuf>), MainError> {
+    let (mut kubeconfig, mut bootstrap) = (None, None);
+    let mut it = rest.iter();
+    while let Some(a) = it.next() {
+        let (flag, inline) = match a.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+            _ => (a.as_str(), None),
+        };
+        let slot = match flag {
+            "--kubeconfig" => &mut kubeconfig,
+            "--bootstrap-kubeconfig" => &mut bootstrap,
+            _ => return Err(MainError::Usage(format!("run: unknown argument {a:?}\n\n{RUN_USAGE}"))),
+        };
+        let value = match inline {
+            Some(v) => v,
+            None => {
+                it.next().map(|s| s.to_string()).ok_or_else(|| MainError::Usage(format!("run: {flag} needs a file")))?
+            }
+        };
+        *slot = Some(PathBuf::from(value));
+    }
+    // as the config file: the packaged service's defaults when present
+    // (`podwarden join` writes the bootstrap one there)
+    if kubeconfig.is_none() && bootstrap.is_none() {
+        let (k, b) = (
+            PathBuf::from(podwarden::cli::join::DEFAULT_KUBECONFIG),
+            PathBuf::from(podwarden::cli::join::DEFAULT_BOOTSTRAP),
+        );
+        if k.exists() || b.exists() {
+            bootstrap = b.exists().then_some(b);
+            kubeconfig = Some(k);
+        }
+    }
+    if bootstrap.is_some() && kubeconfig.is_none() {
+        return Err(MainError::Usage(
+            "run: --bootstrap-kubeconfig needs --kubeconfig (where the node's own kubeconfig is written)".into(),
+        ));
+    }
+    Ok((kubeconfig, bootstrap))
 }
 
 /// The config file: `path`, else `/etc/podwarden/config.yaml` if present,

@@ -18,7 +18,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("runtime boundary", &["runtime", "telemetry", "logs"]),
     ("node and pods", &["node", "pod"]),
     ("orchestration", &["agent"]),
-    ("edge", &["api", "cli"]),
+    ("edge", &["api", "cli", "cluster"]),
 ];
 
 fn layer_of(module: &str) -> Option<(usize, &'static str)> {
@@ -422,7 +422,8 @@ fn the_path_reader_expands_nested_groups() {
     assert_eq!(super_paths, ["f::g"]);
 }
 
-/// The top of the tree stays readable: `lib.rs` names at most 12 modules,
+/// The top of the tree stays readable: `lib.rs` names at most 13 modules
+/// (12, and `cluster` since cluster mode),
 /// each a folder whose `mod.rs` says what it owns and what it may use.
 #[test]
 fn few_top_level_modules_each_a_documented_folder() {
@@ -430,7 +431,7 @@ fn few_top_level_modules_each_a_documented_folder() {
     let lib = std::fs::read_to_string(root.join("src/lib.rs")).unwrap();
     let modules: Vec<&str> =
         lib.lines().filter_map(|l| l.trim().strip_prefix("pub mod ")).map(|m| m.trim_end_matches(';')).collect();
-    assert!(modules.len() <= 12, "lib.rs names {} modules (at most 12): {modules:?}", modules.len());
+    assert!(modules.len() <= 13, "lib.rs names {} modules (at most 13): {modules:?}", modules.len());
     for m in modules {
         let path = root.join("src").join(m).join("mod.rs");
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{m}: {}: {e}", path.display()));

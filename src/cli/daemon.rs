@@ -392,6 +392,8 @@ pub struct Running {
     logind: Option<crate::agent::node_shutdown::logind::LogindThread>,
     api: Option<crate::api::local::ApiServer>,
     kube: Option<crate::api::kube::KubeServer>,
+    /// The `cluster-node` thread (cluster mode only).
+    cluster: Option<crate::cluster::node::NodeLink>,
     log_rotation: Option<crate::logs::monitor::LogRotation>,
     eviction: Option<crate::agent::housekeeping::Periodic>,
 }
@@ -411,6 +413,7 @@ impl Running {
 
     /// Stop the agent's threads; pods are left as they are.
     pub fn stop(mut self) {
+        self.cluster.take();
         self.kube.take();
         self.api.take();
         self.logind.take();
@@ -457,6 +460,7 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
     let logind = start_logind(config, &parts)?;
     let (api, ops) = start_api(config, &parts, api_group, healthy_within, source.rescanner())?;
     let kube = start_kube(config, ops, healthy_within)?;
+    let cluster = start_cluster(config, &parts, healthy_within)?;
     Ok(Running {
         parts,
         source: Some(source),
@@ -467,6 +471,7 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
         logind,
         api: Some(api),
         kube,
+        cluster,
         log_rotation: Some(log_rotation),
         eviction: Some(eviction),
     })
@@ -761,6 +766,23 @@ fn start_kube(
         crate::api::kube::pki::dir_of(&config.root_dir).display()
     );
     Ok(Some(server))
+}
+
+/// The `cluster-node` thread when a kubeconfig is given (else standalone).
+fn start_cluster(
+    config: &Config,
+    parts: &Parts,
+    healthy_within: Duration,
+) -> Result<Option<crate::cluster::node::NodeLink>, DaemonError> {
+    let Some(kubeconfig) = &config.kubeconfig else { return Ok(None) };
+    let cfg = crate::cluster::node::ClusterConfig {
+        kubeconfig: kubeconfig.clone(),
+        bootstrap_kubeconfig: config.bootstrap_kubeconfig.clone(),
+        root_dir: config.root_dir.clone(),
+        kubelet_port: config.port,
+        healthy_within,
+    };
+    crate::cluster::node::NodeLink::start(parts.clone(), cfg).map(Some).map_err(io("starting the cluster-node thread"))
 }
 
 /// Run the daemon until SIGTERM or SIGINT.

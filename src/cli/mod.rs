@@ -15,6 +15,7 @@ mod cp;
 pub mod daemon;
 mod describe;
 mod error;
+pub mod join;
 pub mod kubeconfig;
 mod output;
 mod stream;

@@ -186,6 +186,13 @@ pub struct Config {
     /// The local API's socket (podwarden-only).
     #[serde(deserialize_with = "de::path")]
     pub api_socket: PathBuf,
+    /// Cluster mode: the node's kubeconfig (`run --kubeconfig`, as the
+    /// kubelet's flag; not a config field). `None`: standalone.
+    #[serde(skip)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Cluster mode: the bootstrap kubeconfig (`run --bootstrap-kubeconfig`).
+    #[serde(skip)]
+    pub bootstrap_kubeconfig: Option<PathBuf>,
     /// The node's name; `None`: the host name, which the daemon reads at
     /// start (`daemon::node_name`).
     #[serde(deserialize_with = "de::some_string")]
@@ -336,6 +343,8 @@ impl Default for Config {
             allowed_unsafe_sysctls: Vec::new(),
             root_dir: "/var/lib/podwarden".into(),
             api_socket: "/run/podwarden/podwarden.sock".into(),
+            kubeconfig: None,
+            bootstrap_kubeconfig: None,
             node_name: None,
             pod_logs_dir: "/var/log/pods".into(),
             container_log_max_size: 10 << 20,

@@ -68,6 +68,8 @@ pub struct Agent {
     pub extra_config: String,
     /// Environment for the daemon.
     pub env: Vec<(String, String)>,
+    /// Arguments after `run --config FILE` (cluster mode's kubeconfigs).
+    pub run_args: Vec<String>,
 }
 
 impl Agent {
@@ -79,17 +81,23 @@ impl Agent {
     /// runtime cleared of pods an earlier test or `scripts/demo.sh` left
     /// behind (a new agent would count them as its orphans).
     pub fn start_with(tag: &str, extra: &str, env: &[(&str, &str)]) -> Self {
-        Self::launch(tag, extra, env, |_| {})
+        Self::launch(tag, extra, env, &[], |_| {})
+    }
+
+    /// Start as [`Agent::start_with`] with `args` after `run --config FILE`.
+    #[allow(dead_code)]
+    pub fn start_args(tag: &str, extra: &str, args: &[&str]) -> Self {
+        Self::launch(tag, extra, &[], args, |_| {})
     }
 
     /// Start as [`Agent::start_with`], after `prepare` has seen the agent's
     /// directory (to mount a small filesystem as its root, say).
     #[allow(dead_code)]
     pub fn start_prepared(tag: &str, extra: &str, prepare: impl FnOnce(&Path)) -> Self {
-        Self::launch(tag, extra, &[], prepare)
+        Self::launch(tag, extra, &[], &[], prepare)
     }
 
-    fn launch(tag: &str, extra: &str, env: &[(&str, &str)], prepare: impl FnOnce(&Path)) -> Self {
+    fn launch(tag: &str, extra: &str, env: &[(&str, &str)], args: &[&str], prepare: impl FnOnce(&Path)) -> Self {
         let dir = TempDir::new(&format!("e2e-{tag}"));
         std::fs::create_dir_all(dir.0.join("manifests")).unwrap();
         prepare(&dir.0);
@@ -103,6 +111,7 @@ impl Agent {
             cri,
             extra_config: extra.to_string(),
             env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            run_args: args.iter().map(|a| a.to_string()).collect(),
         };
         a.spawn();
         a
@@ -142,6 +151,7 @@ impl Agent {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.0.join("podwarden.log")).unwrap();
         let child = Command::new(BIN)
             .args(["run", "--config", config.to_str().unwrap()])
+            .args(&self.run_args)
             .env("RUST_LOG", "info")
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::null())

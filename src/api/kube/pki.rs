@@ -387,7 +387,37 @@ pub fn pem_der(pem: &str) -> Option<Vec<u8>> {
     decode_base64(&pem[body_start..end])
 }
 
-fn decode_base64(text: &str) -> Option<Vec<u8>> {
+/// Every PEM block as (label, DER bytes), in order.
+pub fn pem_blocks(pem: &str) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut rest = pem;
+    while let Some(start) = rest.find("-----BEGIN ") {
+        let label_start = start + "-----BEGIN ".len();
+        let Some(label_len) = rest[label_start..].find("-----") else { break };
+        let label = rest[label_start..label_start + label_len].to_string();
+        let Some(end) = rest[start..].find("-----END").map(|e| e + start) else { break };
+        if let Some(d) = pem_der(&rest[start..]) {
+            out.push((label, d));
+        }
+        rest = &rest[end + "-----END".len()..];
+        rest = rest.find('\n').map_or("", |n| &rest[n + 1..]);
+    }
+    out
+}
+
+/// The DER bytes of every `CERTIFICATE` block, in order.
+pub fn pem_certs(pem: &str) -> Vec<Vec<u8>> {
+    pem_blocks(pem).into_iter().filter(|(l, _)| l == "CERTIFICATE").map(|(_, d)| d).collect()
+}
+
+/// The first private key block's DER bytes (`PRIVATE KEY`, `EC PRIVATE
+/// KEY`, `RSA PRIVATE KEY`).
+pub fn pem_private_key(pem: &str) -> Option<Vec<u8>> {
+    pem_blocks(pem).into_iter().find(|(l, _)| l.ends_with("PRIVATE KEY")).map(|(_, d)| d)
+}
+
+/// Standard base64 (padding, line breaks and spaces allowed).
+pub fn decode_base64(text: &str) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(text.len() * 3 / 4);
     let (mut acc, mut bits) = (0u32, 0u32);
     for c in text.bytes() {
@@ -507,6 +537,17 @@ fn tbs_fields(cert: &[u8]) -> Option<(u8, Tbs<'_>, ())> {
         return None;
     };
     Some((0, (serial, rest), ()))
+}
+
+/// A certificate's SubjectPublicKeyInfo, whole (tag and length included).
+pub fn subject_public_key_info(cert: &[u8]) -> Option<&[u8]> {
+    let (_, (_, rest), _) = tbs_fields(cert)?;
+    let (_, _sig, rest) = der(rest)?;
+    let (_, _issuer, rest) = der(rest)?;
+    let (_, _validity, rest) = der(rest)?;
+    let (_, _subject, rest) = der(rest)?;
+    let (0x30, _, after) = der(rest)? else { return None };
+    Some(&rest[..rest.len() - after.len()])
 }
 
 /// A certificate's notAfter.

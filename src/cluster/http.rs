@@ -1,0 +1,368 @@
+//! A small synchronous HTTPS client for the API server: one TLS connection
+//! per call (`Connection: close`), every step bounded: the connect, the
+//! whole call ([`Client::timeout`]), the head ([`MAX_HEAD`]) and the body
+//! ([`MAX_BODY`]). TLS is rustls with the cluster CA as the only root (or,
+//! for the one anonymous discovery read of `podwarden join`, no check of
+//! the server at all: what it answers is then checked by other means).
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, StreamOwned};
+
+use super::ClusterError;
+use crate::api::kube::pki;
+
+/// Bytes of a response's status line and headers.
+pub const MAX_HEAD: usize = 64 << 10;
+/// Bytes of a response's body (a list of a node's pods fits many times).
+pub const MAX_BODY: usize = 32 << 20;
+/// For the TCP connect.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How the client proves who it is.
+#[derive(Clone)]
+pub enum Credentials {
+    /// Nobody (discovery).
+    Anonymous,
+    /// A bearer token (a bootstrap token `ID.SECRET`).
+    Token(String),
+    /// A client certificate and its key (PEM).
+    Cert { cert_pem: String, key_pem: String },
+}
+
+/// A server, its trust and the caller's identity.
+#[derive(Clone)]
+pub struct Client {
+    /// `https://host:port`, as given.
+    pub server: String,
+    host: String,
+    port: u16,
+    tls: Arc<ClientConfig>,
+    token: Option<String>,
+    /// For a whole call, from connect to the body's end.
+    pub timeout: Duration,
+}
+
+/// A response: status and body (decoded from chunks if it came so).
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// The body as text, for errors.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body[..self.body.len().min(2048)]).into_owned()
+    }
+}
+
+/// `https://HOST[:PORT][/]` → (host, port).
+pub fn parse_server(url: &str) -> Result<(String, u16), ClusterError> {
+    let bad = |why: &str| ClusterError::Config(format!("server {url:?}: {why}"));
+    let rest = url.strip_prefix("https://").ok_or_else(|| bad("only https:// is supported"))?;
+    let hostport = rest.trim_end_matches('/');
+    if hostport.contains('/') {
+        return Err(bad("a path after the host is not supported"));
+    }
+    let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
+        let (h, p) = v6.split_once(']').ok_or_else(|| bad("an unclosed [ in the host"))?;
+        (h.to_string(), p.strip_prefix(':'))
+    } else {
+        match hostport.rsplit_once(':') {
+            Some((h, p)) => (h.to_string(), Some(p)),
+            None => (hostport.to_string(), None),
+        }
+    };
+    let port = match port {
+        Some(p) => p.parse().map_err(|_| bad("the port is not a number"))?,
+        None => 443,
+    };
+    if host.is_empty() {
+        return Err(bad("no host"));
+    }
+    Ok((host, port))
+}
+
+impl Client {
+    /// A client of `server` trusting `ca_pem` only (`None`: trusting any
+    /// server, for anonymous discovery alone), proving itself with `creds`.
+    pub fn new(server: &str, ca_pem: Option<&str>, creds: Credentials) -> Result<Self, ClusterError> {
+        let (host, port) = parse_server(server)?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| ClusterError::Tls(e.to_string()))?;
+        let builder = match ca_pem {
+            Some(ca) => {
+                let mut roots = rustls::RootCertStore::empty();
+                let ders = pki::pem_certs(ca);
+                if ders.is_empty() {
+                    return Err(ClusterError::Config("the cluster CA is not PEM".into()));
+                }
+                for der in ders {
+                    roots
+                        .add(CertificateDer::from(der))
+                        .map_err(|e| ClusterError::Tls(format!("the cluster CA: {e}")))?;
+                }
+                builder.with_root_certificates(roots)
+            }
+            None => builder.dangerous().with_custom_certificate_verifier(Arc::new(AnyServer(provider))),
+        };
+        let (tls, token) = match creds {
+            Credentials::Anonymous => (builder.with_no_client_auth(), None),
+            Credentials::Token(t) => (builder.with_no_client_auth(), Some(t)),
+            Credentials::Cert { cert_pem, key_pem } => {
+                let certs: Vec<CertificateDer<'static>> =
+                    pki::pem_certs(&cert_pem).into_iter().map(CertificateDer::from).collect();
+                let key = pki::pem_private_key(&key_pem)
+                    .and_then(|d| PrivateKeyDer::try_from(d).ok())
+                    .ok_or_else(|| ClusterError::Config("the client key is not a PEM private key".into()))?;
+                if certs.is_empty() {
+                    return Err(ClusterError::Config("the client certificate is not PEM".into()));
+                }
+                let cfg = builder
+                    .with_client_auth_cert(certs, key)
+                    .map_err(|e| ClusterError::Tls(format!("the client certificate: {e}")))?;
+                (cfg, None)
+            }
+        };
+        Ok(Client {
+            server: server.trim_end_matches('/').to_string(),
+            host,
+            port,
+            tls: Arc::new(tls),
+            token,
+            timeout: Duration::from_secs(30),
+        })
+    }
+
+    /// GET `path`.
+    pub fn get(&self, path: &str) -> Result<Response, ClusterError> {
+        self.call("GET", path, None)
+    }
+
+    /// `method` `path` with a JSON (or patch) body of `content_type`.
+    pub fn send(&self, method: &str, path: &str, content_type: &str, body: &[u8]) -> Result<Response, ClusterError> {
+        self.call(method, path, Some((content_type, body)))
+    }
+
+    fn call(&self, method: &str, path: &str, body: Option<(&str, &[u8])>) -> Result<Response, ClusterError> {
+        let start = Instant::now();
+        let net = |e: std::io::Error| ClusterError::Unreachable(format!("{method} {}{path}: {e}", self.server));
+        let addr = (self.host.as_str(), self.port)
+            .to_socket_addrs()
+            .map_err(net)?
+            .next()
+            .ok_or_else(|| net(std::io::Error::other("the host has no address")))?;
+        let tcp = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT.min(self.timeout)).map_err(net)?;
+        let _ = tcp.set_nodelay(true);
+        let name = ServerName::try_from(self.host.clone())
+            .map_err(|e| ClusterError::Config(format!("server {:?}: {e}", self.server)))?;
+        let conn = ClientConnection::new(self.tls.clone(), name)
+            .map_err(|e| ClusterError::Tls(format!("{}: {e}", self.server)))?;
+        let mut tls = StreamOwned::new(conn, tcp);
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}:{}\r\nUser-Agent: podwarden/{}\r\nAccept: application/json\r\nConnection: close\r\n",
+            self.host,
+            self.port,
+            env!("CARGO_PKG_VERSION")
+        );
+        if let Some(t) = &self.token {
+            head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+        }
+        if let Some((ct, b)) = body {
+            head.push_str(&format!("Content-Type: {ct}\r\nContent-Length: {}\r\n", b.len()));
+        }
+        head.push_str("\r\n");
+        let left = |what: &str| -> Result<Duration, ClusterError> {
+            let l = self.timeout.saturating_sub(start.elapsed());
+            if l.is_zero() {
+                return Err(ClusterError::Unreachable(format!(
+                    "{method} {}{path}: no answer within {:?} ({what})",
+                    self.server, self.timeout
+                )));
+            }
+            Ok(l)
+        };
+        let tls_err = |e: std::io::Error| {
+            if e.kind() == std::io::ErrorKind::InvalidData {
+                ClusterError::Tls(format!("{}: {e}", self.server))
+            } else {
+                net(e)
+            }
+        };
+        tls.sock.set_write_timeout(Some(left("sending")?)).map_err(net)?;
+        tls.write_all(head.as_bytes()).map_err(tls_err)?;
+        if let Some((_, b)) = body {
+            tls.write_all(b).map_err(tls_err)?;
+        }
+        tls.flush().map_err(tls_err)?;
+        let mut raw = Vec::new();
+        let mut buf = vec![0u8; 16 << 10];
+        loop {
+            tls.sock.set_read_timeout(Some(left("reading")?)).map_err(net)?;
+            match tls.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => raw.extend_from_slice(&buf[..n]),
+                // a server that closes without TLS's close_notify: the
+                // body's length says whether all of it came
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+                Err(e) => return Err(tls_err(e)),
+            }
+            if raw.len() > MAX_HEAD + MAX_BODY {
+                return Err(ClusterError::Protocol(format!(
+                    "{method} {}{path}: the answer is over {} MiB",
+                    self.server,
+                    MAX_BODY >> 20
+                )));
+            }
+        }
+        parse_response(&raw)
+            .map_err(|Malformed(why)| ClusterError::Protocol(format!("{method} {}{path}: {why}", self.server)))
+    }
+}
+
+/// Why a response could not be read.
+#[derive(Debug)]
+struct Malformed(String);
+
+impl From<&str> for Malformed {
+    fn from(s: &str) -> Self {
+        Malformed(s.to_string())
+    }
+}
+
+impl From<String> for Malformed {
+    fn from(s: String) -> Self {
+        Malformed(s)
+    }
+}
+
+/// A whole response as read until the server closed.
+fn parse_response(raw: &[u8]) -> Result<Response, Malformed> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut r = httparse::Response::new(&mut headers);
+    let end = match r.parse(raw) {
+        Ok(httparse::Status::Complete(n)) if n <= MAX_HEAD => n,
+        Ok(httparse::Status::Complete(_)) => return Err("the response head is too large".into()),
+        Ok(httparse::Status::Partial) => return Err("the connection closed inside the response head".into()),
+        Err(e) => return Err(format!("not an HTTP response: {e}").into()),
+    };
+    let status = r.code.unwrap_or(0);
+    let header = |name: &str| {
+        r.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| String::from_utf8_lossy(h.value).into_owned())
+    };
+    let rest = &raw[end..];
+    let body = if header("transfer-encoding").is_some_and(|t| t.to_ascii_lowercase().contains("chunked")) {
+        dechunk(rest)?
+    } else if let Some(len) = header("content-length") {
+        let len: usize = len.trim().parse().map_err(|_| "a bad Content-Length")?;
+        if rest.len() < len {
+            return Err(format!("the body ended after {} of {len} bytes", rest.len()).into());
+        }
+        rest[..len].to_vec()
+    } else {
+        rest.to_vec()
+    };
+    Ok(Response { status, body })
+}
+
+/// A chunked body, whole.
+fn dechunk(mut rest: &[u8]) -> Result<Vec<u8>, Malformed> {
+    let mut out = Vec::new();
+    loop {
+        let eol = rest.windows(2).position(|w| w == b"\r\n").ok_or("a chunk size line without its end")?;
+        let line = String::from_utf8_lossy(&rest[..eol]);
+        let size = usize::from_str_radix(line.split(';').next().unwrap_or("").trim(), 16)
+            .map_err(|_| Malformed(format!("a chunk size {line:?} is not hex")))?;
+        rest = &rest[eol + 2..];
+        if size == 0 {
+            return Ok(out);
+        }
+        if rest.len() < size + 2 {
+            return Err("the body ended inside a chunk".into());
+        }
+        out.extend_from_slice(&rest[..size]);
+        rest = &rest[size + 2..];
+    }
+}
+
+/// Accepts any server certificate (only for `podwarden join`'s anonymous
+/// read of `cluster-info`, whose content is verified by the token's
+/// signature and the CA's hash); handshake signatures are still checked.
+#[derive(Debug)]
+struct AnyServer(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyServer {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn servers_are_https_hosts_with_an_optional_port() {
+        assert_eq!(parse_server("https://127.0.0.1:16443").unwrap(), ("127.0.0.1".into(), 16443));
+        assert_eq!(parse_server("https://k8s.example/").unwrap(), ("k8s.example".into(), 443));
+        assert_eq!(parse_server("https://[::1]:6443").unwrap(), ("::1".into(), 6443));
+        for bad in ["http://127.0.0.1:8080", "https://h:x", "https://h/api", "https://"] {
+            assert!(parse_server(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn bodies_come_by_length_by_chunks_or_until_the_close() {
+        let r = parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello, and more").unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"hello"[..]));
+        let r = parse_response(
+            b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (201, &b"abcde"[..]));
+        let r = parse_response(b"HTTP/1.1 404 Not Found\r\n\r\ngone").unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (404, &b"gone"[..]));
+        assert!(parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort").is_err());
+        assert!(parse_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab").is_err());
+        assert!(parse_response(b"HTTP/1.1 200 OK\r\nContent-Le").is_err());
+    }
+}

@@ -1,0 +1,428 @@
+//! The `cluster-node` thread: this node as the control plane sees it.
+//!
+//! - identity: the node kubeconfig's client certificate; when there is none
+//!   (or it expires within [`RENEW_MARGIN`]) and a bootstrap kubeconfig is
+//!   given, a new one from a CSR ([`super::bootstrap`]);
+//! - the Node: created once (a Node of that name already there is this
+//!   node's, as the kubelet takes it), its status (capacity, allocatable,
+//!   conditions, addresses, nodeInfo, the kubelet endpoint's port, images)
+//!   patched when it changes and at least every [`STATUS_REPORT`];
+//! - its Lease in `kube-node-lease`, renewed every [`LEASE_RENEW`]
+//!   (duration [`LEASE_SECONDS`]), owned by the Node.
+//!
+//! Every call is bounded ([`CALL_TIMEOUT`]); a failed step is retried at
+//! the next tick with back-off and jitter, and the thread waits on its stop
+//! condvar only, so dropping the handle ends it within one call.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use parking_lot::{Condvar, Mutex};
+use serde_json::{Value, json};
+
+use super::ClusterError;
+use super::bootstrap;
+use super::http::Client;
+use super::kubeconfig::Kubeconfig;
+use crate::agent::Parts;
+
+pub const LEASE_SECONDS: u64 = 40;
+/// A quarter of the lease's duration, as the kubelet renews.
+pub const LEASE_RENEW: Duration = Duration::from_secs(10);
+/// The status is sent at least this often, changed or not.
+pub const STATUS_REPORT: Duration = Duration::from_secs(300);
+/// A client certificate closer than this to its end is replaced.
+pub const RENEW_MARGIN: Duration = Duration::from_secs(60);
+/// One call to the API server, from connect to the answer's end.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a CSR may wait for its signature before it is asked again.
+pub const CSR_WAIT: Duration = Duration::from_secs(300);
+
+/// What cluster mode needs besides the agent's parts.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// The node's kubeconfig (written by the bootstrap when missing).
+    pub kubeconfig: PathBuf,
+    /// The bootstrap kubeconfig (a token), if the node may ask for an identity.
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+    pub root_dir: PathBuf,
+    /// The port the API server reaches this node on (`daemonEndpoints`).
+    pub kubelet_port: u16,
+    pub healthy_within: Duration,
+}
+
+/// Owns the `cluster-node` thread; dropping it stops and joins it.
+pub struct NodeLink {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    join: Option<JoinHandle<()>>,
+}
+
+impl NodeLink {
+    pub fn start(parts: Parts, cfg: ClusterConfig) -> std::io::Result<Self> {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let s = stop.clone();
+        let join = crate::base::thread::spawn("cluster-node", Some(crate::base::thread::HELPER_STACK), move || {
+            Link::new(parts, cfg, s).run()
+        })?;
+        Ok(NodeLink { stop, join: Some(join) })
+    }
+}
+
+impl Drop for NodeLink {
+    fn drop(&mut self) {
+        *self.stop.0.lock() = true;
+        self.stop.1.notify_all();
+        if let Some(j) = self.join.take() {
+            let _ = j.join();
+        }
+    }
+}
+
+/// The thread's state.
+struct Link {
+    parts: Parts,
+    cfg: ClusterConfig,
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    client: Option<Client>,
+    /// The Node's UID once it is known to exist.
+    node_uid: Option<String>,
+    lease_made: bool,
+    /// The status last sent (heartbeat times left out) and when.
+    sent: Option<(Value, Instant)>,
+    /// Each condition's status and since when (lastTransitionTime).
+    transitions: BTreeMap<String, (String, String)>,
+    failures: u32,
+    logged: crate::base::logging::RateLimit,
+}
+
+impl Link {
+    fn new(parts: Parts, cfg: ClusterConfig, stop: Arc<(Mutex<bool>, Condvar)>) -> Self {
+        Link {
+            parts,
+            cfg,
+            stop,
+            client: None,
+            node_uid: None,
+            lease_made: false,
+            sent: None,
+            transitions: BTreeMap::new(),
+            failures: 0,
+            logged: crate::base::logging::RateLimit::new(Duration::from_secs(60)),
+        }
+    }
+
+    /// Sleep `d` unless stopped; `false` once stopped.
+    fn pause(&self, d: Duration) -> bool {
+        let mut stopped = self.stop.0.lock();
+        if !*stopped {
+            self.stop.1.wait_for(&mut stopped, d);
+        }
+        !*stopped
+    }
+
+    fn run(mut self) {
+        log::info!(
+            "cluster mode: node {} with kubeconfig {}{}",
+            self.parts.node_name,
+            self.cfg.kubeconfig.display(),
+            self.cfg.bootstrap_kubeconfig.as_ref().map(|b| format!(" (bootstrap {})", b.display())).unwrap_or_default()
+        );
+        let mut next = Instant::now();
+        loop {
+            let wait = next.saturating_duration_since(Instant::now());
+            if !self.pause(wait) {
+                return;
+            }
+            let started = Instant::now();
+            match self.tick() {
+                Ok(()) => {
+                    if self.failures > 0 {
+                        log::info!("cluster: the API server answers again after {} failed attempt(s)", self.failures);
+                    }
+                    self.failures = 0;
+                    next = started + LEASE_RENEW;
+                }
+                Err(e) => {
+                    self.failures += 1;
+                    if matches!(e, ClusterError::Api { status: 401, .. }) {
+                        // the identity is no longer accepted: read it (or bootstrap) again
+                        self.client = None;
+                    }
+                    if self.logged.allow().is_some() || self.failures == 1 {
+                        log::error!("cluster: {e} (attempt {}; retrying with back-off)", self.failures);
+                    }
+                    next = Instant::now() + backoff(self.failures);
+                }
+            }
+        }
+    }
+
+    /// One pass: identity, Node, Lease, status.
+    fn tick(&mut self) -> Result<(), ClusterError> {
+        let client = match &self.client {
+            Some(c) => c.clone(),
+            None => {
+                let c = self.identity()?;
+                self.client = Some(c.clone());
+                c
+            }
+        };
+        if self.node_uid.is_none() {
+            self.node_uid = Some(self.register(&client)?);
+        }
+        self.renew_lease(&client)?;
+        self.report_status(&client)
+    }
+
+    /// A client with the node's identity, bootstrapping one if needed.
+    fn identity(&self) -> Result<Client, ClusterError> {
+        let usable = bootstrap::usable(&self.cfg.kubeconfig, RENEW_MARGIN);
+        if !usable {
+            let Some(boot) = &self.cfg.bootstrap_kubeconfig else {
+                return Err(ClusterError::Config(format!(
+                    "kubeconfig {} holds no usable identity and no bootstrap kubeconfig is given",
+                    self.cfg.kubeconfig.display()
+                )));
+            };
+            let b = Kubeconfig::read(boot)?;
+            let mut c = b.client()?;
+            c.timeout = CALL_TIMEOUT;
+            let (cert, key) = bootstrap::request_certificate(&c, &self.parts.node_name, CSR_WAIT)?;
+            bootstrap::store(&self.cfg.root_dir, &self.cfg.kubeconfig, &b.server, &b.ca_pem, &cert, &key)?;
+            log::info!(
+                "cluster: node {} has its client certificate (until {}); kubeconfig {}",
+                self.parts.node_name,
+                bootstrap::expiry(&cert).map(crate::model::rfc3339).unwrap_or_default(),
+                self.cfg.kubeconfig.display()
+            );
+        }
+        let mut c = Kubeconfig::read(&self.cfg.kubeconfig)?.client()?;
+        c.timeout = CALL_TIMEOUT;
+        Ok(c)
+    }
+
+    fn node_path(&self) -> String {
+        format!("/api/v1/nodes/{}", self.parts.node_name)
+    }
+
+    /// Create the Node (or take the one of that name): its UID.
+    fn register(&self, client: &Client) -> Result<String, ClusterError> {
+        let full = crate::api::kube::resources::node(&self.parts, self.cfg.healthy_within);
+        let body = json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": self.parts.node_name,
+                "labels": full["metadata"]["labels"],
+                "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+            },
+            "spec": {},
+        });
+        let r = client.send("POST", "/api/v1/nodes", "application/json", body.to_string().as_bytes())?;
+        let node: Value = match r.status {
+            201 => serde_json::from_slice(&r.body).map_err(|e| ClusterError::Protocol(format!("the Node: {e}")))?,
+            409 => {
+                let r = client.get(&self.node_path())?;
+                if r.status != 200 {
+                    return Err(api_error("reading the Node", &r));
+                }
+                serde_json::from_slice(&r.body).map_err(|e| ClusterError::Protocol(format!("the Node: {e}")))?
+            }
+            _ => return Err(api_error("registering the Node", &r)),
+        };
+        let uid = node["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+        log::info!(
+            "cluster: node {} {} (uid {uid})",
+            self.parts.node_name,
+            if r.status == 201 { "registered" } else { "was registered before" }
+        );
+        Ok(uid)
+    }
+
+    fn renew_lease(&mut self, client: &Client) -> Result<(), ClusterError> {
+        let name = &self.parts.node_name;
+        let path = format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}");
+        let now = micro_time(SystemTime::now());
+        if self.lease_made {
+            let patch =
+                json!({"spec": {"holderIdentity": name, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": now}});
+            let r = client.send("PATCH", &path, "application/merge-patch+json", patch.to_string().as_bytes())?;
+            match r.status {
+                200 => return Ok(()),
+                404 => self.lease_made = false,
+                _ => return Err(api_error("renewing the Lease", &r)),
+            }
+        }
+        let lease = json!({
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": name,
+                "namespace": "kube-node-lease",
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": self.node_uid}],
+            },
+            "spec": {"holderIdentity": name, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": now},
+        });
+        let r = client.send(
+            "POST",
+            "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+            "application/json",
+            lease.to_string().as_bytes(),
+        )?;
+        match r.status {
+            201 => {}
+            409 => {} // made by an earlier run: renewed from the next tick
+            _ => return Err(api_error("creating the Lease", &r)),
+        }
+        self.lease_made = true;
+        if r.status == 409 {
+            return self.renew_lease(client);
+        }
+        Ok(())
+    }
+
+    /// The status as it is now, with each condition's transition time.
+    fn status(&mut self) -> Value {
+        let full = crate::api::kube::resources::node(&self.parts, self.cfg.healthy_within);
+        let mut status = full["status"].clone();
+        let now = crate::model::rfc3339(SystemTime::now());
+        if let Some(conds) = status["conditions"].as_array_mut() {
+            for c in conds {
+                let t = c["type"].as_str().unwrap_or_default().to_string();
+                let s = c["status"].as_str().unwrap_or_default().to_string();
+                let since = match self.transitions.get(&t) {
+                    Some((old, since)) if *old == s => since.clone(),
+                    _ => now.clone(),
+                };
+                self.transitions.insert(t, (s, since.clone()));
+                c["lastTransitionTime"] = json!(since);
+                c["lastHeartbeatTime"] = json!(now);
+            }
+        }
+        status["daemonEndpoints"] = json!({"kubeletEndpoint": {"Port": self.cfg.kubelet_port}});
+        // the kubelet's forms: `containerd://1.6.20`, its Ready message
+        if let Some(v) = status["nodeInfo"]["containerRuntimeVersion"].as_str()
+            && let Some((name, version)) = v.split_once(' ')
+        {
+            status["nodeInfo"]["containerRuntimeVersion"] = json!(format!("{name}://{version}"));
+        }
+        if let Some(ready) =
+            status["conditions"].as_array_mut().and_then(|cs| cs.iter_mut().find(|c| c["type"] == "Ready"))
+            && ready["reason"] == "KubeletReady"
+        {
+            ready["message"] = json!("kubelet is posting ready status");
+        }
+        status
+    }
+
+    fn report_status(&mut self, client: &Client) -> Result<(), ClusterError> {
+        let status = self.status();
+        let key = without_heartbeats(&status);
+        if let Some((last, at)) = &self.sent
+            && *last == key
+            && at.elapsed() < STATUS_REPORT
+        {
+            return Ok(());
+        }
+        let patch = json!({"status": status});
+        let r = client.send(
+            "PATCH",
+            &format!("{}/status", self.node_path()),
+            "application/merge-patch+json",
+            patch.to_string().as_bytes(),
+        )?;
+        match r.status {
+            200 => {
+                self.sent = Some((key, Instant::now()));
+                Ok(())
+            }
+            404 => {
+                // the Node was deleted: register it again at the next tick
+                log::warn!(
+                    "cluster: the Node {} is gone from the API server: registering it again",
+                    self.parts.node_name
+                );
+                self.node_uid = None;
+                self.lease_made = false;
+                self.sent = None;
+                Err(api_error("patching the Node's status", &r))
+            }
+            _ => Err(api_error("patching the Node's status", &r)),
+        }
+    }
+}
+
+fn api_error(what: &str, r: &super::http::Response) -> ClusterError {
+    let message = serde_json::from_slice::<Value>(&r.body)
+        .ok()
+        .and_then(|v| v["message"].as_str().map(str::to_string))
+        .unwrap_or_else(|| r.text());
+    ClusterError::Api { what: what.into(), status: r.status, message }
+}
+
+/// The status with the conditions' heartbeat times left out: what decides
+/// whether it changed.
+fn without_heartbeats(status: &Value) -> Value {
+    let mut s = status.clone();
+    if let Some(conds) = s["conditions"].as_array_mut() {
+        for c in conds {
+            if let Some(o) = c.as_object_mut() {
+                o.remove("lastHeartbeatTime");
+            }
+        }
+    }
+    s
+}
+
+/// Back-off after `failures` failed passes: 1 s doubling to 30 s, with up
+/// to a fifth more at random (nodes that lost the server together do not
+/// come back in step).
+pub fn backoff(failures: u32) -> Duration {
+    let base = Duration::from_secs(1 << failures.saturating_sub(1).min(5)).min(Duration::from_secs(30));
+    let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    let jitter = base.mul_f64(f64::from(nanos % 1000) / 5000.0);
+    base + jitter
+}
+
+/// A `MicroTime`: RFC 3339 in UTC with microseconds.
+pub fn micro_time(t: SystemTime) -> String {
+    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let whole = SystemTime::UNIX_EPOCH + Duration::from_secs(d.as_secs());
+    let base = crate::model::rfc3339(whole);
+    format!("{}.{:06}Z", base.trim_end_matches('Z'), d.subsec_micros())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn micro_times_have_six_digits_and_z() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_micros(1_700_000_000_123_456);
+        assert_eq!(micro_time(t), "2023-11-14T22:13:20.123456Z");
+        let whole = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(micro_time(whole), "2023-11-14T22:13:20.000000Z");
+    }
+
+    #[test]
+    fn back_off_doubles_to_thirty_seconds_with_a_fifth_of_jitter() {
+        for (n, base) in [(1, 1), (2, 2), (3, 4), (5, 16), (6, 30), (40, 30)] {
+            let b = backoff(n);
+            let base = Duration::from_secs(base);
+            assert!(b >= base && b <= base + base / 5, "{n}: {b:?}");
+        }
+    }
+
+    #[test]
+    fn only_heartbeats_do_not_count_as_a_change() {
+        let a = json!({"conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": "1", "lastTransitionTime": "0"}]});
+        let mut b = a.clone();
+        b["conditions"][0]["lastHeartbeatTime"] = json!("2");
+        assert_eq!(without_heartbeats(&a), without_heartbeats(&b));
+        b["conditions"][0]["status"] = json!("False");
+        assert_ne!(without_heartbeats(&a), without_heartbeats(&b));
+    }
+}

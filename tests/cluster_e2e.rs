@@ -1,0 +1,240 @@
+//! Cluster mode against the real control plane of `scripts/cluster-env.sh
+//! up` (kube-apiserver, kube-controller-manager, kube-scheduler and etcd
+//! built from the Kubernetes v1.34.4 Go modules) and the real containerd
+//! of `scripts/e2e-env.sh up`; the cluster is read with the real kubectl
+//! and the apiserver's audit log.
+//!
+//! The tests share one containerd and one cluster, so they run one at a time.
+
+mod agent;
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+
+use agent::*;
+
+/// What `scripts/cluster-env.sh env` prints.
+struct Cluster {
+    server: String,
+    admin: String,
+    token: String,
+    ca_hash: String,
+    audit_log: PathBuf,
+}
+
+fn cluster() -> Cluster {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/cluster-env.sh");
+    let out = Command::new(&script).arg("env").output().expect("run scripts/cluster-env.sh env");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let var = |k: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("PODWARDEN_CLUSTER_{k}=")))
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("scripts/cluster-env.sh env does not print PODWARDEN_CLUSTER_{k}: {text}"))
+    };
+    let c = Cluster {
+        server: var("SERVER"),
+        admin: var("ADMIN_KUBECONFIG"),
+        token: var("TOKEN"),
+        ca_hash: var("CA_HASH"),
+        audit_log: var("AUDIT_LOG").into(),
+    };
+    let (code, _, err) = kubectl(&c, &["get", "--raw", "/readyz"]);
+    assert!(
+        code == 0,
+        "the test control plane is not running ({err}): prepare it with `sudo scripts/cluster-env.sh up` \
+         (scripts/test.sh does this before the tests)"
+    );
+    c
+}
+
+fn kubectl(c: &Cluster, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(agent::kubectl::kubectl_bin("1.33"))
+        .arg("--kubeconfig")
+        .arg(&c.admin)
+        .args(["--request-timeout", "20s"])
+        .args(args)
+        .output()
+        .expect("run kubectl");
+    let s = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().unwrap_or(-1), s(&out.stdout), s(&out.stderr))
+}
+
+fn ok(c: &Cluster, args: &[&str]) -> String {
+    let (code, out, err) = kubectl(c, args);
+    assert_eq!(code, 0, "kubectl {args:?}: {out}{err}");
+    out
+}
+
+fn json(c: &Cluster, args: &[&str]) -> Value {
+    let out = ok(c, &[args, &["-o", "json"]].concat());
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("kubectl {args:?}: not JSON ({e}): {out}"))
+}
+
+/// The Node's condition `kind`: (status, reason, message).
+fn condition(node: &Value, kind: &str) -> Option<(String, String, String)> {
+    node["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == kind).map(|c| {
+        let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+        (s("status"), s("reason"), s("message"))
+    })
+}
+
+/// Requests the audit log holds from `user`: (verb, URI, status code).
+fn requests_by(c: &Cluster, user: &str) -> Vec<(String, String, i64)> {
+    let text = std::fs::read_to_string(&c.audit_log).expect("the apiserver's audit log");
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["user"]["username"] == user)
+        .map(|e| {
+            (
+                e["verb"].as_str().unwrap_or_default().to_string(),
+                e["requestURI"].as_str().unwrap_or_default().to_string(),
+                e["responseStatus"]["code"].as_i64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).permissions().mode() & 0o777
+}
+
+/// `podwarden join` with a bootstrap token, then `podwarden run` with the
+/// bootstrap kubeconfig: the node's CSR is approved and signed by the
+/// controller-manager, the node is registered and Ready with its capacity,
+/// conditions and nodeInfo, its Lease renews, and no request of the node
+/// is refused. Stopped, the node-lifecycle controller marks it not ready;
+/// started again it is Ready with the same identity, and its pod kept its
+/// container.
+#[test]
+fn join_bootstraps_registers_and_keeps_the_node_ready() {
+    let _serial = SERIAL.lock();
+    let c = cluster();
+    let node = "pw-join";
+    let user = format!("system:node:{node}");
+    let _ = kubectl(&c, &["delete", "node", node, "--ignore-not-found"]);
+    let work = TempDir::new("cluster-join");
+    let config = work.0.join("join.yaml");
+    std::fs::write(&config, format!("nodeName: {node}\n")).unwrap();
+    let (boot, kubeconfig) = (work.0.join("bootstrap.conf"), work.0.join("node.conf"));
+    let join = |hash: &str, token: &str| {
+        Command::new(BIN)
+            .args(["join", "--config", config.to_str().unwrap(), "--server", &c.server, "--token", token])
+            .args(["--discovery-token-ca-cert-hash", hash])
+            .args(["--bootstrap-kubeconfig", boot.to_str().unwrap(), "--kubeconfig", kubeconfig.to_str().unwrap()])
+            .output()
+            .unwrap()
+    };
+    // a wrong pin or a token the cluster does not know: refused, nothing written
+    let wrong_pin = format!("sha256:{}", "0".repeat(64));
+    let out = join(&wrong_pin, &c.token);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("matches no --discovery-token-ca-cert-hash"), "{err}");
+    let out = join(&c.ca_hash, "zzzzzz.0123456789abcdef");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("jws-kubeconfig-zzzzzz"), "{err}");
+    assert!(!boot.exists());
+    let out = join(&c.ca_hash, &c.token);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("podwarden run --kubeconfig"));
+    assert_eq!(mode(&boot), 0o600, "the bootstrap kubeconfig holds the token");
+    assert!(std::fs::read_to_string(&boot).unwrap().contains(&c.token));
+
+    let args = ["--kubeconfig", kubeconfig.to_str().unwrap(), "--bootstrap-kubeconfig", boot.to_str().unwrap()];
+    let mut a = Agent::start_args("cluster-join", &format!("nodeName: {node}\n"), &args);
+    a.write("web.yaml", &pod_yaml("web", "", "trap 'exit 0' TERM; while :; do sleep 1 & wait; done"));
+    let mut n = Value::Null;
+    wait_for("the node Ready in the API", Duration::from_secs(60), || {
+        let (code, out, _) = kubectl(&c, &["get", "node", node, "-o", "json"]);
+        n = serde_json::from_str(&out).unwrap_or(Value::Null);
+        code == 0 && condition(&n, "Ready").is_some_and(|r| r.0 == "True")
+    });
+    // the identity: a CSR by the bootstrap token, approved and signed
+    let csrs = json(&c, &["get", "csr"]);
+    let token_id = c.token.split('.').next().unwrap();
+    let mine: Vec<&Value> = csrs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r["spec"]["username"] == format!("system:bootstrap:{token_id}") && r["status"]["certificate"].is_string()
+        })
+        .collect();
+    assert!(!mine.is_empty(), "no signed CSR by the bootstrap token: {csrs}");
+    let csr = mine.last().unwrap();
+    assert_eq!(csr["spec"]["signerName"], "kubernetes.io/kube-apiserver-client-kubelet");
+    assert_eq!(csr["spec"]["usages"], serde_json::json!(["digital signature", "client auth"]));
+    assert!(csr["status"]["conditions"].as_array().unwrap().iter().any(|c| c["type"] == "Approved"), "{csr}");
+    let pem = a.root().join("pki/kubelet-client-current.pem");
+    assert_eq!((mode(&pem), mode(&kubeconfig)), (0o600, 0o600), "the key and the node's kubeconfig are private");
+    // the Node as kubectl shows it
+    assert_eq!(n["metadata"]["labels"]["kubernetes.io/hostname"], node);
+    assert_eq!(n["metadata"]["labels"]["kubernetes.io/os"], "linux");
+    for r in ["cpu", "memory", "pods"] {
+        assert!(n["status"]["capacity"][r].is_string() && n["status"]["allocatable"][r].is_string(), "{r}: {n}");
+    }
+    assert_eq!(n["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"], a.kube_port);
+    assert!(n["status"]["nodeInfo"]["containerRuntimeVersion"].as_str().unwrap().starts_with("containerd://"), "{n}");
+    assert_eq!(condition(&n, "Ready").unwrap().1, "KubeletReady");
+    for (kind, reason) in [
+        ("MemoryPressure", "KubeletHasSufficientMemory"),
+        ("DiskPressure", "KubeletHasNoDiskPressure"),
+        ("PIDPressure", "KubeletHasSufficientPID"),
+    ] {
+        assert_eq!(condition(&n, kind).map(|c| (c.0, c.1)), Some(("False".into(), reason.into())), "{n}");
+    }
+    let d = ok(&c, &["describe", "node", node]);
+    assert!(d.contains("Capacity:") && d.contains("Allocatable:") && d.contains("KubeletReady"), "{d}");
+    // the Lease renews every 10 s
+    let renew = || {
+        let l = json(&c, &["-n", "kube-node-lease", "get", "lease", node]);
+        assert_eq!(
+            (l["spec"]["holderIdentity"].as_str(), l["spec"]["leaseDurationSeconds"].as_i64()),
+            (Some(node), Some(40))
+        );
+        assert_eq!(l["metadata"]["ownerReferences"][0]["kind"], "Node");
+        l["spec"]["renewTime"].as_str().unwrap().to_string()
+    };
+    let first = renew();
+    wait_for("the Lease renewed", Duration::from_secs(25), || renew() != first);
+    // the pod runs; remember its container
+    let uid = a.uid("web");
+    wait_for("web running", Duration::from_secs(30), || a.running(&uid) == 1);
+    let container = a.runtime_pod(&uid).containers[0].id.clone();
+
+    // stopped: the node-lifecycle controller sees the Lease end
+    let started = Instant::now();
+    a.kill9();
+    wait_for("the node not ready after podwarden stopped", Duration::from_secs(150), || {
+        let n = json(&c, &["get", "node", node]);
+        condition(&n, "Ready").is_some_and(|r| r.0 != "True")
+    });
+    eprintln!("node not ready {:?} after podwarden stopped", started.elapsed());
+    // started again: Ready, no new CSR, the same container
+    a.spawn();
+    wait_for("the node Ready again", Duration::from_secs(60), || {
+        let n = json(&c, &["get", "node", node]);
+        condition(&n, "Ready").is_some_and(|r| r.0 == "True")
+    });
+    let csrs_after = json(&c, &["get", "csr"]);
+    let count = |v: &Value| {
+        v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["spec"]["username"] == format!("system:bootstrap:{token_id}"))
+            .count()
+    };
+    assert_eq!(count(&csrs_after), count(&csrs), "a restart reuses the node's certificate");
+    let rp = a.runtime_pod(&uid);
+    assert_eq!(rp.containers.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), [container.as_str()], "{rp:?}");
+
+    // nothing the node asked was refused
+    let reqs = requests_by(&c, &user);
+    assert!(reqs.iter().any(|r| r.0 == "patch" && r.1.contains("/leases/")), "{reqs:?}");
+    let refused: Vec<_> = reqs.iter().filter(|r| r.2 >= 400 && r.2 != 404 && r.2 != 409).collect();
+    assert!(refused.is_empty(), "requests of {user} refused: {refused:?}");
+    a.clean_up(&[&uid]);
+    drop(a);
+    ok(&c, &["delete", "node", node]);
+}
