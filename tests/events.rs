@@ -33,12 +33,14 @@ fn chain() -> Arc<model::Pod> {
     )
 }
 
+/// Whether the latest `name` container of `uid` runs, as the runtime
+/// answers; a failed status call is no "not running": it panics.
 fn running(h: &Harness, uid: &str, name: &str) -> bool {
-    h.fake
+    let rp = h
+        .fake
         .pod_status(&CallCtx::background(LONG), uid)
-        .ok()
-        .and_then(|rp| rp.latest(name).map(|l| l.state == ContainerState::Running))
-        .unwrap_or(false)
+        .unwrap_or_else(|e| panic!("pod status of {uid} from the runtime: {e}"));
+    rp.latest(name).is_some_and(|l| l.state == ContainerState::Running)
 }
 
 /// A harness whose resync and relist are 30 s, with the housekeeping

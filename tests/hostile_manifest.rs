@@ -619,23 +619,55 @@ impl Daemon {
             .spawn()
             .unwrap();
         let a = Daemon { child, port, log };
-        wait_for("the agent's /healthz", Duration::from_secs(20), || a.get("/healthz").is_some());
+        // refused until the agent listens: the one place no answer is expected
+        wait_for("the agent's /healthz", Duration::from_secs(20), || {
+            a.try_get("/healthz").is_ok_and(|(code, _)| code == 200)
+        });
         a
     }
 
-    fn get(&self, path: &str) -> Option<String> {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
+    /// `GET path`: the status code and body of the answer, or why there
+    /// was none (refused, timed out, not an HTTP answer).
+    fn try_get(&self, path: &str) -> Result<(u16, String), String> {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).map_err(|e| format!("connect: {e}"))?;
+        // generous: a slow answer is not a missing one
+        s.set_read_timeout(Some(Duration::from_secs(20))).map_err(|e| e.to_string())?;
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").map_err(|e| format!("send: {e}"))?;
         let mut out = String::new();
-        s.read_to_string(&mut out).ok()?;
-        let (head, body) = out.split_once("\r\n\r\n")?;
-        head.starts_with("HTTP/1.1 200").then(|| body.to_string())
+        s.read_to_string(&mut out).map_err(|e| format!("read: {e} (after {out:?})"))?;
+        let (head, body) = out.split_once("\r\n\r\n").ok_or_else(|| format!("no HTTP head in {out:?}"))?;
+        let code = head
+            .strip_prefix("HTTP/1.1 ")
+            .and_then(|rest| rest.get(..3))
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| format!("no HTTP status line in {head:?}"))?;
+        Ok((code, body.to_string()))
     }
 
+    /// The body of a 200 answer to `GET path`; `None` for an answer with
+    /// another status. No answer at all is a failure, not an absence: it
+    /// panics.
+    fn get(&self, path: &str) -> Option<String> {
+        match self.try_get(path) {
+            Ok((200, body)) => Some(body),
+            Ok(_) => None,
+            Err(e) => panic!("GET {path} on the agent's port {}: no answer: {e}", self.port),
+        }
+    }
+
+    /// The pods of `/pods`. Anything but a 200 with a pod list panics: an
+    /// empty list must come from the agent, never from a failed request.
+    fn pods(&self) -> Vec<serde_json::Value> {
+        let (code, body) = self.try_get("/pods").unwrap_or_else(|e| panic!("GET /pods: no answer: {e}"));
+        assert_eq!(code, 200, "GET /pods: {body}");
+        let v: serde_json::Value =
+            serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET /pods: not JSON ({e}): {body}"));
+        v["items"].as_array().cloned().unwrap_or_else(|| panic!("GET /pods: no items array: {body}"))
+    }
+
+    /// The pod `name` of `/pods`; `None` only when the agent's list lacks it.
     fn pod(&self, name: &str) -> Option<serde_json::Value> {
-        let v: serde_json::Value = serde_json::from_str(&self.get("/pods")?).ok()?;
-        v["items"].as_array()?.iter().find(|p| p["metadata"]["name"] == name).cloned()
+        self.pods().into_iter().find(|p| p["metadata"]["name"] == name)
     }
 
     fn pod_field(&self, name: &str, field: &str) -> Option<String> {

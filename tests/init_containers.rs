@@ -65,12 +65,14 @@ fn created(h: &Harness, uid: &str) -> Vec<String> {
     h.fake.calls_for(uid, Op::CreateContainer).into_iter().map(|c| c.target).collect()
 }
 
+/// Whether the latest `name` container of `uid` runs, as the runtime
+/// answers; a failed status call is no "not running": it panics.
 fn running(h: &Harness, uid: &str, name: &str) -> bool {
-    h.fake
+    let rp = h
+        .fake
         .pod_status(&CallCtx::background(T), uid)
-        .ok()
-        .and_then(|rp| rp.latest(name).map(|l| l.state == podwarden::runtime::ContainerState::Running))
-        .unwrap_or(false)
+        .unwrap_or_else(|e| panic!("pod status of {uid} from the runtime: {e}"));
+    rp.latest(name).is_some_and(|l| l.state == podwarden::runtime::ContainerState::Running)
 }
 
 #[test]
