@@ -157,3 +157,43 @@ fn a_failed_stats_call_leaves_the_nodes_signals_and_conditions_going() {
     m.synchronize();
     assert!(h.agent.admitted().is_empty(), "pod a evicted");
 }
+
+/// An evicted pod that has terminated but is not cleaned up yet (its
+/// sandbox's removal is slow, so its volumes are still on disk) holds the
+/// next eviction back, as the kubelet waits for `podCleanedUpFunc`: the
+/// pressure it caused may still show. Once it is cleaned up, the next pass
+/// may evict another.
+#[test]
+fn the_next_eviction_waits_until_the_evicted_pod_is_cleaned_up() {
+    let h = Harness::new();
+    h.agent.apply_source(vec![arc(pod("a", "uid-a")), arc(pod("b", "uid-b"))]);
+    wait_for("both pods run", Duration::from_secs(10), || {
+        h.fake.live_containers("uid-a") == 1 && h.fake.live_containers("uid-b") == 1
+    });
+    // within the runtime call deadline of the harness (2 s)
+    h.fake.set_latency(Op::RemovePodSandbox, Duration::from_millis(1800));
+    let m = manager(&h, vec![always_met()], Duration::from_secs(3600));
+    m.synchronize();
+    let evicted: Vec<String> = ["uid-a", "uid-b"]
+        .into_iter()
+        .filter(|u| h.agent.admitted().iter().all(|p| podwarden::model::uid(p) != *u))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(evicted.len(), 1, "one pod a pass");
+    let first = evicted[0].clone();
+    // terminated (its containers stopped), its clean-up still running
+    wait_for("the evicted pod terminated", Duration::from_secs(10), || h.fake.live_containers(&first) == 0);
+    wait_for("its sandbox's removal under way", Duration::from_secs(10), || {
+        !h.fake.calls_for(&first, Op::RemovePodSandbox).is_empty()
+    });
+    assert!(!h.agent.is_pod_cleaned_up(&first), "the slow removal is still under way");
+    for _ in 0..5 {
+        m.synchronize();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(h.agent.admitted().len(), 1, "no second eviction while the first pod's clean-up runs");
+    // cleaned up: the next pass evicts the other
+    wait_for("the evicted pod cleaned up", Duration::from_secs(10), || h.agent.is_pod_cleaned_up(&first));
+    m.synchronize();
+    assert!(h.agent.admitted().is_empty(), "the second pod evicted once the first is cleaned up");
+}

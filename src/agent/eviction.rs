@@ -40,9 +40,10 @@ use crate::telemetry::events::{EventRecorder, EventType, ObjectRef};
 /// The grace period of a hard or local storage eviction, the kubelet's.
 pub const IMMEDIATE_GRACE: i64 = 1;
 
-/// How long evicted pods may take to terminate before the next eviction
-/// (the kubelet's pod clean-up timeout): until then their usage still
-/// shows, and evicting on it would take a second pod for nothing.
+/// How long evicted pods may take to terminate and be cleaned up (their
+/// containers and sandbox removed, their volumes gone) before the next
+/// eviction (the kubelet's pod clean-up timeout): until then their usage
+/// still shows, and evicting on it would take a second pod for nothing.
 pub const CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the manager is told by the config.
@@ -269,8 +270,9 @@ pub struct Manager {
     events: Arc<EventRecorder>,
     metrics: Arc<crate::telemetry::metrics::Metrics>,
     state: Mutex<State>,
-    /// Evicted pods not yet terminated, and when they were evicted.
-    cleanup: Mutex<Vec<(crossbeam_channel::Receiver<()>, Instant)>>,
+    /// Evicted pods not yet cleaned up: UID, told when terminated, and
+    /// when they were evicted.
+    cleanup: Mutex<Vec<(String, crossbeam_channel::Receiver<()>, Instant)>>,
     /// When the last whole snapshot was taken.
     snapshot_at: Mutex<Option<Instant>>,
 }
@@ -299,23 +301,34 @@ impl Manager {
         }
     }
 
-    /// Evict `p` (for `cause`) and remember it until it has terminated.
+    /// Evict `p` (for `cause`) and remember it until it is cleaned up.
     fn evict(&self, p: &Pod, msg: &str, cause: Cause, grace: i64) -> bool {
         match self.agent.evict(model::uid(p), msg, cause, grace) {
             Some(done) => {
-                self.cleanup.lock().push((done, Instant::now()));
+                self.cleanup.lock().push((model::uid(p).to_string(), done, Instant::now()));
                 true
             }
             None => false,
         }
     }
 
-    /// Evicted pods still terminating (for less than the clean-up timeout).
+    /// Evicted pods still terminating or being cleaned up (for less than
+    /// the clean-up timeout): a terminated pod's bytes are still on disk
+    /// until its worker removed its containers and volumes.
     fn cleaning_up(&self) -> bool {
-        self.cleanup.lock().retain(|(rx, at)| {
-            matches!(rx.try_recv(), Err(crossbeam_channel::TryRecvError::Empty)) && at.elapsed() < CLEANUP_TIMEOUT
+        let mut c = self.cleanup.lock();
+        c.retain(|(uid, rx, at)| {
+            let terminated = !matches!(rx.try_recv(), Err(crossbeam_channel::TryRecvError::Empty));
+            let done = terminated && self.agent.is_pod_cleaned_up(uid);
+            if at.elapsed() >= CLEANUP_TIMEOUT && !done {
+                log::warn!(
+                    "eviction manager: pod {uid} not cleaned up {}s after its eviction; acting on the node's signals again",
+                    CLEANUP_TIMEOUT.as_secs()
+                );
+            }
+            !done && at.elapsed() < CLEANUP_TIMEOUT
         });
-        !self.cleanup.lock().is_empty()
+        !c.is_empty()
     }
 
     /// A whole snapshot taken now (kept by the collector for the stats

@@ -299,6 +299,14 @@ impl Agent {
         admitted
     }
 
+    /// Whether the pod's clean-up is done (its worker finished: containers
+    /// and sandbox removed, volumes and content gone), or no worker knows
+    /// it: what an eviction waits for before the next (the kubelet's
+    /// `podCleanedUpFunc`).
+    pub fn is_pod_cleaned_up(&self, uid: &str) -> bool {
+        self.workers.phase(uid).is_none_or(|p| p >= crate::pod::workers::Phase::Finished)
+    }
+
     /// Evict an admitted pod (node pressure, a local storage limit): the
     /// `Evicted` warning with `message`, a kill with `grace` seconds that
     /// leaves it Failed with reason `Evicted` and `message`, its content
