@@ -57,15 +57,7 @@ fn follow_logs(a: &Agent, pod: &str) -> (Child, Arc<Mutex<String>>, std::thread:
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let followed = Arc::new(Mutex::new(String::new()));
-    let (mut out, f) = (follow.stdout.take().unwrap(), followed.clone());
-    let reader = podwarden::base::thread::spawn("follow-reader", None, move || {
-        let mut buf = [0u8; 65536];
-        while let Ok(n @ 1..) = out.read(&mut buf) {
-            f.lock().push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    })
-    .unwrap();
+    let (followed, reader) = read_as_it_comes(follow.stdout.take().unwrap());
     (follow, followed, reader)
 }
 

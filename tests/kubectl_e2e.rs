@@ -99,15 +99,7 @@ fn kubectl_reads_creates_watches_and_deletes_pods() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let followed = std::sync::Arc::new(Mutex::new(String::new()));
-    let (mut out, f) = (follow.stdout.take().unwrap(), followed.clone());
-    let reader = podwarden::base::thread::spawn("follow-reader", None, move || {
-        let mut buf = [0u8; 65536];
-        while let Ok(n @ 1..) = out.read(&mut buf) {
-            f.lock().push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    })
-    .unwrap();
+    let (followed, reader) = read_as_it_comes(follow.stdout.take().unwrap());
     let lines = || followed.lock().lines().count();
     wait_for("logs -f printing", Duration::from_secs(20), || lines() > 0);
     // what was logged by now, kubectl's first answer included

@@ -5,6 +5,29 @@
 use crate::cli::client::{Client, default_socket};
 use crate::cli::error::{Result, usage};
 
+/// `args` of a verb whose every flag takes a value (`--flag VALUE` or
+/// `--flag=VALUE`): the (flag, value) pairs in order. `known` names the
+/// flags; any other argument is refused with `help`.
+pub(crate) fn flag_values(args: &[&String], verb: &str, known: &[&str], help: &str) -> Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let (flag, inline) = match a.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+            _ => (a.as_str(), None),
+        };
+        if !known.contains(&flag) {
+            return Err(usage(format!("{verb}: unknown argument {flag:?}\n\n{help}")));
+        }
+        let value = match inline {
+            Some(v) => v,
+            None => it.next().map(|s| s.to_string()).ok_or_else(|| usage(format!("{verb}: {flag} needs a value")))?,
+        };
+        out.push((flag.to_string(), value));
+    }
+    Ok(out)
+}
+
 const GET_HELP: &str = "\
 Show pods, or the local ConfigMaps and Secrets (a Secret's values are never shown).
 

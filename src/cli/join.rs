@@ -44,25 +44,14 @@ struct Opts {
 
 fn parse(args: &[&String]) -> Result<Opts> {
     let mut o = Opts::default();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let (flag, inline) = match a.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
-            _ => (a.as_str(), None),
-        };
-        let mut value = || -> Result<String> {
-            match inline.clone() {
-                Some(v) => Ok(v),
-                None => it.next().map(|s| s.to_string()).ok_or_else(|| usage(format!("join: {flag} needs a value"))),
-            }
-        };
-        match flag {
-            "--server" => o.server = Some(value()?),
-            "--token" => o.token = Some(value()?),
-            "--discovery-token-ca-cert-hash" => o.pins.push(value()?),
-            "--bootstrap-kubeconfig" => o.bootstrap = Some(value()?.into()),
-            "--kubeconfig" => o.kubeconfig = Some(value()?.into()),
-            other => return Err(usage(format!("join: unknown argument {other:?}\n\n{HELP}"))),
+    let known = ["--server", "--token", "--discovery-token-ca-cert-hash", "--bootstrap-kubeconfig", "--kubeconfig"];
+    for (flag, v) in crate::cli::args::flag_values(args, "join", &known, HELP)? {
+        match flag.as_str() {
+            "--server" => o.server = Some(v),
+            "--token" => o.token = Some(v),
+            "--discovery-token-ca-cert-hash" => o.pins.push(v),
+            "--bootstrap-kubeconfig" => o.bootstrap = Some(v.into()),
+            _ => o.kubeconfig = Some(v.into()),
         }
     }
     Ok(o)

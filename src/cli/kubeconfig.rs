@@ -45,26 +45,13 @@ struct Opts {
 
 fn parse(args: &[&String]) -> Result<Opts> {
     let mut o = Opts::default();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let (flag, inline) = match a.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
-            _ => (a.as_str(), None),
-        };
-        let mut value = || -> Result<String> {
-            match inline.clone() {
-                Some(v) => Ok(v),
-                None => {
-                    it.next().map(|s| s.to_string()).ok_or_else(|| usage(format!("kubeconfig: {flag} needs a value")))
-                }
-            }
-        };
-        match flag {
-            "--user" => o.user = Some(value()?),
-            "--group" => o.groups.push(value()?),
-            "--namespace" | "-n" => o.namespace = Some(value()?),
+    let known = ["--user", "--group", "--namespace", "-n", "--expires", "--server", "--revoke", "--revoke-user"];
+    for (flag, v) in crate::cli::args::flag_values(args, "kubeconfig", &known, HELP)? {
+        match flag.as_str() {
+            "--user" => o.user = Some(v),
+            "--group" => o.groups.push(v),
+            "--namespace" | "-n" => o.namespace = Some(v),
             "--expires" => {
-                let v = value()?;
                 let d = crate::config::parse_duration_checked(&v)
                     .map_err(|e| usage(format!("kubeconfig: --expires {v:?}: {e:?} (a Go duration such as 720h)")))?;
                 if d < Duration::from_secs(60) {
@@ -72,10 +59,9 @@ fn parse(args: &[&String]) -> Result<Opts> {
                 }
                 o.expires = Some(d);
             }
-            "--server" => o.server = Some(value()?),
-            "--revoke" => o.revoke.push(value()?),
-            "--revoke-user" => o.revoke_users.push(value()?),
-            other => return Err(usage(format!("kubeconfig: unknown argument {other:?}\n\n{HELP}"))),
+            "--server" => o.server = Some(v),
+            "--revoke" => o.revoke.push(v),
+            _ => o.revoke_users.push(v),
         }
     }
     if o.user.as_deref().is_some_and(|u| u.trim().is_empty()) {

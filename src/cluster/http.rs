@@ -15,6 +15,7 @@ use rustls::{ClientConfig, ClientConnection, StreamOwned};
 
 use super::ClusterError;
 use crate::api::kube::pki;
+use crate::pod::prober::net::AnyCertificate;
 
 /// Bytes of a response's status line and headers.
 pub const MAX_HEAD: usize = 64 << 10;
@@ -111,7 +112,9 @@ impl Client {
                 }
                 builder.with_root_certificates(roots)
             }
-            None => builder.dangerous().with_custom_certificate_verifier(Arc::new(AnyServer(provider))),
+            // only `podwarden join`'s anonymous read of cluster-info, whose
+            // content is checked by the token's signature and the CA's pin
+            None => builder.dangerous().with_custom_certificate_verifier(Arc::new(AnyCertificate(provider))),
         };
         let (tls, token) = match creds {
             Credentials::Anonymous => (builder.with_no_client_auth(), None),
@@ -292,47 +295,6 @@ fn dechunk(mut rest: &[u8]) -> Result<Vec<u8>, Malformed> {
         }
         out.extend_from_slice(&rest[..size]);
         rest = &rest[size + 2..];
-    }
-}
-
-/// Accepts any server certificate (only for `podwarden join`'s anonymous
-/// read of `cluster-info`, whose content is verified by the token's
-/// signature and the CA's hash); handshake signatures are still checked.
-#[derive(Debug)]
-struct AnyServer(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for AnyServer {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 

@@ -297,6 +297,24 @@ impl Drop for Agent {
     }
 }
 
+/// What `out` (a child's stdout) prints, read as it comes by a thread of
+/// its own until it ends: the text so far and the thread.
+#[allow(dead_code)]
+pub fn read_as_it_comes(
+    mut out: impl Read + Send + 'static,
+) -> (std::sync::Arc<Mutex<String>>, std::thread::JoinHandle<()>) {
+    let text = std::sync::Arc::new(Mutex::new(String::new()));
+    let t = text.clone();
+    let reader = podwarden::base::thread::spawn("test-reader", None, move || {
+        let mut buf = [0u8; 65536];
+        while let Ok(n @ 1..) = out.read(&mut buf) {
+            t.lock().push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    })
+    .unwrap();
+    (text, reader)
+}
+
 pub fn pod_yaml(name: &str, extra_spec: &str, command: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: e2e\nspec:\n{extra_spec}  containers:\n  - name: main\n    image: {IMAGE}\n    imagePullPolicy: Never\n    command: [\"sh\", \"-c\", {command:?}]\n"
