@@ -240,12 +240,14 @@ ports_of() {
   esac
 }
 
-# The pid of component $1 if it runs (the binary from BIN_DIR, as started).
+# The pid of component $1 if it runs (as this state's pid file records it;
+# the binary may be another checkout's BIN_DIR: `start` then restarts it).
 pid_of() {
-  local pid
+  local pid argv0
   pid="$(cat "$RUN_DIR/$1.pid" 2>/dev/null)" || return 1
   [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
-  [ "$(tr '\0' '\n' < "/proc/$pid/cmdline" | head -1)" = "$BIN_DIR/$1" ] || return 1
+  argv0="$(tr '\0' '\n' < "/proc/$pid/cmdline" | head -1)"
+  [ "${argv0##*/}" = "$1" ] || return 1
   echo "$pid"
 }
 
@@ -270,11 +272,13 @@ start() {
   mapfile -t args < <(args_of "$name")
   printf '%s\n' "${args[@]}" > "$RUN_DIR/$name.args.new"
   if pid="$(pid_of "$name")"; then
-    if cmp -s "$RUN_DIR/$name.args.new" "$RUN_DIR/$name.args" && [[ "$(readlink "/proc/$pid/exe")" != *" (deleted)" ]]; then
+    if cmp -s "$RUN_DIR/$name.args.new" "$RUN_DIR/$name.args" \
+      && [ "$(tr '\0' '\n' < "/proc/$pid/cmdline" | head -1)" = "$BIN_DIR/$name" ] \
+      && [[ "$(readlink "/proc/$pid/exe")" != *" (deleted)" ]]; then
       rm -f "$RUN_DIR/$name.args.new"
       return
     fi
-    log "restarting $name (its arguments or binary changed)"
+    log "restarting $name (its arguments or binary changed, or another checkout's binary runs)"
     stop "$name"
   fi
   mv "$RUN_DIR/$name.args.new" "$RUN_DIR/$name.args"
