@@ -238,3 +238,49 @@ fn join_bootstraps_registers_and_keeps_the_node_ready() {
     drop(a);
     ok(&c, &["delete", "node", node]);
 }
+
+/// Cluster mode configured but not working is a warning on the node after
+/// three failed passes (`podwarden events`, `kubectl describe node` on the
+/// node's API), not only a log line: a control plane that does not answer
+/// (`ClusterUnreachable`), a kubeconfig with no identity and no bootstrap
+/// kubeconfig (`ClusterConfigInvalid`). The pods are not touched.
+#[test]
+fn a_cluster_link_that_cannot_work_is_a_warning_on_the_node() {
+    use podwarden::cluster::kubeconfig::{UserRef, render};
+    use podwarden::cluster::node::{ClusterConfig, NodeLink};
+    let h = common::Harness::new();
+    let dir = TempDir::new("cluster-warn");
+    let ca = rcgen::generate_simple_self_signed(vec!["ca".to_string()]).unwrap().cert.pem();
+    let dead = dir.0.join("dead.conf");
+    // a port nobody listens on
+    let server = format!("https://127.0.0.1:{}", free_port());
+    std::fs::write(&dead, render(&server, &ca, "node", &UserRef::Token("t"))).unwrap();
+    let cfg = |kubeconfig: &Path| ClusterConfig {
+        kubeconfig: kubeconfig.to_path_buf(),
+        bootstrap_kubeconfig: None,
+        root_dir: dir.0.join("root"),
+        kubelet_port: 10250,
+        healthy_within: Duration::from_secs(10),
+    };
+    let warnings = |reason: &str| {
+        h.events.list().into_iter().filter(|e| e.reason == reason).map(|e| e.message).collect::<Vec<_>>()
+    };
+    let link = NodeLink::start(h.parts.clone(), cfg(&dead)).unwrap();
+    // fails at 0 s, 1 s and 3 s (back-off 1 s doubling, a fifth of jitter)
+    wait_for("a ClusterUnreachable warning", Duration::from_secs(20), || {
+        let all: Vec<_> = h.events.list().into_iter().filter(|e| e.reason.starts_with("Cluster")).collect();
+        assert!(all.iter().all(|e| e.reason == "ClusterUnreachable"), "{all:?}");
+        !all.is_empty()
+    });
+    let w = warnings("ClusterUnreachable");
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].contains("3 attempts failed") && w[0].contains(&server), "{}", w[0]);
+    drop(link);
+    let none = dir.0.join("none.conf");
+    std::fs::write(&none, "apiVersion: v1\nkind: Config\n").unwrap();
+    let _link = NodeLink::start(h.parts.clone(), cfg(&none)).unwrap();
+    wait_for("a ClusterConfigInvalid warning", Duration::from_secs(20), || {
+        !warnings("ClusterConfigInvalid").is_empty()
+    });
+    assert!(warnings("ClusterConfigInvalid")[0].contains("none.conf"), "{:?}", warnings("ClusterConfigInvalid"));
+}

@@ -28,6 +28,7 @@ use super::bootstrap;
 use super::http::Client;
 use super::kubeconfig::Kubeconfig;
 use crate::agent::Parts;
+use crate::telemetry::events::{EventType, ObjectRef};
 
 pub const LEASE_SECONDS: u64 = 40;
 /// A quarter of the lease's duration, as the kubelet renews.
@@ -38,6 +39,10 @@ pub const STATUS_REPORT: Duration = Duration::from_secs(300);
 pub const RENEW_MARGIN: Duration = Duration::from_secs(60);
 /// One call to the API server, from connect to the answer's end.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Failed passes in a row before the node gets a warning event.
+pub const WARN_AFTER: u32 = 3;
+/// The warning again at most this often while the failures last.
+pub const WARN_EVERY: Duration = Duration::from_secs(300);
 /// How long a CSR may wait for its signature before it is asked again.
 pub const CSR_WAIT: Duration = Duration::from_secs(300);
 
@@ -96,6 +101,8 @@ struct Link {
     transitions: BTreeMap<String, (String, String)>,
     failures: u32,
     logged: crate::base::logging::RateLimit,
+    /// When the last warning event about the link was sent.
+    warned: Option<Instant>,
 }
 
 impl Link {
@@ -111,6 +118,7 @@ impl Link {
             transitions: BTreeMap::new(),
             failures: 0,
             logged: crate::base::logging::RateLimit::new(Duration::from_secs(60)),
+            warned: None,
         }
     }
 
@@ -142,6 +150,14 @@ impl Link {
                     if self.failures > 0 {
                         log::info!("cluster: the API server answers again after {} failed attempt(s)", self.failures);
                     }
+                    if self.warned.take().is_some() {
+                        self.parts.events.event(
+                            &ObjectRef::node(&self.parts.node_name),
+                            EventType::Normal,
+                            "ClusterReachable",
+                            "The node reaches its control plane again",
+                        );
+                    }
                     self.failures = 0;
                     next = started + LEASE_RENEW;
                 }
@@ -154,10 +170,38 @@ impl Link {
                     if self.logged.allow().is_some() || self.failures == 1 {
                         log::error!("cluster: {e} (attempt {}; retrying with back-off)", self.failures);
                     }
+                    self.warn(&e);
                     next = Instant::now() + backoff(self.failures);
                 }
             }
         }
+    }
+
+    /// A Warning event on the node once [`WARN_AFTER`] passes in a row
+    /// failed, again every [`WARN_EVERY`] while it lasts: cluster mode is
+    /// configured and does not work (`podwarden events`, `kubectl describe
+    /// node` on the node's API).
+    fn warn(&mut self, e: &ClusterError) {
+        if self.failures < WARN_AFTER || self.warned.is_some_and(|t| t.elapsed() < WARN_EVERY) {
+            return;
+        }
+        self.warned = Some(Instant::now());
+        let reason = match e {
+            ClusterError::Api { status: 401 | 403, .. } | ClusterError::Tls(_) | ClusterError::Refused(_) => {
+                "ClusterAuthenticationFailed"
+            }
+            ClusterError::Config(_) => "ClusterConfigInvalid",
+            _ => "ClusterUnreachable",
+        };
+        self.parts.events.event(
+            &ObjectRef::node(&self.parts.node_name),
+            EventType::Warning,
+            reason,
+            &format!(
+                "The node is not part of its cluster ({} attempts failed): {e}; pods keep running, retrying",
+                self.failures
+            ),
+        );
     }
 
     /// One pass: identity, Node, Lease, status.
