@@ -208,20 +208,18 @@ fn run(args: &[String]) -> Result<(), MainError> {
             }
             if failed { Err(MainError::InvalidManifests) } else { Ok(()) }
         }
-        Some("join") => {
-            let Some((config_path, rest)) = config_args(&args[1..], podwarden::cli::join::HELP)? else {
+        Some(verb @ ("join" | "kubeconfig")) => {
+            let help = if verb == "join" { podwarden::cli::join::HELP } else { podwarden::cli::kubeconfig::HELP };
+            let Some((config_path, rest)) = config_args(&args[1..], help)? else {
                 return Ok(());
             };
             let config = load_config(config_file(config_path))?;
-            print!("{}", podwarden::cli::join::run(&config, &rest)?);
-            Ok(())
-        }
-        Some("kubeconfig") => {
-            let Some((config_path, rest)) = config_args(&args[1..], podwarden::cli::kubeconfig::HELP)? else {
-                return Ok(());
+            let text = if verb == "join" {
+                podwarden::cli::join::run(&config, &rest)?
+            } else {
+                podwarden::cli::kubeconfig::run(&config, &rest)?
             };
-            let config = load_config(config_file(config_path))?;
-            print!("{}", podwarden::cli::kubeconfig::run(&config, &rest)?);
+            print!("{text}");
             Ok(())
         }
         Some("--version") => {

@@ -58,8 +58,14 @@ pub fn new_request(node: &str) -> Result<(rcgen::KeyPair, String), ClusterError>
 }
 
 /// Ask `client`'s server for a certificate for `node` and wait (at most
-/// `wait`) until it is signed: (certificate PEM, key PEM).
-pub fn request_certificate(client: &Client, node: &str, wait: Duration) -> Result<(String, String), ClusterError> {
+/// `wait`) until it is signed: (certificate PEM, key PEM). Between polls it
+/// sleeps with `pause`, which returns false when the caller is stopping.
+pub fn request_certificate(
+    client: &Client,
+    node: &str,
+    wait: Duration,
+    pause: &dyn Fn(Duration) -> bool,
+) -> Result<(String, String), ClusterError> {
     let (key, csr_pem) = new_request(node)?;
     let body = json!({
         "apiVersion": "certificates.k8s.io/v1",
@@ -79,7 +85,7 @@ pub fn request_certificate(client: &Client, node: &str, wait: Duration) -> Resul
     let name = made["metadata"]["name"].as_str().unwrap_or_default().to_string();
     log::info!("cluster: asked for the node's client certificate in CSR {name} (signer {SIGNER})");
     let start = Instant::now();
-    let mut pause = Duration::from_millis(200);
+    let (pause_for, mut delay) = (pause, Duration::from_millis(200));
     loop {
         let r = client.get(&format!("{CSRS}/{name}"))?;
         if r.status != 200 {
@@ -110,8 +116,10 @@ pub fn request_certificate(client: &Client, node: &str, wait: Duration) -> Resul
                  csrsigning running, and may system:bootstrappers create node client CSRs?)"
             )));
         }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_secs(2));
+        if !pause_for(delay) {
+            return Err(ClusterError::Refused(format!("stopped while waiting for CSR {name}")));
+        }
+        delay = (delay * 2).min(Duration::from_secs(2));
     }
 }
 

@@ -234,7 +234,7 @@ impl Link {
             let b = Kubeconfig::read(boot)?;
             let mut c = b.client()?;
             c.timeout = CALL_TIMEOUT;
-            let (cert, key) = bootstrap::request_certificate(&c, &self.parts.node_name, CSR_WAIT)?;
+            let (cert, key) = bootstrap::request_certificate(&c, &self.parts.node_name, CSR_WAIT, &|d| self.pause(d))?;
             bootstrap::store(&self.cfg.root_dir, &self.cfg.kubeconfig, &b.server, &b.ca_pem, &cert, &key)?;
             log::info!(
                 "cluster: node {} has its client certificate (until {}); kubeconfig {}",
