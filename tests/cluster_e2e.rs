@@ -79,12 +79,15 @@ fn condition(node: &Value, kind: &str) -> Option<(String, String, String)> {
     })
 }
 
-/// Requests the audit log holds from `user`: (verb, URI, status code).
+/// Requests the audit log holds from `user` made by podwarden (not a
+/// test's kubectl with the node's identity): (verb, URI, status code).
 fn requests_by(c: &Cluster, user: &str) -> Vec<(String, String, i64)> {
     let text = std::fs::read_to_string(&c.audit_log).expect("the apiserver's audit log");
     text.lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|e| e["user"]["username"] == user)
+        .filter(|e| e["userAgent"].as_str().is_some_and(|a| a.starts_with("podwarden/")))
+        .filter(|e| e["stage"] == "ResponseComplete")
         .map(|e| {
             (
                 e["verb"].as_str().unwrap_or_default().to_string(),
@@ -246,8 +249,9 @@ fn join_bootstraps_registers_and_keeps_the_node_ready() {
 /// kubeconfig (`ClusterConfigInvalid`). The pods are not touched.
 #[test]
 fn a_cluster_link_that_cannot_work_is_a_warning_on_the_node() {
+    use podwarden::cluster::Cluster as Link;
     use podwarden::cluster::kubeconfig::{UserRef, render};
-    use podwarden::cluster::node::{ClusterConfig, NodeLink};
+    use podwarden::cluster::node::ClusterConfig;
     let h = common::Harness::new();
     let dir = TempDir::new("cluster-warn");
     let ca = rcgen::generate_simple_self_signed(vec!["ca".to_string()]).unwrap().cert.pem();
@@ -265,7 +269,8 @@ fn a_cluster_link_that_cannot_work_is_a_warning_on_the_node() {
     let warnings = |reason: &str| {
         h.events.list().into_iter().filter(|e| e.reason == reason).map(|e| e.message).collect::<Vec<_>>()
     };
-    let link = NodeLink::start(h.parts.clone(), cfg(&dead)).unwrap();
+    let sources = || podwarden::agent::source::Sources::new(h.parts.agent.clone(), true);
+    let link = Link::start(h.parts.clone(), cfg(&dead), sources()).unwrap();
     // fails at 0 s, 1 s and 3 s (back-off 1 s doubling, a fifth of jitter)
     wait_for("a ClusterUnreachable warning", Duration::from_secs(20), || {
         let all: Vec<_> = h.events.list().into_iter().filter(|e| e.reason.starts_with("Cluster")).collect();
@@ -278,9 +283,207 @@ fn a_cluster_link_that_cannot_work_is_a_warning_on_the_node() {
     drop(link);
     let none = dir.0.join("none.conf");
     std::fs::write(&none, "apiVersion: v1\nkind: Config\n").unwrap();
-    let _link = NodeLink::start(h.parts.clone(), cfg(&none)).unwrap();
+    let _link = Link::start(h.parts.clone(), cfg(&none), sources()).unwrap();
     wait_for("a ClusterConfigInvalid warning", Duration::from_secs(20), || {
         !warnings("ClusterConfigInvalid").is_empty()
     });
     assert!(warnings("ClusterConfigInvalid")[0].contains("none.conf"), "{:?}", warnings("ClusterConfigInvalid"));
+}
+
+/// A node joined with the cluster's bootstrap token, running: the agent,
+/// its directory's kubeconfig for the node's own identity.
+fn joined(c: &Cluster, node: &str, tag: &str, extra: &str) -> (Agent, TempDir, PathBuf) {
+    let _ = kubectl(c, &["delete", "node", node, "--ignore-not-found"]);
+    let work = TempDir::new(&format!("cluster-{tag}"));
+    let (boot, kubeconfig) = (work.0.join("bootstrap.conf"), work.0.join("node.conf"));
+    let out = Command::new(BIN)
+        .args(["join", "--server", &c.server, "--token", &c.token, "--discovery-token-ca-cert-hash", &c.ca_hash])
+        .args(["--bootstrap-kubeconfig", boot.to_str().unwrap(), "--kubeconfig", kubeconfig.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let args = ["--kubeconfig", kubeconfig.to_str().unwrap(), "--bootstrap-kubeconfig", boot.to_str().unwrap()];
+    let a = Agent::start_args(tag, &format!("nodeName: {node}\n{extra}"), &args);
+    wait_for("the node Ready in the API", Duration::from_secs(60), || {
+        let (code, out, _) = kubectl(c, &["get", "node", node, "-o", "json"]);
+        let n: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
+        code == 0 && condition(&n, "Ready").is_some_and(|r| r.0 == "True")
+    });
+    (a, work, kubeconfig)
+}
+
+/// Namespace `ns` gone, with its pods (an earlier run's, bound to a node
+/// that no longer runs: deleted by force, as no node will end them).
+fn forget_namespace(c: &Cluster, ns: &str) {
+    let _ = kubectl(c, &["-n", ns, "delete", "pods", "--all", "--force", "--grace-period=0"]);
+    let _ = kubectl(c, &["delete", "namespace", ns, "--ignore-not-found", "--timeout=60s"]);
+}
+
+/// Pods of the API in `ns` with label `app=APP`: (name, uid, phase).
+fn api_pods(c: &Cluster, ns: &str, selector: &str) -> Vec<Value> {
+    json(c, &["-n", ns, "get", "pods", "-l", selector])["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// Pods from the API run through the same admission and workers as static
+/// ones: a Deployment's 3 replicas are scheduled onto the node and run;
+/// scaled to 1, the other two stop with their grace period and leave the
+/// API; `kubectl delete pod` ends with the pod gone from the API and the
+/// runtime; a crash loop shows `CrashLoopBackOff` and its restarts; a pod
+/// with a field podwarden does not implement is Failed naming the field; a
+/// static pod has a mirror pod, made again when deleted; the node's
+/// identity cannot delete another node's pod (NodeRestriction), and
+/// nothing podwarden asked was refused.
+#[test]
+fn pods_from_the_api_run_scale_and_leave() {
+    let _serial = SERIAL.lock();
+    let c = cluster();
+    let node = "pw-pods";
+    let ns = "pw-pods";
+    forget_namespace(&c, ns);
+    let (mut a, _work, node_conf) = joined(&c, node, "cluster-pods", "");
+    ok(&c, &["create", "namespace", ns]);
+    // a static pod and its mirror (in a namespace that exists)
+    let _ = kubectl(&c, &["create", "namespace", "e2e"]);
+    a.write("st.yaml", &pod_yaml("st", "", "trap 'exit 0' TERM; while :; do sleep 1 & wait; done"));
+    let deployment = format!(
+        r#"{{"apiVersion":"apps/v1","kind":"Deployment","metadata":{{"name":"web","namespace":"{ns}"}},
+        "spec":{{"replicas":3,"selector":{{"matchLabels":{{"app":"web"}}}},
+        "template":{{"metadata":{{"labels":{{"app":"web"}}}},"spec":{{
+          "nodeSelector":{{"kubernetes.io/hostname":"{node}"}},
+          "automountServiceAccountToken":false,
+          "terminationGracePeriodSeconds":3,
+          "containers":[{{"name":"main","image":"{IMAGE}","imagePullPolicy":"Never",
+            "command":["sh","-c","trap '' TERM; while :; do sleep 1; done"]}}]}}}}}}}}"#
+    );
+    let apply = |text: &str| {
+        let mut child = Command::new(agent::kubectl::kubectl_bin("1.33"))
+            .args(["--kubeconfig", &c.admin, "apply", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "kubectl apply: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    apply(&deployment);
+    let running = |p: &Value| {
+        p["status"]["phase"] == "Running"
+            && p["status"]["containerStatuses"][0]["ready"] == true
+            && p["spec"]["nodeName"] == node
+    };
+    wait_for("3 replicas running on the node", Duration::from_secs(60), || {
+        let pods = api_pods(&c, ns, "app=web");
+        pods.len() == 3 && pods.iter().all(running)
+    });
+    let pods = api_pods(&c, ns, "app=web");
+    for p in &pods {
+        let uid = p["metadata"]["uid"].as_str().unwrap();
+        assert_eq!(a.running(uid), 1, "the replica {uid} runs in containerd");
+        assert_eq!(
+            p["status"]["conditions"].as_array().unwrap().iter().filter(|c| c["type"] == "PodScheduled").count(),
+            1
+        );
+        assert!(p["status"]["podIP"].is_string(), "{p}");
+    }
+    let table = ok(&c, &["-n", ns, "get", "pods", "-o", "wide"]);
+    assert_eq!(table.lines().filter(|l| l.contains("Running") && l.contains(node)).count(), 3, "{table}");
+
+    // scaled to 1: two stop with their grace period (their containers
+    // ignore SIGTERM) and leave the API
+    let started = Instant::now();
+    ok(&c, &["-n", ns, "scale", "deployment", "web", "--replicas=1"]);
+    let before: Vec<String> = pods.iter().map(|p| p["metadata"]["uid"].as_str().unwrap().to_string()).collect();
+    wait_for("two replicas gone from the API", Duration::from_secs(60), || api_pods(&c, ns, "app=web").len() == 1);
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(2500), "the replicas left after {took:?}, before their grace period of 3 s");
+    let kept = api_pods(&c, ns, "app=web")[0]["metadata"]["uid"].as_str().unwrap().to_string();
+    for uid in before.iter().filter(|u| **u != kept) {
+        let rp = a.runtime_pod(uid);
+        assert!(rp.containers.iter().all(|c| c.state != ContainerState::Running), "{uid} still runs: {rp:?}");
+    }
+    wait_for("the gone replicas removed from containerd", Duration::from_secs(30), || {
+        before.iter().filter(|u| **u != kept).all(|u| a.runtime_pod(u).sandboxes.is_empty())
+    });
+
+    // kubectl delete pod waits until the pod is gone from the API
+    let name = api_pods(&c, ns, "app=web")[0]["metadata"]["name"].as_str().unwrap().to_string();
+    let out = ok(&c, &["-n", ns, "delete", "pod", &name, "--timeout=60s"]);
+    assert!(out.contains("deleted"), "{out}");
+    let (code, _, err) = kubectl(&c, &["-n", ns, "get", "pod", &name]);
+    assert!(code != 0 && err.contains("NotFound"), "{err}");
+    wait_for("the deleted pod's sandbox removed", Duration::from_secs(30), || {
+        a.runtime_pod(&kept).sandboxes.is_empty()
+    });
+
+    // a crash loop
+    apply(&format!(
+        r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"crash","namespace":"{ns}"}},
+        "spec":{{"nodeName":"{node}","automountServiceAccountToken":false,"containers":[{{"name":"main",
+        "image":"{IMAGE}","imagePullPolicy":"Never","command":["sh","-c","exit 3"]}}]}}}}"#
+    ));
+    wait_for("CrashLoopBackOff with restarts", Duration::from_secs(90), || {
+        let p = json(&c, &["-n", ns, "get", "pod", "crash"]);
+        let s = &p["status"]["containerStatuses"][0];
+        s["state"]["waiting"]["reason"] == "CrashLoopBackOff" && s["restartCount"].as_i64().unwrap_or(0) >= 2
+    });
+    let table = ok(&c, &["-n", ns, "get", "pod", "crash"]);
+    assert!(table.contains("CrashLoopBackOff"), "{table}");
+    let p = json(&c, &["-n", ns, "get", "pod", "crash"]);
+    assert_eq!(p["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"], 3, "{p}");
+
+    // a field podwarden does not implement: Failed, naming it
+    apply(&format!(
+        r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"odd","namespace":"{ns}"}},
+        "spec":{{"nodeName":"{node}","automountServiceAccountToken":false,"readinessGates":[{{"conditionType":"x.io/ok"}}],
+        "containers":[{{"name":"main","image":"{IMAGE}","imagePullPolicy":"Never","command":["sleep","60"]}}]}}}}"#
+    ));
+    wait_for("the odd pod Failed", Duration::from_secs(30), || {
+        json(&c, &["-n", ns, "get", "pod", "odd"])["status"]["phase"] == "Failed"
+    });
+    let p = json(&c, &["-n", ns, "get", "pod", "odd"]);
+    assert_eq!(p["status"]["reason"], "UnsupportedPodSpec", "{p}");
+    assert!(p["status"]["message"].as_str().unwrap().contains("spec.readinessGates"), "{p}");
+
+    // the static pod's mirror pod, and made again when deleted
+    let mirror = format!("st-{node}");
+    let mirror_uid = |c: &Cluster| {
+        let (code, out, _) = kubectl(c, &["-n", "e2e", "get", "pod", &mirror, "-o", "json"]);
+        let p: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
+        (code == 0 && p["status"]["phase"] == "Running").then(|| p["metadata"]["uid"].as_str().unwrap().to_string())
+    };
+    wait_for("the static pod's mirror pod Running", Duration::from_secs(30), || mirror_uid(&c).is_some());
+    let m = json(&c, &["-n", "e2e", "get", "pod", &mirror]);
+    assert!(m["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_string(), "{m}");
+    assert_eq!(m["metadata"]["ownerReferences"][0]["kind"], "Node");
+    let first = mirror_uid(&c).unwrap();
+    ok(&c, &["-n", "e2e", "delete", "pod", &mirror, "--wait=false"]);
+    wait_for("the mirror pod made again", Duration::from_secs(30), || mirror_uid(&c).is_some_and(|u| u != first));
+    let st = a.uid("st");
+    assert_eq!(a.running(&st), 1, "deleting the mirror pod does not touch the static pod");
+
+    // NodeRestriction: the node's identity cannot delete another node's pod
+    apply(&format!(
+        r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"elsewhere","namespace":"{ns}"}},
+        "spec":{{"nodeName":"pw-nowhere","containers":[{{"name":"main","image":"{IMAGE}"}}]}}}}"#
+    ));
+    let out = Command::new(agent::kubectl::kubectl_bin("1.33"))
+        .args(["--kubeconfig", node_conf.to_str().unwrap(), "-n", ns, "delete", "pod", "elsewhere", "--wait=false"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("Forbidden"), "{err}");
+
+    // nothing podwarden asked was refused
+    let user = format!("system:node:{node}");
+    let reqs = requests_by(&c, &user);
+    assert!(reqs.iter().any(|r| r.0 == "patch" && r.1.ends_with("/status")), "{reqs:?}");
+    let refused: Vec<_> = reqs.iter().filter(|r| r.2 >= 400 && r.2 != 404 && r.2 != 409).collect();
+    assert!(refused.is_empty(), "requests of {user} refused: {refused:?}");
+
+    a.clean_up(&[&st]);
+    forget_namespace(&c, ns);
+    drop(a);
+    let _ = kubectl(&c, &["delete", "node", node]);
 }

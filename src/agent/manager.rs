@@ -188,8 +188,17 @@ impl Agent {
     /// Apply a full snapshot of the source's pods: removed pods are killed
     /// (deleted), new ones admitted and created, changed ones updated.
     pub fn apply_source(&self, pods: Vec<Arc<Pod>>) {
+        self.apply_sources(pods, true)
+    }
+
+    /// [`Agent::apply_source`] for the union of several sources: `ready`
+    /// once every source gave its first full set (until then housekeeping
+    /// leaves unknown pods alone: they may be a slow source's).
+    pub fn apply_sources(&self, pods: Vec<Arc<Pod>>, ready: bool) {
         let _serial = self.sync_lock.lock();
-        self.sources_ready.store(true, std::sync::atomic::Ordering::SeqCst);
+        if ready {
+            self.sources_ready.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         let mut pm = self.pods.lock();
         let incoming: BTreeMap<Uid, Arc<Pod>> = pods.into_iter().map(|p| (model::uid(&p).to_string(), p)).collect();
         let removed: Vec<Uid> = pm.by_uid.keys().filter(|u| !incoming.contains_key(*u)).cloned().collect();

@@ -392,8 +392,8 @@ pub struct Running {
     logind: Option<crate::agent::node_shutdown::logind::LogindThread>,
     api: Option<crate::api::local::ApiServer>,
     kube: Option<crate::api::kube::KubeServer>,
-    /// The `cluster-node` thread (cluster mode only).
-    cluster: Option<crate::cluster::node::NodeLink>,
+    /// The `cluster-*` threads (cluster mode only).
+    cluster: Option<crate::cluster::Cluster>,
     log_rotation: Option<crate::logs::monitor::LogRotation>,
     eviction: Option<crate::agent::housekeeping::Periodic>,
 }
@@ -445,7 +445,9 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
     std::fs::create_dir_all(config.root_dir.join("pods"))
         .map_err(io(format!("creating rootDir {}", config.root_dir.display())))?;
     let parts = assemble(config, runtime, id_prefix, production_tuning(config, id_prefix)?);
-    let source = start_source(config, &parts)?;
+    // in cluster mode the API's pods join the static ones (`cluster-pods`)
+    let sources = crate::agent::source::Sources::new(parts.agent.clone(), config.kubeconfig.is_some());
+    let source = start_source(config, &parts, &sources)?;
     // relist every second (the kubelet's PLEG period), housekeeping every
     // housekeepingInterval, on one thread from one runtime list
     let relist = Duration::from_secs(1).min(config.housekeeping_interval);
@@ -460,7 +462,7 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
     let logind = start_logind(config, &parts)?;
     let (api, ops) = start_api(config, &parts, api_group, healthy_within, source.rescanner())?;
     let kube = start_kube(config, ops, healthy_within)?;
-    let cluster = start_cluster(config, &parts, healthy_within)?;
+    let cluster = start_cluster(config, &parts, healthy_within, sources)?;
     Ok(Running {
         parts,
         source: Some(source),
@@ -555,17 +557,18 @@ fn production_tuning(config: &Config, id_prefix: &str) -> Result<Tuning, DaemonE
 
 /// The `source-file` thread: each scan's objects, then its pods, to the
 /// agent; its problems to the event recorder.
-fn start_source(config: &Config, parts: &Parts) -> Result<crate::agent::source::SourceHandle, DaemonError> {
+fn start_source(
+    config: &Config,
+    parts: &Parts,
+    sources: &Arc<crate::agent::source::Sources>,
+) -> Result<crate::agent::source::SourceHandle, DaemonError> {
     let source = FileSource::new(&config.static_pod_path, &parts.node_name);
-    let a = parts.agent.clone();
+    let s = sources.clone();
     let events = parts.events.clone();
     start_watcher(
         source,
         config.file_check_frequency,
-        move |pods, objects| {
-            a.apply_objects(objects);
-            a.apply_source(pods);
-        },
+        move |pods, objects| s.set_file(pods, objects),
         move |file, msg| {
             events.event(&ObjectRef::file(file), EventType::Warning, "InvalidManifest", msg);
         },
@@ -773,7 +776,8 @@ fn start_cluster(
     config: &Config,
     parts: &Parts,
     healthy_within: Duration,
-) -> Result<Option<crate::cluster::node::NodeLink>, DaemonError> {
+    sources: Arc<crate::agent::source::Sources>,
+) -> Result<Option<crate::cluster::Cluster>, DaemonError> {
     let Some(kubeconfig) = &config.kubeconfig else { return Ok(None) };
     let cfg = crate::cluster::node::ClusterConfig {
         kubeconfig: kubeconfig.clone(),
@@ -782,7 +786,7 @@ fn start_cluster(
         kubelet_port: config.port,
         healthy_within,
     };
-    crate::cluster::node::NodeLink::start(parts.clone(), cfg).map(Some).map_err(io("starting the cluster-node thread"))
+    crate::cluster::Cluster::start(parts.clone(), cfg, sources).map(Some).map_err(io("starting cluster mode"))
 }
 
 /// Run the daemon until SIGTERM or SIGINT.

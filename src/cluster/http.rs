@@ -156,6 +156,60 @@ impl Client {
 
     fn call(&self, method: &str, path: &str, body: Option<(&str, &[u8])>) -> Result<Response, ClusterError> {
         let start = Instant::now();
+        let mut tls = self.open(method, path, body, start)?;
+        let net = |e: std::io::Error| ClusterError::Unreachable(format!("{method} {}{path}: {e}", self.server));
+        let mut raw = Vec::new();
+        let mut buf = vec![0u8; 16 << 10];
+        loop {
+            tls.sock.set_read_timeout(Some(self.left(method, path, start, "reading")?)).map_err(net)?;
+            match tls.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => raw.extend_from_slice(&buf[..n]),
+                // a server that closes without TLS's close_notify: the
+                // body's length says whether all of it came
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+                Err(e) => return Err(self.tls_err(method, path, e)),
+            }
+            if raw.len() > MAX_HEAD + MAX_BODY {
+                return Err(ClusterError::Protocol(format!(
+                    "{method} {}{path}: the answer is over {} MiB",
+                    self.server,
+                    MAX_BODY >> 20
+                )));
+            }
+        }
+        parse_response(&raw)
+            .map_err(|Malformed(why)| ClusterError::Protocol(format!("{method} {}{path}: {why}", self.server)))
+    }
+
+    /// What is left of the call's time, or the error that it is over.
+    fn left(&self, method: &str, path: &str, start: Instant, what: &str) -> Result<Duration, ClusterError> {
+        let l = self.timeout.saturating_sub(start.elapsed());
+        if l.is_zero() {
+            return Err(ClusterError::Unreachable(format!(
+                "{method} {}{path}: no answer within {:?} ({what})",
+                self.server, self.timeout
+            )));
+        }
+        Ok(l)
+    }
+
+    fn tls_err(&self, method: &str, path: &str, e: std::io::Error) -> ClusterError {
+        if e.kind() == std::io::ErrorKind::InvalidData {
+            ClusterError::Tls(format!("{}: {e}", self.server))
+        } else {
+            ClusterError::Unreachable(format!("{method} {}{path}: {e}", self.server))
+        }
+    }
+
+    /// Connect, shake hands and send the request (within the call's time).
+    fn open(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<(&str, &[u8])>,
+        start: Instant,
+    ) -> Result<StreamOwned<ClientConnection, TcpStream>, ClusterError> {
         let net = |e: std::io::Error| ClusterError::Unreachable(format!("{method} {}{path}: {e}", self.server));
         let addr = (self.host.as_str(), self.port)
             .to_socket_addrs()
@@ -182,51 +236,184 @@ impl Client {
             head.push_str(&format!("Content-Type: {ct}\r\nContent-Length: {}\r\n", b.len()));
         }
         head.push_str("\r\n");
-        let left = |what: &str| -> Result<Duration, ClusterError> {
-            let l = self.timeout.saturating_sub(start.elapsed());
-            if l.is_zero() {
-                return Err(ClusterError::Unreachable(format!(
-                    "{method} {}{path}: no answer within {:?} ({what})",
-                    self.server, self.timeout
-                )));
-            }
-            Ok(l)
-        };
-        let tls_err = |e: std::io::Error| {
-            if e.kind() == std::io::ErrorKind::InvalidData {
-                ClusterError::Tls(format!("{}: {e}", self.server))
-            } else {
-                net(e)
-            }
-        };
-        tls.sock.set_write_timeout(Some(left("sending")?)).map_err(net)?;
-        tls.write_all(head.as_bytes()).map_err(tls_err)?;
+        tls.sock.set_write_timeout(Some(self.left(method, path, start, "sending")?)).map_err(net)?;
+        tls.write_all(head.as_bytes()).map_err(|e| self.tls_err(method, path, e))?;
         if let Some((_, b)) = body {
-            tls.write_all(b).map_err(tls_err)?;
+            tls.write_all(b).map_err(|e| self.tls_err(method, path, e))?;
         }
-        tls.flush().map_err(tls_err)?;
+        tls.flush().map_err(|e| self.tls_err(method, path, e))?;
+        Ok(tls)
+    }
+
+    /// GET `path` as a stream of lines (a watch): the head within the
+    /// call's time, then [`Lines::next`] as the server sends them. An
+    /// answer other than 200 is read whole and returned as `Err(Response)`.
+    pub fn stream(&self, path: &str) -> Result<Result<Lines, Response>, ClusterError> {
+        let start = Instant::now();
+        let mut tls = self.open("GET", path, None, start)?;
+        let net = |e: std::io::Error| ClusterError::Unreachable(format!("GET {}{path}: {e}", self.server));
         let mut raw = Vec::new();
         let mut buf = vec![0u8; 16 << 10];
-        loop {
-            tls.sock.set_read_timeout(Some(left("reading")?)).map_err(net)?;
-            match tls.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => raw.extend_from_slice(&buf[..n]),
-                // a server that closes without TLS's close_notify: the
-                // body's length says whether all of it came
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
-                Err(e) => return Err(tls_err(e)),
+        let (status, chunked, end) = loop {
+            tls.sock.set_read_timeout(Some(self.left("GET", path, start, "reading")?)).map_err(net)?;
+            let n = match tls.read(&mut buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => 0,
+                Err(e) => return Err(self.tls_err("GET", path, e)),
+            };
+            raw.extend_from_slice(&buf[..n]);
+            let mut headers = [httparse::EMPTY_HEADER; 64];
+            let mut r = httparse::Response::new(&mut headers);
+            match r.parse(&raw) {
+                Ok(httparse::Status::Complete(end)) => {
+                    let chunked = r.headers.iter().any(|h| {
+                        h.name.eq_ignore_ascii_case("transfer-encoding")
+                            && String::from_utf8_lossy(h.value).to_ascii_lowercase().contains("chunked")
+                    });
+                    break (r.code.unwrap_or(0), chunked, end);
+                }
+                Ok(httparse::Status::Partial) if n > 0 && raw.len() <= MAX_HEAD => continue,
+                Ok(httparse::Status::Partial) => {
+                    return Err(ClusterError::Protocol(format!("GET {}{path}: no whole response head", self.server)));
+                }
+                Err(e) => {
+                    return Err(ClusterError::Protocol(format!(
+                        "GET {}{path}: not an HTTP response: {e}",
+                        self.server
+                    )));
+                }
             }
-            if raw.len() > MAX_HEAD + MAX_BODY {
-                return Err(ClusterError::Protocol(format!(
-                    "{method} {}{path}: the answer is over {} MiB",
-                    self.server,
-                    MAX_BODY >> 20
-                )));
+        };
+        if status != 200 {
+            // read the rest within the call's time: an error Status
+            loop {
+                tls.sock.set_read_timeout(Some(self.left("GET", path, start, "reading")?)).map_err(net)?;
+                match tls.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) if raw.len() < MAX_HEAD + (1 << 20) => raw.extend_from_slice(&buf[..n]),
+                    Ok(_) => break,
+                    Err(_) => break,
+                }
+            }
+            let body = match parse_response(&raw) {
+                Ok(r) => r.body,
+                Err(_) => raw[end..].to_vec(),
+            };
+            return Ok(Err(Response { status, body }));
+        }
+        let pending = raw.split_off(end);
+        let body = Body { chunked, pending, ..Body::default() };
+        Ok(Ok(Lines { tls, body, what: format!("GET {}{path}", self.server) }))
+    }
+}
+
+/// A streamed answer read a line at a time (a watch's events).
+pub struct Lines {
+    tls: StreamOwned<ClientConnection, TcpStream>,
+    body: Body,
+    what: String,
+}
+
+/// A streamed body as it arrives: chunk framing taken off, lines taken out.
+#[derive(Default)]
+struct Body {
+    chunked: bool,
+    /// Bytes read and not yet decoded (chunk framing).
+    pending: Vec<u8>,
+    /// Decoded body bytes not yet returned as lines.
+    body: Vec<u8>,
+    /// Bytes left in the current chunk.
+    chunk_left: usize,
+    /// The last chunk (or the connection's end) came.
+    ended: bool,
+}
+
+/// The longest line a stream may send (a watch event: one object).
+pub const MAX_LINE: usize = 8 << 20;
+
+impl Lines {
+    /// Whether a whole line is already here (no read needed).
+    pub fn has_line(&mut self) -> bool {
+        self.body.decode();
+        self.body.body.contains(&b'\n')
+    }
+
+    /// The next line (without its newline); `Ok(None)` when the server
+    /// ended the stream. Waits in slices of `slice`, asking `go_on` between
+    /// them (false: stop, `Ok(None)`), and at most `idle` for a byte.
+    pub fn next(
+        &mut self,
+        slice: Duration,
+        idle: Duration,
+        go_on: &dyn Fn() -> bool,
+    ) -> Result<Option<Vec<u8>>, ClusterError> {
+        let mut quiet_since = Instant::now();
+        let mut buf = vec![0u8; 16 << 10];
+        loop {
+            self.body.decode();
+            if let Some(i) = self.body.body.iter().position(|b| *b == b'\n') {
+                let mut line: Vec<u8> = self.body.body.drain(..=i).collect();
+                line.pop();
+                return Ok(Some(line));
+            }
+            if self.body.body.len() > MAX_LINE {
+                return Err(ClusterError::Protocol(format!("{}: a line over {} MiB", self.what, MAX_LINE >> 20)));
+            }
+            if self.body.ended {
+                return Ok(None);
+            }
+            if !go_on() {
+                return Ok(None);
+            }
+            if quiet_since.elapsed() >= idle {
+                return Err(ClusterError::Unreachable(format!("{}: nothing for {idle:?}", self.what)));
+            }
+            let _ = self.tls.sock.set_read_timeout(Some(slice));
+            match self.tls.read(&mut buf) {
+                Ok(0) => self.body.ended = true,
+                Ok(n) => {
+                    self.body.pending.extend_from_slice(&buf[..n]);
+                    quiet_since = Instant::now();
+                }
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => self.body.ended = true,
+                Err(e) => return Err(ClusterError::Unreachable(format!("{}: {e}", self.what))),
             }
         }
-        parse_response(&raw)
-            .map_err(|Malformed(why)| ClusterError::Protocol(format!("{method} {}{path}: {why}", self.server)))
+    }
+}
+
+impl Body {
+    /// Move what `pending` holds of the body into `body`.
+    fn decode(&mut self) {
+        if !self.chunked {
+            self.body.append(&mut self.pending);
+            return;
+        }
+        loop {
+            if self.chunk_left > 0 {
+                let n = self.chunk_left.min(self.pending.len());
+                self.body.extend(self.pending.drain(..n));
+                self.chunk_left -= n;
+                if self.chunk_left > 0 {
+                    return;
+                }
+                // the chunk's CRLF follows: dropped with the next size line
+            }
+            let Some(eol) = self.pending.windows(2).position(|w| w == b"\r\n") else { return };
+            let line = String::from_utf8_lossy(&self.pending[..eol]).into_owned();
+            self.pending.drain(..eol + 2);
+            if line.trim().is_empty() {
+                continue; // the CRLF after a chunk
+            }
+            match usize::from_str_radix(line.split(';').next().unwrap_or("").trim(), 16) {
+                Ok(0) | Err(_) => {
+                    self.ended = true;
+                    return;
+                }
+                Ok(n) => self.chunk_left = n,
+            }
+        }
     }
 }
 
@@ -310,6 +497,31 @@ mod tests {
         for bad in ["http://127.0.0.1:8080", "https://h:x", "https://h/api", "https://"] {
             assert!(parse_server(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_streamed_body_gives_lines_across_chunks_and_reads() {
+        let mut b = Body { chunked: true, ..Body::default() };
+        let mut lines = Vec::new();
+        let mut take = |b: &mut Body| {
+            b.decode();
+            while let Some(i) = b.body.iter().position(|c| *c == b'\n') {
+                let l: Vec<u8> = b.body.drain(..=i).collect();
+                lines.push(String::from_utf8(l).unwrap());
+            }
+        };
+        // a chunk split inside its size line, its data and its CRLF
+        for part in [&b"1"[..], b"0\r\n{\"a\":1}\n{\"b", b"\"", b":2}\n\r", b"\n", b"3\r\nx\ny\r\n0\r\n\r\n"] {
+            b.pending.extend_from_slice(part);
+            take(&mut b);
+        }
+        assert_eq!(lines, ["{\"a\":1}\n", "{\"b\":2}\n", "x\n"]);
+        assert!(b.ended, "the last chunk ends the stream");
+        assert_eq!(b.body, b"y", "a line without its newline stays");
+        let mut plain = Body::default();
+        plain.pending.extend_from_slice(b"one\ntw");
+        plain.decode();
+        assert_eq!(plain.body, b"one\ntw");
     }
 
     #[test]

@@ -6,8 +6,15 @@
 //! - `kubeconfig`: reading and writing kubeconfigs;
 //! - `join`: `podwarden join`'s discovery by bootstrap token;
 //! - `bootstrap`: the node's client certificate from a CSR;
-//! - `node`: the `cluster-node` thread: the Node object, its Lease every
-//!   10 s and its status.
+//! - `node`: the `cluster-node` thread: the node's identity, the Node
+//!   object, its Lease every 10 s and its status;
+//! - `pods`: the `cluster-pods` thread: the pods bound to this node, listed
+//!   and watched, handed to the agent with the static pods;
+//! - `status`: the `cluster-status` thread: pod statuses, the end of a
+//!   graceful deletion, mirror pods.
+//!
+//! The threads share [`Shared`]: the identity `node` made, the Node's UID,
+//! the API's view of the pods, and one stop signal.
 //!
 //! May use every layer below the edges, and the node API's `pki` helpers.
 
@@ -16,6 +23,105 @@ pub mod http;
 pub mod join;
 pub mod kubeconfig;
 pub mod node;
+pub mod pods;
+pub mod status;
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+/// What the cluster threads share.
+#[derive(Default)]
+pub struct Shared {
+    client: Mutex<Option<http::Client>>,
+    /// The Node's UID once registered (mirror pods' owner).
+    pub node_uid: Mutex<Option<String>>,
+    /// The API's pods bound to this node.
+    pub view: Mutex<pods::View>,
+    stop: Mutex<bool>,
+    stopped: Condvar,
+}
+
+impl Shared {
+    /// The node's client, once its identity is known.
+    pub fn client(&self) -> Option<http::Client> {
+        self.client.lock().clone()
+    }
+
+    pub fn set_client(&self, c: Option<http::Client>) {
+        *self.client.lock() = c;
+    }
+
+    pub fn node_uid(&self) -> Option<String> {
+        self.node_uid.lock().clone()
+    }
+
+    pub fn stopped(&self) -> bool {
+        *self.stop.lock()
+    }
+
+    /// Sleep `d` unless stopped; `false` once stopped.
+    pub fn pause(&self, d: Duration) -> bool {
+        let mut stopped = self.stop.lock();
+        if !*stopped {
+            self.stopped.wait_for(&mut stopped, d);
+        }
+        !*stopped
+    }
+
+    fn stop(&self) {
+        *self.stop.lock() = true;
+        self.stopped.notify_all();
+        crate::base::changes::bump();
+    }
+}
+
+/// Cluster mode's threads (`cluster-node`, `cluster-pods`,
+/// `cluster-status`); dropping it stops and joins them (each within one
+/// call to the API server).
+pub struct Cluster {
+    shared: Arc<Shared>,
+    joins: Vec<JoinHandle<()>>,
+}
+
+impl Cluster {
+    pub fn start(
+        parts: crate::agent::Parts,
+        cfg: node::ClusterConfig,
+        sources: Arc<crate::agent::source::Sources>,
+    ) -> std::io::Result<Self> {
+        let shared = Arc::new(Shared::default());
+        let mut c = Cluster { shared: shared.clone(), joins: Vec::new() };
+        let stack = Some(crate::base::thread::HELPER_STACK);
+        let (p, s) = (parts.clone(), shared.clone());
+        c.joins.push(crate::base::thread::spawn("cluster-node", stack, move || node::run(p, cfg, s))?);
+        let (p, s) = (parts.clone(), shared.clone());
+        c.joins.push(crate::base::thread::spawn("cluster-pods", stack, move || pods::run(p, s, sources))?);
+        let (p, s) = (parts, shared);
+        c.joins.push(crate::base::thread::spawn("cluster-status", stack, move || status::run(p, s))?);
+        Ok(c)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.shared.stop();
+        for j in self.joins.drain(..) {
+            let _ = j.join();
+        }
+    }
+}
+
+/// An error answer of the API server, with its `Status` message.
+pub fn api_error(what: &str, r: &http::Response) -> ClusterError {
+    let message = serde_json::from_slice::<serde_json::Value>(&r.body)
+        .ok()
+        .and_then(|v| v["message"].as_str().map(str::to_string))
+        .unwrap_or_else(|| r.text());
+    ClusterError::Api { what: what.into(), status: r.status, message }
+}
 
 /// What can go wrong talking to the control plane.
 #[derive(Debug, thiserror::Error)]

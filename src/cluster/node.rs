@@ -17,16 +17,14 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
-use parking_lot::{Condvar, Mutex};
 use serde_json::{Value, json};
 
-use super::ClusterError;
 use super::bootstrap;
 use super::http::Client;
 use super::kubeconfig::Kubeconfig;
+use super::{ClusterError, Shared, api_error};
 use crate::agent::Parts;
 use crate::telemetry::events::{EventType, ObjectRef};
 
@@ -59,38 +57,16 @@ pub struct ClusterConfig {
     pub healthy_within: Duration,
 }
 
-/// Owns the `cluster-node` thread; dropping it stops and joins it.
-pub struct NodeLink {
-    stop: Arc<(Mutex<bool>, Condvar)>,
-    join: Option<JoinHandle<()>>,
-}
-
-impl NodeLink {
-    pub fn start(parts: Parts, cfg: ClusterConfig) -> std::io::Result<Self> {
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let s = stop.clone();
-        let join = crate::base::thread::spawn("cluster-node", Some(crate::base::thread::HELPER_STACK), move || {
-            Link::new(parts, cfg, s).run()
-        })?;
-        Ok(NodeLink { stop, join: Some(join) })
-    }
-}
-
-impl Drop for NodeLink {
-    fn drop(&mut self) {
-        *self.stop.0.lock() = true;
-        self.stop.1.notify_all();
-        if let Some(j) = self.join.take() {
-            let _ = j.join();
-        }
-    }
+/// The `cluster-node` thread's loop; returns when `shared` stops.
+pub fn run(parts: Parts, cfg: ClusterConfig, shared: Arc<Shared>) {
+    Link::new(parts, cfg, shared).run()
 }
 
 /// The thread's state.
 struct Link {
     parts: Parts,
     cfg: ClusterConfig,
-    stop: Arc<(Mutex<bool>, Condvar)>,
+    shared: Arc<Shared>,
     client: Option<Client>,
     /// The Node's UID once it is known to exist.
     node_uid: Option<String>,
@@ -106,11 +82,11 @@ struct Link {
 }
 
 impl Link {
-    fn new(parts: Parts, cfg: ClusterConfig, stop: Arc<(Mutex<bool>, Condvar)>) -> Self {
+    fn new(parts: Parts, cfg: ClusterConfig, shared: Arc<Shared>) -> Self {
         Link {
             parts,
             cfg,
-            stop,
+            shared,
             client: None,
             node_uid: None,
             lease_made: false,
@@ -124,11 +100,7 @@ impl Link {
 
     /// Sleep `d` unless stopped; `false` once stopped.
     fn pause(&self, d: Duration) -> bool {
-        let mut stopped = self.stop.0.lock();
-        if !*stopped {
-            self.stop.1.wait_for(&mut stopped, d);
-        }
-        !*stopped
+        self.shared.pause(d)
     }
 
     fn run(mut self) {
@@ -166,6 +138,7 @@ impl Link {
                     if matches!(e, ClusterError::Api { status: 401, .. }) {
                         // the identity is no longer accepted: read it (or bootstrap) again
                         self.client = None;
+                        self.shared.set_client(None);
                     }
                     if self.logged.allow().is_some() || self.failures == 1 {
                         log::error!("cluster: {e} (attempt {}; retrying with back-off)", self.failures);
@@ -211,11 +184,14 @@ impl Link {
             None => {
                 let c = self.identity()?;
                 self.client = Some(c.clone());
+                self.shared.set_client(Some(c.clone()));
                 c
             }
         };
         if self.node_uid.is_none() {
-            self.node_uid = Some(self.register(&client)?);
+            let uid = self.register(&client)?;
+            *self.shared.node_uid.lock() = Some(uid.clone());
+            self.node_uid = Some(uid);
         }
         self.renew_lease(&client)?;
         self.report_status(&client)
@@ -397,14 +373,6 @@ impl Link {
             _ => Err(api_error("patching the Node's status", &r)),
         }
     }
-}
-
-fn api_error(what: &str, r: &super::http::Response) -> ClusterError {
-    let message = serde_json::from_slice::<Value>(&r.body)
-        .ok()
-        .and_then(|v| v["message"].as_str().map(str::to_string))
-        .unwrap_or_else(|| r.text());
-    ClusterError::Api { what: what.into(), status: r.status, message }
 }
 
 /// The status with the conditions' heartbeat times left out: what decides

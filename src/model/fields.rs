@@ -410,6 +410,53 @@ fn app_row(path: &str) -> Option<String> {
     path.strip_prefix("spec.initContainers").map(|rest| format!("spec.containers{rest}"))
 }
 
+/// A pod's fields as the API server gives them to a node differ from a
+/// manifest's in these rows (checked first): what the control plane
+/// writes and acts on itself (scheduling, ownership, deletion,
+/// the service account's admission) is the node's to accept, not to
+/// implement. A manifest that sets them still gets an error.
+pub const API_ROWS: &[(&str, Support)] = &[
+    // the API server's deletion, which the pod workers carry out
+    ("metadata.deletionGracePeriodSeconds", Ignored),
+    ("metadata.deletionTimestamp", Ignored),
+    // the controllers' and the garbage collector's
+    ("metadata.finalizers", Ignored),
+    ("metadata.generateName", Ignored),
+    ("metadata.ownerReferences", Ignored),
+    // the scheduler's: the pod is bound to this node already
+    ("spec.affinity", Ignored),
+    ("spec.nodeSelector", Ignored),
+    ("spec.preemptionPolicy", Ignored),
+    ("spec.schedulerName", Ignored),
+    ("spec.schedulingGates", Ignored),
+    ("spec.tolerations", Ignored),
+    ("spec.topologySpreadConstraints", Ignored),
+    // the ServiceAccount admission's (the token volume it adds is checked
+    // as any volume)
+    ("spec.automountServiceAccountToken", Ignored),
+    ("spec.serviceAccount", Ignored),
+    ("spec.serviceAccountName", Ignored),
+];
+
+/// Where a pod comes from, which decides a few rows ([`API_ROWS`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// A manifest (a file, `podwarden apply`, the node's own API).
+    Manifest,
+    /// The cluster's API server (cluster mode).
+    Api,
+}
+
+/// [`support`] for a pod from `origin`.
+pub fn support_in(path: &str, origin: Origin) -> Option<Support> {
+    if origin == Origin::Api
+        && let Some(s) = API_ROWS.iter().find(|(p, _)| *p == path)
+    {
+        return Some(s.1);
+    }
+    support(path)
+}
+
 /// The message for a set field that podwarden does not implement.
 pub const NOT_SUPPORTED: &str = "not supported by podwarden";
 
@@ -472,9 +519,14 @@ fn is_set(v: &Value) -> bool {
 /// warnings (`unknown field "spec.contaners"`). Values of the wrong type
 /// are left to deserialization, which names them.
 pub fn check(pod: &Value) -> Result<Vec<String>, FieldError> {
+    check_in(pod, Origin::Manifest)
+}
+
+/// [`check`] for a pod from `origin`.
+pub fn check_in(pod: &Value, origin: Origin) -> Result<Vec<String>, FieldError> {
     let mut warnings = Vec::new();
     let mut unknown = 0usize;
-    walk(pod, "", "", &mut warnings, &mut unknown)?;
+    walk(pod, "", "", origin, &mut warnings, &mut unknown)?;
     if unknown > MAX_WARNINGS {
         warnings.push(format!("{} more unknown fields", unknown - MAX_WARNINGS));
     }
@@ -490,6 +542,7 @@ fn walk(
     v: &Value,
     table: &str,
     shown: &str,
+    origin: Origin,
     warnings: &mut Vec<String>,
     unknown: &mut usize,
 ) -> Result<(), FieldError> {
@@ -498,7 +551,7 @@ fn walk(
     for (key, value) in map {
         let t = join(table, key);
         let s = join(shown, key);
-        match support(&t) {
+        match support_in(&t, origin) {
             None => {
                 *unknown += 1;
                 if *unknown <= MAX_WARNINGS {
@@ -528,10 +581,10 @@ fn walk(
                 Value::Array(items) if is_parent(&t) => {
                     let item = format!("{t}[]");
                     for (i, it) in items.iter().enumerate() {
-                        walk(it, &item, &format!("{s}[{i}]"), warnings, unknown)?;
+                        walk(it, &item, &format!("{s}[{i}]"), origin, warnings, unknown)?;
                     }
                 }
-                Value::Object(_) if is_parent(&t) => walk(value, &t, &s, warnings, unknown)?,
+                Value::Object(_) if is_parent(&t) => walk(value, &t, &s, origin, warnings, unknown)?,
                 _ => {}
             },
         }

@@ -1,7 +1,62 @@
-//! Pod sources. podwarden has one: static pod manifests in `staticPodPath`.
+//! Pod sources: static pod manifests in `staticPodPath` (`file`, read by
+//! the `watcher` thread) and, in cluster mode, the pods the API server
+//! binds to this node (read by `cluster::pods`). [`Sources`] merges them:
+//! each source hands its whole set, the agent gets the union, so both kinds
+//! enter through the same admission and workers.
 
 pub mod file;
 pub mod watcher;
 
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
 pub use file::{FileSource, ScanReport};
 pub use watcher::{SourceHandle, start_watcher};
+
+use crate::agent::manager::Agent;
+use crate::model::Pod;
+use crate::model::objects::ObjectSet;
+
+/// The sources' latest sets, merged for the agent.
+pub struct Sources {
+    agent: Arc<Agent>,
+    sets: Mutex<Sets>,
+}
+
+struct Sets {
+    file: Option<Vec<Arc<Pod>>>,
+    /// `None` while the API's first list has not come; `Some` from then.
+    api: Option<Vec<Arc<Pod>>>,
+    /// Whether there is an API source (cluster mode).
+    api_expected: bool,
+}
+
+impl Sources {
+    /// The sources of a standalone node (`api_expected` false) or of a
+    /// cluster node.
+    pub fn new(agent: Arc<Agent>, api_expected: bool) -> Arc<Self> {
+        Arc::new(Sources { agent, sets: Mutex::new(Sets { file: None, api: None, api_expected }) })
+    }
+
+    /// A scan of `staticPodPath`: its objects, then its pods.
+    pub fn set_file(&self, pods: Vec<Arc<Pod>>, objects: ObjectSet) {
+        let mut sets = self.sets.lock();
+        self.agent.apply_objects(objects);
+        sets.file = Some(pods);
+        self.push(&sets);
+    }
+
+    /// The pods the API server binds to this node, all of them.
+    pub fn set_api(&self, pods: Vec<Arc<Pod>>) {
+        let mut sets = self.sets.lock();
+        sets.api = Some(pods);
+        self.push(&sets);
+    }
+
+    fn push(&self, sets: &Sets) {
+        let ready = sets.file.is_some() && (!sets.api_expected || sets.api.is_some());
+        let all: Vec<Arc<Pod>> = sets.file.iter().chain(sets.api.iter()).flatten().cloned().collect();
+        self.agent.apply_sources(all, ready);
+    }
+}

@@ -40,7 +40,11 @@ pub(super) fn to_values(path: &str, text: &str) -> Result<Vec<Value>, ManifestEr
 /// A Pod document as a `Pod`, with the warnings about it: kind and
 /// version, the field table, then deserialization (its errors name the
 /// field). `status` is dropped.
-pub(super) fn to_pod(path: &str, mut value: Value) -> Result<(Pod, Vec<String>), ManifestError> {
+pub(super) fn to_pod(
+    path: &str,
+    mut value: Value,
+    origin: fields::Origin,
+) -> Result<(Pod, Vec<String>), ManifestError> {
     let invalid = |field: &str, message: String| ManifestError::Invalid {
         path: path.to_string(),
         error: FieldError::new(field, message),
@@ -60,7 +64,8 @@ pub(super) fn to_pod(path: &str, mut value: Value) -> Result<(Pod, Vec<String>),
     }
     // every set field must be one podwarden implements; fields that are
     // not in the schema are warnings
-    let warnings = fields::check(&value).map_err(|error| ManifestError::Invalid { path: path.to_string(), error })?;
+    let warnings =
+        fields::check_in(&value, origin).map_err(|error| ManifestError::Invalid { path: path.to_string(), error })?;
     // status is output: ignored, whatever it holds
     if let Value::Object(map) = &mut value {
         map.remove("status");

@@ -212,10 +212,11 @@ pub fn parse_all(path: &str, bytes: &[u8], node_name: &str) -> Result<FileConten
             Some("ConfigMap") => Kind::ConfigMap,
             Some("Secret") => Kind::Secret,
             Some("Pod") => {
-                let (pod, warnings) = to_pod(path, doc).map_err(|e| match e {
-                    ManifestError::Invalid { error, .. } => invalid(error),
-                    other => other,
-                })?;
+                let (pod, warnings) =
+                    to_pod(path, doc, crate::model::fields::Origin::Manifest).map_err(|e| match e {
+                        ManifestError::Invalid { error, .. } => invalid(error),
+                        other => other,
+                    })?;
                 let mut pod = finish(path, pod, node_name)?;
                 validate(&pod).map_err(invalid)?;
                 pod.status = None;
@@ -239,6 +240,36 @@ pub fn parse_all(path: &str, bytes: &[u8], node_name: &str) -> Result<FileConten
         content.objects.push(obj);
     }
     Ok(content)
+}
+
+/// A pod as the cluster's API server gives it to this node (cluster mode):
+/// the fields the control plane owns accepted ([`crate::model::fields::API_ROWS`]),
+/// every other field checked as a manifest's, then validated. It keeps its
+/// UID, and is marked as the API's (`kubernetes.io/config.source: api`);
+/// what changes with every write (`resourceVersion`, `managedFields`) and
+/// the status are dropped, so an unchanged pod compares equal.
+pub fn from_api(value: Value) -> Result<Pod, ManifestError> {
+    let ns = value.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("").to_string();
+    let name = value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+    let path = format!("pods/{ns}/{name}");
+    let ns_missing = ns.is_empty();
+    let invalid = |error: FieldError| ManifestError::Invalid { path: path.clone(), error };
+    let (mut pod, _warnings) = to_pod(&path, value, crate::model::fields::Origin::Api)?;
+    if pod.metadata.uid.as_deref().unwrap_or("").is_empty() {
+        return Err(invalid(FieldError::new("metadata.uid", "missing in a pod from the API server")));
+    }
+    if ns_missing {
+        return Err(invalid(FieldError::new("metadata.namespace", "missing in a pod from the API server")));
+    }
+    pod.metadata.resource_version = None;
+    pod.metadata.managed_fields = None;
+    pod.status = None;
+    pod.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(crate::model::CONFIG_SOURCE_ANNOTATION.into(), "api".into());
+    validate(&pod).map_err(invalid)?;
+    Ok(pod)
 }
 
 /// A warning about document `i` of a file of several documents.
