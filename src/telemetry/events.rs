@@ -1,9 +1,12 @@
 //! The event recorder: one `event(...)` method, a bounded in-memory ring,
-//! and a log line per event.
+//! and a log line per event; and one consumer that gets every occurrence
+//! (cluster mode's `cluster-events` thread, [`EventRecorder::subscribe`]).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
+use crossbeam_channel::{Receiver, Sender, TrySendError};
 use parking_lot::Mutex;
 use serde::Serialize;
 
@@ -87,7 +90,11 @@ pub struct EventRecorder {
     ring: Mutex<VecDeque<Event>>,
     capacity: usize,
     /// Changes of the ring so far (see [`EventRecorder::generation`]).
-    generation: std::sync::atomic::AtomicU64,
+    generation: AtomicU64,
+    /// The one consumer of every occurrence, if any ([`EventRecorder::subscribe`]).
+    subscriber: Mutex<Option<Sender<Event>>>,
+    /// Occurrences the consumer's full queue did not take.
+    dropped: AtomicU64,
 }
 
 impl EventRecorder {
@@ -96,6 +103,41 @@ impl EventRecorder {
             ring: Mutex::new(VecDeque::with_capacity(capacity.min(64))),
             capacity: capacity.max(1),
             generation: Default::default(),
+            subscriber: Mutex::new(None),
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    /// Every event recorded from now on, repeats included (the ring folds
+    /// those into its newest entry; here each comes with `count` 1 and its
+    /// own time), through a queue of `capacity`. The recorder never waits
+    /// on the consumer: an event that finds the queue full is dropped and
+    /// counted ([`EventRecorder::dropped`]). There is one consumer: a
+    /// second call replaces the first, whose receiver then sees the
+    /// channel closed.
+    pub fn subscribe(&self, capacity: usize) -> Receiver<Event> {
+        let (tx, rx) = crossbeam_channel::bounded(capacity.max(1));
+        *self.subscriber.lock() = Some(tx);
+        rx
+    }
+
+    /// Events the consumer's queue had no room for, so far.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// One occurrence to the consumer, if there is one; never waits. Called
+    /// under the ring's lock, so the consumer sees the ring's order.
+    fn hand_over(&self, make: impl FnOnce() -> Event) {
+        let mut sub = self.subscriber.lock();
+        let Some(tx) = sub.as_ref() else { return };
+        match tx.try_send(make()) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            // the consumer is gone (cluster mode stopped): no more clones
+            Err(TrySendError::Disconnected(_)) => *sub = None,
         }
     }
 
@@ -121,7 +163,15 @@ impl EventRecorder {
         {
             last.count += 1;
             last.timestamp = timestamp;
-            self.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.hand_over(|| Event {
+                involved_object: object.clone(),
+                event_type,
+                reason: reason.into(),
+                message: message.into(),
+                timestamp,
+                count: 1,
+            });
+            self.generation.fetch_add(1, Ordering::SeqCst);
             drop(ring);
             crate::base::changes::bump();
             return;
@@ -129,15 +179,17 @@ impl EventRecorder {
         if ring.len() == self.capacity {
             ring.pop_front();
         }
-        ring.push_back(Event {
+        let event = Event {
             involved_object: object.clone(),
             event_type,
             reason: reason.into(),
             message: message.into(),
             timestamp,
             count: 1,
-        });
-        self.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        };
+        self.hand_over(|| event.clone());
+        ring.push_back(event);
+        self.generation.fetch_add(1, Ordering::SeqCst);
         drop(ring);
         crate::base::changes::bump();
     }
@@ -145,7 +197,7 @@ impl EventRecorder {
     /// Changes so far: the same number means the same events (a reader
     /// that built from them need not look again).
     pub fn generation(&self) -> u64 {
-        self.generation.load(std::sync::atomic::Ordering::SeqCst)
+        self.generation.load(Ordering::SeqCst)
     }
 
     /// Every event held, oldest first.
@@ -172,5 +224,36 @@ mod tests {
         assert_eq!(l.len(), 2);
         assert_eq!(l[0].reason, "B");
         assert_eq!(l[1].reason, "C");
+    }
+
+    #[test]
+    fn the_subscriber_gets_every_occurrence_and_a_full_queue_drops() {
+        let r = EventRecorder::new(8);
+        let o = ObjectRef::node("n1");
+        r.event(&o, EventType::Normal, "Before", "not delivered");
+        let rx = r.subscribe(2);
+        r.event(&o, EventType::Warning, "Bad", "x");
+        r.event(&o, EventType::Warning, "Bad", "x");
+        // the queue is full: this one is dropped, and the recorder goes on
+        r.event(&o, EventType::Warning, "Bad", "x");
+        assert_eq!(r.dropped(), 1);
+        assert_eq!(r.list().last().unwrap().count, 3, "the ring still folds repeats");
+        let got: Vec<Event> = rx.try_iter().collect();
+        assert_eq!(got.len(), 2);
+        assert!(got.iter().all(|e| e.reason == "Bad" && e.count == 1), "each repeat on its own");
+        assert!(got[0].timestamp <= got[1].timestamp);
+        // room again: delivered
+        r.event(&o, EventType::Normal, "C", "z");
+        assert_eq!(rx.try_recv().unwrap().reason, "C");
+        // a consumer gone is let go of, not counted as drops
+        drop(rx);
+        r.event(&o, EventType::Normal, "D", "w");
+        r.event(&o, EventType::Normal, "D", "w");
+        assert_eq!(r.dropped(), 1);
+        assert!(r.subscriber.lock().is_none());
+        // a new consumer sees only what comes after it
+        let rx = r.subscribe(4);
+        r.event(&o, EventType::Normal, "E", "v");
+        assert_eq!(rx.try_iter().map(|e| e.reason).collect::<Vec<_>>(), ["E"]);
     }
 }
