@@ -270,7 +270,7 @@ fn a_cluster_link_that_cannot_work_is_a_warning_on_the_node() {
         h.events.list().into_iter().filter(|e| e.reason == reason).map(|e| e.message).collect::<Vec<_>>()
     };
     let sources = || podwarden::agent::source::Sources::new(h.parts.agent.clone(), true);
-    let link = Link::start(h.parts.clone(), cfg(&dead), sources()).unwrap();
+    let link = Link::start(h.parts.clone(), cfg(&dead), sources(), h.events.subscribe(16)).unwrap();
     // fails at 0 s, 1 s and 3 s (back-off 1 s doubling, a fifth of jitter)
     wait_for("a ClusterUnreachable warning", Duration::from_secs(20), || {
         let all: Vec<_> = h.events.list().into_iter().filter(|e| e.reason.starts_with("Cluster")).collect();
@@ -283,7 +283,7 @@ fn a_cluster_link_that_cannot_work_is_a_warning_on_the_node() {
     drop(link);
     let none = dir.0.join("none.conf");
     std::fs::write(&none, "apiVersion: v1\nkind: Config\n").unwrap();
-    let _link = Link::start(h.parts.clone(), cfg(&none), sources()).unwrap();
+    let _link = Link::start(h.parts.clone(), cfg(&none), sources(), h.events.subscribe(16)).unwrap();
     wait_for("a ClusterConfigInvalid warning", Duration::from_secs(20), || {
         !warnings("ClusterConfigInvalid").is_empty()
     });
@@ -432,6 +432,24 @@ fn pods_from_the_api_run_scale_and_leave() {
     assert!(table.contains("CrashLoopBackOff"), "{table}");
     let p = json(&c, &["-n", ns, "get", "pod", "crash"]);
     assert_eq!(p["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"], 3, "{p}");
+    // its events in the API, correlated: one BackOff event counting the
+    // repeats (no storm), the kubelet as its source on this node
+    let backoffs = || {
+        json(&c, &["-n", ns, "get", "events", "--field-selector", "involvedObject.name=crash"])["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["reason"] == "BackOff")
+            .cloned()
+            .collect::<Vec<Value>>()
+    };
+    wait_for("the crash loop's BackOff event counted in the API", Duration::from_secs(30), || {
+        backoffs().first().is_some_and(|e| e["count"].as_i64().unwrap_or(0) >= 2)
+    });
+    let b = backoffs();
+    assert_eq!(b.len(), 1, "repeats are one event with a count: {b:?}");
+    assert_eq!((b[0]["source"]["component"].as_str(), b[0]["source"]["host"].as_str()), (Some("kubelet"), Some(node)));
+    assert_eq!(b[0]["involvedObject"]["uid"], p["metadata"]["uid"]);
 
     // a field podwarden does not implement: Failed, naming it
     apply(&format!(
@@ -485,5 +503,147 @@ fn pods_from_the_api_run_scale_and_leave() {
     a.clean_up(&[&st]);
     forget_namespace(&c, ns);
     drop(a);
+    let _ = kubectl(&c, &["delete", "node", node]);
+}
+
+/// The lines container `main` of the pod `uid` logged so far (the CRI log
+/// files under the agent's `podLogsDir`).
+fn container_log(a: &Agent, uid: &str) -> String {
+    let logs = a.dir.0.join("logs");
+    let mut text = String::new();
+    for d in std::fs::read_dir(&logs).into_iter().flatten().flatten() {
+        if d.file_name().to_string_lossy().ends_with(uid) {
+            for f in std::fs::read_dir(d.path().join("main")).into_iter().flatten().flatten() {
+                for line in std::fs::read_to_string(f.path()).unwrap_or_default().lines() {
+                    // TIME STREAM TAG TEXT
+                    text.push_str(line.splitn(4, ' ').nth(3).unwrap_or(""));
+                    text.push('\n');
+                }
+            }
+        }
+    }
+    text
+}
+
+/// What a pod takes from the API: a Secret volume, a ConfigMap variable,
+/// the default service account token (the `kube-api-access-*` volume the
+/// API server adds: token, `ca.crt` from `kube-root-ca.crt`, namespace),
+/// and the service variables; the token passes a `TokenReview` as the
+/// pod's service account, bound to the pod. A changed ConfigMap reaches a
+/// volume that uses it.
+#[test]
+fn pods_get_secrets_config_maps_tokens_and_service_variables() {
+    let _serial = SERIAL.lock();
+    let c = cluster();
+    let node = "pw-objs";
+    let ns = "pw-objs";
+    forget_namespace(&c, ns);
+    let (mut a, _work, _conf) = joined(&c, node, "cluster-objs", "");
+    ok(&c, &["create", "namespace", ns]);
+    ok(&c, &["-n", ns, "create", "secret", "generic", "creds", "--from-literal=password=s3cret"]);
+    ok(&c, &["-n", ns, "create", "configmap", "settings", "--from-literal=mode=fast", "--from-literal=file=one"]);
+    let apply = |text: &str| {
+        let mut child = Command::new(agent::kubectl::kubectl_bin("1.33"))
+            .args(["--kubeconfig", &c.admin, "apply", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "kubectl apply: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let script = format!(
+        "echo MODE=$MODE; echo PASS=$(cat /creds/password); echo NS=$(cat {sa}/namespace); \
+         echo HOST=$KUBERNETES_SERVICE_HOST PORT=$KUBERNETES_SERVICE_PORT; \
+         grep -c 'BEGIN CERTIFICATE' {sa}/ca.crt; echo TOKENLEN=$(wc -c < {sa}/token); \
+         while :; do echo FILE=$(cat /cfg/file); sleep 1; done"
+    );
+    apply(
+        &serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "user", "namespace": ns},
+            "spec": {
+                "nodeName": node,
+                "terminationGracePeriodSeconds": 1,
+                "volumes": [
+                    {"name": "creds", "secret": {"secretName": "creds"}},
+                    {"name": "cfg", "configMap": {"name": "settings"}},
+                ],
+                "containers": [{
+                    "name": "main", "image": IMAGE, "imagePullPolicy": "Never",
+                    "command": ["sh", "-c", script],
+                    "env": [{"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "mode"}}}],
+                    "volumeMounts": [{"name": "creds", "mountPath": "/creds"}, {"name": "cfg", "mountPath": "/cfg"}],
+                }],
+            },
+        })
+        .to_string(),
+    );
+    wait_for("the pod running", Duration::from_secs(60), || {
+        json(&c, &["-n", ns, "get", "pod", "user"])["status"]["phase"] == "Running"
+    });
+    let p = json(&c, &["-n", ns, "get", "pod", "user"]);
+    let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
+    assert!(
+        p["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["name"].as_str().unwrap().starts_with("kube-api-access-")),
+        "the API server added the token volume: {p}"
+    );
+    let svc = json(&c, &["-n", "default", "get", "service", "kubernetes"]);
+    let ip = svc["spec"]["clusterIP"].as_str().unwrap().to_string();
+    let mut log = String::new();
+    wait_for("the pod's first lines", Duration::from_secs(20), || {
+        log = container_log(&a, &uid);
+        log.contains("FILE=")
+    });
+    for want in ["MODE=fast", "PASS=s3cret", &format!("NS={ns}"), &format!("HOST={ip} PORT=443"), "FILE=one"] {
+        assert!(log.lines().any(|l| l == want), "{want:?} not in the pod's output:\n{log}");
+    }
+    let certs: i64 = log.lines().nth(4).and_then(|l| l.trim().parse().ok()).unwrap_or(0);
+    assert!(certs >= 1, "ca.crt holds the cluster CA:\n{log}");
+    // the token, from the volume on the node: a TokenReview accepts it as
+    // the pod's service account, bound to the pod
+    let vols = a.root().join("pods").join(&uid).join("volumes/kubernetes.io~projected");
+    let dir = std::fs::read_dir(&vols)
+        .unwrap()
+        .flatten()
+        .find(|d| d.file_name().to_string_lossy().starts_with("kube-api-access-"))
+        .unwrap();
+    let token = std::fs::read_to_string(dir.path().join("token")).unwrap();
+    let review =
+        serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}});
+    let mut child = Command::new(agent::kubectl::kubectl_bin("1.33"))
+        .args(["--kubeconfig", &c.admin, "create", "-o", "json", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(review.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    assert_eq!(r["status"]["authenticated"], true, "{r}");
+    assert_eq!(r["status"]["user"]["username"], format!("system:serviceaccount:{ns}:default"), "{r}");
+    assert_eq!(r["status"]["user"]["extra"]["authentication.kubernetes.io/pod-uid"][0], uid.as_str(), "{r}");
+    // a changed ConfigMap reaches the volume
+    ok(&c, &["-n", ns, "patch", "configmap", "settings", "--type=merge", "-p", r#"{"data":{"file":"two"}}"#]);
+    wait_for("the new ConfigMap value in the volume", Duration::from_secs(30), || {
+        container_log(&a, &uid).lines().any(|l| l == "FILE=two")
+    });
+    // nothing podwarden asked was refused
+    let user = format!("system:node:{node}");
+    let reqs = requests_by(&c, &user);
+    assert!(reqs.iter().any(|r| r.1.contains("/serviceaccounts/default/token")), "{reqs:?}");
+    let refused: Vec<_> = reqs.iter().filter(|r| r.2 >= 400 && r.2 != 404 && r.2 != 409).collect();
+    assert!(refused.is_empty(), "requests of {user} refused: {refused:?}");
+    ok(&c, &["-n", ns, "delete", "pod", "user", "--timeout=60s"]);
+    a.clean_up(&[]);
+    drop(a);
+    forget_namespace(&c, ns);
     let _ = kubectl(&c, &["delete", "node", node]);
 }

@@ -61,6 +61,9 @@ pub struct Parts {
     pub new_logs: Arc<crate::logs::monitor::NewLogs>,
     /// Where pulls find registry credentials.
     pub keyring: Arc<crate::node::images::credentials::Keyring>,
+    /// The control plane's tokens and service variables for the sync
+    /// phases (filled in cluster mode).
+    pub cluster: Arc<crate::pod::cluster::ClusterSlot>,
 }
 
 impl Parts {

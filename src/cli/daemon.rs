@@ -299,12 +299,14 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
     })
     .unwrap_or_else(|e| panic!("cannot start the prober thread: {e}"));
     let keyring = tuning.keyring.clone().unwrap_or_else(|| Arc::new(crate::node::images::credentials::Keyring::none()));
+    let cluster = Arc::new(crate::pod::cluster::ClusterSlot::default());
     keyring.attach_metrics(metrics.clone());
     let syncer = Arc::new(
         PodSync::new(runtime.clone(), statuses.clone(), events.clone(), sync_cfg)
             .with_metrics(metrics.clone())
             .with_pod_cache(pod_cache.clone())
             .with_objects(objects.clone())
+            .with_cluster(cluster.clone())
             .with_prober(prober.clone())
             .with_keyring(keyring.clone())
             .with_new_logs(new_logs.clone()),
@@ -375,6 +377,7 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
         runtime_events,
         new_logs,
         keyring,
+        cluster,
     }
 }
 
@@ -445,6 +448,9 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
     std::fs::create_dir_all(config.root_dir.join("pods"))
         .map_err(io(format!("creating rootDir {}", config.root_dir.display())))?;
     let parts = assemble(config, runtime, id_prefix, production_tuning(config, id_prefix)?);
+    // cluster mode's events go to the API from the first (the file
+    // source's first scan is before the cluster threads start)
+    let cluster_events = config.kubeconfig.is_some().then(|| parts.events.subscribe(crate::cluster::events::QUEUE));
     // in cluster mode the API's pods join the static ones (`cluster-pods`)
     let sources = crate::agent::source::Sources::new(parts.agent.clone(), config.kubeconfig.is_some());
     let source = start_source(config, &parts, &sources)?;
@@ -462,7 +468,7 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
     let logind = start_logind(config, &parts)?;
     let (api, ops) = start_api(config, &parts, api_group, healthy_within, source.rescanner())?;
     let kube = start_kube(config, ops, healthy_within)?;
-    let cluster = start_cluster(config, &parts, healthy_within, sources)?;
+    let cluster = start_cluster(config, &parts, healthy_within, sources, cluster_events)?;
     Ok(Running {
         parts,
         source: Some(source),
@@ -777,8 +783,9 @@ fn start_cluster(
     parts: &Parts,
     healthy_within: Duration,
     sources: Arc<crate::agent::source::Sources>,
+    events: Option<crossbeam_channel::Receiver<crate::telemetry::events::Event>>,
 ) -> Result<Option<crate::cluster::Cluster>, DaemonError> {
-    let Some(kubeconfig) = &config.kubeconfig else { return Ok(None) };
+    let (Some(kubeconfig), Some(events)) = (&config.kubeconfig, events) else { return Ok(None) };
     let cfg = crate::cluster::node::ClusterConfig {
         kubeconfig: kubeconfig.clone(),
         bootstrap_kubeconfig: config.bootstrap_kubeconfig.clone(),
@@ -786,7 +793,7 @@ fn start_cluster(
         kubelet_port: config.port,
         healthy_within,
     };
-    crate::cluster::Cluster::start(parts.clone(), cfg, sources).map(Some).map_err(io("starting cluster mode"))
+    crate::cluster::Cluster::start(parts.clone(), cfg, sources, events).map(Some).map_err(io("starting cluster mode"))
 }
 
 /// Run the daemon until SIGTERM or SIGINT.

@@ -19,12 +19,16 @@
 //! May use every layer below the edges, and the node API's `pki` helpers.
 
 pub mod bootstrap;
+pub mod events;
 pub mod http;
 pub mod join;
 pub mod kubeconfig;
 pub mod node;
+pub mod objects;
 pub mod pods;
+pub mod services;
 pub mod status;
+pub mod tokens;
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -83,7 +87,29 @@ impl Shared {
 /// call to the API server).
 pub struct Cluster {
     shared: Arc<Shared>,
+    objects: Arc<objects::Objects>,
     joins: Vec<JoinHandle<()>>,
+}
+
+/// Tokens and service variables for the sync phases.
+struct Facts {
+    tokens: tokens::Tokens,
+    services: Arc<Mutex<services::Services>>,
+}
+
+impl crate::pod::cluster::ClusterFacts for Facts {
+    fn token(
+        &self,
+        pod: &crate::model::Pod,
+        audience: &str,
+        expiration_seconds: i64,
+    ) -> Result<String, crate::pod::cluster::TokenError> {
+        self.tokens.token(pod, audience, expiration_seconds).map_err(|e| crate::pod::cluster::TokenError(e.to_string()))
+    }
+
+    fn service_env(&self, namespace: &str, links: bool) -> Vec<(String, String)> {
+        services::env_for(&self.services.lock(), namespace, links)
+    }
 }
 
 impl Cluster {
@@ -91,14 +117,22 @@ impl Cluster {
         parts: crate::agent::Parts,
         cfg: node::ClusterConfig,
         sources: Arc<crate::agent::source::Sources>,
+        events_rx: crossbeam_channel::Receiver<crate::telemetry::events::Event>,
     ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared::default());
-        let mut c = Cluster { shared: shared.clone(), joins: Vec::new() };
+        let objects = objects::Objects::new(shared.clone(), sources.clone());
+        let mut c = Cluster { shared: shared.clone(), objects: objects.clone(), joins: Vec::new() };
+        let svcs = Arc::new(Mutex::new(services::Services::new()));
+        parts.cluster.set(Arc::new(Facts { tokens: tokens::Tokens::new(shared.clone()), services: svcs.clone() }));
         let stack = Some(crate::base::thread::HELPER_STACK);
+        let (p, s) = (parts.clone(), shared.clone());
+        c.joins.push(crate::base::thread::spawn("cluster-events", stack, move || events::run(p, s, events_rx))?);
         let (p, s) = (parts.clone(), shared.clone());
         c.joins.push(crate::base::thread::spawn("cluster-node", stack, move || node::run(p, cfg, s))?);
         let (p, s) = (parts.clone(), shared.clone());
-        c.joins.push(crate::base::thread::spawn("cluster-pods", stack, move || pods::run(p, s, sources))?);
+        c.joins.push(crate::base::thread::spawn("cluster-pods", stack, move || pods::run(p, s, sources, objects))?);
+        let s = shared.clone();
+        c.joins.push(crate::base::thread::spawn("cluster-services", stack, move || services::run(s, svcs))?);
         let (p, s) = (parts, shared);
         c.joins.push(crate::base::thread::spawn("cluster-status", stack, move || status::run(p, s))?);
         Ok(c)
@@ -111,7 +145,18 @@ impl Drop for Cluster {
         for j in self.joins.drain(..) {
             let _ = j.join();
         }
+        self.objects.stop();
     }
+}
+
+/// A random number of seconds below `range` (a watch's timeout is 5 min
+/// plus this, so a node's watches do not end in step).
+pub fn jitter(range: u64) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    u64::from(nanos) % range.max(1)
 }
 
 /// An error answer of the API server, with its `Status` message.

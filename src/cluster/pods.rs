@@ -75,7 +75,7 @@ pub struct View {
 }
 
 /// The `cluster-pods` thread's loop; returns when `shared` stops.
-pub fn run(parts: Parts, shared: Arc<Shared>, sources: Arc<Sources>) {
+pub fn run(parts: Parts, shared: Arc<Shared>, sources: Arc<Sources>, objects: Arc<super::objects::Objects>) {
     let mut failures = 0u32;
     let mut refused_told = std::collections::HashSet::new();
     let logged = crate::base::logging::RateLimit::new(Duration::from_secs(60));
@@ -88,8 +88,8 @@ pub fn run(parts: Parts, shared: Arc<Shared>, sources: Arc<Sources>) {
             continue;
         };
         let step = match &resume {
-            None => list(&parts, &shared, &sources, &client, &mut refused_told).map(Some),
-            Some(rv) => watch(&parts, &shared, &sources, &client, rv, &mut refused_told),
+            None => list(&parts, &shared, &sources, &objects, &client, &mut refused_told).map(Some),
+            Some(rv) => watch(&parts, &shared, &sources, &objects, &client, rv, &mut refused_told),
         };
         match step {
             Ok(next) => {
@@ -121,6 +121,7 @@ fn list(
     parts: &Parts,
     shared: &Shared,
     sources: &Sources,
+    objects: &Arc<super::objects::Objects>,
     client: &super::http::Client,
     told: &mut std::collections::HashSet<String>,
 ) -> Result<String, ClusterError> {
@@ -151,7 +152,7 @@ fn list(
         view.synced = true;
     }
     log::info!("cluster: listed the node's pods (resourceVersion {rv})");
-    publish(parts, shared, sources, told);
+    publish(parts, shared, sources, objects, told);
     Ok(rv)
 }
 
@@ -161,11 +162,12 @@ fn watch(
     parts: &Parts,
     shared: &Shared,
     sources: &Sources,
+    objects: &Arc<super::objects::Objects>,
     client: &super::http::Client,
     rv: &str,
     told: &mut std::collections::HashSet<String>,
 ) -> Result<Option<String>, ClusterError> {
-    let timeout = WATCH_MIN + jitter(WATCH_MIN);
+    let timeout = WATCH_MIN + super::jitter(WATCH_MIN);
     let path = format!(
         "/api/v1/pods?{}&watch=true&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds={timeout}",
         selector(parts)
@@ -215,23 +217,14 @@ fn watch(
         }
         // a burst of events is one change for the agent
         if dirty && !lines.has_line() {
-            publish(parts, shared, sources, told);
+            publish(parts, shared, sources, objects, told);
             dirty = false;
         }
     }
     if dirty {
-        publish(parts, shared, sources, told);
+        publish(parts, shared, sources, objects, told);
     }
     Ok(Some(rv))
-}
-
-/// A random number of seconds below `range`.
-fn jitter(range: u64) -> u64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::SystemTime::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    u64::from(nanos) % range.max(1)
 }
 
 /// An API pod read: `None` when it has no UID or name (not a pod).
@@ -262,7 +255,13 @@ fn reuse(old: Option<&ApiPod>, new: &mut ApiPod) {
 
 /// The view's runnable pods to the agent; a pod refused for the first
 /// time is said in a warning event on it.
-fn publish(parts: &Parts, shared: &Shared, sources: &Sources, told: &mut std::collections::HashSet<String>) {
+fn publish(
+    parts: &Parts,
+    shared: &Shared,
+    sources: &Sources,
+    objects: &Arc<super::objects::Objects>,
+    told: &mut std::collections::HashSet<String>,
+) {
     let mut run = Vec::new();
     {
         let view = shared.view.lock();
@@ -285,6 +284,10 @@ fn publish(parts: &Parts, shared: &Shared, sources: &Sources, told: &mut std::co
             }
         }
     }
+    // the objects the pods use watched (a new pod waits for its own as
+    // the kubelet does: CreateContainerConfigError or FailedMount until
+    // they come, then a sync at once)
+    objects.want(run.iter().flat_map(|p| crate::model::objects::references(p)).collect());
     sources.set_api(run);
     crate::base::changes::bump();
 }

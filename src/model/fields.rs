@@ -436,6 +436,9 @@ pub const API_ROWS: &[(&str, Support)] = &[
     ("spec.automountServiceAccountToken", Ignored),
     ("spec.serviceAccount", Ignored),
     ("spec.serviceAccountName", Ignored),
+    // issued by the API server (TokenRequest): audience, expirationSeconds
+    // and path are all implemented
+    ("spec.volumes[].projected.sources[].serviceAccountToken", Ignored),
 ];
 
 /// Where a pod comes from, which decides a few rows ([`API_ROWS`]).

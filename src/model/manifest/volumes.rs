@@ -255,11 +255,25 @@ fn validate_projection(
         check_mode(format!("{pf}.defaultMode"), p.default_mode)?;
         for (j, src) in p.sources.iter().flatten().enumerate() {
             let sf = format!("{pf}.sources[{j}]");
-            let set = [src.config_map.is_some(), src.secret.is_some(), src.downward_api.is_some()];
+            // a serviceAccountToken source is possible only in a pod from
+            // the API (the manifest check refuses it elsewhere)
+            let set = [
+                src.config_map.is_some(),
+                src.secret.is_some(),
+                src.downward_api.is_some(),
+                src.service_account_token.is_some(),
+            ];
             match set.iter().filter(|b| **b).count() {
                 0 => return err(sf, "must specify one of: `configMap`, `secret` or `downwardAPI`"),
                 1 => {}
                 _ => return err(sf, "may not specify more than 1 volume type per source"),
+            }
+            if let Some(t) = &src.service_account_token {
+                let tf = format!("{sf}.serviceAccountToken");
+                check_item_path(format!("{tf}.path"), &t.path, &mut paths)?;
+                if t.expiration_seconds.is_some_and(|s| s < 600) {
+                    return err(format!("{tf}.expirationSeconds"), "may not specify a duration less than 10 minutes");
+                }
             }
             if let Some(cm) = &src.config_map {
                 object_name(format!("{sf}.configMap.name"), &cm.name)?;

@@ -126,7 +126,11 @@ impl PodSync {
         attempt: u32,
     ) -> Result<ContainerConfig, ConfigError> {
         let objects = self.objects.snapshot();
+        let links = pod.spec.as_ref().and_then(|s| s.enable_service_links).unwrap_or(true);
+        let services =
+            self.cluster.get().map(|c| c.service_env(crate::model::namespace(pod), links)).unwrap_or_default();
         let downward = crate::pod::phases::env::Downward {
+            services: &services,
             pod_ip,
             host_ip: self.cfg.host_ip.as_deref(),
             allocatable_cpu_millis: self.cfg.allocatable_cpu_millis,

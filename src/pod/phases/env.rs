@@ -27,6 +27,9 @@ pub struct Downward<'a> {
     pub allocatable_ephemeral_bytes: i64,
     /// The local ConfigMaps and Secrets.
     pub objects: &'a ObjectSet,
+    /// The service environment variables (cluster mode): under the
+    /// container's own, which win, and readable by `$(VAR)`.
+    pub services: &'a [(String, String)],
 }
 
 /// An environment variable the container cannot be given; the container is
@@ -60,7 +63,7 @@ pub enum EnvError {
 /// last value).
 pub fn environment(pod: &Pod, c: &Container, dw: &Downward) -> Result<Vec<(String, String)>, EnvError> {
     let ns = model::namespace(pod);
-    let mut env: Vec<(String, String)> = Vec::new();
+    let mut env: Vec<(String, String)> = dw.services.to_vec();
     let set = |env: &mut Vec<(String, String)>, name: &str, value: String| match env.iter_mut().find(|(n, _)| n == name)
     {
         Some(slot) => slot.1 = value,
@@ -315,6 +318,7 @@ mod tests {
     static NO_OBJECTS: ObjectSet = ObjectSet::new();
 
     const DW: Downward = Downward {
+        services: &[],
         pod_ip: Some("10.88.0.7"),
         host_ip: Some("192.168.1.2"),
         allocatable_cpu_millis: 2000,

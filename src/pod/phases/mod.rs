@@ -129,6 +129,8 @@ pub struct PodSync {
     reads: Mutex<HashMap<Uid, (Instant, RuntimePod)>>,
     /// The local ConfigMaps and Secrets (environment, volumes).
     objects: Arc<crate::model::objects::ObjectStore>,
+    /// The control plane's facts (cluster mode; empty standalone).
+    cluster: Arc<crate::pod::cluster::ClusterSlot>,
     /// Runs the pods' probes; told what each pass saw.
     prober: Option<Arc<crate::pod::prober::Prober>>,
     /// Container instances whose preStop hook has run (once per instance,
@@ -236,6 +238,7 @@ impl PodSync {
             new_logs: None,
             reads: Mutex::new(HashMap::new()),
             objects: Arc::new(crate::model::objects::ObjectStore::new()),
+            cluster: Default::default(),
             prober: None,
             pre_stop_ran: Arc::new(Mutex::new(std::collections::HashSet::new())),
         }
@@ -260,6 +263,12 @@ impl PodSync {
     /// are taken as started and ready when running).
     pub fn with_prober(mut self, prober: Arc<crate::pod::prober::Prober>) -> Self {
         self.prober = Some(prober);
+        self
+    }
+
+    /// Take tokens and service variables from `slot` (cluster mode).
+    pub fn with_cluster(mut self, slot: Arc<crate::pod::cluster::ClusterSlot>) -> Self {
+        self.cluster = slot;
         self
     }
 

@@ -67,7 +67,8 @@ impl PodSync {
             allocatable_memory_bytes: self.cfg.allocatable_memory_bytes,
             allocatable_ephemeral_bytes: self.cfg.allocatable_ephemeral_bytes,
         };
-        let payload = projection::payload(pod, v, &objects, node)
+        let cluster = self.cluster.get();
+        let payload = projection::payload(pod, v, &objects, node, cluster.as_deref())
             .unwrap_or_else(|| Ok(Default::default()))
             .map_err(|e| setup_failed(SetUpError::Payload(e)))?;
         match crate::pod::volumes::atomic_writer::write(&dir, &payload) {

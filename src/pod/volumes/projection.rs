@@ -74,6 +74,11 @@ pub enum PayloadError {
     SecretKey(String),
     #[error(transparent)]
     Path(#[from] PathError),
+    /// `serviceAccountToken` on a node without a control plane.
+    #[error("a service account token needs the cluster's API server (cluster mode)")]
+    NoTokenIssuer,
+    #[error("failed to fetch token: {0}")]
+    Token(crate::pod::cluster::TokenError),
     #[error("downward API item {path:?}: {source}")]
     Downward {
         path: String,
@@ -106,7 +111,13 @@ pub struct Node {
 
 /// The files of volume `v` of `pod`, or `None` if it is not a volume kind
 /// written here.
-pub fn payload(pod: &Pod, v: &Volume, objects: &ObjectSet, node: Node) -> Option<Result<Payload, PayloadError>> {
+pub fn payload(
+    pod: &Pod,
+    v: &Volume,
+    objects: &ObjectSet,
+    node: Node,
+    cluster: Option<&dyn crate::pod::cluster::ClusterFacts>,
+) -> Option<Result<Payload, PayloadError>> {
     let ns = model::namespace(pod);
     let mut out = Payload::new();
     let r = if let Some(cm) = &v.config_map {
@@ -135,6 +146,16 @@ pub fn payload(pod: &Pod, v: &Volume, objects: &ObjectSet, node: Node) -> Option
                 if let Some(d) = &src.downward_api {
                     let mode = p.default_mode.map_or(DEFAULT_MODE, |m| m as u32);
                     downward_files(&mut out, pod, d.items.iter().flatten(), mode, node)?;
+                }
+                if let Some(t) = &src.service_account_token {
+                    // the token is a secret: 0600 unless the volume says
+                    let mode = p.default_mode.map_or(SECRET_DEFAULT_MODE, |m| m as u32);
+                    check_path(&t.path)?;
+                    let Some(cluster) = cluster else { return Err(PayloadError::NoTokenIssuer) };
+                    let audience = t.audience.as_deref().unwrap_or("");
+                    let seconds = t.expiration_seconds.unwrap_or(3600);
+                    let token = cluster.token(pod, audience, seconds).map_err(PayloadError::Token)?;
+                    out.insert(clean(&t.path), FileData { data: token.into_bytes(), mode });
                 }
             }
             Ok(())
@@ -249,6 +270,7 @@ fn resource_file(
         allocatable_memory_bytes: node.allocatable_memory_bytes,
         allocatable_ephemeral_bytes: node.allocatable_ephemeral_bytes,
         objects: &objects,
+        services: &[],
     };
     crate::pod::phases::env::resource_value(pod, c, &r.resource, r, &dw)
         .map_err(|e| DownwardFileError::Resource(Box::new(e)))
@@ -279,7 +301,7 @@ mod tests {
 
     fn files(p: &Pod, i: usize, objs: &ObjectSet) -> Result<Vec<(String, String, u32)>, PayloadError> {
         let v = &p.spec.as_ref().unwrap().volumes.as_ref().unwrap()[i];
-        payload(p, v, objs, NODE)
+        payload(p, v, objs, NODE, None)
             .unwrap()
             .map(|pl| pl.into_iter().map(|(k, f)| (k, String::from_utf8(f.data).unwrap(), f.mode)).collect())
     }
