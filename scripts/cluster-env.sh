@@ -46,6 +46,15 @@ ETCD_PEER_PORT="${PODWARDEN_CLUSTER_ETCD_PEER_PORT:-23800}"
 KCM_PORT="${PODWARDEN_CLUSTER_KCM_PORT:-20257}"
 SCHED_PORT="${PODWARDEN_CLUSTER_SCHEDULER_PORT:-20259}"
 SIGNING_DURATION="${PODWARDEN_CLUSTER_SIGNING_DURATION:-8760h}"
+# The nodes' address: the API server calls a node's server (logs, exec,
+# port-forward) at the address the Node reports, and refuses loopback for
+# some paths; a veth pair whose other end is in a network namespace of the
+# test bed's own gives the nodes a routable address that is no part of
+# this machine's networks.
+NODE_NET="${PODWARDEN_CLUSTER_NODE_NET:-10.251.0}"
+NODE_IP="$NODE_NET.1"
+NODE_VETH="${PODWARDEN_CLUSTER_NODE_VETH:-pwcl0}"
+NODE_NETNS="${PODWARDEN_CLUSTER_NODE_NETNS:-podwarden-cluster}"
 SERVICE_CIDR="10.96.0.0/12"
 SERVICE_IP="10.96.0.1"
 SERVER="https://127.0.0.1:$API_PORT"
@@ -393,9 +402,25 @@ cluster_info_signed() {
 
 # ---------------------------------------------------------------- commands
 
+node_net_up() {
+  ip netns list 2>/dev/null | grep -qw "$NODE_NETNS" || ip netns add "$NODE_NETNS"
+  if ! ip link show "$NODE_VETH" >/dev/null 2>&1; then
+    ip link add "$NODE_VETH" type veth peer name "${NODE_VETH}p"
+    ip link set "${NODE_VETH}p" netns "$NODE_NETNS"
+  fi
+  ip addr show dev "$NODE_VETH" | grep -q "inet $NODE_IP/" || ip addr add "$NODE_IP/30" dev "$NODE_VETH"
+  ip link set "$NODE_VETH" up
+  ip netns exec "$NODE_NETNS" sh -c "ip addr show dev ${NODE_VETH}p | grep -q 'inet $NODE_NET.2/' || ip addr add $NODE_NET.2/30 dev ${NODE_VETH}p; ip link set ${NODE_VETH}p up; ip link set lo up"
+}
+
+node_net_down() {
+  ip link del "$NODE_VETH" 2>/dev/null || true
+  ip netns del "$NODE_NETNS" 2>/dev/null || true
+}
+
 up() {
   [ "$(id -u)" = 0 ] || { log "run as root"; exit 1; }
-  for tool in openssl curl go ss; do
+  for tool in openssl curl go ss ip; do
     command -v "$tool" >/dev/null || { log "$tool is not installed"; exit 1; }
   done
   local t0
@@ -403,6 +428,7 @@ up() {
   "$ROOT/tools/cluster/build.sh" "$BIN_DIR"
   mkdir -p "$CL_DIR" "$RUN_DIR"
   make_files
+  node_net_up
   start etcd
   wait_for etcd healthy 30 etcd_healthy
   start kube-apiserver
@@ -420,6 +446,7 @@ up() {
 down() {
   local i
   for (( i=${#COMPONENTS[@]}-1; i>=0; i-- )); do stop "${COMPONENTS[$i]}"; done
+  node_net_down
   rm -rf "$RUN_DIR" "$CL_DIR"
 }
 
@@ -451,6 +478,7 @@ env_vars() {
   echo "PODWARDEN_CLUSTER_CA_HASH=$(ca_hash)"
   echo "PODWARDEN_CLUSTER_AUDIT_LOG=$AUDIT_LOG"
   echo "PODWARDEN_CLUSTER_BIN_DIR=$BIN_DIR"
+  echo "PODWARDEN_CLUSTER_NODE_IP=$NODE_IP"
 }
 
 case "${1:-}" in

@@ -265,12 +265,13 @@ fn a_cluster_link_that_cannot_work_is_a_warning_on_the_node() {
         root_dir: dir.0.join("root"),
         kubelet_port: 10250,
         healthy_within: Duration::from_secs(10),
+        node_ip: None,
     };
     let warnings = |reason: &str| {
         h.events.list().into_iter().filter(|e| e.reason == reason).map(|e| e.message).collect::<Vec<_>>()
     };
     let sources = || podwarden::agent::source::Sources::new(h.parts.agent.clone(), true);
-    let link = Link::start(h.parts.clone(), cfg(&dead), sources(), h.events.subscribe(16)).unwrap();
+    let link = Link::start(h.parts.clone(), cfg(&dead), sources(), h.events.subscribe(16), None).unwrap();
     // fails at 0 s, 1 s and 3 s (back-off 1 s doubling, a fifth of jitter)
     wait_for("a ClusterUnreachable warning", Duration::from_secs(20), || {
         let all: Vec<_> = h.events.list().into_iter().filter(|e| e.reason.starts_with("Cluster")).collect();
@@ -283,7 +284,7 @@ fn a_cluster_link_that_cannot_work_is_a_warning_on_the_node() {
     drop(link);
     let none = dir.0.join("none.conf");
     std::fs::write(&none, "apiVersion: v1\nkind: Config\n").unwrap();
-    let _link = Link::start(h.parts.clone(), cfg(&none), sources(), h.events.subscribe(16)).unwrap();
+    let _link = Link::start(h.parts.clone(), cfg(&none), sources(), h.events.subscribe(16), None).unwrap();
     wait_for("a ClusterConfigInvalid warning", Duration::from_secs(20), || {
         !warnings("ClusterConfigInvalid").is_empty()
     });
@@ -646,4 +647,150 @@ fn pods_get_secrets_config_maps_tokens_and_service_variables() {
     drop(a);
     forget_namespace(&c, ns);
     let _ = kubectl(&c, &["delete", "node", node]);
+}
+
+/// The node's address for the API server: `scripts/cluster-env.sh env`'s
+/// veth into the test bed's network namespace.
+fn node_ip() -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/cluster-env.sh");
+    let out = Command::new(&script).arg("env").output().expect("run scripts/cluster-env.sh env");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("PODWARDEN_CLUSTER_NODE_IP=").map(str::to_string))
+        .expect("scripts/cluster-env.sh env prints PODWARDEN_CLUSTER_NODE_IP: prepare it with `sudo scripts/cluster-env.sh up`")
+}
+
+/// kubectl through the API server reaches pods on the node: the API
+/// server calls the node's server (the kubelet's paths on the node's port,
+/// its client certificate checked against the cluster CA and authorized by
+/// a SubjectAccessReview) for `logs`, `logs -f`, `exec` (exit code, stdin)
+/// and `cp`, with kubectl 1.27 and 1.33; a service account token without
+/// rights on `nodes/proxy` sent to the node directly is refused by the
+/// node, a token the cluster does not know is not a user.
+#[test]
+fn kubectl_reaches_pods_through_the_api_server() {
+    let _serial = SERIAL.lock();
+    let c = cluster();
+    let node = "pw-srv";
+    let ns = "pw-srv";
+    let ip = node_ip();
+    forget_namespace(&c, ns);
+    let (mut a, _work, _conf) = joined(&c, node, "cluster-srv", &format!("address: {ip}\n"));
+    let n = json(&c, &["get", "node", node]);
+    assert_eq!(n["status"]["addresses"][0], serde_json::json!({"type": "InternalIP", "address": ip}), "{n}");
+    ok(&c, &["create", "namespace", ns]);
+    let pod = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "talk", "namespace": ns},
+        "spec": {"nodeName": node, "automountServiceAccountToken": false, "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": IMAGE, "imagePullPolicy": "Never",
+                "command": ["sh", "-c", "echo hello > /tmp/greeting; i=0; while :; do echo line $i; i=$((i+1)); sleep 0.2; done"]}]},
+    });
+    let child = Command::new(agent::kubectl::kubectl_bin("1.33"))
+        .args(["--kubeconfig", &c.admin, "create", "-f", "-"])
+        .stdin(Stdio::piped())
+        .output_after(pod.to_string());
+    assert!(child.status.success(), "{}", String::from_utf8_lossy(&child.stderr));
+    wait_for("the pod running", Duration::from_secs(60), || {
+        json(&c, &["-n", ns, "get", "pod", "talk"])["status"]["phase"] == "Running"
+    });
+    for v in ["1.27", "1.33"] {
+        let run = |args: &[&str], stdin: Option<&str>| {
+            let mut cmd = Command::new(agent::kubectl::kubectl_bin(v));
+            cmd.args(["--kubeconfig", &c.admin, "--request-timeout", "30s", "-n", ns]).args(args);
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::piped());
+            let mut ch = cmd.spawn().unwrap();
+            let mut input = ch.stdin.take().unwrap();
+            if let Some(s) = stdin {
+                input.write_all(s.as_bytes()).unwrap();
+            }
+            drop(input);
+            ch.wait_with_output().unwrap()
+        };
+        let out = run(&["logs", "talk"], None);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.lines().next() == Some("line 0"),
+            "kubectl {v} logs: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = run(&["exec", "talk", "--", "sh", "-c", "cat /tmp/greeting; exit 7"], None);
+        assert_eq!(out.status.code(), Some(7), "kubectl {v} exec: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\n");
+        let out = run(&["exec", "-i", "talk", "--", "wc", "-c"], Some("twelve bytes"));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "12",
+            "kubectl {v} exec -i: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let dest = a.dir.0.join(format!("greeting-{v}"));
+        let out = run(&["cp", "talk:/tmp/greeting", dest.to_str().unwrap()], None);
+        assert!(out.status.success(), "kubectl {v} cp: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(std::fs::read_to_string(&dest).unwrap(), "hello\n");
+        // logs -f: lines keep coming while kubectl runs
+        let mut f = Command::new(agent::kubectl::kubectl_bin(v))
+            .args(["--kubeconfig", &c.admin, "-n", ns, "logs", "-f", "--tail=1", "talk"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let (text, reader) = read_as_it_comes(f.stdout.take().unwrap());
+        wait_for(&format!("kubectl {v} logs -f following"), Duration::from_secs(20), || {
+            text.lock().lines().count() >= 5
+        });
+        assert!(f.try_wait().unwrap().is_none(), "kubectl {v} logs -f ended");
+        let _ = f.kill();
+        let _ = f.wait();
+        let _ = reader.join();
+        let nums: Vec<u64> =
+            text.lock().lines().filter_map(|l| l.strip_prefix("line ")).filter_map(|n| n.parse().ok()).collect();
+        assert!(nums.windows(2).all(|w| w[1] == w[0] + 1) && nums.len() >= 5, "kubectl {v} logs -f: {nums:?}");
+    }
+    // straight to the node: a token without nodes/proxy rights is refused,
+    // an unknown token is nobody
+    ok(&c, &["-n", ns, "create", "serviceaccount", "nobody"]);
+    let token = ok(&c, &["-n", ns, "create", "token", "nobody"]).trim().to_string();
+    let server = format!("https://{ip}:{}", a.kube_port);
+    let direct = |t: &str| {
+        let client = podwarden::cluster::http::Client::new(
+            &server,
+            None,
+            podwarden::cluster::http::Credentials::Token(t.into()),
+        )
+        .unwrap();
+        client.get(&format!("/containerLogs/{ns}/talk/main")).unwrap()
+    };
+    let r = direct(&token);
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert!(
+        r.text()
+            .contains(&format!("user=system:serviceaccount:{ns}:nobody, verb=get, resource=nodes, subresource=proxy")),
+        "{}",
+        r.text()
+    );
+    assert_eq!(direct("not-a-token").status, 401);
+    // nothing podwarden asked was refused
+    let user = format!("system:node:{node}");
+    let reqs = requests_by(&c, &user);
+    assert!(reqs.iter().any(|r| r.1.contains("subjectaccessreviews")), "{reqs:?}");
+    let refused: Vec<_> = reqs.iter().filter(|r| r.2 >= 400 && r.2 != 404 && r.2 != 409).collect();
+    assert!(refused.is_empty(), "requests of {user} refused: {refused:?}");
+    ok(&c, &["-n", ns, "delete", "pod", "talk", "--timeout=60s"]);
+    a.clean_up(&[]);
+    drop(a);
+    forget_namespace(&c, ns);
+    let _ = kubectl(&c, &["delete", "node", node]);
+}
+
+/// Spawn with `input` on stdin and wait for the output.
+trait OutputAfter {
+    fn output_after(&mut self, input: String) -> std::process::Output;
+}
+
+impl OutputAfter for Command {
+    fn output_after(&mut self, input: String) -> std::process::Output {
+        let mut ch = self.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        ch.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        ch.wait_with_output().unwrap()
+    }
 }

@@ -68,16 +68,17 @@ fn api() -> Api {
         healthy_within: Duration::from_secs(60),
         server_address: "127.0.0.1:10250".into(),
         stop: Arc::new(AtomicBool::new(false)),
+        cluster_auth: Default::default(),
     };
     Api { h, ctx, dir }
 }
 
 fn admin() -> User {
-    User { name: "admin".into(), groups: vec!["podwarden:admins".into()] }
+    User { name: "admin".into(), groups: vec!["podwarden:admins".into()], cluster: false }
 }
 
 fn bob() -> User {
-    User { name: "bob".into(), groups: Vec::new() }
+    User { name: "bob".into(), groups: Vec::new(), cluster: false }
 }
 
 /// (status, content type, body as JSON or text).

@@ -159,9 +159,11 @@ impl StreamTarget {
             match k.as_str() {
                 "command" => command.push(v.clone()),
                 "container" if t.container.is_empty() => t.container = v.clone(),
-                "stdin" => t.streams.stdin = flag(),
-                "stdout" => t.streams.stdout = flag(),
-                "stderr" => t.streams.stderr = flag(),
+                // the API's names, and the kubelet's (`input`, `output`,
+                // `error`: what the API server sends the node)
+                "stdin" | "input" => t.streams.stdin = flag(),
+                "stdout" | "output" => t.streams.stdout = flag(),
+                "stderr" | "error" => t.streams.stderr = flag(),
                 "tty" => t.streams.tty = flag(),
                 "ports" | "port" => {
                     for p in v.split(',').filter(|p| !p.is_empty()) {

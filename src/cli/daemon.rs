@@ -468,7 +468,7 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
     let logind = start_logind(config, &parts)?;
     let (api, ops) = start_api(config, &parts, api_group, healthy_within, source.rescanner())?;
     let kube = start_kube(config, ops, healthy_within)?;
-    let cluster = start_cluster(config, &parts, healthy_within, sources, cluster_events)?;
+    let cluster = start_cluster(config, &parts, healthy_within, sources, cluster_events, kube.as_ref())?;
     Ok(Running {
         parts,
         source: Some(source),
@@ -763,6 +763,7 @@ fn start_kube(
         root_dir: config.root_dir.clone(),
         healthy_within,
         authorization: config.api_authorization.clone(),
+        cluster_ca_pem: cluster_ca(config),
     };
     let server = crate::api::kube::KubeServer::start(ops, cfg).map_err(|e| {
         io(format!("serving the Kubernetes API on {}:{} (address, port)", config.address, config.port))(
@@ -777,6 +778,22 @@ fn start_kube(
     Ok(Some(server))
 }
 
+/// The cluster's CA (cluster mode): from the node's kubeconfig, else the
+/// bootstrap kubeconfig (the node's is written by the bootstrap later).
+fn cluster_ca(config: &Config) -> Option<String> {
+    let k = config.kubeconfig.as_ref()?;
+    let read = |p: &std::path::Path| crate::cluster::kubeconfig::Kubeconfig::read(p).ok().map(|k| k.ca_pem);
+    read(k).or_else(|| config.bootstrap_kubeconfig.as_deref().and_then(read))
+}
+
+/// The node's address as the cluster should reach it: `address` when it is
+/// one address of this machine (not loopback, not all of them); `None`:
+/// the first IPv4 address.
+fn node_ip(config: &Config) -> Option<std::net::IpAddr> {
+    let ip: std::net::IpAddr = config.address.parse().ok()?;
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
 /// The `cluster-node` thread when a kubeconfig is given (else standalone).
 fn start_cluster(
     config: &Config,
@@ -784,16 +801,39 @@ fn start_cluster(
     healthy_within: Duration,
     sources: Arc<crate::agent::source::Sources>,
     events: Option<crossbeam_channel::Receiver<crate::telemetry::events::Event>>,
+    kube: Option<&crate::api::kube::KubeServer>,
 ) -> Result<Option<crate::cluster::Cluster>, DaemonError> {
     let (Some(kubeconfig), Some(events)) = (&config.kubeconfig, events) else { return Ok(None) };
+    let loopback = config.address.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if kube.is_none() || loopback {
+        // configured, and cannot work: said on the node, not only logged
+        let msg = if kube.is_none() {
+            "the node's server is off (port is 0): the API server cannot reach this node for logs, exec, attach or port-forward".to_string()
+        } else {
+            format!(
+                "the node's server listens on {} (address): the API server cannot reach this node for logs, exec, attach or port-forward; set address to the node's IP",
+                config.address
+            )
+        };
+        log::warn!("cluster: {msg}");
+        parts.events.event(
+            &crate::telemetry::events::ObjectRef::node(&parts.node_name),
+            crate::telemetry::events::EventType::Warning,
+            "NodeServerUnreachable",
+            &msg,
+        );
+    }
     let cfg = crate::cluster::node::ClusterConfig {
         kubeconfig: kubeconfig.clone(),
         bootstrap_kubeconfig: config.bootstrap_kubeconfig.clone(),
         root_dir: config.root_dir.clone(),
         kubelet_port: config.port,
         healthy_within,
+        node_ip: node_ip(config),
     };
-    crate::cluster::Cluster::start(parts.clone(), cfg, sources, events).map(Some).map_err(io("starting cluster mode"))
+    crate::cluster::Cluster::start(parts.clone(), cfg, sources, events, kube.map(|k| k.cluster_auth()))
+        .map(Some)
+        .map_err(io("starting cluster mode"))
 }
 
 /// Run the daemon until SIGTERM or SIGINT.

@@ -24,6 +24,7 @@ pub mod http;
 pub mod join;
 pub mod kubeconfig;
 pub mod node;
+pub mod nodeauth;
 pub mod objects;
 pub mod pods;
 pub mod services;
@@ -118,12 +119,16 @@ impl Cluster {
         cfg: node::ClusterConfig,
         sources: Arc<crate::agent::source::Sources>,
         events_rx: crossbeam_channel::Receiver<crate::telemetry::events::Event>,
+        node_auth: Option<Arc<crate::api::kube::authz::ClusterAuthSlot>>,
     ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared::default());
         let objects = objects::Objects::new(shared.clone(), sources.clone());
         let mut c = Cluster { shared: shared.clone(), objects: objects.clone(), joins: Vec::new() };
         let svcs = Arc::new(Mutex::new(services::Services::new()));
         parts.cluster.set(Arc::new(Facts { tokens: tokens::Tokens::new(shared.clone()), services: svcs.clone() }));
+        if let Some(slot) = node_auth {
+            slot.set(Arc::new(nodeauth::NodeAuth::new(shared.clone(), &parts.node_name)));
+        }
         let stack = Some(crate::base::thread::HELPER_STACK);
         let (p, s) = (parts.clone(), shared.clone());
         c.joins.push(crate::base::thread::spawn("cluster-events", stack, move || events::run(p, s, events_rx))?);

@@ -55,6 +55,9 @@ pub struct ClusterConfig {
     /// The port the API server reaches this node on (`daemonEndpoints`).
     pub kubelet_port: u16,
     pub healthy_within: Duration,
+    /// The address the API server reaches the node's server on (the
+    /// Node's InternalIP); `None`: the machine's first IPv4 address.
+    pub node_ip: Option<std::net::IpAddr>,
 }
 
 /// The `cluster-node` thread's loop; returns when `shared` stops.
@@ -323,6 +326,12 @@ impl Link {
             }
         }
         status["daemonEndpoints"] = json!({"kubeletEndpoint": {"Port": self.cfg.kubelet_port}});
+        if let Some(ip) = self.cfg.node_ip {
+            status["addresses"] = json!([
+                {"type": "InternalIP", "address": ip.to_string()},
+                {"type": "Hostname", "address": self.parts.node_name},
+            ]);
+        }
         // the kubelet's forms: `containerd://1.6.20`, its Ready message
         if let Some(v) = status["nodeInfo"]["containerRuntimeVersion"].as_str()
             && let Some((name, version)) = v.split_once(' ')

@@ -174,7 +174,16 @@ impl Agent {
     /// an HTTP answer). For waiting on the agent's start and for a test that
     /// wants to see it down.
     pub fn try_get(&self, path: &str) -> Result<(u16, String), String> {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).map_err(|e| format!("connect: {e}"))?;
+        // the address the test's config gives the agent, else loopback
+        let host = self
+            .extra_config
+            .lines()
+            .find_map(|l| l.strip_prefix("address:"))
+            .map(str::trim)
+            .filter(|a| *a != "0.0.0.0")
+            .unwrap_or("127.0.0.1")
+            .to_string();
+        let mut s = std::net::TcpStream::connect((host.as_str(), self.port)).map_err(|e| format!("connect: {e}"))?;
         // generous: a slow answer is not a missing one
         s.set_read_timeout(Some(Duration::from_secs(20))).map_err(|e| e.to_string())?;
         write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").map_err(|e| format!("send: {e}"))?;

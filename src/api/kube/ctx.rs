@@ -21,6 +21,8 @@ pub struct Ctx {
     pub server_address: String,
     /// The server stops: streams end.
     pub stop: Arc<AtomicBool>,
+    /// The cluster's authenticator and authorizer (cluster mode).
+    pub cluster_auth: Arc<super::authz::ClusterAuthSlot>,
 }
 
 /// An operation's error as the API server's.

@@ -55,6 +55,9 @@ pub struct KubeConfig {
     pub root_dir: PathBuf,
     pub healthy_within: Duration,
     pub authorization: ApiAuthorization,
+    /// The cluster's CA (cluster mode): its client certificates (the API
+    /// server's) are taken too, as cluster callers.
+    pub cluster_ca_pem: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -82,13 +85,15 @@ pub struct KubeServer {
     hub: Arc<watch::Hub>,
     accept: Option<JoinHandle<()>>,
     hub_thread: Option<JoinHandle<()>>,
+    cluster_auth: Arc<authz::ClusterAuthSlot>,
 }
 
 impl KubeServer {
     pub fn start(ops: Arc<Ops>, cfg: KubeConfig) -> Result<KubeServer, KubeError> {
         let names = pki::serving_names(&ops.parts.node_name);
         let id = pki::ensure(&cfg.root_dir, &ops.parts.node_name, &names)?;
-        let tls = server::tls_config(&id)?;
+        let (tls, cluster_ca) = server::tls_config_with(&id, cfg.cluster_ca_pem.as_deref())?;
+        let cluster_auth = Arc::new(authz::ClusterAuthSlot::default());
         let addr = SocketAddr::new(cfg.address, cfg.port);
         let listener = TcpListener::bind(addr).map_err(|source| KubeError::Listen { addr, source })?;
         let addr = listener.local_addr().map_err(|source| KubeError::Listen { addr, source })?;
@@ -103,10 +108,12 @@ impl KubeServer {
             healthy_within: cfg.healthy_within,
             server_address: addr.to_string(),
             stop: stop.clone(),
+            cluster_auth: cluster_auth.clone(),
         };
         let shared = Arc::new(server::Shared {
             ctx,
             tls,
+            cluster_ca,
             revoked: server::Revoked::new(id.dir.join(pki::REVOKED)),
             active: AtomicUsize::new(0),
             gate: Default::default(),
@@ -117,7 +124,12 @@ impl KubeServer {
             server::accept_loop(listener, shared, st)
         })
         .map_err(KubeError::Thread)?;
-        Ok(KubeServer { addr, stop, hub, accept: Some(accept), hub_thread: Some(hub_thread) })
+        Ok(KubeServer { addr, stop, hub, accept: Some(accept), hub_thread: Some(hub_thread), cluster_auth })
+    }
+
+    /// Where cluster mode installs the cluster's authenticator.
+    pub fn cluster_auth(&self) -> Arc<authz::ClusterAuthSlot> {
+        self.cluster_auth.clone()
     }
 
     pub fn local_addr(&self) -> SocketAddr {

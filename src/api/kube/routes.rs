@@ -117,10 +117,32 @@ fn resource(name: &str) -> Option<Resource> {
 /// The answer to `req` from `user` (`None`: no client certificate).
 pub fn handle(ctx: &Ctx, user: Option<&User>, req: &Request) -> Reply {
     let Some(user) = user else { return ApiError::unauthorized().reply() };
+    if user.cluster
+        && let Err(e) = cluster_door(ctx, user, req)
+    {
+        return e.reply();
+    }
     match route(ctx, user, req) {
         Ok(r) => r,
         Err(e) => e.reply(),
     }
+}
+
+/// A caller the cluster authenticated (the API server, a service account's
+/// token): only the kubelet's own paths, each as the cluster's
+/// `SubjectAccessReview` allows on `nodes/<subresource>` of this node.
+fn cluster_door(ctx: &Ctx, user: &User, req: &Request) -> Res<()> {
+    let first = req.path.trim_start_matches('/').split('/').next().unwrap_or("");
+    if !matches!(first, "containerLogs" | "exec" | "attach" | "portForward" | "run" | "healthz") {
+        return Err(ApiError::no_route());
+    }
+    let (verb, sub) = super::authz::kubelet_attributes(&req.method, &req.path);
+    let auth = ctx.cluster_auth.get().ok_or_else(ApiError::unauthorized)?;
+    if auth.allowed(user, verb, sub)? {
+        return Ok(());
+    }
+    // the kubelet's text
+    Err(ApiError::forbidden(format!("Forbidden (user={}, verb={verb}, resource=nodes, subresource={sub})", user.name)))
 }
 
 fn segments(path: &str) -> Vec<&str> {

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant, SystemTime};
 use parking_lot::Mutex;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::ClientCertVerifier;
 use rustls::{ServerConfig, ServerConnection, StreamOwned};
 
 use super::authz::User;
@@ -64,6 +65,19 @@ pub enum TlsSetupError {
 /// The rustls server config: the serving certificate, client certificates
 /// from the node CA (optional), `http/1.1` only.
 pub fn tls_config(id: &Identity) -> Result<Arc<ServerConfig>, TlsSetupError> {
+    tls_config_with(id, None).map(|(c, _)| c)
+}
+
+/// The verifier that tells a client certificate of the cluster's CA.
+pub type ClusterCa = Arc<dyn ClientCertVerifier>;
+
+/// [`tls_config`], also taking client certificates of `cluster_ca` (cluster
+/// mode: the API server's kubelet client certificate); with it, the
+/// verifier that tells a certificate of the cluster's CA.
+pub fn tls_config_with(
+    id: &Identity,
+    cluster_ca: Option<&str>,
+) -> Result<(Arc<ServerConfig>, Option<ClusterCa>), TlsSetupError> {
     let bad = |what: &str| TlsSetupError::Certs(what.to_string());
     // AES-128-GCM first, and the server's order over the client's (rustls
     // clients ask for AES-256 first; Go's, kubectl's, for AES-128): four
@@ -79,6 +93,21 @@ pub fn tls_config(id: &Identity) -> Result<Arc<ServerConfig>, TlsSetupError> {
     let provider = Arc::new(provider);
     let mut roots = rustls::RootCertStore::empty();
     roots.add(CertificateDer::from(pki::pem_der(&id.ca_pem).ok_or_else(|| bad("ca.crt is not PEM"))?))?;
+    let mut cluster_verifier: Option<Arc<dyn ClientCertVerifier>> = None;
+    if let Some(ca) = cluster_ca {
+        let mut only = rustls::RootCertStore::empty();
+        for der in pki::pem_certs(ca) {
+            roots.add(CertificateDer::from(der.clone()))?;
+            only.add(CertificateDer::from(der))?;
+        }
+        if only.is_empty() {
+            return Err(bad("the cluster CA is not PEM"));
+        }
+        let v = WebPkiClientVerifier::builder_with_provider(Arc::new(only), provider.clone())
+            .build()
+            .map_err(|e| TlsSetupError::Certs(e.to_string()))?;
+        cluster_verifier = Some(v);
+    }
     let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
         .allow_unauthenticated()
         .build()
@@ -99,7 +128,7 @@ pub fn tls_config(id: &Identity) -> Result<Arc<ServerConfig>, TlsSetupError> {
     // the agent memory for nothing
     cfg.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
     cfg.send_tls13_tickets = 0;
-    Ok(Arc::new(cfg))
+    Ok((Arc::new(cfg), cluster_verifier))
 }
 
 /// The revocation list, read again when its file changes (checked on
@@ -136,6 +165,8 @@ impl Revoked {
 pub struct Shared {
     pub ctx: Ctx,
     pub tls: Arc<ServerConfig>,
+    /// Tells a client certificate of the cluster's CA (cluster mode).
+    pub cluster_ca: Option<Arc<dyn ClientCertVerifier>>,
     pub revoked: Revoked,
     pub active: AtomicUsize,
     /// Connections without a verified client certificate (yet).
@@ -195,7 +226,7 @@ fn serve(shared: &Shared, tcp: TcpStream, ticket: Ticket) {
             return; // another CA's certificate, or not TLS
         }
     }
-    let user = identity(&tls);
+    let user = identity(&tls, shared.cluster_ca.as_deref());
     // a verified certificate leaves the gate; without one the connection
     // stays where it can be dropped for another (its requests get 401)
     let _unverified = match user {
@@ -218,12 +249,18 @@ fn serve(shared: &Shared, tcp: TcpStream, ticket: Ticket) {
         };
         first = false;
         let user = match &user {
-            Some((cert, u)) if shared.revoked.contains(&cert.serial) => {
+            Some((cert, u)) if !u.cluster && shared.revoked.contains(&cert.serial) => {
                 log::info!("Kubernetes API: refused revoked certificate {} of {}", cert.serial, u.name);
                 None
             }
             Some((_, u)) => Some(u.clone()),
-            None => None,
+            None => match bearer_user(shared, &req) {
+                Ok(u) => u,
+                Err(e) => {
+                    let _ = write_full(&mut tls, &e.reply(), false);
+                    return;
+                }
+            },
         };
         let close = req.header("connection").is_some_and(|c| c.eq_ignore_ascii_case("close"));
         let head = req.method == "HEAD";
@@ -246,12 +283,29 @@ fn serve(shared: &Shared, tcp: TcpStream, ticket: Ticket) {
     }
 }
 
-/// The verified client certificate's identity, if one was sent.
-fn identity(tls: &Tls) -> Option<(ClientCert, User)> {
-    let cert = tls.conn.peer_certificates()?.first()?;
+/// The verified client certificate's identity, if one was sent: a user of
+/// the cluster when the cluster's CA signed it.
+fn identity(tls: &Tls, cluster_ca: Option<&dyn ClientCertVerifier>) -> Option<(ClientCert, User)> {
+    let certs = tls.conn.peer_certificates()?;
+    let cert = certs.first()?;
     let c = ClientCert::parse(cert)?;
-    let u = User { name: c.user.clone(), groups: c.groups.clone() };
+    let cluster =
+        cluster_ca.is_some_and(|v| v.verify_client_cert(cert, &certs[1..], rustls::pki_types::UnixTime::now()).is_ok());
+    let u = User { name: c.user.clone(), groups: c.groups.clone(), cluster };
     Some((c, u))
+}
+
+/// A bearer token's user, as the cluster's `TokenReview` says (cluster
+/// mode; the node's own API takes client certificates only).
+fn bearer_user(shared: &Shared, req: &Request) -> Result<Option<User>, ApiError> {
+    let Some(token) = req.header("authorization").and_then(|h| h.strip_prefix("Bearer ")).map(str::trim) else {
+        return Ok(None);
+    };
+    let Some(auth) = shared.ctx.cluster_auth.get() else { return Ok(None) };
+    if token.is_empty() {
+        return Ok(None);
+    }
+    auth.review_token(token)
 }
 
 /// Read one request: `Ok(None)` when the client closed or stayed idle.
