@@ -71,6 +71,8 @@ struct Link {
     cfg: ClusterConfig,
     shared: Arc<Shared>,
     client: Option<Client>,
+    /// When the client certificate is to be replaced (rotation).
+    rotate_at: Option<SystemTime>,
     /// The Node's UID once it is known to exist.
     node_uid: Option<String>,
     lease_made: bool,
@@ -91,6 +93,7 @@ impl Link {
             cfg,
             shared,
             client: None,
+            rotate_at: None,
             node_uid: None,
             lease_made: false,
             sent: None,
@@ -188,6 +191,7 @@ impl Link {
                 let c = self.identity()?;
                 self.client = Some(c.clone());
                 self.shared.set_client(Some(c.clone()));
+                self.rotate_at = self.rotation_deadline();
                 c
             }
         };
@@ -197,7 +201,56 @@ impl Link {
             self.node_uid = Some(uid);
         }
         self.renew_lease(&client)?;
-        self.report_status(&client)
+        self.report_status(&client)?;
+        if self.rotate_at.is_some_and(|t| SystemTime::now() >= t) {
+            self.rotate(&client);
+        }
+        Ok(())
+    }
+
+    /// When the node's certificate is to be replaced: at 70 to 90 % of its
+    /// life (as the kubelet's certificate manager, jittered so that nodes
+    /// do not ask together), its life counted from when its file was
+    /// written. `None` for an identity that is not a certificate file.
+    fn rotation_deadline(&self) -> Option<SystemTime> {
+        let pem = bootstrap::client_pem(&self.cfg.root_dir);
+        let k = Kubeconfig::read(&self.cfg.kubeconfig).ok()?;
+        let super::kubeconfig::User::Cert { cert_pem, .. } = &k.user else { return None };
+        let end = bootstrap::expiry(cert_pem)?;
+        let start = std::fs::metadata(&pem).and_then(|m| m.modified()).unwrap_or_else(|_| SystemTime::now());
+        Some(rotation_point(start, end, super::jitter(1000) as f64 / 1000.0))
+    }
+
+    /// A new certificate asked for with the current one (the cluster
+    /// approves a node's renewal of its own), stored, and the client
+    /// switched to it; the old one serves until then, and a failure is
+    /// tried again in 5 minutes.
+    fn rotate(&mut self, client: &Client) {
+        let node = self.parts.node_name.clone();
+        let result = Kubeconfig::read(&self.cfg.kubeconfig).and_then(|k| {
+            let (cert, key) = bootstrap::request_certificate(client, &node, CSR_WAIT, &|d| self.pause(d))?;
+            bootstrap::store(&self.cfg.root_dir, &self.cfg.kubeconfig, &k.server, &k.ca_pem, &cert, &key)?;
+            let mut c = Kubeconfig::read(&self.cfg.kubeconfig)?.client()?;
+            c.timeout = CALL_TIMEOUT;
+            Ok((c, cert))
+        });
+        match result {
+            Ok((c, cert)) => {
+                log::info!(
+                    "cluster: node {node} rotated its client certificate (now until {})",
+                    bootstrap::expiry(&cert).map(crate::model::rfc3339).unwrap_or_default()
+                );
+                self.client = Some(c.clone());
+                self.shared.set_client(Some(c));
+                self.rotate_at = self.rotation_deadline();
+            }
+            Err(e) => {
+                log::error!(
+                    "cluster: rotating the node's client certificate: {e}; the current one serves, retrying in 5 minutes"
+                );
+                self.rotate_at = Some(SystemTime::now() + Duration::from_secs(300));
+            }
+        }
     }
 
     /// A client with the node's identity, bootstrapping one if needed.
@@ -408,6 +461,13 @@ pub fn backoff(failures: u32) -> Duration {
     base + jitter
 }
 
+/// The rotation point of a certificate valid from `start` to `end`: 70 %
+/// of its life plus `jitter` (0 to 1) times 20 %.
+pub fn rotation_point(start: SystemTime, end: SystemTime, jitter: f64) -> SystemTime {
+    let life = end.duration_since(start).unwrap_or_default();
+    start + life.mul_f64(0.7 + 0.2 * jitter.clamp(0.0, 1.0))
+}
+
 /// A `MicroTime`: RFC 3339 in UTC with microseconds.
 pub fn micro_time(t: SystemTime) -> String {
     let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
@@ -419,6 +479,16 @@ pub fn micro_time(t: SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_certificate_is_rotated_at_seventy_to_ninety_percent_of_its_life() {
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
+        let end = start + Duration::from_secs(1000);
+        assert_eq!(rotation_point(start, end, 0.0), start + Duration::from_secs(700));
+        assert_eq!(rotation_point(start, end, 1.0), start + Duration::from_secs(900));
+        assert_eq!(rotation_point(start, end, 0.5), start + Duration::from_secs(800));
+        assert_eq!(rotation_point(end, start, 0.5), end, "an odd certificate: at once");
+    }
 
     #[test]
     fn micro_times_have_six_digits_and_z() {
