@@ -145,7 +145,9 @@ fn without_events_the_relist_moves_each_step_on() {
 }
 
 fn containerd_pid() -> i32 {
-    std::fs::read_to_string("/run/podwarden-e2e/containerd.pid")
+    // the containerd the tests use (scripts/e2e-env.sh's PODWARDEN_E2E_RUN)
+    let run = std::env::var("PODWARDEN_E2E_RUN").unwrap_or_else(|_| "/run/podwarden-e2e".into());
+    std::fs::read_to_string(format!("{run}/containerd.pid"))
         .expect("the e2e containerd's pid file")
         .trim()
         .parse()
