@@ -79,10 +79,18 @@ fn condition(node: &Value, kind: &str) -> Option<(String, String, String)> {
     })
 }
 
-/// Requests the audit log holds from `user` made by podwarden (not a
-/// test's kubectl with the node's identity): (verb, URI, status code).
-fn requests_by(c: &Cluster, user: &str) -> Vec<(String, String, i64)> {
+/// Where the audit log ends now: a test counts only what comes after (the
+/// log outlives the tests, and a node name is used again by the next run).
+fn audit_mark(c: &Cluster) -> usize {
+    std::fs::metadata(&c.audit_log).map(|m| m.len() as usize).unwrap_or(0)
+}
+
+/// Requests the audit log holds after `mark` from `user` made by
+/// podwarden (not a test's kubectl with the node's identity): (verb, URI,
+/// status code).
+fn requests_since(c: &Cluster, user: &str, mark: usize) -> Vec<(String, String, i64)> {
     let text = std::fs::read_to_string(&c.audit_log).expect("the apiserver's audit log");
+    let text = text.get(mark..).unwrap_or("");
     text.lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|e| e["user"]["username"] == user)
@@ -115,6 +123,7 @@ fn join_bootstraps_registers_and_keeps_the_node_ready() {
     let c = cluster();
     let node = "pw-join";
     let user = format!("system:node:{node}");
+    let mark = audit_mark(&c);
     let _ = kubectl(&c, &["delete", "node", node, "--ignore-not-found"]);
     let work = TempDir::new("cluster-join");
     let config = work.0.join("join.yaml");
@@ -233,7 +242,7 @@ fn join_bootstraps_registers_and_keeps_the_node_ready() {
     assert_eq!(rp.containers.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), [container.as_str()], "{rp:?}");
 
     // nothing the node asked was refused
-    let reqs = requests_by(&c, &user);
+    let reqs = requests_since(&c, &user, mark);
     assert!(reqs.iter().any(|r| r.0 == "patch" && r.1.contains("/leases/")), "{reqs:?}");
     let refused: Vec<_> = reqs.iter().filter(|r| r.2 >= 400 && r.2 != 404 && r.2 != 409).collect();
     assert!(refused.is_empty(), "requests of {user} refused: {refused:?}");
@@ -341,6 +350,7 @@ fn pods_from_the_api_run_scale_and_leave() {
     let node = "pw-pods";
     let ns = "pw-pods";
     forget_namespace(&c, ns);
+    let mark = audit_mark(&c);
     let (mut a, _work, node_conf) = joined(&c, node, "cluster-pods", "");
     ok(&c, &["create", "namespace", ns]);
     // a static pod and its mirror (in a namespace that exists)
@@ -496,7 +506,7 @@ fn pods_from_the_api_run_scale_and_leave() {
 
     // nothing podwarden asked was refused
     let user = format!("system:node:{node}");
-    let reqs = requests_by(&c, &user);
+    let reqs = requests_since(&c, &user, mark);
     assert!(reqs.iter().any(|r| r.0 == "patch" && r.1.ends_with("/status")), "{reqs:?}");
     let refused: Vec<_> = reqs.iter().filter(|r| r.2 >= 400 && r.2 != 404 && r.2 != 409).collect();
     assert!(refused.is_empty(), "requests of {user} refused: {refused:?}");
@@ -539,6 +549,7 @@ fn pods_get_secrets_config_maps_tokens_and_service_variables() {
     let node = "pw-objs";
     let ns = "pw-objs";
     forget_namespace(&c, ns);
+    let mark = audit_mark(&c);
     let (mut a, _work, _conf) = joined(&c, node, "cluster-objs", "");
     ok(&c, &["create", "namespace", ns]);
     ok(&c, &["-n", ns, "create", "secret", "generic", "creds", "--from-literal=password=s3cret"]);
@@ -638,7 +649,7 @@ fn pods_get_secrets_config_maps_tokens_and_service_variables() {
     });
     // nothing podwarden asked was refused
     let user = format!("system:node:{node}");
-    let reqs = requests_by(&c, &user);
+    let reqs = requests_since(&c, &user, mark);
     assert!(reqs.iter().any(|r| r.1.contains("/serviceaccounts/default/token")), "{reqs:?}");
     let refused: Vec<_> = reqs.iter().filter(|r| r.2 >= 400 && r.2 != 404 && r.2 != 409).collect();
     assert!(refused.is_empty(), "requests of {user} refused: {refused:?}");
@@ -675,6 +686,7 @@ fn kubectl_reaches_pods_through_the_api_server() {
     let ns = "pw-srv";
     let ip = node_ip();
     forget_namespace(&c, ns);
+    let mark = audit_mark(&c);
     let (mut a, _work, _conf) = joined(&c, node, "cluster-srv", &format!("address: {ip}\n"));
     let n = json(&c, &["get", "node", node]);
     assert_eq!(n["status"]["addresses"][0], serde_json::json!({"type": "InternalIP", "address": ip}), "{n}");
@@ -683,7 +695,7 @@ fn kubectl_reaches_pods_through_the_api_server() {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "talk", "namespace": ns},
         "spec": {"nodeName": node, "automountServiceAccountToken": false, "terminationGracePeriodSeconds": 1,
             "containers": [{"name": "main", "image": IMAGE, "imagePullPolicy": "Never",
-                "command": ["sh", "-c", "echo hello > /tmp/greeting; i=0; while :; do echo line $i; i=$((i+1)); sleep 0.2; done"]}]},
+                "command": ["sh", "-c", "echo hello > /tmp/greeting; mkdir -p /www; head -c 300000 /dev/urandom > /www/blob; httpd -p 8080 -h /www; i=0; while :; do echo line $i; i=$((i+1)); sleep 0.2; done"]}]},
     });
     let child = Command::new(agent::kubectl::kubectl_bin("1.33"))
         .args(["--kubeconfig", &c.admin, "create", "-f", "-"])
@@ -746,6 +758,45 @@ fn kubectl_reaches_pods_through_the_api_server() {
             text.lock().lines().filter_map(|l| l.strip_prefix("line ")).filter_map(|n| n.parse().ok()).collect();
         assert!(nums.windows(2).all(|w| w[1] == w[0] + 1) && nums.len() >= 5, "kubectl {v} logs -f: {nums:?}");
     }
+    // port-forward through the API server: the bytes as the pod has them
+    let blob = {
+        let out = ok(&c, &["-n", ns, "exec", "talk", "--", "sha256sum", "/www/blob"]);
+        out.split_whitespace().next().unwrap().to_string()
+    };
+    for v in ["1.27", "1.33"] {
+        let port = free_port();
+        let mut pf = Command::new(agent::kubectl::kubectl_bin(v))
+            .args(["--kubeconfig", &c.admin, "-n", ns, "port-forward", "pod/talk", &format!("{port}:8080")])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (said, reader) = read_as_it_comes(pf.stdout.take().unwrap());
+        wait_for(&format!("kubectl {v} port-forward listening"), Duration::from_secs(20), || {
+            said.lock().contains("Forwarding from")
+        });
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        write!(s, "GET /blob HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).unwrap();
+        let body_at = got.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4).unwrap_or(0);
+        let body = &got[body_at..];
+        let _ = pf.kill();
+        let _ = pf.wait();
+        let _ = reader.join();
+        assert_eq!(body.len(), 300000, "kubectl {v} port-forward: {} bytes", body.len());
+        let digest: String =
+            ring::digest::digest(&ring::digest::SHA256, body).as_ref().iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(digest, blob, "kubectl {v} port-forward: the bytes differ");
+    }
+    // the node's stats and pods as the cluster reads them (nodes/proxy)
+    let pods = ok(&c, &["get", "--raw", &format!("/api/v1/nodes/{node}/proxy/pods")]);
+    assert!(pods.contains("\"talk\""), "{pods}");
+    wait_for("the node's stats through the API server", Duration::from_secs(30), || {
+        let (code, out, _) = kubectl(&c, &["get", "--raw", &format!("/api/v1/nodes/{node}/proxy/stats/summary")]);
+        code == 0 && out.contains("\"nodeName\"")
+    });
     // straight to the node: a token without nodes/proxy rights is refused,
     // an unknown token is nobody
     ok(&c, &["-n", ns, "create", "serviceaccount", "nobody"]);
@@ -771,7 +822,7 @@ fn kubectl_reaches_pods_through_the_api_server() {
     assert_eq!(direct("not-a-token").status, 401);
     // nothing podwarden asked was refused
     let user = format!("system:node:{node}");
-    let reqs = requests_by(&c, &user);
+    let reqs = requests_since(&c, &user, mark);
     assert!(reqs.iter().any(|r| r.1.contains("subjectaccessreviews")), "{reqs:?}");
     let refused: Vec<_> = reqs.iter().filter(|r| r.2 >= 400 && r.2 != 404 && r.2 != 409).collect();
     assert!(refused.is_empty(), "requests of {user} refused: {refused:?}");

@@ -133,7 +133,10 @@ pub fn handle(ctx: &Ctx, user: Option<&User>, req: &Request) -> Reply {
 /// `SubjectAccessReview` allows on `nodes/<subresource>` of this node.
 fn cluster_door(ctx: &Ctx, user: &User, req: &Request) -> Res<()> {
     let first = req.path.trim_start_matches('/').split('/').next().unwrap_or("");
-    if !matches!(first, "containerLogs" | "exec" | "attach" | "portForward" | "run" | "healthz") {
+    if !matches!(
+        first,
+        "containerLogs" | "exec" | "attach" | "portForward" | "run" | "healthz" | "pods" | "stats" | "metrics"
+    ) {
         return Err(ApiError::no_route());
     }
     let (verb, sub) = super::authz::kubelet_attributes(&req.method, &req.path);
@@ -204,7 +207,28 @@ fn route(ctx: &Ctx, user: &User, req: &Request) -> Res<Reply> {
             object(ctx, user, req, resource("pods"), Some(ns), name)
         }
         (_, ["api", "v1", "namespaces", ns, r, name]) => object(ctx, user, req, resource(r), Some(ns), name),
-        // the kubelet's own paths
+        // the kubelet's own paths: what the cluster reads of the node
+        // (metrics-server, `kubectl get --raw .../proxy/stats/summary`)
+        (_, ["pods"]) if get && user.cluster => {
+            let body = crate::api::view::to_json(&crate::api::view::pods_of(&ctx.ops.parts, false));
+            Ok(Reply::Full { status: 200, content_type: "application/json", body })
+        }
+        (_, ["stats", "summary"]) if get && user.cluster => match ctx.ops.parts.stats.last() {
+            Some(s) => Ok(Reply::ok(
+                &serde_json::to_value(crate::node::stats::summary(&s, &ctx.ops.parts.node_name)).unwrap_or_default(),
+            )),
+            None => Err(ApiError::new(503, "ServiceUnavailable", "no stats collected yet")),
+        },
+        (_, ["metrics", "resource"]) if get && user.cluster => Ok(Reply::Full {
+            status: 200,
+            content_type: "text/plain; version=0.0.4",
+            body: crate::node::stats::resource_metrics(ctx.ops.parts.stats.last().as_deref()).into_bytes(),
+        }),
+        (_, ["metrics"]) if get && user.cluster => Ok(Reply::Full {
+            status: 200,
+            content_type: "text/plain; version=0.0.4",
+            body: crate::telemetry::metrics::render(&ctx.ops.parts.metrics).into_bytes(),
+        }),
         (_, ["containerLogs", ns, pod, container]) if get => {
             check(ctx, user, req, "get", "pods/log", Some(ns), Right::Read)?;
             logs::pod_log(ctx, req, ns, pod, container)
