@@ -20,6 +20,10 @@
 #                              exec and port-forward through podwarden vs the runtime's URL (and kubectl's),
 #                              RSS with watches and a port-forward, /healthz with 100 watches (private
 #                              containerd; the release binary)
+#   scripts/bench.sh cluster   a node joined to the real control plane (scripts/cluster-env.sh): join to Ready;
+#                              create to Running of 30 API pods vs 30 static pods; with a Deployment of 110 pods:
+#                              RSS, CPU and the node's requests (audit log) over 5 idle minutes (private
+#                              containerd; the release binary)
 #   scripts/bench.sh machine   a Debian 12 VM (systemd, cgroup v2): boot; pod start with the cgroupfs and the
 #                              systemd drivers (median of 10 each); a real reboot with pods: lock released
 #                              after the last pod exit, power-off after the slowest pod (the release .deb)
@@ -80,6 +84,12 @@ case "$name" in
     cargo build --release --bin podwarden --quiet
     PODWARDEN_BIN="$PWD/target/release/podwarden" cargo bench --bench api --quiet 2>/dev/null | tail -n 7
     ;;
+  cluster)
+    scripts/e2e-env.sh up >/dev/null
+    scripts/cluster-env.sh up >/dev/null
+    cargo build --release --bin podwarden --quiet
+    PODWARDEN_BIN="$PWD/target/release/podwarden" cargo bench --bench cluster --quiet 2>/dev/null | tail -n 30
+    ;;
   machine)
     scripts/e2e-env.sh up >/dev/null
     scripts/vm-env.sh build
@@ -92,7 +102,7 @@ case "$name" in
     cargo bench --profile ci --bench hostile --quiet 2>/dev/null | tail -n 1
     ;;
   *)
-    echo "usage: scripts/bench.sh core|start|shutdown|footprint|config|probes|isolation|unattended|reactions|api|machine|hostile" >&2
+    echo "usage: scripts/bench.sh core|start|shutdown|footprint|config|probes|isolation|unattended|reactions|api|cluster|machine|hostile" >&2
     exit 2
     ;;
 esac
