@@ -403,14 +403,16 @@ cluster_info_signed() {
 # ---------------------------------------------------------------- commands
 
 node_net_up() {
-  ip netns list 2>/dev/null | grep -qw "$NODE_NETNS" || ip netns add "$NODE_NETNS"
+  ip netns list 2>/dev/null | grep -w "$NODE_NETNS" >/dev/null || ip netns add "$NODE_NETNS"
   if ! ip link show "$NODE_VETH" >/dev/null 2>&1; then
     ip link add "$NODE_VETH" type veth peer name "${NODE_VETH}p"
     ip link set "${NODE_VETH}p" netns "$NODE_NETNS"
   fi
-  ip addr show dev "$NODE_VETH" | grep -q "inet $NODE_IP/" || ip addr add "$NODE_IP/30" dev "$NODE_VETH"
+  # grep reads all its input (no -q): with pipefail an early exit would be
+  # ip's SIGPIPE, read as "not there"
+  ip addr show dev "$NODE_VETH" | grep "inet $NODE_IP/" >/dev/null || ip addr add "$NODE_IP/30" dev "$NODE_VETH"
   ip link set "$NODE_VETH" up
-  ip netns exec "$NODE_NETNS" sh -c "ip addr show dev ${NODE_VETH}p | grep -q 'inet $NODE_NET.2/' || ip addr add $NODE_NET.2/30 dev ${NODE_VETH}p; ip link set ${NODE_VETH}p up; ip link set lo up"
+  ip netns exec "$NODE_NETNS" sh -c "ip addr show dev ${NODE_VETH}p | grep 'inet $NODE_NET.2/' >/dev/null || ip addr add $NODE_NET.2/30 dev ${NODE_VETH}p; ip link set ${NODE_VETH}p up; ip link set lo up"
 }
 
 node_net_down() {

@@ -202,7 +202,12 @@ fn send_status(
     let Some(status) = parts.statuses.get(source_uid) else { return Ok(()) };
     let mut ours = serde_json::to_value(&status).unwrap_or_else(|_| json!({}));
     keep_others(&p.status, &mut ours);
-    let Some(diff) = merge_diff(&p.status, &ours) else {
+    // the API shows zero values podwarden leaves out (`lastProbeTime:
+    // null`, `lastState: {}`): the same status, no patch
+    let mut theirs = p.status.clone();
+    prune(&mut theirs);
+    prune(&mut ours);
+    let Some(diff) = merge_diff(&theirs, &ours) else {
         state.sent.insert(p.uid.clone(), version);
         return Ok(());
     };
@@ -245,6 +250,21 @@ fn keep_others(api: &Value, ours: &mut Value) {
         if let Some(v) = api.get(key).filter(|v| !v.is_null()) {
             o.insert(key.into(), v.clone());
         }
+    }
+}
+
+/// Nulls and empty objects taken out, at every depth (in lists too): they
+/// say nothing a missing key does not.
+fn prune(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            for x in m.values_mut() {
+                prune(x);
+            }
+            m.retain(|_, x| !x.is_null() && !x.as_object().is_some_and(|o| o.is_empty()));
+        }
+        Value::Array(a) => a.iter_mut().for_each(prune),
+        _ => {}
     }
 }
 
@@ -429,6 +449,18 @@ mod tests {
         let a = json!({"s": {"x": 1, "y": 2}});
         let b = json!({"s": {"x": 1, "y": 3}});
         assert_eq!(merge_diff(&a, &b).unwrap(), json!({"s": {"y": 3}}));
+    }
+
+    #[test]
+    fn zero_values_the_api_shows_are_no_change() {
+        let mut api = json!({"conditions": [{"type": "Ready", "status": "True", "lastProbeTime": null}],
+            "containerStatuses": [{"name": "c", "lastState": {}, "state": {"running": {"startedAt": "t"}}}]});
+        let mut ours = json!({"conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "c", "state": {"running": {"startedAt": "t"}}}]});
+        assert!(merge_diff(&api, &ours).is_some(), "whole lists differ before pruning");
+        prune(&mut api);
+        prune(&mut ours);
+        assert_eq!(merge_diff(&api, &ours), None);
     }
 
     #[test]
