@@ -27,6 +27,7 @@ pub mod node;
 pub mod nodeauth;
 pub mod objects;
 pub mod pods;
+pub mod reflector;
 pub mod services;
 pub mod status;
 pub mod tokens;

@@ -12,12 +12,11 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde_json::Value;
 
-use super::{ClusterError, Shared};
+use super::Shared;
 use crate::agent::source::Sources;
 use crate::model::objects::{Kind, ObjKey, ObjectSet};
 
@@ -128,36 +127,11 @@ impl Objects {
     }
 
     fn watch_loop(&self, key: &ObjKey, stop: &AtomicBool) {
-        let mut failures = 0u32;
-        let logged = crate::base::logging::RateLimit::new(Duration::from_secs(60));
-        let mut resume: Option<String> = None;
-        let go_on = || !stop.load(Ordering::SeqCst) && !self.shared.stopped();
-        while go_on() {
-            let Some(client) = self.shared.client() else {
-                self.shared.pause(Duration::from_secs(1));
-                continue;
-            };
-            let step = match &resume {
-                None => self.list(&client, key).map(Some),
-                Some(rv) => self.watch(&client, key, rv, &go_on),
-            };
-            match step {
-                Ok(next) => {
-                    failures = 0;
-                    resume = next;
-                }
-                Err(e) => {
-                    failures += 1;
-                    if logged.allow().is_some() || failures == 1 {
-                        log::error!("cluster: {key}: {e} (attempt {failures}; retrying with back-off)");
-                    }
-                    let until = std::time::Instant::now() + super::node::backoff(failures);
-                    while go_on() && std::time::Instant::now() < until {
-                        self.shared.pause(Duration::from_millis(500));
-                    }
-                }
-            }
-        }
+        let what = key.to_string();
+        let collection = Self::collection(key);
+        let mut store = ObjectStore { objects: self, key };
+        super::reflector::Reflector { what: &what, collection: &collection }
+            .run(&self.shared, &mut store, &|| !stop.load(Ordering::SeqCst));
     }
 
     fn collection(key: &ObjKey) -> String {
@@ -167,53 +141,25 @@ impl Objects {
         };
         format!("/api/v1/namespaces/{}/{plural}?fieldSelector=metadata.name%3D{}", key.namespace, key.name)
     }
+}
 
-    fn list(&self, client: &super::http::Client, key: &ObjKey) -> Result<String, ClusterError> {
-        let r = client.get(&Self::collection(key))?;
-        if r.status != 200 {
-            return Err(super::api_error(&format!("reading {key}"), &r));
-        }
-        let mut v: Value =
-            serde_json::from_slice(&r.body).map_err(|e| ClusterError::Protocol(format!("{key}: {e}")))?;
-        let item = v["items"].as_array_mut().and_then(|a| a.pop());
-        self.set(key, item);
-        Ok(v["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_string())
+/// The reflector's store of one watched object (a list of at most one).
+struct ObjectStore<'a> {
+    objects: &'a Objects,
+    key: &'a ObjKey,
+}
+
+impl super::reflector::Store for ObjectStore<'_> {
+    fn replace(&mut self, mut items: Vec<Value>) {
+        self.objects.set(self.key, items.pop());
     }
 
-    fn watch(
-        &self,
-        client: &super::http::Client,
-        key: &ObjKey,
-        rv: &str,
-        go_on: &dyn Fn() -> bool,
-    ) -> Result<Option<String>, ClusterError> {
-        let timeout = 300 + super::jitter(300);
-        let path = format!(
-            "{}&watch=true&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds={timeout}",
-            Self::collection(key)
-        );
-        let mut lines = match client.stream(&path)? {
-            Ok(l) => l,
-            Err(r) if r.status == 410 => return Ok(None),
-            Err(r) => return Err(super::api_error(&format!("watching {key}"), &r)),
-        };
-        let mut rv = rv.to_string();
-        while let Some(line) = lines.next(Duration::from_secs(1), Duration::from_secs(timeout + 30), go_on)? {
-            let mut e: Value =
-                serde_json::from_slice(&line).map_err(|e| ClusterError::Protocol(format!("{key}: an event: {e}")))?;
-            let obj = e["object"].take();
-            if let Some(v) = obj["metadata"]["resourceVersion"].as_str() {
-                rv = v.to_string();
-            }
-            match e["type"].as_str().unwrap_or_default() {
-                "ADDED" | "MODIFIED" => self.set(key, Some(obj)),
-                "DELETED" => self.set(key, None),
-                "ERROR" if obj["code"].as_u64() == Some(410) => return Ok(None),
-                "ERROR" => return Err(ClusterError::Protocol(format!("watching {key}: {}", obj["message"]))),
-                _ => {}
-            }
-        }
-        Ok(Some(rv))
+    fn upsert(&mut self, object: Value) {
+        self.objects.set(self.key, Some(object));
+    }
+
+    fn delete(&mut self, _: Value) {
+        self.objects.set(self.key, None);
     }
 }
 

@@ -12,13 +12,12 @@
 //! static pod and never runs. The API's view (each pod's status, whether it
 //! is being deleted) is kept in [`View`] for `cluster::status`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{ClusterError, Shared};
+use super::Shared;
 use crate::agent::Parts;
 use crate::agent::source::Sources;
 use crate::model::Pod;
@@ -29,11 +28,6 @@ pub const REASON_UNSUPPORTED: &str = "UnsupportedPodSpec";
 /// The annotation that makes a pod a mirror pod (its value: the static
 /// pod's hash).
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
-/// A watch is asked to end after 5 to 10 minutes (the reflector's range),
-/// then resumed from its last version.
-const WATCH_MIN: u64 = 300;
-/// The longest a watch may stay silent beyond its own timeout.
-const WATCH_SLACK: Duration = Duration::from_secs(30);
 
 /// What a pod from the API is to this node.
 #[derive(Clone)]
@@ -52,8 +46,8 @@ pub struct ApiPod {
     pub uid: String,
     pub name: String,
     pub namespace: String,
-    /// `status` as the API has it.
-    pub status: Value,
+    /// `status` as the API has it (shared: a status pass copies the view).
+    pub status: Arc<Value>,
     /// It carries a `deletionTimestamp`.
     pub deleted: bool,
     pub kind: Kind,
@@ -76,155 +70,54 @@ pub struct View {
 
 /// The `cluster-pods` thread's loop; returns when `shared` stops.
 pub fn run(parts: Parts, shared: Arc<Shared>, sources: Arc<Sources>, objects: Arc<super::objects::Objects>) {
-    let mut failures = 0u32;
-    let mut refused_told = std::collections::HashSet::new();
-    let logged = crate::base::logging::RateLimit::new(Duration::from_secs(60));
-    let mut resume: Option<String> = None;
-    loop {
-        let Some(client) = shared.client() else {
-            if !shared.pause(Duration::from_secs(1)) {
-                return;
-            }
-            continue;
-        };
-        let step = match &resume {
-            None => list(&parts, &shared, &sources, &objects, &client, &mut refused_told).map(Some),
-            Some(rv) => watch(&parts, &shared, &sources, &objects, &client, rv, &mut refused_told),
-        };
-        match step {
-            Ok(next) => {
-                failures = 0;
-                resume = next;
-            }
-            Err(e) => {
-                failures += 1;
-                if logged.allow().is_some() || failures == 1 {
-                    log::error!("cluster: the node's pods: {e} (attempt {failures}; retrying with back-off)");
-                }
-                if !shared.pause(super::node::backoff(failures)) {
-                    return;
-                }
-            }
-        }
-        if shared.stopped() {
-            return;
-        }
-    }
+    let collection = format!("/api/v1/pods?fieldSelector=spec.nodeName%3D{}", parts.node_name);
+    let mut store =
+        PodStore { parts: &parts, shared: &shared, sources: &sources, objects: &objects, told: HashSet::new() };
+    super::reflector::Reflector { what: "the node's pods", collection: &collection }.run(&shared, &mut store, &|| true);
 }
 
-fn selector(parts: &Parts) -> String {
-    format!("fieldSelector=spec.nodeName%3D{}", parts.node_name)
+/// The reflector's store of the node's pods: the view, and the agent told
+/// of every settled change.
+struct PodStore<'a> {
+    parts: &'a Parts,
+    shared: &'a Shared,
+    sources: &'a Sources,
+    objects: &'a Arc<super::objects::Objects>,
+    /// Refused pods already told in an event.
+    told: HashSet<String>,
 }
 
-/// One list: the view replaced; the version to watch from.
-fn list(
-    parts: &Parts,
-    shared: &Shared,
-    sources: &Sources,
-    objects: &Arc<super::objects::Objects>,
-    client: &super::http::Client,
-    told: &mut std::collections::HashSet<String>,
-) -> Result<String, ClusterError> {
-    let r = client.get(&format!("/api/v1/pods?{}&resourceVersion=0", selector(parts)))?;
-    if r.status != 200 {
-        return Err(super::api_error("listing the node's pods", &r));
-    }
-    let mut list: Value =
-        serde_json::from_slice(&r.body).map_err(|e| ClusterError::Protocol(format!("the pod list: {e}")))?;
-    let rv = list["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_string();
-    let items = match list["items"].take() {
-        Value::Array(items) => items,
-        _ => Vec::new(),
-    };
-    {
-        let mut view = shared.view.lock();
-        let mut fresh = BTreeMap::new();
-        for item in items {
-            if let Some(p) = read(item) {
-                fresh.insert(p.uid.clone(), p);
-            }
-        }
+impl super::reflector::Store for PodStore<'_> {
+    fn replace(&mut self, items: Vec<Value>) {
+        let mut view = self.shared.view.lock();
+        let mut fresh: BTreeMap<String, ApiPod> =
+            items.into_iter().filter_map(read).map(|p| (p.uid.clone(), p)).collect();
         // an unchanged pod keeps its Arc: the agent sees no change
         for (uid, p) in fresh.iter_mut() {
             reuse(view.pods.get(uid), p);
         }
+        log::info!("cluster: listed the node's pods ({} bound to the node)", fresh.len());
         view.pods = fresh;
         view.synced = true;
     }
-    log::info!("cluster: listed the node's pods (resourceVersion {rv})");
-    publish(parts, shared, sources, objects, told);
-    Ok(rv)
-}
 
-/// One watch from `rv` until it ends: `Some(version)` to resume from,
-/// `None` for a new list (410).
-fn watch(
-    parts: &Parts,
-    shared: &Shared,
-    sources: &Sources,
-    objects: &Arc<super::objects::Objects>,
-    client: &super::http::Client,
-    rv: &str,
-    told: &mut std::collections::HashSet<String>,
-) -> Result<Option<String>, ClusterError> {
-    let timeout = WATCH_MIN + super::jitter(WATCH_MIN);
-    let path = format!(
-        "/api/v1/pods?{}&watch=true&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds={timeout}",
-        selector(parts)
-    );
-    let mut lines = match client.stream(&path)? {
-        Ok(lines) => lines,
-        Err(r) if r.status == 410 => return Ok(None),
-        Err(r) => return Err(super::api_error("watching the node's pods", &r)),
-    };
-    let mut rv = rv.to_string();
-    let mut dirty = false;
-    let idle = Duration::from_secs(timeout) + WATCH_SLACK;
-    let go_on = || !shared.stopped();
-    while let Some(line) = lines.next(Duration::from_secs(1), idle, &go_on)? {
-        let mut event: Value = match serde_json::from_slice(&line) {
-            Ok(v) => v,
-            Err(e) => return Err(ClusterError::Protocol(format!("a watch event of the node's pods: {e}"))),
-        };
-        let object = event["object"].take();
-        if let Some(v) = object["metadata"]["resourceVersion"].as_str() {
-            rv = v.to_string();
-        }
-        match event["type"].as_str().unwrap_or_default() {
-            "ADDED" | "MODIFIED" => {
-                let mut view = shared.view.lock();
-                if let Some(mut p) = read(object) {
-                    reuse(view.pods.get(&p.uid), &mut p);
-                    view.pods.insert(p.uid.clone(), p);
-                    dirty = true;
-                }
-            }
-            "DELETED" => {
-                if let Some(uid) = object["metadata"]["uid"].as_str() {
-                    shared.view.lock().pods.remove(uid);
-                    dirty = true;
-                }
-            }
-            "BOOKMARK" => {}
-            "ERROR" => {
-                if object["code"].as_u64() == Some(410) {
-                    return Ok(None);
-                }
-                let message = object["message"].as_str().unwrap_or_default();
-                return Err(ClusterError::Protocol(format!("watching the node's pods: {message}")));
-            }
-            other => return Err(ClusterError::Protocol(format!("a watch event of type {other:?}"))),
-        }
-        // a burst of events is one change for the agent
-        if dirty && !lines.has_line() {
-            publish(parts, shared, sources, objects, told);
-            dirty = false;
+    fn upsert(&mut self, object: Value) {
+        if let Some(mut p) = read(object) {
+            let mut view = self.shared.view.lock();
+            reuse(view.pods.get(&p.uid), &mut p);
+            view.pods.insert(p.uid.clone(), p);
         }
     }
-    if dirty {
-        publish(parts, shared, sources, objects, told);
+
+    fn delete(&mut self, object: Value) {
+        if let Some(uid) = object["metadata"]["uid"].as_str() {
+            self.shared.view.lock().pods.remove(uid);
+        }
     }
-    Ok(Some(rv))
+
+    fn settled(&mut self) {
+        publish(self.parts, self.shared, self.sources, self.objects, &mut self.told);
+    }
 }
 
 /// An API pod read: `None` when it has no UID or name (not a pod).
@@ -241,7 +134,7 @@ fn read(mut object: Value) -> Option<ApiPod> {
             Err(e) => Kind::Refused(e.to_string()),
         },
     };
-    Some(ApiPod { uid, name, namespace, status, deleted, kind })
+    Some(ApiPod { uid, name, namespace, status: Arc::new(status), deleted, kind })
 }
 
 /// Keep the old `Arc` of a pod whose content did not change.
@@ -260,7 +153,7 @@ fn publish(
     shared: &Shared,
     sources: &Sources,
     objects: &Arc<super::objects::Objects>,
-    told: &mut std::collections::HashSet<String>,
+    told: &mut HashSet<String>,
 ) {
     let mut run = Vec::new();
     {

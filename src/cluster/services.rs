@@ -11,12 +11,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde_json::Value;
 
-use super::{ClusterError, Shared};
+use super::Shared;
 
 /// A service as its variables need it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,104 +100,36 @@ pub fn env_for(services: &Services, namespace: &str, links: bool) -> Vec<(String
     out
 }
 
-/// The `cluster-services` thread's loop: list, then watch from the list's
-/// version (a 410 lists again); returns when `shared` stops.
+/// The `cluster-services` thread's loop: the services listed and watched
+/// into `services`; returns when `shared` stops.
 pub fn run(shared: Arc<Shared>, services: Arc<Mutex<Services>>) {
-    let mut failures = 0u32;
-    let logged = crate::base::logging::RateLimit::new(Duration::from_secs(60));
-    let mut resume: Option<String> = None;
-    loop {
-        if shared.stopped() {
-            return;
-        }
-        let Some(client) = shared.client() else {
-            if !shared.pause(Duration::from_secs(1)) {
-                return;
-            }
-            continue;
-        };
-        let step = match &resume {
-            None => list(&client, &services).map(Some),
-            Some(rv) => watch(&shared, &client, rv, &services),
-        };
-        match step {
-            Ok(next) => {
-                failures = 0;
-                resume = next;
-            }
-            Err(e) => {
-                failures += 1;
-                if logged.allow().is_some() || failures == 1 {
-                    log::error!("cluster: services: {e} (attempt {failures}; retrying with back-off)");
-                }
-                if !shared.pause(super::node::backoff(failures)) {
-                    return;
-                }
-            }
-        }
-    }
+    let mut store = ServiceStore(&services);
+    super::reflector::Reflector { what: "services", collection: "/api/v1/services" }.run(&shared, &mut store, &|| true);
 }
 
-fn list(client: &super::http::Client, services: &Mutex<Services>) -> Result<String, ClusterError> {
-    let r = client.get("/api/v1/services?resourceVersion=0")?;
-    if r.status != 200 {
-        return Err(super::api_error("listing services", &r));
-    }
-    let v: Value = serde_json::from_slice(&r.body).map_err(|e| ClusterError::Protocol(format!("services: {e}")))?;
-    let mut all = Services::new();
-    for item in v["items"].as_array().into_iter().flatten() {
-        if let Some((k, Some(s))) = read(item) {
-            all.insert(k, s);
-        }
-    }
-    *services.lock() = all;
-    Ok(v["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_string())
-}
+/// The reflector's store of the services.
+struct ServiceStore<'a>(&'a Mutex<Services>);
 
-fn watch(
-    shared: &Shared,
-    client: &super::http::Client,
-    rv: &str,
-    services: &Mutex<Services>,
-) -> Result<Option<String>, ClusterError> {
-    let timeout = 300 + super::jitter(300);
-    let path =
-        format!("/api/v1/services?watch=true&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds={timeout}");
-    let mut lines = match client.stream(&path)? {
-        Ok(l) => l,
-        Err(r) if r.status == 410 => return Ok(None),
-        Err(r) => return Err(super::api_error("watching services", &r)),
-    };
-    let mut rv = rv.to_string();
-    let go_on = || !shared.stopped();
-    while let Some(line) = lines.next(Duration::from_secs(1), Duration::from_secs(timeout + 30), &go_on)? {
-        let e: Value =
-            serde_json::from_slice(&line).map_err(|e| ClusterError::Protocol(format!("a services event: {e}")))?;
-        let obj = &e["object"];
-        if let Some(v) = obj["metadata"]["resourceVersion"].as_str() {
-            rv = v.to_string();
-        }
-        match e["type"].as_str().unwrap_or_default() {
-            "ADDED" | "MODIFIED" => {
-                if let Some((k, s)) = read(obj) {
-                    let mut all = services.lock();
-                    match s {
-                        Some(s) => all.insert(k, s),
-                        None => all.remove(&k),
-                    };
-                }
-            }
-            "DELETED" => {
-                if let Some((k, _)) = read(obj) {
-                    services.lock().remove(&k);
-                }
-            }
-            "ERROR" if obj["code"].as_u64() == Some(410) => return Ok(None),
-            "ERROR" => return Err(ClusterError::Protocol(format!("watching services: {}", obj["message"]))),
-            _ => {}
+impl super::reflector::Store for ServiceStore<'_> {
+    fn replace(&mut self, items: Vec<Value>) {
+        *self.0.lock() = items.iter().filter_map(read).filter_map(|(k, s)| Some((k, s?))).collect();
+    }
+
+    fn upsert(&mut self, object: Value) {
+        if let Some((k, s)) = read(&object) {
+            let mut all = self.0.lock();
+            match s {
+                Some(s) => all.insert(k, s),
+                None => all.remove(&k),
+            };
         }
     }
-    Ok(Some(rv))
+
+    fn delete(&mut self, object: Value) {
+        if let Some((k, _)) = read(&object) {
+            self.0.lock().remove(&k);
+        }
+    }
 }
 
 #[cfg(test)]

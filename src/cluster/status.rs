@@ -20,8 +20,11 @@
 //!   there); a static pod that uses ConfigMaps or Secrets cannot be
 //!   mirrored (NodeRestriction), which a warning event on the node says.
 //!
-//! Wakes on every change the process counts (`base::changes`) and at least
-//! every second; every call is bounded by the client's timeout.
+//! Wakes on every change the process counts (`base::changes`: a pod's
+//! status, the API's pods), every second while work no change announces
+//! is pending (a retry, a deletion waiting for clean-up, a mirror pod
+//! asked for), else every 10 s; every call is bounded by the client's
+//! timeout.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -52,7 +55,17 @@ struct State {
     unmirrorable: HashSet<String>,
     /// When a mirror pod was last asked for, by static pod UID.
     mirror_asked: HashMap<String, Instant>,
+    /// The last pass left work that no change announces (a refused call
+    /// to try again, a deletion waiting for the pod's clean-up, a mirror
+    /// pod asked for): the next pass comes after [`BUSY_PASS`].
+    busy: bool,
 }
+
+/// The pass interval while work is pending.
+const BUSY_PASS: Duration = Duration::from_secs(1);
+/// The pass interval when nothing is pending: every change the process
+/// counts wakes the thread before that.
+const IDLE_PASS: Duration = Duration::from_secs(10);
 
 /// The `cluster-status` thread's loop; returns when `shared` stops.
 pub fn run(parts: Parts, shared: Arc<Shared>) {
@@ -64,11 +77,18 @@ pub fn run(parts: Parts, shared: Arc<Shared>) {
         if shared.stopped() {
             return;
         }
-        seen = crate::base::changes::wait_past(seen, Duration::from_secs(1));
+        let before = seen;
+        seen = crate::base::changes::wait_past(seen, if state.busy { BUSY_PASS } else { IDLE_PASS });
+        log::trace!(
+            "cluster: status pass ({}, busy {})",
+            if seen == before { "timer" } else { "a change" },
+            state.busy
+        );
         let Some(client) = shared.client() else { continue };
         if !shared.view.lock().synced {
             continue;
         }
+        state.busy = true;
         match pass(&parts, &shared, &client, &mut state) {
             Ok(()) => failures = 0,
             // the server is there, one pod's call was refused: tried again
@@ -155,17 +175,24 @@ fn pass(parts: &Parts, shared: &Shared, client: &super::http::Client, state: &mu
     }
     let node_uid = shared.node_uid();
     state.mirror_asked.retain(|uid, _| statics.values().any(|s| model::uid(s) == uid));
+    let mut mirror_pending = false;
     for (full, s) in &statics {
         // a pod of that name still in the API (a mirror being deleted):
         // the mirror is made once it is gone
         let taken =
             pods.iter().any(|p| static_full_name(&parts.node_name, p) == *full && !state.finished.contains(&p.uid));
-        if mirrored.contains(full) || taken {
+        if mirrored.contains(full) {
+            continue;
+        }
+        mirror_pending |= !state.unmirrorable.contains(model::uid(s));
+        if taken {
             continue;
         }
         let Some(node_uid) = &node_uid else { break };
         step(make_mirror(parts, client, state, s, node_uid))?;
     }
+    state.busy =
+        first_error.is_some() || mirror_pending || pods.iter().any(|p| p.deleted && !state.finished.contains(&p.uid));
     match first_error {
         Some(e) => Err(e),
         None => Ok(()),
@@ -204,7 +231,7 @@ fn send_status(
     keep_others(&p.status, &mut ours);
     // the API shows zero values podwarden leaves out (`lastProbeTime:
     // null`, `lastState: {}`): the same status, no patch
-    let mut theirs = p.status.clone();
+    let mut theirs = (*p.status).clone();
     prune(&mut theirs);
     prune(&mut ours);
     let Some(diff) = merge_diff(&theirs, &ours) else {

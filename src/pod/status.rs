@@ -71,10 +71,15 @@ impl StatusManager {
     }
 
     /// Replace a pod's status with one built from the current one (under
-    /// the lock, without copying it out); `None` keeps it as it is.
+    /// the lock, without copying it out); `None` keeps it as it is, and so
+    /// does a status equal to it (no new version, no wake-up: a pod's
+    /// periodic sync that finds nothing new costs its readers nothing).
     pub fn replace_with(&self, uid: &str, f: impl FnOnce(Option<&PodStatus>) -> Option<PodStatus>) {
         let mut m = self.statuses.lock();
-        if let Some(new) = f(m.map.get(uid).map(|(s, _)| s)) {
+        let old = m.map.get(uid).map(|(s, _)| s);
+        if let Some(new) = f(old)
+            && old != Some(&new)
+        {
             m.put(uid, new);
             drop(m);
             crate::base::changes::bump();
@@ -507,6 +512,25 @@ mod tests {
         assert_eq!(names, ["db", "web"]);
         let ready = s.conditions.iter().flatten().find(|c| c.type_ == "Ready").unwrap();
         assert_eq!(ready.message.as_deref(), Some("containers with unready status: [web db]"));
+    }
+
+    #[test]
+    fn a_sync_that_regenerates_the_same_status_makes_no_new_version() {
+        let p = pod("Always");
+        let mut running = exited(0, 1);
+        running.state = ContainerState::Running;
+        let rp = RuntimePod { containers: vec![running], ..Default::default() };
+        let m = StatusManager::new();
+        let waiting = HashMap::new();
+        let regen = |old: Option<&PodStatus>| Some(generate(&p, &rp, &GenerateInput { old, ..input(&waiting) }));
+        m.replace_with("u1", regen);
+        let v = m.version("u1").unwrap();
+        let seq = crate::base::changes::current();
+        m.replace_with("u1", regen);
+        assert_eq!(m.version("u1"), Some(v), "the same status again is no change");
+        m.replace_with("u1", |_| Some(PodStatus { phase: Some("Failed".into()), ..Default::default() }));
+        assert!(m.version("u1").unwrap() > v);
+        assert!(crate::base::changes::current() > seq);
     }
 
     #[test]

@@ -323,18 +323,25 @@ pub fn node(parts: &Parts, healthy_within: Duration) -> Value {
     if v.pointer("/metadata/creationTimestamp").is_none_or(Value::is_null) {
         v["metadata"]["creationTimestamp"] = json!(model::rfc3339(started()));
     }
-    let images = parts
+    // the kubelet's order, largest first, 50 at most; the runtime lists in
+    // no fixed order, and a Node whose images reorder would be patched for
+    // nothing
+    let mut images = parts
         .runtime
         .list_images(&crate::runtime::CallCtx::background(Duration::from_secs(2)))
         .unwrap_or_default()
         .into_iter()
-        .take(50)
         .map(|i| {
-            let mut names = i.digests.clone();
-            names.extend(i.tags.iter().cloned());
-            json!({"names": names, "sizeBytes": i.size})
+            let (mut digests, mut tags) = (i.digests, i.tags);
+            digests.sort();
+            tags.sort();
+            digests.extend(tags);
+            (i.size, digests)
         })
         .collect::<Vec<_>>();
+    images.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    let images: Vec<Value> =
+        images.into_iter().take(50).map(|(size, names)| json!({"names": names, "sizeBytes": size})).collect();
     v["status"]["images"] = json!(images);
     v
 }
