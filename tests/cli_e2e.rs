@@ -478,29 +478,6 @@ fn socket_is_0600_and_other_users_are_refused_unless_in_api_group() {
     a.clean_up(&[]);
 }
 
-/// The private registry `scripts/e2e-env.sh up` starts: its image, host,
-/// user and password.
-struct Registry {
-    host: String,
-    image: String,
-    user: String,
-    password: String,
-}
-
-fn registry() -> Registry {
-    let var = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
-    let file = var("PODWARDEN_E2E_REGISTRY_PASSWORD_FILE", "/var/lib/podwarden-e2e/registry/password");
-    let password = std::fs::read_to_string(&file).unwrap_or_else(|e| {
-        panic!("the e2e registry is not set up ({file}: {e}): prepare it with `sudo scripts/e2e-env.sh up`")
-    });
-    Registry {
-        host: var("PODWARDEN_E2E_REGISTRY", "127.0.0.1:5443"),
-        image: var("PODWARDEN_E2E_PRIVATE_IMAGE", "127.0.0.1:5443/e2e/busybox:private"),
-        user: var("PODWARDEN_E2E_REGISTRY_USER", "podwarden-e2e"),
-        password: password.trim().to_string(),
-    }
-}
-
 /// Remove the image's name from containerd (only that name: CRI
 /// RemoveImage would drop every name of the image, busybox's too).
 fn forget_image(image: &str) {
@@ -588,6 +565,56 @@ fn private_registry_pulls_need_the_right_credentials_and_nothing_shows_the_passw
     for secret in [reg.password.as_str(), wrong, &b64(&format!("{}:{}", reg.user, reg.password))] {
         assert!(!seen.contains(secret), "a credential was shown");
     }
+    forget_image(&reg.image);
+}
+
+/// A pod's `imagePullSecrets` name Secrets (local objects here, the API's
+/// in cluster mode) whose docker config the pull uses before the node's:
+/// without the Secret the pull fails (401) with a
+/// `FailedToRetrieveImagePullSecret` warning; the Secret written, the pod
+/// runs at once (the pods that use an object are synced when it changes,
+/// and new credentials end the pull's back-off); the password shows
+/// nowhere.
+#[test]
+fn image_pull_secrets_supply_the_pods_registry_credentials() {
+    let _serial = SERIAL.lock();
+    let reg = registry();
+    forget_image(&reg.image);
+    let home = TempDir::new("pull-secret-home");
+    let mut a = Agent::start_with("pull-secret", "", &[("HOME", home.0.to_str().unwrap())]);
+    let pod = private_pod("pulls", &reg.image).replace("spec:\n", "spec:\n  imagePullSecrets:\n  - name: regcred\n");
+    assert!(pod.contains("imagePullSecrets"), "{pod}");
+    a.write("p.yaml", &pod);
+    let uid = a.uid("pulls");
+    wait_for("the pull fails without the Secret", Duration::from_secs(60), || {
+        waiting(&a, "pulls").is_some_and(|(r, _)| r == "ErrImagePull" || r == "ImagePullBackOff")
+    });
+    let events = ok(&a, &["events", "-o", "json"]);
+    assert!(events.contains("FailedToRetrieveImagePullSecret"), "{events}");
+    assert!(events.contains("Unable to retrieve some image pull secrets (regcred)"), "{events}");
+    assert!(events.contains("401 Unauthorized"), "{events}");
+    let auth = {
+        let out = Command::new("base64").arg("-w0").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        out.stdin.as_ref().unwrap().write_all(format!("{}:{}", reg.user, reg.password).as_bytes()).unwrap();
+        String::from_utf8(out.wait_with_output().unwrap().stdout).unwrap()
+    };
+    let config = format!(r#"{{"auths": {{"{}": {{"auth": "{auth}"}}}}}}"#, reg.host);
+    let written = Instant::now();
+    a.write(
+        "regcred.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: regcred, namespace: e2e}}\ntype: kubernetes.io/dockerconfigjson\nstringData:\n  .dockerconfigjson: '{config}'\n"
+        ),
+    );
+    wait_for("the pod runs with the Secret's credentials", Duration::from_secs(30), || a.running(&uid) == 1);
+    let took = written.elapsed();
+    eprintln!("running {took:?} after the Secret was written");
+    assert!(took < Duration::from_secs(8), "{took:?}: the pull back-off was waited");
+    let seen = everything_shown(&a, "pulls");
+    for secret in [reg.password.as_str(), auth.as_str()] {
+        assert!(!seen.contains(secret), "a credential was shown");
+    }
+    a.clean_up(&[&uid]);
     forget_image(&reg.image);
 }
 

@@ -72,6 +72,20 @@ fn json(c: &Cluster, args: &[&str]) -> Value {
 }
 
 /// The Node's condition `kind`: (status, reason, message).
+/// `kubectl apply -f -` of `text` as the admin; fails the test when refused.
+fn apply(c: &Cluster, text: &str) {
+    let mut child = Command::new(agent::kubectl::kubectl_bin("1.33"))
+        .args(["--kubeconfig", &c.admin, "apply", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "kubectl apply: {}", String::from_utf8_lossy(&out.stderr));
+}
+
 fn condition(node: &Value, kind: &str) -> Option<(String, String, String)> {
     node["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == kind).map(|c| {
         let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
@@ -325,8 +339,21 @@ fn joined(c: &Cluster, node: &str, tag: &str, extra: &str) -> (Agent, TempDir, P
 /// Namespace `ns` gone, with its pods (an earlier run's, bound to a node
 /// that no longer runs: deleted by force, as no node will end them).
 fn forget_namespace(c: &Cluster, ns: &str) {
-    let _ = kubectl(c, &["-n", ns, "delete", "pods", "--all", "--force", "--grace-period=0"]);
-    let _ = kubectl(c, &["delete", "namespace", ns, "--ignore-not-found", "--timeout=60s"]);
+    // the controllers first (else a ReplicaSet remakes the pods a failed
+    // run left on a node that is gone), then the pods at once, then the
+    // namespace, until the API no longer has it (its controller retries
+    // with back-off)
+    let _ = kubectl(c, &["-n", ns, "delete", "deployments,replicasets", "--all", "--wait=false"]);
+    let _ = kubectl(c, &["delete", "namespace", ns, "--ignore-not-found", "--wait=false"]);
+    wait_for(&format!("namespace {ns} gone"), Duration::from_secs(180), || {
+        let _ = kubectl(c, &["-n", ns, "delete", "pods", "--all", "--force", "--grace-period=0"]);
+        let (code, _, err) = kubectl(c, &["get", "namespace", ns]);
+        let gone = code != 0 && err.contains("NotFound");
+        if !gone {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        gone
+    });
 }
 
 /// Pods of the API in `ns` with label `app=APP`: (name, uid, phase).
@@ -366,18 +393,7 @@ fn pods_from_the_api_run_scale_and_leave() {
           "containers":[{{"name":"main","image":"{IMAGE}","imagePullPolicy":"Never",
             "command":["sh","-c","trap '' TERM; while :; do sleep 1; done"]}}]}}}}}}}}"#
     );
-    let apply = |text: &str| {
-        let mut child = Command::new(agent::kubectl::kubectl_bin("1.33"))
-            .args(["--kubeconfig", &c.admin, "apply", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "kubectl apply: {}", String::from_utf8_lossy(&out.stderr));
-    };
+    let apply = |text: &str| apply(&c, text);
     apply(&deployment);
     let running = |p: &Value| {
         p["status"]["phase"] == "Running"
@@ -491,6 +507,16 @@ fn pods_from_the_api_run_scale_and_leave() {
     wait_for("the mirror pod made again", Duration::from_secs(30), || mirror_uid(&c).is_some_and(|u| u != first));
     let st = a.uid("st");
     assert_eq!(a.running(&st), 1, "deleting the mirror pod does not touch the static pod");
+    // the static pod's events name it as the API knows it: NAME-NODE
+    let sel = |name: &str| format!("--field-selector=involvedObject.name={name}");
+    let mut events = String::new();
+    wait_for("the static pod's events under its mirror's name", Duration::from_secs(30), || {
+        events = ok(&c, &["-n", "e2e", "get", "events", &sel(&mirror)]);
+        events.contains("Started")
+    });
+    // (this run's: the namespace keeps earlier runs' events for an hour)
+    let bare = ok(&c, &["-n", "e2e", "get", "events", &format!("{},involvedObject.uid={st}", sel("st"))]);
+    assert!(!bare.contains("Started"), "an event names the static pod's local name: {bare}");
 
     // NodeRestriction: the node's identity cannot delete another node's pod
     apply(&format!(
@@ -554,18 +580,7 @@ fn pods_get_secrets_config_maps_tokens_and_service_variables() {
     ok(&c, &["create", "namespace", ns]);
     ok(&c, &["-n", ns, "create", "secret", "generic", "creds", "--from-literal=password=s3cret"]);
     ok(&c, &["-n", ns, "create", "configmap", "settings", "--from-literal=mode=fast", "--from-literal=file=one"]);
-    let apply = |text: &str| {
-        let mut child = Command::new(agent::kubectl::kubectl_bin("1.33"))
-            .args(["--kubeconfig", &c.admin, "apply", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "kubectl apply: {}", String::from_utf8_lossy(&out.stderr));
-    };
+    let apply = |text: &str| apply(&c, text);
     let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
     let script = format!(
         "echo MODE=$MODE; echo PASS=$(cat /creds/password); echo NS=$(cat {sa}/namespace); \
@@ -647,6 +662,44 @@ fn pods_get_secrets_config_maps_tokens_and_service_variables() {
     wait_for("the new ConfigMap value in the volume", Duration::from_secs(30), || {
         container_log(&a, &uid).lines().any(|l| l == "FILE=two")
     });
+    // an image from the private registry with the pod's imagePullSecrets,
+    // a Secret the node may read because the pod names it
+    let Registry { host, image, user, password } = registry();
+    let _ = Command::new("ctr").args(["--address", &agent::socket(), "-n", "k8s.io", "images", "rm", &image]).output();
+    ok(
+        &c,
+        &[
+            "-n",
+            ns,
+            "create",
+            "secret",
+            "docker-registry",
+            "regcred",
+            &format!("--docker-server={host}"),
+            &format!("--docker-username={user}"),
+            &format!("--docker-password={password}"),
+        ],
+    );
+    apply(
+        &serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "puller", "namespace": ns},
+            "spec": {
+                "nodeName": node,
+                "terminationGracePeriodSeconds": 1,
+                "imagePullSecrets": [{"name": "regcred"}],
+                "containers": [{"name": "main", "image": image, "imagePullPolicy": "Always",
+                    "command": ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"]}],
+            },
+        })
+        .to_string(),
+    );
+    wait_for("the pod pulled with its imagePullSecrets running", Duration::from_secs(60), || {
+        json(&c, &["-n", ns, "get", "pod", "puller"])["status"]["phase"] == "Running"
+    });
+    let events = ok(&c, &["-n", ns, "get", "events", "--field-selector=involvedObject.name=puller"]);
+    assert!(events.contains("Successfully pulled image"), "{events}");
+    ok(&c, &["-n", ns, "delete", "pod", "puller", "--timeout=60s"]);
     // nothing podwarden asked was refused
     let user = format!("system:node:{node}");
     let reqs = requests_since(&c, &user, mark);

@@ -546,13 +546,13 @@ pub fn run(parts: Parts, shared: Arc<Shared>, rx: Receiver<Event>) {
         };
         if !wait.is_zero() {
             match rx.recv_timeout(wait) {
-                Ok(e) => out.push(correlator.correlate(&e)),
+                Ok(e) => out.push(correlator.correlate(&as_in_the_api(&parts, e))),
                 Err(RecvTimeoutError::Timeout) => {}
                 // a new consumer took the recorder's events
                 Err(RecvTimeoutError::Disconnected) => return,
             }
         }
-        take_all(&rx, &mut correlator, &mut out);
+        take_all(&parts, &rx, &mut correlator, &mut out);
         let dropped = parts.events.dropped();
         if (dropped > recorder_dropped || out.overflow > 0) && lost.allow().is_some() {
             log::warn!(
@@ -579,7 +579,7 @@ pub fn run(parts: Parts, shared: Arc<Shared>, rx: Receiver<Event>) {
             let head = out.send_head(&mut call, &logged);
             // a send may take the call's whole timeout: keep the recorder's
             // queue moving
-            take_all(&rx, &mut correlator, &mut out);
+            take_all(&parts, &rx, &mut correlator, &mut out);
             if let Head::Later(d) = head {
                 next_try = Instant::now() + d;
                 break;
@@ -589,10 +589,21 @@ pub fn run(parts: Parts, shared: Arc<Shared>, rx: Receiver<Event>) {
 }
 
 /// Every event already in the queue, correlated and held.
-fn take_all(rx: &Receiver<Event>, correlator: &mut Correlator, out: &mut Outbox) {
+fn take_all(parts: &Parts, rx: &Receiver<Event>, correlator: &mut Correlator, out: &mut Outbox) {
     while let Ok(e) = rx.try_recv() {
-        out.push(correlator.correlate(&e));
+        out.push(correlator.correlate(&as_in_the_api(parts, e)));
     }
+}
+
+/// An event about a static pod names its mirror pod (`NAME-NODE`, the
+/// name the API and `kubectl get events` know it by), as the kubelet's
+/// events name static pods; any other event is as recorded.
+fn as_in_the_api(parts: &Parts, mut e: Event) -> Event {
+    let o = &mut e.involved_object;
+    if o.kind == "Pod" && parts.agent.desired_pod(&o.uid).is_some_and(|d| crate::model::is_static(&d.pod)) {
+        o.name = super::status::mirror_name(&parts.node_name, &o.name);
+    }
+    e
 }
 
 #[cfg(test)]

@@ -340,8 +340,8 @@ fn secret(value: Value) -> Result<Decoded, FieldError> {
     Ok((s.metadata, Some(type_), s.immutable.unwrap_or(false), data, BTreeSet::new()))
 }
 
-/// Every object a pod refers to (environment and volumes), with whether
-/// the reference is optional.
+/// Every object a pod refers to (environment, volumes, image pull
+/// secrets).
 pub fn references(pod: &Pod) -> BTreeSet<ObjKey> {
     let ns = super::namespace(pod);
     let mut out = BTreeSet::new();
@@ -370,6 +370,9 @@ pub fn references(pod: &Pod) -> BTreeSet<ObjKey> {
                 add(Kind::Secret, &r.name);
             }
         }
+    }
+    for s in spec.image_pull_secrets.iter().flatten() {
+        add(Kind::Secret, &s.name);
     }
     for v in spec.volumes.iter().flatten() {
         if let Some(cm) = &v.config_map {

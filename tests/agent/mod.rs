@@ -355,3 +355,26 @@ pub const STUBBORN: &str = "trap '' TERM; while :; do sleep 1; done";
 pub fn metric(text: &str, series: &str) -> Option<f64> {
     text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
 }
+
+/// The private registry `scripts/e2e-env.sh up` starts: its image, host,
+/// user and password.
+pub struct Registry {
+    pub host: String,
+    pub image: String,
+    pub user: String,
+    pub password: String,
+}
+
+pub fn registry() -> Registry {
+    let var = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
+    let file = var("PODWARDEN_E2E_REGISTRY_PASSWORD_FILE", "/var/lib/podwarden-e2e/registry/password");
+    let password = std::fs::read_to_string(&file).unwrap_or_else(|e| {
+        panic!("the e2e registry is not set up ({file}: {e}): prepare it with `sudo scripts/e2e-env.sh up`")
+    });
+    Registry {
+        host: var("PODWARDEN_E2E_REGISTRY", "127.0.0.1:5443"),
+        image: var("PODWARDEN_E2E_PRIVATE_IMAGE", "127.0.0.1:5443/e2e/busybox:private"),
+        user: var("PODWARDEN_E2E_REGISTRY_USER", "podwarden-e2e"),
+        password: password.trim().to_string(),
+    }
+}

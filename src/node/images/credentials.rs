@@ -324,7 +324,7 @@ fn is_default_registry(image: &str) -> bool {
 pub struct BasicKeyring {
     /// Key -> its credentials in the order added; keys sorted in reverse
     /// (the most specific of a prefix first, wildcards after names).
-    keys: Vec<(String, Vec<Auth>)>,
+    pub(super) keys: Vec<(String, Vec<Auth>)>,
 }
 
 impl BasicKeyring {
@@ -367,7 +367,7 @@ impl BasicKeyring {
 // The docker config keyring
 
 #[derive(Deserialize)]
-struct DockerEntry {
+pub(super) struct DockerEntry {
     #[serde(default)]
     username: String,
     #[serde(default)]
@@ -377,9 +377,9 @@ struct DockerEntry {
 }
 
 #[derive(Deserialize)]
-struct DockerConfigJson {
+pub(super) struct DockerConfigJson {
     #[serde(default)]
-    auths: BTreeMap<String, DockerEntry>,
+    pub(super) auths: BTreeMap<String, DockerEntry>,
 }
 
 /// Standard base64, padded (`=` at the end) or not.
@@ -408,7 +408,7 @@ fn base64_decode(s: &str) -> Option<Vec<u8>> {
 
 /// A docker config's entries as a keyring; `Err` names what is wrong
 /// without quoting a value.
-fn keyring_of(entries: BTreeMap<String, DockerEntry>) -> Result<BasicKeyring, DockerConfigError> {
+pub(super) fn keyring_of(entries: BTreeMap<String, DockerEntry>) -> Result<BasicKeyring, DockerConfigError> {
     let mut ring = BasicKeyring::default();
     for (key, e) in entries {
         let (username, password) = if e.auth.is_empty() {

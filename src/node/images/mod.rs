@@ -11,4 +11,5 @@
 pub mod credentials;
 pub mod gc;
 pub mod pull;
+pub mod pull_secrets;
 pub mod watch;

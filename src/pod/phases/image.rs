@@ -8,8 +8,11 @@
 
 use std::time::{Duration, Instant};
 
+use crate::model::objects::{Kind, ObjKey};
 use crate::model::{self, Container, Pod};
+use crate::node::images::credentials;
 use crate::node::images::pull::{PULL_BACKOFF_INITIAL, PULL_DEADLINE, go_duration, pull_policy};
+use crate::node::images::pull_secrets::{PullSecretError, pull_secrets_keyring};
 use crate::pod::phases::{PodSync, SyncCtx, SyncError};
 use crate::runtime::{Auth, CallCtx, RuntimeError};
 use crate::telemetry::events::{EventType, ObjectRef};
@@ -53,6 +56,48 @@ impl PodSync {
         Err(RuntimeError::ImagePull { image: image.into(), message })
     }
 
+    /// The credentials for `image` of `pod`'s image pull secrets, as the
+    /// kubelet reads them: a Secret that is not there is said in a
+    /// `FailedToRetrieveImagePullSecret` warning and the pull goes on
+    /// without it; a Secret whose docker config cannot be read fails the
+    /// pull (`Err` names the Secret).
+    fn pull_secret_creds(&self, pod: &Pod, image: &str) -> Result<Vec<Auth>, PullSecretError> {
+        let names: Vec<&str> = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.image_pull_secrets.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|r| r.name.as_str())
+            .filter(|n| !n.is_empty())
+            .collect();
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let objects = self.objects.snapshot();
+        let (mut found, mut missing) = (Vec::new(), Vec::new());
+        for name in names {
+            match objects.get(&ObjKey::new(Kind::Secret, model::namespace(pod), name)) {
+                Some(o) => found.push(o.clone()),
+                None => missing.push(name),
+            }
+        }
+        if !missing.is_empty() {
+            self.events.event(
+                &ObjectRef::pod(pod),
+                EventType::Warning,
+                "FailedToRetrieveImagePullSecret",
+                &format!(
+                    "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
+                    missing.join(", ")
+                ),
+            );
+        }
+        let refs: Vec<&crate::model::objects::LocalObject> = found.iter().map(|o| &**o).collect();
+        let ring = pull_secrets_keyring(&refs)?;
+        Ok(ring.lookup(&credentials::repository(image)))
+    }
+
     /// Make sure `c`'s image is there, pulling it by its policy. `Ok(Err)`:
     /// it is not, and why (remembered as the container's Waiting reason by
     /// the caller).
@@ -87,8 +132,22 @@ impl PodSync {
                 Err(e) => return Err(e.into()),
             }
         }
+        // the pod's image pull secrets first, then the node's credentials
+        let pod_creds = match self.pull_secret_creds(pod, image) {
+            Ok(c) => c,
+            Err(e) => {
+                let message = e.to_string();
+                self.events.event(
+                    &obj,
+                    EventType::Warning,
+                    "Failed",
+                    &format!("Failed to pull image {image:?}: {message}"),
+                );
+                return Ok(Err(NoImage { reason: "ErrImagePull", message, retry: PULL_BACKOFF_INITIAL }));
+            }
+        };
         // per credentials: new ones for the image retry at once
-        let key = format!("image:{image}#{:x}", self.keyring.docker_digest(image));
+        let key = format!("image:{image}#{:x}#{:x}", self.keyring.docker_digest(image), digest(&pod_creds));
         if let Err((left, _)) = self.image_backoff.try_restart(uid, &key, Instant::now()) {
             let message = format!("Back-off pulling image {image:?}");
             self.events.event(&obj, EventType::Normal, "BackOff", &message);
@@ -97,7 +156,8 @@ impl PodSync {
         let asked = Instant::now();
         self.events.event(&obj, EventType::Normal, "Pulling", &format!("Pulling image {image:?}"));
         // credentials before the turn: a slow plugin holds no other pull up
-        let creds = self.keyring.lookup(image, &ctx.cancel);
+        let mut creds = pod_creds;
+        creds.extend(self.keyring.lookup(image, &ctx.cancel));
         let Some(turn) = self.pulls.enter(&ctx.cancel) else { return Err(SyncError::Cancelled) };
         let began = Instant::now();
         let pulled = self.pull_with(ctx, image, &creds);
@@ -136,4 +196,18 @@ impl PodSync {
             }
         }
     }
+}
+
+/// A digest of `creds` (0: none), for the pull back-off's key.
+fn digest(creds: &[Auth]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    if creds.is_empty() {
+        return 0;
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for a in creds {
+        a.username.hash(&mut h);
+        a.password().hash(&mut h);
+    }
+    h.finish().max(1)
 }
