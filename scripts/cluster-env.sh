@@ -8,14 +8,22 @@
 #   scripts/cluster-env.sh down      stop everything and remove its state
 #   scripts/cluster-env.sh status    what runs
 #   scripts/cluster-env.sh env       print the variables tests read
+#   scripts/cluster-env.sh partition cut|heal
+#                                    drop (cut) or let through (heal) every packet of the
+#                                    partitionable port: a network partition between the
+#                                    nodes that use it and the API server (idempotent)
 #
 # Everything is private: state in PODWARDEN_CLUSTER_DIR
 # (/var/lib/podwarden-cluster), pid files in PODWARDEN_CLUSTER_RUN
 # (/run/podwarden-cluster), binaries in PODWARDEN_CLUSTER_BIN_DIR
 # (target/cluster-bin), loopback ports of its own (overridable:
 # PODWARDEN_CLUSTER_API_PORT 16443, _ETCD_PORT 23790, _ETCD_PEER_PORT 23800,
-# _KCM_PORT 20257, _SCHEDULER_PORT 20259). No address, route or firewall rule
-# of the host changes.
+# _KCM_PORT 20257, _SCHEDULER_PORT 20259). No address or route of the host
+# changes; two loopback firewall rules of its own make a second API port
+# (PODWARDEN_CLUSTER_PARTITION_PORT 16444, redirected to the API port) that
+# `partition cut` silences (packets dropped both ways, connections left
+# half-open, as a pulled cable does) while the API port itself still
+# answers the tests' kubectl.
 #
 # kubectl (/usr/lib/google-cloud-sdk/bin/kubectl.1.33 here; 1.33 talks to
 # this 1.34 server) reaches it with --kubeconfig $PODWARDEN_CLUSTER_ADMIN_KUBECONFIG.
@@ -41,6 +49,7 @@ CL_DIR="${PODWARDEN_CLUSTER_DIR:-/var/lib/podwarden-cluster}"
 RUN_DIR="${PODWARDEN_CLUSTER_RUN:-/run/podwarden-cluster}"
 BIN_DIR="${PODWARDEN_CLUSTER_BIN_DIR:-$ROOT/target/cluster-bin}"
 API_PORT="${PODWARDEN_CLUSTER_API_PORT:-16443}"
+PART_PORT="${PODWARDEN_CLUSTER_PARTITION_PORT:-16444}"
 ETCD_PORT="${PODWARDEN_CLUSTER_ETCD_PORT:-23790}"
 ETCD_PEER_PORT="${PODWARDEN_CLUSTER_ETCD_PEER_PORT:-23800}"
 KCM_PORT="${PODWARDEN_CLUSTER_KCM_PORT:-20257}"
@@ -431,6 +440,7 @@ up() {
   mkdir -p "$CL_DIR" "$RUN_DIR"
   make_files
   node_net_up
+  partition_port_up
   start etcd
   wait_for etcd healthy 30 etcd_healthy
   start kube-apiserver
@@ -445,10 +455,31 @@ up() {
   env_vars
 }
 
+partition_port_up() {
+  command -v iptables >/dev/null || { log "iptables is not installed"; exit 1; }
+  iptables -t nat -C OUTPUT -p tcp -d 127.0.0.1 --dport "$PART_PORT" -j REDIRECT --to-ports "$API_PORT" 2>/dev/null ||
+    iptables -t nat -A OUTPUT -p tcp -d 127.0.0.1 --dport "$PART_PORT" -j REDIRECT --to-ports "$API_PORT"
+}
+
+partition_port_down() {
+  partition_heal
+  while iptables -t nat -D OUTPUT -p tcp -d 127.0.0.1 --dport "$PART_PORT" -j REDIRECT --to-ports "$API_PORT" 2>/dev/null; do :; done
+}
+
+partition_cut() {
+  iptables -C OUTPUT -p tcp -m conntrack --ctorigdstport "$PART_PORT" -j DROP 2>/dev/null ||
+    iptables -I OUTPUT -p tcp -m conntrack --ctorigdstport "$PART_PORT" -j DROP
+}
+
+partition_heal() {
+  while iptables -D OUTPUT -p tcp -m conntrack --ctorigdstport "$PART_PORT" -j DROP 2>/dev/null; do :; done
+}
+
 down() {
   local i
   for (( i=${#COMPONENTS[@]}-1; i>=0; i-- )); do stop "${COMPONENTS[$i]}"; done
   node_net_down
+  command -v iptables >/dev/null && partition_port_down
   rm -rf "$RUN_DIR" "$CL_DIR"
 }
 
@@ -481,6 +512,7 @@ env_vars() {
   echo "PODWARDEN_CLUSTER_AUDIT_LOG=$AUDIT_LOG"
   echo "PODWARDEN_CLUSTER_BIN_DIR=$BIN_DIR"
   echo "PODWARDEN_CLUSTER_NODE_IP=$NODE_IP"
+  echo "PODWARDEN_CLUSTER_PARTITIONABLE_SERVER=https://127.0.0.1:$PART_PORT"
 }
 
 case "${1:-}" in
@@ -488,5 +520,11 @@ case "${1:-}" in
   down) down ;;
   status) status ;;
   env) env_vars ;;
-  *) echo "usage: $0 up|down|status|env" >&2; exit 2 ;;
+  partition)
+    case "${2:-}" in
+      cut) partition_cut ;;
+      heal) partition_heal ;;
+      *) echo "usage: $0 partition cut|heal" >&2; exit 2 ;;
+    esac ;;
+  *) echo "usage: $0 up|down|status|env|partition cut|heal" >&2; exit 2 ;;
 esac

@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need_pkgs=(gcc g++ libc6-dev make cmake protobuf-compiler pkg-config libdbus-1-dev prometheus rpm lintian util-linux)
+need_pkgs=(gcc g++ libc6-dev make cmake protobuf-compiler pkg-config libdbus-1-dev prometheus rpm lintian util-linux iptables)
 missing=()
 for p in "${need_pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -20,6 +20,9 @@ struct Cluster {
     token: String,
     ca_hash: String,
     audit_log: PathBuf,
+    /// The API server behind the port `scripts/cluster-env.sh partition`
+    /// cuts.
+    partitionable: String,
 }
 
 fn cluster() -> Cluster {
@@ -38,6 +41,7 @@ fn cluster() -> Cluster {
         token: var("TOKEN"),
         ca_hash: var("CA_HASH"),
         audit_log: var("AUDIT_LOG").into(),
+        partitionable: var("PARTITIONABLE_SERVER"),
     };
     let (code, _, err) = kubectl(&c, &["get", "--raw", "/readyz"]);
     assert!(
@@ -317,6 +321,11 @@ fn a_cluster_link_that_cannot_work_is_a_warning_on_the_node() {
 /// A node joined with the cluster's bootstrap token, running: the agent,
 /// its directory's kubeconfig for the node's own identity.
 fn joined(c: &Cluster, node: &str, tag: &str, extra: &str) -> (Agent, TempDir, PathBuf) {
+    joined_through(c, &c.server, node, tag, extra)
+}
+
+/// [`joined`], the node reaching the API server at `server`.
+fn joined_through(c: &Cluster, server: &str, node: &str, tag: &str, extra: &str) -> (Agent, TempDir, PathBuf) {
     let _ = kubectl(c, &["delete", "node", node, "--ignore-not-found"]);
     let work = TempDir::new(&format!("cluster-{tag}"));
     let (boot, kubeconfig) = (work.0.join("bootstrap.conf"), work.0.join("node.conf"));
@@ -326,6 +335,11 @@ fn joined(c: &Cluster, node: &str, tag: &str, extra: &str) -> (Agent, TempDir, P
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    if server != c.server {
+        let text = std::fs::read_to_string(&boot).unwrap();
+        assert!(text.contains(&c.server), "{text}");
+        std::fs::write(&boot, text.replace(&c.server, server)).unwrap();
+    }
     let args = ["--kubeconfig", kubeconfig.to_str().unwrap(), "--bootstrap-kubeconfig", boot.to_str().unwrap()];
     let a = Agent::start_args(tag, &format!("nodeName: {node}\n{extra}"), &args);
     wait_for("the node Ready in the API", Duration::from_secs(60), || {
@@ -490,6 +504,20 @@ fn pods_from_the_api_run_scale_and_leave() {
     let p = json(&c, &["-n", ns, "get", "pod", "odd"]);
     assert_eq!(p["status"]["reason"], "UnsupportedPodSpec", "{p}");
     assert!(p["status"]["message"].as_str().unwrap().contains("spec.readinessGates"), "{p}");
+    // admission: a pod bound past the scheduler that asks for more CPU than
+    // the node has is the kubelet's Failed OutOfcpu in the API
+    apply(&format!(
+        r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"greedy","namespace":"{ns}"}},
+        "spec":{{"nodeName":"{node}","automountServiceAccountToken":false,
+        "containers":[{{"name":"main","image":"{IMAGE}","imagePullPolicy":"Never","command":["sleep","60"],
+        "resources":{{"requests":{{"cpu":"1000"}}}}}}]}}}}"#
+    ));
+    wait_for("the greedy pod Failed", Duration::from_secs(30), || {
+        json(&c, &["-n", ns, "get", "pod", "greedy"])["status"]["phase"] == "Failed"
+    });
+    let p = json(&c, &["-n", ns, "get", "pod", "greedy"]);
+    assert_eq!(p["status"]["reason"], "OutOfcpu", "{p}");
+    assert!(p["status"]["message"].as_str().unwrap().starts_with("Pod was rejected: "), "{p}");
 
     // the static pod's mirror pod, and made again when deleted
     let mirror = format!("st-{node}");
@@ -897,4 +925,152 @@ impl OutputAfter for Command {
         ch.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
         ch.wait_with_output().unwrap()
     }
+}
+
+/// `scripts/cluster-env.sh partition cut|heal`.
+fn partition(how: &str) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/cluster-env.sh");
+    let out = Command::new(&script).args(["partition", how]).output().unwrap();
+    assert!(out.status.success(), "partition {how}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Heals the partition however the test ends.
+struct Healed;
+
+impl Drop for Healed {
+    fn drop(&mut self) {
+        partition("heal");
+    }
+}
+
+/// A node restarted while its control plane is away (a reboot during an
+/// outage: the agent killed, containerd's pods gone, the API server's port
+/// silent) starts the pods the API last bound to it at once, from its
+/// record under rootDir, with their Secret, ConfigMap and token; once the
+/// link is back the node is Ready, says on itself that it ran from its
+/// record, and nothing is restarted because the link came back.
+#[test]
+fn a_node_started_while_its_control_plane_is_away_runs_its_recorded_pods() {
+    let _serial = SERIAL.lock();
+    let c = cluster();
+    let (node, ns) = ("pw-away", "pw-away");
+    forget_namespace(&c, ns);
+    partition("heal");
+    let _healed = Healed;
+    let mark = audit_mark(&c);
+    let (mut a, _work, _conf) = joined_through(&c, &c.partitionable, node, "cluster-away", "");
+    ok(&c, &["create", "namespace", ns]);
+    ok(&c, &["-n", ns, "create", "secret", "generic", "creds", "--from-literal=password=k33p"]);
+    ok(&c, &["-n", ns, "create", "configmap", "settings", "--from-literal=mode=offline"]);
+    let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let script = format!(
+        "echo START MODE=$MODE PASS=$(cat /creds/password) TOKENLEN=$(wc -c < {sa}/token); \
+         trap 'exit 0' TERM; while :; do sleep 1; done"
+    );
+    apply(
+        &c,
+        &serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "keeper", "namespace": ns},
+            "spec": {
+                "nodeName": node,
+                "terminationGracePeriodSeconds": 5,
+                "volumes": [{"name": "creds", "secret": {"secretName": "creds"}}],
+                "containers": [{
+                    "name": "main", "image": IMAGE, "imagePullPolicy": "Never",
+                    "command": ["sh", "-c", script],
+                    "env": [{"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "mode"}}}],
+                    "volumeMounts": [{"name": "creds", "mountPath": "/creds"}],
+                }],
+            },
+        })
+        .to_string(),
+    );
+    wait_for("the pod Running in the API", Duration::from_secs(60), || {
+        json(&c, &["-n", ns, "get", "pod", "keeper"])["status"]["phase"] == "Running"
+    });
+    let uid = json(&c, &["-n", ns, "get", "pod", "keeper"])["metadata"]["uid"].as_str().unwrap().to_string();
+    wait_for("the record written", Duration::from_secs(10), || a.root().join("cluster/pods.json").exists());
+    let record = std::fs::read(a.root().join("cluster/pods.json")).unwrap();
+    assert!(String::from_utf8_lossy(&record).contains(&uid));
+    let secret_file = a.root().join(format!("cluster/objects/secret_{ns}_creds.json"));
+    assert_eq!(mode(&secret_file) & 0o777, 0o600, "a recorded Secret is root's only");
+    assert_eq!(mode(&a.root().join("cluster/tokens.json")) & 0o777, 0o600, "recorded tokens are root's only");
+
+    // a reboot during an outage: the agent gone, containerd's pods gone,
+    // the API server's port silent
+    a.kill9();
+    clear_runtime(&a.cri);
+    partition("cut");
+    let started = Instant::now();
+    a.spawn();
+    wait_for("the recorded pod running without the API server", Duration::from_secs(30), || a.running(&uid) == 1);
+    let took = started.elapsed();
+    eprintln!("the recorded pod ran {took:?} after the start, the API server unreachable");
+    assert!(took < Duration::from_secs(15), "{took:?}: the start waited for the API server");
+    let offline_id = a.runtime_pod(&uid).containers[0].id.clone();
+    // (the reboot itself counts as a restart; the link's return must not)
+    let mut restarts = Value::Null;
+    wait_for("the pod's local status Running", Duration::from_secs(20), || {
+        let p = a.pod("keeper").unwrap_or(Value::Null);
+        restarts = p["status"]["containerStatuses"][0]["restartCount"].clone();
+        p["status"]["phase"] == "Running"
+    });
+    let mut log = String::new();
+    wait_for("the pod's first line", Duration::from_secs(20), || {
+        log = container_log(&a, &uid);
+        // the first run's line, then the one of the start from the record
+        log.lines().filter(|l| l.starts_with("START")).count() >= 2
+    });
+    let last = log.lines().rfind(|l| l.starts_with("START")).unwrap().to_string();
+    assert!(last.starts_with("START MODE=offline PASS=k33p TOKENLEN="), "{log}");
+    assert!(!last.ends_with("TOKENLEN=0") && !last.ends_with("TOKENLEN="), "the recorded token is mounted: {log}");
+    assert!(a.log().contains("from the node's record"), "{}", a.log());
+
+    // the link back once the node found it gone (a connect times out after
+    // 5 s): Ready, the record's start said on the node, the container the
+    // outage started kept
+    wait_for("the node's first call failed", Duration::from_secs(30), || {
+        a.log().contains("could not be reached at the start")
+    });
+    partition("heal");
+    let healed = Instant::now();
+    wait_for("the node Ready again", Duration::from_secs(60), || {
+        let n = json(&c, &["get", "node", node]);
+        condition(&n, "Ready").is_some_and(|r| r.0 == "True")
+    });
+    eprintln!("node Ready {:?} after the link came back", healed.elapsed());
+    let told = poll_until(Duration::from_secs(30), || {
+        ok(
+            &c,
+            &[
+                "get",
+                "events",
+                "-A",
+                "--field-selector",
+                &format!("involvedObject.name={node},reason=StartedFromRecord"),
+            ],
+        )
+        .contains("from the node's record")
+    });
+    assert!(told, "no StartedFromRecord event on the node; the agent's log:\n{}", a.log());
+    wait_for("the API shows the container started offline", Duration::from_secs(30), || {
+        let p = json(&c, &["-n", ns, "get", "pod", "keeper"]);
+        p["status"]["containerStatuses"][0]["containerID"].as_str().is_some_and(|id| id.ends_with(&offline_id))
+    });
+    std::thread::sleep(Duration::from_secs(5));
+    let rp = a.runtime_pod(&uid);
+    assert_eq!(rp.containers.len(), 1, "nothing restarted after the link came back: {rp:?}");
+    assert_eq!(rp.containers[0].id, offline_id);
+    let p = json(&c, &["-n", ns, "get", "pod", "keeper"]);
+    assert_eq!(p["status"]["containerStatuses"][0]["restartCount"], restarts, "{p}");
+    let user = format!("system:node:{node}");
+    let refused: Vec<_> =
+        requests_since(&c, &user, mark).into_iter().filter(|r| r.2 >= 400 && r.2 != 404 && r.2 != 409).collect();
+    assert!(refused.is_empty(), "requests of {user} refused: {refused:?}");
+    ok(&c, &["-n", ns, "delete", "pod", "keeper", "--timeout=60s"]);
+    a.clean_up(&[]);
+    drop(a);
+    forget_namespace(&c, ns);
+    let _ = kubectl(&c, &["delete", "node", node]);
 }

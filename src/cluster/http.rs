@@ -21,6 +21,10 @@ use crate::pod::prober::net::AnyCertificate;
 pub const MAX_HEAD: usize = 64 << 10;
 /// Bytes of a response's body (a list of a node's pods fits many times).
 pub const MAX_BODY: usize = 32 << 20;
+/// The longest a connection to the API server may stay silent with data
+/// unacknowledged, or without answering keep-alive probes (5 s idle, then 3
+/// probes 3 s apart: 14 s).
+pub const SILENCE: Duration = Duration::from_secs(15);
 /// For the TCP connect.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -218,6 +222,13 @@ impl Client {
             .ok_or_else(|| net(std::io::Error::other("the host has no address")))?;
         let tcp = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT.min(self.timeout)).map_err(net)?;
         let _ = tcp.set_nodelay(true);
+        // a half-open connection (the server's host gone without a word)
+        // is found within 15 s, even on a watch that waits minutes for an
+        // event: the Lease is never late because of one
+        if let Err(e) = crate::sys::tcp_bound_silence(&tcp, Duration::from_secs(5), Duration::from_secs(3), 3, SILENCE)
+        {
+            log::debug!("cluster: keep-alive on the connection to {}: {e}", self.server);
+        }
         let name = ServerName::try_from(self.host.clone())
             .map_err(|e| ClusterError::Config(format!("server {:?}: {e}", self.server)))?;
         let conn = ClientConnection::new(self.tls.clone(), name)

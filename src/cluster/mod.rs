@@ -27,6 +27,7 @@ pub mod node;
 pub mod nodeauth;
 pub mod objects;
 pub mod pods;
+pub mod record;
 pub mod reflector;
 pub mod services;
 pub mod status;
@@ -39,8 +40,14 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 
 /// What the cluster threads share.
-#[derive(Default)]
 pub struct Shared {
+    /// What the API assigned the node, kept on disk ([`record`]).
+    pub record: record::Record,
+    /// The pods started from the record before the API answered: when it
+    /// was written and how many (said on the node once it can be).
+    pub from_record: Mutex<Option<(u64, usize)>>,
+    /// The pods the record holds (written again only when they change).
+    pub recorded: Mutex<Vec<Arc<crate::model::Pod>>>,
     client: Mutex<Option<http::Client>>,
     /// The Node's UID once registered (mirror pods' owner).
     pub node_uid: Mutex<Option<String>>,
@@ -51,6 +58,19 @@ pub struct Shared {
 }
 
 impl Shared {
+    pub fn new(root_dir: &std::path::Path) -> Self {
+        Shared {
+            record: record::Record::new(root_dir),
+            from_record: Mutex::new(None),
+            recorded: Mutex::new(Vec::new()),
+            client: Mutex::new(None),
+            node_uid: Mutex::new(None),
+            view: Mutex::new(pods::View::default()),
+            stop: Mutex::new(false),
+            stopped: Condvar::new(),
+        }
+    }
+
     /// The node's client, once its identity is known.
     pub fn client(&self) -> Option<http::Client> {
         self.client.lock().clone()
@@ -122,11 +142,14 @@ impl Cluster {
         events_rx: crossbeam_channel::Receiver<crate::telemetry::events::Event>,
         node_auth: Option<Arc<crate::api::kube::authz::ClusterAuthSlot>>,
     ) -> std::io::Result<Self> {
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared::new(&cfg.root_dir));
         let objects = objects::Objects::new(shared.clone(), sources.clone());
         let mut c = Cluster { shared: shared.clone(), objects: objects.clone(), joins: Vec::new() };
         let svcs = Arc::new(Mutex::new(services::Services::new()));
-        parts.cluster.set(Arc::new(Facts { tokens: tokens::Tokens::new(shared.clone()), services: svcs.clone() }));
+        let tokens = tokens::Tokens::new(shared.clone());
+        // what the API last assigned runs at once, before any call to it
+        pods::start_from_record(&parts, &shared, &sources, &objects, &tokens);
+        parts.cluster.set(Arc::new(Facts { tokens, services: svcs.clone() }));
         if let Some(slot) = node_auth {
             slot.set(Arc::new(nodeauth::NodeAuth::new(shared.clone(), &parts.node_name)));
         }

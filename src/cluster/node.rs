@@ -142,6 +142,9 @@ impl Link {
             let started = Instant::now();
             match self.tick() {
                 Ok(()) => {
+                    // the API answered first: the record's pods were only
+                    // its list's head start
+                    self.shared.from_record.lock().take();
                     if self.failures > 0 {
                         log::info!("cluster: the API server answers again after {} failed attempt(s)", self.failures);
                     }
@@ -161,6 +164,20 @@ impl Link {
                 }
                 Err(e) => {
                     self.failures += 1;
+                    if let Some((written, n)) = self.shared.from_record.lock().take() {
+                        let msg = format!(
+                            "The API server could not be reached at the start ({e}): {n} pod(s) run from the node's record of {}",
+                            super::record::when(written)
+                        );
+                        log::warn!("cluster: {msg}");
+                        // held by the events thread until the server answers
+                        self.parts.events.event(
+                            &ObjectRef::node(&self.parts.node_name),
+                            EventType::Warning,
+                            "StartedFromRecord",
+                            &msg,
+                        );
+                    }
                     if matches!(e, ClusterError::Api { status: 401, .. }) {
                         // the identity is no longer accepted: read it (or bootstrap) again
                         self.client = None;

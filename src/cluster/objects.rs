@@ -55,6 +55,9 @@ impl Objects {
                 self.retired.lock().push(join);
             }
             dropped |= self.current.lock().remove(&k).is_some();
+            if let Err(e) = self.shared.record.save_object(&k, None) {
+                log::error!("cluster: the node's record of {k}: {e}");
+            }
         }
         for k in keys {
             if watches.contains_key(&k) {
@@ -99,8 +102,24 @@ impl Objects {
         self.sources.set_api_objects(set);
     }
 
-    /// The object as the API has it now (`None`: there is none).
+    /// Objects from the node's record (at the start, before the API
+    /// answers): used as the API's until their watches say otherwise.
+    pub fn load(&self, found: Vec<(ObjKey, Value)>) {
+        for (key, v) in found {
+            match read(&key, v) {
+                Ok(o) => {
+                    self.current.lock().insert(key, Arc::new(o));
+                }
+                Err(e) => log::warn!("cluster: recorded {key} cannot be used: {e}"),
+            }
+        }
+        self.push();
+    }
+
+    /// The object as the API has it now (`None`: there is none), kept in
+    /// the node's record when it changed.
     fn set(&self, key: &ObjKey, value: Option<Value>) {
+        let recorded = value.clone();
         let obj = value.and_then(|v| match read(key, v) {
             Ok(o) => Some(o),
             Err(e) => {
@@ -108,6 +127,8 @@ impl Objects {
                 None
             }
         });
+        // an object that cannot be used is not kept either
+        let recorded = recorded.filter(|_| obj.is_some());
         let changed = {
             let mut cur = self.current.lock();
             match obj {
@@ -122,6 +143,9 @@ impl Objects {
             }
         };
         if changed {
+            if let Err(e) = self.shared.record.save_object(key, recorded.as_ref()) {
+                log::error!("cluster: the node's record of {key}: {e}");
+            }
             self.push();
         }
     }

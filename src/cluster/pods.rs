@@ -127,6 +127,11 @@ fn read(mut object: Value) -> Option<ApiPod> {
     let namespace = object["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
     let deleted = !object["metadata"]["deletionTimestamp"].is_null();
     let status = object["status"].take();
+    // a list's items carry no kind: the API's pods are pods
+    if let Some(o) = object.as_object_mut() {
+        o.entry("kind").or_insert_with(|| "Pod".into());
+        o.entry("apiVersion").or_insert_with(|| "v1".into());
+    }
     let kind = match object["metadata"]["annotations"][MIRROR_ANNOTATION].as_str() {
         Some(hash) => Kind::Mirror(hash.to_string()),
         None => match crate::model::manifest::from_api(object) {
@@ -181,6 +186,95 @@ fn publish(
     // the kubelet does: CreateContainerConfigError or FailedMount until
     // they come, then a sync at once)
     objects.want(run.iter().flat_map(|p| crate::model::objects::references(p)).collect());
+    // the record: what runs if the node starts while the API is away
+    // (written when the pods changed, not for a status)
+    let mut last = shared.recorded.lock();
+    let same = last.len() == run.len() && last.iter().zip(&run).all(|(a, b)| Arc::ptr_eq(a, b));
+    if !same {
+        match shared.record.save_pods(&run) {
+            Ok(()) => *last = run.clone(),
+            Err(e) => log::error!("cluster: the node's record of its pods: {e}"),
+        }
+    }
+    drop(last);
     sources.set_api(run);
     crate::base::changes::bump();
+}
+
+/// At the start, before any call to the API: the pods of the node's
+/// record (what the API last bound to it), with the objects and tokens
+/// they use, go to the agent at once, so a node started while its control
+/// plane is away runs them; the API's first list replaces them. A record
+/// that cannot be read is said (log, a warning event on the node) and not
+/// used.
+pub fn start_from_record(
+    parts: &Parts,
+    shared: &Shared,
+    sources: &Sources,
+    objects: &Arc<super::objects::Objects>,
+    tokens: &super::tokens::Tokens,
+) {
+    let node = ObjectRef::node(&parts.node_name);
+    let rec = match shared.record.load_pods() {
+        Ok(Some(r)) => r,
+        Ok(None) => return,
+        Err(e) => {
+            log::error!("cluster: the node's record is not used: {e}");
+            parts.events.event(
+                &node,
+                EventType::Warning,
+                "ClusterRecordUnusable",
+                &format!("The node's record of its pods is not used: {e}"),
+            );
+            return;
+        }
+    };
+    let pods: Vec<Arc<Pod>> = rec.pods.into_iter().map(Arc::new).collect();
+    let keys: std::collections::BTreeSet<_> = pods.iter().flat_map(|p| crate::model::objects::references(p)).collect();
+    let (found, bad) = shared.record.load_objects(keys.iter().cloned());
+    for e in &bad {
+        log::error!("cluster: a recorded object is not used: {e}");
+        parts.events.event(
+            &node,
+            EventType::Warning,
+            "ClusterRecordUnusable",
+            &format!("A recorded object is not used: {e}"),
+        );
+    }
+    let n_objects = found.len();
+    objects.load(found);
+    objects.want(keys);
+    tokens.load_record();
+    log::info!(
+        "cluster: {} pod(s) and {n_objects} object(s) from the node's record of {} run until the API server's list",
+        pods.len(),
+        super::record::when(rec.written)
+    );
+    *shared.from_record.lock() = Some((rec.written, pods.len()));
+    *shared.recorded.lock() = pods.clone();
+    sources.set_api(pods);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_listed_pod_without_kind_runs() {
+        // a list's items carry no kind or apiVersion
+        let item = json!({"metadata": {"name": "a", "namespace": "n", "uid": "u1"},
+            "spec": {"nodeName": "node", "containers": [{"name": "c", "image": "i"}]},
+            "status": {"phase": "Pending"}});
+        let p = read(item).unwrap();
+        assert!(
+            matches!(p.kind, Kind::Run(_)),
+            "{}",
+            match &p.kind {
+                Kind::Refused(why) => why.as_str(),
+                _ => "",
+            }
+        );
+        assert_eq!(p.status["phase"], "Pending");
+    }
 }

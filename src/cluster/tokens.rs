@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
+use super::record::{TokenRecord, epoch};
 use super::{ClusterError, Shared};
 use crate::model::{self, Pod};
 
@@ -67,6 +68,21 @@ impl Tokens {
                 if cache.len() < MAX_CACHED {
                     cache.insert(key, fresh);
                 }
+                // kept on disk: a node started while the API is away
+                // mounts the tokens it still has
+                let all: Vec<TokenRecord> = cache
+                    .iter()
+                    .map(|(k, c)| TokenRecord {
+                        key: k.clone(),
+                        token: c.token.clone(),
+                        issued: epoch(c.issued),
+                        expires: epoch(c.expires),
+                    })
+                    .collect();
+                drop(cache);
+                if let Err(e) = self.shared.record.save_tokens(&all) {
+                    log::error!("cluster: the node's record of its tokens: {e}");
+                }
                 Ok(token)
             }
             // a token still valid serves while a new one cannot be had
@@ -80,6 +96,21 @@ impl Tokens {
                 }
                 None => Err(e),
             },
+        }
+    }
+
+    /// The unexpired tokens of the node's record (at the start).
+    pub fn load_record(&self) {
+        match self.shared.record.load_tokens() {
+            Ok(all) => {
+                let now = SystemTime::now();
+                let at = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+                let mut cache = self.cache.lock();
+                for t in all.into_iter().filter(|t| at(t.expires) > now).take(MAX_CACHED) {
+                    cache.insert(t.key, Cached { token: t.token, issued: at(t.issued), expires: at(t.expires) });
+                }
+            }
+            Err(e) => log::error!("cluster: the node's recorded tokens are not used: {e}"),
         }
     }
 

@@ -284,6 +284,41 @@ pub fn shutdown_socket(s: &impl AsRawFd) {
     }
 }
 
+/// Bound the silence of a TCP connection: keep-alive probes after `idle`
+/// without traffic, every `interval`, `count` unanswered ones ending it,
+/// and data unacknowledged for `user_timeout` ending it too
+/// (`TCP_USER_TIMEOUT`): a peer that vanished without closing (a cable
+/// pulled, a NAT that forgot the flow) is found in about `idle +
+/// interval * count` instead of the kernel's two hours.
+pub fn tcp_bound_silence(
+    s: &impl AsRawFd,
+    idle: std::time::Duration,
+    interval: std::time::Duration,
+    count: u32,
+    user_timeout: std::time::Duration,
+) -> io::Result<()> {
+    let set = |level: libc::c_int, name: libc::c_int, v: libc::c_int| -> io::Result<()> {
+        // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from a live
+        // local; the caller's borrow keeps the descriptor open
+        let r = unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                level,
+                name,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    };
+    let secs = |d: std::time::Duration| d.as_secs().clamp(1, 32767) as libc::c_int;
+    set(libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, secs(idle))?;
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, secs(interval))?;
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, count.clamp(1, 127) as libc::c_int)?;
+    set(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, user_timeout.as_millis().min(i32::MAX as u128) as libc::c_int)
+}
+
 /// `poll(fds, timeout_ms)`: the number of entries with events; `revents`
 /// is filled in. A negative timeout waits for ever. Any descriptor numbers
 /// are sound (a closed one reports `POLLNVAL`); `EINTR` is an error of kind
