@@ -21,6 +21,7 @@ use parking_lot::Mutex;
 use std::time::Duration;
 
 use podwarden::api::kube::{openapi, patch, ssa};
+use podwarden::api::status::ApiError;
 use serde_json::{Value, json};
 
 fn kubectl(minor: u32) -> PathBuf {
@@ -51,17 +52,12 @@ struct Server {
 
 const NOW: &str = "2026-11-25T20:00:00Z";
 
-fn status(e: &patch::StatusError) -> (u16, Vec<(String, String)>, Vec<u8>) {
-    (e.code, Vec::new(), e.to_status().to_string().into_bytes())
+fn status(e: &ApiError) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    (e.code, Vec::new(), e.body())
 }
 
-fn not_found(name: &str) -> patch::StatusError {
-    patch::StatusError {
-        code: 404,
-        reason: "NotFound",
-        message: format!("pods {name:?} not found"),
-        causes: Vec::new(),
-    }
+fn not_found(name: &str) -> ApiError {
+    ApiError::missing(format!("pods {name:?} not found"))
 }
 
 fn json_ok(code: u16, v: &Value, warnings: &[String]) -> (u16, Vec<(String, String)>, Vec<u8>) {
@@ -114,7 +110,7 @@ fn handle(
             };
             let mut pod: Value = match serde_json::from_slice(body) {
                 Ok(v) => v,
-                Err(e) => return status(&patch::StatusError::bad_request(e.to_string())),
+                Err(e) => return status(&ApiError::bad_request(e.to_string())),
             };
             let name = pod["metadata"]["name"].as_str().unwrap_or("").to_string();
             let warnings = match patch::validate_fields("Pod", &name, &mut pod, params.field_validation) {

@@ -353,7 +353,7 @@ fn relay_server(parts: podwarden::agent::Parts) -> u16 {
                     ["api", "v1", "namespaces", ns, "pods", pod] => {
                         let body = match stream::find_pod(&parts, ns, pod) {
                             Ok(p) => serde_json::to_string(&p).unwrap(),
-                            Err(e) => String::from_utf8(e.response()).unwrap(),
+                            Err(e) => String::from_utf8(e.http_response()).unwrap(),
                         };
                         let _ = write!(
                             conn,

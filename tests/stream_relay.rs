@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use common::*;
 use parking_lot::Mutex;
-use podwarden::api::stream::{self, StreamError, StreamTarget, UpgradeRequest};
+use podwarden::api::status::ApiError;
+use podwarden::api::stream::{self, StreamTarget, UpgradeRequest};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -141,7 +142,7 @@ fn tls_relay(parts: podwarden::agent::Parts, config: Arc<rustls::ServerConfig>, 
                 let seg: Vec<&str> = path.trim_start_matches('/').split('/').collect();
                 let target = StreamTarget::from_query(seg[0], seg[1], seg[2], seg[3], query).unwrap();
                 let allow = move |_: &podwarden::model::Pod| {
-                    if forbid { Err(StreamError::forbidden("user \"x\" cannot create pods/exec")) } else { Ok(()) }
+                    if forbid { Err(ApiError::forbidden("user \"x\" cannot create pods/exec")) } else { Ok(()) }
                 };
                 stream::serve(&parts, Box::new(tls), &req, target, allow).unwrap();
             });

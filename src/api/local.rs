@@ -29,7 +29,8 @@ use grpcio::{RpcContext, RpcStatus, RpcStatusCode, UnarySink};
 use parking_lot::Mutex;
 
 use crate::agent::Parts;
-use crate::api::ops::{ErrorKind, LogQuery, OnDemand, OpError, Ops, Trust};
+use crate::api::ops::{LogQuery, OnDemand, Ops, Trust};
+use crate::api::status::ApiError;
 use crate::api::view::{self, PodList};
 use crate::logs::reader;
 use crate::model::{self, Pod};
@@ -364,17 +365,19 @@ fn pod_ref(r: &api::PodRef) -> Res<(String, String)> {
     Ok((ns, r.name.clone()))
 }
 
-/// An operation's error as a gRPC status.
-fn op_status(e: OpError) -> RpcStatus {
-    let code = match e.kind {
-        ErrorKind::Invalid => RpcStatusCode::INVALID_ARGUMENT,
-        ErrorKind::Forbidden => RpcStatusCode::PERMISSION_DENIED,
-        ErrorKind::NotFound => RpcStatusCode::NOT_FOUND,
-        ErrorKind::AlreadyExists => RpcStatusCode::ALREADY_EXISTS,
-        ErrorKind::Precondition => RpcStatusCode::FAILED_PRECONDITION,
-        ErrorKind::Internal => RpcStatusCode::INTERNAL,
-        ErrorKind::Busy => RpcStatusCode::UNAVAILABLE,
-        ErrorKind::Conflict => RpcStatusCode::ABORTED,
+/// The APIs' error as a gRPC status: its reason as the code, its message.
+fn rpc_status(e: ApiError) -> RpcStatus {
+    let code = match e.reason {
+        "Invalid" => RpcStatusCode::INVALID_ARGUMENT,
+        "Forbidden" | "Unauthorized" => RpcStatusCode::PERMISSION_DENIED,
+        "NotFound" => RpcStatusCode::NOT_FOUND,
+        "AlreadyExists" => RpcStatusCode::ALREADY_EXISTS,
+        // the object is there but not in a state for this (no previous
+        // log, no running sandbox)
+        "BadRequest" => RpcStatusCode::FAILED_PRECONDITION,
+        "TooManyRequests" | "ServiceUnavailable" => RpcStatusCode::UNAVAILABLE,
+        "Conflict" => RpcStatusCode::ABORTED,
+        _ => RpcStatusCode::INTERNAL,
     };
     status(code, e.message)
 }
@@ -386,7 +389,7 @@ impl Handlers {
     }
 
     fn find(&self, ns: &str, name: &str) -> Res<Pod> {
-        self.ops.find(ns, name).map_err(op_status)
+        self.ops.find(ns, name).map_err(rpc_status)
     }
 
     /// The node report.
@@ -412,7 +415,7 @@ impl Handlers {
             tail_lines: req.tail_lines as usize,
             timestamps: false,
         };
-        let r = self.ops.logs(&q).map_err(op_status)?;
+        let r = self.ops.logs(&q).map_err(rpc_status)?;
         Ok(api::LogsResponse {
             data: r.data,
             next_file: r.next.file,
@@ -431,7 +434,7 @@ impl Handlers {
     /// group's Pod Security level, which it could have applied itself (an
     /// exec into a privileged pod would be root on the node).
     fn stream(&self, kind: &str, req: &api::StreamRequest, root_caller: bool) -> Res<api::StreamResponse> {
-        use crate::api::stream::{Action, StreamError, StreamTarget};
+        use crate::api::stream::{Action, StreamTarget};
         let (ns, name) = pod_ref(req.pod.as_ref().unwrap_or_default())?;
         let ports = req.ports.iter().map(|&p| u16::try_from(p).ok().filter(|&p| p > 0));
         let ports: Option<Vec<u16>> = ports.collect();
@@ -464,7 +467,7 @@ impl Handlers {
         };
         let level = self.ops.cfg.group_pod_security;
         let mut container = String::new();
-        let allow = |pod: &Pod| -> Result<(), StreamError> {
+        let allow = |pod: &Pod| -> Result<(), ApiError> {
             if !matches!(target.action, Action::PortForward { .. }) {
                 container = crate::api::stream::container_of(pod, &req.container)?;
             }
@@ -472,23 +475,14 @@ impl Handlers {
                 return Ok(());
             }
             crate::model::pss::enforce(level, pod).map_err(|v| {
-                StreamError::forbidden(format!(
+                ApiError::forbidden(format!(
                     "pods \"{name}\" is forbidden: {kind} by an apiGroup member needs a pod that meets the {} \
                      Pod Security level (the group's): {v}",
                     level.as_str()
                 ))
             })
         };
-        let url = crate::api::stream::runtime_url(&self.parts, &target, allow).map_err(|e| {
-            let code = match e.code {
-                404 => RpcStatusCode::NOT_FOUND,
-                403 => RpcStatusCode::PERMISSION_DENIED,
-                400 => RpcStatusCode::FAILED_PRECONDITION,
-                503 => RpcStatusCode::UNAVAILABLE,
-                _ => RpcStatusCode::INTERNAL,
-            };
-            status(code, e.message)
-        })?;
+        let url = crate::api::stream::runtime_url(&self.parts, &target, allow).map_err(rpc_status)?;
         log::info!(
             "local API: {kind} into pod {ns}/{name} {container} by {}",
             if root_caller { "root" } else { "an apiGroup member" }
@@ -503,7 +497,7 @@ impl Handlers {
 
     fn apply(&self, req: &api::ApplyRequest, root_caller: bool) -> Res<api::ApplyResponse> {
         let trust = if root_caller { Trust::Root } else { Trust::Member };
-        let a = self.ops.apply(&req.manifest, &req.source, trust).map_err(op_status)?;
+        let a = self.ops.apply(&req.manifest, &req.source, trust).map_err(rpc_status)?;
         Ok(api::ApplyResponse {
             namespace: a.namespace,
             name: a.name,
@@ -521,7 +515,7 @@ impl Service {
     fn delete(&self, req: &api::DeleteRequest) -> Res<api::DeleteResponse> {
         let (ns, name) = pod_ref(req.pod.as_ref().unwrap_or_default())?;
         let grace = req.has_grace_period.then_some(req.grace_period_seconds);
-        let d = self.h.ops.delete(&ns, &name, grace).map_err(op_status)?;
+        let d = self.h.ops.delete(&ns, &name, grace).map_err(rpc_status)?;
         Ok(api::DeleteResponse { manifest_path: d.manifest_path, ..Default::default() })
     }
 

@@ -2,8 +2,9 @@
 //! socket (`local`, proto/podwarden/api.proto), the read-only HTTP endpoint
 //! (`http`: health, pods, metrics, stats), the typed views both serve
 //! (`view`), what they do to pods (`ops`) and to local ConfigMaps and
-//! Secrets (`objects`), and exec/attach/port-forward (`stream`: the runtime's
-//! streaming URL, and the relay of an upgraded connection to it). Owns
+//! Secrets (`objects`), exec/attach/port-forward (`stream`: the runtime's
+//! streaming URL, and the relay of an upgraded connection to it), and the
+//! one error all of them fail with (`status`: a `meta/v1 Status`). Owns
 //! every listening socket; may use every layer below (the agent and its
 //! parts), never the CLI.
 
@@ -12,6 +13,7 @@ pub mod kube;
 pub mod local;
 pub mod objects;
 pub mod ops;
+pub mod status;
 pub mod stream;
 pub mod view;
 

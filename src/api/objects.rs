@@ -22,11 +22,8 @@ use std::time::{Duration, Instant};
 use crate::model::manifest;
 use crate::model::objects::{LocalObject, ObjKey};
 
-use super::ops::{ErrorKind, OpError, OpResult, Ops};
-
-fn err(kind: ErrorKind, message: impl Into<String>) -> OpError {
-    OpError { kind, message: message.into() }
-}
+use super::ops::Ops;
+use super::status::{ApiError, Res};
 
 /// The resource name as the API server's messages use it (`configmaps`).
 fn resource(key: &ObjKey) -> String {
@@ -42,20 +39,20 @@ impl Ops {
     /// The file that holds `o` and nothing else, or why there is none
     /// (403 naming the file: it holds a pod or other objects, or it is not
     /// in staticPodPath; 409: it changed since it was read).
-    pub fn sole_file(&self, o: &LocalObject) -> OpResult<PathBuf> {
+    pub fn sole_file(&self, o: &LocalObject) -> Res<PathBuf> {
         let (res, name) = (resource(&o.key), &o.key.name);
         let path = PathBuf::from(&o.file);
         let refuse = |why: String| {
-            err(
-                ErrorKind::Forbidden,
-                format!("{res} {name:?} is forbidden: it is defined in {} {why}: edit that file", path.display()),
-            )
+            ApiError::forbidden(format!(
+                "{res} {name:?} is forbidden: it is defined in {} {why}: edit that file",
+                path.display()
+            ))
         };
         if path.parent() != Some(self.cfg.static_pod_path.as_path()) {
             return Err(refuse("outside staticPodPath".into()));
         }
         let content = manifest::read_file_all(&path, &self.cfg.node_name).map_err(|e| {
-            err(ErrorKind::Conflict, format!("{res} {name:?}: {} cannot be read now ({e}); try again", path.display()))
+            ApiError::conflict(format!("{res} {name:?}: {} cannot be read now ({e}); try again", path.display()))
         })?;
         if let Some(p) = &content.pod {
             return Err(refuse(format!(
@@ -70,17 +67,17 @@ impl Ops {
             return Err(refuse(format!("beside {}", others.join(", "))));
         }
         if content.objects.is_empty() {
-            return Err(err(
-                ErrorKind::Conflict,
-                format!("{res} {name:?}: {} no longer holds it (changed meanwhile); try again", path.display()),
-            ));
+            return Err(ApiError::conflict(format!(
+                "{res} {name:?}: {} no longer holds it (changed meanwhile); try again",
+                path.display()
+            )));
         }
         Ok(path)
     }
 
     /// Write a new object's file (`doc`: its manifest) into a free file
     /// of its own; returns the file.
-    pub fn create_object(&self, key: &ObjKey, doc: &[u8]) -> OpResult<PathBuf> {
+    pub fn create_object(&self, key: &ObjKey, doc: &[u8]) -> Res<PathBuf> {
         let dir = &self.cfg.static_pod_path;
         let base = format!("{}_{}_{}", key.namespace, key.kind.resource(), key.name);
         let candidates = std::iter::once(format!("{base}.yaml"))
@@ -96,38 +93,35 @@ impl Ops {
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => taken.push(path.display().to_string()),
                 Err(e) => {
-                    return Err(err(ErrorKind::Internal, format!("{key}: writing {}: {e}", path.display())));
+                    return Err(ApiError::internal(format!("{key}: writing {}: {e}", path.display())));
                 }
             }
         }
-        Err(err(
-            ErrorKind::Conflict,
-            format!(
-                "{key}: no free file for it in {}: {} exist; podwarden never replaces a file (remove or rename one)",
-                dir.display(),
-                taken.join(", ")
-            ),
-        ))
+        Err(ApiError::conflict(format!(
+            "{key}: no free file for it in {}: {} exist; podwarden never replaces a file (remove or rename one)",
+            dir.display(),
+            taken.join(", ")
+        )))
     }
 
     /// Replace the file that holds `live` alone with `doc`.
-    pub fn replace_object(&self, live: &LocalObject, doc: &[u8]) -> OpResult<PathBuf> {
+    pub fn replace_object(&self, live: &LocalObject, doc: &[u8]) -> Res<PathBuf> {
         let path = self.sole_file(live)?;
         crate::base::fsutil::write_atomically(&path, doc)
-            .map_err(|e| err(ErrorKind::Internal, format!("{}: writing {}: {e}", live.key, path.display())))?;
+            .map_err(|e| ApiError::internal(format!("{}: writing {}: {e}", live.key, path.display())))?;
         log::info!("API: {} configured ({})", live.key, path.display());
         (self.cfg.rescan)();
         Ok(path)
     }
 
     /// Remove the file that holds `live` alone.
-    pub fn delete_object(&self, live: &LocalObject) -> OpResult<PathBuf> {
+    pub fn delete_object(&self, live: &LocalObject) -> Res<PathBuf> {
         let path = self.sole_file(live)?;
         match std::fs::remove_file(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
-                return Err(err(ErrorKind::Internal, format!("{}: removing {}: {e}", live.key, path.display())));
+                return Err(ApiError::internal(format!("{}: removing {}: {e}", live.key, path.display())));
             }
         }
         log::info!("API: {} deleted ({})", live.key, path.display());

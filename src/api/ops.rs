@@ -5,8 +5,8 @@
 //! the caller's Pod Security level; a delete kills the pod (on `api-kill`,
 //! never on the caller's thread) and removes its manifest.
 //!
-//! Errors are [`OpError`]: a kind each server maps to its own codes (gRPC
-//! status, HTTP `Status`) and a message naming the pod.
+//! Errors are the APIs' one error, [`ApiError`] (a `meta/v1 Status`; the
+//! gRPC server maps its reason to a code), with a message naming the pod.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,6 +16,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use crate::agent::Parts;
 use crate::agent::manager::Agent;
+use crate::api::status::{ApiError, Res};
 use crate::api::view::{self, PodList};
 use crate::base::fsutil::{FileError, Links};
 use crate::logs::reader;
@@ -57,40 +58,6 @@ impl Trust {
             Trust::Client => "a Kubernetes API client",
         }
     }
-}
-
-/// What kind of failure an operation met.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorKind {
-    /// The request itself is wrong (a manifest that does not validate).
-    Invalid,
-    /// Pod Security refused the pod.
-    Forbidden,
-    NotFound,
-    /// No file can take the pod.
-    AlreadyExists,
-    /// The object is there but not in a state for this (no previous log).
-    Precondition,
-    Internal,
-    /// A queue is full: try again.
-    Busy,
-    /// The target changed meanwhile or no file can take it: try again or
-    /// make room.
-    Conflict,
-}
-
-/// A failed operation: its kind and a message naming the pod.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct OpError {
-    pub kind: ErrorKind,
-    pub message: String,
-}
-
-pub type OpResult<T> = Result<T, OpError>;
-
-fn err(kind: ErrorKind, message: impl Into<String>) -> OpError {
-    OpError { kind, message: message.into() }
 }
 
 /// What [`Ops::apply`] did.
@@ -225,12 +192,13 @@ impl Ops {
     }
 
     /// The pod `ns/name`.
-    pub fn find(&self, ns: &str, name: &str) -> OpResult<Pod> {
+    pub fn find(&self, ns: &str, name: &str) -> Res<Pod> {
         view::pod_named(&self.parts, ns, name).ok_or_else(|| {
-            err(
-                ErrorKind::NotFound,
-                format!("pod {ns}/{name} not found (no manifest in {} defines it)", self.cfg.static_pod_path.display()),
-            )
+            ApiError::missing(format!(
+                "pod {ns}/{name} not found (no manifest in {} defines it)",
+                self.cfg.static_pod_path.display()
+            ))
+            .with_details(name, "pods")
         })
     }
 
@@ -276,9 +244,9 @@ impl Ops {
     /// `<ns>_<name>.yaml`, then `<ns>_<name>-2.yaml` ...). A file holding
     /// anything else (another pod, an invalid manifest, a FIFO) is never
     /// replaced.
-    pub fn apply(&self, manifest: &[u8], source: &str, trust: Trust) -> OpResult<Applied> {
+    pub fn apply(&self, manifest: &[u8], source: &str, trust: Trust) -> Res<Applied> {
         let source = if source.is_empty() { "-" } else { source };
-        let bad = |msg: String| err(ErrorKind::Invalid, msg);
+        let bad = |msg: String| ApiError::invalid(msg);
         // a first parse names the pod; the file it goes to fixes its UID
         let probe =
             model::manifest::parse_full(source, manifest, &self.cfg.node_name).map_err(|e| bad(e.to_string()))?;
@@ -296,7 +264,7 @@ impl Ops {
         candidates.push(dir.join(format!("{ns}_{name}.{ext}")));
         candidates.extend((2..=9).map(|i| dir.join(format!("{ns}_{name}-{i}.{ext}"))));
         let internal = |path: &Path, e: std::io::Error| {
-            err(ErrorKind::Internal, format!("pod {ns}/{name}: writing {}: {e}", path.display()))
+            ApiError::internal(format!("pod {ns}/{name}: writing {}: {e}", path.display()))
         };
         // files that hold something else: (file, what)
         let mut taken: Vec<(PathBuf, String)> = Vec::new();
@@ -345,20 +313,17 @@ impl Ops {
             });
         }
         let files: Vec<String> = taken.iter().map(|(p, what)| format!("{} {what}", p.display())).collect();
-        Err(err(
-            ErrorKind::AlreadyExists,
-            format!(
-                "pod {ns}/{name}: no free manifest file for it in {}: {}; podwarden never replaces a file that holds \
-                 another pod (remove or rename one)",
-                dir.display(),
-                files.join("; ")
-            ),
-        ))
+        Err(ApiError::exists(format!(
+            "pod {ns}/{name}: no free manifest file for it in {}: {}; podwarden never replaces a file that holds \
+             another pod (remove or rename one)",
+            dir.display(),
+            files.join("; ")
+        )))
     }
 
     /// The Pod Security Standards level of this caller, enforced before
     /// anything is written; the error is the API server's.
-    pub fn pod_security(&self, pod: &model::Pod, trust: Trust) -> OpResult<()> {
+    pub fn pod_security(&self, pod: &model::Pod, trust: Trust) -> Res<()> {
         let level = match trust {
             Trust::Root => self.cfg.root_pod_security,
             Trust::Member | Trust::Client => self.cfg.group_pod_security,
@@ -366,18 +331,18 @@ impl Ops {
         crate::model::pss::enforce(level, pod).map_err(|m| {
             let (ns, name) = (model::namespace(pod), model::name(pod));
             log::warn!("API: refused pod {ns}/{name} from {}: {m}", trust.who());
-            err(ErrorKind::Forbidden, format!("pods \"{name}\" is forbidden: {m}"))
+            ApiError::forbidden(format!("pods \"{name}\" is forbidden: {m}"))
         })
     }
 
     /// Kill a pod (handed to `api-kill`: a kill may wait for a container
     /// start in flight) with `grace` seconds (none: the pod's own) and
     /// remove its manifest; returns at once.
-    pub fn delete(&self, ns: &str, name: &str, grace: Option<i64>) -> OpResult<Deleted> {
+    pub fn delete(&self, ns: &str, name: &str, grace: Option<i64>) -> Res<Deleted> {
         if let Some(g) = grace
             && g < 0
         {
-            return Err(err(ErrorKind::Invalid, format!("pod {ns}/{name}: grace period {g} must not be negative")));
+            return Err(ApiError::invalid(format!("pod {ns}/{name}: grace period {g} must not be negative")));
         }
         // a pod whose manifest is already gone may still be terminating
         let pod = self.find(ns, name).ok();
@@ -390,25 +355,22 @@ impl Ops {
                 .into_iter()
                 .find(|w| w.pod.as_ref().is_some_and(|p| model::namespace(p) == ns && model::name(p) == name))
                 .map(|w| w.uid)
-                .ok_or_else(|| err(ErrorKind::NotFound, format!("pod {ns}/{name} not found")))?,
+                .ok_or_else(|| ApiError::missing(format!("pod {ns}/{name} not found")).with_details(name, "pods"))?,
         };
         let opts = KillPodOptions { grace_period_override: grace, ..Default::default() };
         self.kill
             .try_send((uid.clone(), opts))
-            .map_err(|_| err(ErrorKind::Busy, "podwarden is busy: too many kills queued; try again".to_string()))?;
+            .map_err(|_| ApiError::busy("podwarden is busy: too many kills queued; try again"))?;
         let mut path = String::new();
         if let Some(p) = pod.as_ref().and_then(Self::manifest_of) {
             match std::fs::remove_file(&p) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => {
-                    return Err(err(
-                        ErrorKind::Internal,
-                        format!(
-                            "pod {ns}/{name}: removing {}: {e} (the pod is being killed; it comes back on restart)",
-                            p.display()
-                        ),
-                    ));
+                    return Err(ApiError::internal(format!(
+                        "pod {ns}/{name}: removing {}: {e} (the pod is being killed; it comes back on restart)",
+                        p.display()
+                    )));
                 }
             }
             path = p.to_string_lossy().into_owned();
@@ -430,7 +392,7 @@ impl Ops {
     }
 
     /// Read a container's log (bounded: one chunk of the reader's).
-    pub fn logs(&self, q: &LogQuery) -> OpResult<LogRead> {
+    pub fn logs(&self, q: &LogQuery) -> Res<LogRead> {
         let (ns, name) = (q.namespace.as_str(), q.name.as_str());
         let pod = self.find(ns, name)?;
         let names = Self::container_names(&pod);
@@ -439,37 +401,35 @@ impl Ops {
             match apps.as_slice() {
                 [one] => (*one).clone(),
                 _ => {
-                    return Err(err(
-                        ErrorKind::Invalid,
-                        format!(
-                            "pod {ns}/{name} has several containers: name one with -c ({})",
-                            apps.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
-                        ),
-                    ));
+                    return Err(ApiError::invalid(format!(
+                        "pod {ns}/{name} has several containers: name one with -c ({})",
+                        apps.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                    )));
                 }
             }
         } else if names.contains(&q.container) {
             q.container.clone()
         } else {
-            return Err(err(
-                ErrorKind::NotFound,
-                format!("container {} is not in pod {ns}/{name} (it has {})", q.container, names.join(", ")),
-            ));
+            return Err(ApiError::missing(format!(
+                "container {} is not in pod {ns}/{name} (it has {})",
+                q.container,
+                names.join(", ")
+            ))
+            .with_details(name, "pods"));
         };
         let uid = model::uid(&pod);
         let pod_dir = reader::pod_dir_name(ns, name, uid);
         let dir = self.cfg.pod_logs_dir.join(&pod_dir).join(&container);
         let no_log = || {
             if q.previous {
-                err(
-                    ErrorKind::Precondition,
-                    format!("previous terminated container {container:?} in pod {ns}/{name} not found"),
-                )
+                ApiError::bad_request(format!(
+                    "previous terminated container {container:?} in pod {ns}/{name} not found"
+                ))
             } else {
-                err(
-                    ErrorKind::NotFound,
-                    format!("container {container:?} in pod {ns}/{name} has no log yet (has it started?)"),
-                )
+                ApiError::missing(format!(
+                    "container {container:?} in pod {ns}/{name} has no log yet (has it started?)"
+                ))
+                .with_details(name, "pods")
             }
         };
         // a rotation renames the live file, asks the runtime to reopen it
@@ -490,13 +450,10 @@ impl Ops {
         let chunk = read(&self.cfg.pod_logs_dir, &rel_dir, &live, q.cursor.as_ref(), q.limit, q.tail_lines).map_err(
             |e| match e {
                 FileError::NotFound { .. } => no_log(),
-                FileError::Io { .. } => {
-                    err(ErrorKind::Internal, format!("container {container:?} in pod {ns}/{name}: {e}"))
-                }
-                e => err(
-                    ErrorKind::Precondition,
-                    format!("container {container:?} in pod {ns}/{name}: cannot read its log: {e}"),
-                ),
+                FileError::Io { .. } => ApiError::internal(format!("container {container:?} in pod {ns}/{name}: {e}")),
+                e => ApiError::bad_request(format!(
+                    "container {container:?} in pod {ns}/{name}: cannot read its log: {e}"
+                )),
             },
         )?;
         let statuses = pod

@@ -36,6 +36,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use crate::agent::Parts;
+use crate::api::status::ApiError;
 use crate::model::{self, Pod};
 use crate::runtime::cache::FRESH;
 use crate::runtime::{CallCtx, ContainerState, RuntimePod, Streams};
@@ -139,13 +140,7 @@ impl StreamTarget {
     /// `tty`, and `ports`/`port` (repeated or comma-separated). `kind` is
     /// `exec`, `attach` or `portforward`; `container` from the path, if
     /// it names one, wins over the query's.
-    pub fn from_query(
-        kind: &str,
-        namespace: &str,
-        pod: &str,
-        container: &str,
-        query: &str,
-    ) -> Result<Self, StreamError> {
+    pub fn from_query(kind: &str, namespace: &str, pod: &str, container: &str, query: &str) -> Result<Self, ApiError> {
         let mut t = StreamTarget {
             namespace: namespace.to_string(),
             pod: pod.to_string(),
@@ -168,7 +163,7 @@ impl StreamTarget {
                 "ports" | "port" => {
                     for p in v.split(',').filter(|p| !p.is_empty()) {
                         ports.push(p.parse::<u16>().ok().filter(|&n| n > 0).ok_or_else(|| {
-                            StreamError::bad_request(format!("port {p:?} is not a port number (1 to 65535)"))
+                            ApiError::bad_request(format!("port {p:?} is not a port number (1 to 65535)"))
                         })?);
                     }
                 }
@@ -177,17 +172,17 @@ impl StreamTarget {
         }
         t.action = match kind {
             "exec" if command.is_empty() => {
-                return Err(StreamError::bad_request("exec: no command given (the `command` parameter)"));
+                return Err(ApiError::bad_request("exec: no command given (the `command` parameter)"));
             }
             "exec" => Action::Exec { command },
             "attach" => Action::Attach,
             "portforward" | "portForward" => Action::PortForward { ports },
-            other => return Err(StreamError::bad_request(format!("{other:?} is not exec, attach or portforward"))),
+            other => return Err(ApiError::bad_request(format!("{other:?} is not exec, attach or portforward"))),
         };
         if matches!(t.action, Action::Exec { .. } | Action::Attach)
             && !(t.streams.stdin || t.streams.stdout || t.streams.stderr)
         {
-            return Err(StreamError::bad_request("you must specify at least 1 of stdin, stdout, stderr"));
+            return Err(ApiError::bad_request("you must specify at least 1 of stdin, stdout, stderr"));
         }
         if t.streams.tty {
             // one stream for both, as the runtime merges them
@@ -229,84 +224,25 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Why a stream cannot be set up, as the API server would say it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StreamError {
-    /// The HTTP status: 400, 403, 404, 500 or 503.
-    pub code: u16,
-    pub message: String,
-}
-
-impl StreamError {
-    pub fn bad_request(m: impl Into<String>) -> Self {
-        StreamError { code: 400, message: m.into() }
-    }
-    pub fn forbidden(m: impl Into<String>) -> Self {
-        StreamError { code: 403, message: m.into() }
-    }
-    pub fn not_found(m: impl Into<String>) -> Self {
-        StreamError { code: 404, message: m.into() }
-    }
-    fn runtime(e: crate::runtime::RuntimeError) -> Self {
-        use crate::runtime::RuntimeError as R;
-        let code = match e {
-            R::NotFound { .. } => 404,
-            R::Unavailable(_) | R::DeadlineExceeded { .. } => 503,
-            _ => 500,
-        };
-        StreamError { code, message: e.to_string() }
-    }
-
-    /// The `Status` reason of the code.
-    pub fn reason(&self) -> &'static str {
-        match self.code {
-            400 => "BadRequest",
-            401 => "Unauthorized",
-            403 => "Forbidden",
-            404 => "NotFound",
-            503 => "ServiceUnavailable",
-            _ => "InternalError",
-        }
-    }
-
-    /// A complete HTTP/1.1 response carrying a `meta/v1` `Status`.
-    pub fn response(&self) -> Vec<u8> {
-        let body = serde_json::json!({
-            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": self.message, "reason": self.reason(), "code": self.code,
-        })
-        .to_string();
-        let text = match self.code {
-            400 => "Bad Request",
-            403 => "Forbidden",
-            404 => "Not Found",
-            503 => "Service Unavailable",
-            _ => "Internal Server Error",
-        };
-        format!(
-            "HTTP/1.1 {} {text}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            self.code,
-            body.len()
-        )
-        .into_bytes()
-    }
-}
-
-impl std::fmt::Display for StreamError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
+/// A runtime error as the API server's: a missing container or sandbox
+/// 404, a runtime away or too slow 503, anything else 500.
+fn runtime_error(e: crate::runtime::RuntimeError) -> ApiError {
+    use crate::runtime::RuntimeError as R;
+    match e {
+        R::NotFound { .. } => ApiError::missing(e.to_string()),
+        R::Unavailable(_) | R::DeadlineExceeded { .. } => ApiError::unavailable(e.to_string()),
+        _ => ApiError::internal(e.to_string()),
     }
 }
 
 /// The pod `ns/name` as the agent shows it.
-pub fn find_pod(parts: &Parts, ns: &str, name: &str) -> Result<Pod, StreamError> {
-    crate::api::view::pod_named(parts, ns, name)
-        .ok_or_else(|| StreamError::not_found(format!("pod {ns}/{name} not found")))
+pub fn find_pod(parts: &Parts, ns: &str, name: &str) -> Result<Pod, ApiError> {
+    crate::api::view::pod_named(parts, ns, name).ok_or_else(|| ApiError::missing(format!("pod {ns}/{name} not found")))
 }
 
 /// The container a stream is for: the named one (a container or an init
 /// container of the pod), else the pod's default.
-pub fn container_of(pod: &Pod, named: &str) -> Result<String, StreamError> {
+pub fn container_of(pod: &Pod, named: &str) -> Result<String, ApiError> {
     let (ns, name) = (model::namespace(pod), model::name(pod));
     let spec = pod.spec.as_ref();
     let all: Vec<&str> = spec
@@ -319,7 +255,7 @@ pub fn container_of(pod: &Pod, named: &str) -> Result<String, StreamError> {
         return if all.contains(&named) {
             Ok(named.to_string())
         } else {
-            Err(StreamError::bad_request(format!(
+            Err(ApiError::bad_request(format!(
                 "container {named} is not valid for pod {ns}/{name} (it has {})",
                 regular.join(", ")
             )))
@@ -334,7 +270,7 @@ pub fn container_of(pod: &Pod, named: &str) -> Result<String, StreamError> {
     match (annotated, regular.as_slice()) {
         (Some(c), _) => Ok(c.clone()),
         (None, [first, ..]) => Ok(first.to_string()),
-        (None, []) => Err(StreamError::bad_request(format!("pod {ns}/{name} has no containers"))),
+        (None, []) => Err(ApiError::bad_request(format!("pod {ns}/{name} has no containers"))),
     }
 }
 
@@ -345,8 +281,8 @@ pub fn container_of(pod: &Pod, named: &str) -> Result<String, StreamError> {
 pub fn runtime_url(
     parts: &Parts,
     target: &StreamTarget,
-    allow: impl FnOnce(&Pod) -> Result<(), StreamError>,
-) -> Result<String, StreamError> {
+    allow: impl FnOnce(&Pod) -> Result<(), ApiError>,
+) -> Result<String, ApiError> {
     let (ns, name) = (&target.namespace, &target.pod);
     let pod = find_pod(parts, ns, name)?;
     allow(&pod)?;
@@ -355,17 +291,17 @@ pub fn runtime_url(
         _ => container_of(&pod, &target.container)?,
     };
     let ctx = CallCtx::background(RUNTIME_DEADLINE);
-    let ask = |rp: &RuntimePod| -> Result<String, StreamError> {
+    let ask = |rp: &RuntimePod| -> Result<String, ApiError> {
         let sandbox = rp
             .ready_sandbox()
-            .ok_or_else(|| StreamError::bad_request(format!("pod {ns}/{name} is not running (no ready sandbox)")))?;
+            .ok_or_else(|| ApiError::bad_request(format!("pod {ns}/{name} is not running (no ready sandbox)")))?;
         let url = match &target.action {
             Action::PortForward { ports } => parts.runtime.port_forward(&ctx, &sandbox.id, ports),
             action => {
                 let c = &container;
                 let info =
                     rp.latest_in(c, &sandbox.id).filter(|i| i.state == ContainerState::Running).ok_or_else(|| {
-                        StreamError::bad_request(format!(
+                        ApiError::bad_request(format!(
                             "container {c} is not running in pod {ns}/{name}: cannot {} (is it started?)",
                             action.verb()
                         ))
@@ -376,7 +312,7 @@ pub fn runtime_url(
                 }
             }
         };
-        url.map_err(StreamError::runtime)
+        url.map_err(runtime_error)
     };
     // the relist's view (at most FRESH old) saves the pod's status call;
     // when it is stale (a container restarted since), the runtime's own
@@ -387,7 +323,7 @@ pub fn runtime_url(
     {
         return Ok(url);
     }
-    let rp = parts.runtime.pod_status(&ctx, uid).map_err(StreamError::runtime)?;
+    let rp = parts.runtime.pod_status(&ctx, uid).map_err(runtime_error)?;
     ask(&rp)
 }
 
@@ -406,7 +342,7 @@ pub struct UpgradeRequest {
 impl UpgradeRequest {
     /// Parse a request head (through its blank line) read from a client;
     /// `rest` is what follows it.
-    pub fn parse(head: &[u8], rest: &[u8]) -> Result<Self, StreamError> {
+    pub fn parse(head: &[u8], rest: &[u8]) -> Result<Self, ApiError> {
         let mut headers = [httparse::EMPTY_HEADER; 64];
         let mut req = httparse::Request::new(&mut headers);
         match req.parse(head) {
@@ -416,8 +352,8 @@ impl UpgradeRequest {
                 headers: req.headers.iter().map(|h| (h.name.to_string(), h.value.to_vec())).collect(),
                 rest: rest.to_vec(),
             }),
-            Ok(httparse::Status::Partial) => Err(StreamError::bad_request("incomplete request head")),
-            Err(e) => Err(StreamError::bad_request(format!("bad request head: {e}"))),
+            Ok(httparse::Status::Partial) => Err(ApiError::bad_request("incomplete request head")),
+            Err(e) => Err(ApiError::bad_request(format!("bad request head: {e}"))),
         }
     }
 
@@ -457,7 +393,7 @@ pub const WS_PORTFORWARD_PROTOCOLS: [&str; 2] = ["v4.channel.k8s.io", "v4.base64
 /// only when the client offers a subprotocol the runtime serves (see the
 /// module's table), else a `400` that makes kubectl 1.30+ fall back to
 /// SPDY at once; anything else is not an upgrade this endpoint serves.
-pub fn negotiate(req: &UpgradeRequest, action: &Action) -> Result<Upgrade, StreamError> {
+pub fn negotiate(req: &UpgradeRequest, action: &Action) -> Result<Upgrade, ApiError> {
     let upgrade = req.values("Upgrade");
     let verb = action.verb();
     if upgrade.iter().any(|u| u.eq_ignore_ascii_case("SPDY/3.1")) {
@@ -470,13 +406,13 @@ pub fn negotiate(req: &UpgradeRequest, action: &Action) -> Result<Upgrade, Strea
         if offered.iter().any(|o| served.contains(&o.as_str())) {
             return Ok(Upgrade::WebSocket);
         }
-        return Err(StreamError::bad_request(format!(
+        return Err(ApiError::bad_request(format!(
             "{verb}: the runtime does not support the WebSocket protocol {} (it serves {}; SPDY/3.1 works)",
             if offered.is_empty() { "(none offered)".to_string() } else { offered.join(", ") },
             served.join(", ")
         )));
     }
-    Err(StreamError::bad_request(format!("{verb} needs an upgrade to SPDY/3.1 or WebSocket (Upgrade header)")))
+    Err(ApiError::bad_request(format!("{verb} needs an upgrade to SPDY/3.1 or WebSocket (Upgrade header)")))
 }
 
 /// Headers passed on to the runtime; the rest (credentials, cookies, the
@@ -491,23 +427,17 @@ const PASSED: [&str; 6] = [
 ];
 
 /// The runtime's streaming URL, split: (address `host:port`, path and query).
-pub fn split_url(url: &str) -> Result<(String, String), StreamError> {
+pub fn split_url(url: &str) -> Result<(String, String), ApiError> {
     let rest = match url.split_once("://") {
         Some(("http", rest)) => rest,
         Some(("https", _)) => {
-            return Err(StreamError {
-                code: 500,
-                message: format!(
-                    "the runtime's streaming server uses TLS ({url}): podwarden relays plain HTTP only (set \
-                     enable_tls_streaming = false in containerd's CRI config)"
-                ),
-            });
+            return Err(ApiError::internal(format!(
+                "the runtime's streaming server uses TLS ({url}): podwarden relays plain HTTP only (set \
+                 enable_tls_streaming = false in containerd's CRI config)"
+            )));
         }
         _ => {
-            return Err(StreamError {
-                code: 500,
-                message: format!("the runtime answered a URL podwarden cannot use: {url:?}"),
-            });
+            return Err(ApiError::internal(format!("the runtime answered a URL podwarden cannot use: {url:?}")));
         }
     };
     let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
@@ -550,11 +480,11 @@ pub fn serve(
     mut client: Box<dyn Duplex>,
     req: &UpgradeRequest,
     target: StreamTarget,
-    allow: impl FnOnce(&Pod) -> Result<(), StreamError>,
+    allow: impl FnOnce(&Pod) -> Result<(), ApiError>,
 ) -> io::Result<()> {
-    let refuse = |client: &mut Box<dyn Duplex>, e: &StreamError| -> io::Result<()> {
+    let refuse = |client: &mut Box<dyn Duplex>, e: &ApiError| -> io::Result<()> {
         client.set_nonblocking(false)?;
-        client.write_all(&e.response())?;
+        client.write_all(&e.http_response())?;
         client.flush()
     };
     let setup = negotiate(req, &target.action)
@@ -640,11 +570,9 @@ fn read_answer(runtime: &mut TcpStream) -> io::Result<(Vec<u8>, bool)> {
 }
 
 /// A bounded TCP connect to the runtime's streaming server.
-fn connect(host: &str) -> Result<TcpStream, StreamError> {
-    let fail = |e: io::Error| StreamError {
-        code: 503,
-        message: format!("cannot reach the runtime's streaming server at {host}: {e}"),
-    };
+fn connect(host: &str) -> Result<TcpStream, ApiError> {
+    let fail =
+        |e: io::Error| ApiError::unavailable(format!("cannot reach the runtime's streaming server at {host}: {e}"));
     let addr: SocketAddr =
         host.to_socket_addrs().map_err(fail)?.next().ok_or_else(|| fail(io::ErrorKind::NotFound.into()))?;
     let s = TcpStream::connect_timeout(&addr, RUNTIME_DEADLINE).map_err(fail)?;
@@ -793,9 +721,9 @@ mod tests {
             req("GET", "/x", &[("Connection", "Upgrade"), ("Upgrade", "websocket"), ("Sec-WebSocket-Protocol", proto)])
         };
         let e = negotiate(&ws("v5.channel.k8s.io"), &EXEC).unwrap_err();
-        assert_eq!((e.code, e.reason()), (400, "BadRequest"));
+        assert_eq!((e.code, e.reason), (400, "BadRequest"));
         assert!(e.message.contains("v5.channel.k8s.io") && e.message.contains("SPDY/3.1"), "{e}");
-        let resp = String::from_utf8(e.response()).unwrap();
+        let resp = String::from_utf8(e.http_response()).unwrap();
         assert!(resp.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{resp}");
         let body: serde_json::Value = serde_json::from_str(resp.split("\r\n\r\n").nth(1).unwrap()).unwrap();
         assert_eq!(

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::Shared;
 use crate::api::kube::authz::{ClusterAuth, User};
-use crate::api::kube::wire::ApiError;
+use crate::api::status::ApiError;
 
 const TOKEN_TTL: Duration = Duration::from_secs(120);
 const ALLOWED_TTL: Duration = Duration::from_secs(300);

@@ -10,9 +10,8 @@
 
 use std::sync::Arc;
 
+use crate::api::status::ApiError;
 use crate::config::api_authz::{ApiAuthorization, Right};
-
-use super::wire::ApiError;
 
 /// An authenticated client.
 #[derive(Debug, Clone, PartialEq, Eq)]

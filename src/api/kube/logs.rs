@@ -7,10 +7,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
-use crate::api::ops::{LogQuery, LogRead, OpResult};
+use crate::api::ops::{LogQuery, LogRead};
+use crate::api::status::{ApiError, Res};
 
-use super::ctx::{Ctx, op_error};
-use super::wire::{ApiError, ChunkSink, Reply, Request, Res};
+use super::ctx::Ctx;
+use super::wire::{ChunkSink, Reply, Request};
 
 /// Keep the lines of `data` (each `<time> <text>`) at or after `since`,
 /// without their time unless `timestamps`.
@@ -55,7 +56,7 @@ fn send(
     first: LogRead,
     mut q: LogQuery,
     how: How,
-    read: impl Fn(&LogQuery) -> OpResult<LogRead>,
+    read: impl Fn(&LogQuery) -> Res<LogRead>,
     stop: &AtomicBool,
     sink: &mut dyn ChunkSink,
 ) -> std::io::Result<()> {
@@ -124,7 +125,7 @@ pub fn pod_log(ctx: &Ctx, req: &Request, ns: &str, name: &str, container: &str) 
         timestamps: true,
     };
     // the first read here: a missing pod or container is a Status, not a stream
-    let first = ctx.ops.logs(&q).map_err(|e| op_error(e, name))?;
+    let first = ctx.ops.logs(&q)?;
     q.container = first.container.clone();
     let (ops, stop) = (ctx.ops.clone(), ctx.stop.clone());
     let how = How { since, timestamps, limit, follow };
@@ -143,7 +144,7 @@ mod tests {
     use parking_lot::Mutex;
 
     use super::*;
-    use crate::api::ops::{ErrorKind, OpError};
+    use crate::api::status::ApiError;
     use crate::logs::reader;
 
     /// What a stream sent, as the client got it.
@@ -182,11 +183,11 @@ mod tests {
 
         /// `Ops::logs` reduced to the file: the reader it uses, and the
         /// container's state as the test sets it.
-        fn reader(&self) -> impl Fn(&LogQuery) -> OpResult<LogRead> + Send + 'static {
+        fn reader(&self) -> impl Fn(&LogQuery) -> Res<LogRead> + Send + 'static {
             let (dir, running) = (self.dir.clone(), self.running.clone());
             move |q: &LogQuery| {
                 let c = reader::read_instance_timestamped(&dir, Path::new("c"), "0.log", q.cursor.as_ref(), 0, 0)
-                    .map_err(|e| OpError { kind: ErrorKind::NotFound, message: e.to_string() })?;
+                    .map_err(|e| ApiError::missing(e.to_string()))?;
                 Ok(LogRead {
                     data: c.data,
                     next: c.next,

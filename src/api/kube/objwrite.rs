@@ -18,12 +18,13 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::api::status::{ApiError, Cause, Res};
 use crate::api::view;
 use crate::model::objects::{self, Kind, LocalObject, ObjKey};
 
-use super::ctx::{Ctx, op_error};
-use super::wire::{ApiError, Reply, Request, Res};
-use super::write::{self, Params, StatusError};
+use super::ctx::Ctx;
+use super::wire::{Reply, Request};
+use super::write::{self, Params};
 use super::{patch, resources, ssa, watch};
 
 /// The largest body taken (an object's data is at most 1 MiB).
@@ -55,17 +56,11 @@ fn hub_kind(kind: Kind) -> watch::Kind {
     }
 }
 
-fn status(e: StatusError) -> ApiError {
-    let mut a = ApiError::new(e.code, e.reason, e.message);
-    a.causes = e.causes;
-    a
-}
-
 /// A request body as JSON (`application/json`, YAML by its type, or a
 /// protobuf ConfigMap or Secret: `pbbody`), at most `max` bytes.
 pub fn body_object(req: &Request, max: usize) -> Res<Value> {
     if req.body.len() > max {
-        return Err(ApiError::new(413, "RequestEntityTooLarge", format!("the request body is over {max} bytes")));
+        return Err(ApiError::too_large(format!("the request body is over {max} bytes")));
     }
     match req.header("content-type").unwrap_or("application/json") {
         t if t.starts_with("application/json") => serde_json::from_slice(&req.body)
@@ -73,19 +68,14 @@ pub fn body_object(req: &Request, max: usize) -> Res<Value> {
         t if t.contains("yaml") => serde_yaml_ng::from_slice(&req.body)
             .map_err(|e| ApiError::bad_request(format!("the request body is not YAML: {e}"))),
         t if t.starts_with("application/vnd.kubernetes.protobuf") => super::pbbody::decode(&req.body).map_err(|e| {
-            let code = if e.unsupported { 415 } else { 400 };
-            ApiError::new(code, if e.unsupported { "UnsupportedMediaType" } else { "BadRequest" }, e.message)
+            if e.unsupported { ApiError::unsupported_media_type(e.message) } else { ApiError::bad_request(e.message) }
         }),
-        t => Err(ApiError::new(
-            415,
-            "UnsupportedMediaType",
-            format!("the body's type {t:?} is not supported: send JSON"),
-        )),
+        t => Err(ApiError::unsupported_media_type(format!("the body's type {t:?} is not supported: send JSON"))),
     }
 }
 
 fn params(req: &Request) -> Res<Params> {
-    Params::from_query(&req.raw_query(), &crate::model::rfc3339(std::time::SystemTime::now())).map_err(status)
+    Params::from_query(&req.raw_query(), &crate::model::rfc3339(std::time::SystemTime::now()))
 }
 
 /// The object as a read serves it now (with its resourceVersion).
@@ -104,11 +94,11 @@ pub fn create(ctx: &Ctx, req: &Request, kind: Kind, ns: &str) -> Res<Reply> {
         return Err(ApiError::bad_request("resourceVersion should not be set on objects to be created"));
     }
     let params = params(req)?;
-    let warnings = write::validate_fields(kind.as_str(), &name, &mut obj, params.field_validation).map_err(status)?;
+    let warnings = write::validate_fields(kind.as_str(), &name, &mut obj, params.field_validation)?;
     log_warnings(kind, ns, &name, &warnings);
     let key = ObjKey::new(kind, ns, &name);
     if ctx.ops.object(&key).is_some() {
-        return Err(already_exists(kind, &name));
+        return Err(ApiError::already_exists(resource(kind), &name));
     }
     let manager = params.field_manager.clone().unwrap_or_else(|| "unknown".into());
     ssa::record_update(kind.as_str(), None, &mut obj, &manager, &params.now);
@@ -125,24 +115,16 @@ pub fn identify(obj: &mut Value, kind: &str, ns: &str) -> Res<String> {
         )));
     }
     let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
-        return Err(ApiError::new(422, "Invalid", format!("{kind} is invalid: metadata.name: Required value")));
+        return Err(ApiError::invalid(format!("{kind} is invalid: metadata.name: Required value")));
     };
     meta.insert("namespace".into(), json!(ns));
     let name = meta.get("name").and_then(Value::as_str).unwrap_or("").to_string();
     if name.is_empty() {
-        return Err(ApiError::new(
-            422,
-            "Invalid",
-            format!("{kind} is invalid: metadata.name: Required value: name or generateName is required"),
-        ));
+        return Err(ApiError::invalid(format!(
+            "{kind} is invalid: metadata.name: Required value: name or generateName is required"
+        )));
     }
     Ok(name)
-}
-
-fn already_exists(kind: Kind, name: &str) -> ApiError {
-    let mut e = ApiError::new(409, "AlreadyExists", format!("{} {name:?} already exists", resource(kind)));
-    e.details = Some((name.to_string(), resource(kind).into()));
-    e
 }
 
 fn log_warnings(kind: Kind, ns: &str, name: &str, warnings: &[String]) {
@@ -163,13 +145,13 @@ pub fn patch(ctx: &Ctx, req: &Request, kind: Kind, ns: &str, name: &str) -> Res<
             if let Some(rv) = served(ctx, &key).and_then(|v| v.pointer("/metadata/resourceVersion").cloned()) {
                 current["metadata"]["resourceVersion"] = rv;
             }
-            patch::apply(kind.as_str(), &current, &req.body, ct, &params).map_err(status)?
+            patch::apply(kind.as_str(), &current, &req.body, ct, &params)?
         }
         None if ct.starts_with("application/apply-patch") => {
             if req.body.len() > patch::MAX_PATCH_BYTES {
-                return Err(ApiError::new(413, "RequestEntityTooLarge", "the applied configuration is over 1 MiB"));
+                return Err(ApiError::too_large("the applied configuration is over 1 MiB"));
             }
-            let mut p = ssa::server_side_apply(kind.as_str(), None, &req.body, &params).map_err(status)?;
+            let mut p = ssa::server_side_apply(kind.as_str(), None, &req.body, &params)?;
             identify(&mut p.object, kind.as_str(), ns)?;
             if p.object.pointer("/metadata/name").and_then(Value::as_str) != Some(name) {
                 return Err(ApiError::bad_request(format!(
@@ -204,9 +186,9 @@ fn store(ctx: &Ctx, key: &ObjKey, live: Option<&LocalObject>, new: &Value, param
         ann.retain(|k, _| !SHOWN_ONLY.contains(&k.as_str()));
     }
     let (local, _) = objects::from_value(kind, "(request)", manifest)
-        .map_err(|e| status(StatusError::invalid(kind.as_str(), name, &e.field, e.reason)))?;
+        .map_err(|e| ApiError::field_invalid(kind.as_str(), name, &e.field, e.reason))?;
     if let Some(l) = live {
-        immutable(l, &local).map_err(status)?;
+        immutable(l, &local)?;
     }
     let canonical = view::object_value(&local, true);
     let unchanged = live.is_some_and(|l| view::object_value(l, true) == canonical);
@@ -224,8 +206,7 @@ fn store(ctx: &Ctx, key: &ObjKey, live: Option<&LocalObject>, new: &Value, param
     let path = match live {
         Some(l) => ctx.ops.replace_object(l, &doc),
         None => ctx.ops.create_object(key, &doc),
-    }
-    .map_err(|e| object_error(e, kind, name))?;
+    }?;
     let file = path.to_string_lossy().into_owned();
     let read = ctx
         .ops
@@ -245,24 +226,16 @@ fn document(kind: Kind, canonical: &Value) -> Res<Vec<u8>> {
         .into_bytes())
 }
 
-/// An `api::objects` error as the API server's.
-fn object_error(e: crate::api::ops::OpError, kind: Kind, name: &str) -> ApiError {
-    match e.kind {
-        crate::api::ops::ErrorKind::NotFound => ApiError::not_found(resource(kind), name),
-        _ => op_error(e, name),
-    }
-}
-
 const IMMUTABLE: &str = "field is immutable when `immutable` is set";
 
 /// The API server's update rules: a Secret's type never changes; an
 /// immutable object's data and `immutable` keep their values.
-fn immutable(live: &LocalObject, new: &LocalObject) -> Result<(), StatusError> {
-    let forbidden = |f: &str| ("FieldValueForbidden".to_string(), f.to_string(), format!("Forbidden: {IMMUTABLE}"));
+fn immutable(live: &LocalObject, new: &LocalObject) -> Res<()> {
+    let forbidden = |f: &str| Cause::new("FieldValueForbidden", f, format!("Forbidden: {IMMUTABLE}"));
     let mut causes = Vec::new();
     if live.key.kind == Kind::Secret && live.type_ != new.type_ {
         let t = new.type_.clone().unwrap_or_default();
-        causes.push(("FieldValueInvalid".into(), "type".into(), format!("Invalid value: {t:?}: field is immutable")));
+        causes.push(Cause::new("FieldValueInvalid", "type", format!("Invalid value: {t:?}: field is immutable")));
     }
     if live.immutable {
         if !new.immutable {
@@ -284,14 +257,10 @@ fn immutable(live: &LocalObject, new: &LocalObject) -> Result<(), StatusError> {
     if causes.is_empty() {
         return Ok(());
     }
-    let shown: Vec<String> = causes.iter().map(|(_, f, m)| format!("{f}: {m}")).collect();
+    let shown: Vec<String> = causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect();
     let list = if shown.len() == 1 { shown[0].clone() } else { format!("[{}]", shown.join(", ")) };
-    Err(StatusError {
-        code: 422,
-        reason: "Invalid",
-        message: format!("{} {:?} is invalid: {list}", live.key.kind.as_str(), live.key.name),
-        causes,
-    })
+    Err(ApiError::invalid(format!("{} {:?} is invalid: {list}", live.key.kind.as_str(), live.key.name))
+        .with_causes(causes))
 }
 
 /// `DELETE .../namespaces/NS/configmaps|secrets/NAME`: the file that holds
@@ -300,11 +269,7 @@ pub fn delete(ctx: &Ctx, req: &Request, kind: Kind, ns: &str, name: &str) -> Res
     let key = ObjKey::new(kind, ns, name);
     let Some(live) = ctx.ops.object(&key) else { return Err(ApiError::not_found(resource(kind), name)) };
     let dry_run = params(req)?.dry_run;
-    let path = if dry_run {
-        ctx.ops.sole_file(&live).map_err(|e| object_error(e, kind, name))?
-    } else {
-        ctx.ops.delete_object(&live).map_err(|e| object_error(e, kind, name))?
-    };
+    let path = if dry_run { ctx.ops.sole_file(&live)? } else { ctx.ops.delete_object(&live)? };
     if !dry_run {
         let file = path.to_string_lossy().into_owned();
         if !ctx.ops.wait_object(&key, SETTLE, |o| o.is_none_or(|o| o.file != file)) {

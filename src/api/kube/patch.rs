@@ -5,19 +5,18 @@
 //! `patchMergeKey` of the Kubernetes types), server-side apply
 //! (`application/apply-patch+yaml`, in `ssa`), the request's parameters
 //! (`fieldManager`, `force`, `fieldValidation`), field validation through
-//! the manifest parser's own field table, and the errors as `meta/v1
-//! Status` values (`StatusError`) for the HTTPS server to send.
+//! the manifest parser's own field table; refusals are the APIs' one
+//! error (`api::status::ApiError`) for the HTTPS server to send.
 //!
-//! The shared parts (errors, parameters, validation, list strategies) are
-//! in `write` and re-exported here.
+//! The shared parts (parameters, validation, list strategies) are in
+//! `write` and re-exported here.
 
 use serde_json::{Map, Value};
 
 use super::ssa;
 use super::write::finish;
-pub use super::write::{
-    FieldValidation, ListKind, Params, Patched, StatusError, list_kind, manifest_of, validate_fields,
-};
+pub use super::write::{FieldValidation, ListKind, Params, Patched, list_kind, manifest_of, validate_fields};
+use crate::api::status::{ApiError, Cause, Res};
 use crate::model::bounded_yaml;
 
 /// Largest patch body read (the API server's limit is 3 MiB; a manifest
@@ -36,14 +35,14 @@ pub enum PatchType {
 impl PatchType {
     /// The patch type of a `Content-Type` (parameters such as `charset`
     /// ignored); 415 for anything else, listing what is accepted.
-    pub fn from_content_type(content_type: &str) -> Result<PatchType, StatusError> {
+    pub fn from_content_type(content_type: &str) -> Res<PatchType> {
         let media = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
         match media.as_str() {
             "application/json-patch+json" => Ok(PatchType::Json),
             "application/merge-patch+json" => Ok(PatchType::Merge),
             "application/strategic-merge-patch+json" => Ok(PatchType::Strategic),
             "application/apply-patch+yaml" => Ok(PatchType::Apply),
-            _ => Err(StatusError::unsupported_media_type(format!(
+            _ => Err(ApiError::unsupported_media_type(format!(
                 "the body of the request was in an unknown format - accepted media types include: \
                  application/json-patch+json, application/merge-patch+json, \
                  application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type:?})"
@@ -56,41 +55,28 @@ impl PatchType {
 /// `ConfigMap` or `Secret`): parse the body by `content_type`, patch,
 /// keep identity and status, check the fields by `params.field_validation`
 /// and record the field manager in `managedFields`.
-pub fn apply(
-    kind: &str,
-    live: &Value,
-    body: &[u8],
-    content_type: &str,
-    params: &Params,
-) -> Result<Patched, StatusError> {
+pub fn apply(kind: &str, live: &Value, body: &[u8], content_type: &str, params: &Params) -> Res<Patched> {
     let patch_type = PatchType::from_content_type(content_type)?;
     if body.len() > MAX_PATCH_BYTES {
-        return Err(StatusError {
-            code: 413,
-            reason: "RequestEntityTooLarge",
-            message: format!("the patch is {} bytes, over the limit of {MAX_PATCH_BYTES}", body.len()),
-            causes: Vec::new(),
-        });
+        return Err(ApiError::too_large(format!(
+            "the patch is {} bytes, over the limit of {MAX_PATCH_BYTES}",
+            body.len()
+        )));
     }
     if patch_type == PatchType::Apply {
         return ssa::server_side_apply(kind, Some(live), body, params);
     }
     if params.force {
-        return Err(StatusError {
-            code: 422,
-            reason: "Invalid",
-            message:
-                "PatchOptions.meta.k8s.io \"\" is invalid: force: Forbidden: may not be specified for non-apply patch"
-                    .into(),
-            causes: vec![(
-                "FieldValueForbidden".into(),
-                "force".into(),
-                "Forbidden: may not be specified for non-apply patch".into(),
-            )],
-        });
+        return Err(ApiError::invalid(
+            "PatchOptions.meta.k8s.io \"\" is invalid: force: Forbidden: may not be specified for non-apply patch",
+        )
+        .with_causes(vec![Cause::new(
+            "FieldValueForbidden",
+            "force",
+            "Forbidden: may not be specified for non-apply patch",
+        )]));
     }
-    let text =
-        std::str::from_utf8(body).map_err(|e| StatusError::bad_request(format!("the patch is not UTF-8: {e}")))?;
+    let text = std::str::from_utf8(body).map_err(|e| ApiError::bad_request(format!("the patch is not UTF-8: {e}")))?;
     let patch = one_json(text)?;
     let patched = match patch_type {
         PatchType::Json => json_patch(live, &patch)?,
@@ -111,12 +97,12 @@ fn default_manager(_: PatchType) -> &'static str {
 }
 
 /// Exactly one JSON document, bounded like a manifest.
-fn one_json(text: &str) -> Result<Value, StatusError> {
+fn one_json(text: &str) -> Res<Value> {
     let mut docs = bounded_yaml::parse_json_bounded(text)
-        .map_err(|e| StatusError::bad_request(format!("invalid JSON patch: {e}")))?;
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
     match docs.len() {
         1 => Ok(docs.remove(0)),
-        n => Err(StatusError::bad_request(format!("invalid patch: expected one JSON document, got {n}"))),
+        n => Err(ApiError::bad_request(format!("invalid patch: expected one JSON document, got {n}"))),
     }
 }
 
@@ -172,7 +158,7 @@ pub fn merge_diff(from: &Value, to: &Value) -> Value {
 /// Bounds: at most this many operations in one JSON patch.
 const MAX_JSON_PATCH_OPS: usize = 10_000;
 
-fn json_patch_error(patch: &Value, message: impl std::fmt::Display) -> StatusError {
+fn json_patch_error(patch: &Value, message: impl std::fmt::Display) -> ApiError {
     let shown = patch.to_string();
     let shown = if shown.len() > 512 {
         format!(
@@ -182,55 +168,51 @@ fn json_patch_error(patch: &Value, message: impl std::fmt::Display) -> StatusErr
     } else {
         shown
     };
-    StatusError {
-        code: 422,
-        reason: "Invalid",
-        message: format!("the server rejected our request due to an error in our request: {message}"),
-        causes: vec![("FieldValueInvalid".into(), "patch".into(), format!("Invalid value: {shown:?}: {message}"))],
-    }
+    ApiError::invalid(format!("the server rejected our request due to an error in our request: {message}"))
+        .with_causes(vec![Cause::new("FieldValueInvalid", "patch", format!("Invalid value: {shown:?}: {message}"))])
 }
 
 /// RFC 6902: `add`, `remove`, `replace`, `move`, `copy`, `test`, in order,
 /// all or nothing. Failing operations are 422 Invalid as the API server
 /// answers them.
-pub fn json_patch(doc: &Value, patch: &Value) -> Result<Value, StatusError> {
+pub fn json_patch(doc: &Value, patch: &Value) -> Res<Value> {
     let Value::Array(ops) = patch else {
-        return Err(StatusError::bad_request("a JSON patch is a list of operations"));
+        return Err(ApiError::bad_request("a JSON patch is a list of operations"));
     };
     if ops.len() > MAX_JSON_PATCH_OPS {
-        return Err(StatusError::bad_request(format!("a JSON patch has at most {MAX_JSON_PATCH_OPS} operations")));
+        return Err(ApiError::bad_request(format!("a JSON patch has at most {MAX_JSON_PATCH_OPS} operations")));
     }
     let mut doc = doc.clone();
     for (i, op) in ops.iter().enumerate() {
         let fail = |m: String| json_patch_error(patch, format!("operation {i}: {m}"));
         let name = op.get("op").and_then(Value::as_str).ok_or_else(|| fail("missing \"op\"".into()))?;
         let path = op.get("path").and_then(Value::as_str).ok_or_else(|| fail("missing \"path\"".into()))?;
-        let path = pointer(path).map_err(|e| fail(e.0))?;
+        let path = pointer(path).map_err(|e| fail(e.message))?;
         let value = || op.get("value").cloned().ok_or_else(|| fail("missing \"value\"".into()));
-        let from = || -> Result<Vec<String>, StatusError> {
+        let from = || -> Res<Vec<String>> {
             let f = op.get("from").and_then(Value::as_str).ok_or_else(|| fail("missing \"from\"".into()))?;
-            pointer(f).map_err(|e| fail(e.0))
+            pointer(f).map_err(|e| fail(e.message))
         };
         match name {
-            "add" => add(&mut doc, &path, value()?).map_err(|e| fail(e.0))?,
+            "add" => add(&mut doc, &path, value()?).map_err(|e| fail(e.message))?,
             "remove" => {
-                remove(&mut doc, &path).map_err(|e| fail(e.0))?;
+                remove(&mut doc, &path).map_err(|e| fail(e.message))?;
             }
             "replace" => {
-                remove(&mut doc, &path).map_err(|e| fail(e.0))?;
-                add(&mut doc, &path, value()?).map_err(|e| fail(e.0))?;
+                remove(&mut doc, &path).map_err(|e| fail(e.message))?;
+                add(&mut doc, &path, value()?).map_err(|e| fail(e.message))?;
             }
             "move" => {
                 let from = from()?;
                 if path.len() > from.len() && path[..from.len()] == from[..] {
                     return Err(fail("cannot move a value into itself".into()));
                 }
-                let v = remove(&mut doc, &from).map_err(|e| fail(e.0))?;
-                add(&mut doc, &path, v).map_err(|e| fail(e.0))?;
+                let v = remove(&mut doc, &from).map_err(|e| fail(e.message))?;
+                add(&mut doc, &path, v).map_err(|e| fail(e.message))?;
             }
             "copy" => {
                 let v = get(&doc, &from()?).cloned().ok_or_else(|| fail("\"from\" does not exist".into()))?;
-                add(&mut doc, &path, v).map_err(|e| fail(e.0))?;
+                add(&mut doc, &path, v).map_err(|e| fail(e.message))?;
             }
             "test" => {
                 let want = value()?;
@@ -244,23 +226,19 @@ pub fn json_patch(doc: &Value, patch: &Value) -> Result<Value, StatusError> {
     Ok(doc)
 }
 
-/// Why one JSON patch operation failed.
-#[derive(Debug)]
-struct OpError(String);
-
-impl From<String> for OpError {
-    fn from(s: String) -> Self {
-        OpError(s)
-    }
+/// Why one JSON patch operation failed: a 422 whose message
+/// [`json_patch`] puts in context ([`json_patch_error`]).
+fn op_failed(message: String) -> ApiError {
+    ApiError::invalid(message)
 }
 
 /// A JSON pointer's reference tokens (`~1` is `/`, `~0` is `~`).
-fn pointer(p: &str) -> Result<Vec<String>, OpError> {
+fn pointer(p: &str) -> Res<Vec<String>> {
     if p.is_empty() {
         return Ok(Vec::new());
     }
     let Some(rest) = p.strip_prefix('/') else {
-        return Err(OpError(format!("{p:?} is not a JSON pointer (must start with '/')")));
+        return Err(op_failed(format!("{p:?} is not a JSON pointer (must start with '/')")));
     };
     rest.split('/')
         .map(|t| {
@@ -271,7 +249,7 @@ fn pointer(p: &str) -> Result<Vec<String>, OpError> {
                     (_, true) => match chars.next() {
                         Some('0') => out.push('~'),
                         Some('1') => out.push('/'),
-                        _ => return Err(OpError(format!("{p:?}: '~' must be followed by 0 or 1"))),
+                        _ => return Err(op_failed(format!("{p:?}: '~' must be followed by 0 or 1"))),
                     },
                     (c, false) => out.push(c),
                 }
@@ -285,7 +263,7 @@ fn show_pointer(p: &[String]) -> String {
     p.iter().map(|t| format!("/{}", t.replace('~', "~0").replace('/', "~1"))).collect()
 }
 
-fn index(token: &str, len: usize, append: bool) -> Result<usize, OpError> {
+fn index(token: &str, len: usize, append: bool) -> Res<usize> {
     if append && token == "-" {
         return Ok(len);
     }
@@ -293,7 +271,7 @@ fn index(token: &str, len: usize, append: bool) -> Result<usize, OpError> {
         !token.is_empty() && token.bytes().all(|b| b.is_ascii_digit()) && (token == "0" || !token.starts_with('0'));
     match token.parse::<usize>() {
         Ok(i) if valid && (i < len || (append && i == len)) => Ok(i),
-        _ => Err(OpError(format!("index {token:?} is out of range (length {len})"))),
+        _ => Err(op_failed(format!("index {token:?} is out of range (length {len})"))),
     }
 }
 
@@ -309,22 +287,24 @@ fn get<'a>(doc: &'a Value, path: &[String]) -> Option<&'a Value> {
     Some(at)
 }
 
-fn parent_of<'a>(doc: &'a mut Value, path: &[String]) -> Result<&'a mut Value, OpError> {
+fn parent_of<'a>(doc: &'a mut Value, path: &[String]) -> Res<&'a mut Value> {
     let mut at = doc;
     for t in path {
         at = match at {
-            Value::Object(m) => m.get_mut(t).ok_or_else(|| format!("{} does not exist", show_pointer(path)))?,
+            Value::Object(m) => {
+                m.get_mut(t).ok_or_else(|| op_failed(format!("{} does not exist", show_pointer(path))))?
+            }
             Value::Array(a) => {
                 let i = index(t, a.len(), false)?;
                 &mut a[i]
             }
-            _ => return Err(OpError(format!("{} is not an object or a list", show_pointer(path)))),
+            _ => return Err(op_failed(format!("{} is not an object or a list", show_pointer(path)))),
         };
     }
     Ok(at)
 }
 
-fn add(doc: &mut Value, path: &[String], v: Value) -> Result<(), OpError> {
+fn add(doc: &mut Value, path: &[String], v: Value) -> Res<()> {
     let Some((last, parents)) = path.split_last() else {
         *doc = v;
         return Ok(());
@@ -339,22 +319,22 @@ fn add(doc: &mut Value, path: &[String], v: Value) -> Result<(), OpError> {
             a.insert(i, v);
             Ok(())
         }
-        _ => Err(OpError(format!("cannot add {}: its parent is not an object or a list", show_pointer(path)))),
+        _ => Err(op_failed(format!("cannot add {}: its parent is not an object or a list", show_pointer(path)))),
     }
 }
 
-fn remove(doc: &mut Value, path: &[String]) -> Result<Value, OpError> {
+fn remove(doc: &mut Value, path: &[String]) -> Res<Value> {
     let Some((last, parents)) = path.split_last() else {
         return Ok(std::mem::take(doc));
     };
     let missing = || format!("{} does not exist", show_pointer(path));
     match parent_of(doc, parents)? {
-        Value::Object(m) => m.remove(last).ok_or_else(|| OpError(missing())),
+        Value::Object(m) => m.remove(last).ok_or_else(|| op_failed(missing())),
         Value::Array(a) => {
             let i = index(last, a.len(), false)?;
             Ok(a.remove(i))
         }
-        _ => Err(OpError(missing())),
+        _ => Err(op_failed(missing())),
     }
 }
 
@@ -375,19 +355,19 @@ const SET_ORDER: &str = "$setElementOrder/";
 /// lists by `list_kind`, with the directives `$patch: replace|merge|delete`,
 /// `$retainKeys`, `$deleteFromPrimitiveList/<list>` and
 /// `$setElementOrder/<list>`.
-pub fn strategic_merge(kind: &str, live: &Value, patch: &Value) -> Result<Value, StatusError> {
+pub fn strategic_merge(kind: &str, live: &Value, patch: &Value) -> Res<Value> {
     if !strategic_kind(kind) {
-        return Err(StatusError::unsupported_media_type(format!(
+        return Err(ApiError::unsupported_media_type(format!(
             "the body of the request was in an unknown format - strategic merge patch is not supported for {kind}"
         )));
     }
     let Value::Object(p) = patch else {
-        return Err(StatusError::bad_request("a strategic merge patch is a JSON object"));
+        return Err(ApiError::bad_request("a strategic merge patch is a JSON object"));
     };
     let original = live.as_object().cloned().unwrap_or_default();
     match smp_map(kind, "", original, p)? {
         Some(m) => Ok(Value::Object(m)),
-        None => Err(StatusError::bad_request("a strategic merge patch cannot delete the whole object")),
+        None => Err(ApiError::bad_request("a strategic merge patch cannot delete the whole object")),
     }
 }
 
@@ -401,7 +381,7 @@ fn smp_map(
     path: &str,
     mut original: Map<String, Value>,
     p: &Map<String, Value>,
-) -> Result<Option<Map<String, Value>>, StatusError> {
+) -> Res<Option<Map<String, Value>>> {
     match p.get(DIRECTIVE).map(|d| d.as_str()) {
         None | Some(Some("merge")) => {}
         Some(Some("delete")) => return Ok(None),
@@ -411,7 +391,7 @@ fn smp_map(
             return smp_map(kind, path, Map::new(), &rest);
         }
         Some(other) => {
-            return Err(StatusError::bad_request(format!(
+            return Err(ApiError::bad_request(format!(
                 "Unknown patch type: {} in map at {}",
                 other.map_or_else(|| p[DIRECTIVE].to_string(), str::to_string),
                 if path.is_empty() { "(root)" } else { path }
@@ -420,11 +400,11 @@ fn smp_map(
     }
     if let Some(retain) = p.get(RETAIN_KEYS) {
         let Value::Array(keys) = retain else {
-            return Err(StatusError::bad_request(format!("{RETAIN_KEYS} at {path} must be a list of field names")));
+            return Err(ApiError::bad_request(format!("{RETAIN_KEYS} at {path} must be a list of field names")));
         };
         let keys: Vec<&str> = keys.iter().filter_map(Value::as_str).collect();
         if let Some(k) = p.keys().find(|k| !k.starts_with('$') && !keys.contains(&k.as_str())) {
-            return Err(StatusError::bad_request(format!(
+            return Err(ApiError::bad_request(format!(
                 "{RETAIN_KEYS} at {path} does not list {k:?}, which the patch sets"
             )));
         }
@@ -433,7 +413,7 @@ fn smp_map(
     for (k, v) in p {
         if let Some(field) = k.strip_prefix(DELETE_FROM) {
             let Value::Array(gone) = v else {
-                return Err(StatusError::bad_request(format!("{k} at {path} must be a list")));
+                return Err(ApiError::bad_request(format!("{k} at {path} must be a list")));
             };
             if let Some(Value::Array(list)) = original.get_mut(field) {
                 list.retain(|x| !gone.contains(x));
@@ -463,7 +443,7 @@ fn smp_map(
     for (k, v) in p {
         if let Some(field) = k.strip_prefix(SET_ORDER) {
             let Value::Array(order) = v else {
-                return Err(StatusError::bad_request(format!("{k} at {path} must be a list")));
+                return Err(ApiError::bad_request(format!("{k} at {path} must be a list")));
             };
             let list_path = child(path, field);
             if let Some(Value::Array(list)) = original.get_mut(field) {
@@ -497,7 +477,7 @@ fn set_order(list: &mut [Value], order: &[Value], kind: ListKind) {
     list.sort_by_key(position);
 }
 
-fn smp_list(kind: &str, path: &str, original: Vec<Value>, p: &[Value]) -> Result<Vec<Value>, StatusError> {
+fn smp_list(kind: &str, path: &str, original: Vec<Value>, p: &[Value]) -> Res<Vec<Value>> {
     let lk = list_kind(kind, path);
     let is_directive = |v: &Value, d: &str| v.get(DIRECTIVE).and_then(Value::as_str) == Some(d);
     let item_path = format!("{path}[]");
@@ -522,12 +502,12 @@ fn smp_list(kind: &str, path: &str, original: Vec<Value>, p: &[Value]) -> Result
             let mut out = original;
             for item in p {
                 let Value::Object(m) = item else {
-                    return Err(StatusError::bad_request(format!(
+                    return Err(ApiError::bad_request(format!(
                         "{path}: list items must be objects (merged by {key:?})"
                     )));
                 };
                 let Some(kv) = m.get(key) else {
-                    return Err(StatusError::bad_request(format!(
+                    return Err(ApiError::bad_request(format!(
                         "{path}: map does not contain declared merge key: {key}"
                     )));
                 };
@@ -742,7 +722,7 @@ mod tests {
         }
     }
 
-    fn jp(doc: Value, patch: Value) -> Result<Value, StatusError> {
+    fn jp(doc: Value, patch: Value) -> Res<Value> {
         json_patch(&doc, &patch)
     }
 
@@ -980,14 +960,6 @@ mod tests {
         assert!(m.get("status").is_none());
         assert!(m["metadata"].get("uid").is_none() && m["metadata"].get("resourceVersion").is_none());
         assert_eq!(m["metadata"]["annotations"], json!({"kubectl.kubernetes.io/last-applied-configuration": "{}"}));
-    }
-
-    #[test]
-    fn status_errors_render_as_meta_v1_status() {
-        let s = StatusError::invalid("Pod", "web", "spec.x", "bad").to_status();
-        assert_eq!(s["kind"], "Status");
-        assert_eq!(s["code"], 422);
-        assert_eq!(s["details"]["causes"][0]["field"], "spec.x");
     }
 
     fn json_value() -> impl Strategy<Value = Value> {

@@ -12,14 +12,15 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::api::ops::Trust;
+use crate::api::status::{ApiError, Res};
 use crate::config::api_authz::Right;
 
 use super::authz::{Ask, User};
-use super::ctx::{Ctx, op_error};
+use super::ctx::Ctx;
 use super::select::{Filter, Selector};
 use super::table::{self, Printer};
 use super::watch::{self, Kind, Next, Stored};
-use super::wire::{ApiError, ChunkSink, Reply, Request, Res};
+use super::wire::{ChunkSink, Reply, Request};
 use super::{discovery, logs, objwrite, resources, run};
 
 /// A resource the API serves from the hub.
@@ -116,16 +117,13 @@ fn resource(name: &str) -> Option<Resource> {
 
 /// The answer to `req` from `user` (`None`: no client certificate).
 pub fn handle(ctx: &Ctx, user: Option<&User>, req: &Request) -> Reply {
-    let Some(user) = user else { return ApiError::unauthorized().reply() };
+    let Some(user) = user else { return ApiError::unauthorized().into() };
     if user.cluster
         && let Err(e) = cluster_door(ctx, user, req)
     {
-        return e.reply();
+        return e.into();
     }
-    match route(ctx, user, req) {
-        Ok(r) => r,
-        Err(e) => e.reply(),
-    }
+    route(ctx, user, req).unwrap_or_else(Reply::from)
 }
 
 /// A caller the cluster authenticated (the API server, a service account's
@@ -217,7 +215,7 @@ fn route(ctx: &Ctx, user: &User, req: &Request) -> Res<Reply> {
             Some(s) => Ok(Reply::ok(
                 &serde_json::to_value(crate::node::stats::summary(&s, &ctx.ops.parts.node_name)).unwrap_or_default(),
             )),
-            None => Err(ApiError::new(503, "ServiceUnavailable", "no stats collected yet")),
+            None => Err(ApiError::unavailable("no stats collected yet")),
         },
         (_, ["metrics", "resource"]) if get && user.cluster => Ok(Reply::Full {
             status: 200,
@@ -267,7 +265,7 @@ pub fn streaming(ctx: &Ctx, _user: &User, req: &Request, ns: &str, pod: &str, wh
     let kind = match what {
         "exec" | "attach" => what,
         "portforward" | "portForward" => "portforward",
-        _ => return ApiError::bad_request(format!("{what} for pod {ns}/{pod}: not a streaming request")).reply(),
+        _ => return ApiError::bad_request(format!("{what} for pod {ns}/{pod}: not a streaming request")).into(),
     };
     // the kubelet's paths name the container: /exec/NS/POD/CONTAINER
     let segments: Vec<&str> = req.path.trim_start_matches('/').split('/').collect();
@@ -275,7 +273,7 @@ pub fn streaming(ctx: &Ctx, _user: &User, req: &Request, ns: &str, pod: &str, wh
     let query = req.raw_query();
     let target = match StreamTarget::from_query(kind, ns, pod, container.unwrap_or(""), &query) {
         Ok(t) => t,
-        Err(e) => return ApiError::new(e.code, e.reason(), e.message).reply(),
+        Err(e) => return e.into(),
     };
     let up = UpgradeRequest {
         method: req.method.clone(),
@@ -296,14 +294,7 @@ pub fn streaming(ctx: &Ctx, _user: &User, req: &Request, ns: &str, pod: &str, wh
 /// version of its manifest, written as `podwarden apply` writes it (the
 /// pod is replaced). Static pods are not patched through the API.
 pub fn patch(ctx: &Ctx, _user: &User, req: &Request, r: &str, ns: &str, name: &str) -> Reply {
-    match patch_pod(ctx, req, r, ns, name) {
-        Ok(reply) => reply,
-        Err(e) => e.reply(),
-    }
-}
-
-fn status_error(e: crate::api::kube::write::StatusError) -> Reply {
-    Reply::json(e.code, &e.to_status())
+    patch_pod(ctx, req, r, ns, name).unwrap_or_else(Reply::from)
 }
 
 fn patch_pod(ctx: &Ctx, req: &Request, r: &str, ns: &str, name: &str) -> Res<Reply> {
@@ -312,10 +303,7 @@ fn patch_pod(ctx: &Ctx, req: &Request, r: &str, ns: &str, name: &str) -> Res<Rep
     let live = live.as_ref();
     let query = req.raw_query();
     let now = crate::model::rfc3339(std::time::SystemTime::now());
-    let params = match write::Params::from_query(&query, &now) {
-        Ok(p) => p,
-        Err(e) => return Ok(status_error(e)),
-    };
+    let params = write::Params::from_query(&query, &now)?;
     let ct = req.header("content-type").unwrap_or("");
     let is_apply = ct.starts_with("application/apply-patch");
     if let Some(pod) = live
@@ -333,10 +321,7 @@ fn patch_pod(ctx: &Ctx, req: &Request, r: &str, ns: &str, name: &str) -> Res<Rep
         (None, true) => ssa::server_side_apply("Pod", None, &req.body, &params),
         (None, false) => return Err(ApiError::not_found(r, name)),
     };
-    let patched = match patched {
-        Ok(p) => p,
-        Err(e) => return Ok(status_error(e)),
-    };
+    let patched = patched?;
     for w in &patched.warnings {
         log::debug!("PATCH {r} {ns}/{name}: warning: {w}");
     }
@@ -352,7 +337,7 @@ fn patch_pod(ctx: &Ctx, req: &Request, r: &str, ns: &str, name: &str) -> Res<Rep
         }
     }
     let bytes = serde_json::to_vec_pretty(&manifest).map_err(|e| ApiError::internal(e.to_string()))?;
-    let applied = ctx.ops.apply(&bytes, &format!("pods/{name}"), Trust::Client).map_err(|e| op_error(e, name))?;
+    let applied = ctx.ops.apply(&bytes, &format!("pods/{name}"), Trust::Client)?;
     let mut out = resources::pod_json(&applied.pod);
     out["metadata"]["resourceVersion"] = json!(ctx.hub.resource_version().to_string());
     Ok(Reply::json(if live.is_some() { 200 } else { 201 }, &out))
@@ -491,15 +476,13 @@ fn create_pod(ctx: &Ctx, req: &Request, ns: &str) -> Res<Reply> {
         a.insert(resources::CREATED_BY_ANNOTATION.into(), json!(resources::API_CREATED));
     }
     if ctx.ops.find(ns, &name).is_ok() {
-        let mut e = ApiError::new(409, "AlreadyExists", format!("pods \"{name}\" already exists"));
-        e.details = Some((name, "pods".into()));
-        return Err(e);
+        return Err(ApiError::already_exists("pods", &name));
     }
     if req.param("dryRun").is_some() {
         return Err(ApiError::bad_request("dryRun is not supported by podwarden"));
     }
     let bytes = serde_json::to_vec_pretty(&pod).map_err(|e| ApiError::internal(e.to_string()))?;
-    let applied = ctx.ops.apply(&bytes, &format!("pods/{name}"), Trust::Client).map_err(|e| op_error(e, &name))?;
+    let applied = ctx.ops.apply(&bytes, &format!("pods/{name}"), Trust::Client)?;
     let mut out = resources::pod_json(&applied.pod);
     out["metadata"]["resourceVersion"] = json!(ctx.hub.resource_version().to_string());
     Ok(Reply::json(201, &out))
@@ -526,7 +509,7 @@ fn delete_pod(ctx: &Ctx, req: &Request, ns: &str, name: &str) -> Res<Reply> {
         Some(g) => Some(g),
         None => body.get("gracePeriodSeconds").and_then(Value::as_i64),
     };
-    ctx.ops.delete(ns, name, grace).map_err(|e| op_error(e, name))?;
+    ctx.ops.delete(ns, name, grace)?;
     let mut out = pod;
     out["metadata"]["deletionTimestamp"] = json!(crate::model::rfc3339(std::time::SystemTime::now()));
     if let Some(g) = grace {
@@ -572,8 +555,7 @@ fn nodes(ctx: &Ctx, user: &User, req: &Request, rest: &[&str]) -> Res<Reply> {
 
 fn metrics(ctx: &Ctx, user: &User, req: &Request, rest: &[&str]) -> Res<Reply> {
     let parts = &ctx.ops.parts;
-    let none_yet =
-        || ApiError::new(503, "ServiceUnavailable", "no resource metrics collected yet: try again in a few seconds");
+    let none_yet = || ApiError::unavailable("no resource metrics collected yet: try again in a few seconds");
     let list = |kind: &str, items: Vec<Value>| json!({"kind": kind, "apiVersion": "metrics.k8s.io/v1beta1", "metadata": {}, "items": items});
     let pods = |ns: Option<&str>, name: Option<&str>| -> Res<Vec<Value>> {
         Ok(resources::pod_metrics(parts)

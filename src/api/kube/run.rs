@@ -11,14 +11,13 @@
 
 use std::time::Duration;
 
-use serde_json::json;
-
-use crate::api::stream::{self, StreamError};
+use crate::api::status::{ApiError, Cause, Res};
+use crate::api::stream;
 use crate::model::{self, Pod};
 use crate::runtime::{CallCtx, ContainerState, ExecResult};
 
 use super::ctx::Ctx;
-use super::wire::{ApiError, Reply, Request, Res};
+use super::wire::{Reply, Request};
 
 /// How long a command runs when the request does not say.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -28,10 +27,6 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
 pub const MAX_OUTPUT: usize = 4 << 20;
 /// The longest `cmd` taken.
 const MAX_CMD: usize = 64 << 10;
-
-fn stream_error(e: StreamError) -> ApiError {
-    ApiError::new(e.code, e.reason(), e.message)
-}
 
 /// `/run/...`: `rest` is the path after `run`.
 pub fn run(ctx: &Ctx, req: &Request, rest: &[&str]) -> Res<Reply> {
@@ -48,13 +43,13 @@ pub fn run(ctx: &Ctx, req: &Request, rest: &[&str]) -> Res<Reply> {
     };
     let cmd = command(req)?;
     let timeout = timeout(req)?;
-    let pod = stream::find_pod(&ctx.ops.parts, ns, pod_name).map_err(stream_error)?;
+    let pod = stream::find_pod(&ctx.ops.parts, ns, pod_name)?;
     if let Some(u) = uid
         && model::uid(&pod) != u
     {
-        return Err(ApiError::new(404, "NotFound", format!("pod {ns}/{pod_name} with UID {u} not found")));
+        return Err(ApiError::missing(format!("pod {ns}/{pod_name} with UID {u} not found")));
     }
-    let container = stream::container_of(&pod, container).map_err(stream_error)?;
+    let container = stream::container_of(&pod, container)?;
     let id = running_container(ctx, &pod, &container)?;
     let result = exec(ctx, &id, &cmd, timeout)?;
     Ok(answer(&cmd, result))
@@ -111,7 +106,7 @@ fn running_container(ctx: &Ctx, pod: &Pod, container: &str) -> Res<String> {
     let rp = parts
         .runtime
         .pod_status(&CallCtx::background(stream::RUNTIME_DEADLINE), uid)
-        .map_err(|e| ApiError::new(503, "ServiceUnavailable", format!("pod {ns}/{name}: the runtime: {e}")))?;
+        .map_err(|e| ApiError::unavailable(format!("pod {ns}/{name}: the runtime: {e}")))?;
     find(&rp).ok_or_else(|| {
         ApiError::bad_request(format!("container {container} is not running in pod {ns}/{name}: cannot run a command"))
     })
@@ -152,17 +147,19 @@ fn answer(cmd: &[String], r: ExecResult) -> Reply {
         return Reply::Full { status: 200, content_type: "text/plain; charset=utf-8", body: out };
     }
     let shown = String::from_utf8_lossy(&out[..out.len().min(64 << 10)]).into_owned();
-    let status = json!({
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": format!("command {:?} terminated with non-zero exit code {}: {shown}", cmd.join(" "), r.exit_code),
-        "reason": "NonZeroExitCode", "code": 500,
-        "details": {"causes": [{"reason": "ExitCode", "message": r.exit_code.to_string()}]},
-    });
-    Reply::json(500, &status)
+    let e = ApiError::new(
+        500,
+        "NonZeroExitCode",
+        format!("command {:?} terminated with non-zero exit code {}: {shown}", cmd.join(" "), r.exit_code),
+    )
+    .with_causes(vec![Cause::new("ExitCode", "", r.exit_code.to_string())]);
+    Reply::from(e)
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn req(method: &str, query: &[(&str, &str)], body: &str) -> Request {

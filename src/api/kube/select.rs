@@ -3,9 +3,8 @@
 //! `!=`), matched against an object's JSON: labels under
 //! `metadata.labels`, fields by their dotted path.
 
+use crate::api::status::ApiError;
 use serde_json::Value;
-
-use super::wire::ApiError;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Op {

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::api::status::ApiError;
 use parking_lot::Mutex;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::server::WebPkiClientVerifier;
@@ -35,7 +36,7 @@ use super::ctx::Ctx;
 use super::gate::{Gate, Ticket};
 use super::pki::{self, ClientCert, Identity};
 use super::routes;
-use super::wire::{ApiError, ChunkSink, Reply, Request, split_target};
+use super::wire::{ChunkSink, Reply, Request, split_target};
 
 /// Connections at once: the watches' limit and a third more.
 pub const MAX_CONNS: usize = super::watch::MAX_WATCHERS * 4 / 3;
@@ -243,7 +244,7 @@ fn serve(shared: &Shared, tcp: TcpStream, ticket: Ticket) {
             Ok(Some(r)) => r,
             Ok(None) => return,
             Err(e) => {
-                let _ = write_full(&mut tls, &e.reply(), false);
+                let _ = write_full(&mut tls, &Reply::error(&e), false);
                 return;
             }
         };
@@ -257,7 +258,7 @@ fn serve(shared: &Shared, tcp: TcpStream, ticket: Ticket) {
             None => match bearer_user(shared, &req) {
                 Ok(u) => u,
                 Err(e) => {
-                    let _ = write_full(&mut tls, &e.reply(), false);
+                    let _ = write_full(&mut tls, &Reply::error(&e), false);
                     return;
                 }
             },
@@ -370,7 +371,7 @@ fn parse(tls: &mut Tls, buf: &mut Vec<u8>, end: usize, start: Instant) -> Result
         Some(v) => v.trim().parse().map_err(|_| ApiError::bad_request(format!("bad Content-Length {v:?}")))?,
     };
     if len > MAX_BODY {
-        return Err(ApiError::new(413, "RequestEntityTooLarge", "the request body is over 3 MiB"));
+        return Err(ApiError::too_large("the request body is over 3 MiB"));
     }
     buf.drain(..end);
     let body = if chunked {
@@ -446,7 +447,7 @@ impl Chunked {
                 }
             }
             if self.body.len().saturating_add(size) > MAX_BODY {
-                return Err(ApiError::new(413, "RequestEntityTooLarge", "the request body is over 3 MiB"));
+                return Err(ApiError::too_large("the request body is over 3 MiB"));
             }
             let data = eol + 2;
             if rest.len() < data + size + 2 {
@@ -461,34 +462,12 @@ impl Chunked {
     }
 }
 
-fn reason(code: u16) -> &'static str {
-    match code {
-        200 => "OK",
-        201 => "Created",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        409 => "Conflict",
-        410 => "Gone",
-        413 => "Payload Too Large",
-        422 => "Unprocessable Entity",
-        429 => "Too Many Requests",
-        431 => "Request Header Fields Too Large",
-        500 => "Internal Server Error",
-        501 => "Not Implemented",
-        503 => "Service Unavailable",
-        _ => "Status",
-    }
-}
-
 fn write_full(tls: &mut Tls, r: &Reply, head: bool) -> std::io::Result<()> {
     let Reply::Full { status, content_type, body } = r else { return Ok(()) };
     let retry = if *status == 429 { format!("Retry-After: {RETRY_AFTER_SECS}\r\n") } else { String::new() };
     let mut out = format!(
         "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-cache, private\r\n{retry}\r\n",
-        reason(*status),
+        crate::api::status::reason_phrase(*status),
         body.len()
     )
     .into_bytes();

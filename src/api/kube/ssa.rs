@@ -24,7 +24,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value};
 
-use super::write::{ListKind, Params, Patched, StatusError, finish, list_kind, validate_fields};
+use super::write::{ListKind, Params, Patched, finish, list_kind, validate_fields};
+use crate::api::status::{ApiError, Cause, Res};
 use crate::model::bounded_yaml;
 
 /// One field's path: `FieldsV1` elements (`f:spec`, `k:{"name":"a"}`, `v:"x"`).
@@ -368,32 +369,32 @@ fn merge(kind: &str, prefix: &mut FieldPath, live: Value, applied: &Value) -> Va
 
 /// The parsed apply body: one object of `kind`, `v1`, without
 /// `managedFields`.
-fn applied_config(kind: &str, body: &[u8]) -> Result<Value, StatusError> {
+fn applied_config(kind: &str, body: &[u8]) -> Res<Value> {
     let text = std::str::from_utf8(body)
-        .map_err(|e| StatusError::bad_request(format!("the applied configuration is not UTF-8: {e}")))?;
+        .map_err(|e| ApiError::bad_request(format!("the applied configuration is not UTF-8: {e}")))?;
     let mut docs =
-        bounded_yaml::parse_bounded(text).map_err(|e| StatusError::bad_request(format!("error decoding YAML: {e}")))?;
+        bounded_yaml::parse_bounded(text).map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
     if docs.len() != 1 {
-        return Err(StatusError::bad_request(format!(
+        return Err(ApiError::bad_request(format!(
             "the applied configuration must be one document, got {}",
             docs.len()
         )));
     }
     let mut obj = docs.remove(0);
     if !obj.is_object() {
-        return Err(StatusError::bad_request("the applied configuration is not an object"));
+        return Err(ApiError::bad_request("the applied configuration is not an object"));
     }
     match obj.get("apiVersion").and_then(Value::as_str) {
         Some("v1") => {}
         other => {
-            return Err(StatusError::bad_request(format!(
+            return Err(ApiError::bad_request(format!(
                 "the API version in the data ({}) does not match the expected API version (v1)",
                 other.unwrap_or("")
             )));
         }
     }
     if obj.get("kind").and_then(Value::as_str) != Some(kind) {
-        return Err(StatusError::bad_request(format!(
+        return Err(ApiError::bad_request(format!(
             "the kind in the data ({}) does not match the expected kind ({kind})",
             obj.get("kind").and_then(Value::as_str).unwrap_or("")
         )));
@@ -401,32 +402,23 @@ fn applied_config(kind: &str, body: &[u8]) -> Result<Value, StatusError> {
     if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut)
         && meta.remove("managedFields").is_some_and(|m| !m.is_null())
     {
-        return Err(StatusError::bad_request("metadata.managedFields must be nil in an applied configuration"));
+        return Err(ApiError::bad_request("metadata.managedFields must be nil in an applied configuration"));
     }
     Ok(obj)
 }
 
 /// Server-side apply of `body` (YAML or JSON) by `params.field_manager`
 /// to `live`, or the creation of the object when `live` is `None`.
-pub fn server_side_apply(
-    kind: &str,
-    live: Option<&Value>,
-    body: &[u8],
-    params: &Params,
-) -> Result<Patched, StatusError> {
+pub fn server_side_apply(kind: &str, live: Option<&Value>, body: &[u8], params: &Params) -> Res<Patched> {
     let Some(manager) = params.field_manager.as_deref().filter(|m| !m.is_empty()) else {
-        return Err(StatusError {
-            code: 422,
-            reason: "Invalid",
-            message:
-                "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"
-                    .into(),
-            causes: vec![(
-                "FieldValueRequired".into(),
-                "fieldManager".into(),
-                "Required value: is required for apply patch".into(),
-            )],
-        });
+        return Err(ApiError::invalid(
+            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+        )
+        .with_causes(vec![Cause::new(
+            "FieldValueRequired",
+            "fieldManager",
+            "Required value: is required for apply patch",
+        )]));
     };
     let applied = applied_config(kind, body)?;
     let new_set = owned_fields(kind, &applied);
@@ -496,7 +488,7 @@ pub fn server_side_apply(
         None => {
             let name = merged.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
             if name.is_empty() {
-                return Err(StatusError::invalid(kind, "", "metadata.name", "Required value: name is required"));
+                return Err(ApiError::field_invalid(kind, "", "metadata.name", "Required value: name is required"));
             }
             if let Some(m) = merged.as_object_mut() {
                 m.remove("status");
@@ -515,13 +507,13 @@ fn without_managed(v: &Value) -> Value {
     v
 }
 
-fn conflict_error(conflicts: &BTreeMap<String, Vec<FieldPath>>) -> StatusError {
+fn conflict_error(conflicts: &BTreeMap<String, Vec<FieldPath>>) -> ApiError {
     let n: usize = conflicts.values().map(Vec::len).sum();
     let mut causes = Vec::new();
     let mut parts = Vec::new();
     for (m, paths) in conflicts {
         for p in paths {
-            causes.push(("FieldManagerConflict".to_string(), show_path(p), format!("conflict with {m:?} using v1")));
+            causes.push(Cause::new("FieldManagerConflict", show_path(p), format!("conflict with {m:?} using v1")));
         }
         if paths.len() == 1 {
             parts.push(format!("conflict with {m:?} using v1: {}", show_path(&paths[0])));
@@ -531,7 +523,7 @@ fn conflict_error(conflicts: &BTreeMap<String, Vec<FieldPath>>) -> StatusError {
         }
     }
     let s = if n == 1 { "" } else { "s" };
-    StatusError::conflict(format!("Apply failed with {n} conflict{s}: {}", parts.join("\n")), causes)
+    ApiError::conflict(format!("Apply failed with {n} conflict{s}: {}", parts.join("\n"))).with_causes(causes)
 }
 
 /// Record a write other than apply (a patch, a creation, an update) by
@@ -623,7 +615,7 @@ mod tests {
             err.message,
             "Apply failed with 1 conflict: conflict with \"kubectl-client-side-apply\" using v1: .spec.containers[name=\"app\"].image"
         );
-        assert_eq!(err.to_status()["details"]["causes"][0]["field"], ".spec.containers[name=\"app\"].image");
+        assert_eq!(err.status()["details"]["causes"][0]["field"], ".spec.containers[name=\"app\"].image");
         // the same value is no conflict: both own it
         let same = br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web"},"spec":{"containers":[{"name":"app","image":"nginx:1"}]}}"#;
         assert!(server_side_apply("Pod", Some(&live), same, &params("kubectl", false)).is_ok());

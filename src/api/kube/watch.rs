@@ -22,12 +22,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::api::status::ApiError;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 use serde_json::Value;
 
 use super::table::{self, Cell, Printer};
-use super::wire::ApiError;
 
 /// The kinds the hub watches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

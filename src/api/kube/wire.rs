@@ -1,9 +1,11 @@
 //! The Kubernetes API's requests and answers as the handlers see them: a
 //! parsed request ([`Request`]), an answer ([`Reply`]: whole, or a chunked
-//! stream written by a closure on the connection's thread) and the API
-//! server's errors ([`ApiError`], a `meta/v1 Status`).
+//! stream written by a closure on the connection's thread; an error is
+//! the APIs' one error, `api::status::ApiError`, sent as its `Status`).
 
-use serde_json::{Value, json};
+use serde_json::Value;
+
+use crate::api::status::ApiError;
 
 /// A parsed request (head and a bounded body).
 #[derive(Debug, Clone, Default)]
@@ -159,6 +161,17 @@ impl Reply {
     pub fn bytes(status: u16, body: Vec<u8>) -> Reply {
         Reply::Full { status, content_type: "application/json", body }
     }
+
+    /// An error: its `Status` with its code.
+    pub fn error(e: &ApiError) -> Reply {
+        Reply::bytes(e.code, e.body())
+    }
+}
+
+impl From<ApiError> for Reply {
+    fn from(e: ApiError) -> Reply {
+        Reply::error(&e)
+    }
 }
 
 impl std::fmt::Debug for Reply {
@@ -170,88 +183,6 @@ impl std::fmt::Debug for Reply {
         }
     }
 }
-
-/// An API error: a `meta/v1 Status` with its HTTP code.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{code} {reason}: {message}")]
-pub struct ApiError {
-    pub code: u16,
-    pub reason: &'static str,
-    pub message: String,
-    /// `details` (name, kind) when the API server gives them.
-    pub details: Option<(String, String)>,
-    /// `details.causes`: (reason, field, message), as a 422 lists them.
-    pub causes: Vec<(String, String, String)>,
-}
-
-impl ApiError {
-    pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        ApiError { code, reason, message: message.into(), details: None, causes: Vec::new() }
-    }
-    pub fn bad_request(m: impl Into<String>) -> Self {
-        Self::new(400, "BadRequest", m)
-    }
-    pub fn unauthorized() -> Self {
-        Self::new(401, "Unauthorized", "Unauthorized")
-    }
-    pub fn forbidden(m: impl Into<String>) -> Self {
-        Self::new(403, "Forbidden", m)
-    }
-    /// `pods "web" not found`, with details.
-    pub fn not_found(resource: &str, name: &str) -> Self {
-        let mut e = Self::new(404, "NotFound", format!("{resource} \"{name}\" not found"));
-        e.details = Some((name.to_string(), resource.to_string()));
-        e
-    }
-    /// A path nothing serves.
-    pub fn no_route() -> Self {
-        Self::new(404, "NotFound", "the server could not find the requested resource")
-    }
-    pub fn method_not_allowed(m: impl Into<String>) -> Self {
-        Self::new(405, "MethodNotAllowed", m)
-    }
-    pub fn expired(m: impl Into<String>) -> Self {
-        Self::new(410, "Expired", m)
-    }
-    pub fn not_implemented(m: impl Into<String>) -> Self {
-        Self::new(501, "NotImplemented", m)
-    }
-    pub fn internal(m: impl Into<String>) -> Self {
-        Self::new(500, "InternalError", m)
-    }
-    pub fn too_many() -> Self {
-        Self::new(429, "TooManyRequests", "too many requests: the node's API serves a bounded number of connections")
-    }
-
-    /// The `Status` object.
-    pub fn status(&self) -> Value {
-        let mut v = json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        });
-        if let Some((name, kind)) = &self.details {
-            v["details"] = json!({"name": name, "kind": kind});
-        }
-        if !self.causes.is_empty() {
-            let causes: Vec<Value> =
-                self.causes.iter().map(|(r, f, m)| json!({"reason": r, "field": f, "message": m})).collect();
-            v["details"]["causes"] = json!(causes);
-        }
-        v
-    }
-
-    pub fn reply(&self) -> Reply {
-        Reply::json(self.code, &self.status())
-    }
-}
-
-/// A handler's result.
-pub type Res<T> = Result<T, ApiError>;
 
 #[cfg(test)]
 mod tests {
@@ -290,10 +221,14 @@ mod tests {
 
     #[test]
     fn errors_are_statuses() {
-        let s = ApiError::not_found("pods", "web").status();
-        assert_eq!(s["reason"], "NotFound");
-        assert_eq!(s["code"], 404);
-        assert_eq!(s["message"], "pods \"web\" not found");
-        assert_eq!(s["details"]["name"], "web");
+        match Reply::from(ApiError::not_found("pods", "web")) {
+            Reply::Full { status, content_type, body } => {
+                assert_eq!((status, content_type), (404, "application/json"));
+                let s: Value = serde_json::from_slice(&body).unwrap();
+                assert_eq!(s["reason"], "NotFound");
+                assert_eq!(s["details"]["name"], "web");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

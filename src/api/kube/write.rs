@@ -1,5 +1,5 @@
 //! What every write through the node's Kubernetes API shares, pure: the
-//! errors as `meta/v1 Status` values (`StatusError`), the write parameters
+//! write parameters
 //! (`fieldManager`, `force`, `fieldValidation`), the result (`Patched`),
 //! the end of every write (identity and status kept, `finish`), field
 //! validation through the manifest parser's own field tables
@@ -15,66 +15,8 @@
 
 use serde_json::Value;
 
+use crate::api::status::{ApiError, Res};
 use crate::model::{fields, objects};
-
-/// A refused request as a `meta/v1 Status`: HTTP code, reason, message and
-/// the fields it concerns (`details.causes`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StatusError {
-    pub code: u16,
-    /// The Status `reason` (`Invalid`, `BadRequest`, `Conflict`, ...).
-    pub reason: &'static str,
-    pub message: String,
-    /// `(cause type, field, message)`.
-    pub causes: Vec<(String, String, String)>,
-}
-
-impl StatusError {
-    pub fn bad_request(message: impl Into<String>) -> Self {
-        StatusError { code: 400, reason: "BadRequest", message: message.into(), causes: Vec::new() }
-    }
-
-    /// 422: `<Kind> "<name>" is invalid: <field>: <message>`.
-    pub fn invalid(kind: &str, name: &str, field: &str, message: impl Into<String>) -> Self {
-        let message = message.into();
-        StatusError {
-            code: 422,
-            reason: "Invalid",
-            message: format!("{kind} {name:?} is invalid: {field}: {message}"),
-            causes: vec![("FieldValueInvalid".into(), field.to_string(), message)],
-        }
-    }
-
-    pub fn conflict(message: impl Into<String>, causes: Vec<(String, String, String)>) -> Self {
-        StatusError { code: 409, reason: "Conflict", message: message.into(), causes }
-    }
-
-    pub fn unsupported_media_type(message: impl Into<String>) -> Self {
-        StatusError { code: 415, reason: "UnsupportedMediaType", message: message.into(), causes: Vec::new() }
-    }
-
-    /// The `meta/v1 Status` object to send with `code`.
-    pub fn to_status(&self) -> Value {
-        let mut status = serde_json::json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        });
-        if !self.causes.is_empty() {
-            let causes: Vec<Value> = self
-                .causes
-                .iter()
-                .map(|(t, f, m)| serde_json::json!({"reason": t, "message": m, "field": f}))
-                .collect();
-            status["details"] = serde_json::json!({ "causes": causes });
-        }
-        status
-    }
-}
 
 /// `fieldValidation`: what to do with fields the schema does not have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -103,7 +45,7 @@ pub struct Params {
 impl Params {
     /// The write parameters of a query string (`fieldManager=kubectl&force=false
     /// &fieldValidation=Strict`); other parameters are left to the caller.
-    pub fn from_query(query: &str, now: &str) -> Result<Params, StatusError> {
+    pub fn from_query(query: &str, now: &str) -> Res<Params> {
         let mut p = Params { now: now.to_string(), ..Params::default() };
         for pair in query.split('&').filter(|s| !s.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
@@ -111,7 +53,7 @@ impl Params {
             match k {
                 "fieldManager" => {
                     if v.len() > 128 || v.chars().any(|c| c.is_control()) {
-                        return Err(StatusError::invalid(
+                        return Err(ApiError::field_invalid(
                             "PatchOptions",
                             "",
                             "fieldManager",
@@ -125,7 +67,7 @@ impl Params {
                         "All" => true,
                         "" => false,
                         other => {
-                            return Err(StatusError::bad_request(format!(
+                            return Err(ApiError::bad_request(format!(
                                 "dryRun: unsupported value {other:?}, the only supported value is All"
                             )));
                         }
@@ -135,7 +77,7 @@ impl Params {
                     p.force = match v.as_str() {
                         "true" | "" => true,
                         "false" => false,
-                        other => return Err(StatusError::bad_request(format!("force: {other:?} is not a boolean"))),
+                        other => return Err(ApiError::bad_request(format!("force: {other:?} is not a boolean"))),
                     }
                 }
                 "fieldValidation" => {
@@ -144,7 +86,7 @@ impl Params {
                         "Warn" | "" => FieldValidation::Warn,
                         "Ignore" => FieldValidation::Ignore,
                         other => {
-                            return Err(StatusError::bad_request(format!(
+                            return Err(ApiError::bad_request(format!(
                                 "fieldValidation: invalid value {other:?}, expected Ignore, Warn or Strict"
                             )));
                         }
@@ -190,14 +132,14 @@ pub struct Patched {
 
 /// The common end of every write: identity unchanged (400/409 as the API
 /// server answers), status kept from `live`, fields checked.
-pub fn finish(kind: &str, live: &Value, mut new: Value, params: &Params) -> Result<Patched, StatusError> {
+pub fn finish(kind: &str, live: &Value, mut new: Value, params: &Params) -> Res<Patched> {
     let name = live.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
     if !new.is_object() {
-        return Err(StatusError::bad_request(format!("the patched {kind} is not an object")));
+        return Err(ApiError::bad_request(format!("the patched {kind} is not an object")));
     }
     for (ptr, what) in [("/apiVersion", "apiVersion"), ("/kind", "kind")] {
         if new.pointer(ptr) != live.pointer(ptr) {
-            return Err(StatusError::bad_request(format!(
+            return Err(ApiError::bad_request(format!(
                 "{what} cannot be changed by a patch ({} to {})",
                 live.pointer(ptr).unwrap_or(&Value::Null),
                 new.pointer(ptr).unwrap_or(&Value::Null)
@@ -206,7 +148,7 @@ pub fn finish(kind: &str, live: &Value, mut new: Value, params: &Params) -> Resu
     }
     for (ptr, what) in [("/metadata/name", "name"), ("/metadata/namespace", "namespace")] {
         if new.pointer(ptr) != live.pointer(ptr) {
-            return Err(StatusError::bad_request(format!(
+            return Err(ApiError::bad_request(format!(
                 "the {what} of the object ({}) does not match the {what} on the URL ({})",
                 new.pointer(ptr).unwrap_or(&Value::Null),
                 live.pointer(ptr).unwrap_or(&Value::Null)
@@ -216,24 +158,18 @@ pub fn finish(kind: &str, live: &Value, mut new: Value, params: &Params) -> Resu
     if let Some(uid) = new.pointer("/metadata/uid").filter(|u| !u.is_null())
         && Some(uid) != live.pointer("/metadata/uid")
     {
-        return Err(StatusError::conflict(
-            format!(
-                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                live.pointer("/metadata/uid").unwrap_or(&Value::Null)
-            ),
-            Vec::new(),
-        ));
+        return Err(ApiError::conflict(format!(
+            "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+            live.pointer("/metadata/uid").unwrap_or(&Value::Null)
+        )));
     }
     if let Some(rv) = new.pointer("/metadata/resourceVersion").filter(|v| !v.is_null())
         && Some(rv) != live.pointer("/metadata/resourceVersion")
     {
-        return Err(StatusError::conflict(
-            format!(
-                "Operation cannot be fulfilled on {}s {name:?}: the object has been modified; please apply your changes to the latest version and try again",
-                kind.to_ascii_lowercase()
-            ),
-            Vec::new(),
-        ));
+        return Err(ApiError::conflict(format!(
+            "Operation cannot be fulfilled on {}s {name:?}: the object has been modified; please apply your changes to the latest version and try again",
+            kind.to_ascii_lowercase()
+        )));
     }
     // server-set metadata and the status are not written through a patch
     for key in ["uid", "resourceVersion", "creationTimestamp", "generation", "selfLink"] {
@@ -267,14 +203,9 @@ pub fn finish(kind: &str, live: &Value, mut new: Value, params: &Params) -> Resu
 /// fields that are not in the schema are refused (`Strict`, 400 with
 /// `strict decoding error: unknown field "spec.foo"`) or dropped and
 /// returned as warnings (`Warn`) or dropped silently (`Ignore`).
-pub fn validate_fields(
-    kind: &str,
-    name: &str,
-    obj: &mut Value,
-    mode: FieldValidation,
-) -> Result<Vec<String>, StatusError> {
+pub fn validate_fields(kind: &str, name: &str, obj: &mut Value, mode: FieldValidation) -> Res<Vec<String>> {
     let found = match kind {
-        "Pod" => fields::check(obj).map_err(|e| StatusError::invalid(kind, name, &e.field, e.reason))?,
+        "Pod" => fields::check(obj).map_err(|e| ApiError::field_invalid(kind, name, &e.field, e.reason))?,
         "ConfigMap" | "Secret" => {
             let k = if kind == "Secret" { objects::Kind::Secret } else { objects::Kind::ConfigMap };
             let mut top = Vec::new();
@@ -282,7 +213,7 @@ pub fn validate_fields(
                 let probe = Value::Object(map.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
                 match objects::from_value(k, "(request)", probe) {
                     Ok((_, w)) => top = w,
-                    Err(e) => return Err(StatusError::invalid(kind, name, &e.field, e.reason)),
+                    Err(e) => return Err(ApiError::field_invalid(kind, name, &e.field, e.reason)),
                 }
             }
             top
@@ -294,7 +225,7 @@ pub fn validate_fields(
         return Ok(Vec::new());
     }
     if mode == FieldValidation::Strict {
-        return Err(StatusError::bad_request(format!(
+        return Err(ApiError::bad_request(format!(
             "{kind} in version \"v1\" cannot be handled as a {kind}: strict decoding error: {}",
             unknown.join(", ")
         )));
