@@ -21,6 +21,7 @@ use parking_lot::Mutex;
 use std::time::Duration;
 
 use podwarden::api::kube::{openapi, patch, ssa};
+use podwarden::api::query::Query;
 use podwarden::api::status::ApiError;
 use serde_json::{Value, json};
 
@@ -104,7 +105,7 @@ fn handle(
             None => (404, vec![], b"{}".to_vec()),
         },
         ("POST", p) if p == pods_prefix => {
-            let params = match patch::Params::from_query(query, NOW) {
+            let params = match patch::Params::from_query(&Query::parse(query), NOW) {
                 Ok(p) => p,
                 Err(e) => return status(&e),
             };
@@ -132,7 +133,7 @@ fn handle(
             match (m, live) {
                 ("GET", Some(pod)) => json_ok(200, &pod, &[]),
                 ("PATCH", live) => {
-                    let params = match patch::Params::from_query(query, NOW) {
+                    let params = match patch::Params::from_query(&Query::parse(query), NOW) {
                         Ok(p) => p,
                         Err(e) => return status(&e),
                     };

@@ -296,6 +296,7 @@ fn port_forward_carries_16_mib_both_ways_byte_for_byte_and_cp_copies_both_ways()
 
 // ---- the relay (api::stream::serve), on an agent in this process ----
 
+use podwarden::api::query::Query;
 use podwarden::api::stream::{self, StreamTarget, UpgradeRequest};
 use tungstenite::{Message, WebSocket};
 
@@ -383,7 +384,7 @@ fn relay_server(parts: podwarden::agent::Parts) -> u16 {
                     req.values("Upgrade").join(","),
                     offered.join(",")
                 ));
-                let target = StreamTarget::from_query(kind, ns, pod, container, query).unwrap();
+                let target = StreamTarget::from_query(kind, ns, pod, container, &Query::parse(query)).unwrap();
                 let _ = stream::serve(&parts, Box::new(conn), &req, target, |_| Ok(()));
             });
         }
@@ -495,7 +496,8 @@ fn the_relay_answers_each_kubectl_protocol_as_containerd_allows() {
     let parts = running.parts.clone();
     std::fs::write(manifests.join("web.yaml"), pod_yaml("web", "", ECHO_AND_COUNT)).unwrap();
     running.rescan();
-    let exec_target = StreamTarget::from_query("exec", "e2e", "web", "", "command=true&stdout=1").unwrap();
+    let exec_target =
+        StreamTarget::from_query("exec", "e2e", "web", "", &Query::parse("command=true&stdout=1")).unwrap();
     wait_for("web running", Duration::from_secs(30), || stream::runtime_url(&parts, &exec_target, |_| Ok(())).is_ok());
     let port = relay_server(parts.clone());
     let addr = format!("127.0.0.1:{port}");

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use common::*;
 use parking_lot::Mutex;
+use podwarden::api::query::Query;
 use podwarden::api::status::ApiError;
 use podwarden::api::stream::{self, StreamTarget, UpgradeRequest};
 use rustls::pki_types::pem::PemObject;
@@ -140,7 +141,7 @@ fn tls_relay(parts: podwarden::agent::Parts, config: Arc<rustls::ServerConfig>, 
                 let req = UpgradeRequest::parse(&head, &rest).unwrap();
                 let (path, query) = req.target.split_once('?').unwrap_or((&req.target, ""));
                 let seg: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-                let target = StreamTarget::from_query(seg[0], seg[1], seg[2], seg[3], query).unwrap();
+                let target = StreamTarget::from_query(seg[0], seg[1], seg[2], seg[3], &Query::parse(query)).unwrap();
                 let allow = move |_: &podwarden::model::Pod| {
                     if forbid { Err(ApiError::forbidden("user \"x\" cannot create pods/exec")) } else { Ok(()) }
                 };

@@ -4,7 +4,9 @@
 //! (`view`), what they do to pods (`ops`) and to local ConfigMaps and
 //! Secrets (`objects`), exec/attach/port-forward (`stream`: the runtime's
 //! streaming URL, and the relay of an upgraded connection to it), and the
-//! one error all of them fail with (`status`: a `meta/v1 Status`). Owns
+//! one error all of them fail with (`status`: a `meta/v1 Status`); an
+//! HTTP request's query parsed once as the API server parses it
+//! (`query`). Owns
 //! every listening socket; may use every layer below (the agent and its
 //! parts), never the CLI.
 
@@ -13,6 +15,7 @@ pub mod kube;
 pub mod local;
 pub mod objects;
 pub mod ops;
+pub mod query;
 pub mod status;
 pub mod stream;
 pub mod view;

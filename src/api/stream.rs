@@ -36,7 +36,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use crate::agent::Parts;
-use crate::api::status::ApiError;
+use crate::api::query::Query;
+use crate::api::status::{ApiError, Res};
 use crate::model::{self, Pod};
 use crate::runtime::cache::FRESH;
 use crate::runtime::{CallCtx, ContainerState, RuntimePod, Streams};
@@ -137,10 +138,11 @@ impl StreamTarget {
     /// `pods/portforward` request (and the kubelet's `/exec/NS/POD/C`,
     /// `/attach/...`, `/portForward/NS/POD`) from its query:
     /// `command` (repeated), `container`, `stdin`, `stdout`, `stderr`,
-    /// `tty`, and `ports`/`port` (repeated or comma-separated). `kind` is
-    /// `exec`, `attach` or `portforward`; `container` from the path, if
-    /// it names one, wins over the query's.
-    pub fn from_query(kind: &str, namespace: &str, pod: &str, container: &str, query: &str) -> Result<Self, ApiError> {
+    /// `tty` (booleans as `api::query` reads them, the kubelet's `input`,
+    /// `output` and `error` too), and `ports`/`port` (repeated or
+    /// comma-separated). `kind` is `exec`, `attach` or `portforward`;
+    /// `container` from the path, if it names one, wins over the query's.
+    pub fn from_query(kind: &str, namespace: &str, pod: &str, container: &str, query: &Query) -> Res<Self> {
         let mut t = StreamTarget {
             namespace: namespace.to_string(),
             pod: pod.to_string(),
@@ -148,35 +150,34 @@ impl StreamTarget {
             action: Action::Attach,
             streams: Streams::default(),
         };
-        let (mut command, mut ports) = (Vec::new(), Vec::new());
-        for (k, v) in query_pairs(query) {
-            let flag = || v.is_empty() || v == "true" || v == "1";
-            match k.as_str() {
-                "command" => command.push(v.clone()),
-                "container" if t.container.is_empty() => t.container = v.clone(),
-                // the API's names, and the kubelet's (`input`, `output`,
-                // `error`: what the API server sends the node)
-                "stdin" | "input" => t.streams.stdin = flag(),
-                "stdout" | "output" => t.streams.stdout = flag(),
-                "stderr" | "error" => t.streams.stderr = flag(),
-                "tty" => t.streams.tty = flag(),
-                "ports" | "port" => {
-                    for p in v.split(',').filter(|p| !p.is_empty()) {
-                        ports.push(p.parse::<u16>().ok().filter(|&n| n > 0).ok_or_else(|| {
-                            ApiError::bad_request(format!("port {p:?} is not a port number (1 to 65535)"))
-                        })?);
-                    }
-                }
-                _ => {}
-            }
+        if t.container.is_empty() {
+            t.container = query.get("container").unwrap_or_default().to_string();
         }
+        // the API's names, and the kubelet's (`input`, `output`, `error`:
+        // what the API server sends the node)
+        let either = |a: &str, b: &str| -> Res<bool> { Ok(query.flag(a)? || query.flag(b)?) };
+        t.streams.stdin = either("stdin", "input")?;
+        t.streams.stdout = either("stdout", "output")?;
+        t.streams.stderr = either("stderr", "error")?;
+        t.streams.tty = query.flag("tty")?;
         t.action = match kind {
-            "exec" if command.is_empty() => {
-                return Err(ApiError::bad_request("exec: no command given (the `command` parameter)"));
+            "exec" => {
+                let command: Vec<String> = query.all(&["command"]).map(str::to_string).collect();
+                if command.is_empty() {
+                    return Err(ApiError::bad_request("exec: no command given (the `command` parameter)"));
+                }
+                Action::Exec { command }
             }
-            "exec" => Action::Exec { command },
             "attach" => Action::Attach,
-            "portforward" | "portForward" => Action::PortForward { ports },
+            "portforward" | "portForward" => {
+                let mut ports = Vec::new();
+                for p in query.all(&["ports", "port"]).flat_map(|v| v.split(',')).filter(|p| !p.is_empty()) {
+                    ports.push(p.parse::<u16>().ok().filter(|&n| n > 0).ok_or_else(|| {
+                        ApiError::bad_request(format!("port {p:?} is not a port number (1 to 65535)"))
+                    })?);
+                }
+                Action::PortForward { ports }
+            }
             other => return Err(ApiError::bad_request(format!("{other:?} is not exec, attach or portforward"))),
         };
         if matches!(t.action, Action::Exec { .. } | Action::Attach)
@@ -190,38 +191,6 @@ impl StreamTarget {
         }
         Ok(t)
     }
-}
-
-/// `k=v&k2=v2`, percent-decoded (`+` as a space).
-pub fn query_pairs(query: &str) -> Vec<(String, String)> {
-    query
-        .trim_start_matches('?')
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (percent_decode(k), percent_decode(v))
-        })
-        .collect()
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = b.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok());
-        match (b[i], hex) {
-            (b'+', _) => out.push(b' '),
-            (b'%', Some(v)) => {
-                out.push(v);
-                i += 2;
-            }
-            (c, _) => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A runtime error as the API server's: a missing container or sandbox
@@ -802,33 +771,48 @@ mod tests {
 
     #[test]
     fn the_target_comes_from_kubectls_query() {
-        let t = StreamTarget::from_query(
-            "exec",
-            "e2e",
-            "web",
-            "",
-            "command=sh&command=-c&command=echo%20hi+there&container=main&stdin=true&stdout=true&stderr=true&tty=true",
-        )
+        let t = StreamTarget::from_query("exec", "e2e", "web", "", &Query::parse("command=sh&command=-c&command=echo%20hi+there&container=main&stdin=true&stdout=true&stderr=true&tty=true"))
         .unwrap();
         assert_eq!(t.action, Action::Exec { command: vec!["sh".into(), "-c".into(), "echo hi there".into()] });
         assert_eq!(t.container, "main");
         // a tty merges stderr into stdout
         assert_eq!(t.streams, Streams { stdin: true, stdout: true, stderr: false, tty: true });
-        let pf = StreamTarget::from_query("portforward", "e2e", "web", "", "ports=8080,9090&port=7").unwrap();
+        let pf =
+            StreamTarget::from_query("portforward", "e2e", "web", "", &Query::parse("ports=8080,9090&port=7")).unwrap();
         assert_eq!(pf.action, Action::PortForward { ports: vec![8080, 9090, 7] });
-        let e = StreamTarget::from_query("portforward", "e2e", "web", "", "ports=80a").unwrap_err();
+        let e = StreamTarget::from_query("portforward", "e2e", "web", "", &Query::parse("ports=80a")).unwrap_err();
         assert!(e.message.contains("\"80a\""), "{e}");
         assert!(
-            StreamTarget::from_query("exec", "e2e", "web", "", "stdout=true").unwrap_err().message.contains("command")
+            StreamTarget::from_query("exec", "e2e", "web", "", &Query::parse("stdout=true"))
+                .unwrap_err()
+                .message
+                .contains("command")
         );
         assert!(
-            StreamTarget::from_query("attach", "e2e", "web", "", "")
+            StreamTarget::from_query("attach", "e2e", "web", "", &Query::parse(""))
                 .unwrap_err()
                 .message
                 .contains("stdin, stdout, stderr")
         );
-        let path_wins = StreamTarget::from_query("attach", "e2e", "web", "side", "container=main&stdout=1").unwrap();
+        let path_wins =
+            StreamTarget::from_query("attach", "e2e", "web", "side", &Query::parse("container=main&stdout=1")).unwrap();
         assert_eq!(path_wins.container, "side");
+    }
+
+    #[test]
+    fn booleans_are_read_as_the_api_server_reads_them() {
+        // the official Python client's exec
+        let t = StreamTarget::from_query("exec", "e2e", "web", "", &Query::parse("command=ls&stdout=True&stderr=True"))
+            .unwrap();
+        assert_eq!(t.streams, Streams { stdin: false, stdout: true, stderr: true, tty: false });
+        // what the API server sends the node
+        let t =
+            StreamTarget::from_query("attach", "e2e", "web", "c", &Query::parse("input=1&output=1&error=0")).unwrap();
+        assert_eq!(t.streams, Streams { stdin: true, stdout: true, stderr: false, tty: false });
+        let e = StreamTarget::from_query("exec", "e2e", "web", "", &Query::parse("command=ls&stdout=1&stdin=yes"))
+            .unwrap_err();
+        assert_eq!((e.code, e.reason), (400, "BadRequest"));
+        assert!(e.message.contains("stdin") && e.message.contains("\"yes\""), "{e}");
     }
 
     #[test]

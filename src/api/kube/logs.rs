@@ -107,18 +107,19 @@ pub fn pod_log(ctx: &Ctx, req: &Request, ns: &str, name: &str, container: &str) 
     if req.method != "GET" {
         return Err(ApiError::method_not_allowed("logs are read with GET"));
     }
-    let tail = req.int("tailLines")?;
+    let tail = req.query.int("tailLines")?;
     if tail.is_some_and(|t| t < 0) {
         return Err(ApiError::bad_request("tailLines must not be negative"));
     }
-    let limit = req.int("limitBytes")?.filter(|l| *l > 0).map(|l| l as u64);
-    let since = req.int("sinceSeconds")?.filter(|s| *s > 0).map(|s| SystemTime::now() - Duration::from_secs(s as u64));
-    let (follow, timestamps) = (req.flag("follow"), req.flag("timestamps"));
+    let limit = req.query.int("limitBytes")?.filter(|l| *l > 0).map(|l| l as u64);
+    let since =
+        req.query.int("sinceSeconds")?.filter(|s| *s > 0).map(|s| SystemTime::now() - Duration::from_secs(s as u64));
+    let (follow, timestamps) = (req.query.flag("follow")?, req.query.flag("timestamps")?);
     let mut q = LogQuery {
         namespace: ns.to_string(),
         name: name.to_string(),
         container: container.to_string(),
-        previous: req.flag("previous"),
+        previous: req.query.flag("previous")?,
         cursor: None,
         limit: 0,
         tail_lines: tail.unwrap_or(0) as usize,

@@ -75,7 +75,7 @@ pub fn body_object(req: &Request, max: usize) -> Res<Value> {
 }
 
 fn params(req: &Request) -> Res<Params> {
-    Params::from_query(&req.raw_query(), &crate::model::rfc3339(std::time::SystemTime::now()))
+    Params::from_query(&req.query, &crate::model::rfc3339(std::time::SystemTime::now()))
 }
 
 /// The object as a read serves it now (with its resourceVersion).

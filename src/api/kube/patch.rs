@@ -544,6 +544,7 @@ fn smp_list(kind: &str, path: &str, original: Vec<Value>, p: &[Value]) -> Res<Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::query::Query;
     use proptest::prelude::*;
     use serde_json::json;
 
@@ -939,16 +940,19 @@ mod tests {
 
     #[test]
     fn params_from_the_query() {
-        let p = Params::from_query("fieldManager=kubectl%2Dedit&force=true&fieldValidation=Strict&dryRun=All", "t")
-            .unwrap();
+        let p = Params::from_query(
+            &Query::parse("fieldManager=kubectl%2Dedit&force=true&fieldValidation=Strict&dryRun=All"),
+            "t",
+        )
+        .unwrap();
         assert_eq!(p.field_manager.as_deref(), Some("kubectl-edit"));
         assert!(p.force);
         assert_eq!(p.field_validation, FieldValidation::Strict);
         assert!(p.dry_run);
-        assert_eq!(Params::from_query("dryRun=Some", "t").unwrap_err().code, 400);
-        assert_eq!(Params::from_query("", "t").unwrap().field_validation, FieldValidation::Warn);
-        assert_eq!(Params::from_query("fieldValidation=Loud", "t").unwrap_err().code, 400);
-        assert_eq!(Params::from_query("force=maybe", "t").unwrap_err().code, 400);
+        assert_eq!(Params::from_query(&Query::parse("dryRun=Some"), "t").unwrap_err().code, 400);
+        assert_eq!(Params::from_query(&Query::parse(""), "t").unwrap().field_validation, FieldValidation::Warn);
+        assert_eq!(Params::from_query(&Query::parse("fieldValidation=Loud"), "t").unwrap_err().code, 400);
+        assert_eq!(Params::from_query(&Query::parse("force=maybe"), "t").unwrap_err().code, 400);
     }
 
     #[test]

@@ -195,7 +195,7 @@ fn route(ctx: &Ctx, user: &User, req: &Request) -> Res<Reply> {
         (_, ["api", "v1", "namespaces", ns, r]) => collection(ctx, user, req, resource(r), Some(ns)),
         (_, ["api", "v1", "namespaces", ns, "pods", name, "log"]) => {
             check(ctx, user, req, "get", "pods/log", Some(ns), Right::Read)?;
-            logs::pod_log(ctx, req, ns, name, req.param("container").unwrap_or(""))
+            logs::pod_log(ctx, req, ns, name, req.query.get("container").unwrap_or(""))
         }
         (_, ["api", "v1", "namespaces", ns, "pods", name, sub @ ("exec" | "attach" | "portforward")]) => {
             check(ctx, user, req, "create", &format!("pods/{sub}"), Some(ns), Right::Exec)?;
@@ -270,14 +270,13 @@ pub fn streaming(ctx: &Ctx, _user: &User, req: &Request, ns: &str, pod: &str, wh
     // the kubelet's paths name the container: /exec/NS/POD/CONTAINER
     let segments: Vec<&str> = req.path.trim_start_matches('/').split('/').collect();
     let container = if segments.first().is_some_and(|s| *s != "api") { segments.get(3).copied() } else { None };
-    let query = req.raw_query();
-    let target = match StreamTarget::from_query(kind, ns, pod, container.unwrap_or(""), &query) {
+    let target = match StreamTarget::from_query(kind, ns, pod, container.unwrap_or(""), &req.query) {
         Ok(t) => t,
         Err(e) => return e.into(),
     };
     let up = UpgradeRequest {
         method: req.method.clone(),
-        target: format!("{}?{query}", req.path),
+        target: format!("{}?{}", req.path, req.query.raw()),
         headers: req.headers.iter().map(|(k, v)| (k.clone(), v.as_bytes().to_vec())).collect(),
         rest: Vec::new(),
     };
@@ -301,9 +300,8 @@ fn patch_pod(ctx: &Ctx, req: &Request, r: &str, ns: &str, name: &str) -> Res<Rep
     use crate::api::kube::{patch, ssa, write};
     let live = ctx.hub.find(Kind::Pods, Some(ns), name).map(|o| o.value());
     let live = live.as_ref();
-    let query = req.raw_query();
     let now = crate::model::rfc3339(std::time::SystemTime::now());
-    let params = write::Params::from_query(&query, &now)?;
+    let params = write::Params::from_query(&req.query, &now)?;
     let ct = req.header("content-type").unwrap_or("");
     let is_apply = ct.starts_with("application/apply-patch");
     if let Some(pod) = live
@@ -353,8 +351,8 @@ fn self_review(user: &User, version: &str) -> Value {
 
 fn filter(req: &Request, fields: &[&str]) -> Res<Filter> {
     Ok(Filter {
-        labels: Selector::labels(req.param("labelSelector").unwrap_or(""))?,
-        fields: Selector::fields(req.param("fieldSelector").unwrap_or(""), fields)?,
+        labels: Selector::labels(req.query.get("labelSelector").unwrap_or(""))?,
+        fields: Selector::fields(req.query.get("fieldSelector").unwrap_or(""), fields)?,
     })
 }
 
@@ -380,10 +378,11 @@ fn collection(ctx: &Ctx, user: &User, req: &Request, r: Option<Resource>, ns: Op
         }
         (m, _) => return Err(ApiError::method_not_allowed(format!("{m} is not supported on {} by podwarden", r.name))),
     }
-    let verb = if req.flag("watch") { "watch" } else { "list" };
+    let watching = req.query.flag("watch")?;
+    let verb = if watching { "watch" } else { "list" };
     check(ctx, user, req, verb, r.name, ns, r.right)?;
     let f = filter(req, r.fields)?;
-    if req.flag("watch") {
+    if watching {
         return watch_stream(ctx, req, r, ns, f);
     }
     let (rv, items) = ctx.hub.list(r.kind);
@@ -391,8 +390,8 @@ fn collection(ctx: &Ctx, user: &User, req: &Request, r: Option<Resource>, ns: Op
     // namespace is kept beside it
     let mut items: Vec<&Stored> =
         items.iter().map(|o| &**o).filter(|o| o.in_namespace(ns) && (f.is_empty() || f.matches(&o.value()))).collect();
-    let offset: usize = req.param("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
-    let limit = req.int("limit")?.filter(|l| *l > 0).map(|l| l as usize);
+    let offset: usize = req.query.get("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
+    let limit = req.query.int("limit")?.filter(|l| *l > 0).map(|l| l as usize);
     items = items.into_iter().skip(offset).collect();
     let mut cont = None;
     if let Some(l) = limit
@@ -478,7 +477,7 @@ fn create_pod(ctx: &Ctx, req: &Request, ns: &str) -> Res<Reply> {
     if ctx.ops.find(ns, &name).is_ok() {
         return Err(ApiError::already_exists("pods", &name));
     }
-    if req.param("dryRun").is_some() {
+    if req.query.get("dryRun").is_some() {
         return Err(ApiError::bad_request("dryRun is not supported by podwarden"));
     }
     let bytes = serde_json::to_vec_pretty(&pod).map_err(|e| ApiError::internal(e.to_string()))?;
@@ -505,7 +504,7 @@ fn delete_pod(ctx: &Ctx, req: &Request, ns: &str, name: &str) -> Res<Reply> {
         serde_json::from_slice(&req.body)
             .map_err(|e| ApiError::bad_request(format!("DeleteOptions is not JSON: {e}")))?
     };
-    let grace = match req.int("gracePeriodSeconds")? {
+    let grace = match req.query.int("gracePeriodSeconds")? {
         Some(g) => Some(g),
         None => body.get("gracePeriodSeconds").and_then(Value::as_i64),
     };
@@ -532,7 +531,7 @@ fn nodes(ctx: &Ctx, user: &User, req: &Request, rest: &[&str]) -> Res<Reply> {
         [] => {
             let f = filter(req, &["metadata.name"])?;
             let items: Vec<&Value> = [&node].into_iter().filter(|n| f.matches(n)).collect();
-            if req.flag("watch") {
+            if req.query.flag("watch")? {
                 return Err(ApiError::method_not_allowed("watching nodes is not supported by podwarden"));
             }
             if req.wants_table() {
@@ -615,15 +614,15 @@ fn event_line(event: &str, obj: &Stored, printer: Option<Printer>) -> Vec<u8> {
 const DEFAULT_WATCH: Duration = Duration::from_secs(1800);
 
 fn watch_stream(ctx: &Ctx, req: &Request, r: Resource, ns: Option<&str>, f: Filter) -> Res<Reply> {
-    let from = match req.param("resourceVersion") {
+    let from = match req.query.get("resourceVersion") {
         None | Some("") => None,
         Some(v) => Some(v.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {v:?}")))?),
     };
     let timeout =
-        req.int("timeoutSeconds")?.filter(|t| *t > 0).map_or(DEFAULT_WATCH, |t| Duration::from_secs(t as u64));
+        req.query.int("timeoutSeconds")?.filter(|t| *t > 0).map_or(DEFAULT_WATCH, |t| Duration::from_secs(t as u64));
     let sub = ctx.hub.watch(r.kind, from)?;
     let printer = req.wants_table().then_some(r.printer);
-    let bookmarks = req.flag("allowWatchBookmarks");
+    let bookmarks = req.query.flag("allowWatchBookmarks")?;
     let (ns, stop, hub) = (ns.map(str::to_string), ctx.stop.clone(), ctx.hub.clone());
     let run = move |sink: &mut dyn ChunkSink| -> std::io::Result<()> {
         let end = Instant::now() + timeout;

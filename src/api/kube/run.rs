@@ -11,6 +11,7 @@
 
 use std::time::Duration;
 
+use crate::api::query::Query;
 use crate::api::status::{ApiError, Cause, Res};
 use crate::api::stream;
 use crate::model::{self, Pod};
@@ -59,10 +60,9 @@ pub fn run(ctx: &Ctx, req: &Request, rest: &[&str]) -> Res<Reply> {
 /// `Content-Type`: `kubectl create --raw` sends its file as JSON), else
 /// from the query.
 fn command(req: &Request) -> Res<Vec<String>> {
-    let from_body = std::str::from_utf8(&req.body)
-        .ok()
-        .and_then(|b| stream::query_pairs(b.trim()).into_iter().rev().find(|(k, _)| k == "cmd").map(|(_, v)| v));
-    let cmd = from_body.or_else(|| req.param("cmd").map(str::to_string)).unwrap_or_default();
+    let from_body =
+        std::str::from_utf8(&req.body).ok().and_then(|b| Query::parse(b.trim()).get("cmd").map(str::to_string));
+    let cmd = from_body.or_else(|| req.query.get("cmd").map(str::to_string)).unwrap_or_default();
     if cmd.len() > MAX_CMD {
         return Err(ApiError::bad_request(format!("cmd is over {MAX_CMD} bytes")));
     }
@@ -74,7 +74,7 @@ fn command(req: &Request) -> Res<Vec<String>> {
 }
 
 fn timeout(req: &Request) -> Res<Duration> {
-    let Some(t) = req.param("timeout").filter(|t| !t.is_empty()) else { return Ok(DEFAULT_TIMEOUT) };
+    let Some(t) = req.query.get("timeout").filter(|t| !t.is_empty()) else { return Ok(DEFAULT_TIMEOUT) };
     let d = match t.parse::<u64>() {
         Ok(secs) => Duration::from_secs(secs),
         Err(_) => crate::config::parse_duration(t).ok_or_else(|| {
@@ -166,7 +166,7 @@ mod tests {
         Request {
             method: method.into(),
             path: "/run/ns/p/c".into(),
-            query: query.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            query: Query::from_pairs(query),
             body: body.as_bytes().to_vec(),
             ..Default::default()
         }

@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 
+use crate::api::query::{self, Query};
 use crate::api::status::ApiError;
 
 /// A parsed request (head and a bounded body).
@@ -13,8 +14,8 @@ pub struct Request {
     pub method: String,
     /// The path, percent-decoded, without the query.
     pub path: String,
-    /// The query's pairs, percent-decoded, in order.
-    pub query: Vec<(String, String)>,
+    /// The query, parsed once (`api::query`).
+    pub query: Query,
     /// Header names lowercased.
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
@@ -23,40 +24,6 @@ pub struct Request {
 impl Request {
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
-    }
-
-    /// The last value of query parameter `name`.
-    pub fn param(&self, name: &str) -> Option<&str> {
-        self.query.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
-    }
-
-    /// A boolean parameter (`follow`, `follow=true`, `watch=1`).
-    pub fn flag(&self, name: &str) -> bool {
-        self.param(name).is_some_and(|v| matches!(v, "" | "true" | "1" | "True"))
-    }
-
-    /// An integer parameter; a bad one is a 400 naming it.
-    pub fn int(&self, name: &str) -> Result<Option<i64>, ApiError> {
-        match self.param(name) {
-            None | Some("") => Ok(None),
-            Some(v) => v.parse().map(Some).map_err(|_| {
-                ApiError::bad_request(format!("invalid value {v:?} for query parameter {name}: expected an integer"))
-            }),
-        }
-    }
-
-    /// The query as it goes on a request line again (RFC 3986 unreserved
-    /// characters kept, the rest percent-encoded).
-    pub fn raw_query(&self) -> String {
-        let encode = |s: &str| -> String {
-            s.bytes()
-                .map(|b| match b {
-                    b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-                    _ => format!("%{b:02X}"),
-                })
-                .collect()
-        };
-        self.query.iter().map(|(k, v)| format!("{}={}", encode(k), encode(v))).collect::<Vec<_>>().join("&")
     }
 
     /// The client asked for a `meta.k8s.io/v1` Table.
@@ -70,42 +37,10 @@ impl Request {
     }
 }
 
-/// Split `target` into its decoded path and query pairs.
-pub fn split_target(target: &str) -> (String, Vec<(String, String)>) {
+/// Split a request target into its decoded path and its parsed query.
+pub fn split_target(target: &str) -> (String, Query) {
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    let pairs = query
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (percent_decode(k), percent_decode(v))
-        })
-        .collect();
-    (percent_decode(path), pairs)
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' if i + 2 < b.len() => {
-                match u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("zz"), 16) {
-                    Ok(v) => {
-                        out.push(v);
-                        i += 3;
-                        continue;
-                    }
-                    Err(_) => out.push(b'%'),
-                }
-            }
-            b'+' => out.push(b' '),
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    (query::decode(path, false), Query::parse(query))
 }
 
 /// Writes a streamed answer's chunks (the connection's chunked encoding).
@@ -190,24 +125,12 @@ mod tests {
 
     #[test]
     fn targets_split_and_decode() {
-        let (p, q) = split_target("/api/v1/pods?labelSelector=app%3Dweb&watch&fieldSelector=a+b");
-        assert_eq!(p, "/api/v1/pods");
-        assert_eq!(
-            q,
-            vec![
-                ("labelSelector".into(), "app=web".into()),
-                ("watch".into(), String::new()),
-                ("fieldSelector".into(), "a b".into())
-            ]
-        );
+        let (p, q) = split_target("/api/v1/namespaces/a+b/pods?labelSelector=app%3Dweb&watch&fieldSelector=a+b");
+        assert_eq!(p, "/api/v1/namespaces/a+b/pods", "a plus in a path is itself");
+        assert_eq!(q.get("labelSelector"), Some("app=web"));
+        assert_eq!(q.get("fieldSelector"), Some("a b"));
+        assert_eq!(q.raw(), "labelSelector=app%3Dweb&watch&fieldSelector=a+b");
         assert_eq!(split_target("/x%zz%4").0, "/x%zz%4");
-    }
-
-    #[test]
-    fn the_query_is_encoded_again() {
-        let (_, query) = split_target("/x?fieldManager=kubectl%20x&dryRun=All&a=%2F%3D");
-        let r = Request { query, ..Default::default() };
-        assert_eq!(r.raw_query(), "fieldManager=kubectl%20x&dryRun=All&a=%2F%3D");
     }
 
     #[test]

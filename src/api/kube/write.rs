@@ -15,6 +15,7 @@
 
 use serde_json::Value;
 
+use crate::api::query::Query;
 use crate::api::status::{ApiError, Res};
 use crate::model::{fields, objects};
 
@@ -43,83 +44,44 @@ pub struct Params {
 }
 
 impl Params {
-    /// The write parameters of a query string (`fieldManager=kubectl&force=false
-    /// &fieldValidation=Strict`); other parameters are left to the caller.
-    pub fn from_query(query: &str, now: &str) -> Res<Params> {
+    /// The write parameters of a request's query (`fieldManager=kubectl
+    /// &force=false&fieldValidation=Strict&dryRun=All`); other parameters
+    /// are left to the caller.
+    pub fn from_query(query: &Query, now: &str) -> Res<Params> {
         let mut p = Params { now: now.to_string(), ..Params::default() };
-        for pair in query.split('&').filter(|s| !s.is_empty()) {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            let v = percent_decode(v);
-            match k {
-                "fieldManager" => {
-                    if v.len() > 128 || v.chars().any(|c| c.is_control()) {
-                        return Err(ApiError::field_invalid(
-                            "PatchOptions",
-                            "",
-                            "fieldManager",
-                            "must be at most 128 printable characters",
-                        ));
-                    }
-                    p.field_manager = Some(v);
-                }
-                "dryRun" => {
-                    p.dry_run = match v.as_str() {
-                        "All" => true,
-                        "" => false,
-                        other => {
-                            return Err(ApiError::bad_request(format!(
-                                "dryRun: unsupported value {other:?}, the only supported value is All"
-                            )));
-                        }
-                    }
-                }
-                "force" => {
-                    p.force = match v.as_str() {
-                        "true" | "" => true,
-                        "false" => false,
-                        other => return Err(ApiError::bad_request(format!("force: {other:?} is not a boolean"))),
-                    }
-                }
-                "fieldValidation" => {
-                    p.field_validation = match v.as_str() {
-                        "Strict" => FieldValidation::Strict,
-                        "Warn" | "" => FieldValidation::Warn,
-                        "Ignore" => FieldValidation::Ignore,
-                        other => {
-                            return Err(ApiError::bad_request(format!(
-                                "fieldValidation: invalid value {other:?}, expected Ignore, Warn or Strict"
-                            )));
-                        }
-                    }
-                }
-                _ => {}
+        if let Some(m) = query.get("fieldManager") {
+            if m.len() > 128 || m.chars().any(|c| c.is_control()) {
+                return Err(ApiError::field_invalid(
+                    "PatchOptions",
+                    "",
+                    "fieldManager",
+                    "must be at most 128 printable characters",
+                ));
             }
+            p.field_manager = Some(m.to_string());
         }
+        p.dry_run = match query.get("dryRun") {
+            None | Some("") => false,
+            Some("All") => true,
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "dryRun: unsupported value {other:?}, the only supported value is All"
+                )));
+            }
+        };
+        p.force = query.flag("force")?;
+        p.field_validation = match query.get("fieldValidation") {
+            None | Some("Warn" | "") => FieldValidation::Warn,
+            Some("Strict") => FieldValidation::Strict,
+            Some("Ignore") => FieldValidation::Ignore,
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "fieldValidation: invalid value {other:?}, expected Ignore, Warn or Strict"
+                )));
+            }
+        };
         Ok(p)
     }
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        match b[i] {
-            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
-                (Some(h), Some(l)) => {
-                    out.push((h * 16 + l) as u8);
-                    i += 3;
-                    continue;
-                }
-                _ => out.push(b'%'),
-            },
-            b'+' => out.push(b' '),
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A write's result: the new object and the `Warning` headers to send
