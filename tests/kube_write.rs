@@ -2,7 +2,7 @@
 //! the real kubectl 1.27 (OpenAPI v2 protobuf) and 1.33 (OpenAPI v3)
 //! against a tiny plain-HTTP server in this test that serves discovery,
 //! podwarden's OpenAPI documents and one namespace of pods through
-//! `api::kube::patch` / `ssa`. Proves that default (strict) `kubectl
+//! `api::kube::write::patch` / `ssa`. Proves that default (strict) `kubectl
 //! apply`, `apply --server-side`, `patch` (strategic, merge, JSON) and
 //! `explain` work against those documents, and records the requests each
 //! version makes.
@@ -20,7 +20,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use std::time::Duration;
 
-use podwarden::api::kube::{openapi, patch, ssa};
+use podwarden::api::kube::openapi;
+use podwarden::api::kube::write::{self, patch, ssa};
 use podwarden::api::query::Query;
 use podwarden::api::status::ApiError;
 use serde_json::{Value, json};
@@ -105,7 +106,7 @@ fn handle(
             None => (404, vec![], b"{}".to_vec()),
         },
         ("POST", p) if p == pods_prefix => {
-            let params = match patch::Params::from_query(&Query::parse(query), NOW) {
+            let params = match write::Params::from_query(&Query::parse(query), NOW) {
                 Ok(p) => p,
                 Err(e) => return status(&e),
             };
@@ -114,7 +115,7 @@ fn handle(
                 Err(e) => return status(&ApiError::bad_request(e.to_string())),
             };
             let name = pod["metadata"]["name"].as_str().unwrap_or("").to_string();
-            let warnings = match patch::validate_fields("Pod", &name, &mut pod, params.field_validation) {
+            let warnings = match write::validate_fields("Pod", &name, &mut pod, params.field_validation) {
                 Ok(w) => w,
                 Err(e) => return status(&e),
             };
@@ -133,7 +134,7 @@ fn handle(
             match (m, live) {
                 ("GET", Some(pod)) => json_ok(200, &pod, &[]),
                 ("PATCH", live) => {
-                    let params = match patch::Params::from_query(&Query::parse(query), NOW) {
+                    let params = match write::Params::from_query(&Query::parse(query), NOW) {
                         Ok(p) => p,
                         Err(e) => return status(&e),
                     };

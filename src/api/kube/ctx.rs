@@ -5,8 +5,10 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use crate::api::ops::Ops;
+use crate::api::status::Res;
+use crate::config::api_authz::Right;
 
-use super::authz::Authorizer;
+use super::authz::{Ask, Authorizer, User};
 use super::watch::Hub;
 
 /// What the handlers serve from.
@@ -21,4 +23,11 @@ pub struct Ctx {
     pub stop: Arc<AtomicBool>,
     /// The cluster's authenticator and authorizer (cluster mode).
     pub cluster_auth: Arc<super::authz::ClusterAuthSlot>,
+}
+
+impl Ctx {
+    /// 403 unless `user` may `verb` `resource` (in `ns`, or cluster-wide).
+    pub fn check(&self, user: &User, verb: &str, resource: &str, ns: Option<&str>, right: Right) -> Res<()> {
+        self.authz.check(user, Ask { verb, resource, group: "", namespace: ns, right })
+    }
 }

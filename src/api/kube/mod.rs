@@ -6,32 +6,31 @@
 //!   deadlines);
 //! - `pki`: the node CA, the serving and client certificates, revocation;
 //! - `authz`: the config's rights per user and group;
-//! - `routes`: which handler answers (hook points for exec/attach/
-//!   port-forward and PATCH), `discovery`, `resources` (the objects as
-//!   JSON), `logs`, `table` (kubectl's columns), `select` (label and field
-//!   selectors), `watch` (the hub: no relist per watcher), `wire`
-//!   (requests, answers, `Status` errors);
-//! - what `kubectl apply`, `patch`, `edit` and `explain` need, as pure
-//!   functions: the OpenAPI documents (`openapi`), patches and field
-//!   validation (`patch`), server-side apply and `managedFields` (`ssa`),
-//!   what every write shares (`write`).
+//! - `routes`: which handler answers, after the identity check and each
+//!   handler's authorization (`ctx`: what handlers serve from);
+//! - `read`: lists, gets and watches, the node, metrics; `discovery`,
+//!   `openapi` (what `kubectl apply` and `explain` read), `resources` (the
+//!   objects as JSON), `table` (kubectl's columns), `select` (label and
+//!   field selectors), `watch` (the hub: no relist per watcher);
+//! - `write/`: every write (pods, ConfigMaps, Secrets: create, patch,
+//!   server-side apply, delete), one folder;
+//! - `logs`, `run`, and exec/attach/port-forward handed to `api::stream`;
+//! - `wire`: requests (their query parsed once, `api::query`) and answers
+//!   (errors are `api::status::ApiError`).
 
 pub mod authz;
 pub mod ctx;
 pub mod discovery;
 pub mod gate;
 pub mod logs;
-pub mod objwrite;
 pub mod openapi;
-pub mod patch;
-pub mod pbbody;
 pub mod pki;
+pub mod read;
 pub mod resources;
 pub mod routes;
 pub mod run;
 pub mod select;
 pub mod server;
-pub mod ssa;
 pub mod table;
 pub mod watch;
 pub mod wire;

@@ -1,10 +1,23 @@
-//! What every write through the node's Kubernetes API shares, pure: the
-//! write parameters
-//! (`fieldManager`, `force`, `fieldValidation`), the result (`Patched`),
-//! the end of every write (identity and status kept, `finish`), field
-//! validation through the manifest parser's own field tables
-//! (`validate_fields`), what is stored (`manifest_of`) and how each list
-//! field merges (`list_kind`, the Kubernetes types' patch strategies).
+//! The write side of the node's Kubernetes API, one room: what `kubectl
+//! create`, `apply` (client- and server-side), `patch`, `edit` and
+//! `delete` do to pods and to ConfigMaps and Secrets. Authorization is
+//! the caller's (`routes`).
+//!
+//! - `pods`: pod create, PATCH (and server-side apply) and DELETE, each a
+//!   manifest file through `api::ops` (static pods refused);
+//! - `objects`: the same for ConfigMaps and Secrets, through `api::objects`;
+//! - `patch`: JSON, merge and strategic merge patches, pure; `ssa`:
+//!   server-side apply and `managedFields`, pure;
+//! - `pbbody`: the protobuf bodies of kubectl's typed clients.
+//!
+//! This file is what every write shares: a request's body as JSON
+//! (`body_object`) and the new object's name (`identify`), the write
+//! parameters (`fieldManager`, `force`, `fieldValidation`, `dryRun`:
+//! [`Params`]), the result (`Patched`), the end of every write (identity
+//! and status kept, `finish`), field validation through the manifest
+//! parser's own field tables (`validate_fields`), what is stored
+//! (`manifest_of`) and how each list field merges (`list_kind`, the
+//! Kubernetes types' patch strategies). All but the first two are pure.
 //!
 //! What a patched Pod then *is* is the caller's decision: podwarden's pods
 //! are manifests, so the server stores the result as the pod's new
@@ -13,11 +26,64 @@
 //! for running pods do not apply. The identity (apiVersion, kind, name,
 //! namespace, uid) and the status cannot be changed by a write.
 
-use serde_json::Value;
+pub mod objects;
+pub mod patch;
+pub mod pbbody;
+pub mod pods;
+pub mod ssa;
+
+use serde_json::{Value, json};
 
 use crate::api::query::Query;
 use crate::api::status::{ApiError, Res};
-use crate::model::{fields, objects};
+use crate::model::{fields, objects as model_objects};
+
+use super::wire::Request;
+
+/// A request body as JSON (`application/json`, YAML by its type, or a
+/// protobuf ConfigMap or Secret: `pbbody`), at most `max` bytes.
+pub fn body_object(req: &Request, max: usize) -> Res<Value> {
+    if req.body.len() > max {
+        return Err(ApiError::too_large(format!("the request body is over {max} bytes")));
+    }
+    match req.header("content-type").unwrap_or("application/json") {
+        t if t.starts_with("application/json") => serde_json::from_slice(&req.body)
+            .map_err(|e| ApiError::bad_request(format!("the request body is not JSON: {e}"))),
+        t if t.contains("yaml") => serde_yaml_ng::from_slice(&req.body)
+            .map_err(|e| ApiError::bad_request(format!("the request body is not YAML: {e}"))),
+        t if t.starts_with("application/vnd.kubernetes.protobuf") => pbbody::decode(&req.body).map_err(|e| {
+            if e.unsupported { ApiError::unsupported_media_type(e.message) } else { ApiError::bad_request(e.message) }
+        }),
+        t => Err(ApiError::unsupported_media_type(format!("the body's type {t:?} is not supported: send JSON"))),
+    }
+}
+
+/// The name of a new object of `kind` (`Pod`, `ConfigMap`, ...), its
+/// namespace checked against the URL's and set.
+pub fn identify(obj: &mut Value, kind: &str, ns: &str) -> Res<String> {
+    let body_ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).filter(|n| !n.is_empty()).unwrap_or(ns);
+    if body_ns != ns {
+        return Err(ApiError::bad_request(format!(
+            "the namespace of the provided object ({body_ns}) does not match the namespace sent on the request ({ns})"
+        )));
+    }
+    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return Err(ApiError::invalid(format!("{kind} is invalid: metadata.name: Required value")));
+    };
+    meta.insert("namespace".into(), json!(ns));
+    let name = meta.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+    if name.is_empty() {
+        return Err(ApiError::invalid(format!(
+            "{kind} is invalid: metadata.name: Required value: name or generateName is required"
+        )));
+    }
+    Ok(name)
+}
+
+/// The write parameters of `req`, stamped now.
+pub fn params(req: &Request) -> Res<Params> {
+    Params::from_query(&req.query, &crate::model::rfc3339(std::time::SystemTime::now()))
+}
 
 /// `fieldValidation`: what to do with fields the schema does not have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -169,11 +235,11 @@ pub fn validate_fields(kind: &str, name: &str, obj: &mut Value, mode: FieldValid
     let found = match kind {
         "Pod" => fields::check(obj).map_err(|e| ApiError::field_invalid(kind, name, &e.field, e.reason))?,
         "ConfigMap" | "Secret" => {
-            let k = if kind == "Secret" { objects::Kind::Secret } else { objects::Kind::ConfigMap };
+            let k = if kind == "Secret" { model_objects::Kind::Secret } else { model_objects::Kind::ConfigMap };
             let mut top = Vec::new();
             if let Value::Object(map) = &*obj {
                 let probe = Value::Object(map.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
-                match objects::from_value(k, "(request)", probe) {
+                match model_objects::from_value(k, "(request)", probe) {
                     Ok((_, w)) => top = w,
                     Err(e) => return Err(ApiError::field_invalid(kind, name, &e.field, e.reason)),
                 }

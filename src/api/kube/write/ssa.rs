@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value};
 
-use super::write::{ListKind, Params, Patched, finish, list_kind, validate_fields};
+use super::{ListKind, Params, Patched, finish, list_kind, validate_fields};
 use crate::api::status::{ApiError, Cause, Res};
 use crate::model::bounded_yaml;
 

@@ -22,13 +22,13 @@ use crate::api::status::{ApiError, Cause, Res};
 use crate::api::view;
 use crate::model::objects::{self, Kind, LocalObject, ObjKey};
 
-use super::ctx::Ctx;
-use super::wire::{Reply, Request};
-use super::write::{self, Params};
-use super::{patch, resources, ssa, watch};
+use super::super::ctx::Ctx;
+use super::super::wire::{Reply, Request};
+use super::super::{resources, watch};
+use super::{Params, body_object, identify, params, patch, ssa};
 
 /// The largest body taken (an object's data is at most 1 MiB).
-pub const MAX_BODY: usize = 2 << 20;
+pub const MAX_OBJECT_BODY: usize = 2 << 20;
 
 /// How long a write waits for the manifest watcher to read it.
 const SETTLE: Duration = Duration::from_secs(3);
@@ -56,28 +56,6 @@ fn hub_kind(kind: Kind) -> watch::Kind {
     }
 }
 
-/// A request body as JSON (`application/json`, YAML by its type, or a
-/// protobuf ConfigMap or Secret: `pbbody`), at most `max` bytes.
-pub fn body_object(req: &Request, max: usize) -> Res<Value> {
-    if req.body.len() > max {
-        return Err(ApiError::too_large(format!("the request body is over {max} bytes")));
-    }
-    match req.header("content-type").unwrap_or("application/json") {
-        t if t.starts_with("application/json") => serde_json::from_slice(&req.body)
-            .map_err(|e| ApiError::bad_request(format!("the request body is not JSON: {e}"))),
-        t if t.contains("yaml") => serde_yaml_ng::from_slice(&req.body)
-            .map_err(|e| ApiError::bad_request(format!("the request body is not YAML: {e}"))),
-        t if t.starts_with("application/vnd.kubernetes.protobuf") => super::pbbody::decode(&req.body).map_err(|e| {
-            if e.unsupported { ApiError::unsupported_media_type(e.message) } else { ApiError::bad_request(e.message) }
-        }),
-        t => Err(ApiError::unsupported_media_type(format!("the body's type {t:?} is not supported: send JSON"))),
-    }
-}
-
-fn params(req: &Request) -> Res<Params> {
-    Params::from_query(&req.query, &crate::model::rfc3339(std::time::SystemTime::now()))
-}
-
 /// The object as a read serves it now (with its resourceVersion).
 fn served(ctx: &Ctx, key: &ObjKey) -> Option<Value> {
     ctx.hub.find(hub_kind(key.kind), Some(&key.namespace), &key.name).map(|o| o.value())
@@ -85,7 +63,7 @@ fn served(ctx: &Ctx, key: &ObjKey) -> Option<Value> {
 
 /// `POST .../namespaces/NS/configmaps|secrets`.
 pub fn create(ctx: &Ctx, req: &Request, kind: Kind, ns: &str) -> Res<Reply> {
-    let mut obj = body_object(req, MAX_BODY)?;
+    let mut obj = body_object(req, MAX_OBJECT_BODY)?;
     if obj.get("kind").and_then(Value::as_str) != Some(kind.as_str()) {
         return Err(ApiError::bad_request(format!("the body is not a {0} (kind: {0}, apiVersion: v1)", kind.as_str())));
     }
@@ -94,7 +72,7 @@ pub fn create(ctx: &Ctx, req: &Request, kind: Kind, ns: &str) -> Res<Reply> {
         return Err(ApiError::bad_request("resourceVersion should not be set on objects to be created"));
     }
     let params = params(req)?;
-    let warnings = write::validate_fields(kind.as_str(), &name, &mut obj, params.field_validation)?;
+    let warnings = super::validate_fields(kind.as_str(), &name, &mut obj, params.field_validation)?;
     log_warnings(kind, ns, &name, &warnings);
     let key = ObjKey::new(kind, ns, &name);
     if ctx.ops.object(&key).is_some() {
@@ -103,28 +81,6 @@ pub fn create(ctx: &Ctx, req: &Request, kind: Kind, ns: &str) -> Res<Reply> {
     let manager = params.field_manager.clone().unwrap_or_else(|| "unknown".into());
     ssa::record_update(kind.as_str(), None, &mut obj, &manager, &params.now);
     store(ctx, &key, None, &obj, &params)
-}
-
-/// The name of a new object of `kind` (`Pod`, `ConfigMap`, ...), its
-/// namespace checked against the URL's and set.
-pub fn identify(obj: &mut Value, kind: &str, ns: &str) -> Res<String> {
-    let body_ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).filter(|n| !n.is_empty()).unwrap_or(ns);
-    if body_ns != ns {
-        return Err(ApiError::bad_request(format!(
-            "the namespace of the provided object ({body_ns}) does not match the namespace sent on the request ({ns})"
-        )));
-    }
-    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
-        return Err(ApiError::invalid(format!("{kind} is invalid: metadata.name: Required value")));
-    };
-    meta.insert("namespace".into(), json!(ns));
-    let name = meta.get("name").and_then(Value::as_str).unwrap_or("").to_string();
-    if name.is_empty() {
-        return Err(ApiError::invalid(format!(
-            "{kind} is invalid: metadata.name: Required value: name or generateName is required"
-        )));
-    }
-    Ok(name)
 }
 
 fn log_warnings(kind: Kind, ns: &str, name: &str, warnings: &[String]) {
@@ -174,7 +130,7 @@ const SHOWN_ONLY: &[&str] = &[crate::model::CONFIG_FILE_ANNOTATION, view::REDACT
 /// answer with the object as a read shows it.
 fn store(ctx: &Ctx, key: &ObjKey, live: Option<&LocalObject>, new: &Value, params: &Params) -> Res<Reply> {
     let (kind, name) = (key.kind, key.name.as_str());
-    let mut manifest = write::manifest_of(new);
+    let mut manifest = super::manifest_of(new);
     if let Some(ann) = manifest.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
         if key.kind == Kind::Secret && ann.contains_key(view::REDACTED_ANNOTATION) {
             return Err(ApiError::bad_request(format!(

@@ -8,14 +8,12 @@
 //! the manifest parser's own field table; refusals are the APIs' one
 //! error (`api::status::ApiError`) for the HTTPS server to send.
 //!
-//! The shared parts (parameters, validation, list strategies) are in
-//! `write` and re-exported here.
+//! The shared parts (parameters, validation, list strategies) are the
+//! folder's (`write`).
 
 use serde_json::{Map, Value};
 
-use super::ssa;
-use super::write::finish;
-pub use super::write::{FieldValidation, ListKind, Params, Patched, list_kind, manifest_of, validate_fields};
+use super::{ListKind, Params, Patched, finish, list_kind, ssa};
 use crate::api::status::{ApiError, Cause, Res};
 use crate::model::bounded_yaml;
 
@@ -543,6 +541,7 @@ fn smp_list(kind: &str, path: &str, original: Vec<Value>, p: &[Value]) -> Res<Ve
 
 #[cfg(test)]
 mod tests {
+    use super::super::{FieldValidation, manifest_of};
     use super::*;
     use crate::api::query::Query;
     use proptest::prelude::*;
