@@ -30,7 +30,9 @@ const CRASH: &str = "echo run-$(cat /proc/sys/kernel/random/uuid); sleep 1; exit
 #[test]
 fn kubectl_reads_creates_watches_and_deletes_pods() {
     let _serial = SERIAL.lock();
+    let before_start = std::time::SystemTime::now();
     let mut a = Agent::start_with("kubectl", AUTHZ, &[]);
+    let after_start = std::time::SystemTime::now();
     let admin = kubeconfig(&a, "admin.yaml", &[]);
     let manifest = a.dir.0.join("web.yaml");
     std::fs::write(&manifest, pod_yaml("web", "", COUNTER)).unwrap();
@@ -67,6 +69,15 @@ fn kubectl_reads_creates_watches_and_deletes_pods() {
         assert!(d.contains("Status:") && d.contains("Running") && d.contains("Started"), "{v}: {d}");
         let n = ok(&a, v, &admin, &["describe", "node", "e2e"]);
         assert!(n.contains("KubeletReady") && n.contains("Non-terminated Pods:"), "{v}: {n}");
+        // the Node was created when the agent started, not when first asked
+        // for (seconds after the start by now)
+        let created = ok(&a, v, &admin, &["get", "node", "e2e", "-o", "jsonpath={.metadata.creationTimestamp}"]);
+        let created = std::time::SystemTime::from(created.trim().parse::<k8s_openapi::jiff::Timestamp>().unwrap());
+        let second = Duration::from_secs(1);
+        assert!(
+            created + second >= before_start && created <= after_start + second,
+            "{v}: the node's creationTimestamp {created:?} is not the agent's start ({before_start:?} to {after_start:?})"
+        );
         assert!(n.lines().any(|l| l.split_whitespace().take(2).eq(["e2e", "web"])), "{v}: the node's pods: {n}");
         let ev = ok(&a, v, &admin, &["get", "events", "-n", "e2e"]);
         assert!(ev.starts_with("LAST SEEN") && ev.contains("pod/web") && ev.contains("Started"), "{v}: {ev}");

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
 
@@ -346,10 +346,31 @@ pub fn node(parts: &Parts, healthy_within: Duration) -> Value {
     v
 }
 
-/// When this process started (the node object's creation time).
-fn started() -> std::time::SystemTime {
-    static T: std::sync::OnceLock<std::time::SystemTime> = std::sync::OnceLock::new();
-    *T.get_or_init(std::time::SystemTime::now)
+/// When the agent started (the Node object's creation time): this
+/// process's start as the kernel recorded it, so the same whenever the
+/// Node is first asked for (read once; if `/proc` cannot tell, the first
+/// call's time).
+fn started() -> SystemTime {
+    static T: std::sync::OnceLock<SystemTime> = std::sync::OnceLock::new();
+    *T.get_or_init(|| {
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        let boot = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        process_start(&stat, &boot, crate::sys::clock_ticks_per_second()).unwrap_or_else(SystemTime::now)
+    })
+}
+
+/// A process's start from its `/proc/<pid>/stat` (`starttime`, field 22:
+/// clock ticks since boot) and `/proc/stat` (`btime`: the boot, seconds
+/// since the epoch).
+fn process_start(stat: &str, proc_stat: &str, ticks_per_second: i64) -> Option<SystemTime> {
+    // the command name (field 2) is in parentheses and may hold spaces
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let ticks: u64 = after_name.split_whitespace().nth(19)?.parse().ok()?;
+    let boot: u64 = proc_stat.lines().find_map(|l| l.strip_prefix("btime "))?.trim().parse().ok()?;
+    let per_second = u64::try_from(ticks_per_second).ok().filter(|t| *t > 0)?;
+    let since_boot = Duration::from_secs(ticks / per_second)
+        + Duration::from_nanos((ticks % per_second) * 1_000_000_000 / per_second);
+    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(boot) + since_boot)
 }
 
 fn cpu_text(nano: Option<u64>) -> String {
@@ -416,6 +437,32 @@ mod tests {
         let v = pod_json(&p);
         assert!(is_api_pod(&v));
         assert!(v["metadata"]["annotations"].get("kubernetes.io/config.mirror").is_none());
+    }
+
+    #[test]
+    fn the_node_was_created_when_the_process_started() {
+        // field 22 after a command name with a space and a parenthesis
+        let stat = "4242 (pod warden) S 1 4242 4242 0 -1 4194560 10 0 0 0 3 4 0 0 20 0 9 0 250 1000 200";
+        let boot = "cpu  1 2 3\nbtime 1767225600\nprocesses 9\n";
+        let t = process_start(stat, boot, 100).unwrap();
+        assert_eq!(t, SystemTime::UNIX_EPOCH + Duration::from_millis(1_767_225_600_000 + 2_500));
+        assert_eq!(process_start("4242 (x) S 1", boot, 100), None);
+        assert_eq!(process_start(stat, "cpu 1\n", 100), None);
+        // this process: before the test ran, the same at every call
+        let first = started();
+        assert!(first <= SystemTime::now());
+        assert!(SystemTime::now().duration_since(first).unwrap() < Duration::from_secs(24 * 3600));
+        let own = process_start(
+            &std::fs::read_to_string("/proc/self/stat").unwrap(),
+            &std::fs::read_to_string("/proc/stat").unwrap(),
+            crate::sys::clock_ticks_per_second(),
+        )
+        .unwrap();
+        // the boot time is whole seconds and follows clock adjustments
+        let apart = own.duration_since(first).or_else(|e| Ok::<_, ()>(e.duration())).unwrap();
+        assert!(apart <= Duration::from_secs(1), "{own:?} {first:?}");
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(started(), first);
     }
 
     #[test]
