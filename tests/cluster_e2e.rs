@@ -124,6 +124,27 @@ fn requests_since(c: &Cluster, user: &str, mark: usize) -> Vec<(String, String, 
         .collect()
 }
 
+/// The requests of `user` after `mark` as the API server received them,
+/// in that order (a watch counted when it started): (time, verb, URI).
+fn received_since(c: &Cluster, user: &str, mark: usize) -> Vec<(String, String, String)> {
+    let text = std::fs::read_to_string(&c.audit_log).expect("the apiserver's audit log");
+    let mut seen = std::collections::HashSet::new();
+    let mut out: Vec<(String, String, String)> = text
+        .get(mark..)
+        .unwrap_or("")
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["user"]["username"] == user)
+        .filter(|e| seen.insert(e["auditID"].as_str().unwrap_or_default().to_string()))
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+            (s("requestReceivedTimestamp"), s("verb"), s("requestURI"))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 fn mode(p: &Path) -> u32 {
     std::fs::metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).permissions().mode() & 0o777
 }
@@ -1033,6 +1054,7 @@ fn a_node_started_while_its_control_plane_is_away_runs_its_recorded_pods() {
     wait_for("the node's first call failed", Duration::from_secs(30), || {
         a.log().contains("could not be reached at the start")
     });
+    let heal_mark = audit_mark(&c);
     partition("heal");
     let healed = Instant::now();
     wait_for("the node Ready again", Duration::from_secs(60), || {
@@ -1059,6 +1081,16 @@ fn a_node_started_while_its_control_plane_is_away_runs_its_recorded_pods() {
         p["status"]["containerStatuses"][0]["containerID"].as_str().is_some_and(|id| id.ends_with(&offline_id))
     });
     std::thread::sleep(Duration::from_secs(5));
+    // one ordered reconnect: the node's own calls (the Node, its Lease)
+    // first, then the pods' list or watch, statuses and events
+    let after = received_since(&c, &format!("system:node:{node}"), heal_mark);
+    eprintln!("the node's first calls after the link came back: {:#?}", &after[..after.len().min(8)]);
+    let first_lease = after.iter().position(|r| r.2.contains("/leases/"));
+    let first_other = after.iter().position(|r| !r.2.contains("/leases") && !r.2.starts_with("/api/v1/nodes"));
+    assert!(
+        first_lease.is_some() && first_other.is_some_and(|o| o > first_lease.unwrap()),
+        "the Lease was not renewed before the other calls: {after:#?}"
+    );
     let rp = a.runtime_pod(&uid);
     assert_eq!(rp.containers.len(), 1, "nothing restarted after the link came back: {rp:?}");
     assert_eq!(rp.containers[0].id, offline_id);

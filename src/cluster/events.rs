@@ -539,7 +539,8 @@ pub fn run(parts: Parts, shared: Arc<Shared>, rx: Receiver<Event>) {
         if shared.stopped() {
             return;
         }
-        let client = if out.queue.is_empty() { None } else { shared.client() };
+        // held while the link is down: the Lease goes first when it is back
+        let client = if out.queue.is_empty() || !shared.link_up() { None } else { shared.client() };
         let wait = match client {
             Some(_) => next_try.saturating_duration_since(Instant::now()).min(TICK),
             None => TICK,

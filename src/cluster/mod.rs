@@ -53,6 +53,12 @@ pub struct Shared {
     pub node_uid: Mutex<Option<String>>,
     /// The API's pods bound to this node.
     pub view: Mutex<pods::View>,
+    /// The link: the node thread's last pass reached the API server. The
+    /// other threads call only while it is up, so after an outage the
+    /// Lease goes first, then the pods' list or watch, then statuses and
+    /// events: one ordered reconnect, no storm.
+    link: Mutex<bool>,
+    link_changed: Condvar,
     stop: Mutex<bool>,
     stopped: Condvar,
 }
@@ -66,8 +72,47 @@ impl Shared {
             client: Mutex::new(None),
             node_uid: Mutex::new(None),
             view: Mutex::new(pods::View::default()),
+            link: Mutex::new(false),
+            link_changed: Condvar::new(),
             stop: Mutex::new(false),
             stopped: Condvar::new(),
+        }
+    }
+
+    /// Whether the link is up (see [`Shared::link_back`]).
+    pub fn link_up(&self) -> bool {
+        *self.link.lock()
+    }
+
+    /// The node thread reached the API server (its Lease renewed).
+    pub fn link_back(&self) {
+        let mut up = self.link.lock();
+        if !*up {
+            *up = true;
+            self.link_changed.notify_all();
+        }
+    }
+
+    /// A call could not reach the API server: the others wait for the
+    /// node thread, and the API's view of the pods is stale until the
+    /// pods' reflector is connected again.
+    pub fn link_lost(&self) {
+        *self.link.lock() = false;
+        self.view.lock().fresh = false;
+    }
+
+    /// Wait until the link is up; `false` when stopped or `go_on` says no
+    /// first (looked at every 500 ms).
+    pub fn wait_link(&self, go_on: &dyn Fn() -> bool) -> bool {
+        loop {
+            if self.stopped() || !go_on() {
+                return false;
+            }
+            let mut up = self.link.lock();
+            if *up {
+                return true;
+            }
+            self.link_changed.wait_for(&mut up, Duration::from_millis(500));
         }
     }
 

@@ -142,6 +142,7 @@ impl Link {
             let started = Instant::now();
             match self.tick() {
                 Ok(()) => {
+                    self.shared.link_back();
                     // the API answered first: the record's pods were only
                     // its list's head start
                     self.shared.from_record.lock().take();
@@ -164,6 +165,12 @@ impl Link {
                 }
                 Err(e) => {
                     self.failures += 1;
+                    if matches!(e, ClusterError::Unreachable(_) | ClusterError::Tls(_)) {
+                        self.shared.link_lost();
+                    } else if self.client.is_some() {
+                        // the server answered, with an error of its own
+                        self.shared.link_back();
+                    }
                     if let Some((written, n)) = self.shared.from_record.lock().take() {
                         let msg = format!(
                             "The API server could not be reached at the start ({e}): {n} pod(s) run from the node's record of {}",

@@ -53,6 +53,13 @@ pub struct ApiPod {
     pub kind: Kind,
 }
 
+impl View {
+    /// Listed once and connected since the link last came back.
+    pub fn fresh_and_synced(&self) -> bool {
+        self.synced && self.fresh
+    }
+}
+
 impl ApiPod {
     /// The pod's path in the API.
     pub fn path(&self) -> String {
@@ -66,6 +73,9 @@ pub struct View {
     pub pods: BTreeMap<String, ApiPod>,
     /// The first list has come.
     pub synced: bool,
+    /// The reflector is connected since the link last came back: the
+    /// statuses are compared with what the API has now, not before.
+    pub fresh: bool,
 }
 
 /// The `cluster-pods` thread's loop; returns when `shared` stops.
@@ -113,6 +123,10 @@ impl super::reflector::Store for PodStore<'_> {
         if let Some(uid) = object["metadata"]["uid"].as_str() {
             self.shared.view.lock().pods.remove(uid);
         }
+    }
+
+    fn connected(&mut self) {
+        self.shared.view.lock().fresh = true;
     }
 
     fn settled(&mut self) {

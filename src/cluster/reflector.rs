@@ -30,6 +30,9 @@ pub trait Store {
     /// A list or a burst of events was taken in and no event waits: the
     /// moment to tell others (called at most once per burst).
     fn settled(&mut self) {}
+    /// A list answered, or a watch stream opened: the store follows the
+    /// API again.
+    fn connected(&mut self) {}
 }
 
 /// One collection to reflect: `what` names it in errors ("the node's
@@ -49,6 +52,10 @@ impl Reflector<'_> {
         let mut resume: Option<String> = None;
         let go_on = || go_on() && !shared.stopped();
         while go_on() {
+            // after the Lease (the node thread), never before
+            if !shared.wait_link(&go_on) {
+                return;
+            }
             let Some(client) = shared.client() else {
                 shared.pause(Duration::from_millis(500));
                 continue;
@@ -64,6 +71,9 @@ impl Reflector<'_> {
                 }
                 Err(e) => {
                     failures += 1;
+                    if matches!(e, ClusterError::Unreachable(_) | ClusterError::Tls(_)) {
+                        shared.link_lost();
+                    }
                     if logged.allow().is_some() || failures == 1 {
                         log::error!("cluster: {}: {e} (attempt {failures}; retrying with back-off)", self.what);
                     }
@@ -94,6 +104,7 @@ impl Reflector<'_> {
             Value::Array(items) => items,
             _ => Vec::new(),
         };
+        store.connected();
         store.replace(items);
         store.settled();
         log::debug!("cluster: listed {} (resourceVersion {rv})", self.what);
@@ -117,6 +128,7 @@ impl Reflector<'_> {
             Err(r) if r.status == 410 => return Ok(None),
             Err(r) => return Err(super::api_error(&format!("watching {}", self.what), &r)),
         };
+        store.connected();
         let mut rv = rv.to_string();
         let mut dirty = false;
         let idle = Duration::from_secs(timeout) + WATCH_SLACK;

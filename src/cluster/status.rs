@@ -85,7 +85,8 @@ pub fn run(parts: Parts, shared: Arc<Shared>) {
             state.busy
         );
         let Some(client) = shared.client() else { continue };
-        if !shared.view.lock().synced {
+        // the link back: after the Lease and the pods' list or watch
+        if !shared.link_up() || !shared.view.lock().fresh_and_synced() {
             continue;
         }
         state.busy = true;
@@ -100,6 +101,9 @@ pub fn run(parts: Parts, shared: Arc<Shared>) {
             }
             Err(e) => {
                 failures += 1;
+                if matches!(e, ClusterError::Unreachable(_) | ClusterError::Tls(_)) {
+                    shared.link_lost();
+                }
                 if logged.allow().is_some() || failures == 1 {
                     log::error!("cluster: pod status: {e} (attempt {failures}; retrying with back-off)");
                 }
