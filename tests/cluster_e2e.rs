@@ -329,6 +329,8 @@ fn a_cluster_link_that_cannot_work_is_a_warning_on_the_node() {
     let w = warnings("ClusterUnreachable");
     assert_eq!(w.len(), 1, "{w:?}");
     assert!(w[0].contains("3 attempts failed") && w[0].contains(&server), "{}", w[0]);
+    // a server away is no identity problem: /healthz stays ok
+    assert_eq!(h.parts.cluster.get().unwrap().identity_problem(), None);
     drop(link);
     let none = dir.0.join("none.conf");
     std::fs::write(&none, "apiVersion: v1\nkind: Config\n").unwrap();
@@ -337,6 +339,9 @@ fn a_cluster_link_that_cannot_work_is_a_warning_on_the_node() {
         !warnings("ClusterConfigInvalid").is_empty()
     });
     assert!(warnings("ClusterConfigInvalid")[0].contains("none.conf"), "{:?}", warnings("ClusterConfigInvalid"));
+    // an identity the node cannot use is: /healthz fails, naming it
+    let problem = h.parts.cluster.get().unwrap().identity_problem();
+    assert!(problem.as_deref().is_some_and(|p| p.contains("none.conf")), "{problem:?}");
 }
 
 /// A node joined with the cluster's bootstrap token, running: the agent,
@@ -1104,5 +1109,90 @@ fn a_node_started_while_its_control_plane_is_away_runs_its_recorded_pods() {
     a.clean_up(&[]);
     drop(a);
     forget_namespace(&c, ns);
+    let _ = kubectl(&c, &["delete", "node", node]);
+}
+
+/// `scripts/cluster-env.sh up` with the controller-manager signing for
+/// `duration` (it restarts only that); back to the default on drop.
+struct SigningFor;
+
+impl SigningFor {
+    fn new(duration: &str) -> Self {
+        cluster_env_up(Some(duration));
+        SigningFor
+    }
+}
+
+impl Drop for SigningFor {
+    fn drop(&mut self) {
+        cluster_env_up(None);
+    }
+}
+
+fn cluster_env_up(duration: Option<&str>) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/cluster-env.sh");
+    let mut cmd = Command::new(&script);
+    cmd.arg("up");
+    match duration {
+        Some(d) => cmd.env("PODWARDEN_CLUSTER_SIGNING_DURATION", d),
+        None => cmd.env_remove("PODWARDEN_CLUSTER_SIGNING_DURATION"),
+    };
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "cluster-env.sh up: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The node's client certificate's end, read with openssl.
+fn cert_end(pem: &Path) -> String {
+    let out = Command::new("openssl").args(["x509", "-noout", "-enddate", "-in"]).arg(pem).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// With the cluster signing for two minutes: the node replaces its client
+/// certificate at 70 to 90 % of its life without a restart; then, cut off
+/// until that certificate has expired, it asks for a new one through its
+/// bootstrap kubeconfig on its own once the server is back. Its pod runs
+/// throughout (the same container), the node is Ready again.
+#[test]
+fn client_certificates_rotate_without_a_restart_and_expired_ones_bootstrap_again() {
+    let _serial = SERIAL.lock();
+    let c = cluster();
+    let node = "pw-rotate";
+    partition("heal");
+    let _healed = Healed;
+    let _signing = SigningFor::new("2m");
+    let (a, _work, _conf) = joined_through(&c, &c.partitionable, node, "cluster-rotate", "");
+    a.write("steady.yaml", &pod_yaml("steady", "", TRAPPING));
+    let uid = a.uid("steady");
+    wait_for("the static pod running", Duration::from_secs(30), || a.running(&uid) == 1);
+    let id = a.runtime_pod(&uid).containers[0].id.clone();
+    let pem = a.root().join("pki/kubelet-client-current.pem");
+    let first = cert_end(&pem);
+    eprintln!("first certificate: {first}");
+    let t0 = Instant::now();
+    wait_for("the certificate rotated", Duration::from_secs(150), || {
+        a.log().contains("rotated its client certificate")
+    });
+    eprintln!("rotated after {:?}", t0.elapsed());
+    let second = cert_end(&pem);
+    assert_ne!(first, second, "a new certificate in {}", pem.display());
+    let ready = |c: &Cluster| condition(&json(c, &["get", "node", node]), "Ready").is_some_and(|r| r.0 == "True");
+    wait_for("the node Ready with its new certificate", Duration::from_secs(30), || ready(&c));
+
+    // cut off until the new certificate has expired
+    partition("cut");
+    let cut = Instant::now();
+    wait_for("the certificate expired while cut off", Duration::from_secs(180), || {
+        a.log().contains("has expired: asking for a new one")
+    });
+    eprintln!("expiry noticed {:?} after the cut", cut.elapsed());
+    assert_eq!(a.running(&uid), 1, "the pod runs while the node cannot authenticate");
+    partition("heal");
+    wait_for("a new certificate through the bootstrap kubeconfig", Duration::from_secs(90), || {
+        cert_end(&pem) != second && ready(&c)
+    });
+    let rp = a.runtime_pod(&uid);
+    assert_eq!(rp.containers.len(), 1, "{rp:?}");
+    assert_eq!(rp.containers[0].id, id, "the pod's container ran throughout");
+    assert_eq!(a.log().matches("starting: node").count(), 1, "no restart of the agent");
     let _ = kubectl(&c, &["delete", "node", node]);
 }

@@ -156,10 +156,19 @@ fn route(h: &Handler, method: &str, target: &str) -> Vec<u8> {
     }
     let parts = &h.parts;
     match target.split('?').next().unwrap_or("") {
-        "/healthz" => match parts.agent.health(h.healthy_within) {
-            Ok(()) => response(200, "OK", "text/plain", b"ok"),
-            Err(e) => response(500, "Internal Server Error", "text/plain", e.to_string().as_bytes()),
-        },
+        "/healthz" => {
+            let agent = parts.agent.health(h.healthy_within).err().map(|e| e.to_string());
+            let cluster = parts.cluster.get().map(|f| f.identity_problem());
+            let verbose = target
+                .split_once('?')
+                .is_some_and(|(_, q)| q.split('&').any(|kv| kv == "verbose" || kv.starts_with("verbose=")));
+            let (ok, body) = healthz(agent, cluster, verbose);
+            if ok {
+                response(200, "OK", "text/plain", body.as_bytes())
+            } else {
+                response(500, "Internal Server Error", "text/plain", body.as_bytes())
+            }
+        }
         "/node" => response(200, "OK", "application/json", &view::to_json(&view::node_of(parts, h.healthy_within))),
         "/pods" | "/pods/" => response(200, "OK", "application/json", &view::to_json(&view::pods_of(parts, h.redact))),
         "/metrics" => {
@@ -179,6 +188,34 @@ fn route(h: &Handler, method: &str, target: &str) -> Vec<u8> {
         },
         _ => response(404, "Not Found", "text/plain", b"not found\n"),
     }
+}
+
+/// `/healthz`: whether it holds and its body. The checks are the agent's
+/// own (`agent`: why it is not healthy) and, in cluster mode (`cluster`
+/// is `Some`), whether the control plane accepts the node's identity (an
+/// outage alone is no failure: the pods run on and the link comes back).
+/// `verbose` lists each check as the kubelet's `?verbose` does.
+fn healthz(agent: Option<String>, cluster: Option<Option<String>>, verbose: bool) -> (bool, String) {
+    let identity = cluster.clone().flatten();
+    let ok = agent.is_none() && identity.is_none();
+    if !verbose {
+        let body = match (agent, identity) {
+            (None, None) => "ok".to_string(),
+            (Some(a), _) => a,
+            (None, Some(c)) => format!("the control plane refuses the node's identity: {c}"),
+        };
+        return (ok, body);
+    }
+    let line = |name: &str, problem: &Option<String>| match problem {
+        None => format!("[+]{name} ok\n"),
+        Some(why) => format!("[-]{name} failed: {why}\n"),
+    };
+    let mut body = line("agent", &agent);
+    if let Some(c) = &cluster {
+        body += &line("cluster-identity", c);
+    }
+    body += if ok { "healthz check passed\n" } else { "healthz check failed\n" };
+    (ok, body)
 }
 
 fn response(code: u16, reason: &str, ctype: &str, body: &[u8]) -> Vec<u8> {
@@ -503,6 +540,22 @@ fn drain(c: &mut Conn) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn healthz_fails_on_a_refused_identity_not_on_an_outage_and_lists_its_checks() {
+        assert_eq!(healthz(None, None, false), (true, "ok".to_string()));
+        assert_eq!(healthz(None, Some(None), false), (true, "ok".to_string()), "cluster mode, accepted or away");
+        let (ok, body) = healthz(None, Some(Some("HTTP 401: Unauthorized".into())), false);
+        assert!(!ok);
+        assert_eq!(body, "the control plane refuses the node's identity: HTTP 401: Unauthorized");
+        let (ok, body) = healthz(None, Some(Some("HTTP 401".into())), true);
+        assert!(!ok);
+        assert_eq!(body, "[+]agent ok\n[-]cluster-identity failed: HTTP 401\nhealthz check failed\n");
+        assert_eq!(healthz(None, None, true).1, "[+]agent ok\nhealthz check passed\n");
+        let (ok, body) = healthz(Some("housekeeping stale".into()), Some(None), true);
+        assert!(!ok);
+        assert_eq!(body, "[-]agent failed: housekeeping stale\n[+]cluster-identity ok\nhealthz check failed\n");
+    }
 
     fn status(h: &Head) -> Option<String> {
         match h {

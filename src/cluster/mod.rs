@@ -53,6 +53,8 @@ pub struct Shared {
     pub node_uid: Mutex<Option<String>>,
     /// The API's pods bound to this node.
     pub view: Mutex<pods::View>,
+    /// Why the API server refuses the node's identity, while it does.
+    pub identity_problem: Mutex<Option<String>>,
     /// The link: the node thread's last pass reached the API server. The
     /// other threads call only while it is up, so after an outage the
     /// Lease goes first, then the pods' list or watch, then statuses and
@@ -72,6 +74,7 @@ impl Shared {
             client: Mutex::new(None),
             node_uid: Mutex::new(None),
             view: Mutex::new(pods::View::default()),
+            identity_problem: Mutex::new(None),
             link: Mutex::new(false),
             link_changed: Condvar::new(),
             stop: Mutex::new(false),
@@ -162,6 +165,7 @@ pub struct Cluster {
 struct Facts {
     tokens: tokens::Tokens,
     services: Arc<Mutex<services::Services>>,
+    shared: Arc<Shared>,
 }
 
 impl crate::pod::cluster::ClusterFacts for Facts {
@@ -176,6 +180,10 @@ impl crate::pod::cluster::ClusterFacts for Facts {
 
     fn service_env(&self, namespace: &str, links: bool) -> Vec<(String, String)> {
         services::env_for(&self.services.lock(), namespace, links)
+    }
+
+    fn identity_problem(&self) -> Option<String> {
+        self.shared.identity_problem.lock().clone()
     }
 }
 
@@ -194,7 +202,7 @@ impl Cluster {
         let tokens = tokens::Tokens::new(shared.clone());
         // what the API last assigned runs at once, before any call to it
         pods::start_from_record(&parts, &shared, &sources, &objects, &tokens);
-        parts.cluster.set(Arc::new(Facts { tokens, services: svcs.clone() }));
+        parts.cluster.set(Arc::new(Facts { tokens, services: svcs.clone(), shared: shared.clone() }));
         if let Some(slot) = node_auth {
             slot.set(Arc::new(nodeauth::NodeAuth::new(shared.clone(), &parts.node_name)));
         }

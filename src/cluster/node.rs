@@ -143,6 +143,9 @@ impl Link {
             match self.tick() {
                 Ok(()) => {
                     self.shared.link_back();
+                    if let Some(was) = self.shared.identity_problem.lock().take() {
+                        log::info!("cluster: the API server accepts the node's identity again (was: {was})");
+                    }
                     // the API answered first: the record's pods were only
                     // its list's head start
                     self.shared.from_record.lock().take();
@@ -189,6 +192,28 @@ impl Link {
                         // the identity is no longer accepted: read it (or bootstrap) again
                         self.client = None;
                         self.shared.set_client(None);
+                    }
+                    if self.client.is_some() && !bootstrap::usable(&self.cfg.kubeconfig, Duration::ZERO) {
+                        // expired (while the server was away, or every
+                        // rotation failed): a new one through the
+                        // bootstrap kubeconfig, the pods running on
+                        log::warn!(
+                            "cluster: the node's client certificate ({}) has expired: asking for a new one{}",
+                            self.cfg.kubeconfig.display(),
+                            if self.cfg.bootstrap_kubeconfig.is_some() { " with the bootstrap kubeconfig" } else { "" }
+                        );
+                        self.client = None;
+                        self.shared.set_client(None);
+                    }
+                    let refused = match &e {
+                        ClusterError::Api { status: 401 | 403, .. }
+                        | ClusterError::Refused(_)
+                        | ClusterError::Config(_) => true,
+                        ClusterError::Tls(m) => !m.contains("timed out") && !m.contains("reset"),
+                        _ => false,
+                    };
+                    if refused {
+                        *self.shared.identity_problem.lock() = Some(e.to_string());
                     }
                     if self.logged.allow().is_some() || self.failures == 1 {
                         log::error!("cluster: {e} (attempt {}; retrying with back-off)", self.failures);

@@ -29,6 +29,12 @@ pub trait ClusterFacts: Send + Sync {
     /// `kubernetes` service's always, the namespace's services' when
     /// `links` (`enableServiceLinks`).
     fn service_env(&self, namespace: &str, links: bool) -> Vec<(String, String)>;
+    /// Why the node's identity is refused by its control plane (`None`
+    /// while it is accepted, or while the server cannot be reached at
+    /// all): `/healthz` says it.
+    fn identity_problem(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Where the sync phases find the control plane's facts (empty when
