@@ -56,6 +56,14 @@ impl PodSync {
         Err(RuntimeError::ImagePull { image: image.into(), message })
     }
 
+    /// A pull that failed with `message`: the kubelet's two `Failed`
+    /// events, and `ErrImagePull` until the back-off's first retry.
+    fn pull_failed(&self, obj: &ObjectRef, image: &str, message: String) -> NoImage {
+        self.events.event(obj, EventType::Warning, "Failed", &format!("Failed to pull image {image:?}: {message}"));
+        self.events.event(obj, EventType::Warning, "Failed", "Error: ErrImagePull");
+        NoImage { reason: "ErrImagePull", message, retry: PULL_BACKOFF_INITIAL }
+    }
+
     /// The credentials for `image` of `pod`'s image pull secrets, as the
     /// kubelet reads them: a Secret that is not there is said in a
     /// `FailedToRetrieveImagePullSecret` warning and the pull goes on
@@ -135,16 +143,7 @@ impl PodSync {
         // the pod's image pull secrets first, then the node's credentials
         let pod_creds = match self.pull_secret_creds(pod, image) {
             Ok(c) => c,
-            Err(e) => {
-                let message = e.to_string();
-                self.events.event(
-                    &obj,
-                    EventType::Warning,
-                    "Failed",
-                    &format!("Failed to pull image {image:?}: {message}"),
-                );
-                return Ok(Err(NoImage { reason: "ErrImagePull", message, retry: PULL_BACKOFF_INITIAL }));
-            }
+            Err(e) => return Ok(Err(self.pull_failed(&obj, image, e.to_string()))),
         };
         // per credentials: new ones for the image retry at once
         let key = format!("image:{image}#{:x}#{:x}", self.keyring.docker_digest(image), digest(&pod_creds));
@@ -183,17 +182,7 @@ impl PodSync {
                 Ok(Ok(id))
             }
             Err(RuntimeError::Cancelled { .. }) => Err(SyncError::Cancelled),
-            Err(e) => {
-                let message = e.to_string();
-                self.events.event(
-                    &obj,
-                    EventType::Warning,
-                    "Failed",
-                    &format!("Failed to pull image {image:?}: {message}"),
-                );
-                self.events.event(&obj, EventType::Warning, "Failed", "Error: ErrImagePull");
-                Ok(Err(NoImage { reason: "ErrImagePull", message, retry: PULL_BACKOFF_INITIAL }))
-            }
+            Err(e) => Ok(Err(self.pull_failed(&obj, image, e.to_string()))),
         }
     }
 }
