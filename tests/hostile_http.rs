@@ -25,6 +25,8 @@ const RSS_BOUND_KIB: u64 = 16 * 1024;
 const PROMPT: Duration = Duration::from_secs(1);
 const HEALTHZ_OK: &[u8] =
     b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+/// `/healthz?verbose` of a standalone agent: its one check.
+const HEALTHZ_VERBOSE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 33\r\nConnection: close\r\n\r\n[+]agent ok\nhealthz check passed\n";
 
 /// `podwarden run` on the fake runtime with the read-only port on a free
 /// loopback port; killed on drop.
@@ -263,11 +265,12 @@ fn malformed_and_unusual_requests_get_exact_answers_promptly() {
         ("half a request then a half-close", b"GET /heal".to_vec(), true, Want::Closed),
         ("connect and half-close at once", Vec::new(), true, Want::Closed),
         ("bare LF line ends", b"GET /healthz HTTP/1.1\nHost: x\n\n".to_vec(), false, Want::Exactly(HEALTHZ_OK)),
+        ("HTTP/1.0 with a query", b"GET /healthz?x=1 HTTP/1.0\r\n\r\n".to_vec(), false, Want::Exactly(HEALTHZ_OK)),
         (
-            "HTTP/1.0 with a query",
+            "the checks listed (?verbose)",
             b"GET /healthz?verbose=1 HTTP/1.0\r\n\r\n".to_vec(),
             false,
-            Want::Exactly(HEALTHZ_OK),
+            Want::Exactly(HEALTHZ_VERBOSE),
         ),
     ];
     for (name, request, half_close, want) in cases {
