@@ -53,6 +53,11 @@ pub fn clear_runtime(cri: &CriRuntime) {
     assert!(left.iter().all(|rp| rp.sandboxes.is_empty() && rp.containers.is_empty()), "left over: {left:?}");
 }
 
+/// A listener on a free loopback port (held until dropped).
+pub fn bind_free() -> std::net::TcpListener {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap()
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -103,9 +108,14 @@ impl Agent {
         prepare(&dir.0);
         let cri = cri();
         clear_runtime(&cri);
+        // two ports held at once: picked one after the other, the kernel
+        // may hand the same free port out twice (it did, in a full run)
+        let (ro, kube) = (bind_free(), bind_free());
+        let (port, kube_port) = (ro.local_addr().unwrap().port(), kube.local_addr().unwrap().port());
+        drop((ro, kube));
         let mut a = Agent {
-            port: free_port(),
-            kube_port: free_port(),
+            port,
+            kube_port,
             dir,
             child: None,
             cri,
