@@ -17,6 +17,11 @@ pub mod notify;
 pub mod thread;
 pub mod watchdog;
 
+/// `b` as lower-case hex, two digits a byte.
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
 /// The wall clock in nanoseconds since the Unix epoch (0 before it), the
 /// unit of the CRI's timestamps.
 pub fn unix_now_ns() -> i64 {

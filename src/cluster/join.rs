@@ -64,11 +64,7 @@ pub fn spki_sha256(cert_der: &[u8]) -> Option<[u8; 32]> {
 
 /// `sha256:HEX` of `pin`.
 pub fn pin_text(pin: &[u8; 32]) -> String {
-    let mut s = String::from("sha256:");
-    for b in pin {
-        s.push_str(&format!("{b:02x}"));
-    }
-    s
+    format!("sha256:{}", crate::base::hex(pin))
 }
 
 fn base64url_decode(text: &str) -> Option<Vec<u8>> {

@@ -87,7 +87,7 @@ impl Record {
         let io = |source| RecordError::Io { path: path.display().to_string(), source };
         let body = serde_json::to_vec(value).map_err(|e| io(std::io::Error::other(e)))?;
         let digest = ring::digest::digest(&ring::digest::SHA256, &body);
-        let mut bytes = format!("{MAGIC} {} {}\n", body.len(), hex(digest.as_ref())).into_bytes();
+        let mut bytes = format!("{MAGIC} {} {}\n", body.len(), crate::base::hex(digest.as_ref())).into_bytes();
         bytes.extend_from_slice(&body);
         if let Some(parent) = path.parent() {
             crate::base::fsutil::create_dir_mode(parent, 0o700).map_err(io)?;
@@ -98,10 +98,16 @@ impl Record {
     /// Read the record file `path`: `Ok(None)` when there is none.
     fn read<T: for<'de> Deserialize<'de>>(&self, path: &Path) -> Result<Option<T>, RecordError> {
         let p = path.display().to_string();
-        let bytes = match read_bounded(path) {
+        let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else { return Ok(None) };
+        if !dir.exists() {
+            return Ok(None); // nothing recorded yet
+        }
+        // a regular file the record wrote, at most MAX_BYTES of it
+        let bytes = match crate::base::fsutil::read_regular_in(dir, name, crate::base::fsutil::Links::Refuse, MAX_BYTES)
+        {
             Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(RecordError::Io { path: p, source }),
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(RecordError::Corrupt { path: p, why: e.to_string() }),
         };
         let corrupt = |why: String| RecordError::Corrupt { path: p.clone(), why };
         let nl = bytes.iter().position(|b| *b == b'\n').ok_or_else(|| corrupt("no header line".into()))?;
@@ -120,7 +126,7 @@ impl Record {
             )));
         }
         let digest = ring::digest::digest(&ring::digest::SHA256, body);
-        if sum != Some(hex(digest.as_ref()).as_str()) {
+        if sum != Some(crate::base::hex(digest.as_ref()).as_str()) {
             return Err(corrupt("its checksum does not match its content".into()));
         }
         serde_json::from_slice(body).map(Some).map_err(|e| corrupt(format!("its content: {e}")))
@@ -189,22 +195,6 @@ impl Record {
     pub fn load_tokens(&self) -> Result<Vec<TokenRecord>, RecordError> {
         Ok(self.read(&self.tokens_path())?.unwrap_or_default())
     }
-}
-
-/// The file's bytes, at most [`MAX_BYTES`] (more is an error).
-fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let f = std::fs::File::open(path)?;
-    let mut out = Vec::new();
-    f.take(MAX_BYTES + 1).read_to_end(&mut out)?;
-    if out.len() as u64 > MAX_BYTES {
-        return Err(std::io::Error::other(format!("larger than {MAX_BYTES} bytes")));
-    }
-    Ok(out)
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 pub fn epoch(t: SystemTime) -> u64 {

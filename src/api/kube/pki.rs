@@ -103,7 +103,7 @@ pub fn random_serial() -> Result<Vec<u8>, PkiError> {
 
 /// Hex of a serial, as the revocation list holds it.
 pub fn serial_hex(serial: &[u8]) -> String {
-    let s: String = serial.iter().map(|b| format!("{b:02x}")).collect();
+    let s = crate::base::hex(serial);
     let t = s.trim_start_matches('0');
     if t.is_empty() { "0".into() } else { t.into() }
 }
