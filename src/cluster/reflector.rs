@@ -74,10 +74,20 @@ impl Reflector<'_> {
                     if matches!(e, ClusterError::Unreachable(_) | ClusterError::Tls(_)) {
                         shared.link_lost();
                     }
-                    if logged.allow().is_some() || failures == 1 {
+                    // the node authorizer learns of a pod's Secrets from
+                    // its own watch: a read just after the pod was bound
+                    // is refused until it catches up, so retry soon
+                    let lag = graph_lag(&e) && failures <= 5;
+                    if lag {
+                        log::info!(
+                            "cluster: {}: not yet allowed (the node authorizer has not seen the pod using it; attempt {failures})",
+                            self.what
+                        );
+                    } else if logged.allow().is_some() || failures == 1 {
                         log::error!("cluster: {}: {e} (attempt {failures}; retrying with back-off)", self.what);
                     }
-                    let until = Instant::now() + super::node::backoff(failures);
+                    let wait = if lag { Duration::from_millis(200) * failures } else { super::node::backoff(failures) };
+                    let until = Instant::now() + wait;
                     while go_on() && Instant::now() < until {
                         shared.pause(until.saturating_duration_since(Instant::now()).min(Duration::from_millis(500)));
                     }
@@ -168,5 +178,26 @@ impl Reflector<'_> {
             store.settled();
         }
         Ok(Some(rv))
+    }
+}
+
+/// Whether `e` is the node authorizer refusing an object only because its
+/// graph has not yet seen the pod that uses it.
+fn graph_lag(e: &ClusterError) -> bool {
+    matches!(e, ClusterError::Api { status: 403, message, .. } if message.contains("no relationship found between node"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_authorizers_missing_relationship_is_lag() {
+        let api = |status, message: &str| ClusterError::Api { what: "x".into(), status, message: message.into() };
+        let lag = "secrets \"creds\" is forbidden: User \"system:node:n\" cannot list resource \"secrets\" in API group \"\" in the namespace \"ns\": no relationship found between node 'n' and this object";
+        assert!(graph_lag(&api(403, lag)));
+        assert!(!graph_lag(&api(403, "secrets is forbidden: User \"system:node:n\" cannot list resource \"secrets\"")));
+        assert!(!graph_lag(&api(404, lag)));
+        assert!(!graph_lag(&ClusterError::Unreachable("x".into())));
     }
 }
