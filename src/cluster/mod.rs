@@ -48,6 +48,11 @@ pub struct Shared {
     pub from_record: Mutex<Option<(u64, usize)>>,
     /// The pods the record holds (written again only when they change).
     pub recorded: Mutex<Vec<Arc<crate::model::Pod>>>,
+    /// When a record file last could not be written (said on the node).
+    record_failed: Mutex<Option<std::time::Instant>>,
+    /// The node's events and name (the record's failures are said there).
+    events: Arc<crate::telemetry::events::EventRecorder>,
+    node_name: String,
     client: Mutex<Option<http::Client>>,
     /// The Node's UID once registered (mirror pods' owner).
     pub node_uid: Mutex<Option<String>>,
@@ -60,22 +65,32 @@ pub struct Shared {
     /// Lease goes first, then the pods' list or watch, then statuses and
     /// events: one ordered reconnect, no storm.
     link: Mutex<bool>,
+    /// When the link went down, while it is (said once it is back).
+    lost_at: Mutex<Option<std::time::Instant>>,
     link_changed: Condvar,
     stop: Mutex<bool>,
     stopped: Condvar,
 }
 
 impl Shared {
-    pub fn new(root_dir: &std::path::Path) -> Self {
+    pub fn new(
+        root_dir: &std::path::Path,
+        events: Arc<crate::telemetry::events::EventRecorder>,
+        node_name: &str,
+    ) -> Self {
         Shared {
             record: record::Record::new(root_dir),
             from_record: Mutex::new(None),
             recorded: Mutex::new(Vec::new()),
+            record_failed: Mutex::new(None),
+            events,
+            node_name: node_name.to_string(),
             client: Mutex::new(None),
             node_uid: Mutex::new(None),
             view: Mutex::new(pods::View::default()),
             identity_problem: Mutex::new(None),
             link: Mutex::new(false),
+            lost_at: Mutex::new(None),
             link_changed: Condvar::new(),
             stop: Mutex::new(false),
             stopped: Condvar::new(),
@@ -92,16 +107,52 @@ impl Shared {
         let mut up = self.link.lock();
         if !*up {
             *up = true;
+            if let Some(at) = self.lost_at.lock().take() {
+                log::warn!(
+                    "cluster: the API server answers again, {:.1} s after the link was lost",
+                    at.elapsed().as_secs_f64()
+                );
+            }
             self.link_changed.notify_all();
         }
     }
 
-    /// A call could not reach the API server: the others wait for the
-    /// node thread, and the API's view of the pods is stale until the
-    /// pods' reflector is connected again.
-    pub fn link_lost(&self) {
-        *self.link.lock() = false;
+    /// A call could not reach the API server (`why`): the others wait for
+    /// the node thread, and the API's view of the pods is stale until the
+    /// pods' reflector is connected again. Logged once a loss, when it
+    /// happens (a half-open link is found by the calls' bounds on
+    /// silence).
+    pub fn link_lost(&self, why: &ClusterError) {
+        let mut up = self.link.lock();
+        if *up {
+            *self.lost_at.lock() = Some(std::time::Instant::now());
+            log::warn!("cluster: the link to the API server is lost ({why}); the pods run on, the node tries again");
+        }
+        *up = false;
         self.view.lock().fresh = false;
+    }
+
+    /// A file of the record (`what`) could not be written: logged and a
+    /// warning event on the node, at most every ten minutes while it lasts
+    /// (a node started while its control plane is away would run an older
+    /// record, or none).
+    pub fn record_failed(&self, what: &str, e: &record::RecordError) {
+        let mut last = self.record_failed.lock();
+        if last.is_some_and(|t| t.elapsed() < Duration::from_secs(600)) {
+            log::debug!("cluster: the node's record of {what} cannot be written: {e}");
+            return;
+        }
+        log::error!("cluster: the node's record of {what} cannot be written: {e}");
+        *last = Some(std::time::Instant::now());
+        self.events.event(
+            &crate::telemetry::events::ObjectRef::node(&self.node_name),
+            crate::telemetry::events::EventType::Warning,
+            "ClusterRecordUnwritable",
+            &format!(
+                "The node's record of {what} cannot be written ({e}): started while its control plane is away, \
+                 the node would run an older record"
+            ),
+        );
     }
 
     /// Wait until the link is up; `false` when stopped or `go_on` says no
@@ -195,7 +246,7 @@ impl Cluster {
         events_rx: crossbeam_channel::Receiver<crate::telemetry::events::Event>,
         node_auth: Option<Arc<crate::api::kube::authz::ClusterAuthSlot>>,
     ) -> std::io::Result<Self> {
-        let shared = Arc::new(Shared::new(&cfg.root_dir));
+        let shared = Arc::new(Shared::new(&cfg.root_dir, parts.events.clone(), &parts.node_name));
         let objects = objects::Objects::new(shared.clone(), sources.clone());
         let mut c = Cluster { shared: shared.clone(), objects: objects.clone(), joins: Vec::new() };
         let svcs = Arc::new(Mutex::new(services::Services::new()));
@@ -276,4 +327,29 @@ pub enum ClusterError {
     Refused(String),
     #[error("{0}: {1}")]
     Io(String, std::io::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_that_cannot_be_written_is_a_warning_on_the_node_every_ten_minutes() {
+        let root = std::env::temp_dir().join(format!("pw-shared-record-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        // a directory where the pods' file goes: the rename over it fails
+        std::fs::create_dir_all(root.join("cluster/pods.json/x")).unwrap();
+        let events = Arc::new(crate::telemetry::events::EventRecorder::new(16));
+        let shared = Shared::new(&root, events.clone(), "edge-1");
+        for _ in 0..3 {
+            let e = shared.record.save_pods(&[]).expect_err("pods.json is a directory");
+            shared.record_failed("its pods", &e);
+        }
+        let said = events.list();
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert_eq!(said[0].reason, "ClusterRecordUnwritable");
+        assert_eq!(said[0].involved_object, crate::telemetry::events::ObjectRef::node("edge-1"));
+        assert!(said[0].message.contains("pods.json"), "{}", said[0].message);
+        let _ = std::fs::remove_dir_all(&root);
+    }
 }

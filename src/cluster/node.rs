@@ -169,7 +169,7 @@ impl Link {
                 Err(e) => {
                     self.failures += 1;
                     if matches!(e, ClusterError::Unreachable(_) | ClusterError::Tls(_)) {
-                        self.shared.link_lost();
+                        self.shared.link_lost(&e);
                     } else if self.client.is_some() {
                         // the server answered, with an error of its own
                         self.shared.link_back();

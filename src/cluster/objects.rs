@@ -56,7 +56,7 @@ impl Objects {
             }
             dropped |= self.current.lock().remove(&k).is_some();
             if let Err(e) = self.shared.record.save_object(&k, None) {
-                log::error!("cluster: the node's record of {k}: {e}");
+                self.shared.record_failed(&k.to_string(), &e);
             }
         }
         for k in keys {
@@ -144,7 +144,7 @@ impl Objects {
         };
         if changed {
             if let Err(e) = self.shared.record.save_object(key, recorded.as_ref()) {
-                log::error!("cluster: the node's record of {key}: {e}");
+                self.shared.record_failed(&key.to_string(), &e);
             }
             self.push();
         }

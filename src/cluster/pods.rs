@@ -207,7 +207,7 @@ fn publish(
     if !same {
         match shared.record.save_pods(&run) {
             Ok(()) => *last = run.clone(),
-            Err(e) => log::error!("cluster: the node's record of its pods: {e}"),
+            Err(e) => shared.record_failed("its pods", &e),
         }
     }
     drop(last);

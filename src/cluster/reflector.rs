@@ -72,7 +72,7 @@ impl Reflector<'_> {
                 Err(e) => {
                     failures += 1;
                     if matches!(e, ClusterError::Unreachable(_) | ClusterError::Tls(_)) {
-                        shared.link_lost();
+                        shared.link_lost(&e);
                     }
                     // the node authorizer learns of a pod's Secrets from
                     // its own watch: a read just after the pod was bound

@@ -102,7 +102,7 @@ pub fn run(parts: Parts, shared: Arc<Shared>) {
             Err(e) => {
                 failures += 1;
                 if matches!(e, ClusterError::Unreachable(_) | ClusterError::Tls(_)) {
-                    shared.link_lost();
+                    shared.link_lost(&e);
                 }
                 if logged.allow().is_some() || failures == 1 {
                     log::error!("cluster: pod status: {e} (attempt {failures}; retrying with back-off)");

@@ -81,7 +81,7 @@ impl Tokens {
                     .collect();
                 drop(cache);
                 if let Err(e) = self.shared.record.save_tokens(&all) {
-                    log::error!("cluster: the node's record of its tokens: {e}");
+                    self.shared.record_failed("its pods' tokens", &e);
                 }
                 Ok(token)
             }
