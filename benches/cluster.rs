@@ -52,10 +52,7 @@
 //! line is one JSON object.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{Read, Seek, SeekFrom};
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -63,12 +60,15 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 use podwarden::cluster::http::Client;
-use podwarden::cluster::kubeconfig::Kubeconfig;
 use podwarden::runtime::Runtime;
 use podwarden::runtime::cri::CriRuntime;
 use serde_json::{Value, json};
 
 mod support;
+use support::cluster::{
+    Cluster, Node, Spot, api, api_ok, api_pods, audit_events, audit_len, clean_leftovers, cluster, cri, items, join,
+    make_namespace, median, ms, percentile, round, runtime_pods, secs_env, wait,
+};
 use support::{IMAGE, call, cpu_ticks, proc_status, write_atomically};
 
 const NODE: &str = "pw-bench";
@@ -77,342 +77,24 @@ const NS: &str = "pw-bench";
 const PODS: usize = 110;
 /// Pods of each kind the create-to-running latency is taken with.
 const ROUNDS: usize = 30;
-/// The node's `maxPods`: the 110, with room for a pod still leaving.
-const MAX_PODS: usize = 120;
-/// The bench's directory (fixed, so a later run finds what an interrupted
-/// one left): config, kubeconfigs, manifests, the agent's root and logs.
-const WORK: &str = "/tmp/podwarden-bench-cluster";
+/// The node (its `maxPods`: the 110, with room for a pod still leaving).
+static SPOT: Spot = Spot {
+    node: NODE,
+    ns: NS,
+    work: "/tmp/podwarden-bench-cluster",
+    max_pods: 120,
+    prepare: "run `scripts/e2e-env.sh up` and `scripts/cluster-env.sh up` as root first (scripts/bench.sh cluster does)",
+};
 /// An idle pod: one `sleep` an hour (as the api bench's pods).
 const RUN: &str = "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done";
-const PREPARE: &str = "run `scripts/e2e-env.sh up` and `scripts/cluster-env.sh up` as root first \
-                       (scripts/bench.sh cluster does)";
 /// Targets of the issue.
 const RSS_KIB_TARGET: f64 = 24576.0;
 const CPU_CORE_TARGET: f64 = 0.008;
 const REQUESTS_PER_MIN_TARGET: f64 = 8.0;
 const RATIO_TARGET: f64 = 1.3;
 
-fn secs_env(name: &str, default: u64) -> Duration {
-    Duration::from_secs(std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default))
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// Nearest-rank percentile `p` (0..=100).
-fn percentile(v: &[f64], p: usize) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    v[(v.len() * p).div_ceil(100).max(1) - 1]
-}
-
-/// Until `cond`, every `every`; a panic naming `what` after `within`.
-fn wait(what: &str, within: Duration, every: Duration, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + within;
-    while !cond() {
-        assert!(Instant::now() < end, "{what}: not within {within:?}");
-        std::thread::sleep(every);
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-// ---- the control plane ----
-
-/// What `scripts/cluster-env.sh env` prints, and the admin's client.
-struct Cluster {
-    server: String,
-    token: String,
-    ca_hash: String,
-    audit_log: PathBuf,
-    admin: Client,
-}
-
-fn cluster() -> Cluster {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/cluster-env.sh");
-    let out = Command::new(&script).arg("env").output().unwrap_or_else(|e| panic!("{}: {e}", script.display()));
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let var = |k: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("PODWARDEN_CLUSTER_{k}=")))
-            .map(str::to_string)
-            .unwrap_or_else(|| {
-                panic!(
-                    "no control plane (`scripts/cluster-env.sh env` prints no PODWARDEN_CLUSTER_{k}: {}): {PREPARE}",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                )
-            })
-    };
-    let admin_path = PathBuf::from(var("ADMIN_KUBECONFIG"));
-    let admin = Kubeconfig::read(&admin_path)
-        .and_then(|k| k.client())
-        .unwrap_or_else(|e| panic!("the admin kubeconfig {}: {e}: {PREPARE}", admin_path.display()));
-    match admin.get("/readyz") {
-        Ok(r) if r.status == 200 => {}
-        Ok(r) => panic!("the API server is not ready (/readyz: HTTP {} {}): {PREPARE}", r.status, r.text()),
-        Err(e) => panic!("the API server does not answer ({e}): {PREPARE}"),
-    }
-    let audit_log = PathBuf::from(var("AUDIT_LOG"));
-    assert!(audit_log.exists(), "the API server's audit log {} is missing: {PREPARE}", audit_log.display());
-    Cluster { server: var("SERVER"), token: var("TOKEN"), ca_hash: var("CA_HASH"), audit_log, admin }
-}
-
-/// `method path` as the admin, with a JSON body: the status and the body
-/// as JSON (`Null` when it is not).
-fn api(c: &Client, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-    let r = match body {
-        None if method == "GET" => c.get(path),
-        _ => c.send(method, path, "application/json", body.map(Value::to_string).unwrap_or_default().as_bytes()),
-    }
-    .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
-    (r.status, serde_json::from_slice(&r.body).unwrap_or(Value::Null))
-}
-
-/// As [`api`], and a panic unless the status is one of `ok`.
-fn api_ok(c: &Client, method: &str, path: &str, body: Option<&Value>, ok: &[u16]) -> Value {
-    let (status, v) = api(c, method, path, body);
-    assert!(ok.contains(&status), "{method} {path}: HTTP {status}: {v}");
-    v
-}
-
-/// The items of a list.
-fn items(v: &Value) -> Vec<Value> {
-    v["items"].as_array().cloned().unwrap_or_default()
-}
-
-/// The namespace's pods as the API has them.
-fn api_pods(c: &Client, selector: &str) -> Vec<Value> {
-    let path = format!("/api/v1/namespaces/{NS}/pods?labelSelector={selector}");
-    items(&api_ok(c, "GET", &path, None, &[200]))
-}
-
 fn running_in_api(p: &Value) -> bool {
     p["status"]["phase"] == "Running" && p["spec"]["nodeName"] == NODE
-}
-
-/// Whether the Node exists, and whether it is Ready.
-fn node_state(c: &Client) -> (bool, bool) {
-    let (status, n) = api(c, "GET", &format!("/api/v1/nodes/{NODE}"), None);
-    let ready = n["status"]["conditions"]
-        .as_array()
-        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
-    (status == 200, status == 200 && ready)
-}
-
-// ---- the containerd ----
-
-fn cri() -> CriRuntime {
-    let socket = std::env::var("PODWARDEN_E2E_SOCKET").unwrap_or_else(|_| "/run/podwarden-e2e/containerd.sock".into());
-    assert!(Path::new(&socket).exists(), "{socket} is missing: {PREPARE}");
-    let cri = CriRuntime::connect(&format!("unix://{socket}"), Duration::from_secs(10))
-        .unwrap_or_else(|e| panic!("containerd at {socket}: {e}: {PREPARE}"));
-    let image = cri.image_status(&call(), IMAGE).unwrap_or_else(|e| panic!("containerd at {socket}: {e}: {PREPARE}"));
-    assert!(image.is_some(), "containerd has no {IMAGE}: {PREPARE}");
-    cri
-}
-
-/// Containerd's pods (sandboxes or containers) of the bench's namespace.
-fn runtime_pods(cri: &CriRuntime) -> Vec<String> {
-    let pods = cri.list_pods(&call()).unwrap_or_else(|e| panic!("list containerd's pods: {e}"));
-    pods.into_iter()
-        .filter(|p| p.namespace == NS && (!p.sandboxes.is_empty() || !p.containers.is_empty()))
-        .map(|p| p.uid)
-        .collect()
-}
-
-// ---- the node ----
-
-/// The node: its agent and directory. Dropped, everything the bench made
-/// is removed (by force: the pods are deleted with grace 0).
-struct Node {
-    cri: CriRuntime,
-    admin: Client,
-    child: Option<Child>,
-    /// The read-only port (`/pods`).
-    read_only: SocketAddr,
-}
-
-fn work() -> PathBuf {
-    PathBuf::from(WORK)
-}
-
-impl Node {
-    fn pid(&self) -> u32 {
-        self.child.as_ref().expect("the agent runs").id()
-    }
-
-    /// The agent still runs (a panic with its log's end if not).
-    fn check_alive(&mut self) {
-        if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-            panic!("podwarden run exited ({status}); its log ends:\n{}", log_tail());
-        }
-    }
-
-    /// Remove the static pods and delete the namespace's pods by force,
-    /// wait (at most `within`) for the agent to stop them, stop the agent,
-    /// remove what containerd still has of the namespace, delete the Node
-    /// and the namespace. Never panics: a failure is printed.
-    fn force_clean(&mut self, within: Duration) {
-        for e in std::fs::read_dir(work().join("manifests")).into_iter().flatten().flatten() {
-            let _ = std::fs::remove_file(e.path());
-        }
-        let _ = self.admin.send(
-            "DELETE",
-            &format!("/api/v1/namespaces/{NS}/pods"),
-            "application/json",
-            json!({"gracePeriodSeconds": 0}).to_string().as_bytes(),
-        );
-        let _ = self.admin.send("DELETE", &format!("/api/v1/namespaces/{NS}"), "application/json", b"");
-        let end = Instant::now() + within;
-        while self.child.is_some() && Instant::now() < end {
-            match self.cri.list_pods(&call()) {
-                Ok(pods) if !pods.iter().any(|p| p.namespace == NS && !p.sandboxes.is_empty()) => break,
-                _ => std::thread::sleep(Duration::from_millis(500)),
-            }
-        }
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = std::fs::remove_file(work().join("agent.pid"));
-        remove_runtime_pods(&self.cri);
-        let _ = self.admin.send("DELETE", &format!("/api/v1/nodes/{NODE}"), "application/json", b"");
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("cluster bench: cleaning up after a failure; the agent's log ends:\n{}", log_tail());
-        }
-        self.force_clean(Duration::from_secs(60));
-        let _ = std::fs::remove_dir_all(work());
-    }
-}
-
-fn log_tail() -> String {
-    let text = std::fs::read_to_string(work().join("agent.log")).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
-}
-
-/// Stop and remove containerd's pods of the namespace (an agent that is
-/// gone left them). Never panics.
-fn remove_runtime_pods(cri: &CriRuntime) {
-    let Ok(pods) = cri.list_pods(&call()) else { return };
-    for p in pods.into_iter().filter(|p| p.namespace == NS) {
-        for c in &p.containers {
-            let _ = cri.stop_container(&call(), &c.id, Duration::ZERO);
-            let _ = cri.remove_container(&call(), &c.id);
-        }
-        for s in &p.sandboxes {
-            let _ = cri.stop_sandbox(&call(), &s.id);
-            let _ = cri.remove_sandbox(&call(), &s.id);
-        }
-    }
-}
-
-/// What an interrupted run left: its agent (named by its pid file, and
-/// only if that process runs this bench's config), its Node, namespace and
-/// pods. Waits until the namespace is gone.
-fn clean_leftovers(c: &Cluster, cri: &CriRuntime) {
-    let config = work().join("config.yaml");
-    if let Some(pid) = std::fs::read_to_string(work().join("agent.pid")).ok().and_then(|s| s.trim().parse::<u32>().ok())
-    {
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmdline).contains(config.to_str().unwrap()) {
-            println!("stopping the agent an earlier run left (pid {pid})");
-            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
-            wait("the earlier run's agent gone", Duration::from_secs(10), Duration::from_millis(100), || {
-                !Path::new(&format!("/proc/{pid}")).exists()
-            });
-        }
-    }
-    let (status, _) = api(&c.admin, "GET", &format!("/api/v1/namespaces/{NS}"), None);
-    if status == 200 {
-        println!("removing namespace {NS} an earlier run left");
-        let _ =
-            api(&c.admin, "DELETE", &format!("/api/v1/namespaces/{NS}/pods"), Some(&json!({"gracePeriodSeconds": 0})));
-        let _ = api(&c.admin, "DELETE", &format!("/api/v1/namespaces/{NS}"), None);
-    }
-    let _ = api(&c.admin, "DELETE", &format!("/api/v1/nodes/{NODE}"), None);
-    remove_runtime_pods(cri);
-    assert!(runtime_pods(cri).is_empty(), "containerd's pods of {NS} an earlier run left cannot be removed");
-    wait(
-        &format!("namespace {NS} of an earlier run gone"),
-        Duration::from_secs(120),
-        Duration::from_millis(500),
-        || api(&c.admin, "GET", &format!("/api/v1/namespaces/{NS}"), None).0 == 404,
-    );
-    wait(&format!("node {NODE} of an earlier run gone"), Duration::from_secs(30), Duration::from_millis(200), || {
-        !node_state(&c.admin).0
-    });
-    let _ = std::fs::remove_dir_all(work());
-}
-
-/// `podwarden join`, then `podwarden run` as node [`NODE`] until the Node
-/// is Ready: the node, and (join command, until registered, until Ready).
-fn join(c: &Cluster, cri: CriRuntime, bin: &str) -> (Node, [Duration; 3]) {
-    let dir = work();
-    std::fs::create_dir_all(dir.join("manifests")).unwrap();
-    let (boot, kubeconfig, config) = (dir.join("bootstrap.conf"), dir.join("node.conf"), dir.join("config.yaml"));
-    let (port, ro) = (free_port(), free_port());
-    std::fs::write(
-        &config,
-        format!(
-            "staticPodPath: {0}/manifests\ncontainerRuntimeEndpoint: unix://{1}\nrootDir: {0}/root\npodLogsDir: {0}/logs\n\
-             apiSocket: {0}/api.sock\nnodeName: {NODE}\naddress: 127.0.0.1\nport: {port}\nreadOnlyPort: {ro}\nmaxPods: {MAX_PODS}\n",
-            dir.display(),
-            std::env::var("PODWARDEN_E2E_SOCKET").unwrap_or_else(|_| "/run/podwarden-e2e/containerd.sock".into()),
-        ),
-    )
-    .unwrap();
-    let t0 = Instant::now();
-    let out = Command::new(bin)
-        .args(["join", "--server", &c.server, "--token", &c.token, "--discovery-token-ca-cert-hash", &c.ca_hash])
-        .args(["--bootstrap-kubeconfig", boot.to_str().unwrap(), "--kubeconfig", kubeconfig.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "podwarden join: {}", String::from_utf8_lossy(&out.stderr));
-    let joined = t0.elapsed();
-    let log = std::fs::File::create(dir.join("agent.log")).unwrap();
-    let child = Command::new(bin)
-        .args(["run", "--config", config.to_str().unwrap()])
-        .args(["--kubeconfig", kubeconfig.to_str().unwrap(), "--bootstrap-kubeconfig", boot.to_str().unwrap()])
-        // warnings, unless PODWARDEN_BENCH_LOG says otherwise (a `RUST_LOG` filter)
-        .env("RUST_LOG", std::env::var("PODWARDEN_BENCH_LOG").unwrap_or_else(|_| "warn".into()))
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    std::fs::write(dir.join("agent.pid"), child.id().to_string()).unwrap();
-    let mut node =
-        Node { cri, admin: c.admin.clone(), child: Some(child), read_only: SocketAddr::from(([127, 0, 0, 1], ro)) };
-    let mut registered = None;
-    wait(
-        "the node Ready in the API after podwarden join",
-        Duration::from_secs(120),
-        Duration::from_millis(100),
-        || {
-            node.check_alive();
-            let (exists, ready) = node_state(&c.admin);
-            if exists && registered.is_none() {
-                registered = Some(t0.elapsed());
-            }
-            ready
-        },
-    );
-    let ready = t0.elapsed();
-    (node, [joined, registered.unwrap_or(ready), ready])
 }
 
 // ---- create to running ----
@@ -543,7 +225,7 @@ fn static_round(node: &mut Node, seen: &Seen, i: usize) -> (f64, f64) {
         "spec": pod_spec(),
     });
     let t0 = Instant::now();
-    write_atomically(&work(), &format!("{name}.json"), &pod.to_string());
+    write_atomically(&SPOT.work(), &format!("{name}.json"), &pod.to_string());
     let mut local = None;
     wait(
         &format!("static pod {name} Running in the node's /pods"),
@@ -565,41 +247,7 @@ fn static_round(node: &mut Node, seen: &Seen, i: usize) -> (f64, f64) {
     (ms(local.unwrap()), ms(at - t0))
 }
 
-// ---- the audit log ----
-
-/// The whole lines of `path` between byte offsets `from` and `to`, as
-/// JSON.
-fn audit_events(path: &Path, from: u64, to: u64) -> Vec<Value> {
-    let mut f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let start = from.saturating_sub(1);
-    f.seek(SeekFrom::Start(start)).unwrap();
-    let mut buf = Vec::new();
-    f.take(to - start).read_to_end(&mut buf).unwrap();
-    // from a line's start (the byte before `from` ends a line) to the last
-    // whole line
-    let begin = if from == 0 { 0 } else { buf.iter().position(|b| *b == b'\n').map_or(buf.len(), |i| i + 1) };
-    let end = buf.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-    if begin >= end {
-        return Vec::new();
-    }
-    buf[begin..end].split(|b| *b == b'\n').filter_map(|l| serde_json::from_slice::<Value>(l).ok()).collect()
-}
-
-fn audit_len(path: &Path) -> u64 {
-    std::fs::metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).len()
-}
-
 // ---- the run ----
-
-/// The namespace, once its default service account is there (the API
-/// refuses pods before).
-fn make_namespace(c: &Cluster) {
-    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}});
-    api_ok(&c.admin, "POST", "/api/v1/namespaces", Some(&ns), &[201]);
-    wait("the namespace's default service account", Duration::from_secs(60), Duration::from_millis(100), || {
-        api(&c.admin, "GET", &format!("/api/v1/namespaces/{NS}/serviceaccounts/default"), None).0 == 200
-    });
-}
 
 /// Idle figures over `window`: RSS median and max (KiB), threads, CPU in
 /// cores by ticks and by the scheduler, and the audit log's byte range.
@@ -669,11 +317,6 @@ fn sandboxes(cri: &CriRuntime) -> Vec<String> {
     pods.iter().filter(|p| p.namespace == NS).filter_map(|p| p.ready_sandbox()).map(|s| s.id.clone()).collect()
 }
 
-fn round(v: f64, decimals: i32) -> Value {
-    let f = 10f64.powi(decimals);
-    json!((v * f).round() / f)
-}
-
 fn main() {
     // a failure's message as the output's last line too (scripts/bench.sh
     // keeps stdout's tail only)
@@ -683,22 +326,23 @@ fn main() {
         default_hook(info);
     }));
     let started = Instant::now();
-    let c = cluster();
-    let cri = cri();
+    let c = cluster(&SPOT);
+    let cri = cri(&SPOT);
     let bin = support::bin("cluster");
     let idle_window = secs_env("CLUSTER_IDLE_S", 300);
     let settle = secs_env("CLUSTER_SETTLE_S", 60);
-    clean_leftovers(&c, &cri);
-    make_namespace(&c);
+    clean_leftovers(&c, &cri, &SPOT);
+    make_namespace(&c, NS);
     println!(
-        "setup: node {NODE} ({bin}, maxPods {MAX_PODS}), namespace {NS}; {ROUNDS} bare API pods (spec.nodeName) and \
+        "setup: node {NODE} ({bin}, maxPods {}), namespace {NS}; {ROUNDS} bare API pods (spec.nodeName) and \
          {ROUNDS} static pods one at a time in turn; then a Deployment of {PODS} pods; idle window {} s",
+        SPOT.max_pods,
         idle_window.as_secs()
     );
     let mut out: BTreeMap<&str, Value> = BTreeMap::new();
 
     // join to Ready
-    let (mut node, [joined, registered, ready]) = join(&c, cri, &bin);
+    let (mut node, [joined, registered, ready]) = join(&c, cri, &bin, &SPOT, &c.server);
     println!(
         "join to Ready: {:.0} ms (the join command {:.0} ms, the Node registered at {:.0} ms)",
         ms(ready),
@@ -754,7 +398,7 @@ fn main() {
 
     // the latency pods leave: static files removed, API pods deleted
     for i in 0..ROUNDS {
-        std::fs::remove_file(work().join("manifests").join(format!("st-{i:02}.json"))).unwrap();
+        std::fs::remove_file(SPOT.work().join("manifests").join(format!("st-{i:02}.json"))).unwrap();
     }
     api_ok(&c.admin, "DELETE", &format!("/api/v1/namespaces/{NS}/pods?labelSelector=bench%3Dapi"), None, &[200]);
     let t = Instant::now();
@@ -764,7 +408,7 @@ fn main() {
         Duration::from_millis(500),
         || {
             node.check_alive();
-            api_pods(&c.admin, "bench").is_empty() && runtime_pods(&node.cri).is_empty()
+            api_pods(&c.admin, NS, "bench").is_empty() && runtime_pods(&node.cri, NS).is_empty()
         },
     );
     println!("the {} latency pods gone from the API and containerd in {:.1} s", 2 * ROUNDS, t.elapsed().as_secs_f64());
@@ -790,7 +434,7 @@ fn main() {
         Duration::from_secs(1),
         || {
             node.check_alive();
-            running = api_pods(&c.admin, "app%3Didle").iter().filter(|p| running_in_api(p)).count();
+            running = api_pods(&c.admin, NS, "app%3Didle").iter().filter(|p| running_in_api(p)).count();
             running == PODS
         },
     );
@@ -818,9 +462,9 @@ fn main() {
             })
             .collect()
     };
-    let before = versions(&api_pods(&c.admin, "app%3Didle"));
+    let before = versions(&api_pods(&c.admin, NS, "app%3Didle"));
     let w = idle(&mut node, &c.audit_log, idle_window);
-    let pods_after = api_pods(&c.admin, "app%3Didle");
+    let pods_after = api_pods(&c.admin, NS, "app%3Didle");
     let still = pods_after.iter().filter(|p| running_in_api(p)).count();
     assert_eq!(still, PODS, "pods of the Deployment stopped running in the idle window");
     let after = versions(&pods_after);
@@ -890,7 +534,7 @@ fn main() {
     let end = Instant::now() + Duration::from_secs(300);
     let mut left = usize::MAX;
     while Instant::now() < end {
-        left = runtime_pods(&node.cri).len();
+        left = runtime_pods(&node.cri, NS).len();
         if left == 0 && api(&c.admin, "GET", &format!("/api/v1/namespaces/{NS}"), None).0 == 404 {
             break;
         }
@@ -903,7 +547,7 @@ fn main() {
         println!("namespace {NS}: {left} pods still in containerd after 300 s; deleting by force");
     }
     node.force_clean(Duration::from_secs(120));
-    let left = runtime_pods(&node.cri);
+    let left = runtime_pods(&node.cri, NS);
     assert!(left.is_empty(), "containerd still has {} pods of {NS} after the clean-up: {left:?}", left.len());
     drop(node);
     out.insert("teardown_graceful", json!(graceful));

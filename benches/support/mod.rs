@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use podwarden::runtime::cri::CriRuntime;
 use podwarden::runtime::{CallCtx, ContainerConfig, LABEL_POD_UID, Runtime, SandboxConfig, Security, SecurityProfile};
 
+pub mod cluster;
 pub mod http;
 
 /// The image `scripts/e2e-env.sh` builds from busybox-static.
