@@ -158,6 +158,16 @@ impl Client {
         self.call(method, path, Some((content_type, body)))
     }
 
+    /// Whether the server's port accepts a TCP connection within
+    /// `within` (closed at once: no request, no TLS). While the server is
+    /// unreachable this is the cheap way to notice it is back.
+    pub fn reachable(&self, within: Duration) -> bool {
+        let Some(addr) = (self.host.as_str(), self.port).to_socket_addrs().ok().and_then(|mut a| a.next()) else {
+            return false;
+        };
+        TcpStream::connect_timeout(&addr, within).is_ok()
+    }
+
     fn call(&self, method: &str, path: &str, body: Option<(&str, &[u8])>) -> Result<Response, ClusterError> {
         let start = Instant::now();
         let mut tls = self.open(method, path, body, start)?;

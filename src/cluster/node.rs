@@ -51,6 +51,10 @@ pub const WARN_AFTER: u32 = 3;
 pub const WARN_EVERY: Duration = Duration::from_secs(300);
 /// How long a CSR may wait for its signature before it is asked again.
 pub const CSR_WAIT: Duration = Duration::from_secs(300);
+/// While the API server is unreachable its port is tried this often (a
+/// TCP connection, nothing more), so the Lease is renewed within about a
+/// second of the link's return whatever the back-off has grown to.
+pub const PROBE_EVERY: Duration = Duration::from_secs(1);
 
 /// What cluster mode needs besides the agent's parts.
 #[derive(Debug, Clone)]
@@ -134,14 +138,20 @@ impl Link {
             self.cfg.bootstrap_kubeconfig.as_ref().map(|b| format!(" (bootstrap {})", b.display())).unwrap_or_default()
         );
         let mut next = Instant::now();
+        let mut unreachable = false;
         loop {
-            let wait = next.saturating_duration_since(Instant::now());
-            if !self.pause(wait) {
+            let go_on = if unreachable {
+                self.wait_for_server(next)
+            } else {
+                self.pause(next.saturating_duration_since(Instant::now()))
+            };
+            if !go_on {
                 return;
             }
             let started = Instant::now();
             match self.tick() {
                 Ok(()) => {
+                    unreachable = false;
                     self.shared.link_back();
                     if let Some(was) = self.shared.identity_problem.lock().take() {
                         log::info!("cluster: the API server accepts the node's identity again (was: {was})");
@@ -168,6 +178,7 @@ impl Link {
                 }
                 Err(e) => {
                     self.failures += 1;
+                    unreachable = matches!(e, ClusterError::Unreachable(_));
                     if matches!(e, ClusterError::Unreachable(_) | ClusterError::Tls(_)) {
                         self.shared.link_lost(&e);
                     } else if self.client.is_some() {
@@ -220,6 +231,43 @@ impl Link {
                     }
                     self.warn(&e);
                     next = Instant::now() + backoff(self.failures);
+                }
+            }
+        }
+    }
+
+    /// After a call found the server unreachable: wait until `until` (the
+    /// back-off), or until its port, tried every [`PROBE_EVERY`], accepts
+    /// a connection after refusing or ignoring one (the link is back: go
+    /// now, after a jitter of up to half a second so that nodes cut off
+    /// together do not call together). `false` once stopped.
+    fn wait_for_server(&self, until: Instant) -> bool {
+        let Some(client) = self.client.clone() else {
+            return self.pause(until.saturating_duration_since(Instant::now()));
+        };
+        let mut was_down = false;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return true;
+            }
+            if !self.pause(PROBE_EVERY.min(left)) {
+                return false;
+            }
+            let tried = Instant::now();
+            if client.reachable(PROBE_EVERY) {
+                if !was_down {
+                    // the port answers but the calls did not (a server
+                    // that hangs): the back-off alone decides
+                    return self.pause(until.saturating_duration_since(Instant::now()));
+                }
+                log::debug!("cluster: the API server's port answers again");
+                return self.pause(jitter(Duration::from_millis(500)));
+            } else {
+                was_down = true;
+                // a refusal comes at once: keep the pace
+                if !self.pause(PROBE_EVERY.saturating_sub(tried.elapsed()).min(left)) {
+                    return false;
                 }
             }
         }
@@ -567,9 +615,14 @@ fn changed_keys(old: &Value, new: &Value) -> Vec<String> {
 /// come back in step).
 pub fn backoff(failures: u32) -> Duration {
     let base = Duration::from_secs(1 << failures.saturating_sub(1).min(5)).min(Duration::from_secs(30));
+    base + jitter(base / 5)
+}
+
+/// A duration between zero and `max`, different each call (the clock's
+/// nanoseconds).
+pub fn jitter(max: Duration) -> Duration {
     let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
-    let jitter = base.mul_f64(f64::from(nanos % 1000) / 5000.0);
-    base + jitter
+    max.mul_f64(f64::from(nanos % 1000) / 1000.0)
 }
 
 /// The rotation point of a certificate valid from `start` to `end`: 70 %
