@@ -90,6 +90,8 @@ struct Link {
     lease_made: bool,
     /// When the Lease is next due (renewed every [`LEASE_RENEW`]).
     lease_due: Instant,
+    /// When the Lease was last renewed.
+    renewed: Option<Instant>,
     /// A status with Ready true was sent: the fast start is over.
     ready_sent: bool,
     /// When the thread started (the fast start lasts [`FAST_FOR`]).
@@ -115,6 +117,7 @@ impl Link {
             node_uid: None,
             lease_made: false,
             lease_due: Instant::now(),
+            renewed: None,
             ready_sent: false,
             since: Instant::now(),
             sent: None,
@@ -320,6 +323,13 @@ impl Link {
         if Instant::now() >= self.lease_due {
             self.renew_lease(&client)?;
             self.lease_due = Instant::now() + LEASE_RENEW;
+            // a Lease late by a whole renewal (an outage, a hung agent):
+            // the node lifecycle controller may have set the Node's
+            // conditions to Unknown, so the status goes again now, not at
+            // the next 5-minute report
+            if self.renewed.replace(Instant::now()).is_some_and(|t| t.elapsed() > 2 * LEASE_RENEW) {
+                self.sent = None;
+            }
         }
         self.report_status(&client)?;
         if self.rotate_at.is_some_and(|t| SystemTime::now() >= t) {

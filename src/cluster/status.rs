@@ -4,8 +4,10 @@
 //!   to `pods/NAME/status` as a merge patch against the status the API
 //!   shows (only what differs; conditions other components own, such as
 //!   `PodScheduled` or `DisruptionTarget`, kept), carrying the pod's UID so
-//!   a pod of the same name made since is never written; only when the
-//!   status manager's version changed;
+//!   a pod of the same name made since is never written; compared when the
+//!   status manager's version or the API's status changed (the node
+//!   lifecycle controller turns `Ready` off on a node it lost: set back
+//!   once the node is heard again);
 //! - **refusals**: a pod podwarden cannot run is Failed with the field it
 //!   does not implement (reason [`REASON_UNSUPPORTED`]);
 //! - **deletion**: a pod being deleted whose containers are gone and whose
@@ -44,11 +46,31 @@ pub const REASON_NO_MIRROR: &str = "MirrorPodRefused";
 const KUBELET_CONDITIONS: &[&str] =
     &["PodScheduled", "Ready", "Initialized", "ContainersReady", "PodReadyToStartContainers"];
 
+/// A pod's status as last compared with the API's.
+struct Sent {
+    /// The status manager's version.
+    version: u64,
+    /// The API's status it was compared with.
+    api: Arc<Value>,
+    /// Patches sent in a row for this version because the API's status
+    /// changed, without the API agreeing in between: a field the API
+    /// server rewrites would otherwise be patched on every watch event, so
+    /// after [`MAX_RESENDS`] only a new version is sent.
+    resends: u32,
+}
+
+/// Patches of one status version after the API's status changed.
+const MAX_RESENDS: u32 = 3;
+
 /// What the thread remembers between passes.
 #[derive(Default)]
 struct State {
-    /// The status manager's version last sent, by UID.
-    sent: HashMap<String, u64>,
+    /// The status manager's version last sent (or found equal) and the
+    /// API's status it was compared with, by UID: either changing (a
+    /// status of ours, or another component's write such as the node
+    /// lifecycle controller's Ready=False while the node was cut off)
+    /// compares them again.
+    sent: HashMap<String, Sent>,
     /// Pods deleted for good (or found gone).
     finished: HashSet<String>,
     /// Static pods whose mirror pod cannot be made (told once each).
@@ -227,9 +249,13 @@ fn send_status(
     source_uid: &str,
 ) -> Result<(), ClusterError> {
     let Some(version) = parts.statuses.version(source_uid) else { return Ok(()) };
-    if state.sent.get(&p.uid) == Some(&version) {
-        return Ok(());
-    }
+    let resends = match state.sent.get(&p.uid) {
+        Some(s) if s.version == version && Arc::ptr_eq(&s.api, &p.status) => return Ok(()),
+        Some(s) if s.version == version && s.resends >= MAX_RESENDS => return Ok(()),
+        Some(s) if s.version == version => s.resends + 1,
+        _ => 0,
+    };
+    let sent = Sent { version, api: p.status.clone(), resends };
     let Some(status) = parts.statuses.get(source_uid) else { return Ok(()) };
     let mut ours = serde_json::to_value(&status).unwrap_or_else(|_| json!({}));
     keep_others(&p.status, &mut ours);
@@ -239,7 +265,8 @@ fn send_status(
     prune(&mut theirs);
     prune(&mut ours);
     let Some(diff) = merge_diff(&theirs, &ours) else {
-        state.sent.insert(p.uid.clone(), version);
+        // the API agrees: a later change of its status may be patched again
+        state.sent.insert(p.uid.clone(), Sent { resends: 0, ..sent });
         return Ok(());
     };
     let body = json!({"metadata": {"uid": p.uid}, "status": diff});
@@ -251,12 +278,12 @@ fn send_status(
     )?;
     match r.status {
         200 => {
-            state.sent.insert(p.uid.clone(), version);
+            state.sent.insert(p.uid.clone(), sent);
             Ok(())
         }
         // gone, or a new pod of that name: nothing to tell
         404 | 409 => {
-            state.sent.insert(p.uid.clone(), version);
+            state.sent.insert(p.uid.clone(), sent);
             Ok(())
         }
         _ => Err(super::api_error(&format!("patching the status of pod {}/{}", p.namespace, p.name), &r)),
@@ -351,7 +378,7 @@ fn refuse(client: &super::http::Client, state: &mut State, p: &ApiPod, why: &str
     )?;
     match r.status {
         200 | 404 | 409 => {
-            state.sent.insert(p.uid.clone(), 0);
+            state.sent.insert(p.uid.clone(), Sent { version: 0, api: p.status.clone(), resends: MAX_RESENDS });
             Ok(())
         }
         _ => Err(super::api_error(&format!("failing pod {}/{}", p.namespace, p.name), &r)),
