@@ -24,6 +24,10 @@
 #                              create to Running of 30 API pods vs 30 static pods; with a Deployment of 110 pods:
 #                              RSS, CPU and the node's requests (audit log) over 5 idle minutes (private
 #                              containerd; the release binary)
+#   scripts/bench.sh offline   a node of the real control plane cut off (its packets dropped): the link found
+#                              lost, the Lease back, the requests after a 2-minute partition with 110 pods;
+#                              110 pods started with the API server cut off vs reachable; the record's size
+#                              (private containerd; the release binary)
 #   scripts/bench.sh machine   a Debian 12 VM (systemd, cgroup v2): boot; pod start with the cgroupfs and the
 #                              systemd drivers (median of 10 each); a real reboot with pods: lock released
 #                              after the last pod exit, power-off after the slowest pod (the release .deb)
@@ -90,6 +94,12 @@ case "$name" in
     cargo build --release --bin podwarden --quiet
     PODWARDEN_BIN="$PWD/target/release/podwarden" cargo bench --bench cluster --quiet 2>/dev/null | tail -n 30
     ;;
+  offline)
+    scripts/e2e-env.sh up >/dev/null
+    scripts/cluster-env.sh up >/dev/null
+    cargo build --release --bin podwarden --quiet
+    PODWARDEN_BIN="$PWD/target/release/podwarden" cargo bench --bench offline --quiet 2>/dev/null | tail -n 160
+    ;;
   machine)
     scripts/e2e-env.sh up >/dev/null
     scripts/vm-env.sh build
@@ -102,7 +112,7 @@ case "$name" in
     cargo bench --profile ci --bench hostile --quiet 2>/dev/null | tail -n 1
     ;;
   *)
-    echo "usage: scripts/bench.sh core|start|shutdown|footprint|config|probes|isolation|unattended|reactions|api|cluster|machine|hostile" >&2
+    echo "usage: scripts/bench.sh core|start|shutdown|footprint|config|probes|isolation|unattended|reactions|api|cluster|offline|machine|hostile" >&2
     exit 2
     ;;
 esac

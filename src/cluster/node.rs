@@ -254,11 +254,10 @@ impl Link {
             if left.is_zero() {
                 return true;
             }
-            if !self.pause(PROBE_EVERY.min(left)) {
-                return false;
-            }
+            // one try a second: a dropped SYN takes the whole second, a
+            // refusal comes at once and the rest of it is slept
             let tried = Instant::now();
-            if client.reachable(PROBE_EVERY) {
+            if client.reachable(PROBE_EVERY.min(left)) {
                 if !was_down {
                     // the port answers but the calls did not (a server
                     // that hangs): the back-off alone decides
@@ -266,12 +265,10 @@ impl Link {
                 }
                 log::debug!("cluster: the API server's port answers again");
                 return self.pause(jitter(Duration::from_millis(500)));
-            } else {
-                was_down = true;
-                // a refusal comes at once: keep the pace
-                if !self.pause(PROBE_EVERY.saturating_sub(tried.elapsed()).min(left)) {
-                    return false;
-                }
+            }
+            was_down = true;
+            if !self.pause(PROBE_EVERY.saturating_sub(tried.elapsed()).min(left)) {
+                return false;
             }
         }
     }
