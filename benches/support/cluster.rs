@@ -385,6 +385,11 @@ pub fn join(c: &Cluster, cri: CriRuntime, bin: &str, spot: &'static Spot, server
         .unwrap();
     assert!(out.status.success(), "podwarden join: {}", String::from_utf8_lossy(&out.stderr));
     let joined = t0.elapsed();
+    // the bootstrap kubeconfig names the server cluster-info names: the
+    // node is to reach it through `server`
+    let text = std::fs::read_to_string(&boot).unwrap();
+    assert!(text.contains(&c.server), "the bootstrap kubeconfig names no {}: {text}", c.server);
+    std::fs::write(&boot, text.replace(&c.server, server)).unwrap();
     let _ = std::fs::remove_file(dir.join("agent.log"));
     let args = [
         "run",
