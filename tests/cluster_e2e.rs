@@ -1006,9 +1006,11 @@ impl Drop for Healed {
 /// A node restarted while its control plane is away (a reboot during an
 /// outage: the agent killed, containerd's pods gone, the API server's port
 /// silent) starts the pods the API last bound to it at once, from its
-/// record under rootDir, with their Secret, ConfigMap and token; once the
-/// link is back the node is Ready, says on itself that it ran from its
-/// record, and nothing is restarted because the link came back.
+/// record under rootDir, with their Secret, ConfigMap and token; a torn
+/// record file (another pod's ConfigMap) is reported and not used, that pod
+/// waiting for the API; once the link is back the node is Ready, says on
+/// itself that it ran from its record, the waiting pod runs, and nothing
+/// is restarted because the link came back.
 #[test]
 fn a_node_started_while_its_control_plane_is_away_runs_its_recorded_pods() {
     let _serial = SERIAL.lock();
@@ -1046,20 +1048,35 @@ fn a_node_started_while_its_control_plane_is_away_runs_its_recorded_pods() {
         })
         .to_string(),
     );
-    wait_for("the pod Running in the API", Duration::from_secs(60), || {
-        json(&c, &["-n", ns, "get", "pod", "keeper"])["status"]["phase"] == "Running"
+    // a second pod whose ConfigMap's record file will be torn
+    ok(&c, &["-n", ns, "create", "configmap", "extra", "--from-literal=mode=second"]);
+    let second_spec = json!({"containers": [{
+        "name": "main", "image": IMAGE, "imagePullPolicy": "Never",
+        "command": ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"],
+        "env": [{"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "extra", "key": "mode"}}}],
+    }]});
+    apply(&c, &bound_pod(ns, "second", node, "", second_spec));
+    wait_for("the pods Running in the API", Duration::from_secs(60), || {
+        ["keeper", "second"].iter().all(|n| json(&c, &["-n", ns, "get", "pod", n])["status"]["phase"] == "Running")
     });
     let uid = json(&c, &["-n", ns, "get", "pod", "keeper"])["metadata"]["uid"].as_str().unwrap().to_string();
-    wait_for("the record written", Duration::from_secs(10), || a.root().join("cluster/pods.json").exists());
-    let record = std::fs::read(a.root().join("cluster/pods.json")).unwrap();
-    assert!(String::from_utf8_lossy(&record).contains(&uid));
+    let second = json(&c, &["-n", ns, "get", "pod", "second"])["metadata"]["uid"].as_str().unwrap().to_string();
+    wait_for("the record of both pods written", Duration::from_secs(10), || {
+        let record = std::fs::read_to_string(a.root().join("cluster/pods.json")).unwrap_or_default();
+        record.contains(&uid) && record.contains(&second)
+    });
     let secret_file = a.root().join(format!("cluster/objects/secret_{ns}_creds.json"));
     assert_eq!(mode(&secret_file) & 0o777, 0o600, "a recorded Secret is root's only");
     assert_eq!(mode(&a.root().join("cluster/tokens.json")) & 0o777, 0o600, "recorded tokens are root's only");
 
     // a reboot during an outage: the agent gone, containerd's pods gone,
-    // the API server's port silent
+    // the API server's port silent; and one record file torn (its end cut
+    // off, as a crash in the middle of a write without the rename would)
+    let extra = a.root().join(format!("cluster/objects/configmap_{ns}_extra.json"));
+    wait_for("the second pod's ConfigMap recorded", Duration::from_secs(10), || extra.exists());
     a.kill9();
+    let whole = std::fs::read(&extra).unwrap();
+    std::fs::write(&extra, &whole[..whole.len() / 2]).unwrap();
     clear_runtime(&a.cri);
     partition("cut");
     let started = Instant::now();
@@ -1086,6 +1103,14 @@ fn a_node_started_while_its_control_plane_is_away_runs_its_recorded_pods() {
     assert!(last.starts_with("START MODE=offline PASS=k33p TOKENLEN="), "{log}");
     assert!(!last.ends_with("TOKENLEN=0") && !last.ends_with("TOKENLEN="), "the recorded token is mounted: {log}");
     assert!(a.log().contains("from the node's record"), "{}", a.log());
+    // the torn file: reported, not used (the pod that needs it waits), the
+    // others used
+    let log = a.log();
+    assert!(
+        log.contains("a recorded object is not used") && log.contains(&format!("configmap_{ns}_extra.json")),
+        "{log}"
+    );
+    assert_eq!(a.running(&second), 0, "a pod ran with a torn record of its ConfigMap");
 
     // the link back once the node found it gone (a connect times out after
     // 5 s): Ready, the record's start said on the node, the container the
@@ -1130,6 +1155,10 @@ fn a_node_started_while_its_control_plane_is_away_runs_its_recorded_pods() {
         first_lease.is_some() && first_other.is_some_and(|o| o > first_lease.unwrap()),
         "the Lease was not renewed before the other calls: {after:#?}"
     );
+    // the torn ConfigMap comes from the API: the second pod runs
+    wait_for("the second pod running once its ConfigMap comes from the API", Duration::from_secs(60), || {
+        a.running(&second) == 1
+    });
     let rp = a.runtime_pod(&uid);
     assert_eq!(rp.containers.len(), 1, "nothing restarted after the link came back: {rp:?}");
     assert_eq!(rp.containers[0].id, offline_id);
@@ -1139,7 +1168,7 @@ fn a_node_started_while_its_control_plane_is_away_runs_its_recorded_pods() {
     let reqs = requests_since(&c, &user, mark);
     let refused = refused(&reqs);
     assert!(refused.is_empty(), "requests of {user} refused: {refused:?}");
-    ok(&c, &["-n", ns, "delete", "pod", "keeper", "--timeout=60s"]);
+    ok(&c, &["-n", ns, "delete", "pod", "keeper", "second", "--timeout=60s"]);
     a.clean_up(&[]);
     drop(a);
     forget_namespace(&c, ns);
