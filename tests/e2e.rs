@@ -383,15 +383,21 @@ fn a_best_effort_pod_is_the_oom_killers_first_choice_on_containerd() {
     wait_for("both hold their memory", Duration::from_secs(60), || {
         state.join("be").exists() && state.join("bu").exists()
     });
-    // kubepods just above what runs now: the next 20 MB do not fit
+    // kubepods just above what the pods cannot give back (their anonymous
+    // and shared memory, not the page cache earlier tests left charged
+    // there, which the kernel would reclaim for `late` before killing
+    // anyone): the next 20 MB do not fit
     let limit = std::path::PathBuf::from("/sys/fs/cgroup/memory/kubepods/memory.limit_in_bytes");
     let _restore = Restore(limit.clone(), std::fs::read_to_string(&limit).unwrap().trim().to_string());
-    let usage: i64 = std::fs::read_to_string("/sys/fs/cgroup/memory/kubepods/memory.usage_in_bytes")
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    std::fs::write(&limit, (usage + (8 << 20)).to_string()).unwrap();
+    let stat = std::fs::read_to_string("/sys/fs/cgroup/memory/kubepods/memory.stat").unwrap();
+    let field = |k: &str| -> i64 {
+        stat.lines().find_map(|l| l.strip_prefix(k)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or(0)
+    };
+    let held = field("total_rss") + field("total_shmem") + field("total_mapped_file");
+    assert!(held >= 60_000_000, "the two pods hold {held} bytes, not their 80 MB: {stat}");
+    // (the kernel reclaims the cache to fit; the write fails only if it cannot)
+    std::fs::write(&limit, (held + (8 << 20)).to_string())
+        .unwrap_or_else(|e| panic!("kubepods limited to {} bytes: {e}\n{stat}", held + (8 << 20)));
     a.write("late.yaml", &pod("late", "{limits: {cpu: 100m, memory: 200Mi}}", "Never"));
     let late = a.uid("late");
     let state_of =
