@@ -28,6 +28,10 @@ pub struct Objects {
     shared: Arc<Shared>,
     sources: Arc<Sources>,
     current: Mutex<ObjectSet>,
+    /// Held from reading `current` until the agent has it: two watch
+    /// threads pushing at once could otherwise hand the agent the older
+    /// set last (an object just added lost until the next change).
+    pushing: Mutex<()>,
     watches: Mutex<HashMap<ObjKey, Watch>>,
     /// Threads told to stop, joined when done (or at the end).
     retired: Mutex<Vec<JoinHandle<()>>>,
@@ -39,6 +43,7 @@ impl Objects {
             shared,
             sources,
             current: Mutex::new(ObjectSet::new()),
+            pushing: Mutex::new(()),
             watches: Mutex::new(HashMap::new()),
             retired: Mutex::new(Vec::new()),
         })
@@ -98,6 +103,7 @@ impl Objects {
     }
 
     fn push(&self) {
+        let _one = self.pushing.lock();
         let set = self.current.lock().clone();
         self.sources.set_api_objects(set);
     }
