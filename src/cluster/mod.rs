@@ -48,8 +48,9 @@ pub struct Shared {
     pub from_record: Mutex<Option<(u64, usize)>>,
     /// The pods the record holds (written again only when they change).
     pub recorded: Mutex<Vec<Arc<crate::model::Pod>>>,
-    /// When a record file last could not be written (said on the node).
-    record_failed: Mutex<Option<std::time::Instant>>,
+    /// Record files that cannot be written are said on the node at most
+    /// every ten minutes.
+    record_failed: crate::base::logging::RateLimit,
     /// The node's events and name (the record's failures are said there).
     events: Arc<crate::telemetry::events::EventRecorder>,
     node_name: String,
@@ -82,7 +83,7 @@ impl Shared {
             record: record::Record::new(root_dir),
             from_record: Mutex::new(None),
             recorded: Mutex::new(Vec::new()),
-            record_failed: Mutex::new(None),
+            record_failed: crate::base::logging::RateLimit::new(Duration::from_secs(600)),
             events,
             node_name: node_name.to_string(),
             client: Mutex::new(None),
@@ -137,13 +138,11 @@ impl Shared {
     /// (a node started while its control plane is away would run an older
     /// record, or none).
     pub fn record_failed(&self, what: &str, e: &record::RecordError) {
-        let mut last = self.record_failed.lock();
-        if last.is_some_and(|t| t.elapsed() < Duration::from_secs(600)) {
+        if self.record_failed.allow().is_none() {
             log::debug!("cluster: the node's record of {what} cannot be written: {e}");
             return;
         }
         log::error!("cluster: the node's record of {what} cannot be written: {e}");
-        *last = Some(std::time::Instant::now());
         self.events.event(
             &crate::telemetry::events::ObjectRef::node(&self.node_name),
             crate::telemetry::events::EventType::Warning,
