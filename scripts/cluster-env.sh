@@ -8,10 +8,11 @@
 #   scripts/cluster-env.sh down      stop everything and remove its state
 #   scripts/cluster-env.sh status    what runs
 #   scripts/cluster-env.sh env       print the variables tests read
-#   scripts/cluster-env.sh partition cut|heal
+#   scripts/cluster-env.sh partition cut|heal [vm]
 #                                    drop (cut) or let through (heal) every packet of the
-#                                    partitionable port: a network partition between the
-#                                    nodes that use it and the API server (idempotent)
+#                                    partitionable port (with `vm`: the VM's): a network
+#                                    partition between the nodes that use it and the API
+#                                    server (idempotent)
 #
 # Everything is private: state in PODWARDEN_CLUSTER_DIR
 # (/var/lib/podwarden-cluster), pid files in PODWARDEN_CLUSTER_RUN
@@ -23,7 +24,10 @@
 # (PODWARDEN_CLUSTER_PARTITION_PORT 16444, redirected to the API port) that
 # `partition cut` silences (packets dropped both ways, connections left
 # half-open, as a pulled cable does) while the API port itself still
-# answers the tests' kubectl.
+# answers the tests' kubectl. The VM tests' node (a guest of
+# scripts/vm-env.sh, whose connections QEMU carries to this port) has a
+# partitionable port of its own (PODWARDEN_CLUSTER_VM_PARTITION_PORT 16445),
+# so that its partition and the host nodes' are independent.
 #
 # kubectl (/usr/lib/google-cloud-sdk/bin/kubectl.1.33 here; 1.33 talks to
 # this 1.34 server) reaches it with --kubeconfig $PODWARDEN_CLUSTER_ADMIN_KUBECONFIG.
@@ -50,6 +54,7 @@ RUN_DIR="${PODWARDEN_CLUSTER_RUN:-/run/podwarden-cluster}"
 BIN_DIR="${PODWARDEN_CLUSTER_BIN_DIR:-$ROOT/target/cluster-bin}"
 API_PORT="${PODWARDEN_CLUSTER_API_PORT:-16443}"
 PART_PORT="${PODWARDEN_CLUSTER_PARTITION_PORT:-16444}"
+VM_PART_PORT="${PODWARDEN_CLUSTER_VM_PARTITION_PORT:-16445}"
 ETCD_PORT="${PODWARDEN_CLUSTER_ETCD_PORT:-23790}"
 ETCD_PEER_PORT="${PODWARDEN_CLUSTER_ETCD_PEER_PORT:-23800}"
 KCM_PORT="${PODWARDEN_CLUSTER_KCM_PORT:-20257}"
@@ -457,22 +462,29 @@ up() {
 
 partition_port_up() {
   command -v iptables >/dev/null || { log "iptables is not installed"; exit 1; }
-  iptables -t nat -C OUTPUT -p tcp -d 127.0.0.1 --dport "$PART_PORT" -j REDIRECT --to-ports "$API_PORT" 2>/dev/null ||
-    iptables -t nat -A OUTPUT -p tcp -d 127.0.0.1 --dport "$PART_PORT" -j REDIRECT --to-ports "$API_PORT"
+  local p
+  for p in "$PART_PORT" "$VM_PART_PORT"; do
+    iptables -t nat -C OUTPUT -p tcp -d 127.0.0.1 --dport "$p" -j REDIRECT --to-ports "$API_PORT" 2>/dev/null ||
+      iptables -t nat -A OUTPUT -p tcp -d 127.0.0.1 --dport "$p" -j REDIRECT --to-ports "$API_PORT"
+  done
 }
 
 partition_port_down() {
-  partition_heal
-  while iptables -t nat -D OUTPUT -p tcp -d 127.0.0.1 --dport "$PART_PORT" -j REDIRECT --to-ports "$API_PORT" 2>/dev/null; do :; done
+  local p
+  for p in "$PART_PORT" "$VM_PART_PORT"; do
+    partition_heal "$p"
+    while iptables -t nat -D OUTPUT -p tcp -d 127.0.0.1 --dport "$p" -j REDIRECT --to-ports "$API_PORT" 2>/dev/null; do :; done
+  done
 }
 
+# PORT: a partitionable port
 partition_cut() {
-  iptables -C OUTPUT -p tcp -m conntrack --ctorigdstport "$PART_PORT" -j DROP 2>/dev/null ||
-    iptables -I OUTPUT -p tcp -m conntrack --ctorigdstport "$PART_PORT" -j DROP
+  iptables -C OUTPUT -p tcp -m conntrack --ctorigdstport "$1" -j DROP 2>/dev/null ||
+    iptables -I OUTPUT -p tcp -m conntrack --ctorigdstport "$1" -j DROP
 }
 
 partition_heal() {
-  while iptables -D OUTPUT -p tcp -m conntrack --ctorigdstport "$PART_PORT" -j DROP 2>/dev/null; do :; done
+  while iptables -D OUTPUT -p tcp -m conntrack --ctorigdstport "$1" -j DROP 2>/dev/null; do :; done
 }
 
 down() {
@@ -513,6 +525,7 @@ env_vars() {
   echo "PODWARDEN_CLUSTER_BIN_DIR=$BIN_DIR"
   echo "PODWARDEN_CLUSTER_NODE_IP=$NODE_IP"
   echo "PODWARDEN_CLUSTER_PARTITIONABLE_SERVER=https://127.0.0.1:$PART_PORT"
+  echo "PODWARDEN_CLUSTER_VM_PARTITION_PORT=$VM_PART_PORT"
 }
 
 case "${1:-}" in
@@ -521,10 +534,15 @@ case "${1:-}" in
   status) status ;;
   env) env_vars ;;
   partition)
+    case "${3:-}" in
+      "") port="$PART_PORT" ;;
+      vm) port="$VM_PART_PORT" ;;
+      *) echo "usage: $0 partition cut|heal [vm]" >&2; exit 2 ;;
+    esac
     case "${2:-}" in
-      cut) partition_cut ;;
-      heal) partition_heal ;;
-      *) echo "usage: $0 partition cut|heal" >&2; exit 2 ;;
+      cut) partition_cut "$port" ;;
+      heal) partition_heal "$port" ;;
+      *) echo "usage: $0 partition cut|heal [vm]" >&2; exit 2 ;;
     esac ;;
-  *) echo "usage: $0 up|down|status|env|partition cut|heal" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|env|partition cut|heal [vm]" >&2; exit 2 ;;
 esac

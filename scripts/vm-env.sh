@@ -20,7 +20,11 @@
 # The way in is sshd over QEMU's user-mode network: one forwarded port on
 # 127.0.0.1, a key made with the image; the guest's network is `restrict=on`
 # (it reaches neither the host nor anything beyond, only the forwarded port
-# reaches it). The image is cached under $VM_CACHE (default
+# reaches it). One way out may be opened: with VM_API_FORWARD=HOST:PORT
+# at `up`, the guest's connections to 10.0.2.100:6443 are carried (socat,
+# one per connection, started by QEMU) to HOST:PORT on this machine, and
+# nowhere else: a control plane on the host's loopback for a guest that
+# joins it. The choice is kept with the VM, so its reboots keep it. The image is cached under $VM_CACHE (default
 # /var/cache/podwarden-vm) by a hash of this script and the package list,
 # so a fresh machine builds it once (about 2 minutes) and later runs reuse
 # it. KVM is used only when VM_KVM=1 (guests here hang under KVM after the
@@ -39,7 +43,7 @@ RUN="${VM_RUN:-/run/podwarden-vm}"
 MIRROR="${VM_MIRROR:-http://deb.debian.org/debian}"
 SUITE=bookworm
 GUEST_PKGS=systemd,systemd-sysv,dbus,udev,kmod,linux-image-amd64,containerd,runc,apparmor,iproute2,procps,util-linux,e2fsprogs,containernetworking-plugins,busybox-static,iptables,openssh-server,libpam-systemd,systemd-timesyncd,less
-HOST_PKGS=(debootstrap qemu-system-x86 qemu-utils openssh-client e2fsprogs)
+HOST_PKGS=(debootstrap qemu-system-x86 qemu-utils openssh-client e2fsprogs socat)
 
 log() { printf 'vm-env: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
@@ -234,6 +238,11 @@ start_qemu() {
   cp "$img/key" "$d/key"
   chmod 600 "$d/key"
   if [ "${VM_KVM:-0}" = 1 ] && [ -w /dev/kvm ]; then accel=kvm; cpu=host; fi
+  local net="user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:$port-:22"
+  if [ -s "$d/api_forward" ]; then
+    # forwarding rules pass `restrict=on`; only this address and port do
+    net="$net,guestfwd=tcp:10.0.2.100:6443-cmd:socat - TCP:$(cat "$d/api_forward"),,connect-timeout=10"
+  fi
   rm -f "$d/qemu.pid"
   : > "$d/console.log"
   # the hard time limit: QEMU is killed after $limit seconds whatever happens
@@ -242,7 +251,7 @@ start_qemu() {
     -kernel "$img/vmlinuz" -initrd "$img/initrd" \
     -append "root=/dev/vda rw console=ttyS0 apparmor=1 security=apparmor systemd.unified_cgroup_hierarchy=1 ${VM_CMDLINE:-}" \
     -drive "file=$d/overlay.qcow2,format=qcow2,if=virtio" \
-    -netdev "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:$port-:22" -device virtio-net-pci,netdev=n0 \
+    -netdev "$net" -device virtio-net-pci,netdev=n0 \
     -pidfile "$d/qemu.pid" "$@" > "$d/qemu.log" 2>&1 < /dev/null &
 }
 
@@ -308,6 +317,10 @@ up() {
     return
   fi
   mkdir -p "$d"
+  if [ -n "${VM_API_FORWARD:-}" ]; then
+    [[ "$VM_API_FORWARD" =~ ^[0-9.]+:[0-9]+$ ]] || die "VM_API_FORWARD is HOST:PORT (an IPv4 address): $VM_API_FORWARD"
+    echo "$VM_API_FORWARD" > "$d/api_forward"
+  fi
   local resume=()
   if [ ! -f "$d/overlay.qcow2" ]; then
     if [ -z "${VM_CMDLINE:-}" ] && [ "${VM_NO_RESUME:-0}" != 1 ]; then

@@ -1140,6 +1140,11 @@ fn a_node_started_while_its_control_plane_is_away_runs_its_recorded_pods() {
         .contains("from the node's record")
     });
     assert!(told, "no StartedFromRecord event on the node; the agent's log:\n{}", a.log());
+    // and in the node's status, for as long as this run lasts
+    wait_for("a StartedFromRecord condition on the node", Duration::from_secs(30), || {
+        let n = json(&c, &["get", "node", node]);
+        condition(&n, "StartedFromRecord").is_some_and(|(s, _, msg)| s == "True" && msg.contains("from the node's record"))
+    });
     wait_for("the API shows the container started offline", Duration::from_secs(30), || {
         let p = json(&c, &["-n", ns, "get", "pod", "keeper"]);
         p["status"]["containerStatuses"][0]["containerID"].as_str().is_some_and(|id| id.ends_with(&offline_id))
@@ -1168,6 +1173,14 @@ fn a_node_started_while_its_control_plane_is_away_runs_its_recorded_pods() {
     let reqs = requests_since(&c, &user, mark);
     let refused = refused(&reqs);
     assert!(refused.is_empty(), "requests of {user} refused: {refused:?}");
+    // a run that reaches the API server at its start clears the condition
+    a.kill9();
+    a.spawn();
+    wait_for("the StartedFromRecord condition cleared by an online start", Duration::from_secs(60), || {
+        let n = json(&c, &["get", "node", node]);
+        let conds = n["status"]["conditions"].as_array().cloned().unwrap_or_default();
+        conds.iter().any(|c| c["type"] == "Ready") && !conds.iter().any(|c| c["type"] == "StartedFromRecord")
+    });
     ok(&c, &["-n", ns, "delete", "pod", "keeper", "second", "--timeout=60s"]);
     a.clean_up(&[]);
     drop(a);

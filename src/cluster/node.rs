@@ -104,6 +104,12 @@ struct Link {
     logged: crate::base::logging::RateLimit,
     /// When the last warning event about the link was sent.
     warned: Option<Instant>,
+    /// This run started its pods from the record, the API server away: a
+    /// `StartedFromRecord` condition (true, with this message) in every
+    /// status the run sends. A run that reached the server at its start
+    /// sends none, and so clears one an earlier run left (a merge patch
+    /// replaces the whole list).
+    from_record: Option<String>,
 }
 
 impl Link {
@@ -125,6 +131,7 @@ impl Link {
             failures: 0,
             logged: crate::base::logging::RateLimit::new(Duration::from_secs(60)),
             warned: None,
+            from_record: None,
         }
     }
 
@@ -194,6 +201,10 @@ impl Link {
                             super::record::when(written)
                         );
                         log::warn!("cluster: {msg}");
+                        self.from_record = Some(msg.clone());
+                        // true since the start, not since the first status
+                        let since = crate::model::rfc3339(SystemTime::now());
+                        self.transitions.insert("StartedFromRecord".into(), ("True".into(), since));
                         // held by the events thread until the server answers
                         self.parts.events.event(
                             &ObjectRef::node(&self.parts.node_name),
@@ -492,6 +503,10 @@ impl Link {
         let full = crate::api::kube::resources::node(&self.parts, self.cfg.healthy_within);
         let mut status = full["status"].clone();
         let now = crate::model::rfc3339(SystemTime::now());
+        if let (Some(msg), Some(conds)) = (&self.from_record, status["conditions"].as_array_mut()) {
+            conds.push(json!({"type": "StartedFromRecord", "status": "True", "reason": "APIServerUnreachableAtStart",
+                              "message": msg}));
+        }
         if let Some(conds) = status["conditions"].as_array_mut() {
             for c in conds {
                 let t = c["type"].as_str().unwrap_or_default().to_string();

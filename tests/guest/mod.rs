@@ -38,9 +38,15 @@ pub struct Vm {
 
 impl Vm {
     pub fn up(name: &str) -> Vm {
+        Vm::up_with(name, &[])
+    }
+
+    /// [`Vm::up`] with `env` for scripts/vm-env.sh (`VM_API_FORWARD`).
+    pub fn up_with(name: &str, env: &[(&str, &str)]) -> Vm {
         let since = Instant::now();
         let out = Command::new(root().join("scripts/vm-env.sh"))
             .args(["up", name, "1500"])
+            .envs(env.iter().copied())
             .output()
             .expect("run scripts/vm-env.sh");
         assert!(
