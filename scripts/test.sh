@@ -109,13 +109,14 @@ vm_lane() {
   touch "$done"
   return "$rc"
 }
-rm -f target/.vm-lane1.done target/.other-tests.done target/.vm-lane2.done
+rm -f target/.vm-lane1.done target/.other-tests.done target/.vm-lane2.done target/.cluster.up
 echo "== the VM tests, lane 1 (${vm_lane1[*]}), in the background [$(date -u +%T), +${SECONDS}s]"
 vm_lane target/vm-tests-1.log target/.vm-lane1.done "${vm_lane1[@]}" &
 vm_pids+=($!)
-# lane 2 starts once lane 1 or the other tests are done
+# lane 2 starts once lane 1 or the other tests are done, and the control
+# plane is up (tests/vm_cluster.rs joins it)
 {
-  while [ ! -e target/.vm-lane1.done ] && [ ! -e target/.other-tests.done ]; do sleep 1; done
+  while { [ ! -e target/.vm-lane1.done ] && [ ! -e target/.other-tests.done ]; } || [ ! -e target/.cluster.up ]; do sleep 1; done
   vm_lane target/vm-tests-2.log target/.vm-lane2.done "${vm_lane2[@]}"
 } &
 vm_pids+=($!)
@@ -128,6 +129,7 @@ if ! wait "$cluster_pid"; then
   exit 1
 fi
 tail -n 3 target/cluster-env.log
+touch target/.cluster.up
 echo "== cargo test [$(date -u +%T), +${SECONDS}s]"
 cargo test --profile ci --no-fail-fast --lib --bins "${other_tests[@]}" || status=$?
 touch target/.other-tests.done

@@ -1143,7 +1143,8 @@ fn a_node_started_while_its_control_plane_is_away_runs_its_recorded_pods() {
     // and in the node's status, for as long as this run lasts
     wait_for("a StartedFromRecord condition on the node", Duration::from_secs(30), || {
         let n = json(&c, &["get", "node", node]);
-        condition(&n, "StartedFromRecord").is_some_and(|(s, _, msg)| s == "True" && msg.contains("from the node's record"))
+        condition(&n, "StartedFromRecord")
+            .is_some_and(|(s, _, msg)| s == "True" && msg.contains("from the node's record"))
     });
     wait_for("the API shows the container started offline", Duration::from_secs(30), || {
         let p = json(&c, &["-n", ns, "get", "pod", "keeper"]);

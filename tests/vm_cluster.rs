@@ -45,15 +45,16 @@ fn control_plane() -> ControlPlane {
     let out = Command::new(&script).arg("env").output().expect("run scripts/cluster-env.sh env");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let var = |k: &str| {
-        text.lines().find_map(|l| l.strip_prefix(&format!("PODWARDEN_CLUSTER_{k}="))).map(str::to_string).unwrap_or_else(
-            || {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("PODWARDEN_CLUSTER_{k}=")))
+            .map(str::to_string)
+            .unwrap_or_else(|| {
                 panic!(
                     "no control plane (`scripts/cluster-env.sh env` prints no PODWARDEN_CLUSTER_{k}: {}): prepare it \
                      with `sudo scripts/cluster-env.sh up` (scripts/test.sh does this before the tests)",
                     String::from_utf8_lossy(&out.stderr).trim()
                 )
-            },
-        )
+            })
     };
     let cp = ControlPlane {
         admin: var("ADMIN_KUBECONFIG"),
@@ -166,7 +167,10 @@ fn recording(name: &str, secret: bool) -> Value {
         },
     });
     if secret {
-        pod["spec"]["volumes"].as_array_mut().unwrap().push(json!({"name": "creds", "secret": {"secretName": "creds"}}));
+        pod["spec"]["volumes"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "creds", "secret": {"secretName": "creds"}}));
         pod["spec"]["containers"][0]["volumeMounts"]
             .as_array_mut()
             .unwrap()
@@ -209,7 +213,14 @@ fn local_ids(vm: &Vm) -> Vec<(String, String)> {
         .flatten()
         .map(|p| {
             let id = p["status"]["containerStatuses"][0]["containerID"].as_str().unwrap_or_default().to_string();
-            (format!("{}/{}", p["metadata"]["namespace"].as_str().unwrap_or(""), p["metadata"]["name"].as_str().unwrap_or("")), id)
+            (
+                format!(
+                    "{}/{}",
+                    p["metadata"]["namespace"].as_str().unwrap_or(""),
+                    p["metadata"]["name"].as_str().unwrap_or("")
+                ),
+                id,
+            )
         })
         .collect();
     out.sort();
@@ -246,7 +257,9 @@ fn a_node_rebooted_while_its_control_plane_is_away_runs_its_pods_and_catches_up(
     // cluster-info names the server as the host reaches it; the guest
     // reaches it as `kubernetes` (a name the server's certificate carries)
     vm.sh("sed -i 's#server: https://127.0.0.1:[0-9]*#server: https://kubernetes:6443#' /etc/podwarden/bootstrap-kubeconfig");
-    vm.sh("grep -q 'server: https://kubernetes:6443' /etc/podwarden/bootstrap-kubeconfig && systemctl restart podwarden");
+    vm.sh(
+        "grep -q 'server: https://kubernetes:6443' /etc/podwarden/bootstrap-kubeconfig && systemctl restart podwarden",
+    );
     wait_for("the VM's node Ready in the API", Duration::from_secs(240), || {
         let (code, out, _) = kubectl(&cp, &["get", "node", NODE, "-o", "json"]);
         code == 0
@@ -266,7 +279,11 @@ fn a_node_rebooted_while_its_control_plane_is_away_runs_its_pods_and_catches_up(
         let (code, out, _) = kubectl(cp, &["-n", ns, "get", "pod", name, "-o", "json"]);
         (code == 0).then(|| serde_json::from_str::<Value>(&out).unwrap()).filter(|p| {
             p["status"]["phase"] == "Running"
-                && p["status"]["conditions"].as_array().into_iter().flatten().any(|c| c["type"] == "Ready" && c["status"] == "True")
+                && p["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
         })
     };
     wait_for("the pods Running and Ready in the API", Duration::from_secs(300), || {
@@ -282,7 +299,10 @@ fn a_node_rebooted_while_its_control_plane_is_away_runs_its_pods_and_catches_up(
     vm.wait(
         "the record holds both API pods",
         Duration::from_secs(60),
-        &format!("grep -q {} /var/lib/podwarden/cluster/pods.json && grep -q {} /var/lib/podwarden/cluster/pods.json", uids[0], uids[1]),
+        &format!(
+            "grep -q {} /var/lib/podwarden/cluster/pods.json && grep -q {} /var/lib/podwarden/cluster/pods.json",
+            uids[0], uids[1]
+        ),
     );
     assert_eq!(vm.sh("stat -c %a /var/lib/podwarden/cluster/objects/secret_pw-vm_creds.json").trim(), "600");
 
@@ -301,6 +321,10 @@ fn a_node_rebooted_while_its_control_plane_is_away_runs_its_pods_and_catches_up(
             &format!("podwarden get pods -A | grep -E '^{ns} +{pod} +1/1 +Running'"),
         );
     }
+    eprintln!(
+        "the boot, podwarden and containerd:\n{}",
+        vm.sh("journalctl -b 0 -u podwarden -u containerd -o short-monotonic --no-pager | head -n 80")
+    );
     // podwarden's start in this boot: systemd's first line of its unit
     let journal = vm.sh("journalctl -b 0 -u podwarden -o json --no-pager");
     let stamp = |v: &Value| v["__MONOTONIC_TIMESTAMP"].as_str().and_then(|s| s.parse::<f64>().ok()).map(|us| us / 1e6);
@@ -309,6 +333,21 @@ fn a_node_rebooted_while_its_control_plane_is_away_runs_its_pods_and_catches_up(
     let told = lines.iter().find(|v| v["MESSAGE"].as_str().is_some_and(|m| m.contains("from the node's record")));
     let messages: Vec<&str> = lines.iter().filter_map(|v| v["MESSAGE"].as_str()).collect();
     assert!(told.is_some(), "no word of the record in podwarden's log:\n{}", messages.join("\n"));
+    // the record's pods go to the workers at once, before the first call
+    // to the API server has failed (the rest of the way is containerd's
+    // sandboxes under emulation)
+    let handed = told.and_then(stamp).unwrap();
+    let failed = lines
+        .iter()
+        .find(|v| v["MESSAGE"].as_str().is_some_and(|m| m.contains("could not be reached at the start")))
+        .and_then(stamp);
+    vm.note(&format!(
+        "the record's pods handed over {:.1} s after podwarden's start, the first call failed {:.1} s after it",
+        handed - started,
+        failed.unwrap_or(f64::NAN) - started
+    ));
+    assert!(failed.is_some_and(|f| handed < f), "the record waited for the API server:\n{}", messages.join("\n"));
+    assert!(handed - started < 15.0, "the record's pods were handed over {:.1} s after the start", handed - started);
     for pod in ["api-a", "api-b", "local"] {
         let s = starts(&vm, pod);
         assert_eq!(s.len(), 2, "{pod} started once before the reboot and once after: {s:?}");
@@ -332,7 +371,8 @@ fn a_node_rebooted_while_its_control_plane_is_away_runs_its_pods_and_catches_up(
     wait_for("the node Ready again with a StartedFromRecord condition", Duration::from_secs(180), || {
         let n = get(&cp, &["get", "node", NODE]);
         condition(&n, "Ready").is_some_and(|(s, _)| s == "True")
-            && condition(&n, "StartedFromRecord").is_some_and(|(s, m)| s == "True" && m.contains("from the node's record"))
+            && condition(&n, "StartedFromRecord")
+                .is_some_and(|(s, m)| s == "True" && m.contains("from the node's record"))
     });
     vm.note(&format!("Ready in the API {:.1} s after the link came back", healed.elapsed().as_secs_f64()));
     for (ns, pod) in [(NS, "api-a"), (NS, "api-b"), ("default", "local")] {
