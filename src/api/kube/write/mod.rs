@@ -109,6 +109,18 @@ pub struct Params {
     pub now: String,
 }
 
+/// The manager a write is recorded under: `fieldManager`, else the
+/// User-Agent's product (before its first `/`), as the API server takes it.
+pub fn manager_of(params: &Params, req: &Request) -> String {
+    if let Some(m) = &params.field_manager {
+        return m.clone();
+    }
+    match req.header("user-agent").and_then(|ua| ua.split('/').next()).map(str::trim) {
+        Some(ua) if !ua.is_empty() => ua.chars().take(128).collect(),
+        _ => "unknown".into(),
+    }
+}
+
 impl Params {
     /// The write parameters of a request's query (`fieldManager=kubectl
     /// &force=false&fieldValidation=Strict&dryRun=All`); other parameters

@@ -78,8 +78,7 @@ pub fn create(ctx: &Ctx, req: &Request, kind: Kind, ns: &str) -> Res<Reply> {
     if ctx.ops.object(&key).is_some() {
         return Err(ApiError::already_exists(resource(kind), &name));
     }
-    let manager = params.field_manager.clone().unwrap_or_else(|| "unknown".into());
-    ssa::record_update(kind.as_str(), None, &mut obj, &manager, &params.now);
+    ssa::record_update(kind.as_str(), None, &mut obj, &super::manager_of(&params, req), &params.now);
     store(ctx, &key, None, &obj, &params)
 }
 

@@ -222,6 +222,52 @@ fn secret(b: &[u8]) -> Result<Value, PbError> {
 
 /// A protobuf body (`k8s\0` + `runtime.Unknown`) holding a v1 ConfigMap or
 /// Secret, as JSON.
+/// meta/v1 DeleteOptions (client-go's typed `Delete` sends it as
+/// protobuf): gracePeriodSeconds (1), preconditions (2: uid 1,
+/// resourceVersion 2), orphanDependents (3), propagationPolicy (4), dryRun
+/// (5, repeated).
+fn delete_options(b: &[u8]) -> Result<Value, PbError> {
+    let mut out = Map::new();
+    let mut dry_run = Vec::new();
+    for f in fields(b) {
+        match f? {
+            // an int64 varint: two's complement
+            (1, Field::Varint(v)) => {
+                out.insert("gracePeriodSeconds".into(), json!(v as i64));
+            }
+            (2, Field::Bytes(p)) => {
+                let mut pre = Map::new();
+                for g in fields(p) {
+                    match g? {
+                        (1, Field::Bytes(x)) => {
+                            pre.insert("uid".into(), json!(text(x, "preconditions.uid")?));
+                        }
+                        (2, Field::Bytes(x)) => {
+                            pre.insert("resourceVersion".into(), json!(text(x, "preconditions.resourceVersion")?));
+                        }
+                        _ => {}
+                    }
+                }
+                out.insert("preconditions".into(), Value::Object(pre));
+            }
+            (3, Field::Varint(v)) => {
+                out.insert("orphanDependents".into(), json!(v != 0));
+            }
+            (4, Field::Bytes(x)) => {
+                out.insert("propagationPolicy".into(), json!(text(x, "propagationPolicy")?));
+            }
+            (5, Field::Bytes(x)) => dry_run.push(json!(text(x, "dryRun")?)),
+            _ => {}
+        }
+    }
+    if !dry_run.is_empty() {
+        out.insert("dryRun".into(), Value::Array(dry_run));
+    }
+    out.insert("kind".into(), json!("DeleteOptions"));
+    out.insert("apiVersion".into(), json!("v1"));
+    Ok(Value::Object(out))
+}
+
 pub fn decode(body: &[u8]) -> Result<Value, PbError> {
     let rest = body.strip_prefix(MAGIC).ok_or_else(|| bad("the body does not start with the k8s protobuf magic"))?;
     let (mut api_version, mut kind, mut raw) = (String::new(), String::new(), None);
@@ -245,6 +291,7 @@ pub fn decode(body: &[u8]) -> Result<Value, PbError> {
     match (api_version.as_str(), kind.as_str()) {
         ("v1", "ConfigMap") => config_map(raw),
         ("v1", "Secret") => secret(raw),
+        ("v1" | "meta.k8s.io/v1", "DeleteOptions") => delete_options(raw),
         (v, k) => {
             Err(PbError { unsupported: true, message: format!("a protobuf {k} ({v}) is not taken here: send JSON") })
         }
@@ -282,6 +329,33 @@ mod tests {
     fn envelope(kind: &str, raw: &[u8]) -> Vec<u8> {
         let tm = [bytes(1, b"v1"), bytes(2, kind.as_bytes())].concat();
         [MAGIC.to_vec(), bytes(1, &tm), bytes(2, raw), bytes(3, b""), bytes(4, b"")].concat()
+    }
+
+    #[test]
+    fn delete_options_as_client_gos_typed_delete_sends_them() {
+        // an empty DeleteOptions, byte for byte as client-go 0.34 sent it
+        let empty = b"k8s\x00\n\x13\n\x02v1\x12\rDeleteOptions\x12\x00\x1a\x00\"\x00";
+        assert_eq!(decode(empty).unwrap(), json!({"kind": "DeleteOptions", "apiVersion": "v1"}));
+        // gracePeriodSeconds 0, preconditions, propagationPolicy, dryRun
+        let mut raw = Vec::new();
+        varint(1 << 3, &mut raw);
+        varint(0, &mut raw);
+        raw.extend(bytes(2, &[bytes(1, b"u-1"), bytes(2, b"42")].concat()));
+        raw.extend(bytes(4, b"Background"));
+        raw.extend(bytes(5, b"All"));
+        let mut negative = Vec::new();
+        varint(1 << 3, &mut negative);
+        varint(-1i64 as u64, &mut negative);
+        assert_eq!(
+            decode(&envelope("DeleteOptions", &raw)).unwrap(),
+            json!({"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0,
+                   "preconditions": {"uid": "u-1", "resourceVersion": "42"}, "propagationPolicy": "Background",
+                   "dryRun": ["All"]})
+        );
+        assert_eq!(decode(&envelope("DeleteOptions", &negative)).unwrap()["gracePeriodSeconds"], -1);
+        // cut short: an error, never a read past the end
+        let whole = envelope("DeleteOptions", &raw);
+        assert!(!decode(&whole[..whole.len() - 3]).unwrap_err().unsupported);
     }
 
     #[test]

@@ -42,11 +42,34 @@ pub fn create(ctx: &Ctx, req: &Request, ns: &str) -> Res<Reply> {
     if req.query.get("dryRun").is_some() {
         return Err(ApiError::bad_request("dryRun is not supported by podwarden"));
     }
+    // what the API server sets on a new object: a random UID (kept by the
+    // manifest, so the pod keeps it through metadata changes), the creation
+    // time, and the creator's managed fields
+    let params = params(req)?;
+    if let Some(meta) = pod["metadata"].as_object_mut() {
+        meta.insert("uid".into(), json!(new_uid()));
+        meta.insert("creationTimestamp".into(), json!(params.now));
+        meta.remove("resourceVersion");
+    }
+    ssa::record_update("Pod", None, &mut pod, &super::manager_of(&params, req), &params.now);
     let bytes = serde_json::to_vec_pretty(&pod).map_err(|e| ApiError::internal(e.to_string()))?;
     let applied = ctx.ops.apply(&bytes, &format!("pods/{name}"), Trust::Client)?;
     let mut out = resources::pod_json(&applied.pod);
     out["metadata"]["resourceVersion"] = json!(ctx.hub.resource_version().to_string());
     Ok(Reply::json(201, &out))
+}
+
+/// A random (version 4) UUID, as the API server gives a new object.
+fn new_uid() -> String {
+    use ring::rand::SecureRandom;
+    let mut b = [0u8; 16];
+    // the system's random source does not fail on Linux once booted; a
+    // zero UID would still be unique to this node's manifests
+    let _ = ring::rand::SystemRandom::new().fill(&mut b);
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h = crate::base::hex(&b);
+    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
 }
 
 /// The manifest file a static pod comes from (its annotation).
@@ -85,7 +108,18 @@ pub fn patch(ctx: &Ctx, req: &Request, ns: &str, name: &str) -> Res<Reply> {
         return Ok(Reply::ok(&patched.object));
     }
     let mut manifest = manifest_of(&patched.object);
+    // a change of metadata only is the same pod (its UID, creation time and
+    // containers kept), as on the API server; a changed spec makes it a new
+    // pod, which replaces it
+    let same_pod = live.is_some_and(|l| l.get("spec") == patched.object.get("spec"));
     if let Some(meta) = manifest.get_mut("metadata").and_then(Value::as_object_mut) {
+        if let Some(l) = live.filter(|_| same_pod) {
+            for key in ["uid", "creationTimestamp"] {
+                if let Some(v) = l["metadata"].get(key).filter(|v| v.is_string()) {
+                    meta.insert(key.into(), v.clone());
+                }
+            }
+        }
         meta.insert("namespace".into(), json!(ns));
         let ann = meta.entry("annotations").or_insert_with(|| json!({}));
         if let Some(a) = ann.as_object_mut() {
@@ -112,12 +146,11 @@ pub fn delete(ctx: &Ctx, req: &Request, ns: &str, name: &str) -> Res<Reply> {
             manifest_file(&pod)
         )));
     }
-    let body: Value = if req.body.is_empty() {
-        json!({})
-    } else {
-        serde_json::from_slice(&req.body)
-            .map_err(|e| ApiError::bad_request(format!("DeleteOptions is not JSON: {e}")))?
-    };
+    // DeleteOptions as JSON, YAML or protobuf (client-go's typed Delete)
+    let body: Value = if req.body.is_empty() { json!({}) } else { super::body_object(req, 64 << 10)? };
+    if body.get("dryRun").is_some_and(|d| d.as_array().is_some_and(|a| !a.is_empty())) {
+        return Err(ApiError::bad_request("dryRun is not supported by podwarden"));
+    }
     let grace = match req.query.int("gracePeriodSeconds")? {
         Some(g) => Some(g),
         None => body.get("gracePeriodSeconds").and_then(Value::as_i64),
