@@ -201,7 +201,10 @@ fn run(args: &[String]) -> Result<(), MainError> {
                         }
                     }
                     Err(e) => {
-                        eprintln!("{e}");
+                        // every refused field on a line of its own
+                        for line in e.lines() {
+                            eprintln!("{line}");
+                        }
                         failed = true;
                     }
                 }

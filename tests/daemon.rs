@@ -234,6 +234,89 @@ fn validate_reports_each_file() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("config.yaml"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// A manifest with ten independent refused fields, written in another
+/// order than the API server reports them.
+const TEN_ERRORS: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: Web_1\n  namespace: Bad.NS\nspec:\n  restartPolicy: Sometimes\n  dnsPolicy: Nowhere\n  terminationGracePeriodSeconds: -5\n  initContainers:\n  - name: init\n    image: busybox:1\n    terminationMessagePolicy: Loud\n  containers:\n  - name: app\n    imagePullPolicy: Sometimes\n    ports:\n    - containerPort: 70000\n  volumes:\n  - name: data\n    hostPath: {path: relative/dir}\n";
+
+/// TEN_ERRORS' fields and reasons, in the API server's order.
+const TEN_REFUSED: [&str; 10] = [
+    "field metadata.name: \"Web_1\" is not a valid DNS-1123 subdomain (lowercase letters, digits, '-', '.')",
+    "field metadata.namespace: \"Bad.NS\" is not a valid DNS-1123 label",
+    "field spec.terminationGracePeriodSeconds: -5 is negative; must be 0 or more",
+    "field spec.volumes[0].hostPath.path: \"relative/dir\" must be an absolute path",
+    "field spec.containers[0].image: missing; every container needs an image",
+    "field spec.containers[0].ports[0].containerPort: 70000 is not in 1-65535",
+    "field spec.containers[0].imagePullPolicy: \"Sometimes\" is not one of Always, IfNotPresent, Never",
+    "field spec.initContainers[0].terminationMessagePolicy: \"Loud\" is not one of File, FallbackToLogsOnError",
+    "field spec.restartPolicy: \"Sometimes\" is not one of Always, OnFailure, Never",
+    "field spec.dnsPolicy: \"Nowhere\" is not one of ClusterFirst, ClusterFirstWithHostNet, Default, None",
+];
+
+#[test]
+fn validate_prints_every_refused_field_of_a_file_in_order() {
+    let d = TempDir::new("validate-all");
+    let config = d.0.join("config.yaml");
+    std::fs::write(&config, "nodeName: test-node\n").unwrap();
+    let good = d.0.join("good.yaml");
+    let bad = d.0.join("ten.yaml");
+    std::fs::write(&good, POD.replace("NAME", "good")).unwrap();
+    std::fs::write(&bad, TEN_ERRORS).unwrap();
+    let out = Command::new(BIN)
+        .args(["validate", "--config", config.to_str().unwrap(), bad.to_str().unwrap(), good.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let mut want: Vec<String> = TEN_REFUSED.iter().map(|e| format!("{}: {e}", bad.display())).collect();
+    want.push("podwarden: some manifests are invalid".into());
+    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().collect::<Vec<_>>(), want, "one line each, in order");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.starts_with(&format!("{}: ok: pod good_default uid ", good.display())), "{stdout}");
+}
+
+#[test]
+fn the_agent_logs_and_records_a_bad_manifests_refused_fields_on_one_bounded_line() {
+    let d = TempDir::new("daemon-invalid");
+    let manifests = manifests_with_pod_a(&d);
+    // ten refused fields, and twelve (two more containers without an image)
+    std::fs::write(manifests.join("ten.yaml"), TEN_ERRORS).unwrap();
+    let twelve = TEN_ERRORS.replace("  volumes:\n", "  - name: b\n  - name: c\n  volumes:\n");
+    std::fs::write(manifests.join("twelve.yaml"), twelve).unwrap();
+    let socket = d.0.join("api.sock");
+    let mut child = run_fake(&d, &socket, "fileCheckFrequency: 1h\n");
+    let _kill = KillOnPanic(child.id() as i32);
+    let _show = ShowOnPanic(d.0.join("stderr"));
+    let t = Duration::from_secs(10);
+    wait_for("pod a's directory", t, || pod_dirs(&d.0).len() == 1);
+    let ten = format!("{}: {}", manifests.join("ten.yaml").display(), TEN_REFUSED.join("; "));
+    // the twelve: the ten's first eight, then the two new containers' images
+    let mut first: Vec<&str> = TEN_REFUSED[..7].to_vec();
+    first.extend([
+        "field spec.containers[1].image: missing; every container needs an image",
+        "field spec.containers[2].image: missing; every container needs an image",
+        TEN_REFUSED[7],
+    ]);
+    let twelve = format!("{}: {}; and 2 more", manifests.join("twelve.yaml").display(), first.join("; "));
+    let log = || std::fs::read_to_string(d.0.join("stderr")).unwrap_or_default();
+    wait_for("both reported in the log", t, || log().contains(&ten) && log().contains(&twelve));
+    for line in [&ten, &twelve] {
+        let l = log().lines().find(|l| l.contains(line.as_str())).unwrap().to_string();
+        assert!(l.contains("InvalidManifest: ") && l.ends_with(line.as_str()), "{l}");
+    }
+    // the events carry the same messages
+    let out = Command::new(BIN).args(["events", "-o", "json", "--socket", socket.to_str().unwrap()]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let events: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let messages: Vec<&str> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["reason"] == "InvalidManifest")
+        .filter_map(|e| e["message"].as_str())
+        .collect();
+    assert!(messages.contains(&ten.as_str()) && messages.contains(&twelve.as_str()), "{messages:#?}");
+    assert!(terminate(&mut child, t, "exit after SIGTERM").success());
+}
+
 #[test]
 fn under_systemd_log_lines_carry_their_syslog_priority() {
     let d = TempDir::new("journal");

@@ -1,5 +1,6 @@
 //! The Kubernetes API's writes of local ConfigMaps and Secrets, its
-//! aggregated discovery and the kubelet's `/run`, in process: the agent's
+//! refusal of an invalid pod (every refused field), its aggregated
+//! discovery and the kubelet's `/run`, in process: the agent's
 //! parts on the fake runtime, `Ops` over a staticPodPath in a temp dir
 //! whose "rescan" is the manifest source's scan run at once, and requests
 //! handed to `routes::handle` as the HTTPS server hands them.
@@ -261,6 +262,78 @@ fn server_side_apply_creates_updates_and_reports_conflicts() {
     let (code, _, _) =
         call(&api, &a, "PATCH", &format!("{CMS}/other?fieldManager=x"), "application/apply-patch+yaml", applied);
     assert_eq!(code, 400);
+}
+
+const PODS: &str = "/api/v1/namespaces/e2e/pods";
+
+/// A pod with ten independent refused fields (in another order than the
+/// API server reports them) and, in that order, the fields and reasons.
+fn ten_errors() -> (Value, [(&'static str, &'static str); 10]) {
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "Web_1"}, "spec": {
+        "hostname": "Not_A_Label", "restartPolicy": "Sometimes", "dnsPolicy": "Nowhere",
+        "terminationGracePeriodSeconds": -5,
+        "initContainers": [{"name": "init", "image": "busybox:1", "terminationMessagePolicy": "Loud"}],
+        "containers": [{"name": "app", "imagePullPolicy": "Sometimes", "ports": [{"containerPort": 70000}]}],
+        "volumes": [{"name": "data", "hostPath": {"path": "relative/dir"}}]}});
+    let refused = [
+        ("metadata.name", "\"Web_1\" is not a valid DNS-1123 subdomain (lowercase letters, digits, '-', '.')"),
+        ("spec.terminationGracePeriodSeconds", "-5 is negative; must be 0 or more"),
+        ("spec.volumes[0].hostPath.path", "\"relative/dir\" must be an absolute path"),
+        ("spec.containers[0].image", "missing; every container needs an image"),
+        ("spec.containers[0].ports[0].containerPort", "70000 is not in 1-65535"),
+        ("spec.containers[0].imagePullPolicy", "\"Sometimes\" is not one of Always, IfNotPresent, Never"),
+        ("spec.initContainers[0].terminationMessagePolicy", "\"Loud\" is not one of File, FallbackToLogsOnError"),
+        ("spec.restartPolicy", "\"Sometimes\" is not one of Always, OnFailure, Never"),
+        ("spec.dnsPolicy", "\"Nowhere\" is not one of ClusterFirst, ClusterFirstWithHostNet, Default, None"),
+        ("spec.hostname", "\"Not_A_Label\" is not a valid DNS-1123 label"),
+    ];
+    (pod, refused)
+}
+
+#[test]
+fn an_invalid_pod_is_refused_with_every_field_as_the_api_server_lists_them() {
+    let api = api();
+    let a = admin();
+    let (pod, refused) = ten_errors();
+    let want_causes: Vec<Value> =
+        refused.iter().map(|(f, m)| json!({"reason": "FieldValueInvalid", "field": f, "message": m})).collect();
+    let shown: Vec<String> = refused.iter().map(|(f, m)| format!("{f}: {m}")).collect();
+    let want_message = format!("Pod \"Web_1\" is invalid: [{}]", shown.join(", "));
+    // create, and server-side apply of a new pod: the same 422
+    let ssa = format!("{PODS}/Web_1?fieldManager=kubectl");
+    for (method, target, ctype) in
+        [("POST", PODS, "application/json"), ("PATCH", ssa.as_str(), "application/apply-patch+yaml")]
+    {
+        let (code, _, got) = call(&api, &a, method, target, ctype, &pod.to_string());
+        assert_eq!((code, got["reason"].as_str()), (422, Some("Invalid")), "{method}: {got}");
+        assert_eq!(got["message"], want_message.as_str(), "{method}");
+        assert_eq!(got["details"]["name"], "Web_1", "{method}: {got}");
+        assert_eq!(got["details"]["kind"], "Pod", "{method}: {got}");
+        assert_eq!(got["details"]["causes"], Value::Array(want_causes.clone()), "{method}");
+    }
+    assert_eq!(files(&api.dir), Vec::<String>::new(), "nothing written");
+    // fields podwarden does not implement: each a cause, with the rest
+    let mut two = pod.clone();
+    two["spec"]["hostUsers"] = json!(false);
+    two["spec"]["containers"][0]["lifecycle"] = json!({"stopSignal": "SIGUSR1"});
+    let (code, _, got) = call(&api, &a, "POST", PODS, "application/json", &two.to_string());
+    assert_eq!(code, 422, "{got}");
+    let fields: Vec<&str> =
+        got["details"]["causes"].as_array().unwrap().iter().map(|c| c["field"].as_str().unwrap()).collect();
+    assert_eq!(fields[..2], ["spec.containers[0].lifecycle.stopSignal", "spec.hostUsers"], "{got}");
+    assert_eq!(fields[2..], refused.map(|(f, _)| f), "{got}");
+    // a patch of a field podwarden does not implement: the same, checked
+    // against the field table before anything is written
+    let (code, _, got) = call(&api, &a, "PATCH", &ssa, "application/apply-patch+yaml", &two.to_string());
+    assert_eq!(code, 422, "{got}");
+    assert_eq!(
+        got["message"],
+        "Pod \"Web_1\" is invalid: [spec.containers[0].lifecycle.stopSignal: not supported by podwarden, \
+         spec.hostUsers: false is not supported by podwarden (only true): user namespaces need the runtime's \
+         support (containerd 2.0 or later), which the CRI of containerd 1.6 has not]",
+        "{got}"
+    );
+    assert_eq!(files(&api.dir), Vec::<String>::new(), "nothing written");
 }
 
 #[test]

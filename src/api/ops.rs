@@ -246,10 +246,17 @@ impl Ops {
     /// replaced.
     pub fn apply(&self, manifest: &[u8], source: &str, trust: Trust) -> Res<Applied> {
         let source = if source.is_empty() { "-" } else { source };
-        let bad = |msg: String| ApiError::invalid(msg);
+        // 422 naming the input (the Kubernetes API words it for its
+        // object: `ApiError::for_object`), a cause per refused field
+        let bad = |e: model::manifest::ManifestError, msg: String| {
+            let causes = e.field_errors().map(crate::api::status::causes_of).unwrap_or_default();
+            ApiError::invalid(msg).with_causes(causes)
+        };
         // a first parse names the pod; the file it goes to fixes its UID
-        let probe =
-            model::manifest::parse_full(source, manifest, &self.cfg.node_name).map_err(|e| bad(e.to_string()))?;
+        let probe = model::manifest::parse_full(source, manifest, &self.cfg.node_name).map_err(|e| {
+            let msg = e.to_string();
+            bad(e, msg)
+        })?;
         let (ns, name) = (model::namespace(&probe).to_string(), model::name(&probe).to_string());
         // the caller's Pod Security level, before anything is looked at or written
         self.pod_security(&probe, trust)?;
@@ -284,8 +291,10 @@ impl Ops {
                 Holder::Free => (if known.is_some() { "configured" } else { "created" }, Some(false)),
             };
             let path_str = path.to_string_lossy().into_owned();
-            let pod = model::manifest::parse(&path_str, manifest, &self.cfg.node_name)
-                .map_err(|e| bad(e.to_string().replacen(&path_str, source, 1)))?;
+            let pod = model::manifest::parse(&path_str, manifest, &self.cfg.node_name).map_err(|e| {
+                let msg = e.to_string().replacen(&path_str, source, 1);
+                bad(e, msg)
+            })?;
             match write {
                 None => {}
                 Some(true) => crate::base::fsutil::write_atomically(&path, manifest).map_err(|e| internal(&path, e))?,

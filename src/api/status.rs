@@ -15,6 +15,8 @@
 
 use serde_json::{Value, json};
 
+use crate::model::field::{FieldErrors, TOO_MANY};
+
 /// A refused request: a `meta/v1 Status` with its HTTP code.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{code} {reason}: {message}")]
@@ -50,6 +52,33 @@ impl Cause {
     pub fn new(reason: impl Into<String>, field: impl Into<String>, message: impl Into<String>) -> Self {
         Cause { reason: reason.into(), field: field.into(), message: message.into() }
     }
+}
+
+/// The causes of a 422 for refused fields, in order: each field's path and
+/// reason, its type as the API server's (`FieldValueNotSupported` for an
+/// `Unsupported value: ...`, `FieldValueTooMany` for the capped list's
+/// last entry, `FieldValueInvalid` for the rest).
+pub fn causes_of(errors: &FieldErrors) -> Vec<Cause> {
+    errors
+        .iter()
+        .map(|e| {
+            let r = e.reason.as_str();
+            let kind = if e.field.is_empty() && r == TOO_MANY {
+                "FieldValueTooMany"
+            } else if r.starts_with("Unsupported value:") {
+                "FieldValueNotSupported"
+            } else if r.starts_with("Required value") {
+                "FieldValueRequired"
+            } else if r.starts_with("Forbidden") {
+                "FieldValueForbidden"
+            } else if r.starts_with("Too long") {
+                "FieldValueTooLong"
+            } else {
+                "FieldValueInvalid"
+            };
+            Cause::new(kind, &e.field, &e.reason)
+        })
+        .collect()
 }
 
 /// A handler's result.
@@ -144,6 +173,32 @@ impl ApiError {
             field,
             message,
         )])
+    }
+    /// 422 for the refused fields of an object, as the API server's
+    /// `NewInvalid` answers a field error list: a cause per error, in
+    /// order, and the message [`ApiError::for_object`] words.
+    pub fn fields_invalid(kind: &str, name: &str, errors: &FieldErrors) -> Self {
+        Self::invalid(format!("{kind} {name:?} is invalid")).with_causes(causes_of(errors)).for_object(kind, name)
+    }
+    /// An `Invalid` error with causes, said of object `kind` `name` as the
+    /// API server says it: `<Kind> "<name>" is invalid: <field>: <message>`
+    /// for one cause, `[<field>: <message>, ...]` for several (a repeated
+    /// one shown once), and `details` naming the object. Any other error
+    /// is returned as it is.
+    pub fn for_object(self, kind: &str, name: &str) -> Self {
+        if self.reason != "Invalid" || self.causes().is_empty() {
+            return self;
+        }
+        let mut shown: Vec<String> = Vec::new();
+        for c in self.causes() {
+            let s = if c.field.is_empty() { c.message.clone() } else { format!("{}: {}", c.field, c.message) };
+            if !shown.contains(&s) {
+                shown.push(s);
+            }
+        }
+        let list = if shown.len() == 1 { shown.remove(0) } else { format!("[{}]", shown.join(", ")) };
+        let causes = self.details.map(|d| d.causes).unwrap_or_default();
+        Self::invalid(format!("{kind} {name:?} is invalid: {list}")).with_details(name, kind).with_causes(causes)
     }
     /// 429 with a message of the caller's: a queue is full, try again.
     pub fn busy(m: impl Into<String>) -> Self {
@@ -291,6 +346,48 @@ mod tests {
         assert_eq!(e.status()["details"], json!({"causes": [{"reason": "ExitCode", "message": "3"}]}));
         assert_eq!(e.causes().len(), 1);
         assert!(ApiError::internal("x").causes().is_empty());
+    }
+
+    #[test]
+    fn refused_fields_are_every_cause_and_one_message_as_the_api_servers() {
+        use crate::model::field::{FieldError, MAX_FIELD_ERRORS};
+        let mut errors = FieldErrors::new();
+        errors.push(FieldError::new("spec.a", "bad"));
+        errors.push(FieldError::new("spec.b", "Unsupported value: \"x\": supported values: \"y\""));
+        errors.push(FieldError::new("spec.a", "bad"));
+        let s = ApiError::fields_invalid("Pod", "web", &errors).status();
+        assert_eq!((s["code"].as_u64(), s["reason"].as_str()), (Some(422), Some("Invalid")));
+        // a repeated error is said once in the message, as ToAggregate does
+        assert_eq!(
+            s["message"],
+            "Pod \"web\" is invalid: [spec.a: bad, spec.b: Unsupported value: \"x\": supported values: \"y\"]"
+        );
+        assert_eq!(
+            s["details"],
+            json!({"name": "web", "kind": "Pod", "causes": [
+                {"reason": "FieldValueInvalid", "field": "spec.a", "message": "bad"},
+                {"reason": "FieldValueNotSupported", "field": "spec.b", "message": "Unsupported value: \"x\": supported values: \"y\""},
+                {"reason": "FieldValueInvalid", "field": "spec.a", "message": "bad"},
+            ]})
+        );
+        // one error: no brackets
+        let one = ApiError::fields_invalid("Pod", "web", &FieldError::new("spec.a", "bad").into());
+        assert_eq!(one.message, "Pod \"web\" is invalid: spec.a: bad");
+        // another error is left as it is; an Invalid with causes is reworded
+        let local = ApiError::invalid("pods/web: field spec.a: bad").with_causes(causes_of(&errors));
+        assert_eq!(local.clone().for_object("Pod", "web").message, s["message"]);
+        assert_eq!(ApiError::invalid("x").for_object("Pod", "web").message, "x");
+        assert_eq!(ApiError::forbidden("no").for_object("Pod", "web").message, "no");
+        // the cap's last entry has no field and says so
+        let mut many = FieldErrors::new();
+        for i in 0..MAX_FIELD_ERRORS + 5 {
+            many.push(FieldError::new(format!("spec.x[{i}]"), "bad"));
+        }
+        let s = ApiError::fields_invalid("Pod", "web", &many).status();
+        let causes = s["details"]["causes"].as_array().unwrap();
+        assert_eq!(causes.len(), MAX_FIELD_ERRORS);
+        assert_eq!(causes[MAX_FIELD_ERRORS - 1], json!({"reason": "FieldValueTooMany", "message": "too many errors"}));
+        assert!(s["message"].as_str().unwrap().ends_with("spec.x[998]: bad, too many errors]"));
     }
 
     #[test]

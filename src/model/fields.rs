@@ -16,7 +16,7 @@ use std::sync::LazyLock;
 
 use serde_json::Value;
 
-use super::field::FieldError;
+use super::field::{FieldError, FieldErrors};
 
 /// What podwarden does with a field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -518,23 +518,31 @@ fn is_set(v: &Value) -> bool {
     }
 }
 
-/// Check a parsed manifest against the table: the first set field that is
-/// rejected is an error; fields not in the schema are returned as
-/// warnings (`unknown field "spec.contaners"`). Values of the wrong type
-/// are left to deserialization, which names them.
-pub fn check(pod: &Value) -> Result<Vec<String>, FieldError> {
+/// Check a parsed manifest against the table: every set field that is
+/// rejected is an error (in the document's order); fields not in the
+/// schema are returned as warnings (`unknown field "spec.contaners"`).
+/// Values of the wrong type are left to deserialization, which names them.
+pub fn check(pod: &Value) -> Result<Vec<String>, FieldErrors> {
     check_in(pod, Origin::Manifest)
 }
 
 /// [`check`] for a pod from `origin`.
-pub fn check_in(pod: &Value, origin: Origin) -> Result<Vec<String>, FieldError> {
-    let mut warnings = Vec::new();
-    let mut unknown = 0usize;
-    walk(pod, "", "", origin, &mut warnings, &mut unknown)?;
-    if unknown > MAX_WARNINGS {
-        warnings.push(format!("{} more unknown fields", unknown - MAX_WARNINGS));
+pub fn check_in(pod: &Value, origin: Origin) -> Result<Vec<String>, FieldErrors> {
+    let mut found = Found::default();
+    walk(pod, "", "", origin, &mut found);
+    if found.unknown > MAX_WARNINGS {
+        found.warnings.push(format!("{} more unknown fields", found.unknown - MAX_WARNINGS));
     }
-    Ok(warnings)
+    found.errors.into_result().map(|()| found.warnings)
+}
+
+/// What a walk finds: rejected fields, warnings, and how many unknown
+/// fields (the warnings show the first [`MAX_WARNINGS`]).
+#[derive(Default)]
+struct Found {
+    errors: FieldErrors,
+    warnings: Vec<String>,
+    unknown: usize,
 }
 
 fn join(parent: &str, key: &str) -> String {
@@ -542,29 +550,22 @@ fn join(parent: &str, key: &str) -> String {
 }
 
 /// Walk an object at table path `table` (shown as `shown`).
-fn walk(
-    v: &Value,
-    table: &str,
-    shown: &str,
-    origin: Origin,
-    warnings: &mut Vec<String>,
-    unknown: &mut usize,
-) -> Result<(), FieldError> {
-    let Value::Object(map) = v else { return Ok(()) };
+fn walk(v: &Value, table: &str, shown: &str, origin: Origin, found: &mut Found) {
+    let Value::Object(map) = v else { return };
     let volume = table == "spec.volumes[]";
     for (key, value) in map {
         let t = join(table, key);
         let s = join(shown, key);
         match support_in(&t, origin) {
             None => {
-                *unknown += 1;
-                if *unknown <= MAX_WARNINGS {
-                    warnings.push(format!("unknown field {:?}", shorten(&s)));
+                found.unknown += 1;
+                if found.unknown <= MAX_WARNINGS {
+                    found.warnings.push(format!("unknown field {:?}", shorten(&s)));
                 }
             }
             Some(Ignored) => {}
             Some(Rejected) if (volume && !value.is_null()) || is_set(value) => {
-                return Err(FieldError::new(s, NOT_SUPPORTED));
+                found.errors.push(FieldError::new(s, NOT_SUPPORTED));
             }
             Some(Rejected) => {}
             Some(Only(want)) => {
@@ -578,22 +579,21 @@ fn walk(
                         }
                         _ => "",
                     };
-                    return Err(FieldError::new(s, format!("{value} is {NOT_SUPPORTED} (only {want}){why}")));
+                    found.errors.push(FieldError::new(s, format!("{value} is {NOT_SUPPORTED} (only {want}){why}")));
                 }
             }
             Some(Supported) => match value {
                 Value::Array(items) if is_parent(&t) => {
                     let item = format!("{t}[]");
                     for (i, it) in items.iter().enumerate() {
-                        walk(it, &item, &format!("{s}[{i}]"), origin, warnings, unknown)?;
+                        walk(it, &item, &format!("{s}[{i}]"), origin, found);
                     }
                 }
-                Value::Object(_) if is_parent(&t) => walk(value, &t, &s, origin, warnings, unknown)?,
+                Value::Object(_) if is_parent(&t) => walk(value, &t, &s, origin, found),
                 _ => {}
             },
         }
     }
-    Ok(())
 }
 
 /// A path as shown in a warning: at most 120 bytes (a key may be huge).
@@ -844,6 +844,8 @@ mod tests {
             }
             at[path[path.len() - 1]] = v;
             let e = check(&p).unwrap_err();
+            assert_eq!(e.len(), 1, "{e:?}");
+            let e = e.first().unwrap().clone();
             (e.field, e.reason)
         };
         let e = |f: &str| (f.to_string(), NOT_SUPPORTED.to_string());

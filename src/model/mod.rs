@@ -1,7 +1,8 @@
 //! The pod model: Kubernetes v1 types from k8s-openapi plus the few derived
 //! facts the rest of podwarden asks about a pod; reading and validating
 //! manifests (`manifest`, the field table in `fields`, typed
-//! [`field::FieldError`]s), local ConfigMaps and Secrets (`objects`), the
+//! [`field::FieldError`]s, every one found in a
+//! [`field::FieldErrors`]), local ConfigMaps and Secrets (`objects`), the
 //! name and key checks both make (`names`), and the pure rules derived
 //! from a spec: quantities, QoS, sysctls, the downward API, the Pod
 //! Security Standards (`pss`). YAML comes through the bounded parser

@@ -416,6 +416,26 @@ mod tests {
     }
 
     #[test]
+    fn a_manifest_with_many_refused_fields_is_reported_on_one_bounded_line() {
+        let d = TempDir::new("many");
+        // twelve containers without an image: every one refused, the line
+        // (the log's and the InvalidManifest event's) shows ten and counts
+        // the rest
+        let containers: String = (0..12).map(|i| format!("  - name: c{i}\n")).collect();
+        d.write(
+            "web.yaml",
+            &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: web}}\nspec:\n  containers:\n{containers}"),
+        );
+        let mut s = FileSource::new(&d.0, "node");
+        let r = s.scan();
+        assert_eq!(errors_of(&r), ["web.yaml"]);
+        let shown: Vec<String> = (0..10)
+            .map(|i| format!("field spec.containers[{i}].image: missing; every container needs an image"))
+            .collect();
+        assert_eq!(r.errors[0].1, format!("{}: {}; and 2 more", d.0.join("web.yaml").display(), shown.join("; ")));
+    }
+
+    #[test]
     fn a_removed_file_takes_its_pod_and_objects_with_it() {
         let d = TempDir::new("removed");
         d.write("a.yaml", &pod("a", ""));

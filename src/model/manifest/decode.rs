@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::ManifestError;
-use crate::model::field::FieldError;
+use crate::model::field::{FieldError, FieldErrors};
 use crate::model::{
     CONFIG_FILE_ANNOTATION, CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, Pod, bounded_yaml, fields, fnv128_hex,
 };
@@ -37,35 +37,40 @@ pub(super) fn to_values(path: &str, text: &str) -> Result<Vec<Value>, ManifestEr
     Ok(docs)
 }
 
-/// A Pod document as a `Pod`, with the warnings about it: kind and
-/// version, the field table, then deserialization (its errors name the
-/// field). `status` is dropped.
-pub(super) fn to_pod(
-    path: &str,
-    mut value: Value,
-    origin: fields::Origin,
-) -> Result<(Pod, Vec<String>), ManifestError> {
-    let invalid = |field: &str, message: String| ManifestError::Invalid {
-        path: path.to_string(),
-        error: FieldError::new(field, message),
-    };
+/// A Pod document decoded: the pod, the warnings about it, and the fields
+/// the field table refuses (the pod is still there, to be validated: its
+/// other fields are independent of those).
+pub(super) struct Decoded {
+    pub pod: Pod,
+    pub warnings: Vec<String>,
+    pub refused: FieldErrors,
+}
+
+/// A Pod document as a `Pod`: kind and version (either wrong is the one
+/// error), the field table, then deserialization (its error names the
+/// field, after those the table refused). `status` is dropped.
+pub(super) fn to_pod(path: &str, mut value: Value, origin: fields::Origin) -> Result<Decoded, ManifestError> {
+    let invalid = |errors: FieldErrors| ManifestError::Invalid { path: path.to_string(), errors };
+    let one = |field: &str, message: String| invalid(FieldError::new(field, message).into());
     let Value::Object(map) = &value else {
-        return Err(invalid("(top level)", "expected a Pod object".into()));
+        return Err(one("(top level)", "expected a Pod object".into()));
     };
     match map.get("kind").and_then(Value::as_str) {
         Some("Pod") => {}
-        Some(other) => return Err(invalid("kind", format!("is {other:?}; only a Pod is accepted"))),
-        None => return Err(invalid("kind", "missing; expected \"Pod\"".into())),
+        Some(other) => return Err(one("kind", format!("is {other:?}; only a Pod is accepted"))),
+        None => return Err(one("kind", "missing; expected \"Pod\"".into())),
     }
     match map.get("apiVersion").and_then(Value::as_str) {
         Some("v1") => {}
-        Some(other) => return Err(invalid("apiVersion", format!("is {other:?}; expected \"v1\""))),
-        None => return Err(invalid("apiVersion", "missing; expected \"v1\"".into())),
+        Some(other) => return Err(one("apiVersion", format!("is {other:?}; expected \"v1\""))),
+        None => return Err(one("apiVersion", "missing; expected \"v1\"".into())),
     }
     // every set field must be one podwarden implements; fields that are
     // not in the schema are warnings
-    let warnings =
-        fields::check_in(&value, origin).map_err(|error| ManifestError::Invalid { path: path.to_string(), error })?;
+    let (warnings, mut refused) = match fields::check_in(&value, origin) {
+        Ok(w) => (w, FieldErrors::new()),
+        Err(e) => (Vec::new(), e),
+    };
     // status is output: ignored, whatever it holds
     if let Value::Object(map) = &mut value {
         map.remove("status");
@@ -73,11 +78,13 @@ pub(super) fn to_pod(
     if let Some(volumes) = value.pointer_mut("/spec/volumes") {
         octal_modes(volumes);
     }
-    let pod = serde_path_to_error::deserialize::<_, Pod>(value).map_err(|e| {
-        let field = e.path().to_string();
-        invalid(&field, e.into_inner().to_string())
-    })?;
-    Ok((pod, warnings))
+    match serde_path_to_error::deserialize::<_, Pod>(value) {
+        Ok(pod) => Ok(Decoded { pod, warnings, refused }),
+        Err(e) => {
+            refused.push(FieldError::new(e.path().to_string(), e.into_inner().to_string()));
+            Err(invalid(refused))
+        }
+    }
 }
 
 /// File modes written the YAML 1.1 way (`defaultMode: 0400`), which is how

@@ -20,7 +20,7 @@ use serde_json::Value;
 use thiserror::Error;
 
 use super::Pod;
-use super::field::FieldError;
+use super::field::{FieldError, FieldErrors};
 use decode::{finish, to_pod, to_values};
 pub use security::APPARMOR_ANNOTATION_PREFIX;
 pub use validate::validate;
@@ -55,9 +55,13 @@ pub enum ManifestError {
     NoPod { path: String },
     #[error("{path}: cannot parse {format}: {message}")]
     Syntax { path: String, format: &'static str, message: String },
-    /// A field refused: `<path>: field <field>: <reason>`.
-    #[error("{path}: {error}")]
-    Invalid { path: String, error: FieldError },
+    /// Fields refused, every one found (in the API server's order, at
+    /// most [`crate::model::field::MAX_FIELD_ERRORS`]). Shown on one line:
+    /// `<path>: field <field>: <reason>`, several separated by `; ` and
+    /// summarized after [`crate::model::field::SUMMARY_SHOWN`] (`and N
+    /// more`); [`ManifestError::lines`] has each.
+    #[error("{path}: {errors}")]
+    Invalid { path: String, errors: FieldErrors },
 }
 
 impl ManifestError {
@@ -74,6 +78,23 @@ impl ManifestError {
             | ManifestError::NoPod { path }
             | ManifestError::Syntax { path, .. }
             | ManifestError::Invalid { path, .. } => path,
+        }
+    }
+
+    /// The refused fields, for an `Invalid` manifest.
+    pub fn field_errors(&self) -> Option<&FieldErrors> {
+        match self {
+            ManifestError::Invalid { errors, .. } => Some(errors),
+            _ => None,
+        }
+    }
+
+    /// The error as lines naming the file: one per refused field (`<path>:
+    /// field <field>: <reason>`) for an `Invalid` manifest, else the one.
+    pub fn lines(&self) -> Vec<String> {
+        match self {
+            ManifestError::Invalid { path, errors } => errors.iter().map(|e| format!("{path}: {e}")).collect(),
+            other => vec![other.to_string()],
         }
     }
 }
@@ -201,43 +222,70 @@ pub fn parse_all(path: &str, bytes: &[u8], node_name: &str) -> Result<FileConten
     }
     let mut content = FileContent::default();
     let mut seen = HashSet::new();
+    // every document's refused fields, in order: the documents are
+    // independent of one another
+    let mut errors = FieldErrors::new();
     for (i, doc) in docs.into_iter().enumerate() {
         // in a file of several documents, a field is named with its
         // document: `documents[1].data["a b"]`
-        let invalid = |error: FieldError| ManifestError::Invalid {
-            path: path_s.clone(),
-            error: if many { error.under(&format!("documents[{i}]")) } else { error },
-        };
+        let mut refuse = |e: FieldErrors| errors.append(if many { e.under(&format!("documents[{i}]")) } else { e });
         let kind = match doc.get("kind").and_then(Value::as_str) {
             Some("ConfigMap") => Kind::ConfigMap,
             Some("Secret") => Kind::Secret,
             Some("Pod") => {
-                let (pod, warnings) =
-                    to_pod(path, doc, crate::model::fields::Origin::Manifest).map_err(|e| match e {
-                        ManifestError::Invalid { error, .. } => invalid(error),
-                        other => other,
-                    })?;
-                let mut pod = finish(path, pod, node_name)?;
-                validate(&pod).map_err(invalid)?;
+                let decoded = match to_pod(path, doc, crate::model::fields::Origin::Manifest) {
+                    Ok(d) => d,
+                    Err(ManifestError::Invalid { errors, .. }) => {
+                        refuse(errors);
+                        continue;
+                    }
+                    Err(other) => return Err(other),
+                };
+                let mut pod = finish(path, decoded.pod, node_name)?;
+                let mut refused = decoded.refused;
+                if let Err(e) = validate(&pod) {
+                    refused.append(not_explained(&refused, e));
+                }
+                if !refused.is_empty() {
+                    refuse(refused);
+                    continue;
+                }
                 pod.status = None;
-                content.pod =
-                    Some(Parsed { pod, warnings: warnings.into_iter().map(|w| at_warning(many, i, w)).collect() });
+                let warnings = decoded.warnings.into_iter().map(|w| at_warning(many, i, w)).collect();
+                content.pod = Some(Parsed { pod, warnings });
                 continue;
             }
             Some(other) => {
                 let why = format!("is {other:?}; a manifest holds a Pod, ConfigMaps and Secrets");
-                return Err(invalid(FieldError::new("kind", why)));
+                refuse(FieldError::new("kind", why).into());
+                continue;
             }
-            None if !doc.is_object() => return Err(invalid(FieldError::new("(top level)", "expected a Pod object"))),
-            None => return Err(invalid(FieldError::new("kind", "missing; expected \"Pod\""))),
+            None if !doc.is_object() => {
+                refuse(FieldError::new("(top level)", "expected a Pod object").into());
+                continue;
+            }
+            None => {
+                refuse(FieldError::new("kind", "missing; expected \"Pod\"").into());
+                continue;
+            }
         };
-        let (obj, warnings) = objects::from_value(kind, path, doc).map_err(invalid)?;
+        let (obj, warnings) = match objects::from_value(kind, path, doc) {
+            Ok(o) => o,
+            Err(e) => {
+                refuse(e.into());
+                continue;
+            }
+        };
         if !seen.insert(obj.key.clone()) {
             let why = format!("{} is defined twice in this file", obj.key);
-            return Err(invalid(FieldError::new("metadata.name", why)));
+            refuse(FieldError::new("metadata.name", why).into());
+            continue;
         }
         content.warnings.extend(warnings.into_iter().map(|w| at_warning(many, i, w)));
         content.objects.push(obj);
+    }
+    if !errors.is_empty() {
+        return Err(ManifestError::Invalid { path: path_s, errors });
     }
     Ok(content)
 }
@@ -252,14 +300,14 @@ pub fn from_api(value: Value) -> Result<Pod, ManifestError> {
     let ns = value.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("").to_string();
     let name = value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
     let path = format!("pods/{ns}/{name}");
-    let ns_missing = ns.is_empty();
-    let invalid = |error: FieldError| ManifestError::Invalid { path: path.clone(), error };
-    let (mut pod, _warnings) = to_pod(&path, value, crate::model::fields::Origin::Api)?;
+    let decoded = to_pod(&path, value, crate::model::fields::Origin::Api)?;
+    let mut errors = decoded.refused;
+    let mut pod = decoded.pod;
     if pod.metadata.uid.as_deref().unwrap_or("").is_empty() {
-        return Err(invalid(FieldError::new("metadata.uid", "missing in a pod from the API server")));
+        errors.push(FieldError::new("metadata.uid", "missing in a pod from the API server"));
     }
-    if ns_missing {
-        return Err(invalid(FieldError::new("metadata.namespace", "missing in a pod from the API server")));
+    if ns.is_empty() {
+        errors.push(FieldError::new("metadata.namespace", "missing in a pod from the API server"));
     }
     pod.metadata.resource_version = None;
     pod.metadata.managed_fields = None;
@@ -268,8 +316,29 @@ pub fn from_api(value: Value) -> Result<Pod, ManifestError> {
         .annotations
         .get_or_insert_with(Default::default)
         .insert(crate::model::CONFIG_SOURCE_ANNOTATION.into(), "api".into());
-    validate(&pod).map_err(invalid)?;
-    Ok(pod)
+    if let Err(e) = validate(&pod) {
+        errors.append(not_explained(&errors, e));
+    }
+    match errors.into_result() {
+        Ok(()) => Ok(pod),
+        Err(errors) => Err(ManifestError::Invalid { path, errors }),
+    }
+}
+
+/// Validation's errors that the fields the table refused do not already
+/// say: a field is refused once (an init container's `restartPolicy:
+/// Never` is not also an unsupported value), and neither what is inside a
+/// refused field nor the list item that holds it for lacking it (a volume
+/// whose only source is refused has no source podwarden supports).
+fn not_explained(refused: &FieldErrors, found: FieldErrors) -> FieldErrors {
+    let inside = |inner: &str, outer: &str| {
+        inner.strip_prefix(outer).is_some_and(|rest| rest.starts_with('.') || rest.starts_with('['))
+    };
+    found.keeping(|e| {
+        !refused.iter().any(|r| {
+            e.field == r.field || inside(&e.field, &r.field) || (e.field.ends_with(']') && inside(&r.field, &e.field))
+        })
+    })
 }
 
 /// A warning about document `i` of a file of several documents.
@@ -284,9 +353,16 @@ mod tests {
     const GOOD: &str =
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: c\n    image: busybox\n";
 
+    /// The one refused field of an invalid manifest: (field, reason).
+    fn one(errors: &FieldErrors) -> (String, String) {
+        assert_eq!(errors.len(), 1, "expected one refused field: {errors:?}");
+        let e = errors.first().unwrap();
+        (e.field.clone(), e.reason.clone())
+    }
+
     fn field_of(r: Result<Pod, ManifestError>) -> String {
         match r {
-            Err(ManifestError::Invalid { error: FieldError { field, .. }, .. }) => field,
+            Err(ManifestError::Invalid { errors, .. }) => one(&errors).0,
             other => panic!("expected a field error, got {other:?}"),
         }
     }
@@ -368,7 +444,7 @@ mod tests {
     fn value_from_is_checked_as_the_api_server_checks_it() {
         let with_env = |env: &str| format!("{GOOD}    env:\n    - name: X\n{env}  - name: d\n    image: i\n");
         let invalid = |env: &str| match parse("m.yaml", with_env(env).as_bytes(), "n") {
-            Err(ManifestError::Invalid { error: FieldError { field, reason: message }, .. }) => (field, message),
+            Err(ManifestError::Invalid { errors, .. }) => one(&errors),
             other => panic!("expected a field error for {env:?}, got {other:?}"),
         };
         let ok = [
@@ -439,7 +515,7 @@ mod tests {
         };
         let result = |mode: &str, privileged: bool| match parse("m.yaml", pod(mode, privileged).as_bytes(), "n") {
             Ok(_) => Ok(()),
-            Err(ManifestError::Invalid { error: FieldError { field, reason: message }, .. }) => Err((field, message)),
+            Err(ManifestError::Invalid { errors, .. }) => Err(one(&errors)),
             Err(e) => panic!("{e}"),
         };
         for (mode, privileged) in
@@ -472,8 +548,8 @@ mod tests {
             assert!(parse("m.yaml", m.as_bytes(), "n").is_ok(), "{m}");
             let bad = m.replace("1Gi", "lots");
             match parse("m.yaml", bad.as_bytes(), "n") {
-                Err(ManifestError::Invalid { error: FieldError { field, .. }, .. }) => {
-                    assert_eq!(field, "spec.volumes[0].emptyDir.sizeLimit")
+                Err(ManifestError::Invalid { errors, .. }) => {
+                    assert_eq!(one(&errors).0, "spec.volumes[0].emptyDir.sizeLimit")
                 }
                 other => panic!("{other:?}"),
             }
@@ -710,6 +786,11 @@ mod tests {
         assert!(parse_all("/m/c.yaml", dup.as_bytes(), "n").unwrap_err().to_string().contains("defined twice"));
         let other = "apiVersion: v1\nkind: Service\nmetadata: {name: s}\n";
         assert!(parse_all("/m/s.yaml", other.as_bytes(), "n").unwrap_err().to_string().contains("\"Service\""));
+        // every document's refused fields, each named with its document
+        let both = format!("{}---\n{}", alone.replace("image: b", "image: ''"), bad.split("---\n").nth(1).unwrap());
+        let e = parse_all("/m/p.yaml", both.as_bytes(), "n").unwrap_err();
+        let fields: Vec<&str> = e.field_errors().unwrap().iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, ["documents[0].spec.containers[0].image", "documents[1].data[\"a b\"]"]);
     }
 
     #[test]
@@ -719,7 +800,7 @@ mod tests {
                 "apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n  containers:\n  - name: c\n    image: b\n{spec_tail}"
             );
             match parse("/m/p.yaml", y.as_bytes(), "n").unwrap_err() {
-                ManifestError::Invalid { error: FieldError { field, reason: message }, .. } => (field, message),
+                ManifestError::Invalid { errors, .. } => one(&errors),
                 e => panic!("{e}"),
             }
         };

@@ -5,22 +5,22 @@
 use k8s_openapi::api::core::v1::PodSecurityContext;
 
 use crate::model::Container;
-use crate::model::field::{FieldError, err};
+use crate::model::field::{FieldError, FieldErrors, err};
 
-/// The pod's `securityContext`.
-pub(super) fn validate_pod_security_context(sc: &PodSecurityContext) -> Result<(), FieldError> {
+/// The pod's `securityContext`: each of its fields podwarden checks.
+pub(super) fn validate_pod_security_context(sc: &PodSecurityContext, errs: &mut FieldErrors) {
     if let Some(p) = sc.fs_group_change_policy.as_deref()
         && !matches!(p, "OnRootMismatch" | "Always")
     {
-        return err(
+        errs.push(FieldError::new(
             "spec.securityContext.fsGroupChangePolicy",
             format!("Unsupported value: {p:?}: supported values: \"OnRootMismatch\", \"Always\""),
-        );
+        ));
     }
     let seccomp = sc.seccomp_profile.as_ref().map(|p| (&p.type_, &p.localhost_profile));
-    validate_profile("spec.securityContext.seccompProfile", seccomp)?;
+    errs.check(validate_profile("spec.securityContext.seccompProfile", seccomp));
     if let Some(p) = &sc.app_armor_profile {
-        validate_apparmor("spec.securityContext.appArmorProfile", p)?;
+        errs.check(validate_apparmor("spec.securityContext.appArmorProfile", p));
     }
     for (i, s) in sc.sysctls.iter().flatten().enumerate() {
         let name = crate::model::sysctl::normalize(&s.name);
@@ -30,28 +30,26 @@ pub(super) fn validate_pod_security_context(sc: &PodSecurityContext) -> Result<(
                 .split(['.', '/'])
                 .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-".contains(&b)));
         if !ok {
-            return err(
+            errs.push(FieldError::new(
                 format!("spec.securityContext.sysctls[{i}].name"),
                 format!("{:?} must have at most 253 characters and match the sysctl name format", s.name),
-            );
+            ));
         }
     }
-    Ok(())
 }
 
 /// A container's seccomp and AppArmor profiles (`f` is the container's
 /// field).
-pub(super) fn validate_container_profiles(f: &str, c: &Container) -> Result<(), FieldError> {
+pub(super) fn validate_container_profiles(f: &str, c: &Container, errs: &mut FieldErrors) {
     if let Some(sc) = &c.security_context {
-        validate_profile(
+        errs.check(validate_profile(
             &format!("{f}.securityContext.seccompProfile"),
             sc.seccomp_profile.as_ref().map(|p| (&p.type_, &p.localhost_profile)),
-        )?;
+        ));
         if let Some(p) = &sc.app_armor_profile {
-            validate_apparmor(&format!("{f}.securityContext.appArmorProfile"), p)?;
+            errs.check(validate_apparmor(&format!("{f}.securityContext.appArmorProfile"), p));
         }
     }
-    Ok(())
 }
 
 /// The annotation form of a container's AppArmor profile, before the
@@ -92,37 +90,40 @@ fn validate_apparmor(f: &str, p: &k8s_openapi::api::core::v1::AppArmorProfile) -
 /// pod, holds `runtime/default`, `unconfined` or `localhost/<name>`, and
 /// agrees with the container's `appArmorProfile` (or the pod's) when one
 /// is set.
-pub(super) fn validate_apparmor_annotations(pod: &crate::model::Pod) -> Result<(), FieldError> {
-    let spec = crate::model::spec(pod);
-    let pod_profile = spec.and_then(|s| s.security_context.as_ref()).and_then(|s| s.app_armor_profile.as_ref());
+pub(super) fn validate_apparmor_annotations(pod: &crate::model::Pod, errs: &mut FieldErrors) {
     for (key, value) in pod.metadata.annotations.iter().flatten() {
         let Some(name) = key.strip_prefix(APPARMOR_ANNOTATION_PREFIX) else { continue };
-        let f = format!("metadata.annotations[{key}]");
-        let Some(c) = crate::model::all_containers(pod).find(|c| c.name == name) else {
-            return err(f, format!("{name:?}: container not found"));
-        };
-        let local = value.strip_prefix("localhost/");
-        if !matches!(value.as_str(), "runtime/default" | "unconfined") && local.is_none_or(str::is_empty) {
-            return err(
-                f,
-                format!(
-                    "invalid AppArmor profile name: {value:?} (runtime/default, unconfined or localhost/<profile>)"
-                ),
-            );
-        }
-        let field = c.security_context.as_ref().and_then(|s| s.app_armor_profile.as_ref()).or(pod_profile);
-        let Some(p) = field else { continue };
-        let same_type = match p.type_.as_str() {
-            "RuntimeDefault" => value == "runtime/default",
-            "Unconfined" => value == "unconfined",
-            _ => local.is_some(),
-        };
-        if !same_type {
-            return err(f, format!("{value:?}: apparmor type in annotation and field must match"));
-        }
-        if local.is_some() && local != p.localhost_profile.as_deref() {
-            return err(f, format!("{value:?}: apparmor profile in annotation and field must match"));
-        }
+        errs.check(apparmor_annotation(pod, key, name, value));
+    }
+}
+
+/// One AppArmor annotation, of container `name`.
+fn apparmor_annotation(pod: &crate::model::Pod, key: &str, name: &str, value: &str) -> Result<(), FieldError> {
+    let spec = crate::model::spec(pod);
+    let pod_profile = spec.and_then(|s| s.security_context.as_ref()).and_then(|s| s.app_armor_profile.as_ref());
+    let f = format!("metadata.annotations[{key}]");
+    let Some(c) = crate::model::all_containers(pod).find(|c| c.name == name) else {
+        return err(f, format!("{name:?}: container not found"));
+    };
+    let local = value.strip_prefix("localhost/");
+    if !matches!(value, "runtime/default" | "unconfined") && local.is_none_or(str::is_empty) {
+        return err(
+            f,
+            format!("invalid AppArmor profile name: {value:?} (runtime/default, unconfined or localhost/<profile>)"),
+        );
+    }
+    let field = c.security_context.as_ref().and_then(|s| s.app_armor_profile.as_ref()).or(pod_profile);
+    let Some(p) = field else { return Ok(()) };
+    let same_type = match p.type_.as_str() {
+        "RuntimeDefault" => value == "runtime/default",
+        "Unconfined" => value == "unconfined",
+        _ => local.is_some(),
+    };
+    if !same_type {
+        return err(f, format!("{value:?}: apparmor type in annotation and field must match"));
+    }
+    if local.is_some() && local != p.localhost_profile.as_deref() {
+        return err(f, format!("{value:?}: apparmor profile in annotation and field must match"));
     }
     Ok(())
 }
@@ -175,7 +176,10 @@ mod tests {
     fn error(m: &str) -> Option<(String, String)> {
         match parse("m.yaml", m.as_bytes(), "n") {
             Ok(_) => None,
-            Err(ManifestError::Invalid { error: FieldError { field, reason }, .. }) => Some((field, reason)),
+            Err(ManifestError::Invalid { errors, .. }) => {
+                let [FieldError { field, reason }] = errors.iter().as_slice() else { panic!("{errors:?}") };
+                Some((field.clone(), reason.clone()))
+            }
             Err(other) => panic!("{other:?}"),
         }
     }

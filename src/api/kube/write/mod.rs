@@ -239,13 +239,14 @@ pub fn finish(kind: &str, live: &Value, mut new: Value, params: &Params) -> Res<
 
 /// Check `obj`'s fields against podwarden's own field tables (the manifest
 /// parser's, `model::fields` for a Pod and `model::objects` for a
-/// ConfigMap or Secret): a field that podwarden rejects is 422 Invalid;
+/// ConfigMap or Secret): fields that podwarden rejects are 422 Invalid
+/// (a Pod's every one, as causes);
 /// fields that are not in the schema are refused (`Strict`, 400 with
 /// `strict decoding error: unknown field "spec.foo"`) or dropped and
 /// returned as warnings (`Warn`) or dropped silently (`Ignore`).
 pub fn validate_fields(kind: &str, name: &str, obj: &mut Value, mode: FieldValidation) -> Res<Vec<String>> {
     let found = match kind {
-        "Pod" => fields::check(obj).map_err(|e| ApiError::field_invalid(kind, name, &e.field, e.reason))?,
+        "Pod" => fields::check(obj).map_err(|e| ApiError::fields_invalid(kind, name, &e))?,
         "ConfigMap" | "Secret" => {
             let k = if kind == "Secret" { model_objects::Kind::Secret } else { model_objects::Kind::ConfigMap };
             let mut top = Vec::new();

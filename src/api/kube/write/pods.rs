@@ -53,7 +53,8 @@ pub fn create(ctx: &Ctx, req: &Request, ns: &str) -> Res<Reply> {
     }
     ssa::record_update("Pod", None, &mut pod, &super::manager_of(&params, req), &params.now);
     let bytes = serde_json::to_vec_pretty(&pod).map_err(|e| ApiError::internal(e.to_string()))?;
-    let applied = ctx.ops.apply(&bytes, &format!("pods/{name}"), Trust::Client)?;
+    let applied =
+        ctx.ops.apply(&bytes, &format!("pods/{name}"), Trust::Client).map_err(|e| e.for_object("Pod", &name))?;
     let mut out = resources::pod_json(&applied.pod);
     out["metadata"]["resourceVersion"] = json!(ctx.hub.resource_version().to_string());
     Ok(Reply::json(201, &out))
@@ -127,7 +128,8 @@ pub fn patch(ctx: &Ctx, req: &Request, ns: &str, name: &str) -> Res<Reply> {
         }
     }
     let bytes = serde_json::to_vec_pretty(&manifest).map_err(|e| ApiError::internal(e.to_string()))?;
-    let applied = ctx.ops.apply(&bytes, &format!("pods/{name}"), Trust::Client)?;
+    let applied =
+        ctx.ops.apply(&bytes, &format!("pods/{name}"), Trust::Client).map_err(|e| e.for_object("Pod", name))?;
     let mut out = resources::pod_json(&applied.pod);
     out["metadata"]["resourceVersion"] = json!(ctx.hub.resource_version().to_string());
     Ok(Reply::json(if live.is_some() { 200 } else { 201 }, &out))
