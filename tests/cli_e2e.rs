@@ -721,3 +721,79 @@ fn a_credential_provider_plugin_supplies_registry_credentials_and_its_answer_is_
     assert_eq!(asked[0]["image"], repo, "the repository, without the tag");
     assert!(!seen.contains(&reg.password), "the password was shown");
 }
+
+/// One agent per node: a second `podwarden run` on the same containerd (its
+/// own rootDir) or on the same rootDir (another runtime) refuses to start
+/// within seconds, naming the first agent's pid and what they would share,
+/// and the first's pod runs on untouched; the first killed with SIGKILL,
+/// the next starts and adopts the pod.
+#[test]
+fn a_second_agent_on_the_same_runtime_or_root_dir_is_refused() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("one-agent");
+    a.write("keep.yaml", &pod_yaml("keep", "", "trap 'exit 0' TERM; while :; do sleep 1 & wait $!; done"));
+    let uid = a.uid("keep");
+    wait_for("keep running", Duration::from_secs(30), || a.running(&uid) == 1);
+    let id = a.runtime_pod(&uid).containers[0].id.clone();
+    let first = a.child.as_ref().unwrap().id();
+    let second = TempDir::new("e2e-one-agent-second");
+    std::fs::create_dir_all(second.0.join("manifests")).unwrap();
+    let run_second = |endpoint: &str, root: &Path| {
+        let config = second.0.join("config.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "staticPodPath: {}\ncontainerRuntimeEndpoint: {endpoint}\nrootDir: {}\napiSocket: {}\npodLogsDir: {}\n\
+                 nodeName: second\naddress: 127.0.0.1\nreadOnlyPort: {}\nport: {}\n",
+                second.0.join("manifests").display(),
+                root.display(),
+                second.0.join("api.sock").display(),
+                second.0.join("logs").display(),
+                free_port(),
+                free_port()
+            ),
+        )
+        .unwrap();
+        let t = Instant::now();
+        let out = Command::new(BIN)
+            .args(["run", "--config", config.to_str().unwrap()])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (out.status, String::from_utf8_lossy(&out.stderr).into_owned(), t.elapsed())
+    };
+    // the same containerd, another rootDir
+    let (status, err, took) = run_second(&format!("unix://{}", socket()), &second.0.join("root"));
+    assert!(!status.success(), "a second agent on the same runtime started: {err}");
+    assert!(took < Duration::from_secs(15), "refused after {took:?}");
+    let runtime = Path::new(&socket()).canonicalize().unwrap();
+    assert!(
+        err.contains(&format!(
+            "another podwarden (pid {first}) already uses the container runtime at unix://{}",
+            runtime.display()
+        )),
+        "{err}"
+    );
+    // the same rootDir, another runtime
+    let (status, err, _) = run_second("fake://", &a.root());
+    assert!(!status.success(), "a second agent on the same rootDir started: {err}");
+    assert!(
+        err.contains(&format!(
+            "another podwarden (pid {first}) already uses rootDir {}",
+            a.root().canonicalize().unwrap().display()
+        )),
+        "{err}"
+    );
+    // the first agent's pod untouched
+    let rp = a.runtime_pod(&uid);
+    assert_eq!((rp.containers.len(), rp.containers[0].id.as_str()), (1, id.as_str()), "{rp:?}");
+    assert!(a.try_get("/healthz").is_ok_and(|(code, _)| code == 200));
+    // killed with SIGKILL: nothing left stops the next, which adopts the pod
+    a.kill9();
+    a.spawn();
+    wait_for("the pod adopted", Duration::from_secs(20), || {
+        a.pod("keep").is_some_and(|p| p["status"]["phase"] == "Running")
+    });
+    assert_eq!(a.runtime_pod(&uid).containers[0].id, id, "the same container after the restart");
+    a.clean_up(&[&uid]);
+}

@@ -3,7 +3,8 @@
 //! (`thread`), bounded and atomic file access (`fsutil`), logging for the
 //! journal (`logging`), systemd notification (`notify`) and its watchdog
 //! (`watchdog`), the restart back-off (`backoff`), the change counter API
-//! watches wait on (`changes`) and test-only hang points (`faults`).
+//! watches wait on (`changes`), test-only hang points (`faults`) and the
+//! locks that keep one agent per rootDir and runtime (`instance`).
 //!
 //! Owns nothing shared but the panic record. May use `sys` only.
 
@@ -12,6 +13,7 @@ pub mod cancel;
 pub mod changes;
 pub mod faults;
 pub mod fsutil;
+pub mod instance;
 pub mod logging;
 pub mod notify;
 pub mod thread;

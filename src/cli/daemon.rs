@@ -44,6 +44,9 @@ pub enum DaemonError {
     /// the config's own: the caller prefixes the config file).
     #[error("field apiGroup: {value} is invalid: expected a group that exists in /etc/group")]
     ApiGroup { value: String },
+    /// Another agent holds this one's rootDir or runtime.
+    #[error(transparent)]
+    Instance(#[from] crate::base::instance::InstanceError),
     #[error(transparent)]
     Credentials(#[from] crate::node::images::credentials::CredentialError),
     #[error("creating the kubepods cgroups: {0}")]
@@ -849,6 +852,13 @@ pub fn run(mut config: Config) -> Result<(), DaemonError> {
         signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(io("installing signal handlers"))?;
     // a config error before the runtime's: apiGroup is part of the config
     api_group(&config)?;
+    // one agent per rootDir and runtime, before either is touched
+    let _instance = crate::base::instance::claim(
+        &config.root_dir,
+        &config.container_runtime_endpoint,
+        std::path::Path::new(crate::base::instance::LOCK_DIR),
+        crate::base::instance::WAIT,
+    )?;
     let runtime = connect_runtime(&mut config)?;
     log::info!(
         "podwarden {} starting: node {}, staticPodPath {}, rootDir {}",
