@@ -144,15 +144,28 @@ impl EventRecorder {
     /// Record an event. A repeat of the newest event bumps its count
     /// instead of filling the ring.
     pub fn event(&self, object: &ObjectRef, event_type: EventType, reason: &str, message: &str) {
+        let level = match event_type {
+            EventType::Normal => log::Level::Info,
+            EventType::Warning => log::Level::Warn,
+        };
+        self.record(object, event_type, reason, message, level);
+    }
+
+    /// A Warning event about a configured feature that cannot work (graceful
+    /// node shutdown that logind's settings turn off, say): logged at error
+    /// level, as the kubelet logs a manager that fails to start, so that
+    /// `journalctl -p err` shows it.
+    pub fn failure(&self, object: &ObjectRef, reason: &str, message: &str) {
+        self.record(object, EventType::Warning, reason, message, log::Level::Error);
+    }
+
+    fn record(&self, object: &ObjectRef, event_type: EventType, reason: &str, message: &str, level: log::Level) {
         let what = if object.namespace.is_empty() {
             format!("{} {}", object.kind, object.name)
         } else {
             format!("{}/{} {}", object.namespace, object.name, object.uid)
         };
-        match event_type {
-            EventType::Normal => log::info!("{what}: {reason}: {message}"),
-            EventType::Warning => log::warn!("{what}: {reason}: {message}"),
-        }
+        log::log!(level, "{what}: {reason}: {message}");
         let timestamp =
             SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
         let mut ring = self.ring.lock();

@@ -535,8 +535,10 @@ impl Watch<'_> {
             match ensure_inhibit_delay(self.logind, self.cfg.total(), self.cfg.dropin_dir.as_deref()) {
                 Ok(_) => self.checked = true,
                 Err(e) => {
+                    // configured but cannot work: an error, not a warning
+                    let node = crate::telemetry::events::ObjectRef::node(&self.runner.node_name);
                     let off = crate::agent::node_shutdown::REASON_OFF;
-                    self.tell(off, &format!("graceful node shutdown is off: {e}"));
+                    self.runner.events.failure(&node, off, &format!("graceful node shutdown is off: {e}"));
                     let problem = crate::agent::node_shutdown::Problem { off: true, message: e.to_string() };
                     self.problem(Some(problem), false);
                     return Connected::Off;
