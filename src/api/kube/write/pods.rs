@@ -29,13 +29,6 @@ pub fn create(ctx: &Ctx, req: &Request, ns: &str) -> Res<Reply> {
         return Err(ApiError::bad_request("the body is not a Pod (kind: Pod, apiVersion: v1)"));
     }
     let name = identify(&mut pod, "Pod", ns)?;
-    // identify made sure metadata is an object
-    if let Some(a) = pod["metadata"]
-        .as_object_mut()
-        .and_then(|m| m.entry("annotations").or_insert_with(|| json!({})).as_object_mut())
-    {
-        a.insert(resources::CREATED_BY_ANNOTATION.into(), json!(resources::API_CREATED));
-    }
     if ctx.ops.find(ns, &name).is_ok() {
         return Err(ApiError::already_exists("pods", &name));
     }
@@ -45,13 +38,22 @@ pub fn create(ctx: &Ctx, req: &Request, ns: &str) -> Res<Reply> {
     // what the API server sets on a new object: a random UID (kept by the
     // manifest, so the pod keeps it through metadata changes), the creation
     // time, and the creator's managed fields
+    if pod.pointer("/metadata/resourceVersion").is_some_and(|v| !v.is_null() && v != "") {
+        return Err(ApiError::bad_request("resourceVersion should not be set on objects to be created"));
+    }
     let params = params(req)?;
     if let Some(meta) = pod["metadata"].as_object_mut() {
         meta.insert("uid".into(), json!(new_uid()));
         meta.insert("creationTimestamp".into(), json!(params.now));
-        meta.remove("resourceVersion");
     }
     ssa::record_update("Pod", None, &mut pod, &super::manager_of(&params, req), &params.now);
+    // identify made sure metadata is an object
+    if let Some(a) = pod["metadata"]
+        .as_object_mut()
+        .and_then(|m| m.entry("annotations").or_insert_with(|| json!({})).as_object_mut())
+    {
+        a.insert(resources::CREATED_BY_ANNOTATION.into(), json!(resources::API_CREATED));
+    }
     let bytes = serde_json::to_vec_pretty(&pod).map_err(|e| ApiError::internal(e.to_string()))?;
     let applied =
         ctx.ops.apply(&bytes, &format!("pods/{name}"), Trust::Client).map_err(|e| e.for_object("Pod", &name))?;
