@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need_pkgs=(gcc g++ libc6-dev make cmake protobuf-compiler pkg-config libdbus-1-dev prometheus rpm lintian util-linux iptables)
+need_pkgs=(gcc g++ libc6-dev make cmake protobuf-compiler pkg-config libdbus-1-dev prometheus rpm lintian util-linux iptables socat)
 missing=()
 for p in "${need_pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -32,6 +32,21 @@ if ! command -v go >/dev/null; then
   echo "go not found: install Go 1.24 or newer (the control plane of the cluster tests is built from the Kubernetes Go modules)" >&2
   exit 1
 fi
+# Python's venv and Node.js with npm (the client-library tests,
+# tools/clients): Debian's, where the machine has none of its own
+extra=()
+python3 -c 'import ensurepip' 2>/dev/null || extra+=(python3-venv)
+command -v npm >/dev/null || extra+=(nodejs npm)
+if [ "${#extra[@]}" -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== installing ${extra[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${extra[@]}"
+  else
+    echo "missing: ${extra[*]} (install them as root)" >&2
+    exit 1
+  fi
+fi
 if ! command -v cargo >/dev/null; then
   echo "cargo not found: install Rust 1.95 or newer with rustup (https://rustup.rs)" >&2
   exit 1
@@ -52,6 +67,12 @@ echo "== the test control plane (scripts/cluster-env.sh up: Go build, then start
 scripts/cluster-env.sh up > target/cluster-env.log 2>&1 &
 cluster_pid=$!
 
+# The official client libraries (Python, JavaScript, Go) the client tests
+# run, installed beside the build; cached.
+echo "== the client libraries (tools/clients/prepare.sh), in the background [$(date -u +%T), +${SECONDS}s]"
+tools/clients/prepare.sh > target/clients-prepare.log 2>&1 &
+clients_pid=$!
+
 # The VM image (debootstrap) and its saved base machine (one boot under
 # emulation) are made beside the build, which is longer; cached, so a
 # later run only checks them.
@@ -59,7 +80,7 @@ mkdir -p target
 echo "== Debian 12 VM image and base machine (systemd, cgroup v2, AppArmor; cached), in the background [$(date -u +%T), +${SECONDS}s]"
 { scripts/vm-env.sh build && scripts/vm-env.sh base; } > target/vm-image.log 2>&1 &
 vm_image_pid=$!
-trap 'kill "$vm_image_pid" "$cluster_pid" 2>/dev/null || true' EXIT
+trap 'kill "$vm_image_pid" "$cluster_pid" "$clients_pid" 2>/dev/null || true' EXIT
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
@@ -100,7 +121,7 @@ status=0
 cargo test --profile ci --no-fail-fast "${alone_tests[@]}" || status=$?
 vm_pids=()
 # a VM left behind by an interrupted run is no one's
-trap 'kill "${vm_pids[@]}" "$cluster_pid" 2>/dev/null || true' EXIT
+trap 'kill "${vm_pids[@]}" "$cluster_pid" "$clients_pid" 2>/dev/null || true' EXIT
 vm_lane() {
   local log="$1" done="$2"
   shift 2
@@ -130,6 +151,12 @@ if ! wait "$cluster_pid"; then
 fi
 tail -n 3 target/cluster-env.log
 touch target/.cluster.up
+echo "== waiting for the client libraries [$(date -u +%T), +${SECONDS}s]"
+if ! wait "$clients_pid"; then
+  cat target/clients-prepare.log >&2
+  echo "the client libraries could not be installed (log above: target/clients-prepare.log)" >&2
+  exit 1
+fi
 echo "== cargo test [$(date -u +%T), +${SECONDS}s]"
 cargo test --profile ci --no-fail-fast --lib --bins "${other_tests[@]}" || status=$?
 touch target/.other-tests.done
