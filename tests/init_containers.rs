@@ -300,7 +300,9 @@ fn validation_names_init_container_fields() {
     let e = bad(&format!("{base}    restartPolicy: OnFailure\n"));
     assert!(e.contains("spec.initContainers[0].restartPolicy"), "{e}");
     let e = bad(&base.replace("- name: init", "- name: app"));
-    assert!(e.contains("spec.containers[0].name") && e.contains("duplicate container name"), "{e}");
+    // the API server checks app containers first, then init containers
+    // against every name: the duplicate is the init container's
+    assert!(e.contains("spec.initContainers[0].name") && e.contains("duplicate container name"), "{e}");
     let e = bad(&format!("{base}    volumeDevices: [{{name: d, devicePath: /dev/x}}]\n"));
     assert!(e.contains("spec.initContainers[0].volumeDevices"), "{e}");
     let e = bad(&base
