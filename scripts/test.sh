@@ -15,6 +15,10 @@ missing=()
 for p in "${need_pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
+# Python's venv and Node.js with npm (the client-library tests,
+# tools/clients): Debian's, where the machine has none of its own
+python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
+command -v npm >/dev/null || missing+=(nodejs npm)
 if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "== installing ${missing[*]}"
@@ -31,21 +35,6 @@ fi
 if ! command -v go >/dev/null; then
   echo "go not found: install Go 1.24 or newer (the control plane of the cluster tests is built from the Kubernetes Go modules)" >&2
   exit 1
-fi
-# Python's venv and Node.js with npm (the client-library tests,
-# tools/clients): Debian's, where the machine has none of its own
-extra=()
-python3 -c 'import ensurepip' 2>/dev/null || extra+=(python3-venv)
-command -v npm >/dev/null || extra+=(nodejs npm)
-if [ "${#extra[@]}" -gt 0 ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "== installing ${extra[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${extra[@]}"
-  else
-    echo "missing: ${extra[*]} (install them as root)" >&2
-    exit 1
-  fi
 fi
 if ! command -v cargo >/dev/null; then
   echo "cargo not found: install Rust 1.95 or newer with rustup (https://rustup.rs)" >&2

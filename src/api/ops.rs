@@ -248,15 +248,13 @@ impl Ops {
         let source = if source.is_empty() { "-" } else { source };
         // 422 naming the input (the Kubernetes API words it for its
         // object: `ApiError::for_object`), a cause per refused field
-        let bad = |e: model::manifest::ManifestError, msg: String| {
+        let bad = |e: &model::manifest::ManifestError, msg: String| {
             let causes = e.field_errors().map(crate::api::status::causes_of).unwrap_or_default();
             ApiError::invalid(msg).with_causes(causes)
         };
         // a first parse names the pod; the file it goes to fixes its UID
-        let probe = model::manifest::parse_full(source, manifest, &self.cfg.node_name).map_err(|e| {
-            let msg = e.to_string();
-            bad(e, msg)
-        })?;
+        let probe =
+            model::manifest::parse_full(source, manifest, &self.cfg.node_name).map_err(|e| bad(&e, e.to_string()))?;
         let (ns, name) = (model::namespace(&probe).to_string(), model::name(&probe).to_string());
         // the caller's Pod Security level, before anything is looked at or written
         self.pod_security(&probe, trust)?;
@@ -291,10 +289,8 @@ impl Ops {
                 Holder::Free => (if known.is_some() { "configured" } else { "created" }, Some(false)),
             };
             let path_str = path.to_string_lossy().into_owned();
-            let pod = model::manifest::parse(&path_str, manifest, &self.cfg.node_name).map_err(|e| {
-                let msg = e.to_string().replacen(&path_str, source, 1);
-                bad(e, msg)
-            })?;
+            let pod = model::manifest::parse(&path_str, manifest, &self.cfg.node_name)
+                .map_err(|e| bad(&e, e.to_string().replacen(&path_str, source, 1)))?;
             match write {
                 None => {}
                 Some(true) => crate::base::fsutil::write_atomically(&path, manifest).map_err(|e| internal(&path, e))?,

@@ -220,8 +220,6 @@ fn secret(b: &[u8]) -> Result<Value, PbError> {
     Ok(v)
 }
 
-/// A protobuf body (`k8s\0` + `runtime.Unknown`) holding a v1 ConfigMap or
-/// Secret, as JSON.
 /// meta/v1 DeleteOptions (client-go's typed `Delete` sends it as
 /// protobuf): gracePeriodSeconds (1), preconditions (2: uid 1,
 /// resourceVersion 2), orphanDependents (3), propagationPolicy (4), dryRun
@@ -268,6 +266,8 @@ fn delete_options(b: &[u8]) -> Result<Value, PbError> {
     Ok(Value::Object(out))
 }
 
+/// A protobuf body (`k8s\0` + `runtime.Unknown`) holding a v1 ConfigMap,
+/// Secret or DeleteOptions, as JSON.
 pub fn decode(body: &[u8]) -> Result<Value, PbError> {
     let rest = body.strip_prefix(MAGIC).ok_or_else(|| bad("the body does not start with the k8s protobuf magic"))?;
     let (mut api_version, mut kind, mut raw) = (String::new(), String::new(), None);

@@ -35,12 +35,12 @@ pub fn create(ctx: &Ctx, req: &Request, ns: &str) -> Res<Reply> {
     if req.query.get("dryRun").is_some() {
         return Err(ApiError::bad_request("dryRun is not supported by podwarden"));
     }
-    // what the API server sets on a new object: a random UID (kept by the
-    // manifest, so the pod keeps it through metadata changes), the creation
-    // time, and the creator's managed fields
     if pod.pointer("/metadata/resourceVersion").is_some_and(|v| !v.is_null() && v != "") {
         return Err(ApiError::bad_request("resourceVersion should not be set on objects to be created"));
     }
+    // what the API server sets on a new object: a random UID (kept by the
+    // manifest, so the pod keeps it through metadata changes), the creation
+    // time, and the creator's managed fields
     let params = params(req)?;
     if let Some(meta) = pod["metadata"].as_object_mut() {
         meta.insert("uid".into(), json!(new_uid()));
