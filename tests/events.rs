@@ -49,10 +49,7 @@ fn start(events: bool, relist: Duration) -> (Harness, Housekeeping, Option<Event
     let h = Harness::with(Opts { resync: Some(LONG), ..Opts::default() });
     h.fake.set_events(events);
     let hk = Housekeeping::with_relist(h.agent.clone(), LONG, relist).unwrap();
-    let waker = hk.waker();
-    let stream =
-        EventStream::start(h.parts.runtime.clone(), h.parts.runtime_events.clone(), move |e| waker.relist_now(e))
-            .unwrap();
+    let stream = podwarden::cli::daemon::runtime_events(&h.parts, hk.waker()).unwrap();
     (h, hk, Some(stream))
 }
 

@@ -638,6 +638,58 @@ fn node_shutdown_goes_on_when_the_containers_stopped_not_when_the_sandboxes_did(
     }
 }
 
+/// A node shutdown's group ends when the runtime tells the containers'
+/// exits, not when `StopContainer` returns: containerd answers it only
+/// after its clean-up of the task (0.5 to 1 s a container under
+/// emulation), which the inhibitor lock need not wait for. The stops go on
+/// in the workers and the pods still end Terminated. Without the event
+/// stream the run waits for the stops.
+#[test]
+fn node_shutdown_ends_a_group_on_the_runtimes_exit_events() {
+    const CLEANUP: Duration = Duration::from_secs(3);
+    let run = |events: bool| {
+        let h = Harness::new();
+        h.fake.set_events(events);
+        h.fake.set_stop_cleanup("c", CLEANUP);
+        let hk = podwarden::agent::housekeeping::Housekeeping::with_relist(
+            h.agent.clone(),
+            Duration::from_secs(30),
+            Duration::from_secs(30),
+        )
+        .unwrap();
+        let stream = podwarden::cli::daemon::runtime_events(&h.parts, hk.waker()).unwrap();
+        h.agent.apply_source(vec![arc(pod("web", "ew")), arc(pod("db", "ed"))]);
+        for u in ["ew", "ed"] {
+            wait_for("running", T, || h.fake.live_containers(u) == 1);
+        }
+        if events {
+            wait_for("the event stream open", T, || h.fake.event_watchers() == 1);
+        }
+        let groups = podwarden::agent::node_shutdown::groups_from_config(20, 10, &[]);
+        let t = Instant::now();
+        let report = h.parts.shutdown_runner().run(
+            &groups,
+            &Default::default(),
+            None,
+            &podwarden::base::cancel::CancelToken::new(),
+        );
+        let took = t.elapsed();
+        assert_eq!(report.killed.len(), 2);
+        assert!(!report.timed_out);
+        assert!(h.fake.live_containers("ew") == 0 && h.fake.live_containers("ed") == 0, "the processes ended");
+        assert!(h.workers.wait_terminated(&report.killed, Instant::now() + CLEANUP + 3 * T), "the pods terminated");
+        for u in ["ew", "ed"] {
+            assert_eq!(h.statuses.get(u).unwrap().reason.as_deref(), Some("Terminated"));
+        }
+        drop((stream, hk));
+        took
+    };
+    let with_events = run(true);
+    assert!(with_events < CLEANUP / 3, "the run waited {with_events:?} for the stops' clean-up");
+    let without = run(false);
+    assert!(without >= CLEANUP, "without events the stops' return ends the group: {without:?}");
+}
+
 #[test]
 fn node_shutdown_kills_normal_pods_before_critical_ones_and_cancel_restarts_them() {
     let h = Harness::new();

@@ -488,9 +488,8 @@ pub fn start(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str) -> Res
     })
 }
 
-/// The `runtime-events` thread: each container event (and each opening of
-/// the stream, after which events may have been missed) asks housekeeping
-/// for a relist now, which wakes the workers of the pods that changed.
+/// The `runtime-events` thread when `runtimeEvents` is on (see
+/// [`runtime_events`]).
 fn start_events(
     config: &Config,
     parts: &Parts,
@@ -500,12 +499,25 @@ fn start_events(
         log::info!("runtimeEvents is false: pod changes are seen by the relist every second");
         return Ok(None);
     }
-    let waker = housekeeping.waker();
+    runtime_events(parts, housekeeping.waker()).map(Some).map_err(io("starting the runtime-events thread"))
+}
+
+/// The `runtime-events` thread as `podwarden run` wires it: each container
+/// event (and each opening of the stream, after which events may have been
+/// missed) asks housekeeping for a relist now, through `waker`, which wakes
+/// the workers of the pods that changed; an exit is told to the pod
+/// workers at once (a node shutdown's wait ends on it).
+pub fn runtime_events(
+    parts: &Parts,
+    waker: crate::agent::housekeeping::Waker,
+) -> std::io::Result<crate::runtime::events::EventStream> {
+    let workers = parts.workers.clone();
     crate::runtime::events::EventStream::start(parts.runtime.clone(), parts.runtime_events.clone(), move |e| {
+        if let Some(e) = e {
+            workers.runtime_event(e);
+        }
         waker.relist_now(e)
     })
-    .map(Some)
-    .map_err(io("starting the runtime-events thread"))
 }
 
 /// The `credentials-watch` thread: a changed docker config file is read

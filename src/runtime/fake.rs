@@ -93,6 +93,9 @@ struct State {
     /// Container name -> time it takes to exit after SIGTERM; `None` ignores
     /// SIGTERM (killed at the end of the grace period, exit 137).
     term_delay: HashMap<String, Option<Duration>>,
+    /// Containers named so: how long `StopContainer` goes on after their
+    /// exit (told by its event), as containerd's clean-up of the task.
+    stop_cleanup: HashMap<String, Duration>,
     /// Container name -> exit code on SIGTERM (default 0: a trapping shell).
     term_exit: HashMap<String, i32>,
     /// Container name -> what an exec in it returns (default: exit 0, no
@@ -284,6 +287,13 @@ impl FakeRuntime {
     /// (`None`: they ignore it and are killed at the deadline).
     pub fn set_term_delay(&self, name: &str, delay: Option<Duration>) {
         self.state.lock().term_delay.insert(name.to_string(), delay);
+    }
+
+    /// `StopContainer` of containers named `name` returns `cleanup` after
+    /// their exit (and its event), as containerd's returns once the
+    /// task's clean-up is done.
+    pub fn set_stop_cleanup(&self, name: &str, cleanup: Duration) {
+        self.state.lock().stop_cleanup.insert(name.to_string(), cleanup);
     }
 
     pub fn set_term_exit_code(&self, name: &str, code: i32) {
@@ -757,7 +767,7 @@ impl Runtime for FakeRuntime {
     fn stop_container(&self, ctx: &CallCtx, id: &str, timeout: Duration) -> Result<()> {
         let uid = self.uid_of_container(id);
         self.enter_with(ctx, Op::StopContainer, &uid, id, Some(timeout))?;
-        let (delay, term_code) = {
+        let (delay, term_code, name) = {
             let st = self.state.lock();
             let Some(c) = st.containers.get(id) else {
                 return Err(RuntimeError::NotFound { what: format!("container {id}") });
@@ -776,6 +786,7 @@ impl Runtime for FakeRuntime {
             (
                 st.term_delay.get(&c.info.name).copied().unwrap_or(Some(Duration::ZERO)),
                 st.term_exit.get(&c.info.name).copied().unwrap_or(0),
+                c.info.name.clone(),
             )
         };
         let (wait, code) = match delay {
@@ -794,8 +805,12 @@ impl Runtime for FakeRuntime {
             c.info.finished_at_ns = now_ns();
             c.info.reason = if code == 0 { "Completed" } else { "Error" }.into();
         }
+        let cleanup = st.stop_cleanup.get(&name).copied().unwrap_or_default();
         drop(st);
         self.emit(id, super::events::Kind::Exited);
+        if !cleanup.is_zero() {
+            self.wait(ctx, Op::StopContainer, crate::base::cancel::deadline_in(cleanup))?;
+        }
         Ok(())
     }
 

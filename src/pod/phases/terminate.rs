@@ -31,6 +31,7 @@ impl PodSync {
             }
         }
         let pod_ip = pod.and_then(|p| self.hook_ip(p, rp));
+        ctx.containers_stopping(&live.iter().map(|c| c.id.clone()).collect::<Vec<_>>());
         if let [c] = live.as_slice() {
             // One container: stop it on this thread (stop_container returns
             // on cancellation by contract).

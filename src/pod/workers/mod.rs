@@ -4,6 +4,7 @@
 //! the pure [`lifecycle`] state machine; this module holds the state under
 //! one lock, and `worker.rs` runs the passes.
 
+mod exits;
 pub mod lifecycle;
 mod worker;
 
@@ -169,9 +170,22 @@ pub struct SyncCtx {
     pub uid: Uid,
     pub cancel: CancelToken,
     gate: Arc<StartGate>,
-    /// Told when a termination pass has stopped every container (the
-    /// sandbox may still be up): what a node shutdown waits for.
-    on_containers_stopped: Option<Arc<dyn Fn() + Send + Sync>>,
+    /// Told which containers a termination pass stops, and when it has
+    /// stopped them all (the sandbox may still be up): what a node
+    /// shutdown waits for.
+    on_stop: Option<OnStop>,
+}
+
+/// Where a pass's [`StopNote`]s go.
+type OnStop = Arc<dyn Fn(StopNote<'_>) + Send + Sync>;
+
+/// What a termination pass tells of its containers.
+pub enum StopNote<'a> {
+    /// It stops these (their exits, as the runtime's events tell them,
+    /// end the wait for them as well as the stops' return).
+    Stopping(&'a [String]),
+    /// Every container has stopped.
+    Stopped,
 }
 
 impl SyncCtx {
@@ -181,14 +195,21 @@ impl SyncCtx {
             uid: uid.to_string(),
             cancel: CancelToken::new(),
             gate: Arc::new(StartGate::default()),
-            on_containers_stopped: None,
+            on_stop: None,
         }
     }
 
     /// Every container of the pod has stopped; its sandbox is next.
     pub fn containers_stopped(&self) {
-        if let Some(f) = &self.on_containers_stopped {
-            f();
+        if let Some(f) = &self.on_stop {
+            f(StopNote::Stopped);
+        }
+    }
+
+    /// The pass is about to stop the containers `ids`.
+    pub fn containers_stopping(&self, ids: &[String]) {
+        if let Some(f) = &self.on_stop {
+            f(StopNote::Stopping(ids));
         }
     }
 
@@ -342,9 +363,12 @@ struct PodSyncStatus {
     gate: Arc<StartGate>,
     handle: Option<worker::WorkerHandle>,
     phase_since: Instant,
-    /// A termination pass stopped every container (reset when the pod
-    /// syncs again).
+    /// A termination pass stopped every container, or the runtime told
+    /// each one's exit (reset when the pod syncs again).
     containers_stopped: bool,
+    /// The containers the termination pass stops whose exit is still to
+    /// come.
+    awaited_exits: exits::Awaited,
 }
 
 impl PodSyncStatus {
@@ -366,6 +390,8 @@ struct State {
     waiting_static: HashMap<String, VecDeque<Uid>>,
     /// `sync_known_pods` ran once: unknown UIDs are known not to run.
     pods_synced: bool,
+    /// The container exits the runtime told lately.
+    exits: exits::RecentExits,
 }
 
 pub(crate) struct Inner {
@@ -604,11 +630,29 @@ impl PodWorkers {
         self.wait_until(deadline, |phase| uids.iter().all(|u| phase(u).is_none_or(|p| p >= Phase::Terminated)))
     }
 
+    /// The runtime told that container `id` exited (its event stream, the
+    /// `runtime-events` thread): the end of the wait for a termination
+    /// that stops it. Does not block on a pod.
+    pub fn container_exited(&self, id: &str) {
+        self.inner.container_exited(id);
+    }
+
+    /// What the pod workers take from a runtime event: an exit (an OOM
+    /// event may be a child's kill: only the exit tells).
+    pub fn runtime_event(&self, e: &crate::runtime::events::ContainerEvent) {
+        if e.kind == crate::runtime::events::Kind::Exited {
+            self.container_exited(&e.container_id);
+        }
+    }
+
     /// Wait until every container of each of `uids` has stopped (their
     /// sandboxes may still be stopping), each is terminated or unknown.
     /// Returns whether they all were before `deadline`. A node shutdown
     /// waits for this: what must end before the machine goes down is the
-    /// pods' processes, not the teardown of their network.
+    /// pods' processes, not the teardown of their network: a container
+    /// counts as stopped once the runtime told its exit
+    /// ([`PodWorkers::container_exited`]), its `StopContainer` still
+    /// going on.
     pub fn wait_containers_stopped(&self, uids: &[Uid], deadline: Instant) -> bool {
         self.wait_state(deadline, |st| {
             uids.iter().all(|u| st.pods.get(u).is_none_or(|e| e.containers_stopped || e.lc.phase >= Phase::Terminated))
@@ -686,6 +730,7 @@ impl Inner {
                     handle: None,
                     phase_since: Instant::now(),
                     containers_stopped: false,
+                    awaited_exits: exits::Awaited::default(),
                 },
             );
         }
@@ -757,6 +802,7 @@ impl Inner {
             entry.phase_since = Instant::now();
             if to < Phase::Terminating {
                 entry.containers_stopped = false;
+                entry.awaited_exits.clear();
             }
             if from < Phase::Terminated && to >= Phase::Terminated {
                 for tx in entry.notify_done.drain(..) {
@@ -848,9 +894,40 @@ impl Inner {
         let mut st = self.state.lock();
         if let Some(entry) = st.pods.get_mut(uid) {
             entry.containers_stopped = true;
+            entry.awaited_exits.clear();
         }
         drop(st);
         self.changed.notify_all();
+    }
+
+    /// A termination pass of `uid` stops `ids`.
+    fn containers_stopping(&self, uid: &str, ids: &[String]) {
+        let mut st = self.state.lock();
+        let State { pods, exits, .. } = &mut *st;
+        if let Some(entry) = pods.get_mut(uid)
+            && entry.awaited_exits.start(ids, exits)
+        {
+            entry.containers_stopped = true;
+            drop(st);
+            self.changed.notify_all();
+        }
+    }
+
+    /// The runtime told that container `id` exited.
+    fn container_exited(&self, id: &str) {
+        let mut st = self.state.lock();
+        st.exits.push(id);
+        let mut ended = false;
+        for e in st.pods.values_mut() {
+            if e.awaited_exits.exited(id) {
+                e.containers_stopped = true;
+                ended = true;
+            }
+        }
+        drop(st);
+        if ended {
+            self.changed.notify_all();
+        }
     }
 
     fn start_work(self: &Arc<Self>, uid: &str, rx: &Receiver<()>) -> StartWork {
@@ -889,11 +966,14 @@ impl Inner {
                         uid: uid.to_string(),
                         cancel: entry.cancel.clone(),
                         gate: entry.gate.clone(),
-                        on_containers_stopped: Some({
+                        on_stop: Some({
                             let (inner, uid) = (Arc::downgrade(self), uid.to_string());
-                            Arc::new(move || {
+                            Arc::new(move |note| {
                                 if let Some(inner) = inner.upgrade() {
-                                    inner.containers_stopped(&uid);
+                                    match note {
+                                        StopNote::Stopping(ids) => inner.containers_stopping(&uid, ids),
+                                        StopNote::Stopped => inner.containers_stopped(&uid),
+                                    }
                                 }
                             })
                         }),
