@@ -69,10 +69,16 @@ SH
       >"$DIR/fake-systemd.log" 2>&1 &
     echo $! > "$DIR/systemd.pid"
   fi
-  for _ in $(seq 1 50); do
-    DBUS_SYSTEM_BUS_ADDRESS="$ADDR" dbus-send --system --print-reply --dest=org.freedesktop.login1 \
-      /org/freedesktop/login1 org.freedesktop.DBus.Peer.Ping >/dev/null 2>&1 && break
-    sleep 0.1
+  # ready once logind and the systemd stand-in both answer: logind asks
+  # systemd1 for poweroff.target's load state on PowerOff, and fails it
+  # with EIO while the stand-in (a Python start, seconds on a loaded
+  # machine) has not yet taken its name
+  for dest in org.freedesktop.login1 org.freedesktop.systemd1; do
+    for _ in $(seq 1 300); do
+      DBUS_SYSTEM_BUS_ADDRESS="$ADDR" dbus-send --system --print-reply --dest="$dest" \
+        / org.freedesktop.DBus.Peer.Ping >/dev/null 2>&1 && break
+      sleep 0.1
+    done
   done
   env_vars
 }
