@@ -222,8 +222,33 @@ fn try_echo(addr: (&str, u16), data: &[u8]) -> std::io::Result<Vec<u8>> {
     r.map(|_| back)
 }
 
+/// A `podwarden port-forward` child, killed when dropped: a test that
+/// fails must not leave it running (it would hold the e2e lock that the
+/// test run's `flock` handed down).
+struct Forward(Child);
+
+impl std::ops::Deref for Forward {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Forward {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Forward {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `podwarden port-forward` running: the child and its local port.
-fn port_forward(a: &Agent, pod: &str, spec: &str) -> (Child, u16) {
+fn port_forward(a: &Agent, pod: &str, spec: &str) -> (Forward, u16) {
     let mut pf = Command::new(BIN)
         .args(["port-forward", pod, spec, "-n", "e2e", "--socket"])
         .arg(a.api_socket())
@@ -235,7 +260,32 @@ fn port_forward(a: &Agent, pod: &str, spec: &str) -> (Child, u16) {
     std::io::BufRead::read_line(&mut out, &mut line).unwrap();
     // "Forwarding from 127.0.0.1:PORT -> REMOTE"
     let port = line.split(':').nth(1).and_then(|r| r.split_whitespace().next()).and_then(|p| p.parse().ok());
-    (pf, port.unwrap_or_else(|| panic!("port-forward printed {line:?}")))
+    (Forward(pf), port.unwrap_or_else(|| panic!("port-forward printed {line:?}")))
+}
+
+/// A forwarded port nothing listens on in the pod: the local connection
+/// is closed (as kubectl's port-forward closes it on the stream's error),
+/// never left open and silent; the next connection is served again.
+#[test]
+fn port_forward_to_a_closed_port_closes_the_local_connection() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("pf-closed");
+    let uid = start_pod(&a, "web", "");
+    let (mut pf, port) = port_forward(&a, "web", "0:9999");
+    for round in 0..2 {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let _ = s.write_all(b"anyone there?");
+        let mut buf = [0u8; 64];
+        match s.read(&mut buf) {
+            Ok(0) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            other => panic!("round {round}: the local connection was not closed: {other:?}"),
+        }
+    }
+    pf.kill().unwrap();
+    pf.wait().unwrap();
+    a.clean_up(&[&uid]);
 }
 
 #[test]
