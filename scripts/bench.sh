@@ -33,6 +33,11 @@
 #                              after the last pod exit, power-off after the slowest pod (the release .deb)
 #   scripts/bench.sh hostile   alias bombs, deep nesting, slow HTTP clients, delete during start, a 2 GiB
 #                              termination-log (private containerd; the ci profile the tests build)
+#   scripts/bench.sh soak      10,000 pod lifecycles (PODWARDEN_SOAK_LIFECYCLES) through manifests, edits and
+#                              kubectl while containerd, the agent and logind are killed and started again and
+#                              manifests are written half: leftovers by kind, pods run twice, RSS and fds
+#                              (private containerd + logind; the release binary; PODWARDEN_SOAK_SEED repeats
+#                              a run; the driver's warnings go to $TMPDIR/podwarden-soak-bench.err)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name="${1:-}"
@@ -111,8 +116,15 @@ case "$name" in
     scripts/e2e-env.sh up >/dev/null
     cargo bench --profile ci --bench hostile --quiet 2>/dev/null | tail -n 1
     ;;
+  soak)
+    scripts/e2e-env.sh up >/dev/null
+    scripts/logind-env.sh up >/dev/null
+    cargo build --release --bin podwarden --quiet
+    PODWARDEN_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/podwarden" \
+      cargo bench --profile ci --bench soak --quiet 2>"${TMPDIR:-/tmp}/podwarden-soak-bench.err"
+    ;;
   *)
-    echo "usage: scripts/bench.sh core|start|shutdown|footprint|config|probes|isolation|unattended|reactions|api|cluster|offline|machine|hostile" >&2
+    echo "usage: scripts/bench.sh core|start|shutdown|footprint|config|probes|isolation|unattended|reactions|api|cluster|offline|machine|hostile|soak" >&2
     exit 2
     ;;
 esac

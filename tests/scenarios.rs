@@ -182,6 +182,26 @@ fn orphaned_runtime_pod_is_killed_with_grace_1_finishes_and_is_forgotten() {
 }
 
 #[test]
+fn log_directories_of_pods_no_one_wants_are_removed_by_housekeeping() {
+    // a pod removed while the agent was down leaves its log directory,
+    // which no worker of the agent started again knows (found by the soak)
+    let h = Harness::new();
+    let logs = h.root.0.join("logs");
+    for d in ["default_gone_u-gone/c", "default_odd_name_u-gone2/c", "not-a-pod-dir"] {
+        std::fs::create_dir_all(logs.join(d)).unwrap();
+    }
+    std::fs::write(logs.join("default_file_u-file"), "").unwrap();
+    h.agent.apply_source(vec![arc(pod("kept", "u-kept"))]);
+    std::fs::create_dir_all(logs.join("default_kept_u-kept/c")).unwrap();
+    h.agent.housekeeping();
+    assert!(!logs.join("default_gone_u-gone").exists(), "an unknown pod's log directory is removed");
+    assert!(!logs.join("default_odd_name_u-gone2").exists(), "a name with underscores: the uid is the last part");
+    assert!(logs.join("default_kept_u-kept/c").exists(), "a wanted pod's log directory stays");
+    assert!(logs.join("not-a-pod-dir").exists(), "a name that is no pod's stays");
+    assert!(logs.join("default_file_u-file").exists(), "a file stays");
+}
+
+#[test]
 fn non_kill_update_for_runtime_only_pod_does_nothing() {
     let h = Harness::new();
     let rp =

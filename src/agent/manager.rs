@@ -45,6 +45,9 @@ impl PodManager {
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
     pub root_dir: PathBuf,
+    /// `podLogsDir`: the pods' log directories, whose orphans housekeeping
+    /// removes.
+    pub pod_logs_dir: PathBuf,
     pub runtime_call_timeout: Duration,
     /// The pod cgroups, whose orphans housekeeping removes; `None`: none.
     pub cgroups: Option<crate::node::cgroups::Cgroups>,
@@ -485,6 +488,7 @@ impl Agent {
         }
 
         self.cleanup_pod_dirs(&desired_uids);
+        self.cleanup_pod_log_dirs(&desired_uids);
         self.cleanup_pod_cgroups(&desired_uids);
         self.statuses.retain(|uid| desired_uids.contains(uid) || workers.contains_key(uid));
         self.metrics.retain_seen(|uid| desired_uids.contains(uid));
@@ -624,6 +628,33 @@ impl Agent {
             }
             match std::fs::remove_dir_all(e.path()) {
                 Ok(()) => log::info!("pod {uid}: removed its directory {}", e.path().display()),
+                Err(err) => log::warn!("pod {uid}: cannot remove {}: {err}", e.path().display()),
+            }
+        }
+    }
+
+    /// Log directories (`<namespace>_<name>_<uid>`) of pods no source wants
+    /// and no worker still needs, as the kubelet's container GC removes
+    /// them: a pod removed while the agent was down (or killed in the
+    /// middle of its clean-up) leaves its directory, which no worker of the
+    /// agent started again knows. Anything not named so is left alone.
+    fn cleanup_pod_log_dirs(&self, desired: &HashSet<Uid>) {
+        let Ok(entries) = std::fs::read_dir(&self.config.pod_logs_dir) else { return };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            let Some((ns, rest)) = name.split_once('_') else { continue };
+            let Some((pod, uid)) = rest.rsplit_once('_') else { continue };
+            if ns.is_empty()
+                || pod.is_empty()
+                || uid.is_empty()
+                || !e.file_type().is_ok_and(|t| t.is_dir())
+                || desired.contains(uid)
+                || !self.workers.should_pod_content_be_removed(uid)
+            {
+                continue;
+            }
+            match std::fs::remove_dir_all(e.path()) {
+                Ok(()) => log::info!("pod {uid}: removed its log directory {}", e.path().display()),
                 Err(err) => log::warn!("pod {uid}: cannot remove {}: {err}", e.path().display()),
             }
         }

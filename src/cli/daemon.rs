@@ -338,6 +338,7 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
     let agent = Arc::new(Agent::new(
         AgentConfig {
             root_dir: config.root_dir.clone(),
+            pod_logs_dir: config.pod_logs_dir.clone(),
             runtime_call_timeout: config.runtime_request_timeout.min(Duration::from_secs(10)),
             cgroups: tuning.cgroups.clone(),
         },

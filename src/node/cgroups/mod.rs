@@ -250,6 +250,29 @@ impl Cgroups {
         }
     }
 
+    /// The directories of cgroup `name` in every hierarchy: on v1 besides
+    /// podwarden's own those of every other mounted hierarchy (`blkio`,
+    /// `cpuset`, `devices`, `freezer`, the named `systemd` one ...), where
+    /// the runtime makes the pod's path as the parent of its containers'
+    /// and leaves it when they go, as the kubelet removes it from all.
+    fn dirs_everywhere(&self, name: &str) -> Vec<PathBuf> {
+        let mut dirs = self.dirs(name);
+        if self.version == Version::V1 {
+            let rel = name.trim_start_matches('/');
+            for e in std::fs::read_dir(&self.root).into_iter().flatten().flatten() {
+                // a hierarchy's top has cgroup.procs; `cpu` and `cpuacct` are
+                // often links to `cpu,cpuacct`, counted once through it
+                if e.file_type().is_ok_and(|t| t.is_dir()) && e.path().join("cgroup.procs").exists() {
+                    let d = e.path().join(rel);
+                    if !dirs.contains(&d) {
+                        dirs.push(d);
+                    }
+                }
+            }
+        }
+        dirs
+    }
+
     /// Make cgroup `name` (its parents too) and set `limits`: with
     /// `cgroupfs` directories and files, with `systemd` a slice started (or
     /// changed) through systemd, then the huge pages in its directory.
@@ -431,7 +454,7 @@ impl Cgroups {
         if self.driver == Driver::Systemd {
             self.systemd.stop_slice(systemd::unit_of(name))?;
         }
-        for d in self.dirs(name) {
+        for d in self.dirs_everywhere(name) {
             if !d.exists() {
                 continue;
             }
@@ -573,6 +596,29 @@ mod tests {
         assert_eq!(cpu_weight(2), 1);
         assert_eq!(cpu_weight(1024), 39);
         assert_eq!(cpu_weight(262_144), 10_000);
+    }
+
+    #[test]
+    fn a_v1_pod_cgroup_goes_from_every_hierarchy_the_runtime_made_it_in() {
+        let root = std::env::temp_dir().join(format!("pw-cg1-rm-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let pod = "kubepods/besteffort/podabc";
+        // podwarden's hierarchies and two only the runtime writes in
+        for h in ["memory", "cpu", "pids", "blkio", "freezer"] {
+            std::fs::create_dir_all(root.join(h).join(pod).join("0123abcd")).unwrap();
+            std::fs::write(root.join(h).join("cgroup.procs"), "").unwrap();
+        }
+        // a directory that is no hierarchy is left alone
+        std::fs::create_dir_all(root.join("not-a-hierarchy").join(pod)).unwrap();
+        let cg = Cgroups::detect(Driver::Cgroupfs, &root);
+        assert_eq!(cg.version, Version::V1);
+        cg.remove(&format!("/{pod}")).unwrap();
+        for h in ["memory", "cpu", "pids", "blkio", "freezer"] {
+            assert!(!root.join(h).join(pod).exists(), "{h}: the pod's cgroup is left");
+            assert!(root.join(h).join("kubepods/besteffort").exists(), "{h}: its parent stays");
+        }
+        assert!(root.join("not-a-hierarchy").join(pod).exists());
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
