@@ -417,12 +417,11 @@ impl Cgroups {
     }
 
     /// Whether a process runs in cgroup `name` or below (v2: its
-    /// `cgroup.events`; v1: any `cgroup.procs` in its memory hierarchy,
-    /// three levels deep). A cgroup that is not there has none.
+    /// `cgroup.events`; v1: any `cgroup.procs` in any hierarchy, three
+    /// levels deep). A cgroup that is not there has none.
     pub fn populated(&self, name: &str) -> bool {
-        let dir = self.memory_dir(name);
         match self.version {
-            Version::V2 => std::fs::read_to_string(dir.join("cgroup.events"))
+            Version::V2 => std::fs::read_to_string(self.memory_dir(name).join("cgroup.events"))
                 .is_ok_and(|e| e.lines().any(|l| l.trim() == "populated 1")),
             Version::V1 => {
                 fn any_procs(dir: &Path, depth: u32) -> bool {
@@ -436,7 +435,7 @@ impl Cgroups {
                             .flatten()
                             .any(|e| e.file_type().is_ok_and(|t| t.is_dir()) && any_procs(&e.path(), depth - 1))
                 }
-                any_procs(&dir, 3)
+                self.dirs_everywhere(name).iter().any(|d| any_procs(d, 3))
             }
         }
     }
@@ -475,23 +474,28 @@ impl Cgroups {
         Ok(())
     }
 
-    /// How long ago cgroup `name`'s directory changed (its mtime, set when
-    /// the kernel made its inode); `None` when it cannot be read.
+    /// How long ago cgroup `name`'s directories last changed (their
+    /// mtimes, set when the kernel made their inodes; on v1 the newest of
+    /// every hierarchy's); `None` when none can be read.
     pub fn unchanged_for(&self, name: &str) -> Option<std::time::Duration> {
-        std::fs::metadata(self.memory_dir(name)).ok()?.modified().ok()?.elapsed().ok()
+        self.dirs_everywhere(name)
+            .iter()
+            .filter_map(|d| std::fs::metadata(d).ok()?.modified().ok()?.elapsed().ok())
+            .min()
     }
 
-    /// The pod cgroups on this machine, found in the tree (v2) or the
-    /// memory hierarchy (v1) under `kubepods` and the QoS cgroups: (the
-    /// UID as the name gives it, the cgroup's name). With `systemd` the
-    /// UID's dashes are underscores.
+    /// The pod cgroups on this machine, found in the tree (v2) or in
+    /// every hierarchy (v1: the runtime makes a pod's path in each, and an
+    /// older podwarden removed it from its own only) under `kubepods` and
+    /// the QoS cgroups: (the UID as the name gives it, the cgroup's name),
+    /// each once. With `systemd` the UID's dashes are underscores.
     pub fn pod_cgroups(&self) -> Vec<(String, String)> {
-        let mut out = Vec::new();
+        let mut out: Vec<(String, String)> = Vec::new();
         for qos in [&[][..], &["burstable"][..], &["besteffort"][..]] {
             let mut c = vec!["kubepods".to_string()];
             c.extend(qos.iter().map(|q| q.to_string()));
             let parent = name(self.driver, &c);
-            let Ok(entries) = std::fs::read_dir(self.memory_dir(&parent)) else { continue };
+            let entries = self.dirs_everywhere(&parent).into_iter().filter_map(|d| std::fs::read_dir(d).ok()).flatten();
             for e in entries.flatten() {
                 if !e.file_type().is_ok_and(|t| t.is_dir()) {
                     continue;
@@ -505,7 +509,10 @@ impl Cgroups {
                         .and_then(|s| s.strip_prefix("pod")),
                 };
                 if let Some(uid) = uid.filter(|u| !u.is_empty()) {
-                    out.push((uid.to_string(), format!("{parent}/{entry}")));
+                    let found = (uid.to_string(), format!("{parent}/{entry}"));
+                    if !out.contains(&found) {
+                        out.push(found);
+                    }
                 }
             }
         }
@@ -618,6 +625,45 @@ mod tests {
             assert!(root.join(h).join("kubepods/besteffort").exists(), "{h}: its parent stays");
         }
         assert!(root.join("not-a-hierarchy").join(pod).exists());
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn v1_pod_cgroups_left_in_other_hierarchies_are_found_and_their_processes_seen() {
+        let root = std::env::temp_dir().join(format!("pw-cg1-find-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for h in ["memory", "cpu", "blkio", "devices"] {
+            std::fs::create_dir_all(root.join(h).join("kubepods/besteffort")).unwrap();
+            std::fs::write(root.join(h).join("cgroup.procs"), "").unwrap();
+        }
+        // one pod in podwarden's hierarchies and the runtime's, one left
+        // only where an older podwarden never removed it
+        for h in ["memory", "cpu", "blkio"] {
+            std::fs::create_dir_all(root.join(h).join("kubepods/besteffort/podboth")).unwrap();
+        }
+        for h in ["blkio", "devices"] {
+            std::fs::create_dir_all(root.join(h).join("kubepods/besteffort/podleft/0123abcd")).unwrap();
+        }
+        let cg = Cgroups::detect(Driver::Cgroupfs, &root);
+        let mut found = cg.pod_cgroups();
+        found.sort();
+        assert_eq!(
+            found,
+            [
+                ("both".to_string(), "/kubepods/besteffort/podboth".to_string()),
+                ("left".to_string(), "/kubepods/besteffort/podleft".to_string()),
+            ],
+            "each once, wherever it is"
+        );
+        assert!(cg.unchanged_for("/kubepods/besteffort/podleft").is_some(), "its age read where it is");
+        // a process in the runtime's hierarchy only keeps it
+        std::fs::write(root.join("devices/kubepods/besteffort/podleft/0123abcd/cgroup.procs"), "42\n").unwrap();
+        assert!(cg.populated("/kubepods/besteffort/podleft"));
+        assert!(matches!(cg.remove("/kubepods/besteffort/podleft"), Err(CgroupError::Busy { .. })));
+        std::fs::remove_file(root.join("devices/kubepods/besteffort/podleft/0123abcd/cgroup.procs")).unwrap();
+        cg.remove("/kubepods/besteffort/podleft").unwrap();
+        assert!(!root.join("blkio/kubepods/besteffort/podleft").exists());
+        assert!(!root.join("devices/kubepods/besteffort/podleft").exists());
         std::fs::remove_dir_all(&root).unwrap();
     }
 
