@@ -7,6 +7,79 @@
 //! worker; only the wait ends sooner.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
+
+use super::{Inner, PodWorkers, State, SyncCtx};
+
+/// What a termination pass tells of its containers.
+pub enum StopNote<'a> {
+    /// It stops these (their exits, as the runtime's events tell them,
+    /// end the wait for them as well as the stops' return).
+    Stopping(&'a [String]),
+    /// Every container has stopped.
+    Stopped,
+}
+
+/// Where a pass's [`StopNote`]s go.
+pub(super) type OnStop = Arc<dyn Fn(StopNote<'_>) + Send + Sync>;
+
+impl SyncCtx {
+    /// The pass is about to stop the containers `ids`.
+    pub fn containers_stopping(&self, ids: &[String]) {
+        if let Some(f) = &self.on_stop {
+            f(StopNote::Stopping(ids));
+        }
+    }
+}
+
+impl PodWorkers {
+    /// The runtime told that container `id` exited (its event stream, the
+    /// `runtime-events` thread): the end of the wait for a termination
+    /// that stops it. Does not block on a pod.
+    pub fn container_exited(&self, id: &str) {
+        self.inner.container_exited(id);
+    }
+
+    /// What the pod workers take from a runtime event: an exit (an OOM
+    /// event may be a child's kill: only the exit tells).
+    pub fn runtime_event(&self, e: &crate::runtime::events::ContainerEvent) {
+        if e.kind == crate::runtime::events::Kind::Exited {
+            self.container_exited(&e.container_id);
+        }
+    }
+}
+
+impl Inner {
+    /// A termination pass of `uid` stops `ids`.
+    pub(super) fn containers_stopping(&self, uid: &str, ids: &[String]) {
+        let mut st = self.state.lock();
+        let State { pods, exits, .. } = &mut *st;
+        if let Some(entry) = pods.get_mut(uid)
+            && entry.awaited_exits.start(ids, exits)
+        {
+            entry.containers_stopped = true;
+            drop(st);
+            self.changed.notify_all();
+        }
+    }
+
+    /// The runtime told that container `id` exited.
+    fn container_exited(&self, id: &str) {
+        let mut st = self.state.lock();
+        st.exits.push(id);
+        let mut ended = false;
+        for e in st.pods.values_mut() {
+            if e.awaited_exits.exited(id) {
+                e.containers_stopped = true;
+                ended = true;
+            }
+        }
+        drop(st);
+        if ended {
+            self.changed.notify_all();
+        }
+    }
+}
 
 /// How many exits are remembered for a termination that names its
 /// containers after their exit came (a container that ended on its own

@@ -5,6 +5,8 @@
 //! one lock, and `worker.rs` runs the passes.
 
 mod exits;
+use exits::OnStop;
+pub use exits::StopNote;
 pub mod lifecycle;
 mod worker;
 
@@ -176,18 +178,6 @@ pub struct SyncCtx {
     on_stop: Option<OnStop>,
 }
 
-/// Where a pass's [`StopNote`]s go.
-type OnStop = Arc<dyn Fn(StopNote<'_>) + Send + Sync>;
-
-/// What a termination pass tells of its containers.
-pub enum StopNote<'a> {
-    /// It stops these (their exits, as the runtime's events tell them,
-    /// end the wait for them as well as the stops' return).
-    Stopping(&'a [String]),
-    /// Every container has stopped.
-    Stopped,
-}
-
 impl SyncCtx {
     /// A context for calling the phases directly (tests, tools).
     pub fn detached(uid: &str) -> Self {
@@ -203,13 +193,6 @@ impl SyncCtx {
     pub fn containers_stopped(&self) {
         if let Some(f) = &self.on_stop {
             f(StopNote::Stopped);
-        }
-    }
-
-    /// The pass is about to stop the containers `ids`.
-    pub fn containers_stopping(&self, ids: &[String]) {
-        if let Some(f) = &self.on_stop {
-            f(StopNote::Stopping(ids));
         }
     }
 
@@ -630,21 +613,6 @@ impl PodWorkers {
         self.wait_until(deadline, |phase| uids.iter().all(|u| phase(u).is_none_or(|p| p >= Phase::Terminated)))
     }
 
-    /// The runtime told that container `id` exited (its event stream, the
-    /// `runtime-events` thread): the end of the wait for a termination
-    /// that stops it. Does not block on a pod.
-    pub fn container_exited(&self, id: &str) {
-        self.inner.container_exited(id);
-    }
-
-    /// What the pod workers take from a runtime event: an exit (an OOM
-    /// event may be a child's kill: only the exit tells).
-    pub fn runtime_event(&self, e: &crate::runtime::events::ContainerEvent) {
-        if e.kind == crate::runtime::events::Kind::Exited {
-            self.container_exited(&e.container_id);
-        }
-    }
-
     /// Wait until every container of each of `uids` has stopped (their
     /// sandboxes may still be stopping), each is terminated or unknown.
     /// Returns whether they all were before `deadline`. A node shutdown
@@ -898,36 +866,6 @@ impl Inner {
         }
         drop(st);
         self.changed.notify_all();
-    }
-
-    /// A termination pass of `uid` stops `ids`.
-    fn containers_stopping(&self, uid: &str, ids: &[String]) {
-        let mut st = self.state.lock();
-        let State { pods, exits, .. } = &mut *st;
-        if let Some(entry) = pods.get_mut(uid)
-            && entry.awaited_exits.start(ids, exits)
-        {
-            entry.containers_stopped = true;
-            drop(st);
-            self.changed.notify_all();
-        }
-    }
-
-    /// The runtime told that container `id` exited.
-    fn container_exited(&self, id: &str) {
-        let mut st = self.state.lock();
-        st.exits.push(id);
-        let mut ended = false;
-        for e in st.pods.values_mut() {
-            if e.awaited_exits.exited(id) {
-                e.containers_stopped = true;
-                ended = true;
-            }
-        }
-        drop(st);
-        if ended {
-            self.changed.notify_all();
-        }
     }
 
     fn start_work(self: &Arc<Self>, uid: &str, rx: &Receiver<()>) -> StartWork {
