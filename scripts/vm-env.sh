@@ -223,9 +223,7 @@ base_key() {
   [ -S "$sock" ] || "$here/e2e-env.sh" up >/dev/null
   # names and digests only: the labels containerd's CRI plugin adds or
   # drops as tests use the images are not the images
-  # (and how it is saved: a machine saved live by an older script may be
-  # torn, see base)
-  { echo "saved paused"; image_dir; ctr -a "$sock" -n k8s.io images ls 2>/dev/null | awk '$1 ~ /^localhost\/(busybox|pause):e2e$/ {print $1, $3}'; } |
+  { image_dir; ctr -a "$sock" -n k8s.io images ls 2>/dev/null | awk '$1 ~ /^localhost\/(busybox|pause):e2e$/ {print $1, $3}'; } |
     sha256sum | cut -c1-16
 }
 
@@ -295,20 +293,17 @@ base() {
   qemu-img create -q -f qcow2 -F raw -b "$img/disk.img" "$b/overlay.qcow2"
   mkfifo "$b/mon.in" "$b/mon.out"
   log "booting the base machine (saved once, resumed by each VM)"
-  # without the run state in the saved stream, a VM resumed from it runs
-  # at once though the machine was saved paused
-  start_qemu "$BASE" 900 "$img" -monitor "pipe:$b/mon" -global migration.store-global-state=off
+  start_qemu "$BASE" 900 "$img" -monitor "pipe:$b/mon"
   wait_ssh "$BASE"
   import_images "$BASE"
   ssh_to "$BASE" sync
-  # saved paused: a live save under emulation on a loaded machine (a cold
-  # CI build beside it) once tore the guest's memory, and every VM resumed
-  # from it panicked a minute into its boot clock; each VM resumed from it
-  # still runs at once (no run state saved, above)
+  # saved while it runs (live), so that each VM resumed from it runs at
+  # once (a live save under emulation beside a cold build once came out
+  # torn: its guests panic, which `wait_ssh` reports at once)
   # drained while QEMU answers, so that it never waits on the pipe
   cat "$b/mon.out" > "$b/monitor.log" &
   local reader=$!
-  printf 'stop\nmigrate "exec:cat > %s"\nquit\n' "$b/state.tmp" > "$b/mon.in"
+  printf 'migrate "exec:cat > %s"\nquit\n' "$b/state.tmp" > "$b/mon.in"
   wait_down "$BASE" 300 || die "the base machine was not saved within 300 s ($b/monitor.log)"
   kill "$reader" 2>/dev/null || true
   [ "$(stat -c %s "$b/state.tmp" 2>/dev/null || echo 0)" -gt 1000000 ] || die "no saved base machine ($b/monitor.log)"
