@@ -6,9 +6,10 @@
 //! logind's `PrepareForShutdown(false)`, sent as soon as no delay lock is
 //! left, as an upper bound).
 //!
-//! - "exit": containers exit on SIGTERM; reference is when the last
-//!   container was seen exited by a poller listing containerd every 10 ms
-//!   (so the figure is low by at most that poll period).
+//! - "exit": containers exit on SIGTERM; reference is the last
+//!   container's exit as containerd's event stream tells it (its
+//!   `TaskExit`'s `exited_at`: the CRI list shows the exit only after
+//!   containerd's clean-up, which the lock no longer waits for).
 //! - "ignore": containers ignore SIGTERM, shutdownGracePeriod 3 s;
 //!   reference is the signal + 3 s.
 //!
@@ -18,7 +19,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use dbus::blocking::Connection;
@@ -140,30 +140,33 @@ fn run(cri: &Arc<CriRuntime>, tag: &str, command: &str, grace_s: u64) -> Run {
     });
     wait("the inhibitor lock", Duration::from_secs(10), || podwarden_locks(&conn) == 1);
 
-    // when each container was first seen exited, from a poller listing
-    // containerd every 10 ms (the list has no exit times, and asking each
-    // pod's status is too slow for 50 pods; the cancel that follows
-    // restarts the pods and removes their exited containers)
+    // each container's exit as containerd's event stream tells it (its
+    // TaskExit's exited_at): the CRI list shows a container exited only
+    // after containerd's clean-up, which the lock no longer waits for
+    let ids: std::collections::HashSet<String> = cri
+        .list_pods(&call())
+        .unwrap()
+        .iter()
+        .filter(|p| ours(p))
+        .flat_map(|p| p.containers.iter().map(|c| c.id.clone()))
+        .collect();
     let exits: Arc<Mutex<BTreeMap<String, i64>>> = Arc::default();
-    let stop = Arc::new(AtomicBool::new(false));
+    let cancel = podwarden::base::cancel::CancelToken::new();
     let poller = {
-        let (cri, exits, stop, tag) = (cri.clone(), exits.clone(), stop.clone(), tag.to_string());
-        podwarden::base::thread::spawn("exit-poller", None, move || {
-            while !stop.load(Ordering::SeqCst) {
-                let pods = cri.list_pods(&call()).unwrap_or_default();
-                let seen = now_ns();
-                let mut e = exits.lock();
-                for p in pods.iter().filter(|p| p.name.starts_with(&format!("sd-{tag}-"))) {
-                    for c in p.containers.iter().filter(|c| c.state == ContainerState::Exited) {
-                        e.entry(c.id.clone()).or_insert(seen);
-                    }
+        let (cri, exits, cancel) = (cri.clone(), exits.clone(), cancel.clone());
+        podwarden::base::thread::spawn("exit-events", None, move || {
+            let _ = cri.watch_events(&cancel, &mut |note| {
+                if let podwarden::runtime::events::Note::Event(e) = note
+                    && ids.contains(&e.container_id)
+                    && let Some(x) = e.exit
+                {
+                    exits.lock().entry(e.container_id.clone()).or_insert(x.at_ns);
                 }
-                drop(e);
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            });
         })
         .unwrap()
     };
+    std::thread::sleep(Duration::from_millis(300)); // the stream open
 
     let p = conn.with_proxy("org.freedesktop.login1", "/org/freedesktop/login1", Duration::from_secs(10));
     let _: () = p.method_call("org.freedesktop.login1.Manager", "PowerOff", (false,)).expect("PowerOff");
@@ -187,8 +190,11 @@ fn run(cri: &Arc<CriRuntime>, tag: &str, command: &str, grace_s: u64) -> Run {
     while !signals.lock().iter().any(|(b, _)| !*b) && Instant::now() < end {
         conn.process(Duration::from_millis(50)).unwrap();
     }
-    std::thread::sleep(Duration::from_millis(300));
-    stop.store(true, Ordering::SeqCst);
+    let end = Instant::now() + Duration::from_secs(10);
+    while exits.lock().len() < PODS && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cancel.cancel();
     poller.join().unwrap();
     let false_ns = signals.lock().iter().find(|(b, _)| !*b).map(|(_, t)| *t);
     let exits = exits.lock().clone();
