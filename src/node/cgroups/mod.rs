@@ -213,6 +213,10 @@ pub struct Cgroups {
     /// The connection to systemd (used by the `systemd` driver only; it
     /// connects at its first call).
     pub systemd: Arc<systemd::Systemd>,
+    /// v1: every mounted hierarchy's top (podwarden's, `blkio`, `cpuset`,
+    /// `devices`, `freezer`, the named `systemd` one ...), read once at
+    /// [`Cgroups::detect`]; v2: none.
+    hierarchies: Vec<PathBuf>,
 }
 
 /// cgroup v1 hierarchies podwarden makes pod cgroups in (cpuset is left
@@ -228,7 +232,19 @@ impl Cgroups {
     pub fn detect(driver: Driver, root: &Path) -> Cgroups {
         let version = if root.join("cgroup.controllers").exists() { Version::V2 } else { Version::V1 };
         let systemd = Arc::new(systemd::Systemd::new());
-        Cgroups { driver, version, root: root.to_path_buf(), pod_pids_limit: None, systemd }
+        // a hierarchy's top has cgroup.procs; `cpu` and `cpuacct` are often
+        // links to `cpu,cpuacct`, counted once through it
+        let hierarchies = match version {
+            Version::V1 => std::fs::read_dir(root)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()) && e.path().join("cgroup.procs").exists())
+                .map(|e| e.path())
+                .collect(),
+            Version::V2 => Vec::new(),
+        };
+        Cgroups { driver, version, root: root.to_path_buf(), pod_pids_limit: None, systemd, hierarchies }
     }
 
     /// Every pod cgroup gets `pids.max` = `limit` when it is positive (the
@@ -257,17 +273,11 @@ impl Cgroups {
     /// and leaves it when they go, as the kubelet removes it from all.
     fn dirs_everywhere(&self, name: &str) -> Vec<PathBuf> {
         let mut dirs = self.dirs(name);
-        if self.version == Version::V1 {
-            let rel = name.trim_start_matches('/');
-            for e in std::fs::read_dir(&self.root).into_iter().flatten().flatten() {
-                // a hierarchy's top has cgroup.procs; `cpu` and `cpuacct` are
-                // often links to `cpu,cpuacct`, counted once through it
-                if e.file_type().is_ok_and(|t| t.is_dir()) && e.path().join("cgroup.procs").exists() {
-                    let d = e.path().join(rel);
-                    if !dirs.contains(&d) {
-                        dirs.push(d);
-                    }
-                }
+        let rel = name.trim_start_matches('/');
+        for h in &self.hierarchies {
+            let d = h.join(rel);
+            if !dirs.contains(&d) {
+                dirs.push(d);
             }
         }
         dirs
