@@ -58,7 +58,7 @@ build_s=$(since "$t1")
 
 log "go build: ${build_s}s, total $(since "$t0")s"
 for b in kube-apiserver kube-controller-manager kube-scheduler kubelet server; do
-  [ "$b" != kubelet ] || [ "${PODWARDEN_CLUSTER_KUBELET:-0}" = 1 ] || [ -x "$OUT/$b" ] || continue
+  [ "$b" = kubelet ] && [ "${PODWARDEN_CLUSTER_KUBELET:-0}" != 1 ] && continue
   [ -x "$OUT/$b" ] || { log "missing $OUT/$b"; exit 1; }
   log "$(printf '%-24s %4d MiB' "$b" "$(( $(stat -c %s "$OUT/$b") / 1048576 ))")"
 done
