@@ -46,9 +46,19 @@ up() {
     dbus-daemon --config-file="$DIR/system.conf" --nofork --print-pid 3 3>"$DIR/dbus.pid" >/dev/null 2>"$DIR/dbus.log" &
     for _ in $(seq 1 50); do [ -S "$SOCK" ] && break; sleep 0.1; done
   fi
+  # drop-ins are test state (an agent run with a long shutdownGracePeriod
+  # writes 99-podwarden.conf here and leaves it, as on a real node): a new
+  # run starts from InhibitDelayMaxSec=${LOGIND_DELAY:-5} alone, and a
+  # running logind rereads its configuration (SIGHUP) when one was left
+  mkdir -p "$DIR/logind.conf.d"
+  local reloaded=
+  if [ -n "$(ls -A "$DIR/logind.conf.d")" ]; then
+    log "removing the drop-ins a previous run left: $(ls "$DIR/logind.conf.d" | tr '\n' ' ')"
+    rm -rf "${DIR:?}/logind.conf.d/"*
+    if alive "$DIR/logind.pid"; then kill -HUP "$(cat "$DIR/logind.pid")"; reloaded=1; fi
+  fi
   if ! alive "$DIR/logind.pid"; then
     printf '[Login]\nInhibitDelayMaxSec=%s\n' "${LOGIND_DELAY:-5}" > "$DIR/logind.conf"
-    mkdir -p "$DIR/logind.conf.d"
     cat > "$DIR/run-logind.sh" <<SH
 #!/bin/sh
 mount -t tmpfs tmpfs /run/systemd
@@ -80,6 +90,16 @@ SH
       sleep 0.1
     done
   done
+  if [ -n "$reloaded" ]; then
+    local want=$(( ${LOGIND_DELAY:-5} * 1000000 ))
+    for _ in $(seq 1 100); do
+      DBUS_SYSTEM_BUS_ADDRESS="$ADDR" dbus-send --system --print-reply --dest=org.freedesktop.login1 \
+        /org/freedesktop/login1 org.freedesktop.DBus.Properties.Get string:org.freedesktop.login1.Manager \
+        string:InhibitDelayMaxUSec 2>/dev/null | grep -q "uint64 $want\$" && { reloaded=; break; }
+      sleep 0.1
+    done
+    [ -z "$reloaded" ] || { log "logind did not reread InhibitDelayMaxSec=${LOGIND_DELAY:-5} within 10 s"; exit 1; }
+  fi
   env_vars
 }
 

@@ -362,12 +362,20 @@ fn a_best_effort_pod_is_the_oom_killers_first_choice_on_containerd() {
     let mut a = Agent::start_with("oom-order", "evictionHard: {}\n", &[]);
     let state = a.root().parent().unwrap().join("oom-state");
     std::fs::create_dir_all(&state).unwrap();
-    // `late` asks for half what the others hold: what the kernel frees
-    // by killing one of them (the shell's string, grown by doubling, is
-    // up to twice its length) is always enough for it
+    // `be` and `bu` hold 40 MB each in a shell string (grown by doubling:
+    // up to twice that, and the same in both); `late` then needs 20 MB at
+    // once, in one buffer dd reads into, so what the kernel frees by killing
+    // one of the others is always enough for it (a string grown by copying
+    // needs its old and new block together, a peak of three times its
+    // length, and took the Burstable pod with it when the BestEffort pod's
+    // 40 MB were not enough)
     let hold = |marker: &str| {
-        let bytes = if marker == "late" { 20_000_000 } else { 40_000_000 };
-        format!("s=$(head -c {bytes} /dev/zero | tr '\\0' x); touch /state/{marker}; while :; do sleep 1; done")
+        let take = if marker == "late" {
+            "dd if=/dev/zero of=/dev/null bs=20000000 count=1 2>/dev/null".to_string()
+        } else {
+            "s=$(head -c 40000000 /dev/zero | tr '\\0' x)".to_string()
+        };
+        format!("{take} && touch /state/{marker}; while :; do sleep 1; done")
     };
     let pod = |name: &str, resources: &str, policy: &str| {
         format!(
@@ -386,18 +394,28 @@ fn a_best_effort_pod_is_the_oom_killers_first_choice_on_containerd() {
     // kubepods just above what the pods cannot give back (their anonymous
     // and shared memory, not the page cache earlier tests left charged
     // there, which the kernel would reclaim for `late` before killing
-    // anyone): the next 20 MB do not fit
+    // anyone), plus the kernel memory charged there (v1 counts it in the
+    // usage; what earlier tests' pods left, dentries and inodes, is dropped
+    // first, or it would be reclaimed for `late` too): the next 20 MB do
+    // not fit
     let limit = std::path::PathBuf::from("/sys/fs/cgroup/memory/kubepods/memory.limit_in_bytes");
     let _restore = Restore(limit.clone(), std::fs::read_to_string(&limit).unwrap().trim().to_string());
+    std::fs::write("/proc/sys/vm/drop_caches", "2").expect("drop the reclaimable slab caches");
     let stat = std::fs::read_to_string("/sys/fs/cgroup/memory/kubepods/memory.stat").unwrap();
     let field = |k: &str| -> i64 {
         stat.lines().find_map(|l| l.strip_prefix(k)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or(0)
     };
     let held = field("total_rss") + field("total_shmem") + field("total_mapped_file");
     assert!(held >= 60_000_000, "the two pods hold {held} bytes, not their 80 MB: {stat}");
+    let kmem: i64 = std::fs::read_to_string("/sys/fs/cgroup/memory/kubepods/memory.kmem.usage_in_bytes")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let to = held + kmem + (8 << 20);
     // (the kernel reclaims the cache to fit; the write fails only if it cannot)
-    std::fs::write(&limit, (held + (8 << 20)).to_string())
-        .unwrap_or_else(|e| panic!("kubepods limited to {} bytes: {e}\n{stat}", held + (8 << 20)));
+    std::fs::write(&limit, to.to_string())
+        .unwrap_or_else(|e| panic!("kubepods limited to {to} bytes (kmem {kmem}): {e}\n{stat}"));
     a.write("late.yaml", &pod("late", "{limits: {cpu: 100m, memory: 200Mi}}", "Never"));
     let late = a.uid("late");
     let state_of =

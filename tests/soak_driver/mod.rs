@@ -1030,6 +1030,22 @@ fn kill_by_pid_file(file: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Take back the drop-in the agent wrote into the shared logind's
+/// configuration (its 10 s shutdownGracePeriod is above the test logind's
+/// 5 s) and make logind reread it, as `scripts/logind-env.sh up` leaves it:
+/// the logind tests expect its own InhibitDelayMaxSec.
+fn restore_logind() {
+    let dropin = PathBuf::from(logind_dir()).join("logind.conf.d/99-podwarden.conf");
+    if std::fs::remove_file(&dropin).is_ok() {
+        let pid = std::fs::read_to_string(format!("{}/logind.pid", logind_dir()))
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok());
+        if let Some(pid) = pid {
+            let _ = podwarden::sys::kill(pid, libc::SIGHUP);
+        }
+    }
+}
+
 fn kubectl_path() -> PathBuf {
     let name = "kubectl.1.33";
     let mut places = vec![PathBuf::from("/usr/lib/google-cloud-sdk/bin").join(name)];
@@ -1267,6 +1283,7 @@ pub fn run(o: &Opts) -> Report {
     report.problems = sh.problems.lock().clone();
     report.log_tail = agent.log_tail(200);
     agent.stop();
+    restore_logind();
     if report.clean() {
         let _ = std::fs::remove_dir_all(&dir);
     }
