@@ -255,21 +255,23 @@ start_qemu() {
     -pidfile "$d/qemu.pid" "$@" > "$d/qemu.log" 2>&1 < /dev/null &
 }
 
+# until NAME answers ssh; a failure says why (the console's tail on
+# stderr) and returns 1
 wait_ssh() {
-  local name="$1" d t0=$SECONDS
+  local name="$1" d t0=$SECONDS why=
   d=$(vm_dir "$name")
   until VM_SSH_TIMEOUT=10 ssh_to "$name" true 2>/dev/null; do
     if [ $((SECONDS - t0)) -gt 180 ]; then
-      tail -n 30 "$d/console.log" >&2 || true
-      die "$name: no ssh after 180 s (console above, $d/console.log)"
+      why="no ssh after 180 s"
+    elif grep -q "Kernel panic" "$d/console.log" 2>/dev/null; then
+      why="the guest's kernel panicked while booting"
+    elif [ -f "$d/qemu.pid" ] && ! alive "$name"; then
+      why="QEMU exited while booting ($d/qemu.log)"
     fi
-    if grep -q "Kernel panic" "$d/console.log" 2>/dev/null; then
+    if [ -n "$why" ]; then
       tail -n 30 "$d/console.log" >&2 || true
-      die "$name: the guest's kernel panicked while booting ($d/console.log)"
-    fi
-    if [ -f "$d/qemu.pid" ] && ! alive "$name"; then
-      tail -n 30 "$d/console.log" >&2 || true
-      die "$name: QEMU exited while booting ($d/qemu.log, $d/console.log)"
+      log "$name: $why (console above, $d/console.log)"
+      return 1
     fi
     sleep 0.5
   done
@@ -294,7 +296,7 @@ base() {
   mkfifo "$b/mon.in" "$b/mon.out"
   log "booting the base machine (saved once, resumed by each VM)"
   start_qemu "$BASE" 900 "$img" -monitor "pipe:$b/mon"
-  wait_ssh "$BASE"
+  wait_ssh "$BASE" || die "the base machine did not boot"
   import_images "$BASE"
   ssh_to "$BASE" sync
   # saved while it runs (live), so that each VM resumed from it runs at
@@ -327,21 +329,34 @@ up() {
     [[ "$VM_API_FORWARD" =~ ^[0-9.]+:[0-9]+$ ]] || die "VM_API_FORWARD is HOST:PORT (an IPv4 address): $VM_API_FORWARD"
     echo "$VM_API_FORWARD" > "$d/api_forward"
   fi
-  local resume=()
-  if [ ! -f "$d/overlay.qcow2" ]; then
-    if [ -z "${VM_CMDLINE:-}" ] && [ "${VM_NO_RESUME:-0}" != 1 ]; then
-      # a new VM: the base machine, resumed (its disk under an overlay)
-      base "$img"
-      b=$(vm_dir "$BASE")
-      qemu-img create -q -f qcow2 -F qcow2 -b "$b/overlay.qcow2" "$d/overlay.qcow2"
-      resume=(-incoming "exec:cat $b/state")
-    else
-      qemu-img create -q -f qcow2 -F raw -b "$img/disk.img" "$d/overlay.qcow2"
+  local resume=() try
+  for try in 1 2; do
+    if [ ! -f "$d/overlay.qcow2" ]; then
+      if [ -z "${VM_CMDLINE:-}" ] && [ "${VM_NO_RESUME:-0}" != 1 ]; then
+        # a new VM: the base machine, resumed (its disk under an overlay)
+        base "$img"
+        b=$(vm_dir "$BASE")
+        qemu-img create -q -f qcow2 -F qcow2 -b "$b/overlay.qcow2" "$d/overlay.qcow2"
+        resume=(-incoming "exec:cat $b/state")
+      else
+        qemu-img create -q -f qcow2 -F raw -b "$img/disk.img" "$d/overlay.qcow2"
+      fi
     fi
-  fi
-  # (an existing overlay: the same machine booted again, as after a reboot)
-  start_qemu "$name" "$limit" "$img" -monitor none "${resume[@]}"
-  wait_ssh "$name"
+    # (an existing overlay: the same machine booted again, as after a reboot)
+    start_qemu "$name" "$limit" "$img" -monitor none "${resume[@]}"
+    wait_ssh "$name" && break
+    # a saved base machine whose guests do not come up (a save torn under
+    # load) would fail every VM made from it while its key stands: it is
+    # saved again, and the VM made from the new one, once
+    [ "$try" = 1 ] && [ "${#resume[@]}" -gt 0 ] || die "$name did not come up"
+    log "$name: discarding the saved base machine and making the VM again from a new one"
+    cp "$d/console.log" "$RUN/$name.failed-console.log" 2>/dev/null || true
+    down "$name"
+    mkdir -p "$d"
+    [ -z "${VM_API_FORWARD:-}" ] || echo "$VM_API_FORWARD" > "$d/api_forward"
+    rm -f "$(vm_dir "$BASE")/key"
+    resume=()
+  done
   import_images "$name"
   log "$name up in $(cat "$d/boot_seconds") s (ssh on 127.0.0.1:$(cat "$d/port"))${resume:+, resumed}"
 }

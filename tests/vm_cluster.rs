@@ -319,7 +319,7 @@ fn a_node_rebooted_while_its_control_plane_is_away_runs_its_pods_and_catches_up(
     assert!(down.success(), "the VM did not reboot within 180 s");
     let name = vm.name.clone();
     std::mem::forget(vm); // the same machine: its overlay stays
-    let vm = Vm::up(&name);
+    let vm = Vm::again(&name);
     for (ns, pod) in [(NS, "api-a"), (NS, "api-b"), ("default", "local")] {
         vm.wait(
             &format!("{pod} Running after the boot, the control plane away"),

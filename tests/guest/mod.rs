@@ -37,12 +37,27 @@ pub struct Vm {
 }
 
 impl Vm {
+    /// A new machine named `name`, resumed from the saved base machine.
     pub fn up(name: &str) -> Vm {
         Vm::up_with(name, &[])
     }
 
     /// [`Vm::up`] with `env` for scripts/vm-env.sh (`VM_API_FORWARD`).
     pub fn up_with(name: &str, env: &[(&str, &str)]) -> Vm {
+        // whatever an earlier run left under this name goes first: its disk
+        // overlay may sit on a base machine saved since, and booting it
+        // would mount garbage (a run that failed before its `Vm` existed
+        // never dropped it)
+        let _ = Command::new(root().join("scripts/vm-env.sh")).args(["down", name]).output();
+        Vm::boot(name, env)
+    }
+
+    /// The machine `name` started again on its own disk, as after a reboot.
+    pub fn again(name: &str) -> Vm {
+        Vm::boot(name, &[])
+    }
+
+    fn boot(name: &str, env: &[(&str, &str)]) -> Vm {
         let since = Instant::now();
         let out = Command::new(root().join("scripts/vm-env.sh"))
             .args(["up", name, "1500"])
@@ -316,7 +331,7 @@ pub fn reboot_with_recording_pods(vm: Vm) -> Reboot {
     // the machine comes back (the same disk) and the static pods run again
     let name = vm.name.clone();
     std::mem::forget(vm); // the same machine: its overlay stays
-    let vm = Vm::up(&name);
+    let vm = Vm::again(&name);
     running(&vm, " again after the boot");
     let journal = vm.sh(
         "journalctl -b -1 -u podwarden -o short-monotonic --no-pager | grep -iE 'shutdown|logind|kill' | tail -n 30",
