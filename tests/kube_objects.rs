@@ -183,10 +183,20 @@ fn config_maps_are_created_patched_and_deleted_as_files_of_their_own() {
     assert_eq!(code, 409, "{got}");
     // invalid: the API server's 422 with its causes; nothing written
     let before = std::fs::read_to_string(&file).unwrap();
-    let (code, _, got) =
-        call(&api, &a, "PATCH", &format!("{CMS}/app"), "application/merge-patch+json", r#"{"data": {"a b": "x"}}"#);
+    let (code, _, got) = call(
+        &api,
+        &a,
+        "PATCH",
+        &format!("{CMS}/app"),
+        "application/merge-patch+json",
+        r#"{"data": {"a b": "x", "c d": "y"}}"#,
+    );
     assert_eq!((code, got["reason"].as_str()), (422, Some("Invalid")), "{got}");
-    assert!(got["message"].as_str().unwrap().starts_with("ConfigMap \"app\" is invalid: data"), "{got}");
+    assert!(got["message"].as_str().unwrap().starts_with("ConfigMap \"app\" is invalid: [data"), "{got}");
+    // every bad key, one cause each, as the API server lists them
+    let causes = got["details"]["causes"].as_array().unwrap();
+    let fields: Vec<&str> = causes.iter().map(|c| c["field"].as_str().unwrap()).collect();
+    assert_eq!(fields, ["data[\"a b\"]", "data[\"c d\"]"], "{got}");
     assert_eq!(got["details"]["causes"][0]["reason"], "FieldValueInvalid", "{got}");
     let (code, _, got) = call(
         &api,

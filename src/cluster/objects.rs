@@ -195,7 +195,7 @@ impl super::reflector::Store for ObjectStore<'_> {
 
 /// An API object read as a local one: its metadata cut to what a local
 /// object keeps (the API's own fields are the server's business).
-fn read(key: &ObjKey, mut v: Value) -> Result<crate::model::objects::LocalObject, crate::model::field::FieldError> {
+fn read(key: &ObjKey, mut v: Value) -> Result<crate::model::objects::LocalObject, crate::model::field::FieldErrors> {
     v["apiVersion"] = "v1".into();
     v["kind"] = key.kind.as_str().into();
     if let Some(meta) = v["metadata"].as_object_mut() {

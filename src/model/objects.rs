@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use super::field::{FieldError, err};
+use super::field::{FieldError, FieldErrors};
 use super::names::{check_key, is_dns1123_label, is_dns1123_subdomain};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -209,17 +209,20 @@ fn required_secret_keys(type_: &str) -> &'static [&'static [&'static str]] {
 }
 
 /// Build a local object from one parsed document (its `kind` is
-/// `ConfigMap` or `Secret`), checked as the API server checks it. Returns
-/// the object and warnings (unknown fields).
-pub fn from_value(kind: Kind, file: &str, mut value: Value) -> Result<(LocalObject, Vec<String>), FieldError> {
+/// `ConfigMap` or `Secret`), checked as the API server checks it: every
+/// refused field at once, metadata's first, then the data's. A document
+/// that cannot be decoded at all (a wrong `apiVersion`, a value of the
+/// wrong type) is one error, as the API server's decoding is. Returns the
+/// object and warnings (unknown fields).
+pub fn from_value(kind: Kind, file: &str, mut value: Value) -> Result<(LocalObject, Vec<String>), FieldErrors> {
     let mut warnings = Vec::new();
     let Value::Object(map) = &mut value else {
-        return err("(top level)", format!("expected a {} object", kind.as_str()));
+        return Err(FieldError::new("(top level)", format!("expected a {} object", kind.as_str())).into());
     };
     match map.get("apiVersion").and_then(Value::as_str) {
         Some("v1") => {}
-        Some(other) => return err("apiVersion", format!("is {other:?}; expected \"v1\"")),
-        None => return err("apiVersion", "missing; expected \"v1\""),
+        Some(other) => return Err(FieldError::new("apiVersion", format!("is {other:?}; expected \"v1\"")).into()),
+        None => return Err(FieldError::new("apiVersion", "missing; expected \"v1\"").into()),
     }
     let allowed = if kind == Kind::Secret { SECRET_FIELDS } else { OBJECT_FIELDS };
     for k in map.keys() {
@@ -228,41 +231,47 @@ pub fn from_value(kind: Kind, file: &str, mut value: Value) -> Result<(LocalObje
         }
     }
     map.retain(|k, _| allowed.contains(&k.as_str()));
+    let mut errors = FieldErrors::new();
     let mut managed_fields = None;
     if let Some(Value::Object(meta)) = map.get_mut("metadata") {
-        match meta.get("managedFields") {
-            None | Some(Value::Null) => {}
-            Some(Value::Array(entries)) if entries.iter().all(Value::is_object) => {
-                managed_fields = Some(Value::Array(entries.clone()))
-            }
-            Some(_) => return err("metadata.managedFields", "must be a list of objects"),
-        }
         for (k, v) in meta.iter() {
+            if k == "managedFields" {
+                match v {
+                    Value::Null => {}
+                    Value::Array(entries) if entries.iter().all(Value::is_object) => managed_fields = Some(v.clone()),
+                    _ => errors.push(FieldError::new("metadata.managedFields", "must be a list of objects")),
+                }
+                continue;
+            }
             if METADATA_OUTPUT.contains(&k.as_str()) || METADATA_FIELDS.contains(&k.as_str()) || v.is_null() {
                 continue;
             }
-            return err(format!("metadata.{k}"), format!("not supported for a local {}", kind.as_str()));
+            errors
+                .push(FieldError::new(format!("metadata.{k}"), format!("not supported for a local {}", kind.as_str())));
         }
         meta.retain(|k, _| METADATA_FIELDS.contains(&k.as_str()));
     }
-    let (meta, type_, immutable, data, binary_keys) = match kind {
-        Kind::ConfigMap => config_map(value)?,
-        Kind::Secret => secret(value)?,
+    let decoded = match kind {
+        Kind::ConfigMap => config_map(value),
+        Kind::Secret => secret(value),
     };
+    // (a document that does not decode has no name or data to check)
+    let Decoded { meta, type_, immutable, data, binary_keys, errors: data_errors } =
+        decoded.map_err(FieldErrors::from)?;
     let name = meta.name.clone().unwrap_or_default();
     if name.is_empty() {
-        return err("metadata.name", format!("missing; a {} needs a name", kind.as_str()));
-    }
-    if !is_dns1123_subdomain(&name) {
-        return err(
+        errors.push(FieldError::new("metadata.name", format!("missing; a {} needs a name", kind.as_str())));
+    } else if !is_dns1123_subdomain(&name) {
+        errors.push(FieldError::new(
             "metadata.name",
             format!("{name:?} is not a valid DNS-1123 subdomain (lowercase letters, digits, '-', '.')"),
-        );
+        ));
     }
     let namespace = meta.namespace.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| "default".to_string());
     if !is_dns1123_label(&namespace) {
-        return err("metadata.namespace", format!("{namespace:?} is not a valid DNS-1123 label"));
+        errors.push(FieldError::new("metadata.namespace", format!("{namespace:?} is not a valid DNS-1123 label")));
     }
+    errors.append(data_errors);
     let obj = LocalObject {
         key: ObjKey { kind, namespace, name },
         file: file.to_string(),
@@ -276,14 +285,27 @@ pub fn from_value(kind: Kind, file: &str, mut value: Value) -> Result<(LocalObje
     };
     let size = obj.size();
     if size > MAX_OBJECT_DATA_BYTES {
-        return err("data", format!("{size} bytes of data: must have at most {MAX_OBJECT_DATA_BYTES} bytes"));
+        errors.push(FieldError::new(
+            "data",
+            format!("{size} bytes of data: must have at most {MAX_OBJECT_DATA_BYTES} bytes"),
+        ));
     }
+    errors.into_result()?;
     Ok((obj, warnings))
 }
 
-/// What a ConfigMap or Secret document holds: metadata, Secret type,
-/// `immutable`, the data by key, the keys from `binaryData`.
-type Decoded = (ObjectMeta, Option<String>, bool, BTreeMap<String, Vec<u8>>, BTreeSet<String>);
+/// What a ConfigMap or Secret document holds, and what is wrong with its
+/// data.
+struct Decoded {
+    meta: ObjectMeta,
+    /// A Secret's type.
+    type_: Option<String>,
+    immutable: bool,
+    data: BTreeMap<String, Vec<u8>>,
+    /// The keys from `binaryData`.
+    binary_keys: BTreeSet<String>,
+    errors: FieldErrors,
+}
 
 /// A deserialization error, at the field it names.
 fn deserialize_error(e: serde_path_to_error::Error<serde_json::Error>) -> FieldError {
@@ -293,51 +315,68 @@ fn deserialize_error(e: serde_path_to_error::Error<serde_json::Error>) -> FieldE
 /// A ConfigMap's data: `data` and `binaryData`, keys checked and distinct.
 fn config_map(value: Value) -> Result<Decoded, FieldError> {
     let cm: ConfigMap = serde_path_to_error::deserialize(value).map_err(deserialize_error)?;
+    let mut errors = FieldErrors::new();
     let mut data: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     for (k, v) in cm.data.unwrap_or_default() {
-        check_key_of(format!("data[{k:?}]"), &k)?;
+        errors.check(check_key_of(format!("data[{k:?}]"), &k));
         data.insert(k, v.into_bytes());
     }
     let mut binary = BTreeSet::new();
     for (k, v) in cm.binary_data.unwrap_or_default() {
-        check_key_of(format!("binaryData[{k:?}]"), &k)?;
+        errors.check(check_key_of(format!("binaryData[{k:?}]"), &k));
         if data.contains_key(&k) {
-            return err(format!("binaryData[{k:?}]"), "duplicate of key present in data");
+            errors.push(FieldError::new(format!("binaryData[{k:?}]"), "duplicate of key present in data"));
+            continue;
         }
         binary.insert(k.clone());
         data.insert(k, v.0);
     }
-    Ok((cm.metadata, None, cm.immutable.unwrap_or(false), data, binary))
+    Ok(Decoded {
+        meta: cm.metadata,
+        type_: None,
+        immutable: cm.immutable.unwrap_or(false),
+        data,
+        binary_keys: binary,
+        errors,
+    })
 }
 
 /// A Secret's type and data: `stringData` merged over `data`, the keys its
 /// type requires.
 fn secret(value: Value) -> Result<Decoded, FieldError> {
     let s: Secret = serde_path_to_error::deserialize(value).map_err(deserialize_error)?;
+    let mut errors = FieldErrors::new();
     let type_ = s.type_.filter(|t| !t.is_empty()).unwrap_or_else(|| "Opaque".to_string());
     if SECRET_TYPES_REJECTED.contains(&type_.as_str()) {
-        return err(
+        errors.push(FieldError::new(
             "type",
             format!("{type_:?} needs an API server's token controller; podwarden has none (use Opaque)"),
-        );
+        ));
     }
     let mut data: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     for (k, v) in s.data.unwrap_or_default() {
-        check_key_of(format!("data[{k:?}]"), &k)?;
+        errors.check(check_key_of(format!("data[{k:?}]"), &k));
         data.insert(k, v.0);
     }
     // the API server merges stringData over data when it stores a
     // Secret
     for (k, v) in s.string_data.unwrap_or_default() {
-        check_key_of(format!("stringData[{k:?}]"), &k)?;
+        errors.check(check_key_of(format!("stringData[{k:?}]"), &k));
         data.insert(k, v.into_bytes());
     }
     for any_of in required_secret_keys(&type_) {
         if !any_of.iter().any(|k| data.contains_key(*k)) {
-            return err("data", format!("a {type_} Secret needs the key {}", any_of.join(" or ")));
+            errors.push(FieldError::new("data", format!("a {type_} Secret needs the key {}", any_of.join(" or "))));
         }
     }
-    Ok((s.metadata, Some(type_), s.immutable.unwrap_or(false), data, BTreeSet::new()))
+    Ok(Decoded {
+        meta: s.metadata,
+        type_: Some(type_),
+        immutable: s.immutable.unwrap_or(false),
+        data,
+        binary_keys: BTreeSet::new(),
+        errors,
+    })
 }
 
 /// Every object a pod refers to (environment, volumes, image pull
@@ -424,7 +463,7 @@ mod tests {
 
     #[test]
     fn bad_objects_are_named() {
-        let bad = |kind, v: Value| from_value(kind, "f", v).unwrap_err();
+        let bad = |kind, v: Value| from_value(kind, "f", v).unwrap_err().first().cloned().unwrap();
         let e = bad(Kind::ConfigMap, json!({"apiVersion": "v1", "metadata": {"name": "a"}, "data": {"a b": "x"}}));
         assert_eq!(e.field, "data[\"a b\"]");
         assert!(e.reason.contains("[-._a-zA-Z0-9]+"), "{}", e.reason);
@@ -460,6 +499,41 @@ mod tests {
     }
 
     #[test]
+    fn every_refused_field_at_once_metadata_first() {
+        let v = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "Bad_Name", "namespace": "Prod", "ownerReferences": [{}], "finalizers": ["x"]},
+            "type": "kubernetes.io/tls",
+            "data": {"a b": "eA==", "ok": "eA=="}, "stringData": {"..x": "y", "c/d": "z"}});
+        let errs = from_value(Kind::Secret, "f", v).unwrap_err();
+        let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "metadata.finalizers",
+                "metadata.ownerReferences",
+                "metadata.name",
+                "metadata.namespace",
+                "data[\"a b\"]",
+                "stringData[\"..x\"]",
+                "stringData[\"c/d\"]",
+                "data",
+                "data",
+            ],
+            "{errs}"
+        );
+        assert!(errs.iter().any(|e| e.reason.contains("tls.crt")) && errs.iter().any(|e| e.reason.contains("tls.key")));
+        // a ConfigMap's duplicate key and bad keys, all of them
+        let v = json!({"apiVersion": "v1", "metadata": {"name": "a"}, "data": {"k": "x", "a b": "y"},
+            "binaryData": {"k": "AA==", "c d": "AA=="}});
+        let errs = from_value(Kind::ConfigMap, "f", v).unwrap_err();
+        let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, ["data[\"a b\"]", "binaryData[\"c d\"]", "binaryData[\"k\"]"], "{errs}");
+        // what does not decode stays one error
+        let v = json!({"apiVersion": "v1", "metadata": {"name": "Bad_Name"}, "data": {"k": 1}});
+        assert_eq!(from_value(Kind::ConfigMap, "f", v).unwrap_err().len(), 1);
+    }
+
+    #[test]
     fn annotations_and_managed_fields_are_kept_and_content_compared_without_them() {
         let mf = json!([{"manager": "kubectl", "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": {}}]);
         let v = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a",
@@ -476,7 +550,7 @@ mod tests {
         assert!(!o.same_content(&from_value(Kind::ConfigMap, "f", changed).unwrap().0));
         let mut bad = v;
         bad["metadata"]["managedFields"] = json!("x");
-        assert_eq!(from_value(Kind::ConfigMap, "f", bad).unwrap_err().field, "metadata.managedFields");
+        assert_eq!(from_value(Kind::ConfigMap, "f", bad).unwrap_err().first().unwrap().field, "metadata.managedFields");
     }
 
     #[test]

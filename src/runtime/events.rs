@@ -164,6 +164,10 @@ impl Drop for EventStream {
     fn drop(&mut self) {
         self.cancel.cancel();
         if let Some(j) = self.join.take() {
+            // a quiet stream parks its thread between looks at the token:
+            // woken, it sees the cancel now, not a poll period later (an
+            // agent stopped by systemd at power-off exits that much sooner)
+            j.thread().unpark();
             let _ = j.join();
         }
     }

@@ -272,7 +272,7 @@ pub fn parse_all(path: &str, bytes: &[u8], node_name: &str) -> Result<FileConten
         let (obj, warnings) = match objects::from_value(kind, path, doc) {
             Ok(o) => o,
             Err(e) => {
-                refuse(e.into());
+                refuse(e);
                 continue;
             }
         };

@@ -254,7 +254,7 @@ pub fn validate_fields(kind: &str, name: &str, obj: &mut Value, mode: FieldValid
                 let probe = Value::Object(map.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
                 match model_objects::from_value(k, "(request)", probe) {
                     Ok((_, w)) => top = w,
-                    Err(e) => return Err(ApiError::field_invalid(kind, name, &e.field, e.reason)),
+                    Err(e) => return Err(ApiError::fields_invalid(kind, name, &e)),
                 }
             }
             top

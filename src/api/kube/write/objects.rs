@@ -141,7 +141,7 @@ fn store(ctx: &Ctx, key: &ObjKey, live: Option<&LocalObject>, new: &Value, param
         ann.retain(|k, _| !SHOWN_ONLY.contains(&k.as_str()));
     }
     let (local, _) = objects::from_value(kind, "(request)", manifest)
-        .map_err(|e| ApiError::field_invalid(kind.as_str(), name, &e.field, e.reason))?;
+        .map_err(|e| ApiError::fields_invalid(kind.as_str(), name, &e))?;
     if let Some(l) = live {
         immutable(l, &local)?;
     }
