@@ -8,7 +8,9 @@
 //! - `objects`: the same for ConfigMaps and Secrets, through `api::objects`;
 //! - `patch`: JSON, merge and strategic merge patches, pure; `ssa`:
 //!   server-side apply and `managedFields`, pure;
-//! - `pbbody`: the protobuf bodies of kubectl's typed clients.
+//! - `pbbody`: the protobuf bodies of client-go's typed clients and kubectl
+//!   (a Pod, ConfigMap, Secret, DeleteOptions), decoded by the `pbschema`
+//!   table to the JSON a JSON body gives.
 //!
 //! This file is what every write shares: a request's body as JSON
 //! (`body_object`) and the new object's name (`identify`), the write
@@ -29,6 +31,7 @@
 pub mod objects;
 pub mod patch;
 pub mod pbbody;
+pub mod pbschema;
 pub mod pods;
 pub mod ssa;
 
@@ -41,7 +44,8 @@ use crate::model::{fields, objects as model_objects};
 use super::wire::Request;
 
 /// A request body as JSON (`application/json`, YAML by its type, or a
-/// protobuf ConfigMap or Secret: `pbbody`), at most `max` bytes.
+/// protobuf Pod, ConfigMap, Secret or DeleteOptions: `pbbody`), at most
+/// `max` bytes.
 pub fn body_object(req: &Request, max: usize) -> Res<Value> {
     if req.body.len() > max {
         return Err(ApiError::too_large(format!("the request body is over {max} bytes")));
