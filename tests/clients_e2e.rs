@@ -121,6 +121,11 @@ fn javascript_client() {
 #[test]
 fn go_client_websocket() {
     let dir = clients_dir();
+    assert!(
+        dir.join("go-scenario").is_file(),
+        "client-go's scenario is not built in {}: run `tools/clients/prepare.sh go` (Go 1.24 or newer)",
+        dir.display()
+    );
     scenario("go-websocket", &[dir.join("go-scenario"), PathBuf::from("-streams=websocket")]);
 }
 

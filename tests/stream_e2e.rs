@@ -491,11 +491,13 @@ fn ws_exec(mut w: WebSocket<std::net::TcpStream>) -> (String, String) {
     }
 }
 
-/// A v5 exec session: `stdin` sent in messages, then CLOSE of stdin
-/// (255, 0); (stdout, stderr, the final status) once the server closed.
-fn ws_exec_v5(mut w: WebSocket<std::net::TcpStream>, stdin: &[&[u8]]) -> (String, String, String) {
-    for part in stdin {
-        w.send(Message::binary([&[0u8][..], part].concat())).unwrap();
+/// A v5 exec session: `messages` (each its channel byte and data) sent
+/// 100 ms apart, then CLOSE of stdin (255, 0); (stdout, stderr, the final
+/// status) once the server closed.
+fn ws_exec_v5(mut w: WebSocket<std::net::TcpStream>, messages: &[&[u8]]) -> (String, String, String) {
+    for m in messages {
+        w.send(Message::binary(m.to_vec())).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
     }
     w.send(Message::binary(vec![255u8, 0])).unwrap();
     w.get_ref().set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -607,7 +609,7 @@ fn the_relay_answers_each_kubectl_protocol_as_containerd_allows() {
     // kubectl 1.30+ and client-go: WebSocket v5 exec, translated to SPDY
     // for the runtime; stdin's CLOSE reaches the command as its end
     let w = ws(&addr, "/exec/e2e/web/main?command=sh&command=-c&command=cat%3Becho%20end%20%3E%262%3Bexit%203&stdin=1&stdout=1&stderr=1", "v5.channel.k8s.io").unwrap();
-    let (out, err, status) = ws_exec_v5(w, &[b"in\n", b"put\n"]);
+    let (out, err, status) = ws_exec_v5(w, &[b"\x00in\n", b"\x00put\n"]);
     assert_eq!((out.as_str(), err.as_str()), ("in\nput\n", "end\n"), "{status}");
     let status: serde_json::Value = serde_json::from_str(&status).unwrap();
     assert_eq!((status["status"].as_str(), status["reason"].as_str()), (Some("Failure"), Some("NonZeroExitCode")));
@@ -616,6 +618,15 @@ fn the_relay_answers_each_kubectl_protocol_as_containerd_allows() {
     let (out, _, status) = ws_exec_v5(w, &[]);
     assert_eq!(out, "hi\n");
     assert!(status.contains("\"Success\""), "{status}");
+    // a terminal: its size from channel 4 (the resize stream)
+    let w = ws(
+        &addr,
+        "/exec/e2e/web/main?command=sh&command=-c&command=read%20x%3Bstty%20size&stdin=1&stdout=1&tty=1",
+        "v5.channel.k8s.io",
+    )
+    .unwrap();
+    let (out, _, status) = ws_exec_v5(w, &[b"\x04{\"Width\":100,\"Height\":40}", b"\x00go\n"]);
+    assert!(out.ends_with("40 100\r\n") && status.contains("\"Success\""), "{out:?} {status}");
     // a protocol neither the runtime nor podwarden serves: a Status
     let e = ws(&addr, "/portForward/e2e/web?ports=8080", "portforward.k8s.io").unwrap_err();
     assert!(

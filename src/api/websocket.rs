@@ -143,9 +143,9 @@ impl<'a> Client<'a> {
         Ok(was && !self.blocked)
     }
 
-    /// The next binary message; `None` when none is complete yet or the
-    /// client closed ([`Client::closed`]). Pings are answered by
-    /// tungstenite; text messages are not part of these protocols.
+    /// The next data message (binary, or text as its bytes); `None` when
+    /// none is complete yet or the client closed ([`Client::closed`]).
+    /// Pings are answered by tungstenite.
     fn recv(&mut self) -> io::Result<Option<tungstenite::Bytes>> {
         if self.closed {
             return Ok(None);
@@ -159,9 +159,9 @@ impl<'a> Client<'a> {
                     let _ = self.ws.flush();
                     return Ok(None);
                 }
-                Ok(Message::Text(_)) => {
-                    return Err(io::Error::new(io::ErrorKind::InvalidData, "a text message (binary only)"));
-                }
+                // Python's client sends a str as text (the API server
+                // takes its bytes too)
+                Ok(Message::Text(t)) => return Ok(Some(t.into())),
                 Ok(_) => {}
                 Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
                 Err(
@@ -401,8 +401,10 @@ impl Session {
                         self.over |= flags & spdy::FLAG_FIN != 0 && self.channel_of(id) == Some(3);
                     }
                     spdy::RST_STREAM => {
-                        if self.unanswered > 0 {
-                            return Err(io::Error::other(format!("the runtime refused stream {id} (RST_STREAM)")));
+                        if self.unanswered > 0 && !self.over {
+                            // refused before the session started: the client hears why
+                            client.send(failure(&format!("the runtime refused stream {id} (RST_STREAM)")))?;
+                            self.over = true;
                         }
                         self.over |= self.channel_of(id) == Some(3);
                     }
@@ -515,7 +517,7 @@ pub fn exec(
             return Ok(());
         }
         if s.over || runtime_done {
-            if !s.over {
+            if !s.over && !s.status {
                 client.send(failure("the runtime's stream ended without the command's status"))?;
             }
             client.close();
@@ -556,6 +558,104 @@ mod tests {
         let s = |stdin, stdout, stderr, tty| Streams { stdin, stdout, stderr, tty };
         assert_eq!(streams_of(s(false, true, true, false)), [("error", 3), ("stdout", 1), ("stderr", 2)]);
         assert_eq!(streams_of(s(true, true, false, true)), [("error", 3), ("stdin", 0), ("stdout", 1), ("resize", 4)]);
+    }
+
+    /// A v5 client and a stand-in SPDY runtime around [`exec`], on
+    /// loopback sockets: the streams opened with their types, stdin and
+    /// its CLOSE passed on only after the replies, the output and the
+    /// status back on their channels, then a normal close.
+    #[test]
+    fn a_v5_session_is_translated_to_spdy_and_back() {
+        use flate2::{Decompress, FlushDecompress};
+        use std::net::TcpListener;
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let client = crate::base::thread::spawn("test-ws-client", None, move || {
+            let tcp = TcpStream::connect(addr).unwrap();
+            tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut ws = WebSocket::from_raw_socket(tcp, Role::Client, None);
+            // stdin as text, as Python's client sends a str
+            ws.send(Message::text("\u{0}hi")).unwrap();
+            ws.send(Message::binary(vec![CLOSE, 0])).unwrap();
+            let (mut got, mut closed) = (Vec::new(), None);
+            loop {
+                match ws.read() {
+                    Ok(Message::Binary(b)) => got.push(b.to_vec()),
+                    Ok(Message::Close(c)) => closed = c.map(|c| c.code),
+                    Ok(_) => {}
+                    Err(_) => return (got, closed),
+                }
+            }
+        })
+        .unwrap();
+        let (mut conn, _) = l.accept().unwrap();
+        let rl = TcpListener::bind("127.0.0.1:0").unwrap();
+        let raddr = rl.local_addr().unwrap();
+        let runtime = crate::base::thread::spawn("test-spdy-runtime", None, move || {
+            let (mut rt, _) = rl.accept().unwrap();
+            rt.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let (mut dec, mut z) = (Decoder::new(), Decompress::new(true));
+            let (mut buf, mut chunk) = (Vec::new(), [0u8; 4096]);
+            let (mut types, mut stdin, mut fin) = (Vec::new(), Vec::new(), false);
+            let mut replied = false;
+            while !fin {
+                let n = rt.read(&mut chunk).unwrap();
+                assert!(n > 0, "the relay closed early");
+                buf.extend_from_slice(&chunk[..n]);
+                while let Some((f, used)) = dec.next(&buf).unwrap() {
+                    match f {
+                        Frame::Control { kind: spdy::SYN_STREAM, body, .. } => {
+                            let mut plain = Vec::with_capacity(256);
+                            z.decompress_vec(&body[10..], &mut plain, FlushDecompress::Sync).unwrap();
+                            assert_eq!(&plain[..18], b"\0\0\0\x01\0\0\0\x0astreamtype");
+                            types.push((f.first_word().unwrap(), String::from_utf8(plain[22..].to_vec()).unwrap()));
+                        }
+                        Frame::Data { stream: 3, data, fin: f } => {
+                            assert!(replied, "no data before the replies");
+                            stdin.extend_from_slice(data);
+                            fin |= f;
+                        }
+                        other => panic!("unexpected {other:?}"),
+                    }
+                    buf.drain(..used);
+                }
+                if types.len() == 3 && !replied {
+                    let mut out = Vec::new();
+                    for id in [1u8, 3, 5] {
+                        // SYN_REPLY with a header block the relay does not read
+                        out.extend_from_slice(&[0x80, 3, 0, 2, 0, 0, 0, 7, 0, 0, 0, id, 0x78, 0x9c, 0]);
+                    }
+                    rt.write_all(&out).unwrap();
+                    replied = true;
+                }
+            }
+            let mut out = Vec::new();
+            spdy::ping(&mut out, 2);
+            spdy::data(&mut out, 5, b"HI", false);
+            spdy::data(&mut out, 1, b"{\"status\":\"Success\"}", false);
+            spdy::rst_stream(&mut out, 1, spdy::CANCEL);
+            spdy::goaway(&mut out);
+            rt.write_all(&out).unwrap();
+            // the ping's answer
+            let mut pong = [0u8; 12];
+            rt.read_exact(&mut pong).unwrap();
+            assert_eq!(pong, [0x80, 3, 0, 6, 0, 0, 0, 4, 0, 0, 0, 2]);
+            (types, stdin)
+        })
+        .unwrap();
+        let mut rt = TcpStream::connect(raddr).unwrap();
+        rt.set_nonblocking(true).unwrap();
+        conn.set_nonblocking(true).unwrap();
+        let streams = Streams { stdin: true, stdout: true, stderr: false, tty: false };
+        let idle = Duration::from_secs(10);
+        exec(&mut conn, Vec::new(), &mut rt, &[], streams, idle, idle).unwrap();
+        drop(conn);
+        let (types, stdin) = runtime.join().unwrap();
+        let want: Vec<(u32, String)> = vec![(1, "error".into()), (3, "stdin".into()), (5, "stdout".into())];
+        assert_eq!((types, stdin), (want, b"hi".to_vec()));
+        let (got, closed) = client.join().unwrap();
+        assert_eq!(got, [vec![1], b"\x01HI".to_vec(), b"\x03{\"status\":\"Success\"}".to_vec()]);
+        assert_eq!(closed, Some(CloseCode::Normal));
     }
 
     #[test]
