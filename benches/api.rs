@@ -42,7 +42,7 @@
 //!   round's time: the spread of the runtime's own exec shows there;
 //!   kubectl cannot talk to a bare streaming URL; `exec_kubectl_ms` is the
 //!   median wall time of 10 `kubectl.1.33 exec srv -- true` (a new process:
-//!   the pod GET, the WebSocket v5 upgrade podwarden refuses, then SPDY);
+//!   the pod GET, then WebSocket v5, which podwarden translates to SPDY);
 //! - `portforward_ratio`: 64 MiB from `srv`'s port 8080 through podwarden's
 //!   relay ÷ through containerd's own port-forward URL, as a throughput
 //!   ratio, both with this bench's WebSocket client (`v4.channel.k8s.io`,
@@ -50,8 +50,8 @@
 //!   with a second direct set, in turn as for exec; medians
 //!   (`portforward_direct_to_direct_ratio`: the second direct set's ÷ the
 //!   first's). `portforward_kubectl_mib_s`: the same 64 MiB
-//!   through `kubectl.1.33 port-forward` (SPDY after the refused
-//!   WebSocket), median of 3 connections;
+//!   through `kubectl.1.33 port-forward` (SPDY inside WebSocket,
+//!   tunnelled by podwarden), median of 3 connections;
 //! - `rss_kib_110_api`: podwarden's largest RSS while 10 watches are open
 //!   and a 64 MiB port-forward runs through it (sampled every 2 ms);
 //!   `rss_kib_110_idle`: before the API served anything; the anonymous

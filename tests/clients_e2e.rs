@@ -110,22 +110,34 @@ fn javascript_client() {
     scenario("javascript", &[PathBuf::from("node"), root().join("tools/clients/js/scenario.mjs")]);
 }
 
-/// Go's client-go (tools/clients/go, built by `tools/clients/prepare.sh
-/// go`) with exec, attach and port-forward over SPDY. Its typed clients
-/// send a Pod and DeleteOptions as protobuf (`write::pbbody`). Not yet in
-/// `prepare.sh`'s default set: without the built scenario it is skipped,
-/// saying so. (Its WebSocket executor speaks only v5.channel.k8s.io, which
-/// podwarden refuses: containerd 1.6 speaks v4.)
+/// Go's client-go scenario (tools/clients/go, built by
+/// `tools/clients/prepare.sh`); fails saying how to build it when it is
+/// missing.
+fn go_scenario() -> PathBuf {
+    let program = clients_dir().join("go-scenario");
+    assert!(
+        program.is_file(),
+        "client-go's scenario is not built ({} is missing): run `tools/clients/prepare.sh` (Go 1.24 or newer; \
+         scripts/test.sh does)",
+        program.display()
+    );
+    program
+}
+
+/// Go's client-go with exec, attach and port-forward over SPDY. Its typed
+/// clients send a Pod and DeleteOptions as protobuf (`write::pbbody`).
 #[test]
 fn go_client_spdy() {
-    let dir =
-        std::env::var_os("PODWARDEN_CLIENTS_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target/clients"));
-    let program = dir.join("go-scenario");
-    if !program.is_file() {
-        eprintln!("skipped: {} is not built (tools/clients/prepare.sh go)", program.display());
-        return;
-    }
-    scenario("go-spdy", &[program, PathBuf::from("-streams=spdy")]);
+    scenario("go-spdy", &[go_scenario(), PathBuf::from("-streams=spdy")]);
+}
+
+/// Go's client-go with exec, attach and port-forward over WebSocket
+/// (`-streams=websocket`: `NewWebSocketExecutor`'s v5.channel.k8s.io and
+/// `NewSPDYOverWebsocketDialer`'s SPDY inside WebSocket), which podwarden
+/// translates to SPDY/3.1 for containerd (`api::websocket`).
+#[test]
+fn go_client_websocket() {
+    scenario("go-websocket", &[go_scenario(), PathBuf::from("-streams=websocket")]);
 }
 
 fn root() -> PathBuf {

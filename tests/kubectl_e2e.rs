@@ -263,8 +263,8 @@ fn kubectl_refusals_no_certificate_other_ca_forbidden_and_revoked() {
 
 /// kubectl exec (exit code, stdin), cp both ways and port-forward (bytes
 /// identical) through the node's API: the relay to containerd's streaming
-/// server (1.27 speaks SPDY at once; 1.33 tries WebSocket, is refused,
-/// and falls back to SPDY).
+/// server (1.27 speaks SPDY; 1.33 WebSocket v5 and SPDY inside WebSocket,
+/// which podwarden translates to SPDY for containerd).
 #[test]
 fn kubectl_exec_cp_and_port_forward_through_the_relay() {
     let _serial = SERIAL.lock();

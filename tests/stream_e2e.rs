@@ -491,6 +491,35 @@ fn ws_exec(mut w: WebSocket<std::net::TcpStream>) -> (String, String) {
     }
 }
 
+/// A v5 exec session: `messages` (each its channel byte and data) sent
+/// 100 ms apart, then CLOSE of stdin (255, 0); (stdout, stderr, the final
+/// status) once the server closed.
+fn ws_exec_v5(mut w: WebSocket<std::net::TcpStream>, messages: &[&[u8]]) -> (String, String, String) {
+    for m in messages {
+        w.send(Message::binary(m.to_vec())).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    w.send(Message::binary(vec![255u8, 0])).unwrap();
+    w.get_ref().set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let (mut out, mut err, mut status) = (String::new(), String::new(), String::new());
+    loop {
+        match w.read() {
+            Ok(Message::Binary(b)) if !b.is_empty() => {
+                let text = String::from_utf8_lossy(&b[1..]);
+                match b[0] {
+                    1 => out.push_str(&text),
+                    2 => err.push_str(&text),
+                    3 => status.push_str(&text),
+                    c => panic!("a message on channel {c}"),
+                }
+            }
+            Ok(Message::Close(_)) | Err(tungstenite::Error::ConnectionClosed) => return (out, err, status),
+            Ok(_) => {}
+            Err(e) => panic!("the v5 session broke: {e} (stdout {out:?}, stderr {err:?}, status {status:?})"),
+        }
+    }
+}
+
 /// `total` bytes through a port-forward stream to the echo server, in
 /// 1 MiB round trips: the seconds it took.
 fn ws_echo(mut w: WebSocket<std::net::TcpStream>, total: usize) -> f64 {
@@ -577,12 +606,33 @@ fn the_relay_answers_each_kubectl_protocol_as_containerd_allows() {
     let a = spdy("/exec/e2e/web/main?command=true&stdout=true", "v5.channel.k8s.io");
     assert!(a.starts_with("HTTP/1.1 403 ") && a.contains("unable to negotiate protocol"), "{a}");
 
-    // kubectl 1.30+: WebSocket v5 exec, 1.31+: WebSocket port-forward:
-    // refused here with a Status, so that kubectl falls back to SPDY
-    let e = ws(&addr, "/exec/e2e/web/main?command=true&stdout=1", "v5.channel.k8s.io").unwrap_err();
-    assert!(e.starts_with("400 ") && e.contains("\"reason\":\"BadRequest\"") && e.contains("v5.channel.k8s.io"), "{e}");
-    let e = ws(&addr, "/portForward/e2e/web?ports=8080", "SPDY/3.1+portforward.k8s.io").unwrap_err();
-    assert!(e.starts_with("400 ") && e.contains("SPDY/3.1+portforward.k8s.io"), "{e}");
+    // kubectl 1.30+ and client-go: WebSocket v5 exec, translated to SPDY
+    // for the runtime; stdin's CLOSE reaches the command as its end
+    let w = ws(&addr, "/exec/e2e/web/main?command=sh&command=-c&command=cat%3Becho%20end%20%3E%262%3Bexit%203&stdin=1&stdout=1&stderr=1", "v5.channel.k8s.io").unwrap();
+    let (out, err, status) = ws_exec_v5(w, &[b"\x00in\n", b"\x00put\n"]);
+    assert_eq!((out.as_str(), err.as_str()), ("in\nput\n", "end\n"), "{status}");
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!((status["status"].as_str(), status["reason"].as_str()), (Some("Failure"), Some("NonZeroExitCode")));
+    assert_eq!(status["details"]["causes"][0]["message"].as_str(), Some("3"), "{status}");
+    let w = ws(&addr, "/exec/e2e/web/main?command=echo&command=hi&stdout=1", "v5.channel.k8s.io").unwrap();
+    let (out, _, status) = ws_exec_v5(w, &[]);
+    assert_eq!(out, "hi\n");
+    assert!(status.contains("\"Success\""), "{status}");
+    // a terminal: its size from channel 4 (the resize stream)
+    let w = ws(
+        &addr,
+        "/exec/e2e/web/main?command=sh&command=-c&command=read%20x%3Bstty%20size&stdin=1&stdout=1&tty=1",
+        "v5.channel.k8s.io",
+    )
+    .unwrap();
+    let (out, _, status) = ws_exec_v5(w, &[b"\x04{\"Width\":100,\"Height\":40}", b"\x00go\n"]);
+    assert!(out.ends_with("40 100\r\n") && status.contains("\"Success\""), "{out:?} {status}");
+    // a protocol neither the runtime nor podwarden serves: a Status
+    let e = ws(&addr, "/portForward/e2e/web?ports=8080", "portforward.k8s.io").unwrap_err();
+    assert!(
+        e.starts_with("400 ") && e.contains("\"reason\":\"BadRequest\"") && e.contains("portforward.k8s.io"),
+        "{e}"
+    );
     // what containerd serves over WebSocket is relayed
     let w = ws(&addr, "/exec/e2e/web/main?command=echo&command=hi&stdout=1", "v4.channel.k8s.io").unwrap();
     let (out, status) = ws_exec(w);
@@ -622,7 +672,7 @@ fn kubectl(version: &str) -> PathBuf {
     })
 }
 
-/// kubectl 1.27 (SPDY) and 1.33 (WebSocket first, refused, then SPDY)
+/// kubectl 1.27 (SPDY) and 1.33 (WebSocket v5, SPDY inside WebSocket)
 /// through the relay: exec's exit code and stdin, port-forward's bytes.
 /// The test's server answers kubectl's GET of the pod from the agent.
 fn kubectl_through_the_relay(dir: &TempDir, port: u16) {
@@ -655,16 +705,12 @@ fn kubectl_through_the_relay(dir: &TempDir, port: u16) {
         UPGRADES.lock().clear();
         let (code, out, err) = run(&["exec", "web", "-c", "main", "--", "sh", "-c", "echo out; exit 3"], b"");
         assert_eq!((code, out.as_str()), (3, "out\n"), "kubectl {version} exec: {err}");
-        // 1.27: SPDY at once; 1.33: WebSocket v5 (refused), then SPDY
+        // 1.27: SPDY; 1.33: WebSocket v5 (translated to SPDY here)
         let seen = UPGRADES.lock().clone();
-        // (1.33's SPDY offers v5 too; containerd picks v4)
         let want = if version == "1.27" {
             vec!["POST SPDY/3.1 v4.channel.k8s.io,v3.channel.k8s.io,v2.channel.k8s.io,channel.k8s.io exec"]
         } else {
-            vec![
-                "GET websocket v5.channel.k8s.io exec",
-                "POST SPDY/3.1 v5.channel.k8s.io,v4.channel.k8s.io,v3.channel.k8s.io,v2.channel.k8s.io,channel.k8s.io exec",
-            ]
+            vec!["GET websocket v5.channel.k8s.io exec"]
         };
         assert_eq!(seen, want, "kubectl {version}'s upgrades");
         let (code, out, err) = run(&["exec", "-i", "web", "-c", "main", "--", "sh", "-c", "cat; echo end"], b"in\n");
@@ -714,13 +760,11 @@ fn kubectl_through_the_relay(dir: &TempDir, port: u16) {
             }
         };
         eprintln!("kubectl {version} port-forward through the relay: 16 MiB each way in {:?}", t.elapsed());
+        // 1.33: SPDY inside WebSocket, tunnelled here
         let want = if version == "1.27" {
             vec!["POST SPDY/3.1 portforward.k8s.io portforward"]
         } else {
-            vec![
-                "GET websocket SPDY/3.1+portforward.k8s.io portforward",
-                "POST SPDY/3.1 portforward.k8s.io portforward",
-            ]
+            vec!["GET websocket SPDY/3.1+portforward.k8s.io portforward"]
         };
         assert_eq!(*UPGRADES.lock(), want, "kubectl {version} port-forward's upgrades");
         assert!(back == data, "kubectl {version} port-forward: the bytes came back as they went");

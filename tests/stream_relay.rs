@@ -253,9 +253,14 @@ fn refusals_are_statuses_and_ask_the_runtime_nothing() {
             && a.contains("cannot create pods/exec"),
         "{a}"
     );
-    let v5 = "GET /exec/default/web/c?command=true&stdout=true HTTP/1.1\r\nHost: n\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: v5.channel.k8s.io\r\n\r\n";
-    let a = answer(open, &client, v5);
-    assert!(a.starts_with("HTTP/1.1 400 Bad Request\r\n") && a.contains("v5.channel.k8s.io"), "{a}");
+    // WebSocket: a subprotocol nobody serves, a v5 handshake without its
+    // key (answered here, so checked here)
+    let ws = "GET /exec/default/web/c?command=true&stdout=true HTTP/1.1\r\nHost: n\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: v6.channel.k8s.io\r\n\r\n";
+    let a = answer(open, &client, ws);
+    assert!(a.starts_with("HTTP/1.1 400 Bad Request\r\n") && a.contains("v6.channel.k8s.io"), "{a}");
+    let v5 = ws.replace("v6.", "v5.").replace("Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n", "");
+    let a = answer(open, &client, &v5);
+    assert!(a.starts_with("HTTP/1.1 400 Bad Request\r\n") && a.contains("Sec-WebSocket-Key"), "{a}");
     let a = answer(open, &client, &spdy.replace("/web/", "/nope/"));
     assert!(a.starts_with("HTTP/1.1 404 Not Found\r\n") && a.contains("pod default/nope not found"), "{a}");
     let a = answer(open, &client, &spdy.replace("/web/c", "/web/side"));

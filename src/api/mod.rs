@@ -10,15 +10,18 @@
 //! every listening socket; may use every layer below (the agent and its
 //! parts), never the CLI.
 
+pub mod duplex;
 pub mod http;
 pub mod kube;
 pub mod local;
 pub mod objects;
 pub mod ops;
 pub mod query;
+pub mod spdy;
 pub mod status;
 pub mod stream;
 pub mod view;
+pub mod websocket;
 
 /// The generated types of podwarden's own API (server here, client in
 /// `cli::client`).

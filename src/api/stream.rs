@@ -1,12 +1,13 @@
 //! exec, attach and port-forward: the runtime's streaming URL for a pod's
 //! container, and the relay of an upgraded client connection to it.
 //!
-//! As the kubelet does, podwarden does not speak the streaming protocols
-//! itself: it asks the runtime (CRI `Exec`, `Attach`, `PortForward`) for a
-//! one-use URL on the runtime's streaming server (containerd: plain HTTP on
-//! 127.0.0.1, a random port), forwards the client's upgrade request there
-//! and then copies bytes both ways. Whatever protocol the runtime and the
-//! client share works (SPDY/3.1 and the WebSocket channel protocols).
+//! As the kubelet does, podwarden asks the runtime (CRI `Exec`, `Attach`,
+//! `PortForward`) for a one-use URL on the runtime's streaming server
+//! (containerd: plain HTTP on 127.0.0.1, a random port), forwards the
+//! client's upgrade request there and then copies bytes both ways:
+//! whatever protocol the runtime and the client share works (SPDY/3.1 and
+//! the WebSocket channel protocols). Two WebSocket protocols the runtime
+//! lacks are translated (below).
 //!
 //! What containerd 1.6.20's streaming server answers (measured):
 //!
@@ -21,10 +22,22 @@
 //! | port-forward, WebSocket, `SPDY/3.1+portforward.k8s.io` (kubectl 1.31+) or `portforward.k8s.io` | 403 |
 //! | a URL used once already | 404 |
 //!
-//! So kubectl 1.30+'s WebSocket upgrades would fail at the runtime; they
-//! are refused here instead, before the runtime is asked for a URL (a
-//! `400 BadRequest` `Status` naming the protocol), and kubectl falls back at
-//! once to SPDY/3.1, which is relayed. The decision is [`negotiate`].
+//! So the two WebSocket protocols of kubectl 1.30+ and client-go would
+//! fail at the runtime; podwarden answers them itself and speaks SPDY/3.1
+//! to the runtime, as the API server's translator does
+//! (`api::websocket`). What [`negotiate`] decides, before the runtime is
+//! asked for a URL:
+//!
+//! | client's upgrade | served |
+//! |---|---|
+//! | SPDY/3.1 (exec, attach, port-forward) | relayed byte for byte |
+//! | exec/attach, WebSocket, `v5.channel.k8s.io` offered | answered here, translated to a SPDY/3.1 `v4.channel.k8s.io` session (v5's CLOSE of stdin as its `FIN`) |
+//! | exec/attach, WebSocket, `v4.channel.k8s.io`, `v4.base64.channel.k8s.io`, `channel.k8s.io`, `base64.channel.k8s.io` | relayed |
+//! | port-forward, WebSocket, `SPDY/3.1+portforward.k8s.io` offered | answered here, the client's SPDY tunnelled to a SPDY/3.1 `portforward.k8s.io` connection |
+//! | port-forward, WebSocket, `v4.channel.k8s.io` or `v4.base64.channel.k8s.io` (`?port=`) | relayed |
+//! | any other WebSocket subprotocol | `400 BadRequest` `Status` naming it |
+//!
+//! The runtime's own refusals (403, 404) reach the client as it sent them.
 //!
 //! [`serve`] runs on the caller's thread (the kube API's connection
 //! thread): one `poll` loop over both sockets, non-blocking, bounded
@@ -32,12 +45,14 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use crate::agent::Parts;
+pub use crate::api::duplex::Duplex;
 use crate::api::query::Query;
 use crate::api::status::{ApiError, Res};
+use crate::api::websocket;
 use crate::model::{self, Pod};
 use crate::runtime::cache::FRESH;
 use crate::runtime::{CallCtx, ContainerState, RuntimePod, Streams};
@@ -55,48 +70,6 @@ const MAX_HEAD: usize = 16 << 10;
 /// cache (copying them in from the socket was the agent's largest cost,
 /// 17% of its time, with 256 KiB), and TLS takes 64 KiB a write anyway.
 const BUF: usize = 64 << 10;
-
-/// A client connection [`serve`] can relay: plain TCP or TLS over TCP.
-pub trait Duplex: Read + Write + Send {
-    /// The socket, for `poll`.
-    fn fd(&self) -> RawFd;
-    fn set_nonblocking(&self, on: bool) -> io::Result<()>;
-    /// Send small writes at once (`TCP_NODELAY`): a stream's round trips
-    /// must not wait for Nagle's algorithm.
-    fn set_nodelay(&self) -> io::Result<()>;
-    /// Bytes written but still held back (TLS records not yet on the
-    /// socket): `flush` must be retried when the socket is writable.
-    fn wants_write(&self) -> bool {
-        false
-    }
-}
-
-impl Duplex for TcpStream {
-    fn fd(&self) -> RawFd {
-        self.as_raw_fd()
-    }
-    fn set_nonblocking(&self, on: bool) -> io::Result<()> {
-        TcpStream::set_nonblocking(self, on)
-    }
-    fn set_nodelay(&self) -> io::Result<()> {
-        TcpStream::set_nodelay(self, true)
-    }
-}
-
-impl Duplex for rustls::StreamOwned<rustls::ServerConnection, TcpStream> {
-    fn fd(&self) -> RawFd {
-        self.sock.as_raw_fd()
-    }
-    fn set_nonblocking(&self, on: bool) -> io::Result<()> {
-        self.sock.set_nonblocking(on)
-    }
-    fn set_nodelay(&self) -> io::Result<()> {
-        self.sock.set_nodelay(true)
-    }
-    fn wants_write(&self) -> bool {
-        self.conn.wants_write()
-    }
-}
 
 /// What the client asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -346,8 +319,15 @@ impl UpgradeRequest {
 pub enum Upgrade {
     /// SPDY/3.1: relayed; the runtime negotiates `X-Stream-Protocol-Version`.
     Spdy,
-    /// WebSocket with subprotocols the runtime serves.
+    /// WebSocket with subprotocols the runtime serves: relayed.
     WebSocket,
+    /// exec or attach over WebSocket `v5.channel.k8s.io`: answered here and
+    /// translated to SPDY/3.1 for the runtime (`api::websocket::exec`).
+    WebSocketV5,
+    /// port-forward's SPDY inside WebSocket (`SPDY/3.1+portforward.k8s.io`):
+    /// answered here, tunnelled to a SPDY/3.1 connection to the runtime
+    /// (`api::websocket::tunnel`).
+    SpdyTunnel,
 }
 
 /// The WebSocket subprotocols containerd 1.6's streaming server accepts
@@ -357,11 +337,13 @@ pub const WS_EXEC_PROTOCOLS: [&str; 4] =
 /// ... and for port-forward (with `?port=`).
 pub const WS_PORTFORWARD_PROTOCOLS: [&str; 2] = ["v4.channel.k8s.io", "v4.base64.channel.k8s.io"];
 
-/// Whether to relay `req` for `action`, decided before the runtime is
-/// asked: SPDY/3.1 always (the runtime negotiates the version); WebSocket
-/// only when the client offers a subprotocol the runtime serves (see the
-/// module's table), else a `400` that makes kubectl 1.30+ fall back to
-/// SPDY at once; anything else is not an upgrade this endpoint serves.
+/// Whether and how to serve `req` for `action`, decided before the runtime
+/// is asked: SPDY/3.1 relayed (the runtime negotiates the version);
+/// WebSocket `v5.channel.k8s.io` (exec, attach) and
+/// `SPDY/3.1+portforward.k8s.io` (port-forward) translated here, other
+/// WebSocket subprotocols relayed when the runtime serves them (see the
+/// module's table), else a `400`; anything else is not an upgrade this
+/// endpoint serves.
 pub fn negotiate(req: &UpgradeRequest, action: &Action) -> Result<Upgrade, ApiError> {
     let upgrade = req.values("Upgrade");
     let verb = action.verb();
@@ -370,13 +352,20 @@ pub fn negotiate(req: &UpgradeRequest, action: &Action) -> Result<Upgrade, ApiEr
     }
     if upgrade.iter().any(|u| u.eq_ignore_ascii_case("websocket")) {
         let offered = req.values("Sec-WebSocket-Protocol");
-        let served: &[&str] =
-            if matches!(action, Action::PortForward { .. }) { &WS_PORTFORWARD_PROTOCOLS } else { &WS_EXEC_PROTOCOLS };
+        let forward = matches!(action, Action::PortForward { .. });
+        let (ours, served): (&str, &[&str]) = if forward {
+            (websocket::SPDY_TUNNEL, &WS_PORTFORWARD_PROTOCOLS)
+        } else {
+            (websocket::V5, &WS_EXEC_PROTOCOLS)
+        };
+        if offered.iter().any(|o| o == ours) {
+            return Ok(if forward { Upgrade::SpdyTunnel } else { Upgrade::WebSocketV5 });
+        }
         if offered.iter().any(|o| served.contains(&o.as_str())) {
             return Ok(Upgrade::WebSocket);
         }
         return Err(ApiError::bad_request(format!(
-            "{verb}: the runtime does not support the WebSocket protocol {} (it serves {}; SPDY/3.1 works)",
+            "{verb}: the WebSocket protocol {} is not served (podwarden serves {ours}, {}; SPDY/3.1 works)",
             if offered.is_empty() { "(none offered)".to_string() } else { offered.join(", ") },
             served.join(", ")
         )));
@@ -456,19 +445,39 @@ pub fn serve(
         client.write_all(&e.http_response())?;
         client.flush()
     };
-    let setup = negotiate(req, &target.action)
-        .and_then(|_| runtime_url(parts, &target, allow))
-        .and_then(|url| split_url(&url))
-        .and_then(|(host, path)| connect(&host).map(|s| (s, host, path)));
-    let (mut runtime, host, path) = match setup {
+    let setup = negotiate(req, &target.action).and_then(|up| {
+        // a WebSocket answered here: its handshake checked before the runtime is asked
+        let accept = match up {
+            Upgrade::WebSocketV5 | Upgrade::SpdyTunnel => {
+                let one = |name: &str| req.values(name).into_iter().next();
+                let protocol = if up == Upgrade::SpdyTunnel { websocket::SPDY_TUNNEL } else { websocket::V5 };
+                Some(websocket::accept_head(
+                    one("Sec-WebSocket-Key").as_deref(),
+                    one("Sec-WebSocket-Version").as_deref(),
+                    protocol,
+                )?)
+            }
+            Upgrade::Spdy | Upgrade::WebSocket => None,
+        };
+        let url = runtime_url(parts, &target, allow)?;
+        let (host, path) = split_url(&url)?;
+        connect(&host).map(|s| (up, accept, s, host, path))
+    });
+    let (up, accept, mut runtime, host, path) = match setup {
         Ok(v) => v,
         Err(e) => {
             log::info!("stream: {} of pod {}/{} refused: {e}", target.action.verb(), target.namespace, target.pod);
             return refuse(&mut client, &e);
         }
     };
-    runtime.write_all(&runtime_head(req, &host, &path))?;
-    runtime.write_all(&req.rest)?;
+    match up {
+        Upgrade::WebSocketV5 => runtime.write_all(&spdy_head(&host, &path, "v4.channel.k8s.io"))?,
+        Upgrade::SpdyTunnel => runtime.write_all(&spdy_head(&host, &path, "portforward.k8s.io"))?,
+        Upgrade::Spdy | Upgrade::WebSocket => {
+            runtime.write_all(&runtime_head(req, &host, &path))?;
+            runtime.write_all(&req.rest)?;
+        }
+    }
     // the runtime's answer, whole when it is not a switch of protocols
     let (answer, upgraded) = read_answer(&mut runtime)?;
     if !upgraded {
@@ -481,10 +490,34 @@ pub fn serve(
         );
     }
     runtime.set_nonblocking(true)?;
+    if let (Some(accept), true) = (accept, upgraded) {
+        // the client's upgrade answered here, the runtime's head dropped
+        client.set_nonblocking(false)?;
+        client.write_all(&accept)?;
+        client.flush()?;
+        client.set_nonblocking(true)?;
+        client.set_nodelay()?;
+        let after = answer.windows(4).position(|w| w == b"\r\n\r\n").map_or(answer.len(), |p| p + 4);
+        let (first, early) = (&answer[after..], req.rest.clone());
+        return match up {
+            Upgrade::SpdyTunnel => websocket::tunnel(client.as_mut(), early, &mut runtime, first, IDLE),
+            _ => websocket::exec(client.as_mut(), early, &mut runtime, first, target.streams, RUNTIME_DEADLINE, IDLE),
+        };
+    }
     client.set_nonblocking(true)?;
     client.set_nodelay()?;
     let idle = if upgraded { IDLE } else { RUNTIME_DEADLINE };
     splice(client.as_mut(), &mut runtime, &answer, !upgraded, idle)
+}
+
+/// The SPDY/3.1 upgrade request podwarden itself makes of the runtime for
+/// a translated stream (`X-Stream-Protocol-Version` `protocol`).
+pub fn spdy_head(host: &str, path: &str, protocol: &str) -> Vec<u8> {
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\
+         X-Stream-Protocol-Version: {protocol}\r\nContent-Length: 0\r\n\r\n"
+    )
+    .into_bytes()
 }
 
 /// The runtime's response head (read within [`RUNTIME_DEADLINE`], at most
@@ -685,13 +718,23 @@ mod tests {
     const EXEC: Action = Action::Exec { command: Vec::new() };
 
     #[test]
-    fn kubectl_130_websocket_v5_is_refused_so_that_it_falls_back_to_spdy() {
+    fn websocket_v5_and_the_spdy_tunnel_are_answered_here_the_rest_relayed() {
         let ws = |proto: &str| {
             req("GET", "/x", &[("Connection", "Upgrade"), ("Upgrade", "websocket"), ("Sec-WebSocket-Protocol", proto)])
         };
-        let e = negotiate(&ws("v5.channel.k8s.io"), &EXEC).unwrap_err();
+        // kubectl 1.30+ and client-go's WebSocket executor: translated to SPDY
+        assert_eq!(negotiate(&ws("v5.channel.k8s.io"), &EXEC), Ok(Upgrade::WebSocketV5));
+        assert_eq!(negotiate(&ws("v5.channel.k8s.io, v4.channel.k8s.io"), &Action::Attach), Ok(Upgrade::WebSocketV5));
+        // kubectl 1.31+ port-forward over WebSocket: tunnelled
+        let pf = Action::PortForward { ports: vec![] };
+        assert_eq!(negotiate(&ws("SPDY/3.1+portforward.k8s.io"), &pf), Ok(Upgrade::SpdyTunnel));
+        // what the runtime serves is relayed
+        assert_eq!(negotiate(&ws("v4.channel.k8s.io"), &pf), Ok(Upgrade::WebSocket));
+        assert_eq!(negotiate(&ws("channel.k8s.io"), &EXEC), Ok(Upgrade::WebSocket));
+        // neither: a 400 Status naming what was offered
+        let e = negotiate(&ws("portforward.k8s.io"), &pf).unwrap_err();
         assert_eq!((e.code, e.reason), (400, "BadRequest"));
-        assert!(e.message.contains("v5.channel.k8s.io") && e.message.contains("SPDY/3.1"), "{e}");
+        assert!(e.message.contains("portforward.k8s.io") && e.message.contains("SPDY/3.1"), "{e}");
         let resp = String::from_utf8(e.http_response()).unwrap();
         assert!(resp.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{resp}");
         let body: serde_json::Value = serde_json::from_str(resp.split("\r\n\r\n").nth(1).unwrap()).unwrap();
@@ -699,21 +742,20 @@ mod tests {
             (body["kind"].as_str(), body["reason"].as_str(), body["code"].as_u64()),
             (Some("Status"), Some("BadRequest"), Some(400))
         );
-        // kubectl 1.31+ port-forward over WebSocket: the runtime lacks it
-        let pf = Action::PortForward { ports: vec![] };
-        assert_eq!(negotiate(&ws("SPDY/3.1+portforward.k8s.io"), &pf).unwrap_err().code, 400);
-        assert_eq!(negotiate(&ws("portforward.k8s.io"), &pf).unwrap_err().code, 400);
-        // what the runtime serves is relayed
-        assert_eq!(negotiate(&ws("v4.channel.k8s.io"), &pf), Ok(Upgrade::WebSocket));
-        assert_eq!(negotiate(&ws("v5.channel.k8s.io, v4.channel.k8s.io"), &EXEC), Ok(Upgrade::WebSocket));
-        assert_eq!(negotiate(&ws("channel.k8s.io"), &EXEC), Ok(Upgrade::WebSocket));
         assert_eq!(negotiate(&ws("channel.k8s.io"), &pf).unwrap_err().code, 400);
+        assert_eq!(negotiate(&ws("SPDY/3.1+portforward.k8s.io"), &EXEC).unwrap_err().code, 400);
         // SPDY: always relayed, whatever version list (the runtime negotiates)
         let spdy = req("POST", "/x", &[("Upgrade", "SPDY/3.1"), ("X-Stream-Protocol-Version", "v5.channel.k8s.io")]);
         assert_eq!(negotiate(&spdy, &EXEC), Ok(Upgrade::Spdy));
         // no upgrade at all
         let e = negotiate(&req("GET", "/x", &[]), &Action::Attach).unwrap_err();
         assert!(e.code == 400 && e.message.starts_with("attach needs an upgrade"), "{e}");
+        // the runtime's side of a translated stream
+        assert_eq!(
+            String::from_utf8(spdy_head("127.0.0.1:1", "/exec/T", "v4.channel.k8s.io")).unwrap(),
+            "POST /exec/T HTTP/1.1\r\nHost: 127.0.0.1:1\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\
+             X-Stream-Protocol-Version: v4.channel.k8s.io\r\nContent-Length: 0\r\n\r\n"
+        );
     }
 
     #[test]

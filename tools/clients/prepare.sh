@@ -8,9 +8,8 @@
 #   Go's `k8s.io/client-go` from the Go module proxy (go/go.mod, go.sum),
 #     the scenario built to $PODWARDEN_CLIENTS_DIR/go-scenario.
 # Idempotent: a second run with the same pinned files only checks them.
-# `prepare.sh` makes Python's and JavaScript's (what the tests run, then
-# `ready`); `prepare.sh python|js|go` only that part (Go's is run by hand
-# for now: tests/clients_e2e.rs says why).
+# `prepare.sh` makes all three (what the tests run, then `ready`);
+# `prepare.sh python|js|go` only that part, leaving `ready` as it is.
 # $PODWARDEN_CLIENTS_DIR is target/clients by default; `ready` there says
 # all three are in place.
 set -euo pipefail
@@ -26,8 +25,8 @@ fresh() { [ -f "$out/$1.stamp" ] && [ "$(cat "$out/$1.stamp")" = "$2" ]; }
 
 only="${1:-all}"
 case "$only" in all | python | js | go) ;; *) log "usage: $0 [python|js|go]"; exit 2 ;; esac
-want() { [ "$only" = "$1" ] || { [ "$only" = all ] && [ "$1" != go ]; }; }
-rm -f "$out/ready"
+want() { [ "$only" = "$1" ] || [ "$only" = all ]; }
+[ "$only" != all ] || rm -f "$out/ready"
 
 # Python
 if want python; then

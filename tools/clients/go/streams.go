@@ -186,10 +186,18 @@ func (s *scenario) portForward(ctx context.Context) error {
 
 	// What the forwarder reports only through the library's error handlers
 	// (an error on the error stream, a broken copy) fails the step too.
+	// Not the attach's: over WebSocket, detaching closes the executor's
+	// own connection, and its stdin and stdout copies report that ("next
+	// reader: ... use of closed network connection", from client-go's
+	// WebSocket reader, which port-forward does not use) from goroutines
+	// that may run after the attach step returned.
 	var mu sync.Mutex
 	var reported []string
 	utilruntime.ErrorHandlers = append(utilruntime.ErrorHandlers,
 		func(_ context.Context, err error, msg string, _ ...any) {
+			if strings.HasPrefix(err.Error(), "next reader: ") && errors.Is(err, net.ErrClosed) {
+				return
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			reported = append(reported, strings.TrimSpace(msg+" "+err.Error()))
