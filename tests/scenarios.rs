@@ -193,7 +193,15 @@ fn log_directories_of_pods_no_one_wants_are_removed_by_housekeeping() {
     std::fs::write(logs.join("default_file_u-file"), "").unwrap();
     h.agent.apply_source(vec![arc(pod("kept", "u-kept"))]);
     std::fs::create_dir_all(logs.join("default_kept_u-kept/c")).unwrap();
+    // just made: a pod whose manifest comes in a moment may own it
+    std::fs::create_dir_all(logs.join("default_new_u-new/c")).unwrap();
+    // the others were left long ago
+    let old = std::time::SystemTime::now() - podwarden::agent::manager::ORPHAN_LOG_DIR_AGE - Duration::from_secs(5);
+    for d in ["default_gone_u-gone", "default_odd_name_u-gone2", "default_kept_u-kept"] {
+        std::fs::File::open(logs.join(d)).unwrap().set_modified(old).unwrap();
+    }
     h.agent.housekeeping();
+    assert!(logs.join("default_new_u-new/c").exists(), "a log directory made just now stays");
     assert!(!logs.join("default_gone_u-gone").exists(), "an unknown pod's log directory is removed");
     assert!(!logs.join("default_odd_name_u-gone2").exists(), "a name with underscores: the uid is the last part");
     assert!(logs.join("default_kept_u-kept/c").exists(), "a wanted pod's log directory stays");

@@ -56,6 +56,17 @@ pub struct AgentConfig {
 /// How old an empty pod cgroup of an unknown pod must be to be removed.
 pub const ORPHAN_CGROUP_AGE: Duration = Duration::from_secs(30);
 
+/// An orphaned log directory changed (made, or a file added or removed)
+/// this recently is left alone: a pod whose manifest arrives in a moment,
+/// or another agent's on the machine.
+pub const ORPHAN_LOG_DIR_AGE: Duration = Duration::from_secs(30);
+
+/// Whether `path`'s modification time is less than `age` ago (an
+/// unreadable time counts as recent: nothing is removed on a guess).
+fn changed_within(path: &std::path::Path, age: Duration) -> bool {
+    std::fs::metadata(path).and_then(|m| m.modified()).map_or(true, |t| t.elapsed().map_or(true, |e| e < age))
+}
+
 /// The services the agent uses, handed in by the wiring
 /// (`daemon::assemble`), which hands the same parts to whoever else needs
 /// them; nobody reaches them through the agent.
@@ -650,6 +661,7 @@ impl Agent {
                 || !e.file_type().is_ok_and(|t| t.is_dir())
                 || desired.contains(uid)
                 || !self.workers.should_pod_content_be_removed(uid)
+                || changed_within(&e.path(), ORPHAN_LOG_DIR_AGE)
             {
                 continue;
             }

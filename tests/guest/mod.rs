@@ -122,13 +122,25 @@ impl Vm {
             }
             assert!(
                 t.elapsed() < timeout,
-                "{what}: not within {timeout:?}; last try of `{script}`:\n{}{}\njournal:\n{}",
+                "{what}: not within {timeout:?}; last try of `{script}`:\n{}{}\njournal:\n{}\nthe guest's console, last lines:\n{}",
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr),
-                String::from_utf8_lossy(&self.run("journalctl -u podwarden --no-pager | tail -n 40").stdout)
+                String::from_utf8_lossy(&self.run("journalctl -u podwarden --no-pager | tail -n 40").stdout),
+                self.console_tail(40)
             );
             std::thread::sleep(Duration::from_millis(500));
         }
+    }
+}
+
+impl Vm {
+    /// The last `n` lines of the guest's serial console (a guest that no
+    /// longer answers ssh says why there, if anywhere).
+    pub fn console_tail(&self, n: usize) -> String {
+        let out = Command::new(root().join("scripts/vm-env.sh")).args(["console", &self.name]).output();
+        let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
     }
 }
 
