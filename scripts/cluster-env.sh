@@ -233,6 +233,7 @@ args_of() {
       --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
       --kubelet-preferred-address-types=InternalIP,Hostname \
       --audit-policy-file="$CL_DIR/audit-policy.yaml" --audit-log-path="$AUDIT_LOG" \
+      --audit-log-maxsize=4096 --audit-log-maxbackup=1 \
       --endpoint-reconciler-type=none ;;
     kube-controller-manager) printf '%s\n' \
       --kubeconfig="$CL_DIR/controller-manager.kubeconfig" \
@@ -316,6 +317,15 @@ start() {
     fi
   done
   log "starting $name"
+  if [ "$name" = kube-apiserver ]; then
+    # the tests read the audit log from a byte offset taken while they run
+    # (tests/cluster_e2e.rs): a log rotated under them (the API server's
+    # default is at 100 MB, which two runs of the tests reach) reads as
+    # nothing at all. Each API server starts a new log, the last one kept
+    # as audit.previous.log, and rotates only at 4 GiB.
+    rm -f "$LOGS"/audit-*.log
+    [ ! -f "$AUDIT_LOG" ] || mv -f "$AUDIT_LOG" "$LOGS/audit.previous.log"
+  fi
   printf '\n==== %s start %s\n' "$name" "$(date -u +%FT%TZ)" >> "$LOGS/$name.log"
   nohup "$BIN_DIR/$name" "${args[@]}" >>"$LOGS/$name.log" 2>&1 &
   echo $! > "$RUN_DIR/$name.pid"
