@@ -8,6 +8,7 @@
 mod agent;
 mod common;
 
+use common::EVICTION;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 
 use agent::*;
@@ -744,7 +745,7 @@ fn a_second_agent_on_the_same_runtime_or_root_dir_is_refused() {
             &config,
             format!(
                 "staticPodPath: {}\ncontainerRuntimeEndpoint: {endpoint}\nrootDir: {}\napiSocket: {}\npodLogsDir: {}\n\
-                 nodeName: second\naddress: 127.0.0.1\nreadOnlyPort: {}\nport: {}\n",
+                 nodeName: second\naddress: 127.0.0.1\nreadOnlyPort: {}\nport: {}\n{EVICTION}",
                 second.0.join("manifests").display(),
                 root.display(),
                 second.0.join("api.sock").display(),

@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::EVICTION;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -65,7 +66,7 @@ fn run_fake(d: &TempDir, socket: &std::path::Path, extra: &str) -> std::process:
     std::fs::write(
         &config,
         format!(
-            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}\npodLogsDir: {}\nnodeName: node-a\nport: 0\nreadOnlyPort: 0\n{extra}",
+            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}\npodLogsDir: {}\nnodeName: node-a\nport: 0\nreadOnlyPort: 0\n{EVICTION}{extra}",
             manifests.display(),
             d.0.join("root").display(),
             socket.display(),
@@ -360,7 +361,7 @@ fn without_a_system_bus_graceful_shutdown_is_off_with_one_warning_and_pods_still
     std::fs::write(
         &config,
         format!(
-            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\nport: 0\nreadOnlyPort: 0\nshutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 5s\n",
+            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\nport: 0\nreadOnlyPort: 0\nshutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 5s\n{EVICTION}",
             manifests.display(),
             d.0.join("root").display(),
             d.0.display()
@@ -403,7 +404,7 @@ fn a_users_own_tcache_tunable_is_kept_and_run_does_not_execute_again() {
     std::fs::write(
         &config,
         format!(
-            "staticPodPath: {0}/manifests\ncontainerRuntimeEndpoint: fake://\nrootDir: {0}/root\napiSocket: {0}/api.sock\npodLogsDir: {0}/logs\nport: 0\nreadOnlyPort: 0\n",
+            "staticPodPath: {0}/manifests\ncontainerRuntimeEndpoint: fake://\nrootDir: {0}/root\napiSocket: {0}/api.sock\npodLogsDir: {0}/logs\nport: 0\nreadOnlyPort: 0\n{EVICTION}",
             d.0.display()
         ),
     )
@@ -438,7 +439,7 @@ fn a_credential_provider_config_naming_a_missing_plugin_stops_the_start() {
     let config = d.0.join("config.yaml");
     let base = format!(
         "containerRuntimeEndpoint: fake://\nrootDir: {0}/root\napiSocket: {0}/api.sock\nstaticPodPath: {0}/manifests\n\
-         podLogsDir: {0}/logs\nport: 0\nreadOnlyPort: 0\n",
+         podLogsDir: {0}/logs\nport: 0\nreadOnlyPort: 0\n{EVICTION}",
         d.0.display()
     );
     std::fs::write(

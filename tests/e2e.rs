@@ -11,6 +11,7 @@ mod agent;
 mod common;
 
 use agent::*;
+use common::EVICTION;
 use std::sync::Arc;
 
 #[test]
@@ -238,7 +239,7 @@ fn missing_runtime_socket_is_a_clear_start_up_error() {
         std::fs::write(
             &config,
             format!(
-                "containerRuntimeEndpoint: {endpoint}\nrootDir: {}\nport: 0\nreadOnlyPort: 0\nstaticPodPath: {}\n",
+                "containerRuntimeEndpoint: {endpoint}\nrootDir: {}\nport: 0\nreadOnlyPort: 0\nstaticPodPath: {}\n{EVICTION}",
                 d.0.join("r").display(),
                 d.0.display()
             ),
@@ -268,7 +269,7 @@ fn a_cgroup_driver_other_than_containerds_stops_the_agent() {
     std::fs::write(
         &config,
         format!(
-            "containerRuntimeEndpoint: unix://{}\nrootDir: {}\nport: 0\nreadOnlyPort: 0\nstaticPodPath: {}\ncgroupDriver: systemd\napiSocket: {}\n",
+            "containerRuntimeEndpoint: unix://{}\nrootDir: {}\nport: 0\nreadOnlyPort: 0\nstaticPodPath: {}\ncgroupDriver: systemd\napiSocket: {}\n{EVICTION}",
             socket(),
             d.0.join("r").display(),
             d.0.display(),

@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::EVICTION;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -46,7 +47,7 @@ impl Daemon {
             &config,
             format!(
                 "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}\npodLogsDir: {}\n\
-                 readOnlyPort: 0\nport: 0\n{extra}",
+                 readOnlyPort: 0\nport: 0\n{EVICTION}{extra}",
                 manifests.display(),
                 d.join("root").display(),
                 socket.display(),

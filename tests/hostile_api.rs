@@ -15,6 +15,7 @@
 mod agent;
 mod common;
 
+use common::EVICTION;
 use std::ffi::CString;
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -90,7 +91,7 @@ impl Daemon {
         std::fs::write(
             &config,
             format!(
-                "staticPodPath: {m}\ncontainerRuntimeEndpoint: fake://\nrootDir: {d}/root\napiSocket: {d}/api.sock\npodLogsDir: {d}/logs\nnodeName: hostile\ncontainerLogMaxSize: 16Gi\nfileCheckFrequency: 1h\nhousekeepingInterval: 200ms\naddress: 127.0.0.1\nport: 0\nreadOnlyPort: {port}\n",
+                "staticPodPath: {m}\ncontainerRuntimeEndpoint: fake://\nrootDir: {d}/root\napiSocket: {d}/api.sock\npodLogsDir: {d}/logs\nnodeName: hostile\ncontainerLogMaxSize: 16Gi\nfileCheckFrequency: 1h\nhousekeepingInterval: 200ms\naddress: 127.0.0.1\nport: 0\nreadOnlyPort: {port}\n{EVICTION}",
                 m = dir.0.join("manifests").display(),
                 d = dir.0.display(),
             ),
@@ -469,7 +470,7 @@ impl InProcess {
         let config = podwarden::config::Config::parse(
             "test",
             &format!(
-                "staticPodPath: {d}/manifests\ncontainerRuntimeEndpoint: fake://\nrootDir: {d}/root\napiSocket: {d}/api.sock\npodLogsDir: {d}/logs\nnodeName: hostile\nhousekeepingInterval: 200ms\nsyncFrequency: 1s\nport: 0\nreadOnlyPort: 0\n",
+                "staticPodPath: {d}/manifests\ncontainerRuntimeEndpoint: fake://\nrootDir: {d}/root\napiSocket: {d}/api.sock\npodLogsDir: {d}/logs\nnodeName: hostile\nhousekeepingInterval: 200ms\nsyncFrequency: 1s\nport: 0\nreadOnlyPort: 0\n{EVICTION}",
                 d = dir.0.display()
             ),
         )
@@ -604,7 +605,7 @@ fn delete_during_a_hanging_start_on_containerd() {
     let config = podwarden::config::Config::parse(
         "test",
         &format!(
-            "staticPodPath: {d}/manifests\ncontainerRuntimeEndpoint: unix://{s}\nrootDir: {d}/root\napiSocket: {d}/api.sock\npodLogsDir: {d}/logs\nnodeName: e2e\nhousekeepingInterval: 500ms\nport: 0\nreadOnlyPort: 0\n",
+            "staticPodPath: {d}/manifests\ncontainerRuntimeEndpoint: unix://{s}\nrootDir: {d}/root\napiSocket: {d}/api.sock\npodLogsDir: {d}/logs\nnodeName: e2e\nhousekeepingInterval: 500ms\nport: 0\nreadOnlyPort: 0\n{EVICTION}",
             d = dir.0.display(),
             s = agent::socket()
         ),

@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::EVICTION;
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -192,7 +193,7 @@ fn a_kubeadm_generated_config_loads_and_runs() {
         .replace("staticPodPath: /etc/kubernetes/manifests", &format!("staticPodPath: {}", manifests.display()))
         .replace("containerRuntimeEndpoint: \"\"", "containerRuntimeEndpoint: fake://")
         + &format!(
-            "rootDir: {}\napiSocket: {}/api.sock\npodLogsDir: {}\nnodeName: node-k\nport: 0\nreadOnlyPort: {port}\n",
+            "rootDir: {}\napiSocket: {}/api.sock\npodLogsDir: {}\nnodeName: node-k\nport: 0\nreadOnlyPort: {port}\n{EVICTION}",
             d.0.join("root").display(),
             d.0.display(),
             d.0.join("logs").display()

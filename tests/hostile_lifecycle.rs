@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::EVICTION;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -34,7 +35,7 @@ fn start_agent(dir: &Path, fake: &Arc<FakeRuntime>) -> Running {
     let manifests = dir.join("manifests");
     std::fs::create_dir_all(&manifests).unwrap();
     let yaml = format!(
-        "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\npodLogsDir: {}\nnodeName: node-a\nport: 0\nreadOnlyPort: 0\nfileCheckFrequency: 1h\nhousekeepingInterval: 200ms\n",
+        "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\npodLogsDir: {}\nnodeName: node-a\nport: 0\nreadOnlyPort: 0\nfileCheckFrequency: 1h\nhousekeepingInterval: 200ms\n{EVICTION}",
         manifests.display(),
         dir.join("root").display(),
         dir.display(),
@@ -306,7 +307,7 @@ fn a_panicking_thread_ends_podwarden_run() {
     std::fs::write(
         &config,
         format!(
-            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\npodLogsDir: {}\nnodeName: node-a\nport: 0\nreadOnlyPort: 0\nhousekeepingInterval: 200ms\n",
+            "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\npodLogsDir: {}\nnodeName: node-a\nport: 0\nreadOnlyPort: 0\nhousekeepingInterval: 200ms\n{EVICTION}",
             d.0.join("manifests").display(),
             d.0.join("root").display(),
             d.0.display(),

@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::EVICTION;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -142,7 +143,7 @@ impl Daemon {
             format!(
                 "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {2}/root\napiSocket: {2}/api.sock\n\
                  podLogsDir: {2}/logs\nnodeName: node-a\naddress: 127.0.0.1\nreadOnlyPort: {1}\nport: 0\n\
-                 fileCheckFrequency: 300ms\nhousekeepingInterval: 200ms\n",
+                 fileCheckFrequency: 300ms\nhousekeepingInterval: 200ms\n{EVICTION}",
                 manifests.display(),
                 port,
                 d.0.display()

@@ -11,6 +11,7 @@ mod agent;
 mod common;
 
 use agent::*;
+use common::EVICTION;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 
@@ -557,7 +558,7 @@ fn the_relay_answers_each_kubectl_protocol_as_containerd_allows() {
     std::fs::write(
         &config_file,
         format!(
-            "staticPodPath: {}\ncontainerRuntimeEndpoint: unix://{}\nrootDir: {}\napiSocket: {}\npodLogsDir: {}\nnodeName: e2e\nfileCheckFrequency: 1s\nhousekeepingInterval: 500ms\ncgroupDriver: cgroupfs\naddress: 127.0.0.1\nreadOnlyPort: {}\n",
+            "staticPodPath: {}\ncontainerRuntimeEndpoint: unix://{}\nrootDir: {}\napiSocket: {}\npodLogsDir: {}\nnodeName: e2e\nfileCheckFrequency: 1s\nhousekeepingInterval: 500ms\ncgroupDriver: cgroupfs\naddress: 127.0.0.1\nreadOnlyPort: {}\n{EVICTION}",
             manifests.display(),
             socket(),
             dir.0.join("root").display(),

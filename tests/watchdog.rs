@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::EVICTION;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixDatagram;
 use std::process::{Child, Command};
@@ -34,7 +35,7 @@ impl Run {
             &config,
             format!(
                 "staticPodPath: {}\ncontainerRuntimeEndpoint: fake://\nrootDir: {}\napiSocket: {}/api.sock\n\
-                 address: 127.0.0.1\nport: 0\nreadOnlyPort: {port}\nhousekeepingInterval: 500ms\n",
+                 address: 127.0.0.1\nport: 0\nreadOnlyPort: {port}\nhousekeepingInterval: 500ms\n{EVICTION}",
                 dir.0.join("m").display(),
                 dir.0.join("r").display(),
                 dir.0.display()

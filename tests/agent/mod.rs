@@ -142,14 +142,15 @@ impl Agent {
     pub fn spawn(&mut self) {
         let config = self.dir.0.join("config.yaml");
         let base = format!(
-            "staticPodPath: {}\ncontainerRuntimeEndpoint: unix://{}\nrootDir: {}\napiSocket: {}\npodLogsDir: {}\nnodeName: e2e\nfileCheckFrequency: 2s\nhousekeepingInterval: 500ms\nsyncFrequency: 5s\naddress: 127.0.0.1\nreadOnlyPort: {}\nport: {}\n",
+            "staticPodPath: {}\ncontainerRuntimeEndpoint: unix://{}\nrootDir: {}\napiSocket: {}\npodLogsDir: {}\nnodeName: e2e\nfileCheckFrequency: 2s\nhousekeepingInterval: 500ms\nsyncFrequency: 5s\naddress: 127.0.0.1\nreadOnlyPort: {}\nport: {}\n{}",
             self.manifests().display(),
             socket(),
             self.root().display(),
             self.api_socket().display(),
             self.dir.0.join("logs").display(),
             self.port,
-            self.kube_port
+            self.kube_port,
+            crate::common::EVICTION
         );
         // a key the test's extra lines set replaces the default line
         let overridden = |line: &str| {

@@ -88,6 +88,14 @@ impl Default for Opts {
     }
 }
 
+/// The eviction thresholds of the agents these tests start as processes,
+/// unless a test sets its own: the kubelet's defaults with the disk ones
+/// absolute. The default percentages (`nodefs.available<10%`,
+/// `imagefs.available<15%`) let how full the machine's disk happens to be
+/// decide whether a pod is admitted: on a CI machine with a fuller disk
+/// every pod was refused for disk pressure.
+pub const EVICTION: &str = "evictionHard: {memory.available: 100Mi, nodefs.available: 512Mi, nodefs.inodesFree: 1%, imagefs.available: 512Mi}\n";
+
 /// The harness's config: everything under `root`, a 2 s runtime call
 /// deadline, a resync every second.
 pub fn config(root: &std::path::Path) -> Config {

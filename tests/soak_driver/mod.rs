@@ -33,6 +33,8 @@ const SECRET: &str = "soak-creds";
 pub const SETTLE: Duration = Duration::from_secs(90);
 /// How long one step of a worker (a pod running, a pod gone) may take.
 const STEP: Duration = Duration::from_secs(120);
+/// Problems after which a run stops early (each may have cost a [`STEP`]).
+const GIVE_UP: usize = 12;
 
 /// The private containerd's run directory (`scripts/e2e-env.sh`'s
 /// `PODWARDEN_E2E_RUN`: a second environment beside the default one).
@@ -326,12 +328,15 @@ impl AgentProc {
         self.dir.join("config.yaml")
     }
 
+    /// The agent's config; its disk eviction thresholds are absolute, so
+    /// how full the machine's disk is does not decide admission.
     fn write_config(&self) {
         let text = format!(
             "staticPodPath: {}\ncontainerRuntimeEndpoint: unix://{}\nrootDir: {}\napiSocket: {}\npodLogsDir: {}\n\
              nodeName: soak\nfileCheckFrequency: 2s\nsyncFrequency: 10s\naddress: 127.0.0.1\nreadOnlyPort: {}\n\
              port: {}\nlogindDropInDir: {}/logind.conf.d\nshutdownGracePeriod: 10s\n\
-             shutdownGracePeriodCriticalPods: 2s\n",
+             shutdownGracePeriodCriticalPods: 2s\n\
+             evictionHard: {{memory.available: 100Mi, nodefs.available: 512Mi, nodefs.inodesFree: 1%, imagefs.available: 512Mi}}\n",
             self.manifests().display(),
             socket(),
             self.root().display(),
@@ -576,9 +581,18 @@ impl Shared {
         self.gate_cv.notify_all();
     }
 
+    /// Record `p`; after [`GIVE_UP`] problems the workers stop, so a
+    /// broken node fails the run in minutes instead of waiting out every
+    /// lifecycle's [`STEP`].
     fn problem(&self, p: String) {
         eprintln!("soak: {p}");
-        self.problems.lock().push(p);
+        let mut all = self.problems.lock();
+        all.push(p);
+        if all.len() == GIVE_UP {
+            all.push(format!("{GIVE_UP} problems: the run stopped early"));
+            eprintln!("soak: {GIVE_UP} problems: stopping the run early");
+            self.stop.store(true, Ordering::SeqCst);
+        }
     }
 
     fn kubectl(&self, args: &[&str]) -> (bool, String) {
