@@ -138,7 +138,7 @@ fn restart_policies_back_off_and_termination_message() {
     let st = a.pod("never").unwrap()["status"].clone();
     let term = &st["containerStatuses"][0]["state"]["terminated"];
     assert_eq!(term["exitCode"], 1);
-    assert_eq!(term["message"], "bad config");
+    assert_eq!(term["message"], "bad config\n", "verbatim, as the kubelet keeps it");
     wait_for("OnFailure exit 0 Succeeded", Duration::from_secs(30), || {
         a.pod("onfail-ok").is_some_and(|p| p["status"]["phase"] == "Succeeded")
     });
@@ -165,7 +165,7 @@ fn restart_policies_back_off_and_termination_message() {
     }
     wait_for("fallback message from the log", Duration::from_secs(30), || {
         a.pod("fallback")
-            .is_some_and(|p| p["status"]["containerStatuses"][0]["state"]["terminated"]["message"] == "last words")
+            .is_some_and(|p| p["status"]["containerStatuses"][0]["state"]["terminated"]["message"] == "last words\n")
     });
     // the invalid manifest is reported naming its file, and hurts nobody
     assert!(a.log().contains("broken.yaml: field metadata.name"), "{}", a.log());
@@ -832,7 +832,7 @@ fn sub_paths_mount_part_of_a_volume_and_never_outside_it() {
         a.pod("sub").is_some_and(|p| p["status"]["phase"] == "Succeeded")
     });
     let p = a.pod("sub").unwrap();
-    assert_eq!(p["status"]["containerStatuses"][0]["state"]["terminated"]["message"], "answer=42");
+    assert_eq!(p["status"]["containerStatuses"][0]["state"]["terminated"]["message"], "answer=42\n");
     assert_eq!(std::fs::read_to_string(vol.join("out/sub/from-sub")).unwrap(), "hi\n");
     let mut reason = String::new();
     wait_for("esc refused", Duration::from_secs(30), || {
@@ -958,7 +958,7 @@ fn config_maps_and_secrets_reach_the_container_and_follow_edits() {
     wait_for("late Succeeded", Duration::from_secs(30), || {
         a.pod("late").is_some_and(|p| p["status"]["phase"] == "Succeeded")
     });
-    assert_eq!(a.pod("late").unwrap()["status"]["containerStatuses"][0]["state"]["terminated"]["message"], "arrived");
+    assert_eq!(a.pod("late").unwrap()["status"]["containerStatuses"][0]["state"]["terminated"]["message"], "arrived\n");
     a.clean_up(&[&uid, &late]);
     // the pod's directory, and the tmpfs in it, are gone
     assert!(!mounts_now().contains(&uid), "a mount of the pod is left");

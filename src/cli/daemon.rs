@@ -218,17 +218,29 @@ impl Default for Tuning {
     }
 }
 
-/// Ephemeral storage for pods as the kubelet computes it with its defaults:
-/// the capacity of `rootDir`'s filesystem (of its nearest existing
-/// ancestor before it is made) less the default hard eviction threshold
-/// `nodefs.available<10%`.
-fn ephemeral_allocatable(root_dir: &std::path::Path) -> i64 {
-    let bytes = root_dir
+/// The hard eviction threshold of `signal` in bytes of `capacity`: the
+/// kubelet keeps it out of the node's allocatable (0 when none is set).
+fn hard_threshold(config: &Config, signal: crate::config::Signal, capacity: u64) -> u64 {
+    config
+        .thresholds()
+        .unwrap_or_default()
+        .iter()
+        .find(|t| t.signal == signal && !t.soft)
+        .map_or(0, |t| t.value.of(capacity))
+}
+
+/// Ephemeral storage for pods as the kubelet computes it: the capacity of
+/// `rootDir`'s filesystem (of its nearest existing ancestor before it is
+/// made) less the hard eviction threshold `nodefs.available`.
+fn ephemeral_allocatable(config: &Config) -> i64 {
+    let bytes = config
+        .root_dir
         .ancestors()
         .filter_map(|p| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).ok())
         .find_map(|p| crate::sys::filesystem_bytes(&p).ok())
         .unwrap_or(0);
-    (bytes - bytes / 10).min(i64::MAX as u64) as i64
+    let kept = hard_threshold(config, crate::config::Signal::NodeFsAvailable, bytes);
+    bytes.saturating_sub(kept).min(i64::MAX as u64) as i64
 }
 
 /// Both observers, in turn.
@@ -264,7 +276,7 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
     });
     // the host's facts, read once for admission and the sync phases
     let apparmor = apparmor_enabled();
-    let ephemeral = ephemeral_allocatable(&config.root_dir);
+    let ephemeral = ephemeral_allocatable(config);
     let mut admission = Admission::new(allocatable)
         .with_pod_security(config.static_pod_security_level)
         .with_security(crate::model::sysctl::Allowlist::new(&config.allowed_unsafe_sysctls), apparmor)
@@ -566,8 +578,14 @@ fn healthy_within(config: &Config) -> Duration {
 /// Production's [`Tuning`]: the machine read once (for kubepods' limits
 /// and for admission), the pod cgroups, the registry credentials.
 fn production_tuning(config: &Config, id_prefix: &str) -> Result<Tuning, DaemonError> {
-    let allocatable = Allocatable::detect(config.max_pods, config.reserved_cpu_millis, config.reserved_memory_bytes);
-    let cgroups = node_cgroups(config, id_prefix, &allocatable)?;
+    let machine = Allocatable::detect(config.max_pods, config.reserved_cpu_millis, config.reserved_memory_bytes);
+    // kubepods is limited to the capacity less what is reserved; what pods
+    // may request (admission, the Node's allocatable, a container's default
+    // memory limit in the downward API) is also less the hard eviction
+    // threshold `memory.available`, as the kubelet's node allocatable
+    let cgroups = node_cgroups(config, id_prefix, &machine)?;
+    let kept = hard_threshold(config, crate::config::Signal::MemoryAvailable, machine.memory_capacity_bytes as u64);
+    let allocatable = Allocatable { memory_bytes: (machine.memory_bytes - kept as i64).max(0), ..machine };
     let provider_config = &config.image_credential_provider_config;
     let keyring = crate::node::images::credentials::Keyring::load(
         &config.root_dir,

@@ -379,12 +379,17 @@ impl Admission {
                 if let Some((p, pr, _)) =
                     wanted.iter().find(|(p, pr, i)| *p == port && *pr == proto && ips_overlap(i, &ip))
                 {
+                    // the kubelet's words (its scheduler predicate's); which
+                    // pod holds the port goes to the log
+                    log::info!(
+                        "pod {}: host port {p}/{pr} is used by pod {}",
+                        model::pod_ref(pod),
+                        model::pod_ref(other)
+                    );
                     return Err(Rejection::new(
                         "NodePorts",
-                        format!(
-                            "Node didn't have free ports for the requested pod ports: {p}/{pr} is used by pod {}",
-                            model::pod_ref(other)
-                        ),
+                        "Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports"
+                            .to_string(),
                     ));
                 }
             }

@@ -400,15 +400,18 @@ pub fn generate(pod: &Pod, rp: &RuntimePod, input: &GenerateInput) -> PodStatus 
         .map(|s| s.name.as_str())
         .collect();
     let all_ready = !statuses.is_empty() && unready.is_empty() && !terminal;
+    // a finished pod's readiness says how it finished, as the kubelet's does
     let ready_why = if all_ready {
         None
     } else if phase == model::PHASE_SUCCEEDED {
         Some(("PodCompleted", String::new()))
+    } else if phase == model::PHASE_FAILED {
+        Some(("PodFailed", String::new()))
     } else {
         Some(("ContainersNotReady", format!("containers with unready status: {}", go_list(&unready))))
     };
     let incomplete: Vec<&str> = paired.iter().filter(|(c, s)| !init_done(c, s)).map(|(c, _)| c.name.as_str()).collect();
-    let init_why = if phase == model::PHASE_SUCCEEDED && !inits.is_empty() {
+    let init_why = if phase == model::PHASE_SUCCEEDED {
         Some(("PodCompleted", String::new()))
     } else if incomplete.is_empty() || any_app_started(&statuses) {
         None
@@ -427,12 +430,16 @@ pub fn generate(pod: &Pod, rp: &RuntimePod, input: &GenerateInput) -> PodStatus 
     // pod started again after a cancelled node shutdown is no longer
     // "Terminated").
     let same_phase = input.old.filter(|o| o.phase.as_deref() == Some(phase.as_str()));
+    // the kubelet's PodReadyToStartContainers: the pod's sandbox is ready
+    // and, off the host's network, has its IP (no new sandbox is needed)
+    let sandbox_ready = rp.ready_sandbox().is_some_and(|s| model::host_network(pod) || s.ip.is_some()) && !terminal;
     // by name, as the kubelet lists them (init containers keep spec order)
     let mut statuses = statuses;
     statuses.sort_by(|a, b| a.name.cmp(&b.name));
     PodStatus {
         phase: Some(phase),
         conditions: Some(vec![
+            condition("PodReadyToStartContainers", sandbox_ready, input.old, &now),
             condition("PodScheduled", true, input.old, &now),
             condition_why("Initialized", initialized, init_why, input.old, &now),
             condition_why("ContainersReady", all_ready, ready_why.clone(), input.old, &now),

@@ -385,7 +385,8 @@ impl PodSync {
             let rel =
                 std::path::Path::new("containers").join(&c.name).join(c.attempt.to_string()).join("termination-log");
             let mut msg = match crate::base::fsutil::read_tail_in(&pod_dir, &rel, Links::Refuse, MAX) {
-                Ok((bytes, _)) => String::from_utf8_lossy(&bytes).trim_end().to_string(),
+                // verbatim, as the kubelet keeps it (a trailing newline too)
+                Ok((bytes, _)) => String::from_utf8_lossy(&bytes).into_owned(),
                 Err(FileError::NotFound { .. }) => String::new(),
                 // as the kubelet reports it
                 Err(e) => format!("Error on reading termination log {e}"),
@@ -396,7 +397,7 @@ impl PodSync {
             {
                 let rel = std::path::Path::new(&c.name).join(format!("{}.log", c.attempt));
                 msg = match crate::logs::reader::termination_tail(&log_dir, &rel, 80, 2048) {
-                    Ok(m) => m.trim_end().to_string(),
+                    Ok(m) => m,
                     Err(FileError::NotFound { .. }) => String::new(),
                     Err(e) => format!("Error on reading termination message from logs: {e}"),
                 };

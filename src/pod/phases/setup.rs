@@ -99,7 +99,6 @@ impl PodSync {
     ) -> Result<SyncResult, SyncError> {
         ctx.check()?;
         let uid = model::uid(pod).to_string();
-        self.make_dirs(pod)?;
         let mut rp = self.status(ctx, &uid)?;
         ctx.check()?;
         if is_terminal(pod, &rp) {
@@ -110,8 +109,11 @@ impl PodSync {
         }
         // the status as read, first (as the kubelet's syncPod): an exit
         // shows while the pass acts on it (a restart, the next init
-        // container, an image pull that takes minutes)
+        // container, an image pull that takes minutes), and a pod whose
+        // volumes cannot be set up yet shows Pending, its containers
+        // ContainerCreating
         self.write_status(ctx, pod, &rp);
+        self.make_dirs(pod)?;
         let mut sandbox = self.sandbox_config(pod, &rp);
         let ready = self.ensure_sandbox(ctx, pod, &mut rp, &mut sandbox)?;
         // whether this pass changed anything in the runtime: if not, the

@@ -52,6 +52,10 @@ pub(super) fn watch(rt: &CriRuntime, cancel: &CancelToken, on: &mut dyn FnMut(No
     let mut noted = |n: Note| {
         if let Note::Event(e) = &n {
             rt.exits.note(e);
+            // an OOM told after the exit: a status kept without it is stale
+            if e.kind == Kind::Oom {
+                rt.finished.forget(&e.container_id);
+            }
         }
         on(n)
     };

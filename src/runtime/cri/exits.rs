@@ -86,6 +86,15 @@ impl Exits {
     fn apply_locked(m: &mut HashMap<String, Told>, c: &mut ContainerInfo) {
         let Some((exit, oom, _)) = m.get(&c.id) else { return };
         if c.state == ContainerState::Exited {
+            // containerd sets `OOMKilled` when its CRI plugin handles the
+            // OOM event, which under load comes well after the exit's
+            // (a container whose killed child left it to exit 0 reads
+            // `Completed` meanwhile): the event's word holds until the CRI
+            // agrees
+            if *oom && c.reason != "OOMKilled" {
+                c.reason = "OOMKilled".to_string();
+                return;
+            }
             m.remove(&c.id);
             return;
         }
@@ -164,6 +173,28 @@ mod tests {
         x.apply(&mut list, true);
         assert_eq!(list[0].containers[0].state, ContainerState::Exited);
         assert_eq!(x.len(), 1);
+    }
+
+    /// Seen beside the real kubelet (tests/peer/oomkilled.yaml): a child
+    /// OOM-killed, the container exiting 0, and containerd's CRI reading
+    /// `Completed` until it handled the OOM event, seconds later under load.
+    #[test]
+    fn a_told_oom_holds_over_the_cri_until_the_cri_says_so_too() {
+        let x = Exits::default();
+        x.note(&ContainerEvent { container_id: "a".into(), kind: Kind::Oom, exit: None });
+        x.note(&exited("a", 0));
+        let mut a = ContainerInfo { reason: "Completed".into(), ..container("a", ContainerState::Exited) };
+        x.apply_one(&mut a);
+        assert_eq!(a.reason, "OOMKilled");
+        assert_eq!(x.len(), 1, "kept until the CRI agrees");
+        let mut a = ContainerInfo { reason: "OOMKilled".into(), ..container("a", ContainerState::Exited) };
+        x.apply_one(&mut a);
+        assert_eq!((a.reason.as_str(), x.len()), ("OOMKilled", 0));
+        // an exit without an OOM is the CRI's to tell once it shows it
+        x.note(&exited("b", 0));
+        let mut b = ContainerInfo { reason: "Completed".into(), ..container("b", ContainerState::Exited) };
+        x.apply_one(&mut b);
+        assert_eq!((b.reason.as_str(), x.len()), ("Completed", 0));
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //!
 //! Only a status read [`SETTLED_NS`] (2 s) after the exit is kept: containerd sets
 //! the reason `OOMKilled` when it handles the task's OOM event, which may
-//! come after the exit's (a read in between says `Error`).
+//! come after the exit's (a read in between says `Error`), and what the
+//! events told of an OOM is kept with it; an OOM event later still (a
+//! loaded containerd) forgets the entry.
 
 use std::collections::HashMap;
 
