@@ -38,6 +38,10 @@
 #                              manifests are written half: leftovers by kind, pods run twice, RSS and fds
 #                              (private containerd + logind; the release binary; PODWARDEN_SOAK_SEED repeats
 #                              a run; the driver's warnings go to $TMPDIR/podwarden-soak-bench.err)
+#   scripts/bench.sh peer      the real kubelet (tools/cluster's build, standalone) and podwarden, each alone
+#                              on the private containerd, alternating rounds: RSS with 0 and 110 pods, CPU
+#                              with 110, 30 pods started and removed, an init step, a first restart, binary
+#                              size; ratios podwarden / kubelet (the release binary; PODWARDEN_PEER_ROUNDS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name="${1:-}"
@@ -123,8 +127,16 @@ case "$name" in
     PODWARDEN_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/podwarden" \
       cargo bench --profile ci --bench soak --quiet 2>"${TMPDIR:-/tmp}/podwarden-soak-bench.err"
     ;;
+  peer)
+    scripts/e2e-env.sh up >/dev/null
+    [ -x /usr/local/go/bin/go ] && export PATH="$PATH:/usr/local/go/bin"
+    PODWARDEN_CLUSTER_KUBELET=1 tools/cluster/build.sh >/dev/null
+    cargo build --release --bin podwarden --quiet
+    PODWARDEN_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/podwarden" \
+      cargo bench --profile ci --bench peer --quiet 2>"${TMPDIR:-/tmp}/podwarden-peer-bench.err"
+    ;;
   *)
-    echo "usage: scripts/bench.sh core|start|shutdown|footprint|config|probes|isolation|unattended|reactions|api|cluster|offline|machine|hostile|soak" >&2
+    echo "usage: scripts/bench.sh core|start|shutdown|footprint|config|probes|isolation|unattended|reactions|api|cluster|offline|machine|hostile|soak|peer" >&2
     exit 2
     ;;
 esac

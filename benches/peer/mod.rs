@@ -1,0 +1,309 @@
+//! The real kubelet beside podwarden (issue 41): each agent, alone in turn,
+//! runs the same static pods on the same private containerd
+//! (`scripts/e2e-env.sh`), with the same node name and the same manifest
+//! directory (a static pod's UID hashes its file's path), and answers on a
+//! read-only port. Used by `benches/peer_diff.rs` (the kubelet as the
+//! oracle for pod status) and `benches/peer.rs` (the figures side by side).
+//!
+//! The kubelet is `tools/cluster`'s build of `k8s.io/kubernetes`'s
+//! `cmd/kubelet` (`scripts/peer-diff.sh` and `scripts/bench.sh peer` build
+//! it), run standalone: no API server, `--config` with `staticPodPath`.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use podwarden::runtime::Runtime;
+use podwarden::runtime::cri::CriRuntime;
+
+use crate::support::{call, socket};
+
+/// Both agents' node name: static pods are named `NAME-peer`.
+pub const NODE: &str = "peer";
+/// Where both agents read manifests and keep their state, in turn.
+pub const DIR: &str = "/var/lib/podwarden-peer";
+/// The kubelet's pod cgroups go under this root (each v1 hierarchy, or
+/// the v2 tree), so nothing of its mixes with podwarden's `kubepods`.
+pub const KUBELET_CGROUP_ROOT: &str = "podwarden-peer";
+/// The disk thresholds absolute for both, so how full this machine's disk
+/// is decides nothing; memory as both agents' default.
+pub const EVICTION: &str = "evictionHard: {memory.available: 100Mi, nodefs.available: 512Mi, nodefs.inodesFree: 1%, imagefs.available: 512Mi}\n";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    Kubelet,
+    Podwarden,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Kubelet => "kubelet",
+            Kind::Podwarden => "podwarden",
+        }
+    }
+}
+
+/// One agent running in [`DIR`]: killed (SIGKILL, pods left running, as
+/// after a crash) when dropped; [`Side::stop`] first for a clean stop.
+pub struct Side {
+    pub kind: Kind,
+    pub child: Child,
+    pub read_only: SocketAddr,
+    pub started: Instant,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The kubelet binary: `$PODWARDEN_KUBELET`, else tools/cluster's build.
+pub fn kubelet_bin() -> PathBuf {
+    let p = std::env::var("PODWARDEN_KUBELET")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/cluster-bin/kubelet"));
+    assert!(
+        p.exists(),
+        "{} is missing: build it with `PODWARDEN_CLUSTER_KUBELET=1 tools/cluster/build.sh` (scripts/peer-diff.sh does)",
+        p.display()
+    );
+    p
+}
+
+/// podwarden: `$PODWARDEN_BIN`, else the binary this target was built with.
+pub fn podwarden_bin() -> PathBuf {
+    std::env::var("PODWARDEN_BIN").map(PathBuf::from).unwrap_or_else(|_| env!("CARGO_BIN_EXE_podwarden").into())
+}
+
+pub fn manifests() -> PathBuf {
+    Path::new(DIR).join("manifests")
+}
+
+pub fn logs() -> PathBuf {
+    Path::new(DIR).join("logs")
+}
+
+/// The cgroup v1 hierarchies (or the v2 root) under which the kubelet's
+/// root is made and removed.
+fn cgroup_bases() -> Vec<PathBuf> {
+    if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+        return vec![PathBuf::from("/sys/fs/cgroup")];
+    }
+    ["cpu", "cpuacct", "cpuset", "memory", "pids", "hugetlb", "blkio", "devices", "freezer", "systemd"]
+        .iter()
+        .map(|c| Path::new("/sys/fs/cgroup").join(c))
+        .filter(|p| p.is_dir())
+        .collect()
+}
+
+/// Remove `dir` and every cgroup under it, deepest first.
+fn remove_cgroup_tree(dir: &Path) {
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_cgroup_tree(&e.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
+/// Every sandbox and container of the private containerd stopped and
+/// removed, and the kubelet's cgroup root gone: the state each side
+/// starts from.
+pub fn clear_runtime() {
+    let cri = CriRuntime::connect(&format!("unix://{}", socket()), Duration::from_secs(5))
+        .expect("connect to the e2e containerd");
+    for round in 0..3 {
+        let pods = cri.list_pods(&call()).expect("list the e2e containerd's pods");
+        if pods.is_empty() {
+            break;
+        }
+        for rp in pods {
+            for c in &rp.containers {
+                let _ = cri.stop_container(&call(), &c.id, Duration::ZERO);
+                let _ = cri.remove_container(&call(), &c.id);
+            }
+            for sb in &rp.sandboxes {
+                let _ = cri.stop_sandbox(&call(), &sb.id);
+                let _ = cri.remove_sandbox(&call(), &sb.id);
+            }
+        }
+        if round == 2 {
+            panic!("the e2e containerd still holds pods after three rounds of removal");
+        }
+    }
+    for base in cgroup_bases() {
+        remove_cgroup_tree(&base.join(KUBELET_CGROUP_ROOT));
+    }
+}
+
+/// A fresh [`DIR`] holding `files` (name, text) in its manifest directory.
+pub fn prepare(files: &[(String, String)]) {
+    let _ = umount_under(Path::new(DIR));
+    let _ = std::fs::remove_dir_all(DIR);
+    std::fs::create_dir_all(manifests()).unwrap();
+    std::fs::create_dir_all(logs()).unwrap();
+    for (name, text) in files {
+        std::fs::write(manifests().join(name), text).unwrap();
+    }
+}
+
+/// Unmount what an agent killed mid-way left mounted under `dir` (tmpfs
+/// volumes, the kubelet's projected volumes), deepest first.
+fn umount_under(dir: &Path) -> std::io::Result<()> {
+    let prefix = format!("{}/", dir.display());
+    let mut points: Vec<String> = std::fs::read_to_string("/proc/self/mounts")?
+        .lines()
+        .filter_map(|l| l.split(' ').nth(1))
+        .filter(|m| m.starts_with(&prefix))
+        .map(|m| m.replace("\\040", " "))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for p in points {
+        let _ = Command::new("umount").arg("-l").arg(&p).status();
+    }
+    Ok(())
+}
+
+impl Side {
+    /// Start `kind` on [`DIR`] (already prepared); its log goes to
+    /// `DIR/KIND.log`. Waits until its read-only port answers `/healthz`.
+    pub fn start(kind: Kind) -> Side {
+        let (ro, port, healthz) = (free_port(), free_port(), free_port());
+        let dir = Path::new(DIR);
+        let log = std::fs::File::create(dir.join(format!("{}.log", kind.name()))).unwrap();
+        let mut cmd = match kind {
+            Kind::Kubelet => {
+                for base in cgroup_bases() {
+                    let root = base.join(KUBELET_CGROUP_ROOT);
+                    std::fs::create_dir_all(&root).unwrap();
+                    // a new v1 cpuset holds no CPU and no memory node
+                    for f in ["cpuset.cpus", "cpuset.mems"] {
+                        if let Ok(v) = std::fs::read_to_string(base.join(f)) {
+                            let _ = std::fs::write(root.join(f), v.trim());
+                        }
+                    }
+                }
+                let config = dir.join("kubelet.yaml");
+                std::fs::write(&config, kubelet_config(ro, port, healthz)).unwrap();
+                let mut c = Command::new(kubelet_bin());
+                c.arg(format!("--config={}", config.display()))
+                    .arg(format!("--root-dir={}/root", DIR))
+                    .arg(format!("--cert-dir={}/pki", DIR))
+                    .arg(format!("--hostname-override={NODE}"))
+                    // events reach only the log without an API server:
+                    // `Event occurred` lines at level 3
+                    .arg("--v=3");
+                c
+            }
+            Kind::Podwarden => {
+                let config = dir.join("podwarden.yaml");
+                std::fs::write(
+                    &config,
+                    format!(
+                        "staticPodPath: {DIR}/manifests\ncontainerRuntimeEndpoint: unix://{}\nrootDir: {DIR}/root\n\
+                         podLogsDir: {DIR}/logs\napiSocket: {DIR}/api.sock\nnodeName: {NODE}\naddress: 127.0.0.1\n\
+                         readOnlyPort: {ro}\nport: {port}\n{EVICTION}",
+                        socket()
+                    ),
+                )
+                .unwrap();
+                let mut c = Command::new(podwarden_bin());
+                c.args(["run", "--config", config.to_str().unwrap()]).env("RUST_LOG", "info");
+                c
+            }
+        };
+        let child = cmd.stdin(Stdio::null()).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
+        let mut side = Side { kind, child, read_only: SocketAddr::from(([127, 0, 0, 1], ro)), started: Instant::now() };
+        let end = Instant::now() + Duration::from_secs(60);
+        loop {
+            if get(side.read_only, "/healthz", Duration::from_secs(2)).is_some_and(|(c, _)| c == 200) {
+                break;
+            }
+            if let Ok(Some(st)) = side.child.try_wait() {
+                panic!("{} exited at its start ({st}):\n{}", kind.name(), side.log_tail(40));
+            }
+            assert!(Instant::now() < end, "{} not healthy 60 s after its start:\n{}", kind.name(), side.log_tail(40));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        side.started = Instant::now();
+        side
+    }
+
+    /// The pods on its read-only port's `/pods` (the kubelet fills in its
+    /// static pods' status there, having no API server to send it to).
+    pub fn pods(&self) -> Vec<serde_json::Value> {
+        let (code, body) = get(self.read_only, "/pods", Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("{}: no answer from /pods", self.kind.name()));
+        assert_eq!(code, 200, "{}: /pods: {body}", self.kind.name());
+        let v: serde_json::Value = serde_json::from_str(&body).expect("/pods is JSON");
+        v["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    pub fn log_tail(&self, n: usize) -> String {
+        let text =
+            std::fs::read_to_string(Path::new(DIR).join(format!("{}.log", self.kind.name()))).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// SIGTERM, and wait up to 30 s (both agents leave their pods running).
+    pub fn stop(mut self) {
+        let _ = podwarden::sys::kill(self.child.id() as i32, libc::SIGTERM);
+        let end = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < end {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Side {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn kubelet_config(ro: u16, port: u16, healthz: u16) -> String {
+    // Each setting the host needs, and why:
+    // - cgroupDriver cgroupfs: this host has no systemd (and cgroup v1);
+    // - failCgroupV1 false: the kubelet refuses cgroup v1 otherwise (1.31+);
+    // - failSwapOn false: a machine with swap must not stop the peer;
+    // - cgroupRoot: its pod cgroups apart from podwarden's `kubepods`;
+    // - anonymous authentication and AlwaysAllow: the read-only port
+    //   needs none, the secure one is not used (loopback only);
+    // - resolvConf: the host's, as podwarden's default;
+    // - evictionHard: as for podwarden, absolute disk thresholds.
+    format!(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         staticPodPath: {DIR}/manifests\ncontainerRuntimeEndpoint: unix://{}\npodLogsDir: {DIR}/logs\n\
+         address: 127.0.0.1\nport: {port}\nreadOnlyPort: {ro}\nhealthzBindAddress: 127.0.0.1\nhealthzPort: {healthz}\n\
+         authentication: {{anonymous: {{enabled: true}}, webhook: {{enabled: false}}}}\n\
+         authorization: {{mode: AlwaysAllow}}\n\
+         cgroupDriver: cgroupfs\ncgroupRoot: /{KUBELET_CGROUP_ROOT}\nfailCgroupV1: false\nfailSwapOn: false\n\
+         resolvConf: /etc/resolv.conf\n{EVICTION}",
+        socket()
+    )
+}
+
+/// One `GET path` (HTTP/1.0, so the server closes and does not chunk): the
+/// status and the body, or None when no answer came within `timeout`.
+pub fn get(addr: SocketAddr, path: &str, timeout: Duration) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, timeout).ok()?;
+    s.set_read_timeout(Some(timeout)).ok()?;
+    s.set_write_timeout(Some(timeout)).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: peer\r\n\r\n").ok()?;
+    let mut out = Vec::new();
+    s.take(64 << 20).read_to_end(&mut out).ok()?;
+    let out = String::from_utf8_lossy(&out);
+    let (head, body) = out.split_once("\r\n\r\n")?;
+    let code = head.split(' ').nth(1)?.parse().ok()?;
+    Some((code, body.to_string()))
+}
