@@ -708,9 +708,11 @@ impl Runtime for CriRuntime {
             self.list_containers(ctx, Some(uid))?.into_iter().map(Self::container_info).collect();
         for (c, _) in &mut containers {
             if !self.finished.fill(c) && self.container_status_into(ctx, c)? {
-                // what the events told (an OOM kill) is part of what is kept
-                self.exits.apply_one(c);
-                self.finished.keep(c, crate::base::unix_now_ns());
+                // what the events told of an OOM kill is part of what is
+                // kept (`c` stays the CRI's word: the read's end compares)
+                let mut told = c.clone();
+                self.exits.told_oom(&mut told);
+                self.finished.keep(&told, crate::base::unix_now_ns());
             }
         }
         let mut pod = Self::group(sandboxes, containers)

@@ -64,6 +64,18 @@ impl Exits {
         Self::apply_locked(&mut m, c);
     }
 
+    /// An exited container (as the CRI shows it) that an OOM event was
+    /// told for says `OOMKilled` whatever the CRI's reason; nothing is
+    /// forgotten (that is [`Self::apply_one`]'s, after the whole read).
+    pub fn told_oom(&self, c: &mut ContainerInfo) {
+        if c.state == ContainerState::Exited
+            && c.reason != "OOMKilled"
+            && self.by_id.lock().get(&c.id).is_some_and(|(_, oom, _)| *oom)
+        {
+            c.reason = "OOMKilled".to_string();
+        }
+    }
+
     /// [`Self::apply_one`] for every container of `pods`; with `whole`
     /// (a list of every pod) the exits of containers it does not hold
     /// are forgotten too.
@@ -195,6 +207,25 @@ mod tests {
         let mut b = ContainerInfo { reason: "Completed".into(), ..container("b", ContainerState::Exited) };
         x.apply_one(&mut b);
         assert_eq!((b.reason.as_str(), x.len()), ("Completed", 0));
+    }
+
+    /// The CRI still says RUNNING for a while after the exit event: every
+    /// read in that time shows the exit (reading it must not forget it).
+    #[test]
+    fn an_exit_the_cri_does_not_show_yet_holds_over_every_read() {
+        let x = Exits::default();
+        x.note(&exited("a", 0));
+        for _ in 0..3 {
+            let mut a = container("a", ContainerState::Running);
+            x.told_oom(&mut a);
+            x.apply_one(&mut a);
+            assert_eq!(a.state, ContainerState::Exited);
+        }
+        let mut a = ContainerInfo { reason: "Completed".into(), ..container("a", ContainerState::Exited) };
+        x.told_oom(&mut a);
+        assert_eq!(a.reason, "Completed", "no OOM was told");
+        x.apply_one(&mut a);
+        assert_eq!(x.len(), 0, "the CRI shows it now: forgotten");
     }
 
     #[test]
