@@ -263,12 +263,56 @@ fn observe(kind: Kind, cases: &[Case], wait: Duration) -> BTreeMap<String, Recor
             Some((format!("{}/{}", m["namespace"].as_str()?, m["name"].as_str()?), p))
         })
         .collect();
-    let out = cases.iter().map(|c| (c.stem.clone(), record(by_key.get(&c.key(kind)).copied()))).collect();
     let log = Path::new(peer::DIR).join(format!("{}.log", kind.name()));
+    let events = pod_events(kind, &std::fs::read_to_string(&log).unwrap_or_default());
+    let out = cases
+        .iter()
+        .map(|c| {
+            let key = c.key(kind);
+            let mut r = record(by_key.get(&key).copied());
+            if let Some(reasons) = events.get(&key) {
+                r.insert("events".into(), reasons.join(" "));
+            }
+            (c.stem.clone(), r)
+        })
+        .collect();
     let keep = std::env::temp_dir().join(format!("podwarden-peer-{}.log", kind.name()));
     let _ = std::fs::copy(&log, &keep);
     side.stop();
     peer::clear_runtime();
+    out
+}
+
+/// Each pod's event reasons in the order they first came, from the
+/// agent's log: the standalone kubelet's events reach only its log
+/// (`"Event occurred" object="NS/NAME" … reason="R"`, at `--v=3`),
+/// podwarden's are logged as `NS/NAME UID: R: message`.
+fn pod_events(kind: Kind, log: &str) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in log.lines() {
+        let found = match kind {
+            Kind::Kubelet => (|| {
+                let rest = line.split_once("\"Event occurred\" object=\"")?.1;
+                let (object, rest) = rest.split_once('"')?;
+                rest.contains("kind=\"Pod\"").then_some(())?;
+                let reason = rest.split_once(" reason=\"")?.1.split_once('"')?.0;
+                Some((object.to_string(), reason.to_string()))
+            })(),
+            Kind::Podwarden => (|| {
+                let rest = line.split_once("podwarden::telemetry::events] ")?.1;
+                let (object, rest) = rest.split_once(' ')?;
+                object.contains('/').then_some(())?;
+                let reason = rest.split_once(": ")?.1.split_once(':')?.0;
+                Some((object.to_string(), reason.to_string()))
+            })(),
+        };
+        if let Some((object, reason)) = found {
+            let seen = out.entry(object).or_default();
+            if !seen.contains(&reason) {
+                seen.push(reason);
+            }
+        }
+    }
     out
 }
 

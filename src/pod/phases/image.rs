@@ -59,8 +59,8 @@ impl PodSync {
     /// A pull that failed with `message`: the kubelet's two `Failed`
     /// events, and `ErrImagePull` until the back-off's first retry.
     fn pull_failed(&self, obj: &ObjectRef, image: &str, message: String) -> NoImage {
+        // (the container's `Failed: Error: ErrImagePull` follows, from the caller)
         self.events.event(obj, EventType::Warning, "Failed", &format!("Failed to pull image {image:?}: {message}"));
-        self.events.event(obj, EventType::Warning, "Failed", "Error: ErrImagePull");
         NoImage { reason: "ErrImagePull", message, retry: PULL_BACKOFF_INITIAL }
     }
 

@@ -458,6 +458,9 @@ impl PodSync {
         let image = c.image.clone().unwrap_or_default();
         let _ = uid;
         if let Err(no) = self.ensure_image(ctx, pod, c, &image)? {
+            // after the image's own event, the kubelet's `Failed` for the
+            // container (`Error: ErrImageNeverPull`, `Error: ErrImagePull`, …)
+            self.events.event(&obj, EventType::Warning, "Failed", &format!("Error: {}", no.reason));
             self.remember(ctx, &c.name, no.reason, no.message);
             return Ok(Some(no.retry));
         }
@@ -516,6 +519,8 @@ impl PodSync {
         if let Some(n) = &self.new_logs {
             n.created(&id, log_dir, format!("{}.log", config.attempt));
         }
+        // the kubelet's event and words for a container created
+        self.events.event(&obj, EventType::Normal, "Created", &format!("Created container: {}", c.name));
         match ctx.start(|| self.runtime.start_container(&self.call(ctx), &id))? {
             Ok(()) => {
                 self.forget(uid, &c.name);
