@@ -356,6 +356,15 @@ fn same(field: &str, kubelet: &str, podwarden: &str, rk: &Record, rp: &Record) -
         let (a, b) = (kubelet.parse::<i64>().unwrap_or(-1), podwarden.parse::<i64>().unwrap_or(-1));
         return a >= 0 && b >= 0 && (a - b).abs() <= (a.max(b) / 3).max(1);
     }
+    if field.ends_with(".state") {
+        // a pull back-off shows ErrImagePull after each failed pull and
+        // ImagePullBackOff while it waits: which one a moment shows is
+        // the timing of the agent's passes
+        let pulling = |s: &str| s == "waiting ErrImagePull" || s == "waiting ImagePullBackOff";
+        if pulling(kubelet) && pulling(podwarden) {
+            return true;
+        }
+    }
     if let Some(prefix) = field.strip_suffix(".state") {
         let restarting =
             |r: &Record| r.get(&format!("{prefix}.restarts")).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0) > 0;
