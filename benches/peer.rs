@@ -66,7 +66,9 @@ fn wait_until<T>(what: &str, side: &Side, timeout: Duration, mut f: impl FnMut()
             return v;
         }
         assert!(Instant::now() < end, "{}: {what} not within {timeout:?}:\n{}", side.kind.name(), side.log_tail(30));
-        std::thread::sleep(Duration::from_millis(50));
+        // not faster: containerd 1.6.20 was seen to crash on a list
+        // beside many sandboxes being made (a map iterated and written)
+        std::thread::sleep(Duration::from_millis(250));
     }
 }
 
@@ -171,7 +173,10 @@ fn round(kind: Kind, pods_idle: usize) -> BTreeMap<&'static str, f64> {
         (!live).then_some(())
     });
 
-    // idle with `pods_idle` pods
+    // idle with `pods_idle` pods, once the agent shows none of the others:
+    // a removed pod counts for admission until it has finished (both
+    // agents), and 110 is both agents' maxPods
+    wait_until("the agent holding no pod", &side, Duration::from_secs(180), || side.pods().is_empty().then_some(()));
     for i in 0..pods_idle {
         std::fs::write(m.join(format!("i{i:03}.yaml")), pod_yaml(&format!("i{i:03}"), "", IDLE)).unwrap();
     }
