@@ -176,7 +176,12 @@ fn round(kind: Kind, pods_idle: usize) -> BTreeMap<&'static str, f64> {
     // idle with `pods_idle` pods, once the agent shows none of the others:
     // a removed pod counts for admission until it has finished (both
     // agents), and 110 is both agents' maxPods
-    wait_until("the agent holding no pod", &side, Duration::from_secs(180), || side.pods().is_empty().then_some(()));
+    wait_until("the agent holding no pod", &side, Duration::from_secs(180), || {
+        let busy = cri.list_pods(&call()).unwrap_or_default().iter().any(|p| p.sandboxes.iter().any(|s| s.ready));
+        (side.pods().is_empty() && !busy).then_some(())
+    });
+    // and the workers' clean-up after the sandbox's stop
+    std::thread::sleep(Duration::from_secs(5));
     for i in 0..pods_idle {
         std::fs::write(m.join(format!("i{i:03}.yaml")), pod_yaml(&format!("i{i:03}"), "", IDLE)).unwrap();
     }
