@@ -69,11 +69,20 @@ impl Exits {
     /// forgotten (that is [`Self::apply_one`]'s, after the whole read).
     pub fn told_oom(&self, c: &mut ContainerInfo) {
         if c.state == ContainerState::Exited
-            && c.reason != "OOMKilled"
-            && self.by_id.lock().get(&c.id).is_some_and(|(_, oom, _)| *oom)
+            && let Some(told) = self.by_id.lock().get(&c.id)
         {
-            c.reason = "OOMKilled".to_string();
+            Self::oom_over(told, c);
         }
+    }
+
+    /// The told OOM over an exited container's reason the CRI does not
+    /// agree with yet; true if it was put over.
+    fn oom_over((_, oom, _): &Told, c: &mut ContainerInfo) -> bool {
+        if *oom && c.reason != "OOMKilled" {
+            c.reason = "OOMKilled".to_string();
+            return true;
+        }
+        false
     }
 
     /// [`Self::apply_one`] for every container of `pods`; with `whole`
@@ -96,20 +105,19 @@ impl Exits {
     }
 
     fn apply_locked(m: &mut HashMap<String, Told>, c: &mut ContainerInfo) {
-        let Some((exit, oom, _)) = m.get(&c.id) else { return };
+        let Some(told) = m.get(&c.id) else { return };
         if c.state == ContainerState::Exited {
             // containerd sets `OOMKilled` when its CRI plugin handles the
             // OOM event, which under load comes well after the exit's
             // (a container whose killed child left it to exit 0 reads
             // `Completed` meanwhile): the event's word holds until the CRI
             // agrees
-            if *oom && c.reason != "OOMKilled" {
-                c.reason = "OOMKilled".to_string();
-                return;
+            if !Self::oom_over(told, c) {
+                m.remove(&c.id);
             }
-            m.remove(&c.id);
             return;
         }
+        let (exit, oom, _) = told;
         let Some(exit) = *exit else { return };
         if c.state != ContainerState::Running && c.state != ContainerState::Unknown {
             return;
