@@ -55,6 +55,17 @@ fn runtime_pods(cri: &CriRuntime, prefix: &str) -> Vec<RuntimePod> {
         .collect()
 }
 
+/// How many pods of namespace [`NS`] named `prefix…` have their main
+/// container running, from the (cheap) list.
+fn running(cri: &CriRuntime, prefix: &str) -> usize {
+    cri.list_pods(&call())
+        .unwrap_or_default()
+        .iter()
+        .filter(|p| p.namespace == NS && p.name.starts_with(prefix))
+        .filter(|p| p.containers.iter().any(|c| c.name == "main" && c.state == ContainerState::Running))
+        .count()
+}
+
 fn running_main(p: &RuntimePod) -> Option<i64> {
     p.containers.iter().find(|c| c.name == "main" && c.state == ContainerState::Running).map(|c| c.started_at_ns)
 }
@@ -108,16 +119,7 @@ fn round(kind: Kind, pods_idle: usize) -> BTreeMap<&'static str, f64> {
     }
     // the list is cheap; each pod's status (its start time) is read once
     // every container runs, so the polling loads neither agent
-    wait_until("30 pods running", &side, Duration::from_secs(300), || {
-        let n = cri
-            .list_pods(&call())
-            .unwrap_or_default()
-            .iter()
-            .filter(|p| p.namespace == NS && p.name.starts_with('s'))
-            .filter(|p| p.containers.iter().any(|c| c.name == "main" && c.state == ContainerState::Running))
-            .count();
-        (n == 30).then_some(())
-    });
+    wait_until("30 pods running", &side, Duration::from_secs(300), || (running(&cri, "s") == 30).then_some(()));
     let starts: Vec<f64> =
         runtime_pods(&cri, "s").iter().filter_map(running_main).map(|t| (t - t0) as f64 / 1e6).collect();
     assert_eq!(starts.len(), 30, "{}: the 30 pods' start times", side.kind.name());
@@ -186,13 +188,7 @@ fn round(kind: Kind, pods_idle: usize) -> BTreeMap<&'static str, f64> {
         std::fs::write(m.join(format!("i{i:03}.yaml")), pod_yaml(&format!("i{i:03}"), "", IDLE)).unwrap();
     }
     wait_until("the idle pods running", &side, Duration::from_secs(900), || {
-        let n = cri
-            .list_pods(&call())
-            .unwrap_or_default()
-            .iter()
-            .filter(|p| p.name.starts_with('i') && p.containers.iter().any(|c| c.state == ContainerState::Running))
-            .count();
-        (n == pods_idle).then_some(())
+        (running(&cri, "i") == pods_idle).then_some(())
     });
     std::thread::sleep(Duration::from_secs(20));
     let (c0, t0) = (support::cpu_ms(pid), Instant::now());

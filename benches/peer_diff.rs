@@ -122,16 +122,20 @@ fn container_log(pod: &Value, container: &str, attempt: u32) -> Option<String> {
     let dir = format!("{}_{}_{}", m["namespace"].as_str()?, m["name"].as_str()?, m["uid"].as_str()?);
     let path = peer::logs().join(dir).join(container).join(format!("{attempt}.log"));
     let raw = std::fs::read_to_string(path).ok()?;
-    let mut out = String::new();
+    // each stream on its own: how containerd interleaves a container's
+    // stdout and stderr lines in the file is the moment's
+    let (mut stdout, mut stderr) = (String::new(), String::new());
     for line in raw.lines() {
         let mut parts = line.splitn(4, ' ');
-        let (_ts, _stream, tag) = (parts.next()?, parts.next()?, parts.next()?);
+        let (_ts, stream, tag) = (parts.next()?, parts.next()?, parts.next()?);
+        let out = if stream == "stderr" { &mut stderr } else { &mut stdout };
         out.push_str(parts.next().unwrap_or(""));
         if tag == "F" {
             out.push('\n');
         }
     }
-    Some(normalize_log(pod, &out))
+    let joined = if stderr.is_empty() { stdout } else { format!("{stdout}(stderr)\n{stderr}") };
+    Some(normalize_log(pod, &joined))
 }
 
 fn normalize(pod: &Value, text: &str) -> String {
@@ -352,22 +356,26 @@ fn same(field: &str, kubelet: &str, podwarden: &str, rk: &Record, rp: &Record) -
     if kubelet == podwarden {
         return true;
     }
+    // whether a container (by its field prefix), or any with None, has
+    // restarted in both records
+    let restarting = |prefix: Option<&str>| {
+        let one = |r: &Record| {
+            r.iter().any(|(k, v)| {
+                k.strip_suffix(".restarts").is_some_and(|p| prefix.is_none_or(|want| p == want))
+                    && v.parse::<i64>().is_ok_and(|n| n > 0)
+            })
+        };
+        one(rk) && one(rp)
+    };
     if field.ends_with(".restarts") {
         let (a, b) = (kubelet.parse::<i64>().unwrap_or(-1), podwarden.parse::<i64>().unwrap_or(-1));
         return a >= 0 && b >= 0 && (a - b).abs() <= (a.max(b) / 3).max(1);
     }
-    if field.ends_with(".state") {
+    if let Some(prefix) = field.strip_suffix(".state") {
         // a pull back-off shows ErrImagePull after each failed pull and
         // ImagePullBackOff while it waits: which one a moment shows is
         // the timing of the agent's passes
         let pulling = |s: &str| s == "waiting ErrImagePull" || s == "waiting ImagePullBackOff";
-        if pulling(kubelet) && pulling(podwarden) {
-            return true;
-        }
-    }
-    if let Some(prefix) = field.strip_suffix(".state") {
-        let restarting =
-            |r: &Record| r.get(&format!("{prefix}.restarts")).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0) > 0;
         let cycling = |s: &str| {
             s == "running"
                 || s.starts_with("terminated")
@@ -376,20 +384,16 @@ fn same(field: &str, kubelet: &str, podwarden: &str, rk: &Record, rp: &Record) -
                 // back-off its next sync finds
                 || s == "waiting RunContainerError"
         };
-        return restarting(rk) && restarting(rp) && cycling(kubelet) && cycling(podwarden);
+        return (pulling(kubelet) && pulling(podwarden))
+            || (restarting(Some(prefix)) && cycling(kubelet) && cycling(podwarden));
     }
     if field == "condition.Ready" || field == "condition.ContainersReady" {
         // a pod's readiness flips with a restarting container's state
-        let restarting =
-            |r: &Record| r.iter().any(|(k, v)| k.ends_with(".restarts") && v.parse::<i64>().is_ok_and(|n| n > 0));
-        return restarting(rk) && restarting(rp);
+        return restarting(None);
     }
-    if field.ends_with(".ready") || field.ends_with(".started") {
+    if let Some(prefix) = field.strip_suffix(".ready").or_else(|| field.strip_suffix(".started")) {
         // a restarting container's readiness flips with its state
-        let prefix = field.rsplit_once('.').map_or("", |(p, _)| p);
-        let restarting =
-            |r: &Record| r.get(&format!("{prefix}.restarts")).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0) > 0;
-        return restarting(rk) && restarting(rp);
+        return restarting(Some(prefix));
     }
     false
 }

@@ -117,23 +117,14 @@ fn remove_cgroup_tree(dir: &Path) {
 pub fn clear_runtime() {
     let cri = CriRuntime::connect(&format!("unix://{}", socket()), Duration::from_secs(5))
         .expect("connect to the e2e containerd");
-    for round in 0..3 {
+    for round in 0.. {
         let pods = cri.list_pods(&call()).expect("list the e2e containerd's pods");
         if pods.is_empty() {
             break;
         }
-        for rp in pods {
-            for c in &rp.containers {
-                let _ = cri.stop_container(&call(), &c.id, Duration::ZERO);
-                let _ = cri.remove_container(&call(), &c.id);
-            }
-            for sb in &rp.sandboxes {
-                let _ = cri.stop_sandbox(&call(), &sb.id);
-                let _ = cri.remove_sandbox(&call(), &sb.id);
-            }
-        }
-        if round == 2 {
-            panic!("the e2e containerd still holds pods after three rounds of removal");
+        assert!(round < 3, "the e2e containerd still holds pods after three rounds of removal: {pods:?}");
+        for rp in &pods {
+            crate::support::remove_pod(&cri, rp);
         }
     }
     for base in cgroup_bases() {

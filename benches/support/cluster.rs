@@ -214,15 +214,8 @@ pub fn runtime_pods(cri: &CriRuntime, ns: &str) -> Vec<String> {
 /// gone left them; a reboot would). Never panics.
 pub fn remove_runtime_pods(cri: &CriRuntime, ns: &str) {
     let Ok(pods) = cri.list_pods(&call()) else { return };
-    for p in pods.into_iter().filter(|p| p.namespace == ns) {
-        for c in &p.containers {
-            let _ = cri.stop_container(&call(), &c.id, Duration::ZERO);
-            let _ = cri.remove_container(&call(), &c.id);
-        }
-        for s in &p.sandboxes {
-            let _ = cri.stop_sandbox(&call(), &s.id);
-            let _ = cri.remove_sandbox(&call(), &s.id);
-        }
+    for p in pods.iter().filter(|p| p.namespace == ns) {
+        super::remove_pod(cri, p);
     }
 }
 

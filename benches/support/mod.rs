@@ -9,7 +9,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use podwarden::runtime::cri::CriRuntime;
-use podwarden::runtime::{CallCtx, ContainerConfig, LABEL_POD_UID, Runtime, SandboxConfig, Security, SecurityProfile};
+use podwarden::runtime::{
+    CallCtx, ContainerConfig, LABEL_POD_UID, Runtime, RuntimePod, SandboxConfig, Security, SecurityProfile,
+};
 
 pub mod cluster;
 pub mod http;
@@ -68,7 +70,12 @@ pub fn raw_pod(cri: &CriRuntime, uid: &str, name: &str, seccomp: SecurityProfile
 
 /// Stop and remove a direct client's pod (containers, then sandboxes).
 pub fn remove_raw_pod(cri: &CriRuntime, uid: &str) {
-    let rp = cri.pod_status(&call(), uid).unwrap();
+    remove_pod(cri, &cri.pod_status(&call(), uid).unwrap());
+}
+
+/// Stop and remove what the runtime holds of `rp`: its containers, then
+/// its sandboxes. Errors are ignored (a later list shows what is left).
+pub fn remove_pod(cri: &CriRuntime, rp: &RuntimePod) {
     for c in &rp.containers {
         let _ = cri.stop_container(&call(), &c.id, Duration::ZERO);
         let _ = cri.remove_container(&call(), &c.id);
