@@ -2,7 +2,8 @@
 //! API from proto/podwarden/api.proto and the gRPC health service gRPC
 //! probes call from proto/health/api.proto, containerd's content service
 //! (ingest progress) from proto/containerd/api.proto and its event service
-//! from proto/containerd_events/api.proto: messages with
+//! from proto/containerd_events/api.proto, and its task service (`Get`,
+//! a lost exit) from proto/containerd_tasks/api.proto: messages with
 //! protobuf-codegen 3 (what grpcio's protobufv3 codec uses), service stubs with
 //! grpcio-compiler, which reads protobuf 2 descriptors (a build dependency
 //! only); the stubs it writes compile against the protobuf 3 messages.
@@ -106,6 +107,8 @@ fn main() {
     generate("proto/containerd/api.proto", "proto/containerd", &out.join("containerd"));
     // containerd's event service: task starts and exits on containerd 1.6
     generate("proto/containerd_events/api.proto", "proto/containerd_events", &out.join("containerd_events"));
+    // containerd's task service: a container's process as the shim saw it
+    generate("proto/containerd_tasks/api.proto", "proto/containerd_tasks", &out.join("containerd_tasks"));
     // gRPC probes: the standard health service (grpc.health.v1)
     generate("proto/health/api.proto", "proto/health", &out.join("health"));
 }

@@ -1,7 +1,8 @@
 //! Footprint benchmark (`scripts/bench.sh footprint` builds and installs the
 //! .deb and prepares the private containerd): the installed
 //! `/usr/bin/podwarden` idle with 0 and then 110 running pods, RSS and
-//! threads sampled every second and CPU time over 60 s each; the binary's
+//! threads sampled every second, CPU time and wake-ups (context switches of
+//! all its threads) over 60 s each; the binary's
 //! size; `podwarden get pods -A` latency with 110 pods. The last line is
 //! one JSON object.
 
@@ -13,7 +14,7 @@ use podwarden::runtime::cri::CriRuntime;
 use podwarden::runtime::{CallCtx, ContainerState, Runtime};
 
 mod support;
-use support::{Agent, IMAGE, cpu_ticks, proc_status, socket, write_atomically};
+use support::{Agent, IMAGE, cpu_ticks, proc_status, socket, thread_switches, wakeups_per_s, write_atomically};
 
 const PODS: usize = 110;
 
@@ -29,6 +30,10 @@ struct Sample {
     rss_kib_median: u64,
     threads_max: u64,
     cpu_core: f64,
+    /// Context switches of all threads a second: how often it wakes.
+    wakeups_per_s: f64,
+    /// The threads that woke most (name, a second).
+    wakers: Vec<(String, f64)>,
 }
 
 /// Sample RSS and threads each second for the window; CPU over the window.
@@ -36,6 +41,7 @@ fn idle(pid: u32) -> Sample {
     let hz = podwarden::sys::clock_ticks_per_second() as f64;
     let t0 = Instant::now();
     let c0 = cpu_ticks(pid);
+    let w0 = thread_switches(pid);
     let mut rss = Vec::new();
     let mut anon = Vec::new();
     let mut threads = 0;
@@ -46,6 +52,8 @@ fn idle(pid: u32) -> Sample {
         threads = threads.max(proc_status(pid, "Threads:"));
     }
     let cpu = (cpu_ticks(pid) - c0) as f64 / hz / t0.elapsed().as_secs_f64();
+    let (wakeups_per_s, mut wakers) = wakeups_per_s(&w0, &thread_switches(pid), t0.elapsed().as_secs_f64());
+    wakers.truncate(6);
     rss.sort();
     anon.sort();
     Sample {
@@ -54,7 +62,14 @@ fn idle(pid: u32) -> Sample {
         rss_kib_median: rss[rss.len() / 2],
         threads_max: threads,
         cpu_core: cpu,
+        wakeups_per_s,
+        wakers,
     }
+}
+
+/// The busiest threads, for the report: `name n/s, ...`.
+fn wakers(s: &Sample) -> String {
+    s.wakers.iter().map(|(n, w)| format!("{n} {w:.1}/s")).collect::<Vec<_>>().join(", ")
 }
 
 fn manifest(name: &str) -> String {
@@ -80,12 +95,14 @@ fn main() {
     std::thread::sleep(Duration::from_secs(5));
     let zero = idle(pid);
     println!(
-        "0 pods: RSS {} KiB (max {}; anonymous {}), {} threads, {:.3} % of one core",
+        "0 pods: RSS {} KiB (max {}; anonymous {}), {} threads, {:.3} % of one core, {:.1} wake-ups/s ({})",
         zero.rss_kib_median,
         zero.rss_kib_max,
         zero.anon_kib_median,
         zero.threads_max,
-        zero.cpu_core * 100.0
+        zero.cpu_core * 100.0,
+        zero.wakeups_per_s,
+        wakers(&zero)
     );
 
     for i in 0..PODS {
@@ -101,12 +118,14 @@ fn main() {
     std::thread::sleep(Duration::from_secs(10)); // let the start-up work settle
     let full = idle(pid);
     println!(
-        "{PODS} pods (all running after {start_all_s:.1} s): RSS {} KiB (max {}; anonymous {}), {} threads, {:.3} % of one core",
+        "{PODS} pods (all running after {start_all_s:.1} s): RSS {} KiB (max {}; anonymous {}), {} threads, {:.3} % of one core, {:.1} wake-ups/s ({})",
         full.rss_kib_median,
         full.rss_kib_max,
         full.anon_kib_median,
         full.threads_max,
-        full.cpu_core * 100.0
+        full.cpu_core * 100.0,
+        full.wakeups_per_s,
+        wakers(&full)
     );
 
     let mut lat = Vec::new();
@@ -150,6 +169,8 @@ fn main() {
     out.insert("rss_kib_110_max", full.rss_kib_max as f64);
     out.insert("threads_110", full.threads_max as f64);
     out.insert("cpu_core_110", full.cpu_core);
+    out.insert("wakeups_per_s_0", zero.wakeups_per_s);
+    out.insert("wakeups_per_s_110", full.wakeups_per_s);
     out.insert("rss_110_over_0_ratio", full.rss_kib_median as f64 / zero.rss_kib_median as f64);
     out.insert("rss_kib_110_over_target_ratio", full.rss_kib_max as f64 / (16.0 * 1024.0));
     out.insert("all_running_s", start_all_s);

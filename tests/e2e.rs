@@ -31,7 +31,7 @@ fn pods_start_with_cni_and_host_network_and_stop_cleanly_on_removal() {
         ip = a.pod("cni").and_then(|p| p["status"]["podIP"].as_str().map(str::to_string)).unwrap_or_default();
         !ip.is_empty()
     });
-    assert!(ip.starts_with("10.89."), "pod IP {ip} from the e2e CNI range");
+    assert!(ip.starts_with(&pod_ip_prefix()), "pod IP {ip} from the e2e CNI range");
     let st = a.pod("cni").unwrap()["status"].clone();
     assert_eq!(st["phase"], "Running");
     assert_eq!(st["containerStatuses"][0]["ready"], true);
@@ -429,10 +429,6 @@ fn a_best_effort_pod_is_the_oom_killers_first_choice_on_containerd() {
     a.clean_up(&[&be, &bu, &late]);
 }
 
-fn containerd_pid() -> Option<i32> {
-    std::fs::read_to_string("/run/podwarden-e2e/containerd.pid").ok()?.trim().parse().ok()
-}
-
 /// A unix-socket proxy to the e2e containerd whose first connection is cut
 /// (both ways, nothing answered) at the first request sent after `arm`;
 /// later connections are forwarded as they are.
@@ -511,6 +507,33 @@ fn a_read_call_whose_connection_is_cut_is_retried_on_a_new_connection_on_contain
     listed.unwrap_or_else(|e| panic!("ListPodSandbox over a cut connection: {e}"));
     assert!(took < Duration::from_secs(5), "the retry took {took:?}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// containerd 1.6 can lose a container's exit while it restarts: the CRI
+/// shows the container running for good and its StopContainer never
+/// returns, while the shim knows the process ended. A stop running past
+/// its grace period makes the CRI client ask the shim (containerd's task
+/// service), to say so at error level. The question works on this
+/// containerd: a running container's task is running with its pid, and
+/// once the container is stopped there is no task left.
+#[test]
+fn the_shim_is_asked_for_a_containers_process_on_containerd() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("shimask");
+    a.write("p.yaml", &pod_yaml("asked", "  terminationGracePeriodSeconds: 2\n", STUBBORN));
+    let uid = a.uid("asked");
+    wait_for("running", Duration::from_secs(30), || a.running(&uid) == 1);
+    let cri = cri();
+    let id = cri.pod_status(&call(), &uid).unwrap().containers[0].id.clone();
+    let shim = cri.shim_process(&id).expect("containerd's task service answers for a running container");
+    assert!(shim.running && !shim.stopped && shim.pid > 0, "a running container's task: {shim:?}");
+    assert!(std::fs::read_to_string(format!("/proc/{}/cmdline", shim.pid)).is_ok_and(|c| c.starts_with("sh")));
+    a.remove("p.yaml");
+    wait_for("pod removed", Duration::from_secs(30), || {
+        cri.pod_status(&call(), &uid).is_ok_and(|rp| rp.sandboxes.is_empty() && rp.containers.is_empty())
+    });
+    assert_eq!(cri.shim_process(&id), None, "a task left after the container was removed");
+    a.clean_up(&[&uid]);
 }
 
 #[test]
@@ -1450,12 +1473,9 @@ fn qos_classes_and_oom_scores_on_containerd() {
     assert_eq!(score("besteffort"), Some(1000));
     let expected = (1000 - 1000 * (256i64 << 20) / mem_total_bytes()).clamp(3, 999);
     assert_eq!(score("burstable"), Some(expected));
-    let containerd_pid = std::fs::read_to_string("/run/podwarden-e2e/containerd.pid").unwrap();
-    let containerd_adj: i64 = std::fs::read_to_string(format!("/proc/{}/oom_score_adj", containerd_pid.trim()))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let containerd_pid = containerd_pid().expect("the e2e containerd's pid file");
+    let containerd_adj: i64 =
+        std::fs::read_to_string(format!("/proc/{containerd_pid}/oom_score_adj")).unwrap().trim().parse().unwrap();
     assert_eq!(score("guaranteed"), Some((-997i64).max(containerd_adj)));
     for (name, class) in [("besteffort", "BestEffort"), ("burstable", "Burstable"), ("guaranteed", "Guaranteed")] {
         let p = a.pod(name).unwrap();

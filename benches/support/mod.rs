@@ -122,6 +122,45 @@ pub fn cpu_ticks(pid: u32) -> u64 {
     get(11) + get(12) // utime, stime (fields 14 and 15 of stat)
 }
 
+/// Each thread's context switches so far (voluntary and not): name, count.
+/// A thread's wake-ups are its switches, one in and one out per sleep.
+pub fn thread_switches(pid: u32) -> std::collections::HashMap<u32, (String, u64)> {
+    let mut out = std::collections::HashMap::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+        let Ok(tid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let name = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default().trim().to_string();
+        let status = std::fs::read_to_string(e.path().join("status")).unwrap_or_default();
+        let n: u64 = status
+            .lines()
+            .filter(|l| l.starts_with("voluntary_ctxt_switches:") || l.starts_with("nonvoluntary_ctxt_switches:"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum();
+        out.insert(tid, (name, n));
+    }
+    out
+}
+
+/// Wake-ups a second of the process over the window between two
+/// [`thread_switches`] readings (threads that came or went meanwhile
+/// count from zero), and the busiest names (a pod worker's name counts
+/// as `pod-*`), most first.
+pub fn wakeups_per_s(
+    before: &std::collections::HashMap<u32, (String, u64)>,
+    after: &std::collections::HashMap<u32, (String, u64)>,
+    secs: f64,
+) -> (f64, Vec<(String, f64)>) {
+    let mut by_name: BTreeMap<String, u64> = BTreeMap::new();
+    for (tid, (name, n)) in after {
+        let was = before.get(tid).map_or(0, |(_, b)| *b);
+        let name = if name.starts_with("pod-") { "pod-*".to_string() } else { name.clone() };
+        *by_name.entry(name).or_default() += n.saturating_sub(was);
+    }
+    let total = by_name.values().sum::<u64>() as f64 / secs;
+    let mut names: Vec<(String, f64)> = by_name.into_iter().map(|(k, v)| (k, v as f64 / secs)).collect();
+    names.sort_by(|a, b| b.1.total_cmp(&a.1));
+    (total, names)
+}
+
 /// CPU time of a process so far, in milliseconds (clock ticks: 10 ms
 /// steps).
 pub fn cpu_ms(pid: u32) -> f64 {

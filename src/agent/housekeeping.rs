@@ -1,5 +1,7 @@
-//! The housekeeping thread: [`Agent::relist`] every second, and at once when
-//! the runtime's event stream tells of a change ([`Waker::relist_now`]);
+//! The housekeeping thread: [`Agent::relist`] every second (while the
+//! runtime's event stream is open, only on its events and in a pass whose
+//! newest list is older than [`crate::runtime::cache::EVENTED_RELIST`]), and at
+//! once when the stream tells of a change ([`Waker::relist_now`]);
 //! every 2 s or at once when woken ([`Waker::wake`]), [`Agent::housekeeping`]
 //! instead (a housekeeping pass relists too, from the same runtime list).
 
@@ -120,10 +122,17 @@ impl Periodic {
     /// a relist period serves both.
     /// Every [`TRIM_PERIOD`] it also hands the allocator's free memory
     /// back to the kernel.
+    /// While the runtime's event stream is open, its events ask for the
+    /// relists, and a housekeeping pass works from the newest list unless
+    /// it is older than [`EVENTED_RELIST`].
     pub fn with_relist(agent: Arc<Agent>, period: Duration, relist: Duration) -> std::io::Result<Self> {
         let mut next_pass = Instant::now();
         let mut next_trim = crate::base::cancel::deadline_in(TRIM_PERIOD);
-        Self::run("housekeeping", relist, move |cause, waker| {
+        // while the stream is open, the thread wakes for the passes only;
+        // a pass lists when the newest list is older than EVENTED_RELIST
+        let cache = agent.pod_cache();
+        let relist_period = move || if cache.events_open() { period.max(relist) } else { relist };
+        Self::run("housekeeping", relist_period, move |cause, waker| {
             // the events asking for this run (a housekeeping pass relists
             // too): those its list does not show yet ask for another soon
             let events = waker.take_events();
@@ -147,12 +156,16 @@ impl Periodic {
     /// A thread named `name` running `f` at once, then every `period` or
     /// when woken.
     pub fn every(name: &str, period: Duration, mut f: impl FnMut() + Send + 'static) -> std::io::Result<Self> {
-        Self::run(name, period, move |_, _| f())
+        Self::run(name, move || period, move |_, _| f())
     }
 
     /// Run `f` at once, then every `period` or when woken; `f` is told
     /// why. A relist request does not move the next periodic run.
-    fn run(name: &str, period: Duration, mut f: impl FnMut(Cause, &Waker) + Send + 'static) -> std::io::Result<Self> {
+    fn run(
+        name: &str,
+        period: impl Fn() -> Duration + Send + 'static,
+        mut f: impl FnMut(Cause, &Waker) + Send + 'static,
+    ) -> std::io::Result<Self> {
         let waker = Waker::default();
         let w = waker.clone();
         let join = crate::base::thread::spawn(name, None, move || {
@@ -186,7 +199,7 @@ impl Periodic {
                 }
                 f(cause, &w);
                 if cause != Cause::Relist {
-                    next = crate::base::cancel::deadline_in(period);
+                    next = crate::base::cancel::deadline_in(period());
                 }
             }
         })?;

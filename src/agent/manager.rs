@@ -449,24 +449,30 @@ impl Agent {
         let desired_uids: HashSet<Uid> = desired.iter().map(|d| model::uid(&d.pod).to_string()).collect();
         let workers = self.workers.sync_known_pods(&desired_uids);
 
-        // Runtime pods nobody knows and nobody wants: orphans.
-        let listed_at = Instant::now();
-        let runtime_pods = match self.list_runtime_pods() {
-            Ok(p) => Some(p),
-            Err(e) => {
-                let mut last = self.runtime_error_logged.lock();
-                if last.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
-                    log::warn!("housekeeping: listing runtime pods failed: {e}");
-                    *last = Some(Instant::now());
-                }
-                None
-            }
+        // Runtime pods nobody knows and nobody wants: orphans. While the
+        // runtime's event stream is open and quiet, the newest list is
+        // still the runtime's state: no call (the relist keeps it current).
+        // A pod a worker forgot a moment ago may still be in that list (its
+        // removal's event not yet in): an orphan is only acted on as a new
+        // list shows it.
+        let orphan =
+            |rp: &RuntimePod| !rp.uid.is_empty() && !workers.contains_key(&rp.uid) && !desired_uids.contains(&rp.uid);
+        let mut listed_fresh = false;
+        let quiet = self
+            .pod_cache
+            .recent_with_time(Duration::ZERO)
+            .filter(|(at, _)| at.elapsed() < crate::runtime::cache::EVENTED_RELIST);
+        let (mut listed_at, mut runtime_pods) = match quiet {
+            Some((at, list)) => (at, Some(list)),
+            None => (Instant::now(), None),
         };
+        if runtime_pods.as_ref().is_none_or(|l| l.iter().any(orphan)) {
+            listed_fresh = true;
+            listed_at = Instant::now();
+            runtime_pods = self.list_runtime_pods_logged();
+        }
         if let Some(rps) = &runtime_pods {
-            for rp in rps {
-                if rp.uid.is_empty() || workers.contains_key(&rp.uid) || desired_uids.contains(&rp.uid) {
-                    continue;
-                }
+            for rp in rps.iter().filter(|rp| orphan(rp)) {
                 let grace = rp.recorded_grace().unwrap_or(1);
                 log::info!(
                     "pod {}/{} {}: orphaned runtime pod; killing it with grace {grace}s",
@@ -494,7 +500,7 @@ impl Agent {
             self.workers.update_pod(UpdatePodOptions::new(UpdateType::Create, d.pod.clone()));
         }
 
-        if let Some(rps) = &runtime_pods {
+        if let Some(rps) = runtime_pods.as_ref().filter(|_| listed_fresh) {
             self.wake_changed(listed_at, rps, &desired);
         }
 
@@ -503,19 +509,35 @@ impl Agent {
         self.cleanup_pod_cgroups(&desired_uids);
         self.statuses.retain(|uid| desired_uids.contains(uid) || workers.contains_key(uid));
         self.metrics.retain_seen(|uid| desired_uids.contains(uid));
-        self.refresh_metrics(&desired, &workers, runtime_pods.as_deref());
+        self.refresh_metrics(&desired, &workers, runtime_pods.as_deref().map(|v| v.as_slice()));
         drop(serial);
         // disk-backed emptyDir usage (bounded walks, each volume at most
         // every 10 s), outside the source lock: a walk never delays a
         // manifest change
         let admitted: Vec<Arc<Pod>> = desired.iter().filter(|d| d.rejected.is_none()).map(|d| d.pod.clone()).collect();
         self.empty_dirs.lock().pass(&admitted, &self.events, &self.metrics);
-        if let Some(rps) = runtime_pods {
+        if let Some(rps) = runtime_pods.filter(|_| listed_fresh) {
             self.pod_cache.keep(listed_at, rps);
         }
         *self.last_housekeeping.lock() = Some(Instant::now());
         // read-only observation point: tests count passes by this line
         log::debug!("housekeeping: pass done");
+    }
+
+    /// A new runtime list for housekeeping; a failure is logged (at most
+    /// once a minute) and is `None`.
+    fn list_runtime_pods_logged(&self) -> Option<Arc<Vec<RuntimePod>>> {
+        match self.list_runtime_pods() {
+            Ok(p) => Some(Arc::new(p)),
+            Err(e) => {
+                let mut last = self.runtime_error_logged.lock();
+                if last.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
+                    log::warn!("housekeeping: listing runtime pods failed: {e}");
+                    *last = Some(Instant::now());
+                }
+                None
+            }
+        }
     }
 
     fn list_runtime_pods(&self) -> Result<Vec<RuntimePod>, RuntimeError> {
@@ -593,6 +615,10 @@ impl Agent {
     /// containers changed state, so exits are noticed promptly.
     /// The newest runtime list (a relist's or a housekeeping pass's) if it
     /// is fresh.
+    pub fn pod_cache(&self) -> Arc<PodCache> {
+        self.pod_cache.clone()
+    }
+
     pub fn last_list(&self) -> Option<Arc<Vec<RuntimePod>>> {
         self.pod_cache.recent(crate::runtime::cache::FRESH)
     }

@@ -29,6 +29,9 @@ struct TokenInner {
     cancelled: AtomicBool,
     tx: Mutex<Option<Sender<()>>>,
     rx: Receiver<()>,
+    /// Threads parked on something else (a gRPC stream) that cancelling
+    /// unparks.
+    parked: Mutex<Vec<std::thread::Thread>>,
 }
 
 impl Default for CancelToken {
@@ -40,12 +43,33 @@ impl Default for CancelToken {
 impl CancelToken {
     pub fn new() -> Self {
         let (tx, rx) = crossbeam_channel::bounded(0);
-        CancelToken(Arc::new(TokenInner { cancelled: AtomicBool::new(false), tx: Mutex::new(Some(tx)), rx }))
+        CancelToken(Arc::new(TokenInner {
+            cancelled: AtomicBool::new(false),
+            tx: Mutex::new(Some(tx)),
+            rx,
+            parked: Mutex::new(Vec::new()),
+        }))
     }
 
     pub fn cancel(&self) {
         self.0.cancelled.store(true, Ordering::SeqCst);
         self.0.tx.lock().take();
+        for t in self.0.parked.lock().drain(..) {
+            t.unpark();
+        }
+    }
+
+    /// Unpark the calling thread when this is cancelled (at once if it
+    /// already is): a thread that parks between looks at the token sees
+    /// the cancellation without polling for it.
+    pub fn unpark_me_on_cancel(&self) {
+        let me = std::thread::current();
+        let mut parked = self.0.parked.lock();
+        if self.is_cancelled() {
+            me.unpark();
+        } else if !parked.iter().any(|t| t.id() == me.id()) {
+            parked.push(me);
+        }
     }
 
     pub fn is_cancelled(&self) -> bool {

@@ -305,6 +305,8 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
         max_parallel_pulls: if config.serialize_image_pulls { 1 } else { config.max_parallel_image_pulls as usize },
     };
     let pod_cache = Arc::new(crate::runtime::cache::PodCache::new());
+    // while the runtime's event stream is open, its lists stay current
+    pod_cache.follow_events(metrics.runtime_events.clone());
     let objects = Arc::new(crate::model::objects::ObjectStore::new());
     let new_logs = Arc::new(crate::logs::monitor::NewLogs::default());
     let prober = crate::pod::prober::Prober::start(crate::pod::prober::ProberDeps {

@@ -16,7 +16,7 @@ use std::ffi::CString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -120,6 +120,9 @@ pub struct Collector {
     last: Mutex<Option<Arc<Snapshot>>>,
     /// The runtime answered `Unimplemented` to `ListPodSandboxStats`.
     no_sandbox_stats: std::sync::atomic::AtomicBool,
+    /// The runtime's last `ImageFsInfo` answer (when, the mountpoint, the
+    /// bytes its images use), reused for [`IMAGE_FS_INFO_TTL`].
+    image_fs_info: Mutex<Option<(Instant, String, u64)>>,
     /// The pod cgroups, for `kubepods`' memory.
     cgroups: Option<crate::node::cgroups::Cgroups>,
     /// The relist's newest list, reused when fresh.
@@ -180,6 +183,11 @@ pub fn node_memory() -> Memory {
     }
 }
 
+/// How long the runtime's `ImageFsInfo` answer stands (the eviction
+/// manager reads the filesystems every housekeeping interval; the
+/// kubelet's eviction manager looks every 10 s).
+const IMAGE_FS_INFO_TTL: Duration = Duration::from_secs(10);
+
 /// (pid_max, the number of processes and threads now).
 fn pids() -> (u64, u64) {
     let max = std::fs::read_to_string("/proc/sys/kernel/pid_max").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
@@ -223,6 +231,7 @@ impl Collector {
             previous: Mutex::new(HashMap::new()),
             last: Mutex::new(None),
             no_sandbox_stats: std::sync::atomic::AtomicBool::new(false),
+            image_fs_info: Mutex::new(None),
             cgroups: None,
             pod_cache: None,
         }
@@ -266,11 +275,18 @@ impl Collector {
 
     /// The node's filesystems measured now: `rootDir`'s and the runtime's
     /// image filesystem (`None`: the runtime does not name one).
+    /// The runtime is asked where its images are (and how much they
+    /// use) at most every [`IMAGE_FS_INFO_TTL`]; the filesystem's free
+    /// space and inodes are read every time.
     pub fn filesystems(&self) -> (Fs, Option<Fs>) {
-        let image_fs = self.runtime.image_fs_info(&CallCtx::background(self.timeout)).ok().and_then(|fs| {
+        let known = self.image_fs_info.lock().clone().filter(|(at, _, _)| at.elapsed() < IMAGE_FS_INFO_TTL);
+        let info = known.map(|(_, m, u)| (m, u)).or_else(|| {
+            let fs = self.runtime.image_fs_info(&CallCtx::background(self.timeout)).ok()?;
             let f = fs.into_iter().next()?;
-            fs_of(Path::new(&f.mountpoint), Some(f.used_bytes))
+            *self.image_fs_info.lock() = Some((Instant::now(), f.mountpoint.clone(), f.used_bytes));
+            Some((f.mountpoint, f.used_bytes))
         });
+        let image_fs = info.and_then(|(mountpoint, used)| fs_of(Path::new(&mountpoint), Some(used)));
         (fs_of(&self.root_dir, None).unwrap_or_default(), image_fs)
     }
 
@@ -300,7 +316,12 @@ impl Collector {
             Some(p) => p,
             None => Arc::new(self.runtime.list_pods(&ctx)?),
         };
-        let sandboxes = if self.no_sandbox_stats.load(std::sync::atomic::Ordering::Relaxed) {
+        // no pod, nothing to measure: no call (an idle node's stats pass
+        // costs no runtime round trip)
+        let no_pods = pods.iter().all(|p| p.sandboxes.is_empty() && p.containers.is_empty());
+        let sandboxes = if no_pods {
+            Some(Vec::new())
+        } else if self.no_sandbox_stats.load(std::sync::atomic::Ordering::Relaxed) {
             None
         } else {
             match self.runtime.list_sandbox_stats(&ctx) {

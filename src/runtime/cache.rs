@@ -51,12 +51,22 @@ struct Seen {
 /// monitor): the relist runs every second.
 pub const FRESH: std::time::Duration = std::time::Duration::from_millis(1500);
 
+/// The relist's period while the runtime's event stream is open (each
+/// event asks for a relist at once): a safety net for what no event tells
+/// (a container created but not started, or removed, by someone else),
+/// and the runtime's health (`/healthz` wants an answer within 10 s). The
+/// kubelet's evented PLEG relists every 300 s.
+pub const EVENTED_RELIST: std::time::Duration = std::time::Duration::from_secs(5);
+
 #[derive(Default, Debug)]
 pub struct PodCache {
     seen: Mutex<Seen>,
     /// The newest full list itself and when it began (stats reuse it
     /// rather than list again).
     last: Mutex<Option<(Instant, std::sync::Arc<Vec<RuntimePod>>)>>,
+    /// The runtime's event stream: while it is open and quiet, the newest
+    /// list stays current for up to [`EVENTED_RELIST`] plus [`FRESH`].
+    events: std::sync::OnceLock<std::sync::Arc<super::events::StreamState>>,
 }
 
 impl PodCache {
@@ -96,16 +106,42 @@ impl PodCache {
 
     /// Keep `pods`, a full list begun at `listed_at`, for [`PodCache::recent`]
     /// (a list older than the kept one is dropped).
-    pub fn keep(&self, listed_at: Instant, pods: Vec<RuntimePod>) {
+    pub fn keep(&self, listed_at: Instant, pods: impl Into<std::sync::Arc<Vec<RuntimePod>>>) {
         let mut last = self.last.lock();
         if last.as_ref().is_none_or(|(t, _)| *t <= listed_at) {
-            *last = Some((listed_at, std::sync::Arc::new(pods)));
+            *last = Some((listed_at, pods.into()));
         }
     }
 
-    /// The newest full list if it began less than `max_age` ago.
+    /// Let the runtime's event stream vouch for the lists (see
+    /// [`PodCache::recent`]).
+    pub fn follow_events(&self, state: std::sync::Arc<super::events::StreamState>) {
+        let _ = self.events.set(state);
+    }
+
+    /// The runtime's event stream is open.
+    pub fn events_open(&self) -> bool {
+        self.events.get().is_some_and(|e| e.open_source().is_some())
+    }
+
+    /// The event stream is open and told of no change since `t`.
+    pub fn quiet_since(&self, t: Instant) -> bool {
+        self.events.get().is_some_and(|e| e.quiet_since(t))
+    }
+
+    /// The newest full list if it began less than `max_age` ago, or if the
+    /// runtime's event stream has been open and quiet since it began (and
+    /// it is younger than [`EVENTED_RELIST`] plus [`FRESH`]): then nothing
+    /// in it changed.
     pub fn recent(&self, max_age: std::time::Duration) -> Option<std::sync::Arc<Vec<RuntimePod>>> {
-        self.last.lock().as_ref().filter(|(t, _)| t.elapsed() < max_age).map(|(_, p)| p.clone())
+        self.recent_with_time(max_age).map(|(_, p)| p)
+    }
+
+    /// [`PodCache::recent`] with when the list began.
+    pub fn recent_with_time(&self, max_age: std::time::Duration) -> Option<(Instant, std::sync::Arc<Vec<RuntimePod>>)> {
+        let last = self.last.lock().clone()?;
+        let age = last.0.elapsed();
+        (age < max_age || (age < EVENTED_RELIST + FRESH && self.quiet_since(last.0))).then_some(last)
     }
 
     /// True when a list begun after `read_at` saw the pod with exactly the

@@ -43,11 +43,22 @@ mod pb {
             include!(concat!(env!("OUT_DIR"), "/containerd_events/api_grpc.rs"));
         }
     }
+    /// containerd's task service (`Get` only)
+    pub mod containerd_tasks {
+        pub mod api {
+            include!(concat!(env!("OUT_DIR"), "/containerd_tasks/api.rs"));
+        }
+        pub mod api_grpc {
+            include!(concat!(env!("OUT_DIR"), "/containerd_tasks/api_grpc.rs"));
+        }
+    }
 }
 
 mod events;
 mod exits;
 mod finished;
+mod lost_exit;
+pub use lost_exit::ShimProcess;
 mod pull;
 
 use pull::PullWatch;
@@ -143,6 +154,8 @@ pub struct CriRuntime {
     /// containerd's event service on the same socket: container events
     /// where the CRI has no `GetContainerEvents` (containerd 1.6).
     containerd_events: pb::containerd_events::api_grpc::EventsClient,
+    /// containerd's task service: an exit containerd lost.
+    containerd_tasks: pb::containerd_tasks::api_grpc::TasksClient,
     /// The runtime answered `GetContainerEvents` with Unimplemented.
     no_cri_events: std::sync::atomic::AtomicBool,
     /// Exits containerd's events told before its CRI shows them.
@@ -313,6 +326,9 @@ impl CriRuntime {
             .initial_reconnect_backoff(Duration::from_millis(100))
             .max_reconnect_backoff(Duration::from_secs(1))
             .max_receive_message_len(16 << 20)
+            // no bandwidth-delay probes: on a local socket they only add a
+            // ping and its answer (and wake-ups) to every call's reply
+            .http2_bdp_probe(false)
             .enable_retry(true)
             .raw_cfg_string(
                 std::ffi::CString::new("grpc.service_config").expect("no NUL"),
@@ -326,7 +342,8 @@ impl CriRuntime {
             content: pb::containerd::api_grpc::ContentClient::new(channel.clone()),
             pull_progress_deadline: Duration::ZERO,
             no_content_service: std::sync::atomic::AtomicBool::new(false),
-            containerd_events: pb::containerd_events::api_grpc::EventsClient::new(channel),
+            containerd_events: pb::containerd_events::api_grpc::EventsClient::new(channel.clone()),
+            containerd_tasks: pb::containerd_tasks::api_grpc::TasksClient::new(channel),
             no_cri_events: std::sync::atomic::AtomicBool::new(false),
             exits: exits::Exits::default(),
             finished: finished::Finished::default(),
@@ -846,13 +863,25 @@ impl Runtime for CriRuntime {
             code: Code::Unknown,
             message: format!("cannot start a thread: {e}"),
         })?;
-        select! {
-            recv(rx) -> r => match r {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err(e)) => Err(convert_err(Op::StopContainer, e)),
-                Err(_) => Err(RuntimeError::Failed { op: Op::StopContainer, code: Code::Unknown, message: "the call's thread ended without an answer".into() }),
-            },
-            recv(ctx.cancel.receiver()) -> _ => Err(RuntimeError::Cancelled { op: Op::StopContainer }),
+        // a stop still waiting well after its grace period may wait for
+        // an exit containerd lost: ask the shim once
+        let mut look = Some(crossbeam_channel::at(crate::base::cancel::deadline_in(
+            timeout.saturating_add(lost_exit::LOOK_AFTER),
+        )));
+        loop {
+            let never = crossbeam_channel::never();
+            select! {
+                recv(rx) -> r => return match r {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err(e)) => Err(convert_err(Op::StopContainer, e)),
+                    Err(_) => Err(RuntimeError::Failed { op: Op::StopContainer, code: Code::Unknown, message: "the call's thread ended without an answer".into() }),
+                },
+                recv(ctx.cancel.receiver()) -> _ => return Err(RuntimeError::Cancelled { op: Op::StopContainer }),
+                recv(look.as_ref().unwrap_or(&never)) -> _ => {
+                    look = None;
+                    self.lost_exit(id);
+                }
+            }
         }
     }
 

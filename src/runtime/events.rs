@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -105,9 +105,25 @@ pub struct StreamState {
     /// Streams that broke (or could not be opened) and were tried again.
     broken: AtomicU64,
     events: AtomicU64,
+    /// When the stream last opened or told of a change: a runtime list
+    /// begun after this, with the stream open since, is still the
+    /// runtime's state (see [`StreamState::quiet_since`]).
+    changed_at: Mutex<Option<Instant>>,
 }
 
 impl StreamState {
+    /// The stream is open and told of nothing (and did not open) at or
+    /// after `t`: a list begun at `t` still shows every sandbox and
+    /// container as the runtime has them, as far as the runtime's events
+    /// tell (task create, start, exit, OOM and delete).
+    pub fn quiet_since(&self, t: Instant) -> bool {
+        self.open.load(Ordering::SeqCst) && self.changed_at.lock().is_some_and(|c| c < t)
+    }
+
+    fn changed(&self) {
+        *self.changed_at.lock() = Some(Instant::now());
+    }
+
     /// The source of the open stream, if one is open.
     pub fn open_source(&self) -> Option<Source> {
         if self.open.load(Ordering::Relaxed) { *self.source.lock() } else { None }
@@ -185,7 +201,8 @@ fn follow(
         let r = runtime.watch_events(cancel, &mut |note| match note {
             Note::Opened(source) => {
                 *state.source.lock() = Some(source);
-                state.open.store(true, Ordering::Relaxed);
+                state.changed();
+                state.open.store(true, Ordering::SeqCst);
                 state.opened.fetch_add(1, Ordering::Relaxed);
                 if was_broken {
                     log::info!("the runtime's event stream ({}) is open again", source.name());
@@ -197,11 +214,12 @@ fn follow(
             }
             Note::Event(e) => {
                 state.events.fetch_add(1, Ordering::Relaxed);
+                state.changed();
                 log::trace!("runtime event: {:?} {}", e.kind, e.container_id);
                 on_change(Some(&e));
             }
         });
-        state.open.store(false, Ordering::Relaxed);
+        state.open.store(false, Ordering::SeqCst);
         match r {
             Ok(()) => return,
             Err(RuntimeError::Unimplemented { .. }) => {
@@ -214,6 +232,9 @@ fn follow(
                     return;
                 }
                 state.broken.fetch_add(1, Ordering::Relaxed);
+                // the relist, rare while the stream was open, is every
+                // second again from now on
+                on_change(None);
                 if !was_broken {
                     log::warn!(
                         "the runtime's event stream broke: {e}; opening it again (meanwhile the relist sees changes)"

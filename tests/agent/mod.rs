@@ -30,6 +30,25 @@ pub fn socket() -> String {
     s
 }
 
+/// The e2e environment's run directory (`PODWARDEN_E2E_RUN`, as
+/// `scripts/e2e-env.sh` has it): its containerd's pid file is there.
+pub fn e2e_run() -> String {
+    std::env::var("PODWARDEN_E2E_RUN").unwrap_or_else(|_| "/run/podwarden-e2e".into())
+}
+
+/// The e2e containerd's pid (from the pid file `scripts/e2e-env.sh` writes).
+pub fn containerd_pid() -> Option<i32> {
+    std::fs::read_to_string(format!("{}/containerd.pid", e2e_run())).ok()?.trim().parse().ok()
+}
+
+/// The pods' CNI range's first two octets (`PODWARDEN_E2E_SUBNET`, as
+/// `scripts/e2e-env.sh` has it), with the dot: `10.89.`.
+pub fn pod_ip_prefix() -> String {
+    let subnet = std::env::var("PODWARDEN_E2E_SUBNET").unwrap_or_else(|_| "10.89.0.0/16".into());
+    let octets: Vec<&str> = subnet.split('.').take(2).collect();
+    format!("{}.", octets.join("."))
+}
+
 pub fn cri() -> CriRuntime {
     CriRuntime::connect(&format!("unix://{}", socket()), Duration::from_secs(5)).expect("connect to the e2e containerd")
 }

@@ -500,7 +500,13 @@ impl Hub {
         };
         let (tx, rx) = crossbeam_channel::bounded(WATCHER_BUFFER);
         let (lagged, closed) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let first = st.watchers.is_empty();
         st.watchers.push(Watcher { kind, tx, lagged: lagged.clone(), closed: closed.clone() });
+        drop(st);
+        if first {
+            // the `kube-watch` thread sleeps while nobody watches
+            crate::base::changes::bump();
+        }
         Ok(Subscription { backlog, rx, lagged, closed })
     }
 
@@ -512,7 +518,8 @@ impl Hub {
     }
 
     /// The `kube-watch` thread: while anyone watches, a sync [`COALESCE`]
-    /// after a change and every second; ends with [`Hub::stop`].
+    /// after a change and every second; with no watcher it sleeps until a
+    /// change (the first watcher's included); ends with [`Hub::stop`].
     pub fn start(self: &Arc<Self>) -> std::io::Result<JoinHandle<()>> {
         let hub = self.clone();
         // read here, not on the new thread: a change made before that
@@ -520,7 +527,8 @@ impl Hub {
         let mut seen = crate::base::changes::current();
         crate::base::thread::spawn("kube-watch", Some(crate::base::thread::WORKER_STACK), move || {
             while !hub.stop.load(Ordering::SeqCst) {
-                seen = crate::base::changes::wait_past(seen, Duration::from_secs(1));
+                let idle = if hub.watchers() > 0 { Duration::from_secs(1) } else { Duration::from_secs(60) };
+                seen = crate::base::changes::wait_past(seen, idle);
                 if hub.stop.load(Ordering::SeqCst) {
                     break;
                 }

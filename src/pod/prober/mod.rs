@@ -286,6 +286,10 @@ fn since_start(started_at_ns: i64) -> Duration {
     now.saturating_sub(Duration::from_nanos(started_at_ns as u64))
 }
 
+/// The longest the prober's thread sleeps with nothing due (a safety net:
+/// every command wakes it at once).
+const IDLE_POLL_MS: i32 = 60_000;
+
 impl Loop {
     fn run(&mut self) {
         loop {
@@ -309,9 +313,11 @@ impl Loop {
                 .flat_map(|c| c.probes.iter().map(|s| s.next_due()))
                 .chain(self.inflight.values().map(|f| f.deadline))
                 .min();
-            let timeout = next.map_or(1000, |t| {
+            // every command writes the wake fd: with nothing due the
+            // thread sleeps (an idle node's prober wakes once a minute)
+            let timeout = next.map_or(IDLE_POLL_MS, |t| {
                 let left = t.saturating_duration_since(Instant::now());
-                (left.as_millis() as i32).clamp(0, 1000) + i32::from(!left.is_zero())
+                (left.as_millis().min(IDLE_POLL_MS as u128) as i32) + i32::from(!left.is_zero())
             });
             let mut tokens = Vec::new();
             let mut fds = vec![libc::pollfd { fd: self.wake.as_raw_fd(), events: libc::POLLIN, revents: 0 }];

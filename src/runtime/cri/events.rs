@@ -21,11 +21,15 @@ use crate::runtime::{Op, Result, RuntimeError};
 /// open: servers send nothing on a stream before its first event.
 const OPEN_AFTER: Duration = Duration::from_millis(300);
 
-/// How often a quiet stream looks at its cancel token.
-const CANCEL_POLL: Duration = Duration::from_millis(250);
+/// How often a quiet stream looks at its cancel token on its own: the
+/// token unparks the thread when it is cancelled (and the call's waker
+/// when a message comes), so this is only a safety net.
+const CANCEL_POLL: Duration = Duration::from_secs(60);
 
-/// containerd's filter: the CRI's tasks only.
-const CONTAINERD_FILTER: &str = r#"namespace==k8s.io,topic~="^/tasks/""#;
+/// containerd's filter: the CRI's tasks and containers (a container or
+/// sandbox created or removed has no task event: while the stream is open
+/// the relist is rare, and these keep its list current).
+const CONTAINERD_FILTER: &str = r#"namespace==k8s.io,topic~="^/(tasks|containers)/""#;
 
 pub(super) fn watch(rt: &CriRuntime, cancel: &CancelToken, on: &mut dyn FnMut(Note)) -> Result<()> {
     if !rt.no_cri_events.load(Ordering::Relaxed) {
@@ -81,6 +85,10 @@ fn containerd_event(e: pb::containerd_events::api::Envelope) -> Option<Container
         "/tasks/exit" => Kind::Exited,
         "/tasks/oom" => Kind::Oom,
         "/tasks/delete" => Kind::Deleted,
+        // `ContainerCreate` and `ContainerDelete` carry the ID as field 1,
+        // as the task events do
+        "/containers/create" => Kind::Created,
+        "/containers/delete" => Kind::Deleted,
         _ => return None,
     };
     let body = e.event.as_ref()?;
@@ -120,6 +128,7 @@ fn follow<T>(
     }
     let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
     let mut cx = Context::from_waker(&waker);
+    cancel.unpark_me_on_cancel();
     let open_at = Instant::now() + OPEN_AFTER;
     let mut open = false;
     loop {
