@@ -37,7 +37,7 @@ else
   echo "code-order: the measuring build (every function on its own page; one LTO relink)"
   PODWARDEN_CODE_ORDER=0 cargo rustc --release --quiet --bin podwarden -- \
     -C llvm-args=-align-all-functions=12 -C link-arg=-Wl,-Map="$W/podwarden.map"
-  cp target/release/podwarden "$W/podwarden"
+  cp "${CARGO_TARGET_DIR:-target}/release/podwarden" "$W/podwarden"
 fi
 BIN="$W/podwarden"
 D="$W/agent"

@@ -325,6 +325,10 @@ fn load_config(file: Option<PathBuf>) -> Result<Config, ConfigError> {
 }
 
 fn main() -> ExitCode {
+    // gRPC's backup poller wakes the process every 5 s (and its timer
+    // threads with it) to poll channels no thread polls; grpcio's
+    // completion-queue threads always poll. Before any thread starts.
+    podwarden::sys::default_env_single_threaded("GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS", "0");
     podwarden::base::logging::init("info");
     let args: Vec<String> = std::env::args().skip(1).collect();
     match run(&args) {

@@ -558,7 +558,14 @@ impl Agent {
     pub fn health(&self, within: Duration) -> Result<(), HealthError> {
         Self::no_panic()?;
         let (answered, err) = self.runtime_answered.lock().clone();
-        let answered = fresh(answered, within);
+        // with the runtime's event stream open the relist is rarer (every
+        // EVENTED_RELIST at most): its answers count for that much longer
+        let window = if self.pod_cache.events_open() {
+            within.saturating_add(crate::runtime::cache::EVENTED_RELIST)
+        } else {
+            within
+        };
+        let answered = fresh(answered, window);
         if let (false, Some(source)) = (answered, err) {
             return Err(HealthError::RuntimeFailing { source });
         }

@@ -53,10 +53,11 @@ pub const FRESH: std::time::Duration = std::time::Duration::from_millis(1500);
 
 /// The relist's period while the runtime's event stream is open (each
 /// event asks for a relist at once): a safety net for what no event tells
-/// (a container created but not started, or removed, by someone else),
-/// and the runtime's health (`/healthz` wants an answer within 10 s). The
-/// kubelet's evented PLEG relists every 300 s.
-pub const EVENTED_RELIST: std::time::Duration = std::time::Duration::from_secs(5);
+/// (a container created but not started by someone else), and the
+/// runtime's health (`/healthz` wants an answer within its window plus
+/// this while the stream is open). The kubelet's evented PLEG relists
+/// every 300 s, and its PLEG is unhealthy after 3 minutes without one.
+pub const EVENTED_RELIST: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[derive(Default, Debug)]
 pub struct PodCache {
@@ -162,6 +163,42 @@ impl PodCache {
 mod tests {
     use super::*;
     use crate::runtime::{ContainerInfo, SandboxInfo};
+
+    #[test]
+    fn an_open_quiet_event_stream_keeps_a_list_current_until_an_event() {
+        use std::time::Duration;
+        let cache = PodCache::new();
+        let stream = std::sync::Arc::new(crate::runtime::events::StreamState::default());
+        cache.follow_events(stream.clone());
+        let now = Instant::now();
+        cache.keep(now - Duration::from_secs(3), vec![pod("a", true, &[])]);
+        assert!(cache.recent(FRESH).is_none(), "3 s old and no stream: stale");
+        assert!(!cache.events_open());
+        // opened before the list began, quiet since: the list stands
+        stream.open_since(now - Duration::from_secs(5));
+        assert!(cache.events_open());
+        assert_eq!(cache.recent(FRESH).map(|l| l.len()), Some(1));
+        assert!(cache.recent_with_time(Duration::ZERO).is_some());
+        // an event since: stale again until a new list
+        stream.event_now();
+        assert!(cache.recent(FRESH).is_none());
+        cache.keep(Instant::now(), vec![]);
+        assert_eq!(cache.recent(Duration::ZERO).map(|l| l.len()), Some(0));
+        // opened after the list began (events may have been missed): stale
+        let cache = PodCache::new();
+        let stream = std::sync::Arc::new(crate::runtime::events::StreamState::default());
+        cache.follow_events(stream.clone());
+        cache.keep(now - Duration::from_secs(3), vec![]);
+        stream.open_since(now - Duration::from_secs(1));
+        assert!(cache.recent(FRESH).is_none());
+        // and a list older than EVENTED_RELIST + FRESH is never current
+        let cache = PodCache::new();
+        let stream = std::sync::Arc::new(crate::runtime::events::StreamState::default());
+        cache.follow_events(stream.clone());
+        stream.open_since(now - EVENTED_RELIST - FRESH - Duration::from_secs(5));
+        cache.keep(now - EVENTED_RELIST - FRESH - Duration::from_secs(1), vec![]);
+        assert!(cache.recent(FRESH).is_none());
+    }
 
     fn pod(uid: &str, sandbox_ready: bool, containers: &[(&str, ContainerState)]) -> RuntimePod {
         RuntimePod {

@@ -124,6 +124,20 @@ impl StreamState {
         *self.changed_at.lock() = Some(Instant::now());
     }
 
+    /// Tests: the stream opened at `at` and told of nothing since.
+    #[cfg(test)]
+    pub fn open_since(&self, at: Instant) {
+        *self.source.lock() = Some(Source::Fake);
+        *self.changed_at.lock() = Some(at);
+        self.open.store(true, Ordering::SeqCst);
+    }
+
+    /// Tests: an event now.
+    #[cfg(test)]
+    pub fn event_now(&self) {
+        self.changed();
+    }
+
     /// The source of the open stream, if one is open.
     pub fn open_source(&self) -> Option<Source> {
         if self.open.load(Ordering::Relaxed) { *self.source.lock() } else { None }

@@ -777,6 +777,30 @@ pub fn grpc_serve_connection(server: &mut grpcio::Server, conn: UnixStream) -> i
     Ok(())
 }
 
+/// The process's threads now (`/proc/self/status`; 0 when unreadable).
+pub fn thread_count() -> usize {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Threads:")?.trim().parse().ok()))
+        .unwrap_or(0)
+}
+
+/// Set `key` to `value` in the environment unless it is set already, for
+/// a library that reads its configuration from there at its first use
+/// (gRPC's C core). Only while the process has a single thread: false
+/// (nothing set) once another thread exists, since another thread could
+/// read the environment meanwhile.
+pub fn default_env_single_threaded(key: &str, value: &str) -> bool {
+    if std::env::var_os(key).is_some() || thread_count() != 1 {
+        return false;
+    }
+    // SAFETY: the process has one thread (checked just above, and this
+    // thread starts none in between), so nothing reads or writes the
+    // environment concurrently.
+    unsafe { std::env::set_var(key, value) };
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
