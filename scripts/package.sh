@@ -22,7 +22,7 @@ cargo build --profile "$profile" --bin podwarden --quiet
 # cargo-deb reads target/release/... in the assets as "this profile's output"
 deb_out=$(cargo deb --no-build --profile "$profile" 2>/dev/null | tail -n 1)
 cargo generate-rpm --profile "$profile" >/dev/null
-rpm_out=$(ls -t target/generate-rpm/podwarden-*.rpm | head -n 1)
+rpm_out=$(ls -t "${CARGO_TARGET_DIR:-target}"/generate-rpm/podwarden-*.rpm | head -n 1)
 log "built $deb_out and $rpm_out from the $profile profile"
 echo "$deb_out"
 echo "$rpm_out"

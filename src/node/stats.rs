@@ -183,10 +183,10 @@ pub fn node_memory() -> Memory {
     }
 }
 
-/// How long the runtime's `ImageFsInfo` answer stands (the eviction
-/// manager reads the filesystems every housekeeping interval; the
-/// kubelet's eviction manager looks every 10 s).
-const IMAGE_FS_INFO_TTL: Duration = Duration::from_secs(10);
+/// How long the runtime's `ImageFsInfo` answer (where the images are, and
+/// the bytes they use: a figure for the stats, not for eviction, which
+/// reads the filesystem's free space itself every pass) stands.
+const IMAGE_FS_INFO_TTL: Duration = Duration::from_secs(30);
 
 /// (pid_max, the number of processes and threads now).
 fn pids() -> (u64, u64) {

@@ -57,7 +57,7 @@ pub const FRESH: std::time::Duration = std::time::Duration::from_millis(1500);
 /// runtime's health (`/healthz` wants an answer within its window plus
 /// this while the stream is open). The kubelet's evented PLEG relists
 /// every 300 s, and its PLEG is unhealthy after 3 minutes without one.
-pub const EVENTED_RELIST: std::time::Duration = std::time::Duration::from_secs(10);
+pub const EVENTED_RELIST: std::time::Duration = std::time::Duration::from_secs(30);
 
 #[derive(Default, Debug)]
 pub struct PodCache {
