@@ -39,8 +39,16 @@ impl PullGate {
     /// Wait for a turn; `None` when `cancel` fired first. The turn ends
     /// when the returned [`PullTurn`] is dropped.
     pub fn enter(&self, cancel: &CancelToken) -> Option<PullTurn<'_>> {
+        self.enter_within(cancel, None)
+    }
+
+    /// [`PullGate::enter`], waiting at most `max_wait` for a turn: then
+    /// the caller goes in beside the others (a turn held by a call that
+    /// hangs never holds up the rest for longer).
+    pub fn enter_within(&self, cancel: &CancelToken, max_wait: Option<Duration>) -> Option<PullTurn<'_>> {
+        let until = max_wait.map(crate::base::cancel::deadline_in);
         let mut n = self.running.lock();
-        while self.max > 0 && *n >= self.max {
+        while self.max > 0 && *n >= self.max && until.is_none_or(|u| std::time::Instant::now() < u) {
             if cancel.is_cancelled() {
                 return None;
             }
@@ -112,5 +120,20 @@ mod tests {
         let any = PullGate::new(0);
         let _a = any.enter(&cancel).unwrap();
         let _b = any.enter(&cancel).unwrap();
+    }
+
+    #[test]
+    fn a_turn_waited_for_too_long_is_taken_beside_the_others() {
+        let gate = PullGate::new(1);
+        let cancel = CancelToken::new();
+        let _held = gate.enter(&cancel).unwrap();
+        let t = std::time::Instant::now();
+        let late = gate.enter_within(&cancel, Some(Duration::from_millis(300)));
+        assert!(late.is_some(), "a turn after the longest wait");
+        assert!(t.elapsed() >= Duration::from_millis(300), "it waited {:?}", t.elapsed());
+        assert!(t.elapsed() < Duration::from_secs(2), "it waited {:?}", t.elapsed());
+        drop(late);
+        cancel.cancel();
+        assert!(gate.enter_within(&cancel, Some(Duration::from_secs(5))).is_none(), "cancelled while waiting");
     }
 }

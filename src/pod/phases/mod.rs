@@ -116,6 +116,8 @@ pub struct PodSync {
     image_backoff: Backoff,
     /// Pulls at a time.
     pulls: crate::node::images::pull::PullGate,
+    /// Sandboxes made at once ([`SANDBOX_STARTS`]).
+    sandbox_starts: crate::node::images::pull::PullGate,
     /// Where pulls find registry credentials.
     keyring: Arc<crate::node::images::credentials::Keyring>,
     /// Told when a pod's containers first all run (pod start duration).
@@ -211,6 +213,20 @@ impl Stopper {
     }
 }
 
+/// How many sandboxes the runtime makes at once: two a CPU. Thirty pods
+/// written at once all made their sandboxes together, every one slowed by
+/// the others (the runtime's and the CNI plugins' work is CPU-bound), so
+/// the first pod ran as late as the last; in turns, the first ones run
+/// sooner and the last no later. A pod waits at most
+/// [`SANDBOX_TURN_WAIT`] for its turn.
+fn sandbox_starts() -> usize {
+    2 * std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The longest a sandbox waits for its turn (a turn held by a call that
+/// hangs, a CNI plugin that does not answer, holds no one up longer).
+pub(crate) const SANDBOX_TURN_WAIT: Duration = Duration::from_secs(5);
+
 impl PodSync {
     pub fn new(
         runtime: Arc<dyn Runtime>,
@@ -220,6 +236,7 @@ impl PodSync {
     ) -> Self {
         let backoff = Backoff::new(cfg.backoff_initial, cfg.backoff_max);
         let pulls = crate::node::images::pull::PullGate::new(cfg.max_parallel_pulls);
+        let sandbox_starts = crate::node::images::pull::PullGate::new(sandbox_starts());
         PodSync {
             runtime,
             statuses,
@@ -232,6 +249,7 @@ impl PodSync {
                 crate::node::images::pull::PULL_BACKOFF_MAX,
             ),
             pulls,
+            sandbox_starts,
             keyring: Arc::new(crate::node::images::credentials::Keyring::none()),
             metrics: None,
             pod_cache: None,

@@ -72,7 +72,12 @@ impl PodSync {
                 e
             })?;
         }
+        // in turns (see `sandbox_starts`); a pod killed meanwhile starts nothing
+        let Some(turn) = self.sandbox_starts.enter_within(&ctx.cancel, Some(super::SANDBOX_TURN_WAIT)) else {
+            return Err(SyncError::Cancelled);
+        };
         let id = ctx.start(|| self.runtime.run_sandbox(&self.call(ctx), sandbox))??;
+        drop(turn);
         // the old containers, now exited, stay: restart counts
         // and lastState go on
         *rp = self.fresh_status(ctx, model::uid(pod))?;
