@@ -51,6 +51,10 @@ pub struct AgentConfig {
     pub runtime_call_timeout: Duration,
     /// The pod cgroups, whose orphans housekeeping removes; `None`: none.
     pub cgroups: Option<crate::node::cgroups::Cgroups>,
+    /// With the runtime's event stream open, a housekeeping pass relists
+    /// when its newest list is this old: fifteen housekeeping intervals,
+    /// at most [`crate::runtime::cache::EVENTED_RELIST`].
+    pub evented_relist: Duration,
 }
 
 /// How old an empty pod cgroup of an unknown pod must be to be removed.
@@ -458,10 +462,8 @@ impl Agent {
         let orphan =
             |rp: &RuntimePod| !rp.uid.is_empty() && !workers.contains_key(&rp.uid) && !desired_uids.contains(&rp.uid);
         let mut listed_fresh = false;
-        let quiet = self
-            .pod_cache
-            .recent_with_time(Duration::ZERO)
-            .filter(|(at, _)| at.elapsed() < crate::runtime::cache::EVENTED_RELIST);
+        let quiet =
+            self.pod_cache.recent_with_time(Duration::ZERO).filter(|(at, _)| at.elapsed() < self.config.evented_relist);
         let (mut listed_at, mut runtime_pods) = match quiet {
             Some((at, list)) => (at, Some(list)),
             None => (Instant::now(), None),
@@ -560,11 +562,8 @@ impl Agent {
         let (answered, err) = self.runtime_answered.lock().clone();
         // with the runtime's event stream open the relist is rarer (every
         // EVENTED_RELIST at most): its answers count for that much longer
-        let window = if self.pod_cache.events_open() {
-            within.saturating_add(crate::runtime::cache::EVENTED_RELIST)
-        } else {
-            within
-        };
+        let window =
+            if self.pod_cache.events_open() { within.saturating_add(self.config.evented_relist) } else { within };
         let answered = fresh(answered, window);
         if let (false, Some(source)) = (answered, err) {
             return Err(HealthError::RuntimeFailing { source });

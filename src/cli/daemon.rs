@@ -355,6 +355,7 @@ pub fn assemble(config: &Config, runtime: Arc<dyn Runtime>, id_prefix: &str, tun
             pod_logs_dir: config.pod_logs_dir.clone(),
             runtime_call_timeout: config.runtime_request_timeout.min(Duration::from_secs(10)),
             cgroups: tuning.cgroups.clone(),
+            evented_relist: config.housekeeping_interval.saturating_mul(15).min(crate::runtime::cache::EVENTED_RELIST),
         },
         AgentDeps {
             workers: workers.clone(),

@@ -1,7 +1,7 @@
 //! The CRI `runtime.v1` client over gRPC (grpcio) on a unix socket.
 //!
-//! Invariant: the generated protobuf types (module `pb`) never leave this
-//! file and its child `cri/events.rs` (the event streams); everything is
+//! Invariant: the generated protobuf types (module `pb`, `cri/pb.rs`) never
+//! leave this file and its children (the event streams, a lost exit); everything is
 //! converted to podwarden's runtime types here.
 
 use std::collections::{BTreeMap, HashMap};
@@ -18,41 +18,7 @@ use super::{
 
 #[allow(clippy::all, clippy::pedantic, dead_code, unused_imports, unused_mut, unused_qualifications, missing_docs)]
 #[allow(non_camel_case_types, non_snake_case, non_upper_case_globals, unreachable_pub, deprecated)]
-mod pb {
-    pub mod api {
-        include!(concat!(env!("OUT_DIR"), "/api.rs"));
-    }
-    pub mod api_grpc {
-        include!(concat!(env!("OUT_DIR"), "/api_grpc.rs"));
-    }
-    /// containerd's content service (`ListStatuses` only)
-    pub mod containerd {
-        pub mod api {
-            include!(concat!(env!("OUT_DIR"), "/containerd/api.rs"));
-        }
-        pub mod api_grpc {
-            include!(concat!(env!("OUT_DIR"), "/containerd/api_grpc.rs"));
-        }
-    }
-    /// containerd's event service (`Subscribe` only)
-    pub mod containerd_events {
-        pub mod api {
-            include!(concat!(env!("OUT_DIR"), "/containerd_events/api.rs"));
-        }
-        pub mod api_grpc {
-            include!(concat!(env!("OUT_DIR"), "/containerd_events/api_grpc.rs"));
-        }
-    }
-    /// containerd's task service (`Get` only)
-    pub mod containerd_tasks {
-        pub mod api {
-            include!(concat!(env!("OUT_DIR"), "/containerd_tasks/api.rs"));
-        }
-        pub mod api_grpc {
-            include!(concat!(env!("OUT_DIR"), "/containerd_tasks/api_grpc.rs"));
-        }
-    }
-}
+mod pb;
 
 mod events;
 mod exits;

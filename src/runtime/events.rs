@@ -93,6 +93,12 @@ pub enum Note {
     Event(ContainerEvent),
 }
 
+/// How long after an event a list may still not show it: the CRI's view
+/// follows containerd's events (a sandbox is in the CRI's list only once
+/// RunPodSandbox is over, after its task's start event), so only a list
+/// begun this long after the last event is vouched for by a quiet stream.
+pub const SETTLE: Duration = Duration::from_secs(1);
+
 /// The stream's state, for the metrics and the node view.
 #[derive(Debug, Default)]
 pub struct StreamState {
@@ -112,12 +118,13 @@ pub struct StreamState {
 }
 
 impl StreamState {
-    /// The stream is open and told of nothing (and did not open) at or
-    /// after `t`: a list begun at `t` still shows every sandbox and
-    /// container as the runtime has them, as far as the runtime's events
-    /// tell (task create, start, exit, OOM and delete).
+    /// The stream is open and told of nothing (and did not open) within
+    /// [`SETTLE`] before `t` or after it: a list begun at `t` still shows
+    /// every sandbox and container as the runtime has them, as far as the
+    /// runtime's events tell (task create, start, exit, OOM and delete;
+    /// container create and delete).
     pub fn quiet_since(&self, t: Instant) -> bool {
-        self.open.load(Ordering::SeqCst) && self.changed_at.lock().is_some_and(|c| c < t)
+        self.open.load(Ordering::SeqCst) && self.changed_at.lock().is_some_and(|c| c + SETTLE < t)
     }
 
     fn changed(&self) {

@@ -182,7 +182,7 @@ impl Agent {
         let child = Command::new(BIN)
             .args(["run", "--config", config.to_str().unwrap()])
             .args(&self.run_args)
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", std::env::var("PODWARDEN_TEST_LOG").unwrap_or_else(|_| "info".into()))
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::null())
             .stderr(log)

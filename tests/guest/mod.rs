@@ -327,7 +327,7 @@ pub fn reboot_with_recording_pods(vm: Vm) -> Reboot {
 
     // the reboot, as an administrator asks for it
     let asked: f64 = vm
-        .sh("cut -d' ' -f1 /proc/uptime; systemctl reboot")
+        .sh("cut -d' ' -f1 /proc/uptime; systemctl --no-block reboot")
         .trim()
         .parse()
         .expect("the guest's uptime before the reboot");
