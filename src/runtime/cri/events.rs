@@ -21,10 +21,12 @@ use crate::runtime::{Op, Result, RuntimeError};
 /// open: servers send nothing on a stream before its first event.
 const OPEN_AFTER: Duration = Duration::from_millis(300);
 
-/// How often a quiet stream looks at its cancel token on its own: the
-/// token unparks the thread when it is cancelled (and the call's waker
-/// when a message comes), so this is only a safety net.
-const CANCEL_POLL: Duration = Duration::from_secs(60);
+/// How often a quiet stream is polled again on its own: the token unparks
+/// the thread when it is cancelled, and the call's waker when a message
+/// comes, but a stream that fails (containerd killed) is only seen failed
+/// at the next poll: once a second (60 s stalled the short soak's settles
+/// after containerd's restarts by a minute).
+const CANCEL_POLL: Duration = Duration::from_secs(1);
 
 /// containerd's filter: the CRI's tasks and containers (a container or
 /// sandbox created or removed has no task event: while the stream is open
