@@ -362,9 +362,7 @@ impl CriRuntime {
         if self.no_content_service.load(Ordering::Relaxed) {
             return None;
         }
-        let mut meta = grpcio::MetadataBuilder::new();
-        meta.add_str("containerd-namespace", "k8s.io").ok()?;
-        let opt = CallOption::default().headers(meta.build()).timeout(Duration::from_secs(2));
+        let opt = lost_exit::in_cri_namespace(Duration::from_secs(2));
         match self.content.list_statuses_opt(&pb::containerd::api::ListStatusesRequest::new(), opt) {
             Ok(r) => {
                 let mut v: Vec<(String, i64)> = r.statuses.iter().map(|s| (s.ref_.clone(), s.offset)).collect();

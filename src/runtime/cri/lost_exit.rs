@@ -21,8 +21,9 @@ use super::{CriRuntime, pb};
 /// answered makes the CRI client ask the shim.
 pub(super) const LOOK_AFTER: Duration = Duration::from_secs(5);
 
-/// Calls to containerd's own services name the CRI's namespace.
-fn in_cri_namespace(timeout: Duration) -> CallOption {
+/// Calls to containerd's own services (tasks, content) name the CRI's
+/// namespace.
+pub(super) fn in_cri_namespace(timeout: Duration) -> CallOption {
     let mut meta = grpcio::MetadataBuilder::new();
     // a constant header: it always fits
     let _ = meta.add_str("containerd-namespace", "k8s.io");
