@@ -186,6 +186,68 @@ fn the_event_stream_is_opened_again_after_containerd_restarts() {
     a.clean_up(&[&uid]);
 }
 
+/// containerd killed and started again.
+fn restart_containerd() {
+    let pid = containerd_pid();
+    podwarden::sys::kill(pid, libc::SIGKILL).unwrap();
+    wait_for("containerd gone", Duration::from_secs(10), || podwarden::sys::kill(pid, 0).is_err());
+    // in a session of its own: the restarted containerd is shared and must
+    // outlive this test's process group
+    let out = Command::new("setsid").args(["-w", "scripts/e2e-env.sh", "up"]).output().unwrap();
+    assert!(out.status.success(), "restarting containerd: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A container whose record containerd lost in a restart (its status
+/// checkpoint unreadable: what a CreateContainer or StartContainer cut
+/// short by containerd's kill leaves) shows in the CRI's UNKNOWN state,
+/// though its process may run. The agent kills it (its process is gone)
+/// and runs a new instance, as the kubelet does; before, such a container
+/// stayed unknown for good and the pod never ran again (seen in the soak).
+#[test]
+fn a_container_containerd_lost_track_of_is_killed_and_run_again() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start_with("react-unknown", "", &[]);
+    a.write(
+        "lost.yaml",
+        &pod_yaml(
+            "lost",
+            "  terminationGracePeriodSeconds: 2
+",
+            "sleep 3600",
+        ),
+    );
+    let uid = a.uid("lost");
+    wait_for("main runs", Duration::from_secs(60), || {
+        a.runtime_pod(&uid).latest("main").is_some_and(|c| c.state == ContainerState::Running)
+    });
+    let first = a.runtime_pod(&uid).latest("main").unwrap().clone();
+    let pid = a.cri.shim_process(&first.id).expect("the shim knows the container").pid as i32;
+    assert!(pid > 0 && podwarden::sys::kill(pid, 0).is_ok(), "its process {pid} runs");
+    let dir = std::env::var("PODWARDEN_E2E_DIR").unwrap_or_else(|_| "/var/lib/podwarden-e2e".into());
+    let status = format!("{dir}/root/io.containerd.grpc.v1.cri/containers/{}/status", first.id);
+    assert!(std::path::Path::new(&status).is_file(), "containerd's status checkpoint {status} is missing");
+    std::fs::write(&status, b"not a checkpoint").unwrap();
+    restart_containerd();
+    a.cri = cri();
+    // the CRI itself says it lost track (or the agent already acted)
+    let seen = a.cri.list_pods(&call()).unwrap();
+    let state = seen.iter().flat_map(|p| &p.containers).find(|c| c.id == first.id).map(|c| c.state);
+    assert!(matches!(state, Some(ContainerState::Unknown | ContainerState::Exited)), "{state:?}");
+    wait_for("a new instance of main runs", Duration::from_secs(60), || {
+        a.runtime_pod(&uid).latest("main").is_some_and(|c| c.id != first.id && c.state == ContainerState::Running)
+    });
+    assert!(podwarden::sys::kill(pid, 0).is_err(), "the lost instance's process {pid} was killed");
+    let rp = a.runtime_pod(&uid);
+    let running = rp.containers.iter().filter(|c| c.state == ContainerState::Running).count();
+    assert_eq!(running, 1, "one instance runs: {rp:?}");
+    assert_eq!(rp.latest("main").unwrap().attempt, first.attempt + 1);
+    assert!(a.log().contains(r#"is in "unknown" state, try killing it before restart"#), "{}", a.log());
+    wait_for("restartCount 1", Duration::from_secs(10), || {
+        a.pod("lost").is_some_and(|p| p["status"]["containerStatuses"][0]["restartCount"] == 1)
+    });
+    a.clean_up(&[&uid]);
+}
+
 /// Bytes of the regular files in `dir` (their length: a file being
 /// compressed counts twice, as on disk).
 fn dir_bytes(dir: &Path) -> u64 {

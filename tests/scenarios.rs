@@ -48,6 +48,32 @@ fn new_pod_is_recorded_and_started() {
     assert_eq!(h.workers.worker_threads(), 1);
 }
 
+/// A container the runtime cannot account for (containerd's unknown
+/// state: its record lost in a restart) is killed with the pod's grace
+/// period, then a new instance runs: never two, never stuck (the
+/// kubelet's computePodActions).
+#[test]
+fn a_container_in_an_unknown_state_is_killed_then_run_again() {
+    let h = Harness::new();
+    let p = arc(with_grace(pod("lost", "uk"), 4));
+    create(&h, &p);
+    wait_for("running", T, || h.fake.live_containers("uk") == 1);
+    assert!(h.fake.make_unknown("uk", "c"));
+    h.workers.update_pod(UpdatePodOptions::new(UpdateType::Sync, p.clone()));
+    wait_for("a second instance running", T, || {
+        h.fake.calls_for("uk", Op::StartContainer).len() == 2 && h.fake.live_containers("uk") == 1
+    });
+    assert_eq!(stop_timeouts(&h, "uk"), vec![4], "killed once, with the pod's grace period");
+    let stop = h.fake.calls_for("uk", Op::StopContainer)[0].seq;
+    let starts: Vec<u64> = h.fake.calls_for("uk", Op::StartContainer).iter().map(|c| c.seq).collect();
+    assert!(starts[1] > stop, "the new instance starts after the kill: {starts:?}, stop {stop}");
+    let killing: Vec<_> = h.events.list().into_iter().filter(|e| e.reason == "Killing").map(|e| e.message).collect();
+    assert_eq!(killing, vec!["Container is in \"unknown\" state, try killing it before restart".to_string()]);
+    wait_for("restart count 1", T, || {
+        h.statuses.get("uk").and_then(|s| s.container_statuses).is_some_and(|cs| cs[0].restart_count == 1)
+    });
+}
+
 #[test]
 fn deletion_uses_spec_grace_and_kill_override_wins() {
     let h = Harness::new();

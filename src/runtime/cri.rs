@@ -832,18 +832,19 @@ impl Runtime for CriRuntime {
         let mut look = Some(crossbeam_channel::at(crate::base::cancel::deadline_in(
             timeout.saturating_add(lost_exit::LOOK_AFTER),
         )));
+        let mut lost = None;
         loop {
             let never = crossbeam_channel::never();
             select! {
                 recv(rx) -> r => return match r {
                     Ok(Ok(_)) => Ok(()),
-                    Ok(Err(e)) => Err(convert_err(Op::StopContainer, e)),
+                    Ok(Err(e)) => Err(lost_exit::explained(convert_err(Op::StopContainer, e), lost)),
                     Err(_) => Err(RuntimeError::Failed { op: Op::StopContainer, code: Code::Unknown, message: "the call's thread ended without an answer".into() }),
                 },
                 recv(ctx.cancel.receiver()) -> _ => return Err(RuntimeError::Cancelled { op: Op::StopContainer }),
                 recv(look.as_ref().unwrap_or(&never)) -> _ => {
                     look = None;
-                    self.lost_exit(id);
+                    lost = self.lost_exit(id);
                 }
             }
         }

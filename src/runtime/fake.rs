@@ -365,6 +365,21 @@ impl FakeRuntime {
         !hit.is_empty()
     }
 
+    /// Put the running container `name` of pod `uid` in the unknown state
+    /// (containerd's for a container whose record it lost in a restart);
+    /// a stop ends it with exit code 255, reason `Unknown`.
+    pub fn make_unknown(&self, uid: &str, name: &str) -> bool {
+        let mut st = self.state.lock();
+        let mut hit = false;
+        for c in st.containers.values_mut() {
+            if c.uid == uid && c.info.name == name && c.info.state == ContainerState::Running {
+                c.info.state = ContainerState::Unknown;
+                hit = true;
+            }
+        }
+        hit
+    }
+
     /// Containers of `uid` that are running or created.
     pub fn live_containers(&self, uid: &str) -> usize {
         self.state
@@ -775,11 +790,20 @@ impl Runtime for FakeRuntime {
             if c.info.state != ContainerState::Running {
                 drop(st);
                 let mut st = self.state.lock();
-                if let Some(c) = st.containers.get_mut(id)
-                    && c.info.state == ContainerState::Created
-                {
-                    c.info.state = ContainerState::Exited;
-                    c.info.finished_at_ns = now_ns();
+                if let Some(c) = st.containers.get_mut(id) {
+                    match c.info.state {
+                        ContainerState::Created => {
+                            c.info.state = ContainerState::Exited;
+                            c.info.finished_at_ns = now_ns();
+                        }
+                        ContainerState::Unknown => {
+                            c.info.state = ContainerState::Exited;
+                            c.info.exit_code = 255;
+                            c.info.reason = "Unknown".into();
+                            c.info.finished_at_ns = now_ns();
+                        }
+                        _ => {}
+                    }
                 }
                 return Ok(());
             }

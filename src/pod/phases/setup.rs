@@ -48,14 +48,17 @@ enum Init {
 
 /// What a pass did with one container.
 enum Step {
-    /// Nothing: it runs (or is in an unknown state), or it exited and is
-    /// not to run again.
+    /// Nothing: it runs, or it exited and is not to run again.
     Unchanged,
     /// Started now (or tried to); try again after this long if given.
     Started(Option<Duration>),
     /// Waiting out its restart back-off for this long.
     BackOff(Duration),
 }
+
+/// The exit code a container killed in the runtime's unknown state is
+/// judged by (containerd's for an exit it could not see).
+const UNKNOWN_EXIT_CODE: i32 = 255;
 
 /// How long a container killed by SIGKILL from outside (not OOM-killed)
 /// waits before it is restarted. The runtime's StopPodSandbox (someone's
@@ -216,9 +219,6 @@ impl PodSync {
                     return Ok(Init::Waiting { acted, retry: None });
                 }
                 Some(l) if l.state == ContainerState::Exited && l.exit_code == 0 && !sidecar => continue,
-                Some(l) if l.state == ContainerState::Unknown => {
-                    return Ok(Init::Waiting { acted, retry: None });
-                }
                 _ => {}
             }
             // regular init containers retry unless the pod never restarts
@@ -280,8 +280,23 @@ impl PodSync {
     ) -> Result<Step, SyncError> {
         let uid = model::uid(pod);
         let attempt = match latest {
-            Some(l) if matches!(l.state, ContainerState::Running | ContainerState::Unknown) => {
-                return Ok(Step::Unchanged);
+            Some(l) if l.state == ContainerState::Running => return Ok(Step::Unchanged),
+            Some(l) if l.state == ContainerState::Unknown => {
+                // The runtime cannot say whether it runs (its record was
+                // lost: a create or start cut short by the runtime's own
+                // restart). The kubelet's way: kill it first, so that two
+                // instances never run, then run a new one without
+                // back-off, whatever the restart policy; a regular init
+                // container in that state has failed, and one that may
+                // not run again fails the pod (the next pass reads it
+                // exited).
+                self.kill_unknown(ctx, pod, c, rp, l)?;
+                let regular_init =
+                    !model::is_sidecar(c) && model::init_containers(pod).iter().any(|i| i.name == c.name);
+                if regular_init && !restart(UNKNOWN_EXIT_CODE) {
+                    return Ok(Step::Started(None));
+                }
+                l.attempt + 1
             }
             Some(l) if l.state == ContainerState::Created => {
                 // created but never started (a start that failed): retry it
@@ -345,6 +360,31 @@ impl PodSync {
             None => rp.latest(&c.name).map_or_else(|| self.attempt_from_logs(pod, &c.name), |l| l.attempt + 1),
         };
         Ok(Step::Started(self.start_container(ctx, pod, c, into, attempt)?))
+    }
+
+    /// Kill `l`, an instance of `c` in the runtime's unknown state, with
+    /// the pod's grace period (its preStop hook first), and say so as the
+    /// kubelet does.
+    fn kill_unknown(
+        &self,
+        ctx: &SyncCtx,
+        pod: &Pod,
+        c: &Container,
+        rp: &RuntimePod,
+        l: &crate::runtime::ContainerInfo,
+    ) -> Result<(), SyncError> {
+        let grace = model::spec_grace_seconds(pod).unwrap_or(30).max(0);
+        let what =
+            if model::init_containers(pod).iter().any(|i| i.name == c.name) { "Init container" } else { "Container" };
+        let message = format!("{what} is in \"unknown\" state, try killing it before restart");
+        self.events.event(&ObjectRef::container(pod, &c.name), EventType::Normal, "Killing", &message);
+        log::warn!("pod {}: container {} ({}): {message} (grace {grace}s)", model::pod_ref(pod), c.name, l.id);
+        ctx.check()?;
+        let ip = self.hook_ip(pod, rp);
+        match self.stopper().stop(&ctx.cancel, Some(pod), ip.as_deref(), l, grace) {
+            Ok(()) | Err(RuntimeError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Kill the running containers whose liveness or startup probe failed,

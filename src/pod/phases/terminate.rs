@@ -165,7 +165,16 @@ impl PodSync {
         // start errors never show on, nor delay, a terminating pod
         self.forget_pod(&uid);
         let mut rp = self.runtime.pod_status(&self.call_plain(ctx), &uid)?;
-        self.stop_all(ctx, &rp, grace, Some(pod))?;
+        if let Err(e) = self.stop_all(ctx, &rp, grace, Some(pod)) {
+            // the kubelet's event for a kill that failed (a stop past its
+            // deadline, containerd losing the exit, the runtime down); a
+            // shorter grace period or a newer update is no failure
+            if !matches!(e, SyncError::Cancelled) {
+                let msg = format!("error killing pod: {e}");
+                self.events.event(&ObjectRef::pod(pod), EventType::Warning, "FailedKillPod", &msg);
+            }
+            return Err(e);
+        }
         // only the stopped containers changed: ask for just their status
         let stopped: Vec<String> = rp.live_containers().map(|c| c.id.clone()).collect();
         if !stopped.is_empty() {
@@ -474,5 +483,38 @@ mod tests {
             assert!(t.elapsed() < Duration::from_secs(10), "returned after {:?}", t.elapsed());
             assert!(s.fake.calls_for(UID, Op::StopPodSandbox).is_empty(), "no sandbox stop once cancelled");
         }
+    }
+
+    #[test]
+    fn a_kill_that_fails_is_a_failed_kill_pod_event_and_a_cancelled_one_is_not() {
+        let lost = "the container's process ended (exit status 143) but containerd never handled the exit";
+        let s = running(&["app"], &[]);
+        s.fake.fail_with_error(
+            Op::StopContainer,
+            Some(UID),
+            1,
+            RuntimeError::Failed {
+                op: Op::StopContainer,
+                code: crate::runtime::Code::DeadlineExceeded,
+                message: lost.into(),
+            },
+        );
+        let r = s.sync.terminating(&SyncCtx::detached(UID), &s.pod, 5, &[]);
+        assert!(matches!(r, Err(SyncError::Runtime(_))), "{r:?}");
+        let failed: Vec<_> = s.events.list().into_iter().filter(|e| e.reason == "FailedKillPod").collect();
+        assert_eq!(failed.len(), 1, "{failed:?}");
+        assert_eq!(failed[0].message, format!("error killing pod: StopContainer failed: {lost}"));
+        assert_eq!(failed[0].event_type, EventType::Warning);
+        // the retry succeeds: no second event
+        s.sync.terminating(&SyncCtx::detached(UID), &s.pod, 5, &[]).expect("stopped");
+        assert_eq!(s.events.list().iter().filter(|e| e.reason == "FailedKillPod").count(), 1);
+
+        let s = running(&["stubborn"], &[]);
+        s.fake.set_term_delay("stubborn", None);
+        let ctx = SyncCtx::detached(UID);
+        ctx.cancel.cancel();
+        let r = s.sync.terminating(&ctx, &s.pod, 60, &[]);
+        assert!(matches!(r, Err(SyncError::Cancelled)), "{r:?}");
+        assert!(s.events.list().iter().all(|e| e.reason != "FailedKillPod"));
     }
 }

@@ -16,6 +16,7 @@ use std::time::Duration;
 use grpcio::CallOption;
 
 use super::{CriRuntime, pb};
+use crate::runtime::{Code, RuntimeError};
 
 /// How long after a stop's grace period a `StopContainer` that has not
 /// answered makes the CRI client ask the shim.
@@ -68,15 +69,53 @@ impl CriRuntime {
 
     /// A stop that runs well past its grace period: when the shim says
     /// container `id`'s process ended, containerd lost its exit (see the
-    /// module's text): said at error level, once per stop. True then.
-    pub(super) fn lost_exit(&self, id: &str) -> bool {
-        let Some(p) = self.shim_process(id).filter(|p| p.stopped) else { return false };
+    /// module's text): said at error level, once per stop. The process's
+    /// exit status then.
+    pub(super) fn lost_exit(&self, id: &str) -> Option<u32> {
+        let p = self.shim_process(id).filter(|p| p.stopped)?;
         log::error!(
             "container {id}: its process ended (status {}) but containerd's CRI plugin never handled the exit \
              (containerd 1.6 can lose an exit while it restarts): its StopContainer cannot return and the pod \
              stays terminating until containerd restarts (systemctl restart containerd); retrying meanwhile",
             p.exit_status
         );
-        true
+        Some(p.exit_status)
+    }
+}
+
+/// The error of a `StopContainer` that ended without an answer: when the
+/// shim had said the process ended (`lost`, its exit status), the error
+/// says containerd lost the exit and what mends it, so that the pod's
+/// `FailedKillPod` event tells the user, not only the journal.
+pub(super) fn explained(e: RuntimeError, lost: Option<u32>) -> RuntimeError {
+    match (e, lost) {
+        (RuntimeError::DeadlineExceeded { op }, Some(status)) => RuntimeError::Failed {
+            op,
+            code: Code::DeadlineExceeded,
+            message: format!(
+                "the container's process ended (exit status {status}) but containerd never handled the exit, \
+                 so the stop cannot return until containerd restarts (systemctl restart containerd)"
+            ),
+        },
+        (e, _) => e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::Op;
+
+    #[test]
+    fn a_stop_past_its_deadline_names_the_lost_exit_only_when_the_shim_said_so() {
+        let late = || RuntimeError::DeadlineExceeded { op: Op::StopContainer };
+        assert_eq!(explained(late(), None), late());
+        let e = explained(late(), Some(137));
+        assert!(matches!(e, RuntimeError::Failed { code: Code::DeadlineExceeded, .. }), "{e:?}");
+        let text = e.to_string();
+        assert!(text.contains("exit status 137") && text.contains("restart containerd"), "{text}");
+        // any other failure is left as it is
+        let down = RuntimeError::Unavailable("StopContainer: connection refused".into());
+        assert_eq!(explained(down.clone(), Some(0)), down);
     }
 }
