@@ -776,8 +776,16 @@ impl Runtime for CriRuntime {
     fn stop_sandbox(&self, ctx: &CallCtx, id: &str) -> Result<()> {
         let mut req = api::StopPodSandboxRequest::new();
         req.pod_sandbox_id = id.to_string();
-        call(ctx, Op::StopPodSandbox, |o| self.runtime.stop_pod_sandbox_opt(&req, o))?;
-        Ok(())
+        match call(ctx, Op::StopPodSandbox, |o| self.runtime.stop_pod_sandbox_opt(&req, o)) {
+            Ok(_) => Ok(()),
+            // the sandbox's own process (its pause container) may have
+            // ended and containerd lost the exit: ask the shim
+            Err(e @ RuntimeError::DeadlineExceeded { .. }) => {
+                let lost = self.lost_exit(Op::StopPodSandbox, id);
+                Err(lost_exit::explained(e, lost))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn remove_sandbox(&self, ctx: &CallCtx, id: &str) -> Result<()> {
@@ -844,7 +852,7 @@ impl Runtime for CriRuntime {
                 recv(ctx.cancel.receiver()) -> _ => return Err(RuntimeError::Cancelled { op: Op::StopContainer }),
                 recv(look.as_ref().unwrap_or(&never)) -> _ => {
                     look = None;
-                    lost = self.lost_exit(id);
+                    lost = self.lost_exit(Op::StopContainer, id);
                 }
             }
         }

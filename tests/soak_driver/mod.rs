@@ -641,7 +641,9 @@ impl Shared {
         };
         for (id, what) in lost {
             eprintln!("soak: containerd lost the exit of {id}: {what}");
-            // the agent asks about containers; a sandbox's stop it does not watch
+            // the agent asks about a container 5 s past its stop's grace
+            // period, about a sandbox only when its stop runs out of time
+            // (the runtime request timeout): not always by now
             if !what.starts_with("(sandbox)") && !said(&id) {
                 self.problem(format!("containerd lost the exit of {id} ({what}) and the agent's log does not say so"));
             }

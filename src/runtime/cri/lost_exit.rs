@@ -7,16 +7,19 @@
 //! until containerd restarts once more (seen in `scripts/bench.sh soak`).
 //! Nothing a CRI client can call ends that wait (the CRI plugin learns of
 //! exits only from its own wait on the task, not from published events),
-//! so the client asks the shim when a stop runs well past its grace period
-//! and, when the shim says the process ended, says at error level what is
-//! wrong and what mends it.
+//! so the client asks the shim when a container's stop runs well past its
+//! grace period (a sandbox's, whose pause process can be lost the same
+//! way, when its `StopPodSandbox` runs out of time) and, when the shim
+//! says the process ended, says at error level what is wrong and what
+//! mends it; the stop's error says it too, and with it the pod's
+//! `FailedKillPod` event.
 
 use std::time::Duration;
 
 use grpcio::CallOption;
 
 use super::{CriRuntime, pb};
-use crate::runtime::{Code, RuntimeError};
+use crate::runtime::{Code, Op, RuntimeError};
 
 /// How long after a stop's grace period a `StopContainer` that has not
 /// answered makes the CRI client ask the shim.
@@ -67,15 +70,17 @@ impl CriRuntime {
         })
     }
 
-    /// A stop that runs well past its grace period: when the shim says
-    /// container `id`'s process ended, containerd lost its exit (see the
+    /// A stop (`op`) that runs well past its grace period, or ran out of
+    /// time: when the shim says the process of `id` (a container, or a
+    /// sandbox's pause container) ended, containerd lost its exit (see the
     /// module's text): said at error level, once per stop. The process's
     /// exit status then.
-    pub(super) fn lost_exit(&self, id: &str) -> Option<u32> {
+    pub(super) fn lost_exit(&self, op: Op, id: &str) -> Option<u32> {
         let p = self.shim_process(id).filter(|p| p.stopped)?;
+        let what = if op == Op::StopPodSandbox { "sandbox" } else { "container" };
         log::error!(
-            "container {id}: its process ended (status {}) but containerd's CRI plugin never handled the exit \
-             (containerd 1.6 can lose an exit while it restarts): its StopContainer cannot return and the pod \
+            "{what} {id}: its process ended (status {}) but containerd's CRI plugin never handled the exit \
+             (containerd 1.6 can lose an exit while it restarts): its {op} cannot return and the pod \
              stays terminating until containerd restarts (systemctl restart containerd); retrying meanwhile",
             p.exit_status
         );
@@ -83,7 +88,7 @@ impl CriRuntime {
     }
 }
 
-/// The error of a `StopContainer` that ended without an answer: when the
+/// The error of a stop that ended without an answer: when the
 /// shim had said the process ended (`lost`, its exit status), the error
 /// says containerd lost the exit and what mends it, so that the pod's
 /// `FailedKillPod` event tells the user, not only the journal.
@@ -93,7 +98,7 @@ pub(super) fn explained(e: RuntimeError, lost: Option<u32>) -> RuntimeError {
             op,
             code: Code::DeadlineExceeded,
             message: format!(
-                "the container's process ended (exit status {status}) but containerd never handled the exit, \
+                "its process ended (exit status {status}) but containerd never handled the exit, \
                  so the stop cannot return until containerd restarts (systemctl restart containerd)"
             ),
         },
@@ -104,7 +109,6 @@ pub(super) fn explained(e: RuntimeError, lost: Option<u32>) -> RuntimeError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::Op;
 
     #[test]
     fn a_stop_past_its_deadline_names_the_lost_exit_only_when_the_shim_said_so() {
