@@ -437,8 +437,11 @@ fn restart_policies_and_back_off() {
         })
     });
     wait_for("pa restarted after back-off", T, || h.fake.live_containers("pa") == 1);
+    // the status follows the start (written at the end of that pass)
+    wait_for("pa's status shows the second restart", T, || {
+        h.statuses.get("pa").is_some_and(|s| s.container_statuses.as_ref().unwrap()[0].restart_count == 2)
+    });
     let st = h.statuses.get("pa").unwrap();
-    assert_eq!(st.container_statuses.as_ref().unwrap()[0].restart_count, 2);
     assert_eq!(
         st.container_statuses.as_ref().unwrap()[0].last_state.as_ref().unwrap().terminated.as_ref().unwrap().exit_code,
         1

@@ -347,34 +347,32 @@ impl FakeRuntime {
 
     /// Make the running container `name` of pod `uid` exit with `code`.
     pub fn exit_container(&self, uid: &str, name: &str, code: i32) -> bool {
-        let mut st = self.state.lock();
-        let mut hit = Vec::new();
-        for c in st.containers.values_mut() {
-            if c.uid == uid && c.info.name == name && c.info.state == ContainerState::Running {
-                c.info.state = ContainerState::Exited;
-                c.info.exit_code = code;
-                c.info.finished_at_ns = now_ns();
-                c.info.reason = if code == 0 { "Completed" } else { "Error" }.into();
-                hit.push(c.info.id.clone());
-            }
-        }
-        drop(st);
+        let hit = self.alter_running(uid, name, |i| {
+            i.state = ContainerState::Exited;
+            i.exit_code = code;
+            i.finished_at_ns = now_ns();
+            i.reason = if code == 0 { "Completed" } else { "Error" }.into();
+        });
         for id in &hit {
             self.emit(id, super::events::Kind::Exited);
         }
         !hit.is_empty()
     }
 
-    /// Put the running container `name` of pod `uid` in the unknown state
-    /// (containerd's for a container whose record it lost in a restart);
-    /// a stop ends it with exit code 255, reason `Unknown`.
+    /// Put the running container `name` of pod `uid` in containerd's unknown
+    /// state (a record lost); a stop ends it: exit code 255, reason `Unknown`.
     pub fn make_unknown(&self, uid: &str, name: &str) -> bool {
+        !self.alter_running(uid, name, |i| i.state = ContainerState::Unknown).is_empty()
+    }
+
+    /// `f` applied to the running containers `name` of pod `uid`; their IDs.
+    fn alter_running(&self, uid: &str, name: &str, f: impl Fn(&mut ContainerInfo)) -> Vec<String> {
         let mut st = self.state.lock();
-        let mut hit = false;
+        let mut hit = Vec::new();
         for c in st.containers.values_mut() {
             if c.uid == uid && c.info.name == name && c.info.state == ContainerState::Running {
-                c.info.state = ContainerState::Unknown;
-                hit = true;
+                f(&mut c.info);
+                hit.push(c.info.id.clone());
             }
         }
         hit
@@ -456,17 +454,13 @@ impl FakeRuntime {
                     id: cid,
                     sandbox_id: sid,
                     name: container.into(),
-                    attempt: 0,
                     image: "busybox".into(),
                     image_ref: "sha256:busybox".into(),
                     state: ContainerState::Running,
                     created_at_ns: now_ns(),
                     started_at_ns: now_ns(),
-                    finished_at_ns: 0,
-                    exit_code: 0,
-                    reason: String::new(),
-                    message: String::new(),
                     grace,
+                    ..Default::default()
                 },
                 mounts: Vec::new(),
             },
@@ -790,20 +784,14 @@ impl Runtime for FakeRuntime {
             if c.info.state != ContainerState::Running {
                 drop(st);
                 let mut st = self.state.lock();
-                if let Some(c) = st.containers.get_mut(id) {
-                    match c.info.state {
-                        ContainerState::Created => {
-                            c.info.state = ContainerState::Exited;
-                            c.info.finished_at_ns = now_ns();
-                        }
-                        ContainerState::Unknown => {
-                            c.info.state = ContainerState::Exited;
-                            c.info.exit_code = 255;
-                            c.info.reason = "Unknown".into();
-                            c.info.finished_at_ns = now_ns();
-                        }
-                        _ => {}
+                if let Some(c) = st.containers.get_mut(id)
+                    && matches!(c.info.state, ContainerState::Created | ContainerState::Unknown)
+                {
+                    if c.info.state == ContainerState::Unknown {
+                        (c.info.exit_code, c.info.reason) = (255, "Unknown".into());
                     }
+                    c.info.state = ContainerState::Exited;
+                    c.info.finished_at_ns = now_ns();
                 }
                 return Ok(());
             }
