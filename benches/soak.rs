@@ -10,6 +10,9 @@
 //! pods running twice; the agent's RSS and open fds every 500 lifecycles.
 //! The driver is `tests/soak_driver/`, shared with `tests/soak.rs`. The
 //! last line is one JSON object; the exit status is 1 when anything leaked.
+//! `PODWARDEN_SOAK_SAMPLE_EVERY` samples more often;
+//! `PODWARDEN_SOAK_FAULTS=0` runs without faults (one agent for the whole
+//! run: its RSS past its warm-up, for comparison).
 
 #[path = "../tests/soak_driver/mod.rs"]
 mod soak_driver;
@@ -28,14 +31,21 @@ fn main() {
     let lifecycles = env_u64("PODWARDEN_SOAK_LIFECYCLES", 10_000);
     // one fault per this many lifecycles, at least one of each kind
     let every = |n: u64| ((lifecycles + n / 2) / n).max(1);
+    // PODWARDEN_SOAK_FAULTS=0: no faults at all (an agent's RSS over its
+    // whole life, for comparison)
+    let faults = if env_u64("PODWARDEN_SOAK_FAULTS", 1) == 0 {
+        [0; 4]
+    } else {
+        [every(500), every(700), every(1000), every(1000)]
+    };
     let opts = Opts {
         bin: PathBuf::from(bin),
         repo: PathBuf::from(env!("CARGO_MANIFEST_DIR")),
         lifecycles,
         concurrency: env_u64("PODWARDEN_SOAK_CONCURRENCY", 12) as usize,
         seed: seed_from_env(),
-        faults: [every(500), every(700), every(1000), every(1000)],
-        sample_every: 500,
+        faults,
+        sample_every: env_u64("PODWARDEN_SOAK_SAMPLE_EVERY", 500),
     };
     let r = run(&opts);
     if !r.clean() {
