@@ -861,9 +861,13 @@ impl Runtime for CriRuntime {
     fn remove_container(&self, ctx: &CallCtx, id: &str) -> Result<()> {
         let mut req = api::RemoveContainerRequest::new();
         req.container_id = id.to_string();
-        call(ctx, Op::RemoveContainer, |o| self.runtime.remove_container_opt(&req, o))?;
-        self.finished.forget(id);
-        Ok(())
+        let r = call(ctx, Op::RemoveContainer, |o| self.runtime.remove_container_opt(&req, o));
+        // gone either way (a container removed behind podwarden's back
+        // answers NotFound): what was kept of its status goes too
+        if matches!(r, Ok(_) | Err(RuntimeError::NotFound { .. })) {
+            self.finished.forget(id);
+        }
+        r.map(|_| ())
     }
 
     fn list_images(&self, ctx: &CallCtx) -> Result<Vec<ImageInfo>> {

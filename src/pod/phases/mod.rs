@@ -136,8 +136,9 @@ pub struct PodSync {
     /// Runs the pods' probes; told what each pass saw.
     prober: Option<Arc<crate::pod::prober::Prober>>,
     /// Container instances whose preStop hook has run (once per instance,
-    /// however many termination passes stop it).
-    pre_stop_ran: Arc<Mutex<std::collections::HashSet<String>>>,
+    /// however many termination passes stop it), as (pod UID, container
+    /// ID): a pod's go when it is terminated.
+    pre_stop_ran: Arc<Mutex<std::collections::HashSet<(String, String)>>>,
 }
 
 /// What stopping one container takes, for the stop helper threads: its
@@ -147,7 +148,7 @@ pub(crate) struct Stopper {
     runtime: Arc<dyn Runtime>,
     events: Arc<EventRecorder>,
     call_timeout: Duration,
-    pre_stop_ran: Arc<Mutex<std::collections::HashSet<String>>>,
+    pre_stop_ran: Arc<Mutex<std::collections::HashSet<(String, String)>>>,
 }
 
 impl Stopper {
@@ -180,7 +181,7 @@ impl Stopper {
         let spec = pod.and_then(|p| model::find_container(p, &c.name));
         let hook = spec.and_then(|s| s.lifecycle.as_ref()).and_then(|l| l.pre_stop.as_ref());
         let (Some(pod), Some(spec), Some(hook)) = (pod, spec, hook) else { return Ok(grace) };
-        if grace <= 0 || !self.pre_stop_ran.lock().insert(c.id.clone()) {
+        if grace <= 0 || !self.pre_stop_ran.lock().insert((model::uid(pod).to_string(), c.id.clone())) {
             return Ok(grace);
         }
         let t = Instant::now();
@@ -449,6 +450,13 @@ impl PodSync {
         let started: std::time::SystemTime = start.0.into();
         let end = started.checked_add(Duration::from_secs(secs.max(0) as u64))?;
         Some(end.duration_since(std::time::SystemTime::now()).unwrap_or(Duration::ZERO))
+    }
+
+    /// What the pod's terminated pass leaves behind no more: whose preStop
+    /// hooks ran (a terminating pass, which may come again, keeps them).
+    fn forget_terminated_pod(&self, uid: &str) {
+        self.forget_pod(uid);
+        self.pre_stop_ran.lock().retain(|(u, _)| u != uid);
     }
 
     fn forget_pod(&self, uid: &str) {

@@ -243,7 +243,7 @@ impl PodSync {
 
     pub(super) fn terminated(&self, ctx: &SyncCtx, pod: &Arc<Pod>, remove_content: bool) -> Result<(), SyncError> {
         let uid = model::uid(pod).to_string();
-        self.forget_pod(&uid);
+        self.forget_terminated_pod(&uid);
         if !remove_content {
             // Terminal but still desired: keep the exited containers (their
             // state survives an agent restart, their logs stay readable).
@@ -516,5 +516,20 @@ mod tests {
         let r = s.sync.terminating(&ctx, &s.pod, 60, &[]);
         assert!(matches!(r, Err(SyncError::Cancelled)), "{r:?}");
         assert!(s.events.list().iter().all(|e| e.reason != "FailedKillPod"));
+    }
+
+    #[test]
+    fn whose_pre_stop_hooks_ran_is_forgotten_once_the_pod_is_terminated() {
+        let mut s = running(&["app"], &[]);
+        let yaml = format!(
+            "metadata:\n  name: p\n  namespace: ns\n  uid: {UID}\nspec:\n  containers:\n  - name: app\n    image: i\n    \
+             lifecycle:\n      preStop:\n        exec:\n          command: [\"true\"]\n"
+        );
+        s.pod = Arc::new(serde_yaml_ng::from_str(&yaml).expect("the test pod"));
+        s.stop_all(&SyncCtx::detached(UID), 5).expect("stopped");
+        assert_eq!(s.fake.calls_for(UID, Op::ExecSync).len(), 1, "the preStop hook ran");
+        assert_eq!(s.sync.pre_stop_ran.lock().len(), 1);
+        s.sync.terminated(&SyncCtx::detached(UID), &s.pod, true).expect("cleaned up");
+        assert!(s.sync.pre_stop_ran.lock().is_empty(), "a pod gone leaves no record of its hooks");
     }
 }
