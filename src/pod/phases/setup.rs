@@ -290,10 +290,9 @@ impl PodSync {
                 // container in that state has failed, and one that may
                 // not run again fails the pod (the next pass reads it
                 // exited).
-                self.kill_unknown(ctx, pod, c, rp, l)?;
-                let regular_init =
-                    !model::is_sidecar(c) && model::init_containers(pod).iter().any(|i| i.name == c.name);
-                if regular_init && !restart(UNKNOWN_EXIT_CODE) {
+                let init = model::init_containers(pod).iter().any(|i| i.name == c.name);
+                self.kill_unknown(ctx, pod, c, init, rp, l)?;
+                if init && !model::is_sidecar(c) && !restart(UNKNOWN_EXIT_CODE) {
                     return Ok(Step::Started(None));
                 }
                 l.attempt + 1
@@ -362,20 +361,20 @@ impl PodSync {
         Ok(Step::Started(self.start_container(ctx, pod, c, into, attempt)?))
     }
 
-    /// Kill `l`, an instance of `c` in the runtime's unknown state, with
-    /// the pod's grace period (its preStop hook first), and say so as the
-    /// kubelet does.
+    /// Kill `l`, an instance of `c` (an init container if `init`) in the
+    /// runtime's unknown state, with the pod's grace period (its preStop
+    /// hook first), and say so as the kubelet does.
     fn kill_unknown(
         &self,
         ctx: &SyncCtx,
         pod: &Pod,
         c: &Container,
+        init: bool,
         rp: &RuntimePod,
         l: &crate::runtime::ContainerInfo,
     ) -> Result<(), SyncError> {
         let grace = model::spec_grace_seconds(pod).unwrap_or(30).max(0);
-        let what =
-            if model::init_containers(pod).iter().any(|i| i.name == c.name) { "Init container" } else { "Container" };
+        let what = if init { "Init container" } else { "Container" };
         let message = format!("{what} is in \"unknown\" state, try killing it before restart");
         self.events.event(&ObjectRef::container(pod, &c.name), EventType::Normal, "Killing", &message);
         log::warn!("pod {}: container {} ({}): {message} (grace {grace}s)", model::pod_ref(pod), c.name, l.id);
