@@ -105,6 +105,21 @@ impl Stored {
         (&self.cells, if a < b { &self.json[a..b] } else { "{}" })
     }
 
+    /// About what it takes in memory: its texts and cells.
+    fn weight(&self) -> usize {
+        let cells: usize = self
+            .cells
+            .iter()
+            .map(|c| std::mem::size_of::<Cell>() + if let Cell::Text(t) = c { t.len() } else { 0 })
+            .sum();
+        std::mem::size_of::<Self>()
+            + self.json.len()
+            + self.namespace.len()
+            + self.name.len()
+            + self.deletion.as_ref().map_or(0, |d| d.len())
+            + cells
+    }
+
     /// In `ns` (None: any).
     pub fn in_namespace(&self, ns: Option<&str>) -> bool {
         ns.is_none_or(|ns| *self.namespace == *ns)
@@ -247,6 +262,14 @@ pub struct Change {
 
 /// Changes kept for watches that start from a resourceVersion.
 pub const HISTORY: usize = 1024;
+/// And the most their objects may weigh together. A change's object is
+/// often the only copy of that version (the hub holds the newest), so a
+/// history of 1,024 pod changes held some 3-5 MiB: most of a busy agent's
+/// heap. 512 KiB keeps a few hundred changes (110 pods starting make about
+/// 450); a watch resumed from further back is answered 410, as the API
+/// server's watch cache answers one older than its window, and its client
+/// lists again.
+pub const HISTORY_BYTES: usize = 512 << 10;
 /// Changes a watcher may have waiting before it is ended as too slow.
 pub const WATCHER_BUFFER: usize = 256;
 /// Watchers at once: each is a connection, and the server allows a third
@@ -270,6 +293,8 @@ struct State {
     rv: u64,
     items: HashMap<(Kind, String), Arc<Stored>>,
     history: VecDeque<Arc<Change>>,
+    /// What the history's objects weigh ([`Stored::weight`]).
+    history_bytes: usize,
     watchers: Vec<Watcher>,
 }
 
@@ -288,10 +313,13 @@ impl State {
     fn publish(&mut self, changes: Vec<Change>) {
         let changes: Vec<Arc<Change>> = changes.into_iter().map(Arc::new).collect();
         for c in &changes {
-            if self.history.len() == HISTORY {
-                self.history.pop_front();
-            }
+            self.history_bytes += c.object.weight();
             self.history.push_back(c.clone());
+            while self.history.len() > HISTORY || (self.history_bytes > HISTORY_BYTES && self.history.len() > 1) {
+                if let Some(old) = self.history.pop_front() {
+                    self.history_bytes -= old.object.weight();
+                }
+            }
         }
         self.watchers.retain(|w| {
             if w.closed.load(Ordering::Relaxed) {
@@ -652,6 +680,34 @@ mod tests {
         assert_eq!(h.watchers(), 1);
         drop(w);
         assert_eq!(h.watchers(), 0, "a dropped watch is forgotten");
+    }
+
+    #[test]
+    fn the_history_holds_at_most_its_weight_of_objects() {
+        let (h, data, _) = hub();
+        let big = "x".repeat(64 << 10);
+        let version = |i: usize| {
+            let mut p = pod("a", &i.to_string());
+            p.2["metadata"]["annotations"] = json!({"big": big});
+            p
+        };
+        data.lock().push(version(0));
+        h.sync();
+        for i in 1..=20 {
+            data.lock()[0] = version(i);
+            h.sync();
+        }
+        let st = h.state.lock();
+        let (n, bytes) = (st.history.len(), st.history_bytes);
+        assert_eq!(bytes, st.history.iter().map(|c| c.object.weight()).sum::<usize>(), "kept in step");
+        drop(st);
+        assert!(bytes <= HISTORY_BYTES && n < 10, "{n} changes, {bytes} bytes");
+        assert!(n >= HISTORY_BYTES / (70 << 10), "as many as fit: {n}");
+        // a watch from before the oldest kept change is expired; one from
+        // the newest version is served
+        let e = h.watch(Kind::Pods, Some(2)).err().expect("too old");
+        assert_eq!((e.code, e.reason), (410, "Expired"));
+        assert!(h.watch(Kind::Pods, Some(21)).is_ok());
     }
 
     #[test]
