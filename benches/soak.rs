@@ -7,10 +7,15 @@
 //! lifecycles, the agent (SIGKILL) every 700, logind every 1,000, and a
 //! manifest is written half and then completed every 1,000. After each
 //! fault and at the end: what is left over that no pod owns, by kind, and
-//! pods running twice; the agent's RSS and open fds every 500 lifecycles.
+//! pods running twice; the agent's RSS, anonymous RSS and open fds every
+//! 250 lifecycles, each with every soak pod ended and the agent idle (see
+//! the driver). `rss_slope_kib_per_1k` is the slope within each agent
+//! process from its own 1,000th lifecycle on: an agent started again by a
+//! fault fills its bounded stores (the event ring, the watch hub's objects
+//! and history) anew, as the first one did.
 //! The driver is `tests/soak_driver/`, shared with `tests/soak.rs`. The
 //! last line is one JSON object; the exit status is 1 when anything leaked.
-//! `PODWARDEN_SOAK_SAMPLE_EVERY` samples more often;
+//! `PODWARDEN_SOAK_SAMPLE_EVERY` samples more or less often;
 //! `PODWARDEN_SOAK_FAULTS=0` runs without faults (one agent for the whole
 //! run: its RSS past its warm-up, for comparison).
 
@@ -45,7 +50,7 @@ fn main() {
         concurrency: env_u64("PODWARDEN_SOAK_CONCURRENCY", 12) as usize,
         seed: seed_from_env(),
         faults,
-        sample_every: env_u64("PODWARDEN_SOAK_SAMPLE_EVERY", 500),
+        sample_every: env_u64("PODWARDEN_SOAK_SAMPLE_EVERY", 250),
     };
     let r = run(&opts);
     if !r.clean() {

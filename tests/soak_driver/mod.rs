@@ -13,6 +13,12 @@
 //! cgroups, CNI IPs, pod and log directories); what is left after that is
 //! counted and printed by kind.
 //!
+//! The agent's RSS, anonymous RSS and open fds are sampled at set
+//! lifecycle counts with no soak pod left: the workers end their pods and
+//! park, the agent idles past its heap trim, then the driver looks. Every
+//! sample thus sees the same node, and what grows from one to the next is
+//! what the agent kept.
+//!
 //! containerd 1.6 can lose a task's exit when it is killed in the middle
 //! of a stop: the shim says the process ended, the CRI shows it running,
 //! and the pod stays terminating until containerd restarts. Such a pod is
@@ -49,6 +55,9 @@ const MENDS_MAX: u64 = 20;
 const STEP: Duration = Duration::from_secs(120);
 /// Problems after which a run stops early (each may have cost a [`STEP`]).
 const GIVE_UP: usize = 12;
+/// How long a sample waits with no pod before it looks: past the agent's
+/// heap trim (every 5 s).
+const SAMPLE_IDLE: Duration = Duration::from_secs(6);
 
 /// The private containerd's run directory (`scripts/e2e-env.sh`'s
 /// `PODWARDEN_E2E_RUN`: a second environment beside the default one).
@@ -188,13 +197,32 @@ pub struct Report {
     pub lost_exits: BTreeMap<String, String>,
     /// containerd restarts made to mend lost exits.
     pub mending_restarts: u64,
-    /// (lifecycles, agent pid, RSS KiB, open fds)
-    pub samples: Vec<(u64, u32, u64, u64)>,
+    /// The agent's RSS and fds, each taken with every pod removed.
+    pub samples: Vec<Sample>,
     pub settle_max_s: f64,
     pub wall_s: f64,
     /// The agent's directory (config, log, manifests), kept after a failure.
     pub dir: PathBuf,
     pub log_tail: String,
+}
+
+/// One look at the agent, taken with no pod of the soak's left (the
+/// workers drained and paused) and the agent idle past its heap trim, so
+/// that every sample sees the same node: what grows between samples is
+/// what the agent kept.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Sample {
+    /// Lifecycles ended when it was taken.
+    pub at: u64,
+    pub pid: u32,
+    /// Lifecycles ended when that agent process started.
+    pub since: u64,
+    /// VmRSS, KiB.
+    pub rss: u64,
+    /// RssAnon, KiB: the heap and stacks (the rest is the binary's and the
+    /// libraries' pages, which grow as more of the code runs once).
+    pub anon: u64,
+    pub fds: u64,
 }
 
 impl Report {
@@ -210,27 +238,43 @@ impl Report {
     }
 
     pub fn rss_first(&self) -> u64 {
-        self.samples.first().map_or(0, |s| s.2)
+        self.samples.first().map_or(0, |s| s.rss)
     }
 
     pub fn rss_last(&self) -> u64 {
-        self.samples.last().map_or(0, |s| s.2)
+        self.samples.last().map_or(0, |s| s.rss)
     }
 
     pub fn rss_max(&self) -> u64 {
-        self.samples.iter().map(|s| s.2).max().unwrap_or(0)
+        self.samples.iter().map(|s| s.rss).max().unwrap_or(0)
     }
 
-    /// Least-squares slope of RSS (KiB) per 1,000 lifecycles over the
-    /// samples from `from` lifecycles on, within each agent process (each
-    /// restart a group of its own intercept: an agent started again begins
-    /// small, which is no shrinking), and plainly over all of them.
+    /// Least-squares slope of RSS (KiB) per 1,000 lifecycles within each
+    /// agent process, over its samples from its own `from`th lifecycle on
+    /// (each process a group of its own intercept; an agent started again
+    /// by a fault begins small and fills its bounded stores anew, as the
+    /// first did), and plainly over all samples from the run's `from`th
+    /// lifecycle on.
     pub fn rss_slopes(&self, from: u64) -> (f64, f64) {
-        let pts: Vec<_> = self.samples.iter().filter(|s| s.0 >= from).collect();
-        let plain = slope(pts.iter().map(|s| (s.0 as f64, s.2 as f64)));
+        self.slopes(from, |s| s.rss)
+    }
+
+    /// The samples the within-agent slope uses (see [`Self::rss_slopes`]).
+    pub fn slope_points(&self, from: u64) -> usize {
+        let mut n: BTreeMap<u32, usize> = BTreeMap::new();
+        for s in self.samples.iter().filter(|s| s.at >= s.since + from) {
+            *n.entry(s.pid).or_default() += 1;
+        }
+        n.values().filter(|c| **c >= 2).sum()
+    }
+
+    /// [`Self::rss_slopes`] of any figure of the samples.
+    fn slopes(&self, from: u64, fig: impl Fn(&Sample) -> u64) -> (f64, f64) {
+        let plain = slope(self.samples.iter().filter(|s| s.at >= from).map(|s| (s.at as f64, fig(s) as f64)));
+        let pts: Vec<_> = self.samples.iter().filter(|s| s.at >= s.since + from).collect();
         let mut groups: BTreeMap<u32, Vec<(f64, f64)>> = BTreeMap::new();
         for s in &pts {
-            groups.entry(s.1).or_default().push((s.0 as f64, s.2 as f64));
+            groups.entry(s.pid).or_default().push((s.at as f64, fig(s) as f64));
         }
         let (mut sxy, mut sxx) = (0.0, 0.0);
         for g in groups.values().filter(|g| g.len() >= 2) {
@@ -273,7 +317,12 @@ impl Report {
         put("rss_slope_kib_per_1k", round2(within).into());
         put("rss_slope_across_restarts_kib_per_1k", round2(plain).into());
         put("rss_slope_from_lifecycle", slope_from.into());
-        put("fds_last", self.samples.last().map_or(0, |s| s.3).into());
+        put("rss_anon_kib_first", self.samples.first().map_or(0, |s| s.anon).into());
+        put("rss_anon_kib_last", self.samples.last().map_or(0, |s| s.anon).into());
+        put("rss_anon_slope_kib_per_1k", round2(self.slopes(slope_from, |s| s.anon).0).into());
+        put("samples", (self.samples.len() as u64).into());
+        put("rss_slope_points", (self.slope_points(slope_from) as u64).into());
+        put("fds_last", self.samples.last().map_or(0, |s| s.fds).into());
         put("settle_max_s", round2(self.settle_max_s).into());
         put("wall_s", round2(self.wall_s).into());
         put("lifecycles_per_s", round2(self.lifecycles as f64 / self.wall_s.max(0.001)).into());
@@ -333,6 +382,8 @@ struct AgentProc {
     port: u16,
     kube_port: u16,
     child: Option<Child>,
+    /// Lifecycles ended when this agent process started.
+    since: u64,
 }
 
 impl AgentProc {
@@ -546,6 +597,9 @@ struct Shared {
     /// Paused (the coordinator checks), workers parked, workers running.
     gate: Mutex<(bool, usize, usize)>,
     gate_cv: Condvar,
+    /// Set with a pause for a sample: each worker ends its pod before it
+    /// parks.
+    drain: AtomicBool,
     /// The pods whose manifests exist (should run), by name.
     desired: Mutex<BTreeMap<String, Via>>,
     /// Every uid seen in containerd, with its pod's name.
@@ -723,7 +777,15 @@ fn observe(sh: &Shared) {
 fn worker(sh: &Shared, slot: usize, mut rng: Rng) {
     let mut current: Option<PodRun> = None;
     let mut n = 0u64;
-    while sh.checkpoint() {
+    loop {
+        if sh.drain.load(Ordering::SeqCst)
+            && let Some(p) = current.take()
+        {
+            delete(sh, p, rng.chance(20));
+        }
+        if !sh.checkpoint() {
+            break;
+        }
         current = match current.take() {
             None => {
                 if sh.begun.fetch_add(1, Ordering::SeqCst) >= sh.target {
@@ -1171,15 +1233,13 @@ fn clear_runtime(cri: &CriRuntime) {
     }
 }
 
-fn proc_sample(pid: u32) -> (u64, u64) {
-    let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0);
+fn proc_sample(at: u64, pid: u32) -> Sample {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib = |key: &str| {
+        status.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0)
+    };
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count() as u64).unwrap_or(0);
-    (rss, fds)
+    Sample { at, pid, since: 0, rss: kib("VmRSS:"), anon: kib("RssAnon:"), fds }
 }
 
 /// Run the soak; the report says what it found (the caller asserts).
@@ -1204,6 +1264,7 @@ pub fn run(o: &Opts) -> Report {
         port: ports[0].local_addr().unwrap().port(),
         kube_port: ports[1].local_addr().unwrap().port(),
         child: None,
+        since: 0,
     };
     drop(ports);
     agent.write_config();
@@ -1220,6 +1281,7 @@ pub fn run(o: &Opts) -> Report {
         snap: Mutex::new(Snapshot::default()),
         snap_cv: Condvar::new(),
         gate: Mutex::new((false, 0, o.concurrency)),
+        drain: AtomicBool::new(false),
         gate_cv: Condvar::new(),
         desired: Mutex::new(BTreeMap::new()),
         seen: Mutex::new(BTreeMap::new()),
@@ -1253,11 +1315,24 @@ pub fn run(o: &Opts) -> Report {
     let kc = Command::new(&o.bin).args(["kubeconfig", "--config", agent.config().to_str().unwrap()]).output().unwrap();
     assert!(kc.status.success(), "podwarden kubeconfig: {}", String::from_utf8_lossy(&kc.stderr));
     std::fs::write(dir.join("admin.kubeconfig"), &kc.stdout).unwrap();
-    let sample = |report: &mut Report, agent: &AgentProc, at: u64| {
+    // a sample with no soak pod left and the agent idle past its heap
+    // trim (every 5 s): the workers end their pods and park first
+    // (the first, before the workers start, has nothing to drain)
+    let sample = |report: &mut Report, agent: &AgentProc, sh: &Shared, drain: bool| {
+        if drain {
+            sh.drain.store(true, Ordering::SeqCst);
+            sh.pause();
+        }
+        std::thread::sleep(SAMPLE_IDLE);
+        let at = sh.ended.load(Ordering::SeqCst);
         if let Some(pid) = agent.pid() {
-            let (rss, fds) = proc_sample(pid);
-            println!("soak: {at} lifecycles: agent {pid} RSS {rss} KiB, {fds} fds");
-            report.samples.push((at, pid, rss, fds));
+            let s = Sample { since: agent.since, ..proc_sample(at, pid) };
+            println!("soak: {at} lifecycles: agent {pid} RSS {} KiB (anonymous {}), {} fds", s.rss, s.anon, s.fds);
+            report.samples.push(s);
+        }
+        if drain {
+            sh.drain.store(false, Ordering::SeqCst);
+            sh.resume();
         }
     };
     let wait_lock = |agent: &AgentProc| {
@@ -1270,7 +1345,7 @@ pub fn run(o: &Opts) -> Report {
     if !wait_lock(&agent) {
         sh.problem("the agent holds no inhibitor lock 30 s after its start".into());
     }
-    sample(&mut report, &agent, 0);
+    sample(&mut report, &agent, &sh, false);
 
     // the faults, at lifecycle counts drawn evenly at random
     let lo = (o.lifecycles / 10).min(100);
@@ -1309,15 +1384,18 @@ pub fn run(o: &Opts) -> Report {
         let mut plan = plan.into_iter().peekable();
         loop {
             let ended = sh.ended.load(Ordering::SeqCst);
-            while ended >= next_sample {
-                sample(&mut report, &agent, next_sample);
-                next_sample += o.sample_every;
+            if ended >= next_sample {
+                sample(&mut report, &agent, &sh, true);
+                while sh.ended.load(Ordering::SeqCst) >= next_sample {
+                    next_sample += o.sample_every;
+                }
             }
             if let Some(e) = agent.exited() {
                 sh.problem(format!("the agent exited on its own ({e}) at {ended} lifecycles; started again"));
                 if let Err(e) = agent.start() {
                     sh.problem(e);
                 }
+                agent.since = sh.ended.load(Ordering::SeqCst);
             }
             let workers_done = sh.gate.lock().2 == 0;
             if plan.peek().is_none_or(|(at, _)| *at > ended) {
@@ -1336,6 +1414,7 @@ pub fn run(o: &Opts) -> Report {
                     .and_then(|_| run_script(&o.repo, "e2e-env.sh")),
                 Fault::Agent => {
                     agent.kill9();
+                    agent.since = sh.ended.load(Ordering::SeqCst);
                     agent.start()
                 }
                 Fault::Logind => kill_by_pid_file(&format!("{}/logind.pid", logind_dir()))
@@ -1370,7 +1449,7 @@ pub fn run(o: &Opts) -> Report {
         // the end: every pod removed, nothing may be left
         let took = settle(&sh, &agent, &baseline, &mut totals, &o.repo, &mut mends, "at the end");
         report.settle_max_s = report.settle_max_s.max(took);
-        sample(&mut report, &agent, sh.ended.load(Ordering::SeqCst));
+        sample(&mut report, &agent, &sh, true);
         sh.stop.store(true, Ordering::SeqCst);
         let _ = observer.join();
     });
@@ -1558,15 +1637,29 @@ mod checks {
     }
 
     #[test]
-    fn the_rss_slope_within_each_agent_ignores_a_restart() {
-        // one agent growing 8 KiB per 1,000, then a restart that starts lower
+    fn the_rss_slope_within_each_agent_ignores_a_restart_and_each_agents_warm_up() {
+        // one agent growing 8 KiB per 1,000, then one started at 1,500
+        // that starts lower and grows as much
         let r = Report {
-            samples: vec![(0, 1, 10_000, 9), (1000, 1, 10_008, 9), (2000, 2, 9_000, 9), (3000, 2, 9_008, 9)],
+            samples: [
+                (0, 1, 0, 10_000),
+                (1000, 1, 0, 10_008),
+                (2000, 2, 1500, 9_000),
+                (3000, 2, 1500, 9_008),
+                (4000, 2, 1500, 9_016),
+            ]
+            .map(|(at, pid, since, rss)| Sample { at, pid, since, rss, ..Default::default() })
+            .to_vec(),
             ..Default::default()
         };
         let (within, plain) = r.rss_slopes(0);
         assert!((within - 8.0).abs() < 1e-9, "{within}");
         assert!(plain < 0.0, "{plain}");
+        assert_eq!(r.slope_points(0), 5);
+        // from each agent's 1,000th lifecycle: the second agent's last two
+        let (within, _) = r.rss_slopes(1000);
+        assert!((within - 8.0).abs() < 1e-9, "{within}");
+        assert_eq!(r.slope_points(1000), 2);
         let (mut a, mut b) = (Rng::new(7), Rng::new(7));
         assert!((0..100).all(|_| a.next() == b.next()), "one seed, one stream");
     }
