@@ -51,23 +51,20 @@
 //! namespace's pods; on a failure the pods are deleted by force. The last
 //! line is one JSON object.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
-use podwarden::cluster::http::Client;
 use podwarden::runtime::Runtime;
 use podwarden::runtime::cri::CriRuntime;
 use serde_json::{Value, json};
 
 mod support;
 use support::cluster::{
-    Cluster, Node, Spot, api, api_ok, api_pods, audit_events, audit_len, clean_leftovers, cluster, cri, items, join,
-    make_namespace, median, ms, percentile, round, runtime_pods, secs_env, wait,
+    Cluster, Node, Seen, Spot, api, api_ok, api_pods, audit_events, audit_len, clean_leftovers, cluster, cri, items,
+    join, make_namespace, median, ms, percentile, round, runtime_pods, secs_env, wait, watch_running,
 };
 use support::{IMAGE, call, cpu_ticks, proc_status, write_atomically};
 
@@ -98,77 +95,6 @@ fn running_in_api(p: &Value) -> bool {
 }
 
 // ---- create to running ----
-
-/// When this bench's watch of the namespace first saw each pod Running.
-#[derive(Default)]
-struct Seen {
-    running: Mutex<HashMap<String, Instant>>,
-    changed: Condvar,
-}
-
-impl Seen {
-    /// When pod `name` was first seen Running, waiting at most `within`.
-    fn wait(&self, name: &str, within: Duration) -> Option<Instant> {
-        let end = Instant::now() + within;
-        let mut m = self.running.lock();
-        loop {
-            if let Some(t) = m.get(name) {
-                return Some(*t);
-            }
-            if self.changed.wait_until(&mut m, end).timed_out() {
-                return m.get(name).copied();
-            }
-        }
-    }
-}
-
-/// A watch of the namespace's pods (resumed when the server ends it),
-/// noting when each is first Running, until `stop`.
-fn watch_running(admin: Client, seen: Arc<Seen>, stop: Arc<AtomicBool>) -> JoinHandle<()> {
-    let list_rv = |admin: &Client| {
-        let v = api_ok(admin, "GET", &format!("/api/v1/namespaces/{NS}/pods"), None, &[200]);
-        v["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_string()
-    };
-    let mut rv = list_rv(&admin);
-    podwarden::base::thread::spawn("bench-watch", None, move || {
-        while !stop.load(Ordering::SeqCst) {
-            let path = format!("/api/v1/namespaces/{NS}/pods?watch=true&resourceVersion={rv}&timeoutSeconds=1800");
-            let mut lines = match admin.stream(&path) {
-                Ok(Ok(lines)) => lines,
-                Ok(Err(r)) if r.status == 410 => {
-                    rv = list_rv(&admin);
-                    continue;
-                }
-                Ok(Err(r)) => panic!("watch of {NS}'s pods: HTTP {}: {}", r.status, r.text()),
-                Err(e) => {
-                    eprintln!("watch of {NS}'s pods: {e}; again");
-                    std::thread::sleep(Duration::from_millis(200));
-                    continue;
-                }
-            };
-            let go_on = || !stop.load(Ordering::SeqCst);
-            while let Ok(Some(line)) = lines.next(Duration::from_millis(200), Duration::from_secs(3600), &go_on) {
-                let at = Instant::now();
-                let ev: Value = serde_json::from_slice(&line).unwrap_or(Value::Null);
-                if ev["type"] == "ERROR" {
-                    rv = list_rv(&admin);
-                    break;
-                }
-                let o = &ev["object"];
-                if let Some(v) = o["metadata"]["resourceVersion"].as_str() {
-                    rv = v.to_string();
-                }
-                if o["status"]["phase"] == "Running"
-                    && let Some(name) = o["metadata"]["name"].as_str()
-                {
-                    seen.running.lock().entry(name.to_string()).or_insert(at);
-                    seen.changed.notify_all();
-                }
-            }
-        }
-    })
-    .unwrap()
-}
 
 /// The spec of every pod of the bench (API, static, the Deployment's).
 fn pod_spec() -> Value {
@@ -342,7 +268,7 @@ fn main() {
     let mut out: BTreeMap<&str, Value> = BTreeMap::new();
 
     // join to Ready
-    let (mut node, [joined, registered, ready]) = join(&c, cri, &bin, &SPOT, &c.server);
+    let (mut node, [joined, registered, ready]) = join(&c, cri, &bin, &SPOT, &c.server, "127.0.0.1");
     println!(
         "join to Ready: {:.0} ms (the join command {:.0} ms, the Node registered at {:.0} ms)",
         ms(ready),
@@ -356,7 +282,7 @@ fn main() {
     // create to running: API pods and static pods in turn
     let seen = Arc::new(Seen::default());
     let stop = Arc::new(AtomicBool::new(false));
-    let watcher = watch_running(c.admin.clone(), seen.clone(), stop.clone());
+    let watcher = watch_running(c.admin.clone(), NS, seen.clone(), stop.clone());
     let (mut api_ms, mut st_ms, mut mirror_ms) = (Vec::new(), Vec::new(), Vec::new());
     let (t_rounds, h_rounds) = (Instant::now(), host_busy_ticks());
     for i in 0..ROUNDS {

@@ -238,7 +238,7 @@ fn main() {
     let cm =
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}, "data": {"mode": "offline"}});
     api_ok(&c.admin, "POST", &format!("/api/v1/namespaces/{NS}/configmaps"), Some(&cm), &[201]);
-    let (mut node, _) = join(&c, cri, &bin, &SPOT, &c.partitionable);
+    let (mut node, _) = join(&c, cri, &bin, &SPOT, &c.partitionable, "127.0.0.1");
 
     let deployment = json!({
         "apiVersion": "apps/v1", "kind": "Deployment",

@@ -11,14 +11,23 @@
 //! Every pod's process exits on SIGTERM, so no grace period decides a
 //! figure.
 //!
+//! Then the same rounds with both agents joined to the real control plane
+//! (`benches/peer/cluster.rs`): `status_lag_ratio` (a container started →
+//! the API shows its pod Running), `exec_via_apiserver_ratio` (`kubectl
+//! exec` through the API server), and the joined agent's RSS.
+//!
 //! `PODWARDEN_PEER_ROUNDS` (default 2) sets the rounds;
-//! `PODWARDEN_PEER_PODS` (default 110) the pods of the idle figures.
+//! `PODWARDEN_PEER_PODS` (default 110) the pods of the idle figures;
+//! `PODWARDEN_PEER_CLUSTER=0` leaves the joined rounds out.
 
 #[path = "support/mod.rs"]
 mod support;
 
 #[path = "peer/mod.rs"]
 mod peer;
+
+#[path = "peer/cluster.rs"]
+mod joined;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -223,8 +232,23 @@ fn main() {
             }
         }
     }
+    // both joined to the control plane, in turn, the same rounds
+    let joined_rounds = if joined::wanted() { rounds } else { 0 };
+    if joined_rounds > 0 {
+        let c = joined::control_plane();
+        for r in 0..joined_rounds {
+            let order = if r % 2 == 0 { [Kind::Kubelet, Kind::Podwarden] } else { [Kind::Podwarden, Kind::Kubelet] };
+            for kind in order {
+                let fig = joined::round(kind, &c);
+                println!("peer: joined round {} {}: {fig:?}", r + 1, kind.name());
+                for (k, v) in fig {
+                    seen.entry((kind, k)).or_default().push(v);
+                }
+            }
+        }
+    }
     let mut out: BTreeMap<&str, f64> = BTreeMap::new();
-    let keys = [
+    let mut keys = vec![
         ("rss_ratio_0", "rss_kib_0"),
         ("rss_ratio_110", "rss_kib_110"),
         ("cpu_ratio_110", "cpu_core_110"),
@@ -234,6 +258,14 @@ fn main() {
         ("init_step_ratio", "init_step_ms"),
         ("crash_restart_ratio", "crash_restart_ms"),
     ];
+    if joined_rounds > 0 {
+        keys.extend([
+            ("status_lag_ratio", "status_lag_ms"),
+            ("status_lag_max_ratio", "status_lag_max_ms"),
+            ("exec_via_apiserver_ratio", "exec_via_apiserver_ms"),
+            ("rss_joined_ratio", "rss_kib_joined"),
+        ]);
+    }
     for (ratio, fig) in keys {
         let k = median(&seen[&(Kind::Kubelet, fig)]);
         let p = median(&seen[&(Kind::Podwarden, fig)]);
@@ -246,6 +278,7 @@ fn main() {
     out.insert("binary_bytes_podwarden", pb);
     out.insert("binary_bytes_ratio", pb / kb);
     out.insert("rounds", rounds as f64);
+    out.insert("joined_rounds", joined_rounds as f64);
     out.insert("pods_idle", pods_idle as f64);
     support::print_json(&out, 4);
 }

@@ -131,6 +131,7 @@ case "$name" in
     scripts/e2e-env.sh up >/dev/null
     [ -x /usr/local/go/bin/go ] && export PATH="$PATH:/usr/local/go/bin"
     PODWARDEN_CLUSTER_KUBELET=1 tools/cluster/build.sh >/dev/null
+    [ "${PODWARDEN_PEER_CLUSTER:-1}" = 0 ] || scripts/cluster-env.sh up >/dev/null
     cargo build --release --bin podwarden --quiet
     PODWARDEN_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/podwarden" \
       cargo bench --profile ci --bench peer --quiet 2>"${TMPDIR:-/tmp}/podwarden-peer-bench.err"

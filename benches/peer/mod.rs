@@ -56,7 +56,7 @@ pub struct Side {
     pub started: Instant,
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
@@ -97,6 +97,21 @@ fn cgroup_bases() -> Vec<PathBuf> {
         .map(|c| Path::new("/sys/fs/cgroup").join(c))
         .filter(|p| p.is_dir())
         .collect()
+}
+
+/// The kubelet's cgroup root ([`KUBELET_CGROUP_ROOT`]) in each hierarchy:
+/// the kubelet wants it to exist.
+pub fn make_kubelet_cgroup_root() {
+    for base in cgroup_bases() {
+        let root = base.join(KUBELET_CGROUP_ROOT);
+        std::fs::create_dir_all(&root).unwrap();
+        // a new v1 cpuset holds no CPU and no memory node
+        for f in ["cpuset.cpus", "cpuset.mems"] {
+            if let Ok(v) = std::fs::read_to_string(base.join(f)) {
+                let _ = std::fs::write(root.join(f), v.trim());
+            }
+        }
+    }
 }
 
 /// Remove `dir` and every cgroup under it, deepest first.
@@ -145,7 +160,7 @@ pub fn prepare(files: &[(String, String)]) {
 
 /// Unmount what an agent killed mid-way left mounted under `dir` (tmpfs
 /// volumes, the kubelet's projected volumes), deepest first.
-fn umount_under(dir: &Path) -> std::io::Result<()> {
+pub fn umount_under(dir: &Path) -> std::io::Result<()> {
     let prefix = format!("{}/", dir.display());
     let mut points: Vec<String> = std::fs::read_to_string("/proc/self/mounts")?
         .lines()
@@ -169,16 +184,7 @@ impl Side {
         let log = std::fs::File::create(dir.join(format!("{}.log", kind.name()))).unwrap();
         let mut cmd = match kind {
             Kind::Kubelet => {
-                for base in cgroup_bases() {
-                    let root = base.join(KUBELET_CGROUP_ROOT);
-                    std::fs::create_dir_all(&root).unwrap();
-                    // a new v1 cpuset holds no CPU and no memory node
-                    for f in ["cpuset.cpus", "cpuset.mems"] {
-                        if let Ok(v) = std::fs::read_to_string(base.join(f)) {
-                            let _ = std::fs::write(root.join(f), v.trim());
-                        }
-                    }
-                }
+                make_kubelet_cgroup_root();
                 let config = dir.join("kubelet.yaml");
                 std::fs::write(&config, kubelet_config(ro, port, healthz)).unwrap();
                 let mut c = Command::new(kubelet_bin());
@@ -263,22 +269,30 @@ impl Drop for Side {
 }
 
 fn kubelet_config(ro: u16, port: u16, healthz: u16) -> String {
-    // Each setting the host needs, and why:
-    // - cgroupDriver cgroupfs: this host has no systemd (and cgroup v1);
-    // - failCgroupV1 false: the kubelet refuses cgroup v1 otherwise (1.31+);
-    // - failSwapOn false: a machine with swap must not stop the peer;
-    // - cgroupRoot: its pod cgroups apart from podwarden's `kubepods`;
     // - anonymous authentication and AlwaysAllow: the read-only port
-    //   needs none, the secure one is not used (loopback only);
-    // - resolvConf: the host's, as podwarden's default;
-    // - evictionHard: as for podwarden, absolute disk thresholds.
+    //   needs none, the secure one is not used (loopback only)
+    let auth =
+        "authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}\nauthorization: {mode: AlwaysAllow}\n";
+    format!(
+        "staticPodPath: {DIR}/manifests\npodLogsDir: {DIR}/logs\n{}",
+        kubelet_common("127.0.0.1", port, ro, healthz, auth)
+    )
+}
+
+/// What both of the kubelet's configurations (standalone, joined) hold.
+/// Each setting the host needs, and why:
+/// - cgroupDriver cgroupfs: this host has no systemd (and cgroup v1);
+/// - failCgroupV1 false: the kubelet refuses cgroup v1 otherwise (1.31+);
+/// - failSwapOn false: a machine with swap must not stop the peer;
+/// - cgroupRoot: its pod cgroups apart from podwarden's `kubepods`;
+/// - resolvConf: the host's, as podwarden's default;
+/// - evictionHard: as for podwarden, absolute disk thresholds.
+pub fn kubelet_common(address: &str, port: u16, ro: u16, healthz: u16, auth: &str) -> String {
     format!(
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-         staticPodPath: {DIR}/manifests\ncontainerRuntimeEndpoint: unix://{}\npodLogsDir: {DIR}/logs\n\
-         address: 127.0.0.1\nport: {port}\nreadOnlyPort: {ro}\nhealthzBindAddress: 127.0.0.1\nhealthzPort: {healthz}\n\
-         authentication: {{anonymous: {{enabled: true}}, webhook: {{enabled: false}}}}\n\
-         authorization: {{mode: AlwaysAllow}}\n\
-         cgroupDriver: cgroupfs\ncgroupRoot: /{KUBELET_CGROUP_ROOT}\nfailCgroupV1: false\nfailSwapOn: false\n\
+         containerRuntimeEndpoint: unix://{}\n\
+         address: {address}\nport: {port}\nreadOnlyPort: {ro}\nhealthzBindAddress: 127.0.0.1\nhealthzPort: {healthz}\n\
+         {auth}cgroupDriver: cgroupfs\ncgroupRoot: /{KUBELET_CGROUP_ROOT}\nfailCgroupV1: false\nfailSwapOn: false\n\
          resolvConf: /etc/resolv.conf\n{EVICTION}",
         socket()
     )

@@ -3,11 +3,17 @@
 //! and run as `podwarden run` (its directory, log and clean-up), containerd's
 //! pods of a namespace, and the API server's audit log.
 
+use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
 
 use podwarden::cluster::http::Client;
 use podwarden::cluster::kubeconfig::Kubeconfig;
@@ -97,6 +103,12 @@ pub struct Cluster {
     pub ca_hash: String,
     pub audit_log: PathBuf,
     pub admin: Client,
+    /// The admin's kubeconfig (for kubectl).
+    pub admin_kubeconfig: PathBuf,
+    /// The cluster's CA certificate.
+    pub ca: PathBuf,
+    /// The nodes' routable address (the API server calls a node there).
+    pub node_ip: String,
 }
 
 pub fn cluster(spot: &Spot) -> Cluster {
@@ -133,6 +145,9 @@ pub fn cluster(spot: &Spot) -> Cluster {
         ca_hash: var("CA_HASH"),
         audit_log,
         admin,
+        admin_kubeconfig: admin_path,
+        ca: PathBuf::from(var("CA")),
+        node_ip: var("NODE_IP"),
     }
 }
 
@@ -351,9 +366,16 @@ pub fn clean_leftovers(c: &Cluster, cri: &CriRuntime, spot: &Spot) {
 }
 
 /// `podwarden join` against `server`, then `podwarden run` as the spot's
-/// node until the Node is Ready: the node, and (join command, until
-/// registered, until Ready).
-pub fn join(c: &Cluster, cri: CriRuntime, bin: &str, spot: &'static Spot, server: &str) -> (Node, [Duration; 3]) {
+/// node serving on `address` until the Node is Ready: the node, and (join
+/// command, until registered, until Ready).
+pub fn join(
+    c: &Cluster,
+    cri: CriRuntime,
+    bin: &str,
+    spot: &'static Spot,
+    server: &str,
+    address: &str,
+) -> (Node, [Duration; 3]) {
     let dir = spot.work();
     std::fs::create_dir_all(dir.join("manifests")).unwrap();
     let (boot, kubeconfig, config) = (dir.join("bootstrap.conf"), dir.join("node.conf"), dir.join("config.yaml"));
@@ -362,7 +384,7 @@ pub fn join(c: &Cluster, cri: CriRuntime, bin: &str, spot: &'static Spot, server
         &config,
         format!(
             "staticPodPath: {0}/manifests\ncontainerRuntimeEndpoint: unix://{1}\nrootDir: {0}/root\npodLogsDir: {0}/logs\n\
-             apiSocket: {0}/api.sock\nnodeName: {2}\naddress: 127.0.0.1\nport: {port}\nreadOnlyPort: {ro}\nmaxPods: {3}\n",
+             apiSocket: {0}/api.sock\nnodeName: {2}\naddress: {address}\nport: {port}\nreadOnlyPort: {ro}\nmaxPods: {3}\n",
             dir.display(),
             e2e_socket(),
             spot.node,
@@ -399,7 +421,7 @@ pub fn join(c: &Cluster, cri: CriRuntime, bin: &str, spot: &'static Spot, server
         admin: c.admin.clone(),
         child: None,
         run: (bin.to_string(), args.iter().map(|s| s.to_string()).collect()),
-        read_only: SocketAddr::from(([127, 0, 0, 1], ro)),
+        read_only: SocketAddr::new(address.parse().expect("an IP address"), ro),
     };
     node.spawn();
     let mut registered = None;
@@ -418,6 +440,86 @@ pub fn join(c: &Cluster, cri: CriRuntime, bin: &str, spot: &'static Spot, server
     );
     let ready = t0.elapsed();
     (node, [joined, registered.unwrap_or(ready), ready])
+}
+
+// ---- pods Running, as a watch sees them ----
+
+/// When a watch of a namespace first saw each pod Running (its phase),
+/// as an instant and as wall-clock nanoseconds (comparable with
+/// containerd's times).
+#[derive(Default)]
+pub struct Seen {
+    running: Mutex<HashMap<String, (Instant, i64)>>,
+    changed: Condvar,
+}
+
+impl Seen {
+    /// When pod `name` was first seen Running, waiting at most `within`.
+    pub fn wait(&self, name: &str, within: Duration) -> Option<Instant> {
+        self.wait_both(name, within).map(|t| t.0)
+    }
+
+    /// [`Self::wait`], with the wall-clock nanoseconds.
+    pub fn wait_both(&self, name: &str, within: Duration) -> Option<(Instant, i64)> {
+        let end = Instant::now() + within;
+        let mut m = self.running.lock();
+        loop {
+            if let Some(t) = m.get(name) {
+                return Some(*t);
+            }
+            if self.changed.wait_until(&mut m, end).timed_out() {
+                return m.get(name).copied();
+            }
+        }
+    }
+}
+
+/// A watch of namespace `ns`'s pods (resumed when the server ends it),
+/// noting when each is first Running, until `stop`.
+pub fn watch_running(admin: Client, ns: &'static str, seen: Arc<Seen>, stop: Arc<AtomicBool>) -> JoinHandle<()> {
+    let list_rv = move |admin: &Client| {
+        let v = api_ok(admin, "GET", &format!("/api/v1/namespaces/{ns}/pods"), None, &[200]);
+        v["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_string()
+    };
+    let mut rv = list_rv(&admin);
+    podwarden::base::thread::spawn("bench-watch", None, move || {
+        while !stop.load(Ordering::SeqCst) {
+            let path = format!("/api/v1/namespaces/{ns}/pods?watch=true&resourceVersion={rv}&timeoutSeconds=1800");
+            let mut lines = match admin.stream(&path) {
+                Ok(Ok(lines)) => lines,
+                Ok(Err(r)) if r.status == 410 => {
+                    rv = list_rv(&admin);
+                    continue;
+                }
+                Ok(Err(r)) => panic!("watch of {ns}'s pods: HTTP {}: {}", r.status, r.text()),
+                Err(e) => {
+                    eprintln!("watch of {ns}'s pods: {e}; again");
+                    std::thread::sleep(Duration::from_millis(200));
+                    continue;
+                }
+            };
+            let go_on = || !stop.load(Ordering::SeqCst);
+            while let Ok(Some(line)) = lines.next(Duration::from_millis(200), Duration::from_secs(3600), &go_on) {
+                let at = (Instant::now(), super::now_ns());
+                let ev: Value = serde_json::from_slice(&line).unwrap_or(Value::Null);
+                if ev["type"] == "ERROR" {
+                    rv = list_rv(&admin);
+                    break;
+                }
+                let o = &ev["object"];
+                if let Some(v) = o["metadata"]["resourceVersion"].as_str() {
+                    rv = v.to_string();
+                }
+                if o["status"]["phase"] == "Running"
+                    && let Some(name) = o["metadata"]["name"].as_str()
+                {
+                    seen.running.lock().entry(name.to_string()).or_insert(at);
+                    seen.changed.notify_all();
+                }
+            }
+        }
+    })
+    .unwrap()
 }
 
 // ---- the audit log ----
