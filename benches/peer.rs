@@ -222,17 +222,8 @@ fn main() {
     let rounds: usize = std::env::var("PODWARDEN_PEER_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
     let pods_idle: usize = std::env::var("PODWARDEN_PEER_PODS").ok().and_then(|v| v.parse().ok()).unwrap_or(110);
     let mut seen: BTreeMap<(Kind, &'static str), Vec<f64>> = BTreeMap::new();
-    for r in 0..rounds {
-        let order = if r % 2 == 0 { [Kind::Kubelet, Kind::Podwarden] } else { [Kind::Podwarden, Kind::Kubelet] };
-        for kind in order {
-            let fig = round(kind, pods_idle);
-            println!("peer: round {} {}: {fig:?}", r + 1, kind.name());
-            for (k, v) in fig {
-                seen.entry((kind, k)).or_default().push(v);
-            }
-        }
-    }
-    // both joined to the control plane, in turn, the same rounds
+    // both joined to the control plane, in turn, the same rounds (first:
+    // they need the control plane up, and fail soonest)
     let joined_rounds = if joined::wanted() { rounds } else { 0 };
     if joined_rounds > 0 {
         let c = joined::control_plane();
@@ -244,6 +235,16 @@ fn main() {
                 for (k, v) in fig {
                     seen.entry((kind, k)).or_default().push(v);
                 }
+            }
+        }
+    }
+    for r in 0..rounds {
+        let order = if r % 2 == 0 { [Kind::Kubelet, Kind::Podwarden] } else { [Kind::Podwarden, Kind::Kubelet] };
+        for kind in order {
+            let fig = round(kind, pods_idle);
+            println!("peer: round {} {}: {fig:?}", r + 1, kind.name());
+            for (k, v) in fig {
+                seen.entry((kind, k)).or_default().push(v);
             }
         }
     }

@@ -314,14 +314,17 @@ impl Report {
         put("rss_kib_first", self.rss_first().into());
         put("rss_kib_last", self.rss_last().into());
         put("rss_kib_max", self.rss_max().into());
-        put("rss_slope_kib_per_1k", round2(within).into());
+        // no slope without points (every agent younger than `slope_from`)
+        let points = self.slope_points(slope_from);
+        put("rss_slope_kib_per_1k", if points > 0 { round2(within).into() } else { serde_json::Value::Null });
         put("rss_slope_across_restarts_kib_per_1k", round2(plain).into());
         put("rss_slope_from_lifecycle", slope_from.into());
         put("rss_anon_kib_first", self.samples.first().map_or(0, |s| s.anon).into());
         put("rss_anon_kib_last", self.samples.last().map_or(0, |s| s.anon).into());
-        put("rss_anon_slope_kib_per_1k", round2(self.slopes(slope_from, |s| s.anon).0).into());
+        let anon = self.slopes(slope_from, |s| s.anon).0;
+        put("rss_anon_slope_kib_per_1k", if points > 0 { round2(anon).into() } else { serde_json::Value::Null });
         put("samples", (self.samples.len() as u64).into());
-        put("rss_slope_points", (self.slope_points(slope_from) as u64).into());
+        put("rss_slope_points", (points as u64).into());
         put("fds_last", self.samples.last().map_or(0, |s| s.fds).into());
         put("settle_max_s", round2(self.settle_max_s).into());
         put("wall_s", round2(self.wall_s).into());
