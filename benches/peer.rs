@@ -11,6 +11,11 @@
 //! Every pod's process exits on SIGTERM, so no grace period decides a
 //! figure.
 //!
+//! After each round the runtime's own floor under `remove30`: the same 30
+//! pods made and stopped by this bench through the CRI, a thread a pod
+//! (`remove30_ms_cri_floor`, and `remove30_floor_to_kubelet_ratio`: no
+//! agent's `remove30_ratio` can be lower).
+//!
 //! Then the same rounds with both agents joined to the real control plane
 //! (`benches/peer/cluster.rs`): `status_lag_ratio` (a container started →
 //! the API shows its pod Running), `exec_via_apiserver_ratio` (`kubectl
@@ -92,6 +97,78 @@ fn wait_until<T>(what: &str, side: &Side, timeout: Duration, mut f: impl FnMut()
     }
 }
 
+/// No pod of namespace [`NS`] named `prefix…` has a ready sandbox or a
+/// running container.
+fn all_stopped(cri: &CriRuntime, prefix: &str) -> bool {
+    !cri.list_pods(&call())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| p.namespace == NS && p.name.starts_with(prefix))
+        .any(|p| p.sandboxes.iter().any(|s| s.ready) || p.containers.iter().any(|c| c.state == ContainerState::Running))
+}
+
+/// The runtime's own floor under `remove30`: 30 pods of the same kind (the
+/// pod network, the same image and command) made by this bench through the
+/// CRI, then each stopped by a thread of its own as soon as they all run
+/// (StopContainer with the same 5 s grace, then StopPodSandbox: what any
+/// agent must ask at the least), until no sandbox is ready and no
+/// container runs. No agent runs meanwhile.
+fn remove30_floor() -> f64 {
+    use podwarden::runtime::{ContainerConfig, LABEL_POD_UID, SandboxConfig};
+    peer::clear_runtime();
+    let cri = cri();
+    let pods: Vec<(String, String)> = std::thread::scope(|sc| {
+        let made: Vec<_> = (0..30)
+            .map(|i| {
+                let cri = &cri;
+                sc.spawn(move || {
+                    let (name, uid) = (format!("f{i:02}"), format!("peer-floor-{i:02}"));
+                    let labels = BTreeMap::from([(LABEL_POD_UID.to_string(), uid.clone())]);
+                    let sb = SandboxConfig {
+                        name: name.clone(),
+                        namespace: NS.into(),
+                        uid: uid.clone(),
+                        log_directory: format!("/tmp/podwarden-bench-logs/{uid}"),
+                        labels: labels.clone(),
+                        ..Default::default()
+                    };
+                    let id = cri.run_sandbox(&call(), &sb).expect("RunPodSandbox");
+                    let cc = ContainerConfig {
+                        name: "main".into(),
+                        image: support::IMAGE.into(),
+                        command: vec!["sh".into(), "-c".into(), IDLE.into()],
+                        log_path: "main/0.log".into(),
+                        labels,
+                        ..Default::default()
+                    };
+                    let cid = cri.create_container(&call(), &id, &cc, &sb).expect("CreateContainer");
+                    cri.start_container(&call(), &cid).expect("StartContainer");
+                    (id, cid)
+                })
+            })
+            .collect();
+        made.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let t0 = Instant::now();
+    std::thread::scope(|sc| {
+        for (sandbox, container) in &pods {
+            let cri = &cri;
+            sc.spawn(move || {
+                cri.stop_container(&call(), container, Duration::from_secs(5)).expect("StopContainer");
+                cri.stop_sandbox(&call(), sandbox).expect("StopPodSandbox");
+            });
+        }
+    });
+    let end = Instant::now() + Duration::from_secs(60);
+    while !all_stopped(&cri, "f") {
+        assert!(Instant::now() < end, "the floor's 30 pods not stopped within 60 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = t0.elapsed().as_secs_f64() * 1e3;
+    peer::clear_runtime();
+    took
+}
+
 fn percentile(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let i = ((p / 100.0) * (v.len() as f64 - 1.0)).round() as usize;
@@ -141,13 +218,7 @@ fn round(kind: Kind, pods_idle: usize) -> BTreeMap<&'static str, f64> {
     for i in 0..30 {
         std::fs::remove_file(m.join(format!("s{i:02}.yaml"))).unwrap();
     }
-    wait_until("30 pods stopped", &side, Duration::from_secs(300), || {
-        let left =
-            cri.list_pods(&call()).unwrap_or_default().into_iter().filter(|p| p.name.starts_with('s')).any(|p| {
-                p.sandboxes.iter().any(|s| s.ready) || p.containers.iter().any(|c| c.state == ContainerState::Running)
-            });
-        (!left).then_some(())
-    });
+    wait_until("30 pods stopped", &side, Duration::from_secs(300), || all_stopped(&cri, "s").then_some(()));
     out.insert("remove30_ms", t0.elapsed().as_secs_f64() * 1e3);
 
     // one init container exits → the next starts
@@ -238,6 +309,7 @@ fn main() {
             }
         }
     }
+    let mut floor = Vec::new();
     for r in 0..rounds {
         let order = if r % 2 == 0 { [Kind::Kubelet, Kind::Podwarden] } else { [Kind::Podwarden, Kind::Kubelet] };
         for kind in order {
@@ -247,6 +319,8 @@ fn main() {
                 seen.entry((kind, k)).or_default().push(v);
             }
         }
+        floor.push(remove30_floor());
+        println!("peer: round {} the CRI's floor: remove30_ms {:.0}", r + 1, floor[r]);
     }
     let mut out: BTreeMap<&str, f64> = BTreeMap::new();
     let mut keys = vec![
@@ -274,6 +348,11 @@ fn main() {
         out.insert(Box::leak(format!("{fig}_kubelet").into_boxed_str()), k);
         out.insert(Box::leak(format!("{fig}_podwarden").into_boxed_str()), p);
     }
+    // how far any agent could go: the runtime's own time for the 30
+    // stops, against the kubelet's whole
+    let floor = median(&floor);
+    out.insert("remove30_ms_cri_floor", floor);
+    out.insert("remove30_floor_to_kubelet_ratio", floor / median(&seen[&(Kind::Kubelet, "remove30_ms")]));
     let (kb, pb) = (stripped_size(&peer::kubelet_bin()), stripped_size(&peer::podwarden_bin()));
     out.insert("binary_bytes_kubelet", kb);
     out.insert("binary_bytes_podwarden", pb);
