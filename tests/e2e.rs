@@ -93,6 +93,69 @@ fn orphan_sandbox_with_podwarden_labels_is_stopped_and_removed() {
     a.clean_up(&[]);
 }
 
+/// A process left in the cgroup of a pod the runtime does not know (what
+/// containerd killed between starting a container's `runc init` and
+/// recording it leaves: the process waits for good, the CRI lists
+/// nothing) is killed, as the kubelet kills what is left in an orphaned
+/// pod cgroup, and the cgroup goes. Before, the cgroup was skipped as busy
+/// at every pass and the process lived on (found by the soak).
+#[test]
+fn a_process_left_in_an_orphaned_pod_cgroup_is_killed_and_the_cgroup_removed() {
+    let _serial = SERIAL.lock();
+    let mut a = Agent::start("orphancg");
+    let uid = format!("e2e-orphancg-{}", std::process::id());
+    let pod = format!("kubepods/besteffort/pod{uid}");
+    let root = Path::new("/sys/fs/cgroup");
+    // the hierarchies the agent made its QoS cgroups in (v2: the one tree)
+    let bases: Vec<PathBuf> = if root.join("cgroup.controllers").exists() {
+        vec![root.to_path_buf()]
+    } else {
+        std::fs::read_dir(root)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.join("kubepods/besteffort").is_dir() && !p.ends_with("cpuset"))
+            .collect()
+    };
+    assert!(!bases.is_empty(), "no hierarchy holds kubepods/besteffort");
+    for b in &bases {
+        std::fs::create_dir_all(b.join(&pod).join("lostcontainer")).unwrap();
+    }
+    // the lost process, in one hierarchy's container cgroup
+    let mut child = Command::new("sleep").arg("600").spawn().unwrap();
+    let procs = bases[0].join(&pod).join("lostcontainer/cgroup.procs");
+    std::fs::write(&procs, child.id().to_string()).unwrap();
+    let end = Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if Instant::now() >= end {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let gone = || bases.iter().all(|b| !b.join(&pod).exists());
+    if status.is_some() {
+        wait_for("the orphaned pod cgroup removed", Duration::from_secs(20), gone);
+    }
+    let log = a.log();
+    if status.is_none() || !gone() {
+        let _ = child.kill();
+        let _ = child.wait();
+        for b in &bases {
+            let _ = std::fs::remove_dir(b.join(&pod).join("lostcontainer"));
+            let _ = std::fs::remove_dir(b.join(&pod));
+        }
+    }
+    use std::os::unix::process::ExitStatusExt;
+    let status = status.unwrap_or_else(|| panic!("the process left in {pod} still runs 90 s on:\n{log}"));
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status}");
+    assert!(gone(), "{pod} is left:\n{log}");
+    assert!(log.contains("still held processes no runtime knows of: 1 killed"), "{log}");
+    a.clean_up(&[]);
+}
+
 #[test]
 fn image_missing_with_pull_policy_never_shows_a_waiting_reason_and_other_pods_run() {
     let _serial = SERIAL.lock();

@@ -508,7 +508,7 @@ impl Agent {
 
         self.cleanup_pod_dirs(&desired_uids);
         self.cleanup_pod_log_dirs(&desired_uids);
-        self.cleanup_pod_cgroups(&desired_uids);
+        self.cleanup_pod_cgroups(&desired_uids, runtime_pods.as_deref().map(|v| v.as_slice()));
         self.statuses.retain(|uid| desired_uids.contains(uid) || workers.contains_key(uid));
         self.metrics.retain_seen(|uid| desired_uids.contains(uid));
         self.refresh_metrics(&desired, &workers, runtime_pods.as_deref().map(|v| v.as_slice()));
@@ -705,13 +705,16 @@ impl Agent {
     }
 
     /// Pod cgroups (slices) of pods no worker knows and no source wants,
-    /// with no process left in them, as the kubelet's orphaned pod cgroup
-    /// clean-up: an agent stopped between a pod's end and its clean-up
-    /// leaves them. Under the source lock, so no pod is dispatched (and
+    /// as the kubelet's orphaned pod cgroup clean-up: an agent stopped
+    /// between a pod's end and its clean-up leaves them. Processes still in
+    /// one (a container its runtime lost) are killed first, as the kubelet
+    /// kills them, and the cgroup is removed at the next pass; only when
+    /// the runtime's newest list (`runtime`) holds nothing of the pod (its
+    /// own containers are stopped through the runtime, never behind it). Under the source lock, so no pod is dispatched (and
     /// makes its cgroup) meanwhile; a cgroup made in the last
     /// [`ORPHAN_CGROUP_AGE`] is left alone (someone else's pod about to
     /// start in it: a second agent on the machine, as in tests).
-    fn cleanup_pod_cgroups(&self, desired: &HashSet<Uid>) {
+    fn cleanup_pod_cgroups(&self, desired: &HashSet<Uid>, runtime: Option<&[RuntimePod]>) {
         let Some(cg) = &self.config.cgroups else { return };
         // with the systemd driver a UID's dashes are underscores in its slice
         let norm = |u: &str| u.replace('-', "_");
@@ -727,8 +730,24 @@ impl Agent {
             }
             match cg.remove(&name) {
                 Ok(()) => log::info!("pod {uid}: removed its orphaned cgroup {name}"),
+                Err(crate::node::cgroups::CgroupError::Busy { .. })
+                    if runtime.is_none_or(|rps| rps.iter().any(|rp| norm(&rp.uid) == norm(&uid))) =>
+                {
+                    log::debug!("pod {uid}: orphaned cgroup {name} still has processes the runtime knows of")
+                }
                 Err(crate::node::cgroups::CgroupError::Busy { .. }) => {
-                    log::debug!("pod {uid}: orphaned cgroup {name} still has processes")
+                    // no container of the runtime's holds them (its list has
+                    // nothing of the pod): killed, as the kubelet kills
+                    // them, and the cgroup goes at a later pass
+                    let n = cg.kill_all(&name);
+                    static KILLED: crate::base::logging::RateLimit =
+                        crate::base::logging::RateLimit::new(Duration::from_secs(60));
+                    if let Some(held) = KILLED.allow() {
+                        log::warn!(
+                            "pod {uid}: its orphaned cgroup {name} still held processes no runtime knows of: {n} killed (SIGKILL){}",
+                            crate::base::logging::held_back(held, Duration::from_secs(60))
+                        );
+                    }
                 }
                 Err(e) => {
                     static FAILED: crate::base::logging::RateLimit =

@@ -450,6 +450,47 @@ impl Cgroups {
         }
     }
 
+    /// The processes in cgroup `name` and below (v2: its tree; v1: every
+    /// hierarchy, three levels deep), each once.
+    pub fn processes(&self, name: &str) -> Vec<libc::pid_t> {
+        fn walk(dir: &Path, depth: u32, out: &mut std::collections::BTreeSet<libc::pid_t>) {
+            if let Ok(p) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+                out.extend(p.lines().filter_map(|l| l.trim().parse::<libc::pid_t>().ok()).filter(|p| *p > 1));
+            }
+            if depth == 0 {
+                return;
+            }
+            for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    walk(&e.path(), depth - 1, out);
+                }
+            }
+        }
+        let mut out = std::collections::BTreeSet::new();
+        for d in self.dirs_everywhere(name) {
+            walk(&d, 3, &mut out);
+        }
+        out.into_iter().collect()
+    }
+
+    /// Kill (SIGKILL) every process in cgroup `name` and below, as the
+    /// kubelet does to what is left in an orphaned pod's cgroup before it
+    /// removes it: the processes of a container its runtime no longer
+    /// knows (containerd killed between starting a container's `runc init`
+    /// and recording it leaves that process waiting for good). v2 kernels
+    /// with `cgroup.kill` kill the whole tree at once; otherwise each
+    /// process read from `cgroup.procs`. The processes signalled.
+    pub fn kill_all(&self, name: &str) -> usize {
+        let pids = self.processes(name);
+        if self.version == Version::V2 {
+            let kill = self.memory_dir(name).join("cgroup.kill");
+            if kill.exists() && std::fs::write(&kill, "1").is_ok() {
+                return pids.len();
+            }
+        }
+        pids.iter().filter(|p| crate::sys::kill(**p, libc::SIGKILL).is_ok()).count()
+    }
+
     /// Remove cgroup `name` when nothing runs in it ([`CgroupError::Busy`]
     /// otherwise, for a later clean-up): with `systemd` its slice stopped
     /// (systemd removes its cgroup; a slice systemd does not know is
@@ -635,6 +676,27 @@ mod tests {
             assert!(root.join(h).join("kubepods/besteffort").exists(), "{h}: its parent stays");
         }
         assert!(root.join("not-a-hierarchy").join(pod).exists());
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn what_is_left_in_a_pod_cgroup_in_any_hierarchy_is_killed() {
+        let root = std::env::temp_dir().join(format!("pw-cg1-kill-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for h in ["memory", "cpu", "devices"] {
+            std::fs::create_dir_all(root.join(h).join("kubepods/besteffort/podleft/0123abcd")).unwrap();
+            std::fs::write(root.join(h).join("cgroup.procs"), "").unwrap();
+        }
+        // a process in a container's cgroup of the runtime's hierarchy only
+        let mut child = std::process::Command::new("sleep").arg("600").spawn().unwrap();
+        let procs = format!("{}\n", child.id());
+        std::fs::write(root.join("devices/kubepods/besteffort/podleft/0123abcd/cgroup.procs"), &procs).unwrap();
+        let cg = Cgroups::detect(Driver::Cgroupfs, &root);
+        assert_eq!(cg.processes("/kubepods/besteffort/podleft"), [child.id() as libc::pid_t]);
+        assert_eq!(cg.kill_all("/kubepods/besteffort/podleft"), 1);
+        let status = child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "{status}");
         std::fs::remove_dir_all(&root).unwrap();
     }
 
