@@ -10,7 +10,10 @@
 //! first); `PODWARDEN_SOAK_LIFECYCLES` changes the count.
 //! `PODWARDEN_E2E_RUN` (with `PODWARDEN_E2E_SOCKET`) and
 //! `PODWARDEN_LOGIND_DIR` put it on a second environment the scripts
-//! started beside the default one.
+//! started beside the default one, but not while another agent runs pods
+//! there: both make their pod cgroups under `kubepods`, and each kills the
+//! processes in pod cgroups its own runtime lists nothing of (as two
+//! kubelets on one machine would).
 
 mod soak_driver;
 
