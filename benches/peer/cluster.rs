@@ -149,16 +149,17 @@ impl Drop for JoinedKubelet {
             &format!("/api/v1/namespaces/{ns}/pods"),
             Some(&json!({"gracePeriodSeconds": 0})),
         );
-        if let Ok(cri) = CriRuntime::connect(&format!("unix://{}", cl::e2e_socket()), Duration::from_secs(5)) {
+        let cri = CriRuntime::connect(&format!("unix://{}", cl::e2e_socket()), Duration::from_secs(5)).ok();
+        if let Some(cri) = &cri {
             let end = Instant::now() + Duration::from_secs(60);
-            while !cl::runtime_pods(&cri, ns).is_empty() && Instant::now() < end {
+            while !cl::runtime_pods(cri, ns).is_empty() && Instant::now() < end {
                 std::thread::sleep(Duration::from_millis(500));
             }
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
-        if let Ok(cri) = CriRuntime::connect(&format!("unix://{}", cl::e2e_socket()), Duration::from_secs(5)) {
-            cl::remove_runtime_pods(&cri, ns);
+        if let Some(cri) = &cri {
+            cl::remove_runtime_pods(cri, ns);
         }
         let _ = api(&self.admin, "DELETE", &format!("/api/v1/nodes/{node}"), None);
         let _ = api(&self.admin, "DELETE", &format!("/api/v1/namespaces/{ns}"), None);
