@@ -145,6 +145,42 @@ pub fn clear_runtime() {
     for base in cgroup_bases() {
         remove_cgroup_tree(&base.join(KUBELET_CGROUP_ROOT));
     }
+    remove_kubelet_iptables();
+}
+
+/// The iptables chains a kubelet started with `makeIPTablesUtilChains`
+/// (its default) leaves behind when it stops: `KUBE-FIREWALL`, jumped to
+/// from `INPUT` and `OUTPUT`, drops packets to 127.0.0.0/8 that did not
+/// come from loopback (other tests on this machine route to local
+/// addresses), and the `KUBE-KUBELET-CANARY` and `KUBE-IPTABLES-HINT`
+/// chains. The peers run with that setting off ([`kubelet_common`]); this
+/// removes what a run from before, or one killed mid-way, left.
+pub fn remove_kubelet_iptables() {
+    let run = |tool: &str, args: &[&str]| {
+        Command::new(tool).args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+    };
+    for tool in ["iptables", "ip6tables"] {
+        for from in ["INPUT", "OUTPUT"] {
+            // a jump added once per start: remove every copy
+            for _ in 0..64 {
+                if !run(tool, &["-w", "5", "-t", "filter", "-D", from, "-j", "KUBE-FIREWALL"]) {
+                    break;
+                }
+            }
+        }
+        let chains = [
+            ("filter", "KUBE-FIREWALL"),
+            ("mangle", "KUBE-KUBELET-CANARY"),
+            ("nat", "KUBE-KUBELET-CANARY"),
+            ("filter", "KUBE-KUBELET-CANARY"),
+            ("mangle", "KUBE-IPTABLES-HINT"),
+        ];
+        for (table, chain) in chains {
+            if run(tool, &["-w", "5", "-t", table, "-F", chain]) {
+                run(tool, &["-w", "5", "-t", table, "-X", chain]);
+            }
+        }
+    }
 }
 
 /// A fresh [`DIR`] holding `files` (name, text) in its manifest directory.
@@ -286,14 +322,17 @@ fn kubelet_config(ro: u16, port: u16, healthz: u16) -> String {
 /// - failSwapOn false: a machine with swap must not stop the peer;
 /// - cgroupRoot: its pod cgroups apart from podwarden's `kubepods`;
 /// - resolvConf: the host's, as podwarden's default;
-/// - evictionHard: as for podwarden, absolute disk thresholds.
+/// - evictionHard: as for podwarden, absolute disk thresholds;
+/// - makeIPTablesUtilChains false: its `KUBE-FIREWALL` chain outlives it
+///   and drops other tests' traffic to local addresses (and its canary
+///   check each minute is not part of a pod's lifecycle).
 pub fn kubelet_common(address: &str, port: u16, ro: u16, healthz: u16, auth: &str) -> String {
     format!(
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
          containerRuntimeEndpoint: unix://{}\n\
          address: {address}\nport: {port}\nreadOnlyPort: {ro}\nhealthzBindAddress: 127.0.0.1\nhealthzPort: {healthz}\n\
          {auth}cgroupDriver: cgroupfs\ncgroupRoot: /{KUBELET_CGROUP_ROOT}\nfailCgroupV1: false\nfailSwapOn: false\n\
-         resolvConf: /etc/resolv.conf\n{EVICTION}",
+         resolvConf: /etc/resolv.conf\nmakeIPTablesUtilChains: false\n{EVICTION}",
         socket()
     )
 }
