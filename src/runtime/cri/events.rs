@@ -21,12 +21,15 @@ use crate::runtime::{Op, Result, RuntimeError};
 /// open: servers send nothing on a stream before its first event.
 const OPEN_AFTER: Duration = Duration::from_millis(300);
 
-/// How often a quiet stream is polled again on its own: the token unparks
-/// the thread when it is cancelled, and the call's waker when a message
-/// comes, but a stream that fails (containerd killed) is only seen failed
-/// at the next poll: once a second (60 s stalled the short soak's settles
-/// after containerd's restarts by a minute).
-const CANCEL_POLL: Duration = Duration::from_secs(1);
+/// How often a quiet stream is polled again on its own, a safety net: the
+/// token unparks the thread when it is cancelled, and the call's waker when
+/// a message comes or the stream fails (containerd killed: seen within
+/// milliseconds). An idle agent's thread sleeps this long. A poll that
+/// finds news no waker told of says so in the log (never seen since the
+/// stall that once made this one second: two short soaks with this poll
+/// at 60 s, containerd killed twice in each, settled at once); the
+/// evented relist comes within 30 s anyway.
+const CANCEL_POLL: Duration = Duration::from_secs(30);
 
 /// containerd's filter: the CRI's tasks and containers (a container or
 /// sandbox created or removed has no task event: while the stream is open
@@ -121,20 +124,33 @@ fn follow<T>(
     convert: impl Fn(T) -> Option<ContainerEvent>,
 ) -> Result<()> {
     use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
     use std::task::{Context, Poll, Wake, Waker};
-    struct Unpark(std::thread::Thread);
+    /// Unparks the thread, and notes that it did.
+    struct Unpark(std::thread::Thread, AtomicBool);
     impl Wake for Unpark {
         fn wake(self: Arc<Self>) {
+            self.1.store(true, Ordering::SeqCst);
             self.0.unpark();
         }
     }
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let unpark = Arc::new(Unpark(std::thread::current(), AtomicBool::new(false)));
+    let waker = Waker::from(unpark.clone());
     let mut cx = Context::from_waker(&waker);
     cancel.unpark_me_on_cancel();
     let open_at = Instant::now() + OPEN_AFTER;
     let mut open = false;
+    // the last park ran out its time without the waker
+    let mut unwoken = false;
     loop {
-        match std::pin::Pin::new(&mut rx).poll_next(&mut cx) {
+        let polled = std::pin::Pin::new(&mut rx).poll_next(&mut cx);
+        if std::mem::take(&mut unwoken) && polled.is_ready() {
+            log::warn!(
+                "the runtime's event stream ({}) had news that did not wake its thread: seen {CANCEL_POLL:?} late at most",
+                source.name()
+            );
+        }
+        match polled {
             Poll::Ready(Some(Ok(item))) => {
                 if !open {
                     open = true;
@@ -159,6 +175,8 @@ fn follow<T>(
             on(Note::Opened(source));
         }
         let wait = if open { CANCEL_POLL } else { open_at.saturating_duration_since(now).min(CANCEL_POLL) };
+        let parked = Instant::now();
         std::thread::park_timeout(wait);
+        unwoken = !unpark.1.swap(false, Ordering::SeqCst) && parked.elapsed() >= wait;
     }
 }
