@@ -79,35 +79,35 @@ case "$name" in
   isolation)
     scripts/e2e-env.sh up >/dev/null
     cargo build --release --bin podwarden --quiet
-    PODWARDEN_BIN="$PWD/target/release/podwarden" cargo bench --bench isolation --quiet 2>/dev/null | tail -n 7
+    PODWARDEN_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/podwarden" cargo bench --bench isolation --quiet 2>/dev/null | tail -n 7
     ;;
   unattended)
     scripts/e2e-env.sh up >/dev/null
     cargo build --release --bin podwarden --quiet
-    PODWARDEN_BIN="$PWD/target/release/podwarden" cargo bench --bench unattended --quiet 2>/dev/null | tail -n 9
+    PODWARDEN_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/podwarden" cargo bench --bench unattended --quiet 2>/dev/null | tail -n 9
     scripts/e2e-env.sh up >/dev/null
     ;;
   reactions)
     scripts/e2e-env.sh up >/dev/null
     cargo build --release --bin podwarden --quiet
-    PODWARDEN_BIN="$PWD/target/release/podwarden" cargo bench --bench reactions --quiet 2>/dev/null | tail -n 5
+    PODWARDEN_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/podwarden" cargo bench --bench reactions --quiet 2>/dev/null | tail -n 5
     ;;
   api)
     scripts/e2e-env.sh up >/dev/null
     cargo build --release --bin podwarden --quiet
-    PODWARDEN_BIN="$PWD/target/release/podwarden" cargo bench --bench api --quiet 2>/dev/null | tail -n 7
+    PODWARDEN_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/podwarden" cargo bench --bench api --quiet 2>/dev/null | tail -n 7
     ;;
   cluster)
     scripts/e2e-env.sh up >/dev/null
     scripts/cluster-env.sh up >/dev/null
     cargo build --release --bin podwarden --quiet
-    PODWARDEN_BIN="$PWD/target/release/podwarden" cargo bench --bench cluster --quiet 2>/dev/null | tail -n 30
+    PODWARDEN_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/podwarden" cargo bench --bench cluster --quiet 2>/dev/null | tail -n 30
     ;;
   offline)
     scripts/e2e-env.sh up >/dev/null
     scripts/cluster-env.sh up >/dev/null
     cargo build --release --bin podwarden --quiet
-    PODWARDEN_BIN="$PWD/target/release/podwarden" cargo bench --bench offline --quiet 2>/dev/null | tail -n 160
+    PODWARDEN_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/podwarden" cargo bench --bench offline --quiet 2>/dev/null | tail -n 160
     ;;
   machine)
     scripts/e2e-env.sh up >/dev/null
