@@ -33,13 +33,15 @@
 //!   stream): through podwarden a new TLS connection and the upgrade of
 //!   `/api/v1/namespaces/bench/pods/srv/exec` (podwarden asks CRI `Exec`
 //!   and relays), directly the CRI `Exec` call (made here) and the upgrade
-//!   of its URL. 10 rounds, each of the two and a second direct exec
+//!   of its URL. 30 rounds, each of the two and a second direct exec
 //!   first, second and third in turn; medians. `exec_direct_to_direct_ratio`:
 //!   the second direct set's median ÷ the first's, the same exec on both
-//!   sides: how far a ratio of medians of 10 moves by chance. Each
+//!   sides: how far a ratio of medians of 30 moves by chance. Each
 //!   side's phases are printed (the connection ready: the CRI call, or TCP
 //!   and TLS; the upgrade answered; the status read; the end) and every
 //!   round's time: the spread of the runtime's own exec shows there;
+//!   `exec_upgrade_direct_ms` and `exec_upgrade_relay_ms`, the medians of
+//!   the upgrade answered, are the relay's own part without that spread;
 //!   kubectl cannot talk to a bare streaming URL; `exec_kubectl_ms` is the
 //!   median wall time of 10 `kubectl.1.33 exec srv -- true` (a new process:
 //!   the pod GET, then WebSocket v5, which podwarden translates to SPDY);
@@ -107,6 +109,11 @@ const PF_BYTES: usize = 64 << 20;
 const PF_ROUNDS: usize = 15;
 const TABLE_ACCEPT: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
 const ROUNDS: usize = 10;
+/// Exec rounds each way: runc's own exec of `true` takes 20 to 60 ms here
+/// (one round to the next), so medians of 10 moved by up to 28 % between
+/// two sets of the same direct exec (`exec_direct_to_direct_ratio` 0.85
+/// to 1.28 in three runs), more than the relay's whole part.
+const EXEC_ROUNDS: usize = 30;
 const FLIPS: usize = 12;
 /// Every read from podwarden or the runtime ends within this.
 const IO_TIMEOUT: Duration = Duration::from_secs(60);
@@ -651,7 +658,7 @@ fn exec(env: &Env, out: &mut BTreeMap<&'static str, f64>) {
     let containerd = support::containerd_pid();
     let cpu = support::cpu_ms;
     let before = (cpu(env.agent.pid()), containerd.map_or(0.0, cpu), Instant::now());
-    let [d, r, a] = in_turn(ROUNDS, |set| if set == 1 { relayed() } else { direct() });
+    let [d, r, a] = in_turn(EXEC_ROUNDS, |set| if set == 1 { relayed() } else { direct() });
     println!(
         "exec rounds: {:.0} ms; CPU podwarden {:.0} ms, containerd {:.0} ms",
         ms(before.2.elapsed()),
@@ -665,6 +672,12 @@ fn exec(env: &Env, out: &mut BTreeMap<&'static str, f64>) {
         phases(&d),
         phases(&r)
     );
+    // the upgrade answered: the relay's own part (TLS with the client's
+    // certificate, the CRI Exec podwarden makes, its connection to the
+    // runtime and the runtime's answer), apart from the exec's spread
+    let (up_d, up_r) = (phases(&d)[1], phases(&r)[1]);
+    out.insert("exec_upgrade_direct_ms", up_d);
+    out.insert("exec_upgrade_relay_ms", up_r);
     let end = |v: &[[f64; 4]]| -> Vec<f64> { v.iter().map(|p| p[3]).collect() };
     let (d, r, a) = (end(&d), end(&r), end(&a));
     println!("exec rounds (ms): direct {d:.1?}, through podwarden {r:.1?}, direct again {a:.1?}");
