@@ -109,6 +109,9 @@ pub struct ProbeState {
     on_hold: bool,
     /// When the next probe is due (meaningful with a running instance).
     next: Instant,
+    /// The end of the instance's `initialDelaySeconds`: no probe runs
+    /// before it, a triggered one neither.
+    delay_until: Instant,
 }
 
 /// What [`ProbeState::record`] concluded.
@@ -129,6 +132,7 @@ impl ProbeState {
             run: 0,
             on_hold: false,
             next: now,
+            delay_until: now,
         }
     }
 
@@ -163,7 +167,8 @@ impl ProbeState {
             self.run = 0;
             self.on_hold = false;
             let wait = self.timing.initial_delay.saturating_sub(started_ago);
-            self.next = crate::base::cancel::add_saturating(now, wait);
+            self.delay_until = crate::base::cancel::add_saturating(now, wait);
+            self.next = self.delay_until;
         }
         if id.is_some() && !running {
             self.cached = Cached::Failure;
@@ -190,11 +195,14 @@ impl ProbeState {
     }
 
     /// Run the next probe at once (a readiness probe of a container that is
-    /// not ready yet, as the kubelet's manual trigger); the period restarts
-    /// from that run.
+    /// not ready yet, as the kubelet's manual trigger), but not before the
+    /// initial delay is over: the kubelet's worker skips every probe, a
+    /// triggered one too, until `initialDelaySeconds` after the start. The
+    /// period restarts from that run.
     pub fn trigger(&mut self, now: Instant) {
-        if self.next > now {
-            self.next = now;
+        let at = now.max(self.delay_until);
+        if self.next > at {
+            self.next = at;
         }
     }
 
@@ -339,6 +347,23 @@ mod tests {
         assert!(s.observe(Some("c"), false, Duration::ZERO, t0), "ready -> not ready");
         assert_eq!(s.cached(), Cached::Failure);
         assert!(!s.due(t0 + Duration::from_secs(9), false, true));
+    }
+
+    #[test]
+    fn a_trigger_waits_for_the_initial_delay() {
+        let t0 = Instant::now();
+        let mut s = ProbeState::new(Kind::Readiness, timing(2, 10, 1, 1), t0);
+        // started 0.5 s ago: the first probe 1.5 s from now, triggered or not
+        s.observe(Some("c"), true, Duration::from_millis(500), t0);
+        s.trigger(t0);
+        assert!(!s.due(t0, true, true));
+        assert!(!s.due(t0 + Duration::from_millis(1400), true, true));
+        assert!(s.due(t0 + Duration::from_millis(1500), true, true));
+        // a trigger after the delay runs the probe at once
+        s.started_probe(t0 + Duration::from_millis(1500));
+        s.record("c", &fail());
+        s.trigger(t0 + Duration::from_secs(3));
+        assert!(s.due(t0 + Duration::from_secs(3), true, true));
     }
 
     #[test]
