@@ -667,17 +667,15 @@ fn exec(env: &Env, out: &mut BTreeMap<&'static str, f64>) {
     );
     let phases =
         |v: &[[f64; 4]]| -> [f64; 4] { std::array::from_fn(|i| median(&v.iter().map(|p| p[i]).collect::<Vec<_>>())) };
+    let (phases_d, phases_r) = (phases(&d), phases(&r));
     println!(
-        "exec phases, medians (ms: ready, upgraded, status, end): direct {:.2?}, through podwarden {:.2?}",
-        phases(&d),
-        phases(&r)
+        "exec phases, medians (ms: ready, upgraded, status, end): direct {phases_d:.2?}, through podwarden {phases_r:.2?}"
     );
     // the upgrade answered: the relay's own part (TLS with the client's
     // certificate, the CRI Exec podwarden makes, its connection to the
     // runtime and the runtime's answer), apart from the exec's spread
-    let (up_d, up_r) = (phases(&d)[1], phases(&r)[1]);
-    out.insert("exec_upgrade_direct_ms", up_d);
-    out.insert("exec_upgrade_relay_ms", up_r);
+    out.insert("exec_upgrade_direct_ms", phases_d[1]);
+    out.insert("exec_upgrade_relay_ms", phases_r[1]);
     let end = |v: &[[f64; 4]]| -> Vec<f64> { v.iter().map(|p| p[3]).collect() };
     let (d, r, a) = (end(&d), end(&r), end(&a));
     println!("exec rounds (ms): direct {d:.1?}, through podwarden {r:.1?}, direct again {a:.1?}");

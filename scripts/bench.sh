@@ -45,6 +45,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name="${1:-}"
+# the release binary the benches run: where cargo builds it
+release_bin="${CARGO_TARGET_DIR:-$PWD/target}/release/podwarden"
 case "$name" in
   core)
     cargo bench --bench core --quiet 2>/dev/null | tail -n 2
@@ -79,35 +81,35 @@ case "$name" in
   isolation)
     scripts/e2e-env.sh up >/dev/null
     cargo build --release --bin podwarden --quiet
-    PODWARDEN_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/podwarden" cargo bench --bench isolation --quiet 2>/dev/null | tail -n 7
+    PODWARDEN_BIN="$release_bin" cargo bench --bench isolation --quiet 2>/dev/null | tail -n 7
     ;;
   unattended)
     scripts/e2e-env.sh up >/dev/null
     cargo build --release --bin podwarden --quiet
-    PODWARDEN_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/podwarden" cargo bench --bench unattended --quiet 2>/dev/null | tail -n 9
+    PODWARDEN_BIN="$release_bin" cargo bench --bench unattended --quiet 2>/dev/null | tail -n 9
     scripts/e2e-env.sh up >/dev/null
     ;;
   reactions)
     scripts/e2e-env.sh up >/dev/null
     cargo build --release --bin podwarden --quiet
-    PODWARDEN_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/podwarden" cargo bench --bench reactions --quiet 2>/dev/null | tail -n 5
+    PODWARDEN_BIN="$release_bin" cargo bench --bench reactions --quiet 2>/dev/null | tail -n 5
     ;;
   api)
     scripts/e2e-env.sh up >/dev/null
     cargo build --release --bin podwarden --quiet
-    PODWARDEN_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/podwarden" cargo bench --bench api --quiet 2>/dev/null | tail -n 7
+    PODWARDEN_BIN="$release_bin" cargo bench --bench api --quiet 2>/dev/null | tail -n 7
     ;;
   cluster)
     scripts/e2e-env.sh up >/dev/null
     scripts/cluster-env.sh up >/dev/null
     cargo build --release --bin podwarden --quiet
-    PODWARDEN_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/podwarden" cargo bench --bench cluster --quiet 2>/dev/null | tail -n 30
+    PODWARDEN_BIN="$release_bin" cargo bench --bench cluster --quiet 2>/dev/null | tail -n 30
     ;;
   offline)
     scripts/e2e-env.sh up >/dev/null
     scripts/cluster-env.sh up >/dev/null
     cargo build --release --bin podwarden --quiet
-    PODWARDEN_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/podwarden" cargo bench --bench offline --quiet 2>/dev/null | tail -n 160
+    PODWARDEN_BIN="$release_bin" cargo bench --bench offline --quiet 2>/dev/null | tail -n 160
     ;;
   machine)
     scripts/e2e-env.sh up >/dev/null
@@ -124,7 +126,7 @@ case "$name" in
     scripts/e2e-env.sh up >/dev/null
     scripts/logind-env.sh up >/dev/null
     cargo build --release --bin podwarden --quiet
-    PODWARDEN_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/podwarden" \
+    PODWARDEN_BIN="$release_bin" \
       cargo bench --profile ci --bench soak --quiet 2>"${TMPDIR:-/tmp}/podwarden-soak-bench.err"
     ;;
   peer)
@@ -133,7 +135,7 @@ case "$name" in
     PODWARDEN_CLUSTER_KUBELET=1 tools/cluster/build.sh >/dev/null
     [ "${PODWARDEN_PEER_CLUSTER:-1}" = 0 ] || scripts/cluster-env.sh up >/dev/null
     cargo build --release --bin podwarden --quiet
-    PODWARDEN_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/podwarden" \
+    PODWARDEN_BIN="$release_bin" \
       cargo bench --profile ci --bench peer --quiet 2>"${TMPDIR:-/tmp}/podwarden-peer-bench.err"
     ;;
   *)
