@@ -11,6 +11,12 @@
 //! Every pod's process exits on SIGTERM, so no grace period decides a
 //! figure.
 //!
+//! Beside the keys, each idle window also counts how often the
+//! agent wakes (the context switches of all its threads a second, as bench
+//! `footprint` counts them) and its CPU: `wakeups_ratio_0` and
+//! `cpu_ratio_0` over 30 s with no pod, `wakeups_ratio_110` over the 60 s
+//! of `cpu_ratio_110`.
+//!
 //! After each round the runtime's own floor under `remove30`: the same 30
 //! pods made and stopped by this bench through the CRI, a thread a pod
 //! (`remove30_ms_cri_floor`, and `remove30_floor_to_kubelet_ratio`: no
@@ -194,9 +200,14 @@ fn round(kind: Kind, pods_idle: usize) -> BTreeMap<&'static str, f64> {
     let cri = cri();
     let m = peer::manifests();
 
-    // idle with no pod
+    // idle with no pod: settled for 10 s, then 30 s of wake-ups and CPU
     std::thread::sleep(Duration::from_secs(10));
     out.insert("rss_kib_0", rss_kib(pid));
+    let (w0, c0, t0) = (support::thread_switches(pid), support::cpu_ms(pid), Instant::now());
+    std::thread::sleep(Duration::from_secs(30));
+    let secs = t0.elapsed().as_secs_f64();
+    out.insert("wakeups_per_s_0", support::wakeups_per_s(&w0, &support::thread_switches(pid), secs).0);
+    out.insert("cpu_core_0", (support::cpu_ms(pid) - c0) / (secs * 1e3));
 
     // 30 manifests written at once → every container running
     let t0 = now_ns();
@@ -271,9 +282,11 @@ fn round(kind: Kind, pods_idle: usize) -> BTreeMap<&'static str, f64> {
         (running(&cri, "i") == pods_idle).then_some(())
     });
     std::thread::sleep(Duration::from_secs(20));
-    let (c0, t0) = (support::cpu_ms(pid), Instant::now());
+    let (w0, c0, t0) = (support::thread_switches(pid), support::cpu_ms(pid), Instant::now());
     std::thread::sleep(Duration::from_secs(60));
-    out.insert("cpu_core_110", (support::cpu_ms(pid) - c0) / (t0.elapsed().as_secs_f64() * 1e3));
+    let secs = t0.elapsed().as_secs_f64();
+    out.insert("cpu_core_110", (support::cpu_ms(pid) - c0) / (secs * 1e3));
+    out.insert("wakeups_per_s_110", support::wakeups_per_s(&w0, &support::thread_switches(pid), secs).0);
     out.insert("rss_kib_110", rss_kib(pid));
     side.stop();
     peer::clear_runtime();
@@ -327,6 +340,9 @@ fn main() {
         ("rss_ratio_0", "rss_kib_0"),
         ("rss_ratio_110", "rss_kib_110"),
         ("cpu_ratio_110", "cpu_core_110"),
+        ("cpu_ratio_0", "cpu_core_0"),
+        ("wakeups_ratio_0", "wakeups_per_s_0"),
+        ("wakeups_ratio_110", "wakeups_per_s_110"),
         ("start30_p50_ratio", "start30_p50_ms"),
         ("start30_p99_ratio", "start30_p99_ms"),
         ("remove30_ratio", "remove30_ms"),
