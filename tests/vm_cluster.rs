@@ -334,9 +334,10 @@ fn a_node_rebooted_while_its_control_plane_is_away_runs_its_pods_and_catches_up(
         vm.sh("journalctl -b 0 -u podwarden -u containerd -o short-monotonic --no-pager | head -n 80")
     );
     // podwarden's start in this boot: systemd's first line of its unit.
-    // The first call to the silent API server fails only at its connect
-    // timeout (5 s), which can come after the pods run on a quick boot:
-    // the journal is read again until that failure is in it
+    // The first call to the silent API server fails only once it has
+    // timed out (11 s after podwarden's start here), which can come after
+    // the pods run on a quick boot: the journal is read again until that
+    // failure is in it
     let stamp = |v: &Value| v["__MONOTONIC_TIMESTAMP"].as_str().and_then(|s| s.parse::<f64>().ok()).map(|us| us / 1e6);
     let journal_lines = || -> Vec<Value> {
         let journal = vm.sh("journalctl -b 0 -u podwarden -o json --no-pager");
