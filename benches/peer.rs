@@ -190,6 +190,16 @@ fn rss_kib(pid: u32) -> f64 {
     support::proc_status(pid, "VmRSS:") as f64
 }
 
+/// How often `pid` wakes (its threads' context switches a second) and the
+/// share of a core it uses, over `window` of sleep here.
+fn idle_window(pid: u32, window: Duration) -> (f64, f64) {
+    let (w0, c0, t0) = (support::thread_switches(pid), support::cpu_ms(pid), Instant::now());
+    std::thread::sleep(window);
+    let secs = t0.elapsed().as_secs_f64();
+    let wakeups = support::wakeups_per_s(&w0, &support::thread_switches(pid), secs).0;
+    (wakeups, (support::cpu_ms(pid) - c0) / (secs * 1e3))
+}
+
 /// One side's figures of one round.
 fn round(kind: Kind, pods_idle: usize) -> BTreeMap<&'static str, f64> {
     let mut out = BTreeMap::new();
@@ -203,11 +213,9 @@ fn round(kind: Kind, pods_idle: usize) -> BTreeMap<&'static str, f64> {
     // idle with no pod: settled for 10 s, then 30 s of wake-ups and CPU
     std::thread::sleep(Duration::from_secs(10));
     out.insert("rss_kib_0", rss_kib(pid));
-    let (w0, c0, t0) = (support::thread_switches(pid), support::cpu_ms(pid), Instant::now());
-    std::thread::sleep(Duration::from_secs(30));
-    let secs = t0.elapsed().as_secs_f64();
-    out.insert("wakeups_per_s_0", support::wakeups_per_s(&w0, &support::thread_switches(pid), secs).0);
-    out.insert("cpu_core_0", (support::cpu_ms(pid) - c0) / (secs * 1e3));
+    let (wakeups, cpu) = idle_window(pid, Duration::from_secs(30));
+    out.insert("wakeups_per_s_0", wakeups);
+    out.insert("cpu_core_0", cpu);
 
     // 30 manifests written at once → every container running
     let t0 = now_ns();
@@ -282,11 +290,9 @@ fn round(kind: Kind, pods_idle: usize) -> BTreeMap<&'static str, f64> {
         (running(&cri, "i") == pods_idle).then_some(())
     });
     std::thread::sleep(Duration::from_secs(20));
-    let (w0, c0, t0) = (support::thread_switches(pid), support::cpu_ms(pid), Instant::now());
-    std::thread::sleep(Duration::from_secs(60));
-    let secs = t0.elapsed().as_secs_f64();
-    out.insert("cpu_core_110", (support::cpu_ms(pid) - c0) / (secs * 1e3));
-    out.insert("wakeups_per_s_110", support::wakeups_per_s(&w0, &support::thread_switches(pid), secs).0);
+    let (wakeups, cpu) = idle_window(pid, Duration::from_secs(60));
+    out.insert("cpu_core_110", cpu);
+    out.insert("wakeups_per_s_110", wakeups);
     out.insert("rss_kib_110", rss_kib(pid));
     side.stop();
     peer::clear_runtime();

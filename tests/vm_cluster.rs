@@ -343,12 +343,10 @@ fn a_node_rebooted_while_its_control_plane_is_away_runs_its_pods_and_catches_up(
         let journal = vm.sh("journalctl -b 0 -u podwarden -o json --no-pager");
         journal.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
     };
-    let has_failed = |lines: &[Value]| {
-        lines.iter().any(|v| v["MESSAGE"].as_str().is_some_and(|m| m.contains("could not be reached at the start")))
-    };
+    let failure = |v: &&Value| v["MESSAGE"].as_str().is_some_and(|m| m.contains("could not be reached at the start"));
     let mut lines = journal_lines();
     let read_until = Instant::now() + Duration::from_secs(60);
-    while !has_failed(&lines) && Instant::now() < read_until {
+    while !lines.iter().any(|v| failure(&v)) && Instant::now() < read_until {
         std::thread::sleep(Duration::from_secs(1));
         lines = journal_lines();
     }
@@ -360,10 +358,7 @@ fn a_node_rebooted_while_its_control_plane_is_away_runs_its_pods_and_catches_up(
     // to the API server has failed (the rest of the way is containerd's
     // sandboxes under emulation)
     let handed = told.and_then(stamp).unwrap();
-    let failed = lines
-        .iter()
-        .find(|v| v["MESSAGE"].as_str().is_some_and(|m| m.contains("could not be reached at the start")))
-        .and_then(stamp);
+    let failed = lines.iter().find(failure).and_then(stamp);
     vm.note(&format!(
         "the record's pods handed over {:.1} s after podwarden's start, the first call failed {:.1} s after it",
         handed - started,
