@@ -150,6 +150,20 @@ fn run_follows_manifests_and_stops_cleanly_on_sigterm() {
     assert!(err.contains("pods keep running"), "{err}");
 }
 
+/// On the fake runtime no CRI channel starts gRPC's event engine: the
+/// local API's servers do, and its timer thread gets gRPC's slack there.
+#[test]
+fn grpcs_timer_threads_run_with_a_timer_slack_and_the_agents_own_without() {
+    let d = TempDir::new("daemon-slack");
+    manifests_with_pod_a(&d);
+    let mut child = run_fake(&d, &d.0.join("api.sock"), "");
+    let _show = ShowOnPanic(d.0.join("stderr"));
+    let _kill = KillOnPanic(child.id() as i32);
+    wait_for("pod a's directory", Duration::from_secs(10), || pod_dirs(&d.0).len() == 1);
+    common::assert_grpc_timer_slack(child.id());
+    assert!(terminate(&mut child, Duration::from_secs(10), "exit after SIGTERM").success());
+}
+
 /// The local API's accept was woken at shutdown by a connection to its
 /// socket's path: with the file removed (a cleanup of /run, an operator's
 /// rm) none came, and the agent hung in its shutdown for good.

@@ -32,6 +32,9 @@ fn pods_start_with_cni_and_host_network_and_stop_cleanly_on_removal() {
         !ip.is_empty()
     });
     assert!(ip.starts_with(&pod_ip_prefix()), "pod IP {ip} from the e2e CNI range");
+    // the CRI channel started gRPC's event engine: its timer thread too
+    // has gRPC's timer slack
+    common::assert_grpc_timer_slack(a.child.as_ref().unwrap().id());
     let st = a.pod("cni").unwrap()["status"].clone();
     assert_eq!(st["phase"], "Running");
     assert_eq!(st["containerStatuses"][0]["ready"], true);

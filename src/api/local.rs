@@ -121,7 +121,7 @@ fn goaway(s: UnixStream, why: &str) {
 /// environment ([`crate::runtime::cri::grpc_env`]).
 fn api_env() -> Arc<grpcio::Environment> {
     static ENV: std::sync::OnceLock<Arc<grpcio::Environment>> = std::sync::OnceLock::new();
-    ENV.get_or_init(|| Arc::new(grpcio::EnvBuilder::new().cq_count(1).name_prefix("api-grpc").build())).clone()
+    ENV.get_or_init(|| Arc::new(crate::runtime::cri::new_grpc_env("api-grpc"))).clone()
 }
 
 /// Calls each API server accepts at once before it re-posts slots.
@@ -231,16 +231,19 @@ impl ApiServer {
                 .max_receive_message_len(MAX_REQUEST_BYTES as i32)
                 .max_send_message_len(-1)
                 .build_args();
-            let mut server = grpcio::ServerBuilder::new(env.clone())
-                .channel_args(args)
-                // grpcio pre-posts this many call slots (default 1024, each
-                // with its buffers: ~0.2 MiB per server); a local API with a
-                // few callers needs a handful, and a burst only waits for
-                // slots to be re-posted
-                .requests_slot_per_cq(API_CALL_SLOTS)
-                .register_service(pb::api_grpc::create_pod_warden(svc))
-                .build()
-                .map_err(|e| std::io::Error::other(format!("gRPC server: {e}")))?;
+            // a server may be the first to start gRPC's event engine
+            let mut server = crate::runtime::cri::with_grpc_slack(|| {
+                grpcio::ServerBuilder::new(env.clone())
+                    .channel_args(args)
+                    // grpcio pre-posts this many call slots (default 1024, each
+                    // with its buffers: ~0.2 MiB per server); a local API with a
+                    // few callers needs a handful, and a burst only waits for
+                    // slots to be re-posted
+                    .requests_slot_per_cq(API_CALL_SLOTS)
+                    .register_service(pb::api_grpc::create_pod_warden(svc))
+                    .build()
+            })
+            .map_err(|e| std::io::Error::other(format!("gRPC server: {e}")))?;
             server.start();
             Ok(Arc::new(Mutex::new(server)))
         };

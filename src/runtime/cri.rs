@@ -75,7 +75,40 @@ fn image_info(i: &api::Image) -> ImageInfo {
 /// would only add a polling thread and its memory.
 pub fn grpc_env() -> Arc<Environment> {
     static ENV: std::sync::OnceLock<Arc<Environment>> = std::sync::OnceLock::new();
-    ENV.get_or_init(|| Arc::new(grpcio::EnvBuilder::new().cq_count(1).name_prefix("grpc").build())).clone()
+    ENV.get_or_init(|| Arc::new(new_grpc_env("grpc"))).clone()
+}
+
+/// The timer slack of the threads gRPC starts: its two timer threads wake
+/// about once a second each to look at their timer shards, and without
+/// slack the shards' windows (999 and 1,000 ms, from gRPC's rounding)
+/// drift apart, so each thread wakes twice a second instead. Every delay
+/// gRPC times here is 100 ms or longer, less 20 % jitter (call deadlines,
+/// retry and reconnect back-offs, keepalive).
+pub const GRPC_TIMER_SLACK: Duration = Duration::from_millis(50);
+
+/// A gRPC environment with one completion-queue thread named after
+/// `prefix`. The first one initialises gRPC, which starts gRPC's own
+/// threads from this thread: they are started with [`GRPC_TIMER_SLACK`]
+/// (a thread inherits its creator's slack), and this thread's slack is put
+/// back afterwards. Without slack (a kernel that refuses it) everything
+/// works, with more wake-ups.
+pub fn new_grpc_env(prefix: &str) -> Environment {
+    with_grpc_slack(|| grpcio::EnvBuilder::new().cq_count(1).name_prefix(prefix).build())
+}
+
+/// Run `f` (a step that may make gRPC start threads: its initialisation,
+/// and the first channel or server, which starts its event engine with
+/// that engine's timer thread) with [`GRPC_TIMER_SLACK`] on this thread,
+/// so the threads it starts inherit it; this thread's own slack is put
+/// back afterwards. A kernel that refuses the slack only costs wake-ups.
+pub fn with_grpc_slack<T>(f: impl FnOnce() -> T) -> T {
+    let before = crate::sys::timer_slack();
+    let slacked = crate::sys::set_timer_slack(GRPC_TIMER_SLACK.as_nanos() as u64).is_ok();
+    let r = f();
+    if slacked && before > 0 {
+        let _ = crate::sys::set_timer_slack(before);
+    }
+    r
 }
 
 /// gRPC's own retry policy for the CRI calls that only read: when the
@@ -288,19 +321,21 @@ impl CriRuntime {
             }
         }
         let env = grpc_env();
-        let channel = ChannelBuilder::new(env)
-            .initial_reconnect_backoff(Duration::from_millis(100))
-            .max_reconnect_backoff(Duration::from_secs(1))
-            .max_receive_message_len(16 << 20)
-            // no bandwidth-delay probes: on a local socket they only add a
-            // ping and its answer (and wake-ups) to every call's reply
-            .http2_bdp_probe(false)
-            .enable_retry(true)
-            .raw_cfg_string(
-                std::ffi::CString::new("grpc.service_config").expect("no NUL"),
-                std::ffi::CString::new(READ_RETRY_SERVICE_CONFIG).expect("no NUL"),
-            )
-            .connect(&format!("unix:{path}"));
+        let channel = with_grpc_slack(|| {
+            ChannelBuilder::new(env)
+                .initial_reconnect_backoff(Duration::from_millis(100))
+                .max_reconnect_backoff(Duration::from_secs(1))
+                .max_receive_message_len(16 << 20)
+                // no bandwidth-delay probes: on a local socket they only add a
+                // ping and its answer (and wake-ups) to every call's reply
+                .http2_bdp_probe(false)
+                .enable_retry(true)
+                .raw_cfg_string(
+                    std::ffi::CString::new("grpc.service_config").expect("no NUL"),
+                    std::ffi::CString::new(READ_RETRY_SERVICE_CONFIG).expect("no NUL"),
+                )
+                .connect(&format!("unix:{path}"))
+        });
         let rt = CriRuntime {
             endpoint: endpoint.to_string(),
             runtime: RuntimeServiceClient::new(channel.clone()),

@@ -395,6 +395,23 @@ pub fn set_current_thread_name(name: &CStr) {
     }
 }
 
+/// The calling thread's timer slack in nanoseconds (`PR_GET_TIMERSLACK`):
+/// how late the kernel may end its timed waits to wake it together with
+/// other timers. Threads it creates start with the same slack.
+pub fn timer_slack() -> u64 {
+    // SAFETY: PR_GET_TIMERSLACK takes no pointers and only reads the
+    // calling thread's own setting.
+    (unsafe { libc::prctl(libc::PR_GET_TIMERSLACK) }).max(0) as u64
+}
+
+/// Set the calling thread's timer slack (`PR_SET_TIMERSLACK`; 0 means the
+/// thread's default, 50 µs unless inherited otherwise).
+pub fn set_timer_slack(nanos: u64) -> io::Result<()> {
+    // SAFETY: PR_SET_TIMERSLACK takes the value itself, no pointer, and
+    // only changes the calling thread's own setting.
+    zero_or_errno(unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, nanos as libc::c_ulong) })
+}
+
 /// End the process at once with `code`: no unwinding of other threads, no
 /// exit handlers or destructors of statics (grpc's C++ statics would run
 /// while its threads still do).

@@ -271,3 +271,42 @@ pub fn assert_holds_for(what: &str, window: Duration, mut cond: impl FnMut() -> 
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// Each of process `pid`'s threads: its name and its timer slack in
+/// nanoseconds (`/proc/TID/timerslack_ns`; reading another process's needs
+/// the same user or root).
+pub fn thread_timer_slacks(pid: u32) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let tid = t.file_name().to_string_lossy().to_string();
+        let (Ok(name), Ok(slack)) = (
+            std::fs::read_to_string(t.path().join("comm")),
+            std::fs::read_to_string(format!("/proc/{tid}/timerslack_ns")),
+        ) else {
+            continue; // the thread ended meanwhile
+        };
+        out.push((name.trim().to_string(), slack.trim().parse().unwrap()));
+    }
+    out
+}
+
+/// gRPC's two timer threads (its core's and its event engine's) run with
+/// `podwarden::runtime::cri::GRPC_TIMER_SLACK`, and the agent's own
+/// threads (`housekeeping`, `prober`, `eviction`, `source-file`) with the
+/// kernel's default 50 µs: the slack is what lets those timer threads wake
+/// once a second rather than twice.
+pub fn assert_grpc_timer_slack(pid: u32) {
+    let slacks = thread_timer_slacks(pid);
+    let want = podwarden::runtime::cri::GRPC_TIMER_SLACK.as_nanos() as u64;
+    for name in ["timer_manager", "grpc_global_tim"] {
+        let found: Vec<u64> = slacks.iter().filter(|(n, _)| n == name).map(|(_, s)| *s).collect();
+        assert!(
+            !found.is_empty() && found.iter().all(|s| *s == want),
+            "thread {name}: slack {found:?}, want {want}: {slacks:?}"
+        );
+    }
+    for name in ["housekeeping", "prober", "eviction", "source-file"] {
+        let found: Vec<u64> = slacks.iter().filter(|(n, _)| n == name).map(|(_, s)| *s).collect();
+        assert!(found == [50_000], "thread {name}: slack {found:?}, want the default 50000: {slacks:?}");
+    }
+}
