@@ -11,11 +11,17 @@
 # of the page cache: each page of code then enters memory only when it is
 # executed, and the pages present in the agent (/proc/PID/pagemap, sampled
 # every 2 s) name exactly the functions it ran (C code, built without the
-# alignment, to the page). The workload: 105 pods, three init chains with a
+# alignment, to the page). First an idle agent with no pod: its start-up,
+# then (its code paged out) what it keeps running for 70 s. Then the
+# workload: 105 pods, three init chains with a
 # sidecar, deletions, and the Kubernetes API through kubectl (get, watch,
 # describe, logs, exec, port-forward, top, apply, delete) when kubectl is
-# installed. Code the workload does not reach is placed after, in the
-# linker's own order: it costs only the pages a node touches.
+# installed. The list has three tiers, each in address order: the idle
+# agent's steady code, its start-up, then the rest the workload ran, so an
+# idle node keeps only the first two resident and the code it runs every
+# few seconds shares a few pages. Code the workload does not reach is
+# placed after, in the linker's own order: it costs only the pages a node
+# touches.
 #
 # Run as root on the machine of scripts/e2e-env.sh (its containerd), with
 # python3, then rebuild (`cargo build --release`). CODE_ORDER_BIN and
@@ -68,6 +74,63 @@ echo 0 > "$ra"
 python3 -c 'import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$BIN"
 [ "$(fincore -nbo RES "$BIN")" -lt 65536 ] || { echo "code-order.sh: $BIN stays in the page cache" >&2; exit 1; }
 
+
+# the offsets of the binary's executable pages present in process $1
+pages() {
+  python3 - "$1" "$BIN" <<'PY'
+import os, re, struct, sys
+pid, exe = sys.argv[1], os.path.realpath(sys.argv[2])
+with open(f'/proc/{pid}/pagemap', 'rb') as pm:
+    for l in open(f'/proc/{pid}/maps'):
+        m = re.match(r'^([0-9a-f]+)-([0-9a-f]+) (\S+) ([0-9a-f]+) \S+ \S+\s*(.*)$', l)
+        if not m or m.group(5) != exe or 'x' not in m.group(3):
+            continue
+        a, b, off = int(m.group(1), 16), int(m.group(2), 16), int(m.group(4), 16)
+        pm.seek(a // 4096 * 8)
+        data = pm.read((b - a) // 4096 * 8)
+        for i in range(0, len(data), 8):
+            if struct.unpack_from('<Q', data, i)[0] >> 63:
+                print(f'{off + i // 8 * 4096:x}')
+PY
+}
+# process $1's pages of the binary out of memory and out of the page cache
+# (process_madvise MADV_PAGEOUT: nothing else maps them; pages the process
+# wrote stay, as there is no swap to page them out to)
+pageout() {
+  python3 - "$1" "$BIN" <<'PY'
+import ctypes, os, re, sys
+pid, exe = int(sys.argv[1]), os.path.realpath(sys.argv[2])
+class Iovec(ctypes.Structure):
+    _fields_ = [('base', ctypes.c_void_p), ('len', ctypes.c_size_t)]
+ranges = []
+for l in open(f'/proc/{pid}/maps'):
+    m = re.match(r'^([0-9a-f]+)-([0-9a-f]+) (\S+) \S+ \S+ \S+\s*(.*)$', l)
+    if m and m.group(4) == exe:
+        ranges.append(Iovec(int(m.group(1), 16), int(m.group(2), 16) - int(m.group(1), 16)))
+libc = ctypes.CDLL(None, use_errno=True)
+pidfd = libc.syscall(434, pid, 0)  # pidfd_open
+iov = (Iovec * len(ranges))(*ranges)
+if pidfd < 0 or libc.syscall(440, pidfd, iov, len(ranges), 21, 0) < 0:  # process_madvise, MADV_PAGEOUT
+    sys.exit(f'code-order.sh: process_madvise: {os.strerror(ctypes.get_errno())}')
+PY
+}
+
+mkdir -p "$D/manifests"
+port=$((20000 + RANDOM % 10000))
+printf 'staticPodPath: %s/manifests\ncontainerRuntimeEndpoint: unix://%s\nrootDir: %s/root\npodLogsDir: %s/logs\napiSocket: %s/api.sock\nnodeName: order\nreadOnlyPort: 0\nport: %s\n' \
+  "$D" "$PODWARDEN_E2E_SOCKET" "$D" "$D" "$D" "$port" > "$D/config.yaml"
+RUST_LOG=warn "$BIN" run --config "$D/config.yaml" 2> "$D/log" &
+agent=$!
+# An idle agent with no pod: the code of its start-up, then the code it
+# keeps running (its code pages taken out of memory, and what comes back
+# within 70 s: housekeeping, eviction, the relists and stats, gRPC's timers)
+sleep 20
+pages "$agent" > "$W/startup"
+pageout "$agent"
+[ "$(fincore -nbo RES "$BIN")" -lt 1048576 ] || { echo "code-order.sh: the agent's code stays in the page cache" >&2; exit 1; }
+echo "code-order: 70 s of an idle agent"
+sleep 70
+pages "$agent" > "$W/idle"
 # the sampler: the binary's executable pages present in each process running it
 python3 - "$BIN" "$W/samples" <<'PY' &
 import os, re, struct, sys, time
@@ -101,13 +164,6 @@ while True:
     time.sleep(2)
 PY
 sampler=$!
-
-mkdir -p "$D/manifests"
-port=$((20000 + RANDOM % 10000))
-printf 'staticPodPath: %s/manifests\ncontainerRuntimeEndpoint: unix://%s\nrootDir: %s/root\npodLogsDir: %s/logs\napiSocket: %s/api.sock\nnodeName: order\nreadOnlyPort: 0\nport: %s\n' \
-  "$D" "$PODWARDEN_E2E_SOCKET" "$D" "$D" "$D" "$port" > "$D/config.yaml"
-RUST_LOG=warn "$BIN" run --config "$D/config.yaml" 2> "$D/log" &
-agent=$!
 sleep 1
 loop="trap 'exit 0' TERM; while :; do sleep 1 & wait; done"
 for i in $(seq 0 104); do
@@ -176,7 +232,7 @@ sleep 3
 
 mkdir -p link
 # pages -> the sections on them -> one symbol name each, in address order
-python3 - "$W/podwarden.map" "$BIN" link/code-order.txt.gz "$W"/samples/* <<'PY'
+python3 - "$W/podwarden.map" "$BIN" link/code-order.txt.gz "$W/idle" "$W/startup" "$W"/samples/* <<'PY'
 import subprocess, sys
 mapf, binary, out = sys.argv[1:4]
 segs = []
@@ -184,13 +240,18 @@ for l in subprocess.run(['readelf', '-lW', binary], capture_output=True, text=Tr
     f = l.split()
     if f and f[0] == 'LOAD' and 'E' in ' '.join(f[6:-1]):
         segs.append((int(f[1], 16), int(f[2], 16), int(f[4], 16)))
-pages = set()
-for sample in sys.argv[4:]:
-    for l in open(sample):
-        off = int(l, 16)
-        for so, sv, sz in segs:
-            if so <= off < so + sz:
-                pages.add((off - so + sv) // 4096)
+def read_pages(files):
+    pages = set()
+    for sample in files:
+        for l in open(sample):
+            off = int(l, 16)
+            for so, sv, sz in segs:
+                if so <= off < so + sz:
+                    pages.add((off - so + sv) // 4096)
+    return pages
+# three tiers, each in address order: the idle agent's steady code, its
+# start-up, then all else the workload ran
+tiers = [read_pages(sys.argv[4:5]), read_pages(sys.argv[5:6]), read_pages(sys.argv[6:])]
 # lld's map: VMA, LMA, Size, Align, then the output section, input sections
 # (8 more spaces) and symbols (16 more) from column 49
 secs, out_sec = [], None
@@ -211,11 +272,14 @@ for l in open(mapf):
         secs.append([va, size, name[name.rfind(':(') + 2:-1], None])
     elif out_sec == '.text' and secs and secs[-1][3] is None:
         secs[-1][3] = name
-names, seen, hot = [], set(), 0
-for va, size, sec, sym in sorted(secs):
-    if size == 0 or not any(pg in pages for pg in range(va // 4096, (va + size - 1) // 4096 + 1)):
-        continue
+def tier(va, size):
+    on = range(va // 4096, (va + size - 1) // 4096 + 1)
+    return next((t for t, pages in enumerate(tiers) if any(pg in pages for pg in on)), None)
+names, seen, hot, tier_bytes = [], set(), 0, [0, 0, 0]
+placed = [(tier(va, size), va, size, sec, sym) for va, size, sec, sym in secs if size]
+for t, va, size, sec, sym in sorted(p for p in placed if p[0] is not None):
     hot += size
+    tier_bytes[t] += size
     n = None
     if sec.startswith('.text.'):
         n = sec[len('.text.'):]
@@ -231,7 +295,8 @@ import gzip
 with open(out, 'wb') as f:
     f.write(gzip.compress(''.join(n + '\n' for n in names).encode(), 9, mtime=0))
 code = sum(s[1] for s in secs)
-print(f'code-order: {len(names)} functions ({hot // 1024} KiB of {code // 1024} KiB of code) written to {out}')
+print(f'code-order: {len(names)} functions ({hot // 1024} KiB of {code // 1024} KiB of code: idle '
+      f'{tier_bytes[0] // 1024}, start-up {tier_bytes[1] // 1024}, the rest {tier_bytes[2] // 1024}) written to {out}')
 PY
 # what the names were made for (build.rs warns when the build differs)
 cp Cargo.lock link/code-order.lock
