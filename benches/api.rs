@@ -51,7 +51,11 @@
 //!   `?port=8080`), from the upgrade to the last byte; 15 rounds each,
 //!   with a second direct set, in turn as for exec; medians
 //!   (`portforward_direct_to_direct_ratio`: the second direct set's ÷ the
-//!   first's). `portforward_kubectl_mib_s`: the same 64 MiB
+//!   first's). `portforward_tls_floor_ratio`: the same through a bare TLS
+//!   relay in the bench (the agent's TLS settings and certificate, one
+//!   thread copying, nothing else) ÷ direct, the floor of any TLS relay on
+//!   this machine; `portforward_relay_to_floor_ratio`: podwarden's ÷ it.
+//!   `portforward_kubectl_mib_s`: the same 64 MiB
 //!   through `kubectl.1.33 port-forward` (SPDY inside WebSocket,
 //!   tunnelled by podwarden), median of 3 connections;
 //! - `rss_kib_110_api`: podwarden's largest RSS while 10 watches are open
@@ -605,14 +609,14 @@ fn settle(env: &Env, what: &str) {
 /// 30-40 ms a second (the agent's relist) and the agent 10.
 const QUIET_MS: f64 = 60.0;
 
-/// `rounds` rounds of three sets (0: direct, 1: through podwarden, 2:
-/// direct again), each set first, second and third in turn: `run(set)`'s
-/// results by set.
-fn in_turn<T>(rounds: usize, mut run: impl FnMut(usize) -> T) -> [Vec<T>; 3] {
-    let mut sets = [Vec::new(), Vec::new(), Vec::new()];
+/// `rounds` rounds of N sets (0: direct, 1: through podwarden, 2: direct
+/// again; 3: through the bare TLS relay, for port-forward), each set in
+/// each place in turn: `run(set)`'s results by set.
+fn in_turn<T, const N: usize>(rounds: usize, mut run: impl FnMut(usize) -> T) -> [Vec<T>; N] {
+    let mut sets = std::array::from_fn(|_| Vec::new());
     for i in 0..rounds {
-        for k in 0..3 {
-            let set = (i + k) % 3;
+        for k in 0..N {
+            let set = (i + k) % N;
             sets[set].push(run(set));
         }
     }
@@ -712,6 +716,48 @@ fn pf_relayed(env: &Env) -> Duration {
     t.elapsed()
 }
 
+/// The floor of any TLS relay on this machine: a bare one in the bench's
+/// process, with the agent's own TLS settings and certificate
+/// (`tls_config_with`: AES-128-GCM, the server's order). It takes one
+/// connection on `listener`, reads the request head, hands it to the
+/// runtime's streaming server at `upstream`, then copies the answer to the
+/// client on one thread, 64 KiB reads, nothing else: no routing, no
+/// identity, no CRI call, no polling. It ends when the client goes.
+fn bare_tls_relay(agent: &Agent, listener: std::net::TcpListener, upstream: String) -> std::thread::JoinHandle<()> {
+    let pki = podwarden::api::kube::pki::dir_of(&agent.dir.join("root"));
+    let read = |f: &str| std::fs::read_to_string(pki.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+    let id = podwarden::api::kube::pki::Identity {
+        dir: pki.clone(),
+        ca_pem: read(podwarden::api::kube::pki::CA_CERT),
+        serving_cert_pem: read(podwarden::api::kube::pki::SERVING_CERT),
+        serving_key_pem: read(podwarden::api::kube::pki::SERVING_KEY),
+    };
+    let (cfg, _) = podwarden::api::kube::server::tls_config_with(&id, None).unwrap();
+    spawn(move || {
+        let (tcp, _) = listener.accept().unwrap();
+        tcp.set_nodelay(true).unwrap();
+        let mut tls = StreamOwned::new(rustls::ServerConnection::new(cfg).unwrap(), tcp);
+        let mut head = Vec::new();
+        let mut buf = vec![0u8; 64 << 10];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = tls.read(&mut buf).unwrap();
+            assert!(n > 0, "bare TLS relay: the client closed before its request");
+            head.extend_from_slice(&buf[..n]);
+        }
+        let mut up = plain(&upstream);
+        up.write_all(&head).unwrap();
+        loop {
+            let n = match up.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            if tls.write_all(&buf[..n]).and_then(|_| tls.flush()).is_err() {
+                break; // the client has all it wanted
+            }
+        }
+    })
+}
+
 fn port_forward(env: &Env, out: &mut BTreeMap<&'static str, f64>) {
     let sandbox = pod_of(env.cri, "srv").unwrap().ready_sandbox().unwrap().id.clone();
     let direct = || {
@@ -721,9 +767,34 @@ fn port_forward(env: &Env, out: &mut BTreeMap<&'static str, f64>) {
         pf_read(ws(plain(&host), &format!("ws://{host}{path}?port=8080"), "v4.channel.k8s.io"));
         t.elapsed()
     };
+    // the bare TLS relay's round: the runtime's URL asked first (as
+    // podwarden does), then TCP, TLS, the upgrade and the bytes, timed
+    // like the relay's from the connect
+    let bare = || {
+        let url = env.cri.port_forward(&call(), &sandbox, &[8080]).unwrap();
+        let (host, path) = podwarden::api::stream::split_url(&url).unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let relay = bare_tls_relay(env.agent, listener, host);
+        let t = Instant::now();
+        pf_read(ws(
+            connect(&env.tls, port).unwrap(),
+            &format!("wss://127.0.0.1:{port}{path}?port=8080"),
+            "v4.channel.k8s.io",
+        ));
+        let took = t.elapsed();
+        relay.join().unwrap();
+        took
+    };
     settle(env, "port-forward");
-    // and a second direct set, as for exec
-    let [d, r, a] = in_turn(PF_ROUNDS, |set| mib_s(if set == 1 { pf_relayed(env) } else { direct() }));
+    // and a second direct set, as for exec, and the bare TLS relay's set
+    let [d, r, a, b] = in_turn(PF_ROUNDS, |set| {
+        mib_s(match set {
+            1 => pf_relayed(env),
+            3 => bare(),
+            _ => direct(),
+        })
+    });
     // kubectl port-forward: its local port from its first line
     let mut pf = kubectl_cmd(env.agent, &env.kubeconfig)
         .args(["port-forward", "pod/srv", ":8080"])
@@ -757,12 +828,18 @@ fn port_forward(env: &Env, out: &mut BTreeMap<&'static str, f64>) {
     let _ = pf.kill();
     let _ = pf.wait();
     let _ = drain.join();
-    println!("port-forward 64 MiB rounds (MiB/s): direct {d:.0?}, through podwarden {r:.0?}, direct again {a:.0?}");
-    let (d, r, k, aa) = (median(&d), median(&r), median(&k), median(&a) / median(&d));
     println!(
-        "port-forward 64 MiB: direct {d:.0} MiB/s, through podwarden {r:.0} MiB/s, ratio {:.3} (direct to direct {aa:.3}); kubectl {k:.0} MiB/s",
-        r / d
+        "port-forward 64 MiB rounds (MiB/s): direct {d:.0?}, through podwarden {r:.0?}, direct again {a:.0?}, bare TLS relay {b:.0?}"
     );
+    let (d, r, k, aa, b) = (median(&d), median(&r), median(&k), median(&a) / median(&d), median(&b));
+    println!(
+        "port-forward 64 MiB: direct {d:.0} MiB/s, through podwarden {r:.0} MiB/s, ratio {:.3} (direct to direct {aa:.3}); bare TLS relay {b:.0} MiB/s, ratio {:.3}; kubectl {k:.0} MiB/s",
+        r / d,
+        b / d
+    );
+    out.insert("portforward_tls_floor_mib_s", b);
+    out.insert("portforward_tls_floor_ratio", b / d);
+    out.insert("portforward_relay_to_floor_ratio", r / b);
     out.insert("portforward_direct_to_direct_ratio", aa);
     out.insert("portforward_direct_mib_s", d);
     out.insert("portforward_relay_mib_s", r);
