@@ -118,10 +118,10 @@ fn goaway(s: UnixStream, why: &str) {
 /// The API's own gRPC environment (one completion-queue thread,
 /// `api-grpc`): a slow or flooded API can never delay the completions of
 /// the CRI calls the pod workers block on, which run on the CRI client's
-/// environment ([`crate::runtime::cri::grpc_env`]).
+/// environment ([`crate::runtime::grpc::grpc_env`]).
 fn api_env() -> Arc<grpcio::Environment> {
     static ENV: std::sync::OnceLock<Arc<grpcio::Environment>> = std::sync::OnceLock::new();
-    ENV.get_or_init(|| Arc::new(crate::runtime::cri::new_grpc_env("api-grpc"))).clone()
+    ENV.get_or_init(|| Arc::new(crate::runtime::grpc::new_grpc_env("api-grpc"))).clone()
 }
 
 /// Calls each API server accepts at once before it re-posts slots.
@@ -232,7 +232,7 @@ impl ApiServer {
                 .max_send_message_len(-1)
                 .build_args();
             // a server may be the first to start gRPC's event engine
-            let mut server = crate::runtime::cri::with_grpc_slack(|| {
+            let mut server = crate::runtime::grpc::with_grpc_slack(|| {
                 grpcio::ServerBuilder::new(env.clone())
                     .channel_args(args)
                     // grpcio pre-posts this many call slots (default 1024, each

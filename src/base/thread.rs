@@ -92,20 +92,43 @@ where
         b = b.stack_size(s);
     }
     #[allow(clippy::disallowed_methods)]
-    b.spawn(move || match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+    b.spawn(move || {
+        // started from a gRPC thread (an API call's handler), it would
+        // otherwise keep gRPC's timer slack in its own timeouts
+        crate::sys::own_timer_slack();
+        run_catching(&name, f)
+    })
+}
+
+/// Run `f`; a panic is recorded (see [`panicked`]) and goes on unwinding.
+fn run_catching<T>(name: &str, f: impl FnOnce() -> T) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(v) => v,
         Err(payload) => {
             // a reused worker thread renames itself: report its current name
-            let current =
-                std::fs::read_to_string("/proc/thread-self/comm").map(|s| s.trim().to_string()).unwrap_or(name);
+            let current = std::fs::read_to_string("/proc/thread-self/comm")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_else(|_| name.to_string());
             on_panic(&current, &panic_message(payload.as_ref()));
             std::panic::resume_unwind(payload)
         }
-    })
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_thread_started_from_a_thread_with_timer_slack_takes_the_own_slack_again() {
+        let own = crate::sys::timer_slack();
+        let (inside, started) = crate::sys::with_timer_slack(40_000_000, || {
+            let inside = crate::sys::timer_slack();
+            (inside, super::spawn("test-slack", None, crate::sys::timer_slack).unwrap().join().unwrap())
+        });
+        assert_eq!(inside, 40_000_000, "the slack was not set");
+        assert_eq!(started, own, "the new thread kept the slack of the thread that started it");
+        assert_eq!(crate::sys::timer_slack(), own, "the caller's slack was not put back");
+    }
+
     #[test]
     fn a_panic_is_recorded_and_reaches_join() {
         let h = super::spawn("test-panics", None, || {

@@ -187,7 +187,7 @@ impl Client {
                 });
             }
         }
-        let env = crate::runtime::cri::grpc_env();
+        let env = crate::runtime::grpc::grpc_env();
         let ch = ChannelBuilder::new(env).connect(&format!("unix:{socket}"));
         Ok(Client { inner: PodWardenClient::new(ch), timeout: Duration::from_secs(30) })
     }

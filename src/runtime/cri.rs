@@ -8,8 +8,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::grpc::{grpc_env, with_grpc_slack};
 use crossbeam_channel::select;
-use grpcio::{CallOption, ChannelBuilder, Environment, RpcStatusCode};
+use grpcio::{CallOption, ChannelBuilder, RpcStatusCode};
 
 use super::{
     Auth, CallCtx, Code, ContainerConfig, ContainerInfo, ContainerState, ImageInfo, LABEL_POD_UID, Op, Propagation,
@@ -68,47 +69,6 @@ fn image_info(i: &api::Image) -> ImageInfo {
         digests: i.repo_digests.clone(),
         pinned: i.pinned,
     }
-}
-
-/// The process's one gRPC environment (one completion-queue thread), shared
-/// by the CRI client and the local API's server and client: a second one
-/// would only add a polling thread and its memory.
-pub fn grpc_env() -> Arc<Environment> {
-    static ENV: std::sync::OnceLock<Arc<Environment>> = std::sync::OnceLock::new();
-    ENV.get_or_init(|| Arc::new(new_grpc_env("grpc"))).clone()
-}
-
-/// The timer slack of the threads gRPC starts: its two timer threads wake
-/// about once a second each to look at their timer shards, and without
-/// slack the shards' windows (999 and 1,000 ms, from gRPC's rounding)
-/// drift apart, so each thread wakes twice a second instead. Every delay
-/// gRPC times here is 100 ms or longer, less 20 % jitter (call deadlines,
-/// retry and reconnect back-offs, keepalive).
-pub const GRPC_TIMER_SLACK: Duration = Duration::from_millis(50);
-
-/// A gRPC environment with one completion-queue thread named after
-/// `prefix`. The first one initialises gRPC, which starts gRPC's own
-/// threads from this thread: they are started with [`GRPC_TIMER_SLACK`]
-/// (a thread inherits its creator's slack), and this thread's slack is put
-/// back afterwards. Without slack (a kernel that refuses it) everything
-/// works, with more wake-ups.
-pub fn new_grpc_env(prefix: &str) -> Environment {
-    with_grpc_slack(|| grpcio::EnvBuilder::new().cq_count(1).name_prefix(prefix).build())
-}
-
-/// Run `f` (a step that may make gRPC start threads: its initialisation,
-/// and the first channel or server, which starts its event engine with
-/// that engine's timer thread) with [`GRPC_TIMER_SLACK`] on this thread,
-/// so the threads it starts inherit it; this thread's own slack is put
-/// back afterwards. A kernel that refuses the slack only costs wake-ups.
-pub fn with_grpc_slack<T>(f: impl FnOnce() -> T) -> T {
-    let before = crate::sys::timer_slack();
-    let slacked = crate::sys::set_timer_slack(GRPC_TIMER_SLACK.as_nanos() as u64).is_ok();
-    let r = f();
-    if slacked && before > 0 {
-        let _ = crate::sys::set_timer_slack(before);
-    }
-    r
 }
 
 /// gRPC's own retry policy for the CRI calls that only read: when the

@@ -14,6 +14,7 @@ pub mod cache;
 pub mod cri;
 pub mod events;
 pub mod fake;
+pub mod grpc;
 pub mod metered;
 
 use std::collections::BTreeMap;

@@ -412,6 +412,37 @@ pub fn set_timer_slack(nanos: u64) -> io::Result<()> {
     zero_or_errno(unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, nanos as libc::c_ulong) })
 }
 
+/// The timer slack of the process's own threads: the slack of the thread
+/// that first called [`with_timer_slack`].
+static OWN_TIMER_SLACK: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+
+/// Run `f` with `nanos` of timer slack on this thread, so the threads it
+/// starts inherit that slack; this thread's own slack is put back
+/// afterwards. A kernel that refuses the slack only costs wake-ups.
+pub fn with_timer_slack<T>(nanos: u64, f: impl FnOnce() -> T) -> T {
+    let before = timer_slack();
+    OWN_TIMER_SLACK.get_or_init(|| before);
+    let slacked = set_timer_slack(nanos).is_ok();
+    let r = f();
+    if slacked && before > 0 {
+        let _ = set_timer_slack(before);
+    }
+    r
+}
+
+/// Give the calling thread the timer slack of the process's own threads
+/// when it inherited another one: a thread started from a thread
+/// [`with_timer_slack`] made (a gRPC callback's) must not carry that slack
+/// into its own timeouts.
+pub fn own_timer_slack() {
+    if let Some(&own) = OWN_TIMER_SLACK.get()
+        && own > 0
+        && timer_slack() != own
+    {
+        let _ = set_timer_slack(own);
+    }
+}
+
 /// End the process at once with `code`: no unwinding of other threads, no
 /// exit handlers or destructors of statics (grpc's C++ statics would run
 /// while its threads still do).

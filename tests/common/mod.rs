@@ -291,13 +291,13 @@ pub fn thread_timer_slacks(pid: u32) -> Vec<(String, u64)> {
 }
 
 /// gRPC's two timer threads (its core's and its event engine's) run with
-/// `podwarden::runtime::cri::GRPC_TIMER_SLACK`, and the agent's own
+/// `podwarden::runtime::grpc::GRPC_TIMER_SLACK`, and the agent's own
 /// threads (`housekeeping`, `prober`, `eviction`, `source-file`) with the
 /// kernel's default 50 µs: the slack is what lets those timer threads wake
 /// once a second rather than twice.
 pub fn assert_grpc_timer_slack(pid: u32) {
     let slacks = thread_timer_slacks(pid);
-    let want = podwarden::runtime::cri::GRPC_TIMER_SLACK.as_nanos() as u64;
+    let want = podwarden::runtime::grpc::GRPC_TIMER_SLACK.as_nanos() as u64;
     for name in ["timer_manager", "grpc_global_tim"] {
         let found: Vec<u64> = slacks.iter().filter(|(n, _)| n == name).map(|(_, s)| *s).collect();
         assert!(

@@ -29,7 +29,7 @@ use pb::api::{HealthCheckRequest, health_check_response::ServingStatus};
 /// cannot be made).
 pub fn check(addr: SocketAddr, service: &str, timeout: Duration, done: Box<dyn FnOnce(Outcome) + Send>) {
     let target = addr.to_string();
-    let channel = ChannelBuilder::new(crate::runtime::cri::grpc_env())
+    let channel = ChannelBuilder::new(crate::runtime::grpc::grpc_env())
         .primary_user_agent(super::net::PROBE_USER_AGENT)
         // a health answer is a few bytes: the pod may send no more than this
         .max_receive_message_len(4096)
