@@ -75,23 +75,29 @@ python3 -c 'import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd); o
 [ "$(fincore -nbo RES "$BIN")" -lt 65536 ] || { echo "code-order.sh: $BIN stays in the page cache" >&2; exit 1; }
 
 
-# the offsets of the binary's executable pages present in process $1
-pages() {
-  python3 - "$1" "$BIN" <<'PY'
-import os, re, struct, sys
-pid, exe = sys.argv[1], os.path.realpath(sys.argv[2])
-with open(f'/proc/{pid}/pagemap', 'rb') as pm:
-    for l in open(f'/proc/{pid}/maps'):
-        m = re.match(r'^([0-9a-f]+)-([0-9a-f]+) (\S+) ([0-9a-f]+) \S+ \S+\s*(.*)$', l)
-        if not m or m.group(5) != exe or 'x' not in m.group(3):
-            continue
-        a, b, off = int(m.group(1), 16), int(m.group(2), 16), int(m.group(4), 16)
-        pm.seek(a // 4096 * 8)
-        data = pm.read((b - a) // 4096 * 8)
-        for i in range(0, len(data), 8):
-            if struct.unpack_from('<Q', data, i)[0] >> 63:
-                print(f'{off + i // 8 * 4096:x}')
+# the offsets of the binary's executable pages present in a process: one
+# function for the snapshots below and the sampler
+cat > "$W/pagemap.py" <<'PY'
+import re, struct
+def present(pid, exe):
+    pages = set()
+    with open(f'/proc/{pid}/pagemap', 'rb') as pm:
+        for l in open(f'/proc/{pid}/maps'):
+            m = re.match(r'^([0-9a-f]+)-([0-9a-f]+) (\S+) ([0-9a-f]+) \S+ \S+\s*(.*)$', l)
+            if not m or m.group(5) != exe or 'x' not in m.group(3):
+                continue
+            a, b, off = int(m.group(1), 16), int(m.group(2), 16), int(m.group(4), 16)
+            pm.seek(a // 4096 * 8)
+            data = pm.read((b - a) // 4096 * 8)
+            for i in range(0, len(data), 8):
+                if struct.unpack_from('<Q', data, i)[0] >> 63:
+                    pages.add(off + i // 8 * 4096)
+    return pages
 PY
+# process $1's present pages, one hex offset a line
+pages() {
+  python3 -c 'import os, sys; sys.path.insert(0, sys.argv[3]); import pagemap
+for o in sorted(pagemap.present(sys.argv[1], os.path.realpath(sys.argv[2]))): print(f"{o:x}")' "$1" "$BIN" "$W"
 }
 # process $1's pages of the binary out of memory and out of the page cache
 # (process_madvise MADV_PAGEOUT: nothing else maps them; pages the process
@@ -132,8 +138,10 @@ echo "code-order: 70 s of an idle agent"
 sleep 70
 pages "$agent" > "$W/idle"
 # the sampler: the binary's executable pages present in each process running it
-python3 - "$BIN" "$W/samples" <<'PY' &
-import os, re, struct, sys, time
+python3 - "$BIN" "$W/samples" "$W" <<'PY' &
+import os, sys, time
+sys.path.insert(0, sys.argv[3])
+import pagemap
 exe, out = os.path.realpath(sys.argv[1]), sys.argv[2]
 os.makedirs(out, exist_ok=True)
 seen = {}
@@ -144,17 +152,7 @@ while True:
                 continue
             s = seen.setdefault(pid, set())
             n = len(s)
-            with open(f'/proc/{pid}/pagemap', 'rb') as pm:
-                for l in open(f'/proc/{pid}/maps'):
-                    m = re.match(r'^([0-9a-f]+)-([0-9a-f]+) (\S+) ([0-9a-f]+) \S+ \S+\s*(.*)$', l)
-                    if not m or m.group(5) != exe or 'x' not in m.group(3):
-                        continue
-                    a, b, off = int(m.group(1), 16), int(m.group(2), 16), int(m.group(4), 16)
-                    pm.seek(a // 4096 * 8)
-                    data = pm.read((b - a) // 4096 * 8)
-                    for i in range(0, len(data), 8):
-                        if struct.unpack_from('<Q', data, i)[0] >> 63:
-                            s.add(off + i // 8 * 4096)
+            s.update(pagemap.present(pid, exe))
             if len(s) != n:
                 with open(f'{out}/{pid}.tmp', 'w') as f:
                     f.writelines(f'{o:x}\n' for o in sorted(s))
