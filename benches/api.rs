@@ -736,6 +736,8 @@ fn bare_tls_relay(agent: &Agent, listener: std::net::TcpListener, upstream: Stri
     spawn(move || {
         let (tcp, _) = listener.accept().unwrap();
         tcp.set_nodelay(true).unwrap();
+        tcp.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        tcp.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
         let mut tls = StreamOwned::new(rustls::ServerConnection::new(cfg).unwrap(), tcp);
         let mut head = Vec::new();
         let mut buf = vec![0u8; 64 << 10];
@@ -743,6 +745,7 @@ fn bare_tls_relay(agent: &Agent, listener: std::net::TcpListener, upstream: Stri
             let n = tls.read(&mut buf).unwrap();
             assert!(n > 0, "bare TLS relay: the client closed before its request");
             head.extend_from_slice(&buf[..n]);
+            assert!(head.len() <= 16 << 10, "bare TLS relay: a request head over 16 KiB");
         }
         let mut up = plain(&upstream);
         up.write_all(&head).unwrap();

@@ -74,7 +74,6 @@ echo 0 > "$ra"
 python3 -c 'import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$BIN"
 [ "$(fincore -nbo RES "$BIN")" -lt 65536 ] || { echo "code-order.sh: $BIN stays in the page cache" >&2; exit 1; }
 
-
 # the offsets of the binary's executable pages present in a process: one
 # function for the snapshots below and the sampler
 cat > "$W/pagemap.py" <<'PY'
@@ -273,10 +272,9 @@ for l in open(mapf):
 def tier(va, size):
     on = range(va // 4096, (va + size - 1) // 4096 + 1)
     return next((t for t, pages in enumerate(tiers) if any(pg in pages for pg in on)), None)
-names, seen, hot, tier_bytes = [], set(), 0, [0, 0, 0]
+names, seen, tier_bytes = [], set(), [0, 0, 0]
 placed = [(tier(va, size), va, size, sec, sym) for va, size, sec, sym in secs if size]
 for t, va, size, sec, sym in sorted(p for p in placed if p[0] is not None):
-    hot += size
     tier_bytes[t] += size
     n = None
     if sec.startswith('.text.'):
@@ -293,7 +291,7 @@ import gzip
 with open(out, 'wb') as f:
     f.write(gzip.compress(''.join(n + '\n' for n in names).encode(), 9, mtime=0))
 code = sum(s[1] for s in secs)
-print(f'code-order: {len(names)} functions ({hot // 1024} KiB of {code // 1024} KiB of code: idle '
+print(f'code-order: {len(names)} functions ({sum(tier_bytes) // 1024} KiB of {code // 1024} KiB of code: idle '
       f'{tier_bytes[0] // 1024}, start-up {tier_bytes[1] // 1024}, the rest {tier_bytes[2] // 1024}) written to {out}')
 PY
 # what the names were made for (build.rs warns when the build differs)

@@ -297,16 +297,17 @@ pub fn thread_timer_slacks(pid: u32) -> Vec<(String, u64)> {
 /// once a second rather than twice.
 pub fn assert_grpc_timer_slack(pid: u32) {
     let slacks = thread_timer_slacks(pid);
+    let of = |name: &str| -> Vec<u64> { slacks.iter().filter(|(n, _)| n == name).map(|(_, s)| *s).collect() };
     let want = podwarden::runtime::grpc::GRPC_TIMER_SLACK.as_nanos() as u64;
     for name in ["timer_manager", "grpc_global_tim"] {
-        let found: Vec<u64> = slacks.iter().filter(|(n, _)| n == name).map(|(_, s)| *s).collect();
+        let found = of(name);
         assert!(
             !found.is_empty() && found.iter().all(|s| *s == want),
             "thread {name}: slack {found:?}, want {want}: {slacks:?}"
         );
     }
     for name in ["housekeeping", "prober", "eviction", "source-file"] {
-        let found: Vec<u64> = slacks.iter().filter(|(n, _)| n == name).map(|(_, s)| *s).collect();
+        let found = of(name);
         assert!(found == [50_000], "thread {name}: slack {found:?}, want the default 50000: {slacks:?}");
     }
 }
